@@ -1,0 +1,40 @@
+//! Wire bindings for the protocols graft speaks. Everything here is generated at build time
+//! from the .proto files in this crate; nothing generated is committed.
+
+/// NRI messages (package `nri.pkg.api.v1alpha1`).
+#[allow(
+    clippy::all,
+    missing_docs,
+    unused_imports,
+    unused_qualifications,
+    non_upper_case_globals,
+    unused_mut,
+    unused_variables,
+    dead_code,
+    unreachable_pub,
+    renamed_and_removed_lints,
+    non_camel_case_types,
+    non_snake_case
+)]
+pub mod nri {
+    include!(concat!(env!("OUT_DIR"), "/nri.rs"));
+}
+
+/// NRI ttrpc services: the `Plugin` server trait graft implements and the `Runtime` client.
+#[allow(
+    clippy::all,
+    missing_docs,
+    unused_imports,
+    unused_qualifications,
+    non_upper_case_globals,
+    unused_mut,
+    unused_variables,
+    dead_code,
+    unreachable_pub,
+    renamed_and_removed_lints,
+    non_camel_case_types,
+    non_snake_case
+)]
+pub mod nri_ttrpc {
+    include!(concat!(env!("OUT_DIR"), "/nri_ttrpc.rs"));
+}

@@ -1,0 +1,195 @@
+//! The record format, version [`FORMAT_VERSION`]: one JSON document per prepared claim.
+//!
+//! A record says which devices the claim holds, what each device puts into a container
+//! (device nodes, mounts, env, hooks), and which containers of which pods receive which
+//! devices. The driver writes it; the NRI plugin reads it. Any change that alters what a
+//! reader must do bumps the version, and readers refuse versions they do not know.
+
+use serde::{Deserialize, Serialize};
+
+/// Version written into every record and status file by this build.
+pub const FORMAT_VERSION: u32 = 1;
+
+/// One prepared ResourceClaim.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClaimRecord {
+    pub version: u32,
+    pub claim: ClaimRef,
+    /// The devices allocated to this claim on this node, by this driver.
+    pub devices: Vec<DeviceRecord>,
+    /// The pods that hold the claim (its `status.reservedFor`) and what each container gets.
+    #[serde(default)]
+    pub pods: Vec<PodRecord>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct ClaimRef {
+    pub uid: String,
+    pub namespace: String,
+    pub name: String,
+}
+
+impl std::fmt::Display for ClaimRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{} ({})", self.namespace, self.name, self.uid)
+    }
+}
+
+/// One allocated device. `name` is unique within the record.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeviceRecord {
+    pub name: String,
+    #[serde(default)]
+    pub pool: String,
+    /// The claim's request names this device was allocated for.
+    #[serde(default)]
+    pub requests: Vec<String>,
+    #[serde(default)]
+    pub edits: ContainerEdits,
+}
+
+/// What a device adds to a container's OCI spec.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ContainerEdits {
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub device_nodes: Vec<DeviceNode>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mounts: Vec<Mount>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub env: Vec<EnvVar>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub hooks: Vec<Hook>,
+}
+
+impl ContainerEdits {
+    pub fn is_empty(&self) -> bool {
+        self.device_nodes.is_empty()
+            && self.mounts.is_empty()
+            && self.env.is_empty()
+            && self.hooks.is_empty()
+    }
+}
+
+/// A device node, given explicitly so that the runtime never has to stat the host.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeviceNode {
+    /// Path inside the container, under /dev.
+    pub path: String,
+    #[serde(rename = "type")]
+    pub kind: DeviceKind,
+    pub major: i64,
+    pub minor: i64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub file_mode: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uid: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gid: Option<u32>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum DeviceKind {
+    #[serde(rename = "c")]
+    Char,
+    #[serde(rename = "b")]
+    Block,
+}
+
+impl DeviceKind {
+    /// The OCI spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DeviceKind::Char => "c",
+            DeviceKind::Block => "b",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Mount {
+    pub source: String,
+    pub destination: String,
+    #[serde(rename = "type", default = "default_mount_type")]
+    pub kind: String,
+    #[serde(default)]
+    pub options: Vec<String>,
+}
+
+fn default_mount_type() -> String {
+    "bind".to_string()
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EnvVar {
+    pub name: String,
+    pub value: String,
+}
+
+/// An OCI hook. Paths resolve on the host, since the runtime runs the hook.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Hook {
+    #[serde(default)]
+    pub stage: HookStage,
+    pub path: String,
+    #[serde(default)]
+    pub args: Vec<String>,
+    #[serde(default)]
+    pub env: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout: Option<i64>,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum HookStage {
+    Prestart,
+    CreateRuntime,
+    #[default]
+    CreateContainer,
+    StartContainer,
+    Poststart,
+    Poststop,
+}
+
+/// A pod holding the claim, and what each of its containers receives.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PodRecord {
+    pub uid: String,
+    #[serde(default)]
+    pub namespace: String,
+    #[serde(default)]
+    pub name: String,
+    /// Containers (init containers too) that reference the claim. A container not listed
+    /// gets nothing from this claim.
+    #[serde(default)]
+    pub containers: Vec<ContainerRecord>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ContainerRecord {
+    pub name: String,
+    /// Names of [`DeviceRecord`]s of this claim.
+    pub devices: Vec<String>,
+}
+
+impl ClaimRecord {
+    /// The devices a given container of a given pod receives from this claim, in record
+    /// order. Empty when the pod or container is not listed.
+    pub fn devices_for<'a>(&'a self, pod_uid: &str, container: &str) -> Vec<&'a DeviceRecord> {
+        let Some(pod) = self.pods.iter().find(|p| p.uid == pod_uid) else {
+            return Vec::new();
+        };
+        let Some(ctr) = pod.containers.iter().find(|c| c.name == container) else {
+            return Vec::new();
+        };
+        self.devices
+            .iter()
+            .filter(|d| ctr.devices.iter().any(|n| n == &d.name))
+            .collect()
+    }
+
+    /// Whether the record lists this pod at all.
+    pub fn holds_pod(&self, pod_uid: &str) -> bool {
+        self.pods.iter().any(|p| p.uid == pod_uid)
+    }
+}

@@ -1,0 +1,27 @@
+//! The contract between graft's two daemons, kept in one place.
+//!
+//! `graft-driver` writes a [`ClaimRecord`] per prepared claim into a [`RecordStore`];
+//! `graft-nri` looks records up by pod UID when a container is created and turns them into
+//! OCI spec edits. `graft-nri` publishes its [`NriStatus`] so that the driver refuses to
+//! prepare while no plugin is in place to inject. The format is versioned
+//! ([`FORMAT_VERSION`]); files are replaced atomically and durably.
+
+mod atomic;
+mod error;
+mod format;
+mod status;
+mod store;
+mod validate;
+
+pub use error::{InvalidRecord, RecordError, Result};
+pub use format::*;
+pub use status::{
+    nri_readiness, plugin_alive, read_boot_id, NriReadiness, NriStatus, StatusPublisher,
+    BOOT_ID_PATH,
+};
+pub use store::{parse_record, read_record, RecordStore, DEFAULT_STATE_DIR};
+pub use validate::{validate_edits, validate_record};
+
+/// Annotation graft adds to every container it injects into: a JSON list of the claims and
+/// devices it received.
+pub const INJECTED_ANNOTATION: &str = "graft.dev/injected";

@@ -1,0 +1,283 @@
+//! The record store under the state directory:
+//!
+//! ```text
+//! <root>/claims/<claim-uid>.json      one ClaimRecord per prepared claim (the durable truth)
+//! <root>/pods/<pod-uid>/<claim-uid>   empty markers: the index from a pod to its claims
+//! <root>/writer.lock                  serialises writers (flock)
+//! ```
+//!
+//! The pod index makes the NRI plugin's lookup cost independent of how many claims the node
+//! holds: a pod without claims costs one failed directory open. Writers keep it in step
+//! with the records: a claim file is written before its markers appear and outlives them
+//! on removal, so a reader that finds a marker finds its record (or a removal in progress,
+//! which it skips).
+
+use std::fs::{self, File, OpenOptions};
+use std::io::ErrorKind;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+use crate::atomic;
+use crate::error::{RecordError, Result};
+use crate::format::{ClaimRecord, FORMAT_VERSION};
+use crate::validate::{check_id, validate_record};
+
+/// Default state directory shared by the two daemons.
+pub const DEFAULT_STATE_DIR: &str = "/var/lib/graft";
+
+#[derive(Debug, Clone)]
+pub struct RecordStore {
+    root: PathBuf,
+    claims: PathBuf,
+    pods: PathBuf,
+}
+
+impl RecordStore {
+    /// Opens the store, creating its directories if needed.
+    pub fn open(root: impl Into<PathBuf>) -> Result<Self> {
+        let root = root.into();
+        let store = RecordStore {
+            claims: root.join("claims"),
+            pods: root.join("pods"),
+            root,
+        };
+        atomic::create_dir(&store.claims)?;
+        atomic::create_dir(&store.pods)?;
+        Ok(store)
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    fn claim_path(&self, uid: &str) -> PathBuf {
+        self.claims.join(format!("{uid}.json"))
+    }
+
+    /// Writes (or replaces) a claim record and brings the pod index in line with it.
+    pub fn put_claim(&self, rec: &ClaimRecord) -> Result<()> {
+        validate_record(rec).map_err(|source| RecordError::Rejected {
+            claim: rec.claim.to_string(),
+            source,
+        })?;
+        let data = serde_json::to_vec_pretty(rec).map_err(|e| RecordError::Corrupt {
+            path: self.claim_path(&rec.claim.uid),
+            reason: format!("cannot encode: {e}"),
+        })?;
+        let _lock = self.writer_lock()?;
+        let previous = self.get_claim(&rec.claim.uid).ok().flatten();
+
+        atomic::write_file(&self.claim_path(&rec.claim.uid), &data)?;
+        for pod in &rec.pods {
+            let dir = self.pods.join(&pod.uid);
+            atomic::create_dir(&dir)?;
+            atomic::touch(&dir.join(&rec.claim.uid))?;
+        }
+        let keep = |uid: &str| rec.pods.iter().any(|p| p.uid == uid);
+        match previous {
+            Some(prev) => {
+                for pod in prev.pods.iter().filter(|p| !keep(&p.uid)) {
+                    self.unindex(&pod.uid, &rec.claim.uid)?;
+                }
+            }
+            // Unknown previous state: sweep the whole index for this claim.
+            None => {
+                for pod_uid in self.indexed_pods_of(&rec.claim.uid)? {
+                    if !keep(&pod_uid) {
+                        self.unindex(&pod_uid, &rec.claim.uid)?;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Removes a claim record and its index entries. Returns whether a record existed.
+    pub fn remove_claim(&self, claim_uid: &str) -> Result<bool> {
+        check_id("claim uid", claim_uid).map_err(|source| RecordError::Rejected {
+            claim: claim_uid.to_string(),
+            source,
+        })?;
+        let _lock = self.writer_lock()?;
+        for pod_uid in self.indexed_pods_of(claim_uid)? {
+            self.unindex(&pod_uid, claim_uid)?;
+        }
+        atomic::remove_file(&self.claim_path(claim_uid))
+    }
+
+    /// Reads one claim record; `None` if there is none. Corrupt, unknown-version and
+    /// invalid records are errors.
+    pub fn get_claim(&self, claim_uid: &str) -> Result<Option<ClaimRecord>> {
+        check_id("claim uid", claim_uid).map_err(|source| RecordError::Rejected {
+            claim: claim_uid.to_string(),
+            source,
+        })?;
+        read_record(&self.claim_path(claim_uid))
+    }
+
+    /// UIDs of every stored claim, in no particular order.
+    pub fn claim_uids(&self) -> Result<Vec<String>> {
+        let mut out = Vec::new();
+        for name in list_dir(&self.claims)? {
+            if let Some(uid) = name.strip_suffix(".json") {
+                if !uid.starts_with('.') {
+                    out.push(uid.to_string());
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// The records of every claim the pod holds. Fails if any of them cannot be read, so
+    /// that the caller fails closed for the whole pod. Markers whose record is gone
+    /// (a removal in progress) and records that no longer list the pod are skipped.
+    pub fn pod_claims(&self, pod_uid: &str) -> Result<Vec<ClaimRecord>> {
+        if check_id("pod uid", pod_uid).is_err() {
+            // Not a UID any record can hold, so no record can name it.
+            return Ok(Vec::new());
+        }
+        let dir = self.pods.join(pod_uid);
+        let names = match fs::read_dir(&dir) {
+            Ok(rd) => rd,
+            Err(e) if e.kind() == ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(RecordError::io("read dir", dir, e)),
+        };
+        let mut out = Vec::new();
+        for entry in names {
+            let entry = entry.map_err(|e| RecordError::io("read dir", &dir, e))?;
+            let name = entry.file_name();
+            let Some(claim_uid) = name.to_str() else {
+                continue;
+            };
+            if claim_uid.starts_with('.') {
+                continue;
+            }
+            match read_record(&self.claim_path(claim_uid))? {
+                Some(rec) if rec.holds_pod(pod_uid) => out.push(rec),
+                _ => {}
+            }
+        }
+        // Directory order is arbitrary; a stable order gives a stable spec.
+        out.sort_by(|a, b| a.claim.uid.cmp(&b.claim.uid));
+        Ok(out)
+    }
+
+    /// Drops index entries whose claim record no longer exists (left by a crash between
+    /// steps of a removal). Returns how many were dropped.
+    pub fn repair_index(&self) -> Result<usize> {
+        let _lock = self.writer_lock()?;
+        let mut dropped = 0;
+        for pod_uid in list_dir(&self.pods)? {
+            for claim_uid in list_dir(&self.pods.join(&pod_uid))? {
+                if !self.claim_path(&claim_uid).exists() {
+                    self.unindex(&pod_uid, &claim_uid)?;
+                    dropped += 1;
+                }
+            }
+        }
+        Ok(dropped)
+    }
+
+    fn indexed_pods_of(&self, claim_uid: &str) -> Result<Vec<String>> {
+        let mut out = Vec::new();
+        for pod_uid in list_dir(&self.pods)? {
+            if self.pods.join(&pod_uid).join(claim_uid).exists() {
+                out.push(pod_uid);
+            }
+        }
+        Ok(out)
+    }
+
+    fn unindex(&self, pod_uid: &str, claim_uid: &str) -> Result<()> {
+        let dir = self.pods.join(pod_uid);
+        atomic::remove_file(&dir.join(claim_uid))?;
+        // Only succeeds once the pod holds no claim; anything else leaves the directory.
+        if fs::remove_dir(&dir).is_ok() {
+            atomic::sync_dir(&self.pods)?;
+        }
+        Ok(())
+    }
+
+    fn writer_lock(&self) -> Result<File> {
+        let path = self.root.join("writer.lock");
+        let f = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .map_err(|e| RecordError::io("open", &path, e))?;
+        f.lock().map_err(|e| RecordError::io("lock", &path, e))?;
+        Ok(f)
+    }
+}
+
+/// Reads and checks one record file. `Ok(None)` when it does not exist.
+pub fn read_record(path: &Path) -> Result<Option<ClaimRecord>> {
+    let data = match fs::read(path) {
+        Ok(d) => d,
+        Err(e) if e.kind() == ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(RecordError::io("read", path, e)),
+    };
+    parse_record(path, &data).map(Some)
+}
+
+/// Parses record bytes, telling a record of another version apart from a corrupt one.
+pub fn parse_record(path: &Path, data: &[u8]) -> Result<ClaimRecord> {
+    #[derive(Deserialize)]
+    struct VersionOnly {
+        version: Option<serde_json::Value>,
+    }
+    let rec: ClaimRecord = match serde_json::from_slice(data) {
+        Ok(r) => r,
+        Err(e) => {
+            // Only on failure: a record of a newer shape is reported as such.
+            if let Ok(VersionOnly { version: Some(v) }) = serde_json::from_slice(data) {
+                if let Some(n) = v.as_u64() {
+                    if n != FORMAT_VERSION as u64 {
+                        return Err(RecordError::UnknownVersion {
+                            path: path.to_path_buf(),
+                            version: n,
+                            supported: FORMAT_VERSION,
+                        });
+                    }
+                }
+            }
+            return Err(RecordError::Corrupt {
+                path: path.to_path_buf(),
+                reason: e.to_string(),
+            });
+        }
+    };
+    if rec.version != FORMAT_VERSION {
+        return Err(RecordError::UnknownVersion {
+            path: path.to_path_buf(),
+            version: rec.version as u64,
+            supported: FORMAT_VERSION,
+        });
+    }
+    validate_record(&rec).map_err(|source| RecordError::Invalid {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    Ok(rec)
+}
+
+/// Visible entry names of a directory; a missing directory is empty.
+fn list_dir(dir: &Path) -> Result<Vec<String>> {
+    let rd = match fs::read_dir(dir) {
+        Ok(rd) => rd,
+        Err(e) if e.kind() == ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(RecordError::io("read dir", dir, e)),
+    };
+    let mut out = Vec::new();
+    for entry in rd {
+        let entry = entry.map_err(|e| RecordError::io("read dir", dir, e))?;
+        if let Some(name) = entry.file_name().to_str() {
+            if !name.starts_with('.') {
+                out.push(name.to_string());
+            }
+        }
+    }
+    Ok(out)
+}

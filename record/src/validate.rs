@@ -1,0 +1,190 @@
+//! Checks a record before it is written and again before it is applied: a record that asks
+//! for something unsafe or malformed is refused as a whole, never half-applied.
+
+use std::collections::HashSet;
+use std::path::{Component, Path};
+
+use crate::error::InvalidRecord;
+use crate::format::{ClaimRecord, ContainerEdits, FORMAT_VERSION};
+
+/// Validates a whole claim record.
+pub fn validate_record(rec: &ClaimRecord) -> Result<(), InvalidRecord> {
+    let bad = |field: String, reason: String| InvalidRecord { field, reason };
+
+    if rec.version != FORMAT_VERSION {
+        return Err(bad(
+            "version".into(),
+            format!(
+                "unknown record version {} (this build reads {FORMAT_VERSION})",
+                rec.version
+            ),
+        ));
+    }
+    check_id("claim.uid", &rec.claim.uid)?;
+
+    let mut names = HashSet::new();
+    for (i, dev) in rec.devices.iter().enumerate() {
+        let at = format!("devices[{i}]");
+        if dev.name.is_empty() {
+            return Err(bad(format!("{at}.name"), "empty device name".into()));
+        }
+        if !names.insert(dev.name.as_str()) {
+            return Err(bad(
+                format!("{at}.name"),
+                format!("device {:?} listed twice", dev.name),
+            ));
+        }
+        validate_edits(&format!("{at}({}).edits", dev.name), &dev.edits)?;
+    }
+
+    let mut pods = HashSet::new();
+    for (i, pod) in rec.pods.iter().enumerate() {
+        let at = format!("pods[{i}]");
+        check_id(&format!("{at}.uid"), &pod.uid)?;
+        if !pods.insert(pod.uid.as_str()) {
+            return Err(bad(
+                format!("{at}.uid"),
+                format!("pod {} listed twice", pod.uid),
+            ));
+        }
+        let mut ctrs = HashSet::new();
+        for (j, ctr) in pod.containers.iter().enumerate() {
+            let cat = format!("{at}.containers[{j}]");
+            if ctr.name.is_empty() {
+                return Err(bad(format!("{cat}.name"), "empty container name".into()));
+            }
+            if !ctrs.insert(ctr.name.as_str()) {
+                return Err(bad(
+                    format!("{cat}.name"),
+                    format!("container {:?} listed twice", ctr.name),
+                ));
+            }
+            for d in &ctr.devices {
+                if !names.contains(d.as_str()) {
+                    return Err(bad(
+                        format!("{cat}({}).devices", ctr.name),
+                        format!("names device {d:?}, which the claim does not hold"),
+                    ));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Validates what one device adds to a container.
+pub fn validate_edits(at: &str, edits: &ContainerEdits) -> Result<(), InvalidRecord> {
+    let bad = |field: String, reason: String| InvalidRecord { field, reason };
+    for (i, node) in edits.device_nodes.iter().enumerate() {
+        let f = format!("{at}.device_nodes[{i}]");
+        if !is_clean_abs(&node.path) || !node.path.starts_with("/dev/") {
+            return Err(bad(
+                format!("{f}.path"),
+                format!("device path {:?} is not a clean path under /dev", node.path),
+            ));
+        }
+        if node.major < 0
+            || node.minor < 0
+            || node.major > u32::MAX as i64
+            || node.minor > u32::MAX as i64
+        {
+            return Err(bad(
+                f,
+                format!("device number {}:{} out of range", node.major, node.minor),
+            ));
+        }
+        if let Some(mode) = node.file_mode {
+            if mode & !0o7777 != 0 {
+                return Err(bad(
+                    format!("{f}.file_mode"),
+                    format!("file mode {mode:#o} has bits beyond permissions"),
+                ));
+            }
+        }
+    }
+    for (i, m) in edits.mounts.iter().enumerate() {
+        let f = format!("{at}.mounts[{i}]");
+        if !is_clean_abs(&m.destination) {
+            return Err(bad(
+                format!("{f}.destination"),
+                format!(
+                    "mount destination {:?} is not a clean absolute path",
+                    m.destination
+                ),
+            ));
+        }
+        if m.kind == "bind" && !is_clean_abs(&m.source) {
+            return Err(bad(
+                format!("{f}.source"),
+                format!(
+                    "bind mount source {:?} is not a clean absolute path",
+                    m.source
+                ),
+            ));
+        }
+        if m.kind.is_empty() {
+            return Err(bad(format!("{f}.type"), "empty mount type".into()));
+        }
+    }
+    for (i, e) in edits.env.iter().enumerate() {
+        let f = format!("{at}.env[{i}]");
+        if e.name.is_empty() || e.name.contains('=') || e.name.contains('\0') {
+            return Err(bad(
+                format!("{f}.name"),
+                format!(
+                    "environment variable name {:?} is empty or contains '=' or NUL",
+                    e.name
+                ),
+            ));
+        }
+        if e.value.contains('\0') {
+            return Err(bad(format!("{f}.value"), "value contains NUL".into()));
+        }
+    }
+    for (i, h) in edits.hooks.iter().enumerate() {
+        let f = format!("{at}.hooks[{i}]");
+        if !is_clean_abs(&h.path) {
+            return Err(bad(
+                format!("{f}.path"),
+                format!("hook path {:?} is not a clean absolute path", h.path),
+            ));
+        }
+        if let Some(t) = h.timeout {
+            if t <= 0 {
+                return Err(bad(
+                    format!("{f}.timeout"),
+                    format!("timeout {t} is not positive"),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A UID used as a file name: the characters Kubernetes UIDs use, nothing that can escape
+/// the directory.
+pub fn check_id(field: &str, id: &str) -> Result<(), InvalidRecord> {
+    let ok = !id.is_empty()
+        && id.len() <= 128
+        && !id.starts_with('.')
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.');
+    if ok {
+        Ok(())
+    } else {
+        Err(InvalidRecord {
+            field: field.to_string(),
+            reason: format!("{id:?} is not a valid UID"),
+        })
+    }
+}
+
+fn is_clean_abs(p: &str) -> bool {
+    let path = Path::new(p);
+    path.is_absolute()
+        && !p.contains('\0')
+        && path
+            .components()
+            .all(|c| matches!(c, Component::RootDir | Component::Normal(_)))
+}

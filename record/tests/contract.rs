@@ -1,0 +1,341 @@
+//! Round-trip, compatibility and store tests for the record contract.
+
+use std::path::Path;
+
+use graft_record::*;
+
+const POD: &str = "5e0c9a8b-1d2f-4e3a-8b7c-6d5e4f3a2b10";
+
+fn fixture() -> Vec<u8> {
+    std::fs::read(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/claim-v1.json"))
+        .expect("fixture")
+}
+
+fn record(claim_uid: &str, pods: &[(&str, &[(&str, &[&str])])]) -> ClaimRecord {
+    ClaimRecord {
+        version: FORMAT_VERSION,
+        claim: ClaimRef {
+            uid: claim_uid.into(),
+            namespace: "ns".into(),
+            name: format!("claim-{claim_uid}"),
+        },
+        devices: vec![DeviceRecord {
+            name: "d0".into(),
+            pool: "node".into(),
+            requests: vec!["r".into()],
+            edits: ContainerEdits {
+                device_nodes: vec![DeviceNode {
+                    path: "/dev/d0".into(),
+                    kind: DeviceKind::Char,
+                    major: 10,
+                    minor: 259,
+                    file_mode: Some(0o600),
+                    uid: None,
+                    gid: None,
+                }],
+                env: vec![EnvVar {
+                    name: "D0".into(),
+                    value: "yes".into(),
+                }],
+                ..Default::default()
+            },
+        }],
+        pods: pods
+            .iter()
+            .map(|(uid, ctrs)| PodRecord {
+                uid: uid.to_string(),
+                namespace: "ns".into(),
+                name: format!("pod-{uid}"),
+                containers: ctrs
+                    .iter()
+                    .map(|(n, d)| ContainerRecord {
+                        name: n.to_string(),
+                        devices: d.iter().map(|s| s.to_string()).collect(),
+                    })
+                    .collect(),
+            })
+            .collect(),
+    }
+}
+
+#[test]
+fn v1_fixture_parses_and_resolves_per_container() {
+    let rec =
+        parse_record(Path::new("fixture"), &fixture()).expect("v1 fixture must stay readable");
+    assert_eq!(rec.version, 1);
+    assert_eq!(rec.claim.name, "pod-a-fuse-x7k2p");
+    let app: Vec<_> = rec
+        .devices_for(POD, "app")
+        .iter()
+        .map(|d| d.name.as_str())
+        .collect();
+    assert_eq!(app, ["fuse", "tun"]);
+    let init: Vec<_> = rec
+        .devices_for(POD, "init-net")
+        .iter()
+        .map(|d| d.name.as_str())
+        .collect();
+    assert_eq!(init, ["tun"]);
+    assert!(rec.devices_for(POD, "sidecar").is_empty());
+    assert!(rec.devices_for("other-pod", "app").is_empty());
+    let fuse = &rec.devices[0].edits;
+    assert_eq!(fuse.device_nodes[0].kind, DeviceKind::Char);
+    assert_eq!(fuse.device_nodes[0].file_mode, Some(0o666));
+    assert_eq!(fuse.hooks[0].stage, HookStage::CreateContainer);
+    // Defaults for omitted fields.
+    assert_eq!(rec.devices[1].edits.device_nodes[0].file_mode, None);
+}
+
+#[test]
+fn round_trip_is_lossless() {
+    let rec = parse_record(Path::new("fixture"), &fixture()).unwrap();
+    let again = serde_json::to_vec(&rec).unwrap();
+    assert_eq!(parse_record(Path::new("x"), &again).unwrap(), rec);
+    let generated = record("c1", &[("p1", &[("a", &["d0"])])]);
+    let bytes = serde_json::to_vec_pretty(&generated).unwrap();
+    assert_eq!(parse_record(Path::new("x"), &bytes).unwrap(), generated);
+}
+
+#[test]
+fn unknown_fields_of_v1_are_ignored() {
+    let mut v: serde_json::Value = serde_json::from_slice(&fixture()).unwrap();
+    v["written_by"] = "graft-driver 0.2".into();
+    v["devices"][0]["edits"]["device_nodes"][0]["note"] = "x".into();
+    parse_record(Path::new("x"), &serde_json::to_vec(&v).unwrap()).unwrap();
+}
+
+#[test]
+fn unknown_version_is_refused_by_name() {
+    let mut v: serde_json::Value = serde_json::from_slice(&fixture()).unwrap();
+    v["version"] = 2.into();
+    let err = parse_record(Path::new("x"), &serde_json::to_vec(&v).unwrap()).unwrap_err();
+    assert!(
+        matches!(err, RecordError::UnknownVersion { version: 2, .. }),
+        "{err}"
+    );
+    // Even when the newer shape does not parse as v1.
+    let err = parse_record(Path::new("x"), br#"{"version": 7, "claims": []}"#).unwrap_err();
+    assert!(
+        matches!(err, RecordError::UnknownVersion { version: 7, .. }),
+        "{err}"
+    );
+}
+
+#[test]
+fn corrupt_is_refused() {
+    let data = fixture();
+    let err = parse_record(Path::new("x"), &data[..data.len() / 2]).unwrap_err();
+    assert!(matches!(err, RecordError::Corrupt { .. }), "{err}");
+    let err = parse_record(Path::new("x"), b"").unwrap_err();
+    assert!(matches!(err, RecordError::Corrupt { .. }), "{err}");
+}
+
+#[test]
+fn invalid_requests_are_refused_naming_the_field() {
+    let cases: Vec<(fn(&mut ClaimRecord), &str)> = vec![
+        (
+            |r| r.devices[0].edits.device_nodes[0].path = "/etc/shadow".into(),
+            "device_nodes[0].path",
+        ),
+        (
+            |r| r.devices[0].edits.device_nodes[0].path = "/dev/../etc/x".into(),
+            "device_nodes[0].path",
+        ),
+        (
+            |r| r.devices[0].edits.device_nodes[0].path = "dev/x".into(),
+            "device_nodes[0].path",
+        ),
+        (
+            |r| r.devices[0].edits.device_nodes[0].major = -1,
+            "device_nodes[0]",
+        ),
+        (
+            |r| {
+                r.devices[0].edits.mounts.push(Mount {
+                    source: "/a".into(),
+                    destination: "relative/dest".into(),
+                    kind: "bind".into(),
+                    options: vec![],
+                })
+            },
+            "mounts[0].destination",
+        ),
+        (
+            |r| r.devices[0].edits.env[0].name = "A=B".into(),
+            "env[0].name",
+        ),
+        (
+            |r| r.devices[0].edits.env[0].name = String::new(),
+            "env[0].name",
+        ),
+        (
+            |r| r.pods[0].containers[0].devices = vec!["nope".into()],
+            "devices",
+        ),
+        (|r| r.pods[0].uid = "../etc".into(), "pods[0].uid"),
+        (|r| r.claim.uid = "a/b".into(), "claim.uid"),
+    ];
+    for (mutate, field) in cases {
+        let mut rec = record("c1", &[("p1", &[("a", &["d0"])])]);
+        mutate(&mut rec);
+        let err = validate_record(&rec).unwrap_err();
+        assert!(
+            err.field.contains(field),
+            "expected field {field}, got {err}"
+        );
+        // The same record on disk is refused on read.
+        let bytes = serde_json::to_vec(&rec).unwrap();
+        assert!(matches!(
+            parse_record(Path::new("x"), &bytes),
+            Err(RecordError::Invalid { .. })
+        ));
+    }
+}
+
+#[test]
+fn store_indexes_by_pod_and_follows_changes() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = RecordStore::open(dir.path()).unwrap();
+    assert!(store.pod_claims("p1").unwrap().is_empty());
+
+    store
+        .put_claim(&record("c1", &[("p1", &[("a", &["d0"])])]))
+        .unwrap();
+    store
+        .put_claim(&record(
+            "c2",
+            &[("p1", &[("b", &["d0"])]), ("p2", &[("a", &["d0"])])],
+        ))
+        .unwrap();
+    let p1: Vec<_> = store
+        .pod_claims("p1")
+        .unwrap()
+        .into_iter()
+        .map(|r| r.claim.uid)
+        .collect();
+    assert_eq!(p1, ["c1", "c2"]);
+    assert_eq!(store.pod_claims("p2").unwrap().len(), 1);
+
+    // The shared claim drops p1: only its index entry goes.
+    store
+        .put_claim(&record("c2", &[("p2", &[("a", &["d0"])])]))
+        .unwrap();
+    let p1: Vec<_> = store
+        .pod_claims("p1")
+        .unwrap()
+        .into_iter()
+        .map(|r| r.claim.uid)
+        .collect();
+    assert_eq!(p1, ["c1"]);
+
+    assert!(store.remove_claim("c1").unwrap());
+    assert!(!store.remove_claim("c1").unwrap());
+    assert!(store.pod_claims("p1").unwrap().is_empty());
+    assert!(
+        !dir.path().join("pods/p1").exists(),
+        "empty pod index directories are removed"
+    );
+    let mut uids = store.claim_uids().unwrap();
+    uids.sort();
+    assert_eq!(uids, ["c2"]);
+    assert_eq!(store.get_claim("c2").unwrap().unwrap().pods[0].uid, "p2");
+    assert!(store.get_claim("c1").unwrap().is_none());
+}
+
+#[test]
+fn store_refuses_invalid_records_and_fails_closed_on_corruption() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = RecordStore::open(dir.path()).unwrap();
+    let mut bad = record("c1", &[("p1", &[("a", &["d0"])])]);
+    bad.devices[0].edits.device_nodes[0].path = "/tmp/x".into();
+    assert!(matches!(
+        store.put_claim(&bad),
+        Err(RecordError::Rejected { .. })
+    ));
+    assert!(store.pod_claims("p1").unwrap().is_empty());
+
+    store
+        .put_claim(&record("c1", &[("p1", &[("a", &["d0"])])]))
+        .unwrap();
+    std::fs::write(dir.path().join("claims/c1.json"), b"{\"version\": 1, \"cla").unwrap();
+    let err = store.pod_claims("p1").unwrap_err();
+    assert!(err.to_string().contains("c1.json"), "{err}");
+    // A pod that does not hold the corrupt claim is unaffected.
+    assert!(store.pod_claims("p2").unwrap().is_empty());
+    // The writer can still replace or remove it.
+    store
+        .put_claim(&record("c1", &[("p3", &[("a", &["d0"])])]))
+        .unwrap();
+    assert!(store.pod_claims("p1").unwrap().is_empty());
+    assert_eq!(store.pod_claims("p3").unwrap().len(), 1);
+}
+
+#[test]
+fn dangling_index_entries_are_skipped_and_repaired() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = RecordStore::open(dir.path()).unwrap();
+    store
+        .put_claim(&record("c1", &[("p1", &[("a", &["d0"])])]))
+        .unwrap();
+    // A crash between removing the record and its marker.
+    std::fs::remove_file(dir.path().join("claims/c1.json")).unwrap();
+    assert!(store.pod_claims("p1").unwrap().is_empty());
+    assert_eq!(store.repair_index().unwrap(), 1);
+    assert!(!dir.path().join("pods/p1").exists());
+    // No temp files are left behind by writes.
+    let leftovers: Vec<_> = std::fs::read_dir(dir.path().join("claims"))
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_string_lossy().contains(".tmp."))
+        .collect();
+    assert!(leftovers.is_empty());
+}
+
+#[test]
+fn status_reports_readiness_and_liveness() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    match nri_readiness(root, "boot-1").unwrap() {
+        NriReadiness::NotReady(why) => assert!(why.contains("never run"), "{why}"),
+        r => panic!("{r:?}"),
+    }
+    let mut publisher = StatusPublisher::acquire(root, "10-graft", "boot-1".into()).unwrap();
+    assert!(plugin_alive(root).unwrap());
+    assert!(
+        StatusPublisher::acquire(root, "10-graft", "boot-1".into()).is_err(),
+        "one instance per state dir"
+    );
+    assert!(matches!(
+        nri_readiness(root, "boot-1").unwrap(),
+        NriReadiness::NotReady(_)
+    ));
+    publisher
+        .update(|s| {
+            s.connected = true;
+            s.runtime_name = "containerd".into();
+            s.runtime_version = "v2.2.7".into();
+            s.message = None;
+        })
+        .unwrap();
+    match nri_readiness(root, "boot-1").unwrap() {
+        NriReadiness::NotReady(why) => assert!(why.contains("synchronized"), "{why}"),
+        r => panic!("{r:?}"),
+    }
+    publisher.update(|s| s.synchronized = true).unwrap();
+    match nri_readiness(root, "boot-1").unwrap() {
+        NriReadiness::Ready(s) => {
+            assert_eq!(s.runtime_version, "v2.2.7");
+            assert_eq!(s.pid, std::process::id());
+        }
+        r => panic!("{r:?}"),
+    }
+    assert!(matches!(
+        nri_readiness(root, "boot-2").unwrap(),
+        NriReadiness::NotReady(_)
+    ));
+    drop(publisher);
+    match nri_readiness(root, "boot-1").unwrap() {
+        NriReadiness::NotReady(why) => assert!(why.contains("not running"), "{why}"),
+        r => panic!("{r:?}"),
+    }
+}
