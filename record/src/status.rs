@@ -42,6 +42,10 @@ pub struct NriStatus {
     pub boot_id: String,
     /// Milliseconds since the epoch.
     pub updated_ms: u64,
+    /// Running containers found, at a Synchronize, without the devices recorded for them
+    /// (started while the plugin was away), since the plugin started.
+    #[serde(default)]
+    pub uninjected_found: u64,
     /// Why the plugin is not connected, when it is not.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,

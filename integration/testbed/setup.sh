@@ -1,0 +1,120 @@
+#!/usr/bin/env bash
+# Installs the testbed's real components into a cache directory outside the repo and
+# reuses them on later runs. Nothing here is a stand-in: containerd, runc and crictl are
+# built from the Go module proxy, busybox and the older containerd come from Debian.
+#
+#   GRAFT_CACHE   cache directory (default: $HOME/.cache/graft-testbed)
+#
+# Prints the cache directory's env file path on success; source it to get the paths.
+set -euo pipefail
+
+CACHE=${GRAFT_CACHE:-$HOME/.cache/graft-testbed}
+CONTAINERD2_VERSION=${CONTAINERD2_VERSION:-v2.2.7}
+CONTAINERD17_DEB_VERSION=${CONTAINERD17_DEB_VERSION:-1.7.24~ds1-6+deb13u1}
+RUNC_VERSION=${RUNC_VERSION:-v1.3.6}
+CRICTL_VERSION=${CRICTL_VERSION:-v1.36.0}
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+mkdir -p "$CACHE"/{bin,go,gocache,images,deb,stamps}
+log() { echo "[testbed-setup] $*" >&2; }
+
+export GOPATH="$CACHE/go" GOCACHE="$CACHE/gocache" GOTOOLCHAIN=local GOFLAGS=-modcacherw
+
+apt_updated=0
+apt_install() {
+  local missing=()
+  for p in "$@"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
+  [ ${#missing[@]} -eq 0 ] && return 0
+  if [ $apt_updated -eq 0 ]; then apt-get update -qq >&2; apt_updated=1; fi
+  log "apt-get install ${missing[*]}"
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2
+}
+
+# Host packages from the machine's own suite: build deps for runc (cgo + seccomp), a static
+# busybox for the test image, a static libc to link the pause binary, protoc for the CRI
+# client crate, jq for the demo output.
+apt_install libseccomp-dev pkg-config busybox-static libc6-dev gcc protobuf-compiler jq
+
+# containerd 2.2.x: plain `go install` works from v2.2.1 on (no replace/exclude in go.mod).
+c2="$CACHE/bin/containerd-$CONTAINERD2_VERSION"
+if [ ! -x "$c2/containerd-shim-runc-v2" ]; then
+  log "building containerd $CONTAINERD2_VERSION (takes a few minutes on a cold cache)"
+  mkdir -p "$c2"
+  GOBIN="$c2" CGO_ENABLED=1 go install -tags urfave_cli_no_docs \
+    -ldflags "-X github.com/containerd/containerd/v2/version.Version=$CONTAINERD2_VERSION" \
+    "github.com/containerd/containerd/v2/cmd/containerd@$CONTAINERD2_VERSION" \
+    "github.com/containerd/containerd/v2/cmd/ctr@$CONTAINERD2_VERSION"
+  GOBIN="$c2" CGO_ENABLED=0 go install -tags "urfave_cli_no_docs no_grpc" \
+    "github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2@$CONTAINERD2_VERSION"
+fi
+
+# runc with seccomp, as containerd's Makefile builds it.
+if [ ! -x "$CACHE/bin/runc" ]; then
+  log "building runc $RUNC_VERSION"
+  GOBIN="$CACHE/bin" CGO_ENABLED=1 go install -tags "seccomp urfave_cli_no_docs" \
+    "github.com/opencontainers/runc@$RUNC_VERSION"
+fi
+
+if [ ! -x "$CACHE/bin/crictl" ]; then
+  log "building crictl $CRICTL_VERSION"
+  # `go install .../cmd/crictl@v` first probes cmd/crictl as a module path, which this
+  # proxy answers with 403 rather than 404; build from the downloaded module instead.
+  crisrc=$(go mod download -json "sigs.k8s.io/cri-tools@$CRICTL_VERSION" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
+  (cd "$crisrc" && CGO_ENABLED=0 go build -mod=mod -trimpath \
+    -ldflags "-X sigs.k8s.io/cri-tools/pkg/version.Version=${CRICTL_VERSION#v}" \
+    -o "$CACHE/bin/crictl" ./cmd/crictl)
+fi
+
+# containerd 1.7.24 from Debian trixie, downloaded and unpacked only: installing it would
+# pull trixie's libc6 onto this bookworm machine. A private apt state keeps the machine's
+# own sources untouched.
+c17="$CACHE/bin/containerd-1.7.24"
+if [ ! -x "$c17/containerd" ]; then
+  log "fetching containerd $CONTAINERD17_DEB_VERSION from Debian trixie"
+  aptdir="$CACHE/deb/apt"
+  mkdir -p "$aptdir/lists/partial" "$aptdir/cache/archives/partial"
+  uri=$(awk '/^URIs:/ {print $2; exit}' /etc/apt/sources.list.d/debian.sources 2>/dev/null || true)
+  [ -n "$uri" ] || uri=$(awk '/^deb / && $3 ~ /bookworm/ {print $2; exit}' /etc/apt/sources.list)
+  cat >"$aptdir/trixie.sources" <<EOF
+Types: deb
+URIs: $uri
+Suites: trixie
+Components: main
+Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
+EOF
+  aopts=(-o "Dir::Etc::SourceList=/dev/null" -o "Dir::Etc::SourceParts=$aptdir/none"
+         -o "Dir::Etc::sourcelist=$aptdir/trixie.sources"
+         -o "Dir::State::Lists=$aptdir/lists" -o "Dir::Cache=$aptdir/cache"
+         -o "Dir::State::status=/var/lib/dpkg/status")
+  mkdir -p "$aptdir/none"
+  apt-get "${aopts[@]}" -o "Dir::Etc::SourceList=$aptdir/trixie.sources" update -qq >&2
+  (cd "$CACHE/deb" && apt-get "${aopts[@]}" -o "Dir::Etc::SourceList=$aptdir/trixie.sources" \
+     download "containerd=$CONTAINERD17_DEB_VERSION" >&2)
+  rm -rf "$CACHE/deb/containerd-1.7"
+  dpkg -x "$CACHE"/deb/containerd_*.deb "$CACHE/deb/containerd-1.7"
+  mkdir -p "$c17"
+  for b in containerd containerd-shim-runc-v2 ctr; do
+    cp "$CACHE/deb/containerd-1.7/usr/bin/$b" "$c17/$b"
+  done
+fi
+# A trixie binary runs here only if it needs no newer glibc than the machine's.
+maxglibc=$(objdump -T "$c17/containerd" 2>/dev/null | grep -o 'GLIBC_[0-9.]*' | sort -V | tail -1 || true)
+log "containerd 1.7.24 needs ${maxglibc:-no glibc symbols}"
+
+# OCI images built by hand from the static busybox and a tiny pause binary.
+if [ ! -s "$CACHE/images/busybox.tar" ] || [ ! -s "$CACHE/images/pause.tar" ] \
+   || [ "$here/build-images.sh" -nt "$CACHE/images/busybox.tar" ]; then
+  log "building OCI image tars"
+  bash "$here/build-images.sh" "$CACHE/images"
+fi
+
+cat >"$CACHE/env" <<EOF
+GRAFT_CACHE=$CACHE
+GRAFT_RUNC=$CACHE/bin/runc
+GRAFT_CRICTL=$CACHE/bin/crictl
+GRAFT_CONTAINERD_2=$c2
+GRAFT_CONTAINERD_17=$c17
+GRAFT_IMAGES=$CACHE/images
+EOF
+log "testbed installed in $CACHE"
+echo "$CACHE/env"

@@ -1,0 +1,256 @@
+//! Turns the records of a pod into the edits for one of its containers.
+
+use std::collections::BTreeMap;
+
+use graft_proto::nri;
+use graft_record::{ClaimRecord, ContainerEdits, DeviceNode, HookStage, INJECTED_ANNOTATION};
+use serde::Serialize;
+
+/// What one container receives from all the claims its pod holds.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Plan {
+    pub edits: ContainerEdits,
+    pub grants: Vec<Grant>,
+}
+
+/// One claim's contribution, as listed in the `graft.dev/injected` annotation.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Grant {
+    pub claim: String,
+    pub uid: String,
+    pub devices: Vec<String>,
+}
+
+/// Two claims asked for incompatible things in one container.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{what} {key:?} is requested differently by claims {first} and {second}")]
+pub struct Conflict {
+    pub what: &'static str,
+    pub key: String,
+    pub first: String,
+    pub second: String,
+}
+
+/// Merges what `container` of pod `pod_uid` receives from `claims`. `None` when it receives
+/// nothing. Identical repeats (a shared device node from two claims) are merged; differing
+/// ones are a conflict.
+pub fn plan(
+    claims: &[ClaimRecord],
+    pod_uid: &str,
+    container: &str,
+) -> Result<Option<Plan>, Conflict> {
+    let mut plan = Plan::default();
+    let mut nodes: BTreeMap<&str, (&DeviceNode, String)> = BTreeMap::new();
+    let mut mounts: BTreeMap<&str, String> = BTreeMap::new();
+    let mut env: BTreeMap<&str, (&str, String)> = BTreeMap::new();
+
+    for rec in claims {
+        let devices = rec.devices_for(pod_uid, container);
+        if devices.is_empty() {
+            continue;
+        }
+        let owner = format!("{}/{}", rec.claim.namespace, rec.claim.name);
+        for dev in &devices {
+            let e = &dev.edits;
+            for node in &e.device_nodes {
+                match nodes.get(node.path.as_str()) {
+                    Some((prev, _)) if *prev == node => continue,
+                    Some((_, first)) => {
+                        return Err(Conflict {
+                            what: "device node",
+                            key: node.path.clone(),
+                            first: first.clone(),
+                            second: owner,
+                        })
+                    }
+                    None => {
+                        nodes.insert(&node.path, (node, owner.clone()));
+                        plan.edits.device_nodes.push(node.clone());
+                    }
+                }
+            }
+            for m in &e.mounts {
+                match mounts.get(m.destination.as_str()) {
+                    Some(_) if plan.edits.mounts.iter().any(|x| x == m) => continue,
+                    Some(first) => {
+                        return Err(Conflict {
+                            what: "mount destination",
+                            key: m.destination.clone(),
+                            first: first.clone(),
+                            second: owner,
+                        })
+                    }
+                    None => {
+                        mounts.insert(&m.destination, owner.clone());
+                        plan.edits.mounts.push(m.clone());
+                    }
+                }
+            }
+            for v in &e.env {
+                match env.get(v.name.as_str()) {
+                    Some((value, _)) if *value == v.value => continue,
+                    Some((_, first)) => {
+                        return Err(Conflict {
+                            what: "environment variable",
+                            key: v.name.clone(),
+                            first: first.clone(),
+                            second: owner,
+                        })
+                    }
+                    None => {
+                        env.insert(&v.name, (&v.value, owner.clone()));
+                        plan.edits.env.push(v.clone());
+                    }
+                }
+            }
+            for h in &e.hooks {
+                if !plan.edits.hooks.contains(h) {
+                    plan.edits.hooks.push(h.clone());
+                }
+            }
+        }
+        plan.grants.push(Grant {
+            claim: owner,
+            uid: rec.claim.uid.clone(),
+            devices: devices.iter().map(|d| d.name.clone()).collect(),
+        });
+    }
+    Ok(if plan.grants.is_empty() {
+        None
+    } else {
+        Some(plan)
+    })
+}
+
+impl Plan {
+    /// The annotation value: a JSON list of claims and their device names.
+    pub fn annotation(&self) -> String {
+        serde_json::to_string(&self.grants).unwrap_or_else(|_| "[]".into())
+    }
+
+    /// The NRI adjustment for this plan.
+    pub fn adjustment(&self) -> nri::ContainerAdjustment {
+        let mut adj = nri::ContainerAdjustment::new();
+        adj.annotations
+            .insert(INJECTED_ANNOTATION.to_string(), self.annotation());
+
+        let mut linux = nri::LinuxContainerAdjustment::new();
+        for n in &self.edits.device_nodes {
+            linux.devices.push(device(n));
+        }
+        if !linux.devices.is_empty() {
+            adj.linux = Some(linux).into();
+        }
+        for m in &self.edits.mounts {
+            let mut options = m.options.clone();
+            // runc bind-mounts only when told to by an option; a bind without one fails.
+            if m.kind == "bind" && !options.iter().any(|o| o == "bind" || o == "rbind") {
+                options.push("rbind".into());
+            }
+            adj.mounts.push(nri::Mount {
+                destination: m.destination.clone(),
+                type_: m.kind.clone(),
+                source: m.source.clone(),
+                options,
+                ..Default::default()
+            });
+        }
+        for v in &self.edits.env {
+            adj.env.push(nri::KeyValue {
+                key: v.name.clone(),
+                value: v.value.clone(),
+                ..Default::default()
+            });
+        }
+        if !self.edits.hooks.is_empty() {
+            let mut hooks = nri::Hooks::new();
+            for h in &self.edits.hooks {
+                let hook = nri::Hook {
+                    path: h.path.clone(),
+                    args: h.args.clone(),
+                    env: h.env.clone(),
+                    timeout: h
+                        .timeout
+                        .map(|t| nri::OptionalInt {
+                            value: t,
+                            ..Default::default()
+                        })
+                        .into(),
+                    ..Default::default()
+                };
+                match h.stage {
+                    HookStage::Prestart => hooks.prestart.push(hook),
+                    HookStage::CreateRuntime => hooks.create_runtime.push(hook),
+                    HookStage::CreateContainer => hooks.create_container.push(hook),
+                    HookStage::StartContainer => hooks.start_container.push(hook),
+                    HookStage::Poststart => hooks.poststart.push(hook),
+                    HookStage::Poststop => hooks.poststop.push(hook),
+                }
+            }
+            adj.hooks = Some(hooks).into();
+        }
+        adj
+    }
+
+    /// Why a running container does not carry this plan, or `None` if it does. Device
+    /// nodes and the annotation are what the runtime keeps in the stored spec.
+    pub fn missing_from(&self, ctr: &nri::Container) -> Option<String> {
+        let have = ctr
+            .linux
+            .as_ref()
+            .map(|l| l.devices.as_slice())
+            .unwrap_or(&[]);
+        for n in &self.edits.device_nodes {
+            let found = have.iter().any(|d| {
+                d.path == n.path
+                    && d.type_ == n.kind.as_str()
+                    && d.major == n.major
+                    && d.minor == n.minor
+            });
+            if !found {
+                return Some(format!(
+                    "device {} ({} {}:{}) is not in its spec",
+                    n.path,
+                    n.kind.as_str(),
+                    n.major,
+                    n.minor
+                ));
+            }
+        }
+        if !ctr.annotations.contains_key(INJECTED_ANNOTATION) {
+            return Some(format!("annotation {INJECTED_ANNOTATION} is missing"));
+        }
+        None
+    }
+}
+
+fn device(n: &DeviceNode) -> nri::LinuxDevice {
+    nri::LinuxDevice {
+        path: n.path.clone(),
+        type_: n.kind.as_str().to_string(),
+        major: n.major,
+        minor: n.minor,
+        file_mode: n
+            .file_mode
+            .map(|v| nri::OptionalFileMode {
+                value: v,
+                ..Default::default()
+            })
+            .into(),
+        uid: n
+            .uid
+            .map(|v| nri::OptionalUInt32 {
+                value: v,
+                ..Default::default()
+            })
+            .into(),
+        gid: n
+            .gid
+            .map(|v| nri::OptionalUInt32 {
+                value: v,
+                ..Default::default()
+            })
+            .into(),
+        ..Default::default()
+    }
+}

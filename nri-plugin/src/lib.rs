@@ -1,0 +1,11 @@
+//! graft's NRI plugin.
+//!
+//! The transport and lifecycle modules ([`mux`], [`events`], [`sdk`]) form a small NRI
+//! plugin SDK usable on its own. [`inject`] and [`plugin`] are graft: they read the records
+//! the driver wrote and turn them into container adjustments.
+
+pub mod events;
+pub mod inject;
+pub mod mux;
+pub mod plugin;
+pub mod sdk;

@@ -1,0 +1,114 @@
+//! `graft-nri`: connects to the container runtime's NRI socket and injects, at container
+//! creation, the devices graft-driver recorded for the container's pod.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::{bail, Context};
+use clap::Parser;
+use graft_nri::plugin::GraftPlugin;
+use graft_nri::sdk::{self, Options, Transport};
+use graft_record::{read_boot_id, RecordStore, StatusPublisher, BOOT_ID_PATH, DEFAULT_STATE_DIR};
+
+#[derive(Debug, Parser)]
+#[command(name = "graft-nri", version, about)]
+struct Args {
+    /// The runtime's NRI socket (external mode). Ignored when the runtime started us and
+    /// passed NRI_PLUGIN_SOCKET.
+    #[arg(
+        long,
+        env = "GRAFT_NRI_SOCKET",
+        default_value = "/var/run/nri/nri.sock"
+    )]
+    socket: PathBuf,
+    /// State directory shared with graft-driver.
+    #[arg(long, env = "GRAFT_STATE_DIR", default_value = DEFAULT_STATE_DIR)]
+    state_dir: PathBuf,
+    /// Plugin name registered with the runtime.
+    #[arg(long, env = "NRI_PLUGIN_NAME", default_value = "graft")]
+    name: String,
+    /// Two-digit plugin index; plugins are called in ascending order.
+    #[arg(long, env = "NRI_PLUGIN_IDX", default_value = "10")]
+    index: String,
+    /// Log to this file instead of stderr (a pre-installed plugin's stderr is /dev/null).
+    #[arg(long, env = "GRAFT_LOG_FILE")]
+    log_file: Option<PathBuf>,
+    /// Where this boot's id is read from.
+    #[arg(long, default_value = BOOT_ID_PATH, hide = true)]
+    boot_id_path: PathBuf,
+}
+
+fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    init_logging(args.log_file.as_deref())?;
+    let transport = match std::env::var("NRI_PLUGIN_SOCKET") {
+        Ok(fd) => Transport::PreInstalled(fd.parse().with_context(|| {
+            format!("NRI_PLUGIN_SOCKET={fd:?} is not a file descriptor number")
+        })?),
+        Err(_) => Transport::External(args.socket.clone()),
+    };
+    let opts = Options::new(&args.name, &args.index, transport);
+    if let Err(e) = opts.validate() {
+        bail!(e);
+    }
+    let store = RecordStore::open(&args.state_dir)
+        .with_context(|| format!("opening state directory {}", args.state_dir.display()))?;
+    let boot_id = read_boot_id(&args.boot_id_path)?;
+    let status = StatusPublisher::acquire(
+        &args.state_dir,
+        &format!("{}-{}", args.index, args.name),
+        boot_id,
+    )?;
+    let plugin = Arc::new(GraftPlugin::new(store, status));
+
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    rt.block_on(async move {
+        tracing::info!(version = env!("CARGO_PKG_VERSION"), state_dir = %args.state_dir.display(), "graft-nri starting");
+        let run = sdk::run(plugin.clone(), opts);
+        tokio::select! {
+            r = run => r.context("NRI plugin stopped"),
+            _ = shutdown_signal() => {
+                tracing::info!("stopping on signal");
+                plugin.connection_state_stopped();
+                Ok(())
+            }
+        }
+    })
+}
+
+async fn shutdown_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    match (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) {
+        (Ok(mut term), Ok(mut int)) => {
+            tokio::select! { _ = term.recv() => {}, _ = int.recv() => {} }
+        }
+        _ => std::future::pending().await,
+    }
+}
+
+fn init_logging(file: Option<&std::path::Path>) -> anyhow::Result<()> {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_target(false);
+    match file {
+        Some(path) => {
+            let f = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(path)
+                .with_context(|| format!("opening log file {}", path.display()))?;
+            builder.with_ansi(false).with_writer(Arc::new(f)).init();
+        }
+        None => builder.with_writer(std::io::stderr).init(),
+    }
+    Ok(())
+}

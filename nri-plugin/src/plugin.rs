@@ -1,0 +1,329 @@
+//! graft's NRI plugin: injects what the driver recorded, and nothing else.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use graft_proto::nri::{self, ContainerState, Event};
+use graft_record::{RecordStore, StatusPublisher};
+use ttrpc::Code;
+
+use crate::events::EventMask;
+use crate::inject::plan;
+use crate::sdk::{ConnectionState, NriPlugin, Runtime};
+
+/// Counters, for logs and tests.
+#[derive(Debug, Default)]
+pub struct Stats {
+    pub injected: AtomicU64,
+    pub refused: AtomicU64,
+    pub uninjected_found: AtomicU64,
+    pub evictions_requested: AtomicU64,
+}
+
+#[derive(Debug, Clone)]
+struct PendingEviction {
+    reason: String,
+    since: Instant,
+    /// Times it was handed to the runtime in a CreateContainer response.
+    retries: u32,
+}
+
+pub struct GraftPlugin {
+    store: RecordStore,
+    status: Mutex<StatusPublisher>,
+    pending: Arc<Mutex<HashMap<String, PendingEviction>>>,
+    stats: Arc<Stats>,
+    /// How long to wait for the runtime to stop an evicted container before saying so.
+    eviction_grace: Duration,
+}
+
+const MAX_EVICTION_RETRIES: u32 = 3;
+
+impl GraftPlugin {
+    pub fn new(store: RecordStore, status: StatusPublisher) -> Self {
+        GraftPlugin {
+            store,
+            status: Mutex::new(status),
+            pending: Arc::new(Mutex::new(HashMap::new())),
+            stats: Arc::new(Stats::default()),
+            eviction_grace: Duration::from_secs(5),
+        }
+    }
+
+    pub fn with_eviction_grace(mut self, grace: Duration) -> Self {
+        self.eviction_grace = grace;
+        self
+    }
+
+    pub fn stats(&self) -> Arc<Stats> {
+        self.stats.clone()
+    }
+
+    fn set_status(&self, change: impl FnOnce(&mut graft_record::NriStatus)) {
+        let mut publisher = self.status.lock().unwrap_or_else(|p| p.into_inner());
+        if let Err(e) = publisher.update(change) {
+            tracing::error!(error = %e, "cannot write the NRI status file");
+        }
+    }
+
+    /// Containers that run without what their records say they must have. Pods whose
+    /// records cannot be read are logged and left alone: they were checked at creation.
+    pub fn find_uninjected(
+        &self,
+        pods: &[nri::PodSandbox],
+        containers: &[nri::Container],
+    ) -> Vec<(nri::Container, String)> {
+        let by_id: HashMap<&str, &nri::PodSandbox> =
+            pods.iter().map(|p| (p.id.as_str(), p)).collect();
+        let mut claims_of_pod = HashMap::new();
+        let mut found = Vec::new();
+        for ctr in containers {
+            let state = ctr.state.enum_value_or(ContainerState::CONTAINER_UNKNOWN);
+            if !matches!(
+                state,
+                ContainerState::CONTAINER_CREATED
+                    | ContainerState::CONTAINER_RUNNING
+                    | ContainerState::CONTAINER_PAUSED
+            ) {
+                continue;
+            }
+            let Some(pod) = by_id.get(ctr.pod_sandbox_id.as_str()) else {
+                continue;
+            };
+            let claims = claims_of_pod
+                .entry(pod.uid.clone())
+                .or_insert_with(|| self.store.pod_claims(&pod.uid));
+            let claims = match claims {
+                Ok(c) if c.is_empty() => continue,
+                Ok(c) => c,
+                Err(e) => {
+                    tracing::error!(pod = %pod.name, container = %ctr.name, error = %e,
+                        "cannot verify a running container: its pod's records are unreadable");
+                    continue;
+                }
+            };
+            match plan(claims, &pod.uid, &ctr.name) {
+                Ok(Some(p)) => {
+                    if let Some(why) = p.missing_from(ctr) {
+                        found.push((
+                            ctr.clone(),
+                            format!(
+                            "container {} of pod {}/{} runs without its recorded devices: {why}",
+                            ctr.name, pod.namespace, pod.name
+                        ),
+                        ));
+                    }
+                }
+                Ok(None) => {}
+                Err(e) => tracing::error!(pod = %pod.name, container = %ctr.name, error = %e,
+                    "cannot verify a running container"),
+            }
+        }
+        found
+    }
+
+    /// Sends evictions from a task of its own, after the Synchronize reply has gone out,
+    /// and reports the ones the runtime leaves running.
+    fn spawn_evictions(&self, runtime: Runtime, evict: Vec<nri::ContainerEviction>) {
+        let pending = self.pending.clone();
+        let grace = self.eviction_grace;
+        tokio::spawn(async move {
+            // The runtime holds its NRI lock until our Synchronize reply is in; a call
+            // made now would only queue behind it.
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            let ids: Vec<String> = evict.iter().map(|e| e.container_id.clone()).collect();
+            match runtime.update_containers(Vec::new(), evict).await {
+                Ok(_) => tracing::info!(containers = ?ids, "asked the runtime to evict containers"),
+                Err(e) => {
+                    tracing::warn!(containers = ?ids, error = %e, "UpdateContainers(evict) failed")
+                }
+            }
+            tokio::time::sleep(grace).await;
+            let still: Vec<String> = {
+                let p = pending.lock().unwrap_or_else(|p| p.into_inner());
+                ids.into_iter().filter(|id| p.contains_key(id)).collect()
+            };
+            for id in still {
+                tracing::warn!(container = %id,
+                    "the runtime did not act on the eviction request within {grace:?}; \
+                     it will be repeated in the next CreateContainer reply");
+            }
+        });
+    }
+
+    /// Evictions the runtime ignored so far, to hand it again in a CreateContainer reply,
+    /// which runtimes do act on.
+    fn overdue_evictions(&self) -> Vec<nri::ContainerEviction> {
+        let mut pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
+        let mut out = Vec::new();
+        pending.retain(|id, p| {
+            if p.since.elapsed() < self.eviction_grace {
+                return true;
+            }
+            if p.retries >= MAX_EVICTION_RETRIES {
+                tracing::error!(container = %id, "giving up evicting a container that lacks its devices: {}", p.reason);
+                return false;
+            }
+            p.retries += 1;
+            p.since = Instant::now();
+            out.push(nri::ContainerEviction {
+                container_id: id.clone(),
+                reason: p.reason.clone(),
+                ..Default::default()
+            });
+            true
+        });
+        out
+    }
+
+    fn refuse(&self, pod: &nri::PodSandbox, ctr: &nri::Container, why: String) -> ttrpc::Error {
+        self.stats.refused.fetch_add(1, Ordering::Relaxed);
+        let msg = format!(
+            "graft: refusing to create container {:?} of pod {}/{} ({}): {why}",
+            ctr.name, pod.namespace, pod.name, pod.uid
+        );
+        tracing::error!("{msg}");
+        ttrpc::Error::RpcStatus(ttrpc::get_status(Code::FAILED_PRECONDITION, msg))
+    }
+}
+
+#[async_trait]
+impl NriPlugin for GraftPlugin {
+    fn events(&self) -> EventMask {
+        EventMask::of(&[
+            Event::CREATE_CONTAINER,
+            Event::STOP_CONTAINER,
+            Event::REMOVE_CONTAINER,
+        ])
+    }
+
+    fn connection_state(&self, state: ConnectionState) {
+        match state {
+            ConnectionState::Configured(info) => self.set_status(|s| {
+                s.connected = true;
+                s.synchronized = false;
+                s.runtime_name = info.name;
+                s.runtime_version = info.version;
+                s.message = None;
+            }),
+            ConnectionState::Synchronized => self.set_status(|s| s.synchronized = true),
+            ConnectionState::Disconnected(reason) => self.set_status(|s| {
+                s.connected = false;
+                s.synchronized = false;
+                s.message = Some(reason);
+            }),
+        }
+    }
+
+    async fn synchronize(
+        &self,
+        runtime: Runtime,
+        pods: Vec<nri::PodSandbox>,
+        containers: Vec<nri::Container>,
+    ) -> ttrpc::Result<Vec<nri::ContainerUpdate>> {
+        let started = Instant::now();
+        let found = self.find_uninjected(&pods, &containers);
+        tracing::info!(
+            pods = pods.len(),
+            containers = containers.len(),
+            uninjected = found.len(),
+            elapsed_us = started.elapsed().as_micros() as u64,
+            "synchronized with the runtime"
+        );
+        if found.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.stats
+            .uninjected_found
+            .fetch_add(found.len() as u64, Ordering::Relaxed);
+        self.stats
+            .evictions_requested
+            .fetch_add(found.len() as u64, Ordering::Relaxed);
+        let mut evict = Vec::new();
+        {
+            let mut pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
+            for (ctr, reason) in &found {
+                tracing::warn!(container = %ctr.id, "{reason}; evicting it");
+                pending.insert(
+                    ctr.id.clone(),
+                    PendingEviction {
+                        reason: reason.clone(),
+                        since: Instant::now(),
+                        retries: 0,
+                    },
+                );
+                evict.push(nri::ContainerEviction {
+                    container_id: ctr.id.clone(),
+                    reason: reason.clone(),
+                    ..Default::default()
+                });
+            }
+        }
+        self.set_status(|s| {
+            s.uninjected_found += found.len() as u64;
+        });
+        self.spawn_evictions(runtime, evict);
+        Ok(Vec::new())
+    }
+
+    async fn create_container(
+        &self,
+        pod: nri::PodSandbox,
+        ctr: nri::Container,
+    ) -> ttrpc::Result<nri::CreateContainerResponse> {
+        let claims = self
+            .store
+            .pod_claims(&pod.uid)
+            .map_err(|e| self.refuse(&pod, &ctr, e.to_string()))?;
+        let mut resp = nri::CreateContainerResponse::new();
+        if !claims.is_empty() {
+            let plan = plan(&claims, &pod.uid, &ctr.name)
+                .map_err(|e| self.refuse(&pod, &ctr, e.to_string()))?;
+            if let Some(plan) = plan {
+                self.stats.injected.fetch_add(1, Ordering::Relaxed);
+                tracing::info!(
+                    pod = %format!("{}/{}", pod.namespace, pod.name), container = %ctr.name,
+                    devices = plan.edits.device_nodes.len(), injected = %plan.annotation(),
+                    "injecting recorded devices"
+                );
+                resp.adjust = Some(plan.adjustment()).into();
+            }
+        }
+        resp.evict = self.overdue_evictions();
+        Ok(resp)
+    }
+
+    async fn lifecycle(
+        &self,
+        event: Event,
+        _pod: Option<nri::PodSandbox>,
+        ctr: Option<nri::Container>,
+    ) -> ttrpc::Result<()> {
+        if let (Event::STOP_CONTAINER | Event::REMOVE_CONTAINER, Some(ctr)) = (event, ctr) {
+            let removed = self
+                .pending
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .remove(&ctr.id);
+            if removed.is_some() {
+                tracing::info!(container = %ctr.id, "evicted container has stopped");
+            }
+        }
+        Ok(())
+    }
+}
+
+impl GraftPlugin {
+    /// Marks the status file disconnected on a clean stop, so the driver stops preparing
+    /// at once rather than when it notices the lock is gone.
+    pub fn connection_state_stopped(&self) {
+        self.set_status(|s| {
+            s.connected = false;
+            s.synchronized = false;
+            s.message = Some("graft-nri stopped".into());
+        });
+    }
+}
