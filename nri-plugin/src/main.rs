@@ -33,6 +33,10 @@ struct Args {
     /// Log to this file instead of stderr (a pre-installed plugin's stderr is /dev/null).
     #[arg(long, env = "GRAFT_LOG_FILE")]
     log_file: Option<PathBuf>,
+    /// How long the runtime gets to stop an evicted container before graft says so and
+    /// retries through a CreateContainer reply.
+    #[arg(long, default_value_t = 5000, hide = true)]
+    eviction_grace_ms: u64,
     /// Where this boot's id is read from.
     #[arg(long, default_value = BOOT_ID_PATH, hide = true)]
     boot_id_path: PathBuf,
@@ -59,7 +63,10 @@ fn main() -> anyhow::Result<()> {
         &format!("{}-{}", args.index, args.name),
         boot_id,
     )?;
-    let plugin = Arc::new(GraftPlugin::new(store, status));
+    let plugin = Arc::new(
+        GraftPlugin::new(store, status)
+            .with_eviction_grace(std::time::Duration::from_millis(args.eviction_grace_ms)),
+    );
 
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

@@ -23,12 +23,10 @@ pub struct Stats {
     pub evictions_requested: AtomicU64,
 }
 
+/// An eviction asked for and not yet seen to happen.
 #[derive(Debug, Clone)]
 struct PendingEviction {
     reason: String,
-    since: Instant,
-    /// Times it was handed to the runtime in a CreateContainer response.
-    retries: u32,
 }
 
 pub struct GraftPlugin {
@@ -39,8 +37,6 @@ pub struct GraftPlugin {
     /// How long to wait for the runtime to stop an evicted container before saying so.
     eviction_grace: Duration,
 }
-
-const MAX_EVICTION_RETRIES: u32 = 3;
 
 impl GraftPlugin {
     pub fn new(store: RecordStore, status: StatusPublisher) -> Self {
@@ -146,37 +142,17 @@ impl GraftPlugin {
                 let p = pending.lock().unwrap_or_else(|p| p.into_inner());
                 ids.into_iter().filter(|id| p.contains_key(id)).collect()
             };
+            let mut p = pending.lock().unwrap_or_else(|p| p.into_inner());
             for id in still {
-                tracing::warn!(container = %id,
+                let reason = p.remove(&id).map(|e| e.reason).unwrap_or_default();
+                // containerd up to 2.2 drops the evict list of plugin requests; the
+                // container keeps running without its devices until someone stops it.
+                tracing::error!(container = %id,
                     "the runtime did not act on the eviction request within {grace:?}; \
-                     it will be repeated in the next CreateContainer reply");
+                     the container still runs without its devices and must be restarted \
+                     by hand: {reason}");
             }
         });
-    }
-
-    /// Evictions the runtime ignored so far, to hand it again in a CreateContainer reply,
-    /// which runtimes do act on.
-    fn overdue_evictions(&self) -> Vec<nri::ContainerEviction> {
-        let mut pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
-        let mut out = Vec::new();
-        pending.retain(|id, p| {
-            if p.since.elapsed() < self.eviction_grace {
-                return true;
-            }
-            if p.retries >= MAX_EVICTION_RETRIES {
-                tracing::error!(container = %id, "giving up evicting a container that lacks its devices: {}", p.reason);
-                return false;
-            }
-            p.retries += 1;
-            p.since = Instant::now();
-            out.push(nri::ContainerEviction {
-                container_id: id.clone(),
-                reason: p.reason.clone(),
-                ..Default::default()
-            });
-            true
-        });
-        out
     }
 
     fn refuse(&self, pod: &nri::PodSandbox, ctr: &nri::Container, why: String) -> ttrpc::Error {
@@ -251,8 +227,6 @@ impl NriPlugin for GraftPlugin {
                     ctr.id.clone(),
                     PendingEviction {
                         reason: reason.clone(),
-                        since: Instant::now(),
-                        retries: 0,
                     },
                 );
                 evict.push(nri::ContainerEviction {
@@ -292,7 +266,6 @@ impl NriPlugin for GraftPlugin {
                 resp.adjust = Some(plan.adjustment()).into();
             }
         }
-        resp.evict = self.overdue_evictions();
         Ok(resp)
     }
 

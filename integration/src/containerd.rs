@@ -1,0 +1,297 @@
+//! A real containerd on private paths: own root, state, sockets and NRI socket, so that it
+//! coexists with anything else on the machine.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+
+use crate::testbed::Testbed;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Version {
+    /// containerd 2.2.x, built from the Go module proxy.
+    V2_2,
+    /// containerd 1.7.24 from Debian trixie.
+    V1_7,
+}
+
+impl Version {
+    pub fn label(self) -> &'static str {
+        match self {
+            Version::V2_2 => "containerd-2.2",
+            Version::V1_7 => "containerd-1.7",
+        }
+    }
+}
+
+/// The pause image the sandbox uses; imported under exactly this name.
+pub const PAUSE_IMAGE: &str = "registry.k8s.io/pause:3.10.1";
+/// The busybox test image.
+pub const BUSYBOX_IMAGE: &str = "docker.io/library/busybox:test";
+
+pub struct Containerd {
+    pub version: Version,
+    pub dir: PathBuf,
+    pub socket: PathBuf,
+    pub nri_socket: PathBuf,
+    bin_dir: PathBuf,
+    runc_dir: PathBuf,
+    crictl: PathBuf,
+    child: Option<Child>,
+}
+
+impl Containerd {
+    /// Writes the config and starts containerd under `dir`, then imports the test images.
+    pub fn start(tb: &Testbed, version: Version, dir: &Path) -> anyhow::Result<Self> {
+        let bin_dir = match version {
+            Version::V2_2 => tb.containerd_2.clone(),
+            Version::V1_7 => tb.containerd_17.clone(),
+        };
+        // Short paths: unix socket paths are limited to 108 bytes.
+        fs::create_dir_all(dir)?;
+        for d in [
+            "root",
+            "state",
+            "cni/bin",
+            "cni/net.d",
+            "nri/plugins",
+            "nri/conf.d",
+            "logs",
+        ] {
+            fs::create_dir_all(dir.join(d))?;
+        }
+        fs::write(
+            dir.join("cni/net.d/10-placeholder.conflist"),
+            r#"{"cniVersion":"1.0.0","name":"graft-placeholder","plugins":[{"type":"loopback"}]}"#,
+        )?;
+        let mut c = Containerd {
+            version,
+            socket: dir.join("containerd.sock"),
+            nri_socket: dir.join("nri.sock"),
+            dir: dir.to_path_buf(),
+            bin_dir,
+            runc_dir: tb.runc_dir.clone(),
+            crictl: tb.crictl.clone(),
+            child: None,
+        };
+        fs::write(dir.join("config.toml"), c.config())?;
+        c.spawn()?;
+        for image in ["pause.tar", "busybox.tar"] {
+            c.ctr(&["images", "import", &tb.images.join(image).to_string_lossy()])?;
+        }
+        Ok(c)
+    }
+
+    fn config(&self) -> String {
+        let d = self.dir.display();
+        match self.version {
+            Version::V2_2 => format!(
+                r#"version = 3
+root = "{d}/root"
+state = "{d}/state"
+[grpc]
+  address = "{d}/containerd.sock"
+[ttrpc]
+  address = "{d}/containerd.sock.ttrpc"
+[plugins.'io.containerd.nri.v1.nri']
+  disable = false
+  socket_path = "{d}/nri.sock"
+  plugin_path = "{d}/nri/plugins"
+  plugin_config_path = "{d}/nri/conf.d"
+[plugins.'io.containerd.cri.v1.images'.pinned_images]
+  sandbox = "{PAUSE_IMAGE}"
+[plugins.'io.containerd.cri.v1.runtime']
+  restrict_oom_score_adj = true
+[plugins.'io.containerd.cri.v1.runtime'.cni]
+  bin_dirs = ["{d}/cni/bin"]
+  conf_dir = "{d}/cni/net.d"
+"#
+            ),
+            Version::V1_7 => format!(
+                r#"version = 2
+root = "{d}/root"
+state = "{d}/state"
+[grpc]
+  address = "{d}/containerd.sock"
+[ttrpc]
+  address = "{d}/containerd.sock.ttrpc"
+[plugins."io.containerd.nri.v1.nri"]
+  disable = false
+  disable_connections = false
+  socket_path = "{d}/nri.sock"
+  plugin_path = "{d}/nri/plugins"
+  plugin_config_path = "{d}/nri/conf.d"
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = "{PAUSE_IMAGE}"
+  restrict_oom_score_adj = true
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = "{d}/cni/bin"
+    conf_dir = "{d}/cni/net.d"
+"#
+            ),
+        }
+    }
+
+    fn path_env(&self) -> String {
+        format!(
+            "{}:{}:{}",
+            self.bin_dir.display(),
+            self.runc_dir.display(),
+            std::env::var("PATH").unwrap_or_default()
+        )
+    }
+
+    fn spawn(&mut self) -> anyhow::Result<()> {
+        let _ = fs::remove_file(&self.socket);
+        let log = fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.join("logs/containerd.log"))?;
+        let child = Command::new(self.bin_dir.join("containerd"))
+            .arg("--config")
+            .arg(self.dir.join("config.toml"))
+            .env("PATH", self.path_env())
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .spawn()
+            .with_context(|| format!("starting {}", self.bin_dir.join("containerd").display()))?;
+        self.child = Some(child);
+        self.wait_ready(Duration::from_secs(60))
+    }
+
+    /// Waits until CRI answers and the NRI socket exists.
+    fn wait_ready(&mut self, limit: Duration) -> anyhow::Result<()> {
+        let start = Instant::now();
+        while start.elapsed() < limit {
+            if let Some(child) = self.child.as_mut() {
+                if let Some(status) = child.try_wait()? {
+                    bail!(
+                        "containerd exited with {status}; see {}",
+                        self.log_path().display()
+                    );
+                }
+            }
+            if self.socket.exists() && self.nri_socket.exists() {
+                let ok = Command::new(self.bin_dir.join("ctr"))
+                    .args(["-a"])
+                    .arg(&self.socket)
+                    .arg("version")
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::null())
+                    .status()
+                    .map(|s| s.success())
+                    .unwrap_or(false);
+                if ok {
+                    return Ok(());
+                }
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        bail!(
+            "containerd not ready after {limit:?}; see {}",
+            self.log_path().display()
+        )
+    }
+
+    pub fn log_path(&self) -> PathBuf {
+        self.dir.join("logs/containerd.log")
+    }
+
+    /// Runs `crictl` against this containerd; returns stdout.
+    pub fn crictl(&self, args: &[&str]) -> anyhow::Result<String> {
+        let out = Command::new(&self.crictl)
+            .arg("--runtime-endpoint")
+            .arg(format!("unix://{}", self.socket.display()))
+            .args(args)
+            .output()?;
+        if !out.status.success() {
+            bail!("crictl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+
+    /// `crictl inspect ID`'s `.info.runtimeSpec`: the stored OCI spec after NRI edits.
+    pub fn runtime_spec(&self, container_id: &str) -> anyhow::Result<serde_json::Value> {
+        let out = self.crictl(&["inspect", container_id])?;
+        let v: serde_json::Value = serde_json::from_str(&out)?;
+        Ok(v["info"]["runtimeSpec"].clone())
+    }
+
+    /// Runs `ctr` against this containerd in the CRI namespace.
+    pub fn ctr(&self, args: &[&str]) -> anyhow::Result<String> {
+        let out = Command::new(self.bin_dir.join("ctr"))
+            .arg("-a")
+            .arg(&self.socket)
+            .args(["-n", "k8s.io"])
+            .args(args)
+            .env("PATH", self.path_env())
+            .output()?;
+        if !out.status.success() {
+            bail!("ctr {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+
+    /// Stops containerd (SIGTERM, then SIGKILL). Containers keep running in their shims.
+    pub fn stop(&mut self) -> anyhow::Result<()> {
+        if let Some(mut child) = self.child.take() {
+            signal(&child, libc::SIGTERM);
+            let start = Instant::now();
+            while start.elapsed() < Duration::from_secs(15) {
+                if child.try_wait()?.is_some() {
+                    return Ok(());
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            let _ = child.kill();
+            child.wait()?;
+        }
+        Ok(())
+    }
+
+    pub fn restart(&mut self) -> anyhow::Result<()> {
+        self.stop()?;
+        self.spawn()
+    }
+
+    /// Stops every pod this containerd runs, then containerd itself.
+    pub fn teardown(&mut self) {
+        if self.child.is_some() {
+            let _ = Command::new(&self.crictl)
+                .arg("--runtime-endpoint")
+                .arg(format!("unix://{}", self.socket.display()))
+                .args(["rmp", "--all", "--force"])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status();
+        }
+        let _ = self.stop();
+        // Shims outlive containerd; end the ones of this instance so nothing leaks.
+        let _ = Command::new("pkill")
+            .args([
+                "-f",
+                &format!(
+                    "containerd-shim-runc-v2 .*-address {}",
+                    self.socket.display()
+                ),
+            ])
+            .status();
+    }
+}
+
+impl Drop for Containerd {
+    fn drop(&mut self) {
+        self.teardown();
+    }
+}
+
+pub(crate) fn signal(child: &Child, sig: i32) {
+    // SAFETY: kill(2) on a pid we spawned and have not reaped.
+    unsafe {
+        libc::kill(child.id() as i32, sig);
+    }
+}

@@ -1,0 +1,245 @@
+//! A CRI client for driving containerd as the kubelet does.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use hyper_util::rt::TokioIo;
+use k8s_cri::v1::runtime_service_client::RuntimeServiceClient;
+use k8s_cri::v1::*;
+use tokio::net::UnixStream;
+use tonic::transport::{Channel, Endpoint, Uri};
+
+use crate::containerd::BUSYBOX_IMAGE;
+
+#[derive(Clone)]
+pub struct Cri {
+    client: RuntimeServiceClient<Channel>,
+    log_root: PathBuf,
+}
+
+/// A pod sandbox we created, with what a container needs to join it.
+#[derive(Debug, Clone)]
+pub struct Pod {
+    pub id: String,
+    pub uid: String,
+    pub name: String,
+    pub config: PodSandboxConfig,
+    pub log_dir: PathBuf,
+}
+
+impl Cri {
+    pub async fn connect(socket: &Path, log_root: &Path) -> anyhow::Result<Self> {
+        let path = socket.to_path_buf();
+        let channel =
+            Endpoint::try_from("http://[::]:0")?
+                .connect_with_connector(tower::service_fn(move |_: Uri| {
+                    let path = path.clone();
+                    async move {
+                        Ok::<_, std::io::Error>(TokioIo::new(UnixStream::connect(path).await?))
+                    }
+                }))
+                .await
+                .context("connecting to CRI")?;
+        Ok(Cri {
+            client: RuntimeServiceClient::new(channel),
+            log_root: log_root.to_path_buf(),
+        })
+    }
+
+    pub async fn version(&self) -> anyhow::Result<String> {
+        let v = self
+            .client
+            .clone()
+            .version(VersionRequest {
+                version: "v1".into(),
+            })
+            .await?
+            .into_inner();
+        Ok(format!("{} {}", v.runtime_name, v.runtime_version))
+    }
+
+    /// A host-network pod, as the testbed machine needs (no CNI).
+    pub async fn run_pod(&self, name: &str, uid: &str) -> anyhow::Result<Pod> {
+        let log_dir = self.log_root.join(uid);
+        std::fs::create_dir_all(&log_dir)?;
+        let config = PodSandboxConfig {
+            metadata: Some(PodSandboxMetadata {
+                name: name.into(),
+                uid: uid.into(),
+                namespace: "default".into(),
+                attempt: 0,
+            }),
+            hostname: String::new(),
+            log_directory: log_dir.to_string_lossy().into_owned(),
+            linux: Some(LinuxPodSandboxConfig {
+                security_context: Some(LinuxSandboxSecurityContext {
+                    namespace_options: Some(NamespaceOption {
+                        network: NamespaceMode::Node as i32,
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let id = self
+            .client
+            .clone()
+            .run_pod_sandbox(RunPodSandboxRequest {
+                config: Some(config.clone()),
+                runtime_handler: String::new(),
+            })
+            .await
+            .with_context(|| format!("RunPodSandbox {name}"))?
+            .into_inner()
+            .pod_sandbox_id;
+        Ok(Pod {
+            id,
+            uid: uid.into(),
+            name: name.into(),
+            config,
+            log_dir,
+        })
+    }
+
+    /// Creates a busybox container running `script` with sh. Returns its id, or the
+    /// runtime's error (with its message) when creation is refused.
+    pub async fn create(
+        &self,
+        pod: &Pod,
+        name: &str,
+        script: &str,
+    ) -> Result<String, tonic::Status> {
+        let config = ContainerConfig {
+            metadata: Some(ContainerMetadata {
+                name: name.into(),
+                attempt: 0,
+            }),
+            image: Some(ImageSpec {
+                image: BUSYBOX_IMAGE.into(),
+                ..Default::default()
+            }),
+            command: vec!["/bin/sh".into(), "-c".into(), script.into()],
+            log_path: format!("{name}.log"),
+            labels: HashMap::from([("graft-test".to_string(), "1".to_string())]),
+            ..Default::default()
+        };
+        Ok(self
+            .client
+            .clone()
+            .create_container(CreateContainerRequest {
+                pod_sandbox_id: pod.id.clone(),
+                config: Some(config),
+                sandbox_config: Some(pod.config.clone()),
+            })
+            .await?
+            .into_inner()
+            .container_id)
+    }
+
+    pub async fn start(&self, id: &str) -> anyhow::Result<()> {
+        self.client
+            .clone()
+            .start_container(StartContainerRequest {
+                container_id: id.into(),
+            })
+            .await
+            .with_context(|| format!("StartContainer {id}"))?;
+        Ok(())
+    }
+
+    pub async fn create_and_start(
+        &self,
+        pod: &Pod,
+        name: &str,
+        script: &str,
+    ) -> anyhow::Result<String> {
+        let id = self
+            .create(pod, name, script)
+            .await
+            .with_context(|| format!("CreateContainer {name}"))?;
+        self.start(&id).await?;
+        Ok(id)
+    }
+
+    pub async fn state(&self, id: &str) -> anyhow::Result<ContainerState> {
+        let s = self
+            .client
+            .clone()
+            .container_status(ContainerStatusRequest {
+                container_id: id.into(),
+                verbose: false,
+            })
+            .await?
+            .into_inner()
+            .status
+            .context("no status")?;
+        Ok(ContainerState::try_from(s.state).unwrap_or(ContainerState::ContainerUnknown))
+    }
+
+    /// Waits until the container's log holds `marker`; returns the log.
+    pub async fn wait_log(
+        &self,
+        pod: &Pod,
+        name: &str,
+        marker: &str,
+        limit: Duration,
+    ) -> anyhow::Result<String> {
+        let path = pod.log_dir.join(format!("{name}.log"));
+        let start = Instant::now();
+        loop {
+            let text = std::fs::read_to_string(&path).unwrap_or_default();
+            // CRI log lines: "<time> <stream> <tag> <message>".
+            let msgs: Vec<&str> = text
+                .lines()
+                .filter_map(|l| l.splitn(4, ' ').nth(3))
+                .collect();
+            let joined = msgs.join("\n");
+            if joined.contains(marker) {
+                return Ok(joined);
+            }
+            if start.elapsed() > limit {
+                bail!(
+                    "{marker:?} not in {} after {limit:?}:\n{joined}",
+                    path.display()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    pub async fn wait_state(
+        &self,
+        id: &str,
+        want: ContainerState,
+        limit: Duration,
+    ) -> anyhow::Result<()> {
+        let start = Instant::now();
+        loop {
+            let s = self.state(id).await?;
+            if s == want {
+                return Ok(());
+            }
+            if start.elapsed() > limit {
+                bail!("container {id} is {s:?}, not {want:?}, after {limit:?}");
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    pub async fn remove_pod(&self, pod: &Pod) -> anyhow::Result<()> {
+        let mut c = self.client.clone();
+        c.stop_pod_sandbox(StopPodSandboxRequest {
+            pod_sandbox_id: pod.id.clone(),
+        })
+        .await?;
+        c.remove_pod_sandbox(RemovePodSandboxRequest {
+            pod_sandbox_id: pod.id.clone(),
+        })
+        .await?;
+        Ok(())
+    }
+}

@@ -1,0 +1,127 @@
+//! graft-nri as a child process, as the DaemonSet runs it.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::bail;
+use graft_record::{nri_readiness, read_boot_id, NriReadiness, NriStatus, BOOT_ID_PATH};
+
+use crate::containerd::signal;
+use crate::testbed::workspace_bin;
+
+pub struct GraftNri {
+    pub state_dir: PathBuf,
+    pub log: PathBuf,
+    socket: PathBuf,
+    extra: Vec<String>,
+    child: Option<Child>,
+}
+
+impl GraftNri {
+    /// Starts graft-nri against `socket`, sharing `state_dir` with the (test) driver.
+    pub fn start(
+        socket: &Path,
+        state_dir: &Path,
+        log: &Path,
+        extra: &[&str],
+    ) -> anyhow::Result<Self> {
+        let mut n = GraftNri {
+            state_dir: state_dir.to_path_buf(),
+            log: log.to_path_buf(),
+            socket: socket.to_path_buf(),
+            extra: extra.iter().map(|s| s.to_string()).collect(),
+            child: None,
+        };
+        n.spawn()?;
+        Ok(n)
+    }
+
+    pub fn spawn(&mut self) -> anyhow::Result<()> {
+        let child = Command::new(workspace_bin("graft-nri")?)
+            .arg("--socket")
+            .arg(&self.socket)
+            .arg("--state-dir")
+            .arg(&self.state_dir)
+            .arg("--log-file")
+            .arg(&self.log)
+            .args(&self.extra)
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()?;
+        self.child = Some(child);
+        Ok(())
+    }
+
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(|c| c.id())
+    }
+
+    /// Stops it with SIGTERM, as a DaemonSet rollout would.
+    pub fn stop(&mut self) -> anyhow::Result<()> {
+        if let Some(mut child) = self.child.take() {
+            signal(&child, libc::SIGTERM);
+            let start = Instant::now();
+            while child.try_wait()?.is_none() {
+                if start.elapsed() > Duration::from_secs(10) {
+                    let _ = child.kill();
+                    child.wait()?;
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+        Ok(())
+    }
+
+    /// Waits until the status file says connected and synchronized, and the process holds
+    /// the liveness lock.
+    pub fn wait_synchronized(&mut self, limit: Duration) -> anyhow::Result<NriStatus> {
+        let boot = read_boot_id(Path::new(BOOT_ID_PATH))?;
+        let start = Instant::now();
+        loop {
+            if let Some(child) = self.child.as_mut() {
+                if let Some(st) = child.try_wait()? {
+                    bail!("graft-nri exited with {st}:\n{}", self.log_text());
+                }
+            }
+            match nri_readiness(&self.state_dir, &boot)? {
+                NriReadiness::Ready(s) => return Ok(s),
+                NriReadiness::NotReady(why) if start.elapsed() > limit => {
+                    bail!(
+                        "graft-nri not ready after {limit:?}: {why}\n{}",
+                        self.log_text()
+                    )
+                }
+                NriReadiness::NotReady(_) => std::thread::sleep(Duration::from_millis(50)),
+            }
+        }
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Waits until the log contains `needle`.
+    pub fn wait_log(&self, needle: &str, limit: Duration) -> anyhow::Result<String> {
+        let start = Instant::now();
+        loop {
+            let t = self.log_text();
+            if t.contains(needle) {
+                return Ok(t);
+            }
+            if start.elapsed() > limit {
+                bail!("{needle:?} not in graft-nri log after {limit:?}:\n{t}");
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for GraftNri {
+    fn drop(&mut self) {
+        let _ = self.stop();
+    }
+}

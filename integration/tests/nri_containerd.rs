@@ -1,0 +1,466 @@
+//! graft-nri against real containerd 2.2.x and 1.7.24: containers get exactly what their
+//! pod's records say, nothing more, and never start half-injected.
+//!
+//! Needs the testbed (`integration/testbed/setup.sh`) and the workspace binaries
+//! (`cargo build --workspace --bins`); the README's test command does both.
+
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, ensure, Context};
+use graft_integration::{Containerd, Cri, GraftNri, Testbed, Version};
+use graft_record::*;
+use k8s_cri::v1::ContainerState;
+use serde_json::Value;
+
+/// One scenario at a time: the machine has two cores and one runc state root.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+const LONG: Duration = Duration::from_secs(60);
+const DEV_IN_CONTAINER: &str = "/dev/graft-test0";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nri_containerd_2_2() {
+    let _g = SERIAL.lock().await;
+    scenario(Version::V2_2).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nri_containerd_1_7() {
+    let _g = SERIAL.lock().await;
+    scenario(Version::V1_7).await.unwrap();
+}
+
+/// A real host character device that the runtime's default device cgroup does not allow,
+/// so reading it inside a container proves graft's injected rule.
+fn test_device() -> anyhow::Result<(PathBuf, i64, i64)> {
+    for p in ["/dev/cpu_dma_latency", "/dev/hwrng"] {
+        if let Ok(md) = std::fs::metadata(p) {
+            let rdev = md.rdev();
+            return Ok((p.into(), libc::major(rdev) as i64, libc::minor(rdev) as i64));
+        }
+    }
+    bail!("no suitable test character device (/dev/cpu_dma_latency) on this machine")
+}
+
+fn uid(label: &str, what: &str) -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    format!("{label}-{what}-{}-{nanos:08x}", std::process::id())
+}
+
+/// A claim record as the driver would write it: one device for one container of one pod.
+fn claim(
+    claim_uid: &str,
+    pod_uid: &str,
+    container: &str,
+    major: i64,
+    minor: i64,
+    conf: &Path,
+) -> ClaimRecord {
+    ClaimRecord {
+        version: FORMAT_VERSION,
+        claim: ClaimRef {
+            uid: claim_uid.into(),
+            namespace: "default".into(),
+            name: format!("claim-{container}"),
+        },
+        devices: vec![DeviceRecord {
+            name: "testdev-0".into(),
+            pool: "testbed".into(),
+            requests: vec!["dev".into()],
+            edits: ContainerEdits {
+                device_nodes: vec![DeviceNode {
+                    path: DEV_IN_CONTAINER.into(),
+                    kind: DeviceKind::Char,
+                    major,
+                    minor,
+                    file_mode: Some(0o600),
+                    uid: None,
+                    gid: None,
+                }],
+                mounts: vec![Mount {
+                    source: conf.to_string_lossy().into_owned(),
+                    destination: "/etc/graft-test.conf".into(),
+                    kind: "bind".into(),
+                    options: vec!["ro".into(), "rbind".into(), "nosuid".into(), "nodev".into()],
+                }],
+                env: vec![EnvVar {
+                    name: "GRAFT_TEST_ENV".into(),
+                    value: "injected".into(),
+                }],
+                hooks: vec![],
+            },
+        }],
+        pods: vec![PodRecord {
+            uid: pod_uid.into(),
+            namespace: "default".into(),
+            name: "pod".into(),
+            containers: vec![ContainerRecord {
+                name: container.into(),
+                devices: vec!["testdev-0".into()],
+            }],
+        }],
+    }
+}
+
+/// What a container reports about the device, env and mount; then it idles.
+fn probe_script(major: i64, minor: i64) -> String {
+    format!(
+        r#"if [ -c {DEV_IN_CONTAINER} ]; then ls -l {DEV_IN_CONTAINER}; else echo NO_DEVICE; fi
+if head -c 4 {DEV_IN_CONTAINER} >/dev/null 2>&1; then echo READ_OK; else echo READ_FAILED; fi
+mknod /tmp/probe c {major} {minor} 2>/dev/null
+if head -c 4 /tmp/probe >/dev/null 2>&1; then echo PROBE_OPEN_OK; else echo PROBE_OPEN_DENIED; fi
+echo "ENV=$GRAFT_TEST_ENV"
+if [ -f /etc/graft-test.conf ]; then echo "CONF=$(cat /etc/graft-test.conf)"; else echo NO_CONF; fi
+echo DONE
+exec sleep 3600"#
+    )
+}
+
+fn has_device(spec: &Value, major: i64, minor: i64) -> bool {
+    spec["linux"]["devices"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(|d| {
+            d["path"] == DEV_IN_CONTAINER
+                && d["type"] == "c"
+                && d["major"] == major
+                && d["minor"] == minor
+        })
+}
+
+/// Whether the spec's device cgroup rules let a container open c major:minor.
+fn cgroup_allows(spec: &Value, major: i64, minor: i64) -> bool {
+    let mut allowed = false;
+    for r in spec["linux"]["resources"]["devices"]
+        .as_array()
+        .into_iter()
+        .flatten()
+    {
+        let kind_ok = matches!(r["type"].as_str(), None | Some("a") | Some("c"));
+        let major_ok = r["major"].is_null() || r["major"] == major;
+        let minor_ok = r["minor"].is_null() || r["minor"] == minor;
+        let access = r["access"].as_str().unwrap_or("");
+        if kind_ok && major_ok && minor_ok && (access.contains('r') || access.is_empty()) {
+            allowed = r["allow"].as_bool().unwrap_or(false);
+        }
+    }
+    allowed
+}
+
+fn env_has(spec: &Value, kv: &str) -> bool {
+    spec["process"]["env"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(|e| e == kv)
+}
+
+fn mount_to(spec: &Value, dest: &str) -> Option<Value> {
+    spec["mounts"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|m| m["destination"] == dest)
+        .cloned()
+}
+
+async fn scenario(version: Version) -> anyhow::Result<()> {
+    let tb = Testbed::load()?;
+    // Short and private: socket paths must stay under 108 bytes.
+    let dir = PathBuf::from(format!(
+        "/tmp/graft-it-{}-{}",
+        version.label(),
+        std::process::id()
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    let mut cd = Containerd::start(&tb, version, &dir)?;
+    let state = dir.join("graft-state");
+    let store = RecordStore::open(&state)?;
+    let mut nri = GraftNri::start(
+        &cd.nri_socket,
+        &state,
+        &dir.join("logs/graft-nri.log"),
+        &["--eviction-grace-ms", "1000"],
+    )?;
+    let status = nri.wait_synchronized(LONG)?;
+    let cri = Cri::connect(&cd.socket, &dir.join("pods")).await?;
+    let runtime = cri.version().await?;
+    println!(
+        "[{}] runtime {runtime}; graft-nri sees {} {}",
+        version.label(),
+        status.runtime_name,
+        status.runtime_version
+    );
+    ensure!(
+        status.runtime_name == "containerd",
+        "runtime name {:?}",
+        status.runtime_name
+    );
+
+    let (host_dev, major, minor) = test_device()?;
+    println!(
+        "[{}] test device {} = c {major}:{minor}",
+        version.label(),
+        host_dev.display()
+    );
+    let conf = dir.join("graft-test.conf");
+    std::fs::write(&conf, "graft-test-conf\n")?;
+    let script = probe_script(major, minor);
+
+    // 1. The container named in the record gets device, cgroup rule, env and mount; its
+    //    sibling in the same pod gets nothing; a pod without records is untouched.
+    let pod_a_uid = uid("a", "pod");
+    store.put_claim(&claim(
+        &uid("a", "claim"),
+        &pod_a_uid,
+        "app",
+        major,
+        minor,
+        &conf,
+    ))?;
+    let pod_a = cri.run_pod("pod-a", &pod_a_uid).await?;
+    let app = cri.create_and_start(&pod_a, "app", &script).await?;
+    let sidecar = cri.create_and_start(&pod_a, "sidecar", &script).await?;
+    let app_log = cri.wait_log(&pod_a, "app", "DONE", LONG).await?;
+    println!("[{}] app log:\n{app_log}", version.label());
+    ensure!(
+        app_log.contains(&format!("{major}, {minor}")),
+        "device node numbers:\n{app_log}"
+    );
+    ensure!(
+        app_log.contains("crw-------"),
+        "char device with mode 0600:\n{app_log}"
+    );
+    ensure!(app_log.contains("READ_OK"), "device readable:\n{app_log}");
+    ensure!(app_log.contains("ENV=injected"), "env injected:\n{app_log}");
+    ensure!(
+        app_log.contains("CONF=graft-test-conf"),
+        "mount injected:\n{app_log}"
+    );
+    let side_log = cri.wait_log(&pod_a, "sidecar", "DONE", LONG).await?;
+    ensure!(
+        side_log.contains("NO_DEVICE"),
+        "sidecar must not see the device:\n{side_log}"
+    );
+    ensure!(
+        side_log.contains("PROBE_OPEN_DENIED"),
+        "default cgroup must deny the device:\n{side_log}"
+    );
+    ensure!(
+        side_log.contains("ENV=\n")
+            || side_log.ends_with("ENV=")
+            || side_log.contains("ENV=\nNO_CONF"),
+        "sidecar env:\n{side_log}"
+    );
+    ensure!(side_log.contains("NO_CONF"), "sidecar mount:\n{side_log}");
+
+    let app_spec = cd.runtime_spec(&app)?;
+    let side_spec = cd.runtime_spec(&sidecar)?;
+    ensure!(
+        !cgroup_allows(&side_spec, major, minor),
+        "the default spec must not already allow c {major}:{minor}"
+    );
+    ensure!(
+        has_device(&app_spec, major, minor),
+        "device in app spec: {}",
+        app_spec["linux"]["devices"]
+    );
+    ensure!(
+        cgroup_allows(&app_spec, major, minor),
+        "allow rule in app spec: {}",
+        app_spec["linux"]["resources"]["devices"]
+    );
+    ensure!(env_has(&app_spec, "GRAFT_TEST_ENV=injected"));
+    let m = mount_to(&app_spec, "/etc/graft-test.conf").context("mount in app spec")?;
+    ensure!(
+        m["source"] == conf.to_string_lossy().as_ref()
+            && m["options"].to_string().contains("\"ro\""),
+        "{m}"
+    );
+    let injected = app_spec["annotations"][INJECTED_ANNOTATION]
+        .as_str()
+        .context("annotation")?;
+    ensure!(
+        injected.contains("default/claim-app") && injected.contains("testdev-0"),
+        "{injected}"
+    );
+    ensure!(!has_device(&side_spec, major, minor));
+    ensure!(side_spec["annotations"].get(INJECTED_ANNOTATION).is_none());
+    ensure!(!env_has(&side_spec, "GRAFT_TEST_ENV=injected"));
+    ensure!(mount_to(&side_spec, "/etc/graft-test.conf").is_none());
+
+    let pod_b = cri.run_pod("pod-b", &uid("b", "pod")).await?;
+    let plain = cri.create_and_start(&pod_b, "app", &script).await?;
+    let plain_spec = cd.runtime_spec(&plain)?;
+    ensure!(
+        !has_device(&plain_spec, major, minor)
+            && plain_spec["annotations"].get(INJECTED_ANNOTATION).is_none()
+    );
+
+    // 2. A corrupt, unknown-version or invalid record refuses the container, with a message
+    //    naming the problem; the container never starts half-injected.
+    let bad_cases: [(&str, Box<dyn Fn(&Path)>, &str); 3] = [
+        (
+            "corrupt",
+            Box::new(|p: &Path| std::fs::write(p, b"{\"version\": 1, \"claim\": {").unwrap()),
+            "corrupt",
+        ),
+        (
+            "future",
+            Box::new(|p: &Path| {
+                let mut v: Value = serde_json::from_slice(&std::fs::read(p).unwrap()).unwrap();
+                v["version"] = 99.into();
+                std::fs::write(p, v.to_string()).unwrap()
+            }),
+            "unknown version 99",
+        ),
+        (
+            "outside-dev",
+            Box::new(|p: &Path| {
+                let mut v: Value = serde_json::from_slice(&std::fs::read(p).unwrap()).unwrap();
+                v["devices"][0]["edits"]["device_nodes"][0]["path"] = "/etc/passwd".into();
+                std::fs::write(p, v.to_string()).unwrap()
+            }),
+            "not a clean path under /dev",
+        ),
+    ];
+    for (what, spoil, expect) in bad_cases {
+        let pod_uid = uid(what, "pod");
+        let claim_uid = uid(what, "claim");
+        store.put_claim(&claim(&claim_uid, &pod_uid, "app", major, minor, &conf))?;
+        spoil(&state.join("claims").join(format!("{claim_uid}.json")));
+        let pod = cri.run_pod(&format!("pod-{what}"), &pod_uid).await?;
+        match cri.create(&pod, "app", &script).await {
+            Ok(id) => bail!("a {what} record must refuse the container, but {id} was created"),
+            Err(status) => {
+                println!(
+                    "[{}] {what} record refused: {}",
+                    version.label(),
+                    status.message()
+                );
+                ensure!(
+                    status.message().contains("graft") && status.message().contains(expect),
+                    "{}",
+                    status.message()
+                );
+            }
+        }
+        cri.remove_pod(&pod).await?;
+    }
+
+    // 3. containerd restarts: graft-nri reconnects, resynchronizes (finding nothing amiss
+    //    with the running injected container), and injects the next container.
+    let before = Instant::now();
+    cd.restart()?;
+    let status = wait_resynced(&mut nri, before)?;
+    ensure!(
+        status.uninjected_found == 0,
+        "an injected container must not be flagged: {status:?}"
+    );
+    let cri = Cri::connect(&cd.socket, &dir.join("pods")).await?;
+    let pod_d_uid = uid("d", "pod");
+    store.put_claim(&claim(
+        &uid("d", "claim"),
+        &pod_d_uid,
+        "app",
+        major,
+        minor,
+        &conf,
+    ))?;
+    let pod_d = cri.run_pod("pod-d", &pod_d_uid).await?;
+    let after_restart = cri.create_and_start(&pod_d, "app", &script).await?;
+    ensure!(cri
+        .wait_log(&pod_d, "app", "DONE", LONG)
+        .await?
+        .contains("READ_OK"));
+    ensure!(has_device(&cd.runtime_spec(&after_restart)?, major, minor));
+    ensure!(
+        cri.state(&app).await? == ContainerState::ContainerRunning,
+        "injected container survives the restart"
+    );
+
+    // 4. A container started while graft-nri was away runs without its devices; the next
+    //    Synchronize finds it, reports it and has it evicted.
+    nri.stop()?;
+    let pod_e_uid = uid("e", "pod");
+    store.put_claim(&claim(
+        &uid("e", "claim"),
+        &pod_e_uid,
+        "app",
+        major,
+        minor,
+        &conf,
+    ))?;
+    let pod_e = cri.run_pod("pod-e", &pod_e_uid).await?;
+    let missed = cri.create_and_start(&pod_e, "app", &script).await?;
+    ensure!(
+        cri.wait_log(&pod_e, "app", "DONE", LONG)
+            .await?
+            .contains("NO_DEVICE"),
+        "plugin away: no injection"
+    );
+    nri.spawn()?;
+    let status = nri.wait_synchronized(LONG)?;
+    ensure!(
+        status.uninjected_found == 1,
+        "exactly the missed container is found: {status:?}"
+    );
+    nri.wait_log(&format!("{missed}"), LONG)?;
+    println!("[{}] found at Synchronize: {missed}", version.label());
+    // Either the runtime stops it, or (containerd up to 2.2 drops plugin evictions) graft
+    // says in its log that the runtime did not act.
+    let deadline = Instant::now() + LONG;
+    let outcome = loop {
+        if cri.state(&missed).await? != ContainerState::ContainerRunning {
+            break "stopped by the runtime";
+        }
+        if nri
+            .log_text()
+            .contains("did not act on the eviction request")
+        {
+            break "runtime did not act; reported in the log";
+        }
+        if Instant::now() > deadline {
+            bail!("neither evicted nor reported:\n{}", nri.log_text());
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    println!(
+        "[{}] eviction of the missed container: {outcome}",
+        version.label()
+    );
+    ensure!(
+        cri.state(&app).await? == ContainerState::ContainerRunning,
+        "the injected container is left alone"
+    );
+
+    drop(nri);
+    drop(cd);
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(())
+}
+
+/// Waits for a Synchronize that happened after `since`.
+fn wait_resynced(nri: &mut GraftNri, since: Instant) -> anyhow::Result<NriStatus> {
+    let since_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)?
+        .as_millis() as u64
+        - since.elapsed().as_millis() as u64;
+    let start = Instant::now();
+    loop {
+        let s = nri.wait_synchronized(LONG)?;
+        if s.updated_ms >= since_ms {
+            return Ok(s);
+        }
+        if start.elapsed() > LONG {
+            bail!("no Synchronize after the restart:\n{}", nri.log_text());
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
