@@ -17,6 +17,9 @@ use serde_json::Value;
 /// One scenario at a time: the machine has two cores and one runc state root.
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
+/// Damages a record file on disk.
+type Spoiler = Box<dyn Fn(&Path)>;
+
 const LONG: Duration = Duration::from_secs(60);
 const DEV_IN_CONTAINER: &str = "/dev/graft-test0";
 
@@ -305,7 +308,7 @@ async fn scenario(version: Version) -> anyhow::Result<()> {
 
     // 2. A corrupt, unknown-version or invalid record refuses the container, with a message
     //    naming the problem; the container never starts half-injected.
-    let bad_cases: [(&str, Box<dyn Fn(&Path)>, &str); 3] = [
+    let bad_cases: [(&str, Spoiler, &str); 3] = [
         (
             "corrupt",
             Box::new(|p: &Path| std::fs::write(p, b"{\"version\": 1, \"claim\": {").unwrap()),
@@ -411,7 +414,7 @@ async fn scenario(version: Version) -> anyhow::Result<()> {
         status.uninjected_found == 1,
         "exactly the missed container is found: {status:?}"
     );
-    nri.wait_log(&format!("{missed}"), LONG)?;
+    nri.wait_log(&missed, LONG)?;
     println!("[{}] found at Synchronize: {missed}", version.label());
     // Either the runtime stops it, or (containerd up to 2.2 drops plugin evictions) graft
     // says in its log that the runtime did not act.

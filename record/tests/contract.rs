@@ -11,7 +11,12 @@ fn fixture() -> Vec<u8> {
         .expect("fixture")
 }
 
-fn record(claim_uid: &str, pods: &[(&str, &[(&str, &[&str])])]) -> ClaimRecord {
+/// (pod uid, [(container, [device])]).
+type PodSpec<'a> = (&'a str, &'a [(&'a str, &'a [&'a str])]);
+/// A damage to a record and the field the error must name.
+type Case = (fn(&mut ClaimRecord), &'static str);
+
+fn record(claim_uid: &str, pods: &[PodSpec]) -> ClaimRecord {
     ClaimRecord {
         version: FORMAT_VERSION,
         claim: ClaimRef {
@@ -132,7 +137,7 @@ fn corrupt_is_refused() {
 
 #[test]
 fn invalid_requests_are_refused_naming_the_field() {
-    let cases: Vec<(fn(&mut ClaimRecord), &str)> = vec![
+    let cases: Vec<Case> = vec![
         (
             |r| r.devices[0].edits.device_nodes[0].path = "/etc/shadow".into(),
             "device_nodes[0].path",
