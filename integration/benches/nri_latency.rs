@@ -1,1 +1,318 @@
-fn main() {}
+//! Figures for docs/benchmarks.md (not a timed test; the machines are noisy):
+//!
+//! 1. plugin-side CreateContainer handling (decode, records lookup, adjustment, encode)
+//!    with 1, 100 and 1000 claims recorded on the node;
+//! 2. Synchronize with 1000 running containers (decode + verification);
+//! 3. CRI CreateContainer latency on two real containerd 2.2 instances, one with graft-nri
+//!    attached and one without, interleaved in one run;
+//! 4. graft-nri's resident memory.
+//!
+//! Run: cargo build --release --workspace --bins && cargo bench -p graft-integration --bench nri_latency
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use graft_integration::{Containerd, Cri, GraftNri, Testbed, Version};
+use graft_nri::plugin::GraftPlugin;
+use graft_nri::sdk::NriPlugin;
+use graft_proto::nri;
+use graft_record::*;
+use protobuf::Message;
+
+fn claim(i: usize, pod_uid: &str, containers: &[String]) -> ClaimRecord {
+    ClaimRecord {
+        version: FORMAT_VERSION,
+        claim: ClaimRef {
+            uid: format!("claim-{i:05}"),
+            namespace: "bench".into(),
+            name: format!("claim-{i}"),
+        },
+        devices: vec![DeviceRecord {
+            name: "dev-0".into(),
+            pool: "node".into(),
+            requests: vec!["dev".into()],
+            edits: ContainerEdits {
+                device_nodes: vec![DeviceNode {
+                    path: "/dev/graft-bench0".into(),
+                    kind: DeviceKind::Char,
+                    major: 1,
+                    minor: 3,
+                    file_mode: Some(0o666),
+                    uid: None,
+                    gid: None,
+                }],
+                env: vec![EnvVar {
+                    name: "GRAFT_BENCH".into(),
+                    value: i.to_string(),
+                }],
+                ..Default::default()
+            },
+        }],
+        pods: vec![PodRecord {
+            uid: pod_uid.into(),
+            namespace: "bench".into(),
+            name: format!("pod-{i}"),
+            containers: containers
+                .iter()
+                .map(|c| ContainerRecord {
+                    name: c.clone(),
+                    devices: vec!["dev-0".into()],
+                })
+                .collect(),
+        }],
+    }
+}
+
+fn plugin_with_claims(dir: &Path, n: usize) -> GraftPlugin {
+    let store = RecordStore::open(dir).unwrap();
+    for i in 0..n {
+        store
+            .put_claim(&claim(i, &format!("pod-uid-{i:05}"), &["app".to_string()]))
+            .unwrap();
+    }
+    let status = StatusPublisher::acquire(dir, "10-graft", "bench".into()).unwrap();
+    GraftPlugin::new(store, status)
+}
+
+fn pct(sorted: &[Duration], p: f64) -> Duration {
+    let idx = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[idx.min(sorted.len() - 1)]
+}
+
+fn us(d: Duration) -> f64 {
+    d.as_nanos() as f64 / 1000.0
+}
+
+fn request_bytes(pod_uid: &str) -> Vec<u8> {
+    let req = nri::CreateContainerRequest {
+        pod: Some(nri::PodSandbox {
+            id: "sandbox".into(),
+            name: "pod".into(),
+            uid: pod_uid.into(),
+            namespace: "bench".into(),
+            ..Default::default()
+        })
+        .into(),
+        container: Some(nri::Container {
+            id: "ctr".into(),
+            name: "app".into(),
+            env: (0..20).map(|i| format!("VAR{i}=value{i}")).collect(),
+            ..Default::default()
+        })
+        .into(),
+        ..Default::default()
+    };
+    req.write_to_bytes().unwrap()
+}
+
+async fn create_latency(plugin: &GraftPlugin, pod_uid: &str, iterations: usize) -> Vec<Duration> {
+    let bytes = request_bytes(pod_uid);
+    let mut out = Vec::with_capacity(iterations);
+    for _ in 0..iterations {
+        let t = Instant::now();
+        let req = nri::CreateContainerRequest::parse_from_bytes(&bytes).unwrap();
+        let resp = plugin
+            .create_container(
+                req.pod.unwrap_or_default(),
+                req.container.unwrap_or_default(),
+            )
+            .await
+            .unwrap();
+        let encoded = resp.write_to_bytes().unwrap();
+        out.push(t.elapsed());
+        std::hint::black_box(encoded);
+    }
+    out.sort();
+    out
+}
+
+async fn plugin_side() {
+    println!("## Plugin-side CreateContainer handling (decode + lookup + adjustment + encode), 5000 calls each\n");
+    println!("| claims on node | pod | p50 µs | p99 µs | max µs |");
+    println!("|---|---|---|---|---|");
+    for n in [1usize, 100, 1000] {
+        let dir = tempfile::tempdir().unwrap();
+        let plugin = plugin_with_claims(dir.path(), n);
+        for (label, pod) in [
+            ("holds a claim", "pod-uid-00000"),
+            ("holds none", "pod-uid-none"),
+        ] {
+            let _warm = create_latency(&plugin, pod, 200).await;
+            let s = create_latency(&plugin, pod, 5000).await;
+            println!(
+                "| {n} | {label} | {:.1} | {:.1} | {:.1} |",
+                us(pct(&s, 0.5)),
+                us(pct(&s, 0.99)),
+                us(*s.last().unwrap())
+            );
+        }
+    }
+}
+
+fn synchronize_side() {
+    let n = 1000;
+    let dir = tempfile::tempdir().unwrap();
+    let plugin = plugin_with_claims(dir.path(), n);
+    let mut req = nri::SynchronizeRequest::new();
+    for i in 0..n {
+        let pod_uid = format!("pod-uid-{i:05}");
+        req.pods.push(nri::PodSandbox {
+            id: format!("sandbox-{i}"),
+            uid: pod_uid,
+            name: format!("pod-{i}"),
+            namespace: "bench".into(),
+            ..Default::default()
+        });
+        let mut linux = nri::LinuxContainer::new();
+        linux.devices.push(nri::LinuxDevice {
+            path: "/dev/graft-bench0".into(),
+            type_: "c".into(),
+            major: 1,
+            minor: 3,
+            ..Default::default()
+        });
+        let mut ctr = nri::Container {
+            id: format!("ctr-{i:05}"),
+            pod_sandbox_id: format!("sandbox-{i}"),
+            name: "app".into(),
+            state: nri::ContainerState::CONTAINER_RUNNING.into(),
+            env: (0..20).map(|k| format!("VAR{k}=value{k}")).collect(),
+            linux: Some(linux).into(),
+            ..Default::default()
+        };
+        ctr.annotations
+            .insert(INJECTED_ANNOTATION.into(), "[]".into());
+        req.containers.push(ctr);
+    }
+    let bytes = req.write_to_bytes().unwrap();
+    let mut times = Vec::new();
+    for _ in 0..30 {
+        let t = Instant::now();
+        let r = nri::SynchronizeRequest::parse_from_bytes(&bytes).unwrap();
+        let found = plugin.find_uninjected(&r.pods, &r.containers);
+        times.push(t.elapsed());
+        assert!(found.is_empty());
+    }
+    times.sort();
+    println!("\n## Synchronize with {n} running containers, each holding a recorded claim ({} KiB request), 30 runs\n", bytes.len() / 1024);
+    println!("| p50 ms | max ms |");
+    println!("|---|---|");
+    println!(
+        "| {:.2} | {:.2} |",
+        us(pct(&times, 0.5)) / 1000.0,
+        us(*times.last().unwrap()) / 1000.0
+    );
+}
+
+fn rss_kib(pid: u32) -> (u64, u64) {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let get = |k: &str| {
+        text.lines()
+            .find(|l| l.starts_with(k))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    };
+    (get("VmRSS:"), get("VmHWM:"))
+}
+
+async fn cri_side() -> anyhow::Result<()> {
+    let rounds = 40;
+    let tb = Testbed::load()?;
+    let base = PathBuf::from(format!("/tmp/graft-bench-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&base);
+    let with_dir = base.join("with");
+    let without_dir = base.join("without");
+    let cd_with = Containerd::start(&tb, Version::V2_2, &with_dir)?;
+    let cd_without = Containerd::start(&tb, Version::V2_2, &without_dir)?;
+    let state = with_dir.join("graft-state");
+    let store = RecordStore::open(&state)?;
+    // 1000 claims on the node; the measured pod holds one that names every container.
+    let names: Vec<String> = (0..rounds).map(|i| format!("c{i}")).collect();
+    for i in 1..1000 {
+        store.put_claim(&claim(
+            i,
+            &format!("other-pod-{i:05}"),
+            &["app".to_string()],
+        ))?;
+    }
+    store.put_claim(&claim(0, "bench-pod-with", &names))?;
+    let mut nri = GraftNri::start(
+        &cd_with.nri_socket,
+        &state,
+        &with_dir.join("logs/graft-nri.log"),
+        &[],
+    )?;
+    nri.wait_synchronized(Duration::from_secs(60))?;
+    let pid = nri.pid().unwrap_or(0);
+
+    let cri_with = Cri::connect(&cd_with.socket, &with_dir.join("pods")).await?;
+    let cri_without = Cri::connect(&cd_without.socket, &without_dir.join("pods")).await?;
+    let pod_with = cri_with.run_pod("bench", "bench-pod-with").await?;
+    let pod_without = cri_without.run_pod("bench", "bench-pod-without").await?;
+    // Warm both: image unpack, snapshotter, first NRI call.
+    cri_with.create(&pod_with, "warm", "true").await?;
+    cri_without.create(&pod_without, "warm", "true").await?;
+
+    let (mut with, mut without) = (Vec::new(), Vec::new());
+    for (i, name) in names.iter().enumerate() {
+        // Alternate who goes first, so that neither side always follows the other.
+        let order: [bool; 2] = if i % 2 == 0 {
+            [true, false]
+        } else {
+            [false, true]
+        };
+        for attached in order {
+            let (cri, pod, out) = if attached {
+                (&cri_with, &pod_with, &mut with)
+            } else {
+                (&cri_without, &pod_without, &mut without)
+            };
+            let t = Instant::now();
+            cri.create(pod, name, "exec sleep 3600").await?;
+            out.push(t.elapsed());
+        }
+    }
+    let (rss, hwm) = rss_kib(pid);
+    let injected = nri.log_text().matches("injecting recorded devices").count();
+    with.sort();
+    without.sort();
+    let ms = |d: Duration| us(d) / 1000.0;
+    println!("\n## CRI CreateContainer on containerd 2.2.7, {rounds} interleaved rounds (1000 claims on the node, every measured container injected: {injected})\n");
+    println!("| | p50 ms | p90 ms | max ms |");
+    println!("|---|---|---|---|");
+    println!(
+        "| graft-nri attached | {:.2} | {:.2} | {:.2} |",
+        ms(pct(&with, 0.5)),
+        ms(pct(&with, 0.9)),
+        ms(*with.last().unwrap())
+    );
+    println!(
+        "| no plugin | {:.2} | {:.2} | {:.2} |",
+        ms(pct(&without, 0.5)),
+        ms(pct(&without, 0.9)),
+        ms(*without.last().unwrap())
+    );
+    let ratio = us(pct(&with, 0.5)) / us(pct(&without, 0.5));
+    println!(
+        "\nmedian ratio attached/none: {ratio:.3} ({:+.1}%)",
+        (ratio - 1.0) * 100.0
+    );
+    println!("\n## graft-nri memory after the run\n\nVmRSS {rss} KiB ({:.1} MiB), VmHWM {hwm} KiB ({:.1} MiB)", rss as f64 / 1024.0, hwm as f64 / 1024.0);
+
+    drop(nri);
+    drop(cd_with);
+    drop(cd_without);
+    let _ = std::fs::remove_dir_all(&base);
+    Ok(())
+}
+
+fn main() -> anyhow::Result<()> {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    rt.block_on(plugin_side());
+    synchronize_side();
+    rt.block_on(cri_side())
+}
