@@ -8,4 +8,14 @@ bash integration/testbed/setup.sh >/dev/null
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --quiet -- -D warnings
 cargo build --workspace --bins --quiet
-cargo test --workspace --no-fail-fast
+# No doc-tests: the crates have none, and their empty runs would close the log.
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+set +e
+cargo test --workspace --no-fail-fast --lib --bins --tests 2>&1 | tee "$log"
+rc=${PIPESTATUS[0]}
+set -e
+passed=$(grep -Eo '^test result: .* ([0-9]+) passed' "$log" | grep -Eo '[0-9]+ passed' | awk '{s+=$1} END {print s+0}')
+failed=$(grep -Eo '^test result: .*; ([0-9]+) failed' "$log" | grep -Eo '[0-9]+ failed' | awk '{s+=$1} END {print s+0}')
+echo "graft: $passed passed, $failed failed"
+exit "$rc"

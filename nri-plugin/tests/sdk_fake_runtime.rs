@@ -1,0 +1,317 @@
+//! The SDK against a scripted runtime built from the same multiplexer and bindings: the
+//! cases real containerd does not produce on demand (split Synchronize, old-runtime mask
+//! gating, calls for events the plugin did not subscribe to).
+
+use std::os::fd::IntoRawFd;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use graft_nri::events::EventMask;
+use graft_nri::mux::{Mux, PLUGIN_SERVICE_CONN, RUNTIME_SERVICE_CONN};
+use graft_nri::sdk::{self, NriPlugin, Options, Runtime, Transport};
+use graft_proto::nri::{self, Event};
+use graft_proto::nri_ttrpc::{self, PluginClient};
+use ttrpc::r#async::transport::{Listener, Socket};
+use ttrpc::r#async::{Client, Server, TtrpcContext};
+use ttrpc::Code;
+
+#[derive(Default)]
+struct Seen {
+    synced_pods: Vec<String>,
+    created: Vec<String>,
+}
+
+struct TestPlugin {
+    seen: Arc<Mutex<Seen>>,
+}
+
+#[async_trait]
+impl NriPlugin for TestPlugin {
+    fn events(&self) -> EventMask {
+        // VALIDATE is beyond what containerd 1.7 knows: the SDK must drop it.
+        EventMask::of(&[
+            Event::CREATE_CONTAINER,
+            Event::STOP_CONTAINER,
+            Event::VALIDATE_CONTAINER_ADJUSTMENT,
+        ])
+    }
+
+    async fn synchronize(
+        &self,
+        _rt: Runtime,
+        pods: Vec<nri::PodSandbox>,
+        _containers: Vec<nri::Container>,
+    ) -> ttrpc::Result<Vec<nri::ContainerUpdate>> {
+        self.seen.lock().unwrap().synced_pods = pods.into_iter().map(|p| p.id).collect();
+        Ok(Vec::new())
+    }
+
+    async fn create_container(
+        &self,
+        _pod: nri::PodSandbox,
+        ctr: nri::Container,
+    ) -> ttrpc::Result<nri::CreateContainerResponse> {
+        self.seen.lock().unwrap().created.push(ctr.name.clone());
+        let mut adj = nri::ContainerAdjustment::new();
+        adj.env.push(nri::KeyValue {
+            key: "SEEN".into(),
+            value: ctr.name,
+            ..Default::default()
+        });
+        Ok(nri::CreateContainerResponse {
+            adjust: Some(adj).into(),
+            ..Default::default()
+        })
+    }
+}
+
+/// The runtime's side of RegisterPlugin.
+struct FakeRuntime {
+    registered: tokio::sync::mpsc::UnboundedSender<(String, String)>,
+}
+
+#[async_trait]
+impl nri_ttrpc::Runtime for FakeRuntime {
+    async fn register_plugin(
+        &self,
+        _ctx: &TtrpcContext,
+        req: nri::RegisterPluginRequest,
+    ) -> ttrpc::Result<nri::Empty> {
+        let _ = self.registered.send((req.plugin_name, req.plugin_idx));
+        Ok(nri::Empty::new())
+    }
+}
+
+/// A listener that yields one connection and then stays open: ttrpc's shutdown expects its
+/// accept loop to still be running.
+fn serve_once(conn: graft_nri::mux::MuxConn) -> Listener {
+    use futures::StreamExt;
+    Listener::new(
+        futures::stream::once(async move { Ok::<_, std::io::Error>(conn) })
+            .chain(futures::stream::pending()),
+    )
+}
+
+fn code(e: ttrpc::Error) -> Code {
+    match e {
+        ttrpc::Error::RpcStatus(s) => s.code(),
+        other => panic!("not a status: {other:?}"),
+    }
+}
+
+fn pod(id: &str) -> nri::PodSandbox {
+    nri::PodSandbox {
+        id: id.into(),
+        uid: format!("uid-{id}"),
+        ..Default::default()
+    }
+}
+
+#[tokio::test]
+async fn handshake_split_sync_events_and_unimplemented() {
+    let (runtime_end, plugin_end) = std::os::unix::net::UnixStream::pair().unwrap();
+    runtime_end.set_nonblocking(true).unwrap();
+    let runtime_end = tokio::net::UnixStream::from_std(runtime_end).unwrap();
+
+    // Runtime side: serve Runtime on connection 2, call Plugin on connection 1.
+    let mux = Mux::new(runtime_end);
+    let (reg_tx, mut reg_rx) = tokio::sync::mpsc::unbounded_channel();
+    let conn2 = mux.open(RUNTIME_SERVICE_CONN);
+    let mut server = Server::new()
+        .register_service(nri_ttrpc::create_runtime(Arc::new(FakeRuntime {
+            registered: reg_tx,
+        })))
+        .add_listener(serve_once(conn2));
+    server.start().await.unwrap();
+    let plugin_client = PluginClient::new(Client::new(Socket::new(mux.open(PLUGIN_SERVICE_CONN))));
+
+    let seen = Arc::new(Mutex::new(Seen::default()));
+    let plugin = Arc::new(TestPlugin { seen: seen.clone() });
+    let fd = plugin_end.into_raw_fd();
+    let sdk_task = tokio::spawn(sdk::run(
+        plugin,
+        Options::new("graft-test", "42", Transport::PreInstalled(fd)),
+    ));
+
+    let (name, idx) = tokio::time::timeout(Duration::from_secs(5), reg_rx.recv())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!((name.as_str(), idx.as_str()), ("graft-test", "42"));
+    let ctx = || ttrpc::context::with_timeout(2_000_000_000);
+
+    let conf = plugin_client
+        .configure(
+            ctx(),
+            &nri::ConfigureRequest {
+                runtime_name: "containerd".into(),
+                runtime_version: "v1.7.24".into(),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        conf.events,
+        0x8 | 0x200,
+        "CREATE and STOP only; VALIDATE gated off for 1.7"
+    );
+
+    // A split Synchronize: only the last chunk reaches the plugin, with everything.
+    let first = plugin_client
+        .synchronize(
+            ctx(),
+            &nri::SynchronizeRequest {
+                pods: vec![pod("p1")],
+                more: true,
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    assert!(first.more && first.update.is_empty());
+    assert!(seen.lock().unwrap().synced_pods.is_empty());
+    let last = plugin_client
+        .synchronize(
+            ctx(),
+            &nri::SynchronizeRequest {
+                pods: vec![pod("p2")],
+                more: false,
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    assert!(!last.more);
+    assert_eq!(seen.lock().unwrap().synced_pods, ["p1", "p2"]);
+
+    let created = plugin_client
+        .create_container(
+            ctx(),
+            &nri::CreateContainerRequest {
+                pod: Some(pod("p1")).into(),
+                container: Some(nri::Container {
+                    name: "app".into(),
+                    ..Default::default()
+                })
+                .into(),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(created.adjust.env[0].value, "app");
+
+    // Subscribed event through its dedicated RPC and through StateChange: both fine.
+    plugin_client
+        .stop_container(ctx(), &nri::StopContainerRequest::new())
+        .await
+        .unwrap();
+    plugin_client
+        .state_change(
+            ctx(),
+            &nri::StateChangeEvent {
+                event: Event::STOP_CONTAINER.into(),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+
+    // Everything else is UNIMPLEMENTED (12), never NOT_FOUND.
+    let e = plugin_client
+        .run_pod_sandbox(ctx(), &nri::RunPodSandboxRequest::new())
+        .await
+        .unwrap_err();
+    assert_eq!(code(e), Code::UNIMPLEMENTED);
+    let e = plugin_client
+        .start_container(ctx(), &nri::StartContainerRequest::new())
+        .await
+        .unwrap_err();
+    assert_eq!(code(e), Code::UNIMPLEMENTED);
+    let e = plugin_client
+        .state_change(
+            ctx(),
+            &nri::StateChangeEvent {
+                event: Event::START_CONTAINER.into(),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(code(e), Code::UNIMPLEMENTED);
+    let e = plugin_client
+        .validate_container_adjustment(ctx(), &nri::ValidateContainerAdjustmentRequest::new())
+        .await
+        .unwrap_err();
+    assert_eq!(code(e), Code::UNIMPLEMENTED);
+
+    // The runtime goes away: a pre-installed plugin ends instead of reconnecting.
+    drop(plugin_client);
+    let _ = server.shutdown().await;
+    drop(mux);
+    let ended = tokio::time::timeout(Duration::from_secs(5), sdk_task)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        ended.is_err(),
+        "pre-installed mode ends with the connection"
+    );
+}
+
+#[tokio::test]
+async fn a_mask_the_runtime_cannot_take_is_refused() {
+    struct OnlyValidate;
+    #[async_trait]
+    impl NriPlugin for OnlyValidate {
+        fn events(&self) -> EventMask {
+            EventMask::of(&[Event::VALIDATE_CONTAINER_ADJUSTMENT])
+        }
+    }
+    let (runtime_end, plugin_end) = std::os::unix::net::UnixStream::pair().unwrap();
+    runtime_end.set_nonblocking(true).unwrap();
+    let mux = Mux::new(tokio::net::UnixStream::from_std(runtime_end).unwrap());
+    let (reg_tx, mut reg_rx) = tokio::sync::mpsc::unbounded_channel();
+    let conn2 = mux.open(RUNTIME_SERVICE_CONN);
+    let mut server = Server::new()
+        .register_service(nri_ttrpc::create_runtime(Arc::new(FakeRuntime {
+            registered: reg_tx,
+        })))
+        .add_listener(serve_once(conn2));
+    server.start().await.unwrap();
+    let client = PluginClient::new(Client::new(Socket::new(mux.open(PLUGIN_SERVICE_CONN))));
+    tokio::spawn(sdk::run(
+        Arc::new(OnlyValidate),
+        Options::new("v", "01", Transport::PreInstalled(plugin_end.into_raw_fd())),
+    ));
+    reg_rx.recv().await.unwrap();
+    let e = client
+        .configure(
+            ttrpc::context::with_timeout(2_000_000_000),
+            &nri::ConfigureRequest {
+                runtime_name: "containerd".into(),
+                runtime_version: "v2.1.4".into(),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(
+        code(e),
+        Code::FAILED_PRECONDITION,
+        "never answer 0, which would mean every event"
+    );
+    let _ = server.shutdown().await;
+}
+
+#[test]
+fn options_are_checked_like_the_runtime_does() {
+    let t = || Transport::External("/x".into());
+    assert!(Options::new("graft", "10", t()).validate().is_ok());
+    assert!(Options::new("graft", "1", t()).validate().is_err());
+    assert!(Options::new("graft", "ab", t()).validate().is_err());
+    assert!(Options::new("gr aft", "10", t()).validate().is_err());
+    assert!(Options::new("", "10", t()).validate().is_err());
+}
