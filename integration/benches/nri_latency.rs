@@ -12,6 +12,7 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use graft_integration::records::{char_node, one_device_claim};
 use graft_integration::{Containerd, Cri, GraftNri, Testbed, Version};
 use graft_nri::plugin::GraftPlugin;
 use graft_nri::sdk::NriPlugin;
@@ -20,47 +21,23 @@ use graft_record::*;
 use protobuf::Message;
 
 fn claim(i: usize, pod_uid: &str, containers: &[String]) -> ClaimRecord {
-    ClaimRecord {
-        version: FORMAT_VERSION,
-        claim: ClaimRef {
-            uid: format!("claim-{i:05}"),
-            namespace: "bench".into(),
-            name: format!("claim-{i}"),
-        },
-        devices: vec![DeviceRecord {
-            name: "dev-0".into(),
-            pool: "node".into(),
-            requests: vec!["dev".into()],
-            edits: ContainerEdits {
-                device_nodes: vec![DeviceNode {
-                    path: "/dev/graft-bench0".into(),
-                    kind: DeviceKind::Char,
-                    major: 1,
-                    minor: 3,
-                    file_mode: Some(0o666),
-                    uid: None,
-                    gid: None,
-                }],
-                env: vec![EnvVar {
-                    name: "GRAFT_BENCH".into(),
-                    value: i.to_string(),
-                }],
-                ..Default::default()
-            },
+    let edits = ContainerEdits {
+        device_nodes: vec![char_node("/dev/graft-bench0", 1, 3, 0o666)],
+        env: vec![EnvVar {
+            name: "GRAFT_BENCH".into(),
+            value: i.to_string(),
         }],
-        pods: vec![PodRecord {
-            uid: pod_uid.into(),
-            namespace: "bench".into(),
-            name: format!("pod-{i}"),
-            containers: containers
-                .iter()
-                .map(|c| ContainerRecord {
-                    name: c.clone(),
-                    devices: vec!["dev-0".into()],
-                })
-                .collect(),
-        }],
-    }
+        ..Default::default()
+    };
+    let names: Vec<&str> = containers.iter().map(String::as_str).collect();
+    one_device_claim(
+        &format!("claim-{i:05}"),
+        &format!("claim-{i}"),
+        pod_uid,
+        &names,
+        "dev-0",
+        edits,
+    )
 }
 
 fn plugin_with_claims(dir: &Path, n: usize) -> GraftPlugin {

@@ -4,6 +4,7 @@
 pub mod containerd;
 pub mod cri;
 pub mod nri;
+pub mod records;
 pub mod testbed;
 
 pub use containerd::{Containerd, Version};

@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context};
+use graft_integration::records::{char_node, one_device_claim, ro_bind};
 use graft_integration::{Containerd, Cri, GraftNri, Testbed, Version};
 use graft_record::*;
 use k8s_cri::v1::ContainerState;
@@ -64,50 +65,23 @@ fn claim(
     minor: i64,
     conf: &Path,
 ) -> ClaimRecord {
-    ClaimRecord {
-        version: FORMAT_VERSION,
-        claim: ClaimRef {
-            uid: claim_uid.into(),
-            namespace: "default".into(),
-            name: format!("claim-{container}"),
-        },
-        devices: vec![DeviceRecord {
-            name: "testdev-0".into(),
-            pool: "testbed".into(),
-            requests: vec!["dev".into()],
-            edits: ContainerEdits {
-                device_nodes: vec![DeviceNode {
-                    path: DEV_IN_CONTAINER.into(),
-                    kind: DeviceKind::Char,
-                    major,
-                    minor,
-                    file_mode: Some(0o600),
-                    uid: None,
-                    gid: None,
-                }],
-                mounts: vec![Mount {
-                    source: conf.to_string_lossy().into_owned(),
-                    destination: "/etc/graft-test.conf".into(),
-                    kind: "bind".into(),
-                    options: vec!["ro".into(), "rbind".into(), "nosuid".into(), "nodev".into()],
-                }],
-                env: vec![EnvVar {
-                    name: "GRAFT_TEST_ENV".into(),
-                    value: "injected".into(),
-                }],
-                hooks: vec![],
-            },
+    let edits = ContainerEdits {
+        device_nodes: vec![char_node(DEV_IN_CONTAINER, major, minor, 0o600)],
+        mounts: vec![ro_bind(conf, "/etc/graft-test.conf")],
+        env: vec![EnvVar {
+            name: "GRAFT_TEST_ENV".into(),
+            value: "injected".into(),
         }],
-        pods: vec![PodRecord {
-            uid: pod_uid.into(),
-            namespace: "default".into(),
-            name: "pod".into(),
-            containers: vec![ContainerRecord {
-                name: container.into(),
-                devices: vec!["testdev-0".into()],
-            }],
-        }],
-    }
+        hooks: vec![],
+    };
+    one_device_claim(
+        claim_uid,
+        &format!("claim-{container}"),
+        pod_uid,
+        &[container],
+        "testdev-0",
+        edits,
+    )
 }
 
 /// What a container reports about the device, env and mount; then it idles.

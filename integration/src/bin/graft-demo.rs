@@ -8,6 +8,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::Context;
+use graft_integration::records::{char_node, one_device_claim, ro_bind};
 use graft_integration::{Containerd, Cri, GraftNri, Testbed, Version};
 use graft_record::*;
 
@@ -40,50 +41,23 @@ async fn main() -> anyhow::Result<()> {
     let conf = dir.join("demo.conf");
     std::fs::write(&conf, "hello from the host\n")?;
     let pod_uid = "3f1c2a9e-0d4b-4c8e-9a7f-5b6d8e2c1a00";
-    let record = ClaimRecord {
-        version: FORMAT_VERSION,
-        claim: ClaimRef {
-            uid: "7a9d4e21-8c3b-4f5a-b1e6-0c2d9f8a7b10".into(),
-            namespace: "default".into(),
-            name: "demo-dev".into(),
-        },
-        devices: vec![DeviceRecord {
-            name: "latency-0".into(),
-            pool: "testbed".into(),
-            requests: vec!["dev".into()],
-            edits: ContainerEdits {
-                device_nodes: vec![DeviceNode {
-                    path: "/dev/graft0".into(),
-                    kind: DeviceKind::Char,
-                    major,
-                    minor,
-                    file_mode: Some(0o600),
-                    uid: None,
-                    gid: None,
-                }],
-                mounts: vec![Mount {
-                    source: conf.to_string_lossy().into_owned(),
-                    destination: "/etc/graft/demo.conf".into(),
-                    kind: "bind".into(),
-                    options: vec!["ro".into(), "nosuid".into(), "nodev".into(), "rbind".into()],
-                }],
-                env: vec![EnvVar {
-                    name: "GRAFT_DEVICE".into(),
-                    value: "latency-0".into(),
-                }],
-                hooks: vec![],
-            },
+    let edits = ContainerEdits {
+        device_nodes: vec![char_node("/dev/graft0", major, minor, 0o600)],
+        mounts: vec![ro_bind(&conf, "/etc/graft/demo.conf")],
+        env: vec![EnvVar {
+            name: "GRAFT_DEVICE".into(),
+            value: "latency-0".into(),
         }],
-        pods: vec![PodRecord {
-            uid: pod_uid.into(),
-            namespace: "default".into(),
-            name: "demo".into(),
-            containers: vec![ContainerRecord {
-                name: "app".into(),
-                devices: vec!["latency-0".into()],
-            }],
-        }],
+        hooks: vec![],
     };
+    let record = one_device_claim(
+        "7a9d4e21-8c3b-4f5a-b1e6-0c2d9f8a7b10",
+        "demo-dev",
+        pod_uid,
+        &["app"],
+        "latency-0",
+        edits,
+    );
     RecordStore::open(&state)?.put_claim(&record)?;
     println!("== recorded claim default/demo-dev: device latency-0 ({DEV}, c {major}:{minor}) for container app of pod {pod_uid}");
 

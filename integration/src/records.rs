@@ -1,0 +1,64 @@
+//! Claim records as graft-driver writes them, for the demo, tests and benchmarks.
+
+use graft_record::*;
+
+/// A claim holding one device (`device`, with `edits`) that the listed containers of one
+/// pod receive.
+pub fn one_device_claim(
+    claim_uid: &str,
+    claim_name: &str,
+    pod_uid: &str,
+    containers: &[&str],
+    device: &str,
+    edits: ContainerEdits,
+) -> ClaimRecord {
+    ClaimRecord {
+        version: FORMAT_VERSION,
+        claim: ClaimRef {
+            uid: claim_uid.into(),
+            namespace: "default".into(),
+            name: claim_name.into(),
+        },
+        devices: vec![DeviceRecord {
+            name: device.into(),
+            pool: "testbed".into(),
+            requests: vec!["dev".into()],
+            edits,
+        }],
+        pods: vec![PodRecord {
+            uid: pod_uid.into(),
+            namespace: "default".into(),
+            name: format!("pod-{pod_uid}"),
+            containers: containers
+                .iter()
+                .map(|c| ContainerRecord {
+                    name: c.to_string(),
+                    devices: vec![device.into()],
+                })
+                .collect(),
+        }],
+    }
+}
+
+/// A character device node given explicitly, as records carry them.
+pub fn char_node(path: &str, major: i64, minor: i64, mode: u32) -> DeviceNode {
+    DeviceNode {
+        path: path.into(),
+        kind: DeviceKind::Char,
+        major,
+        minor,
+        file_mode: Some(mode),
+        uid: None,
+        gid: None,
+    }
+}
+
+/// A read-only bind mount of a host file.
+pub fn ro_bind(source: &std::path::Path, destination: &str) -> Mount {
+    Mount {
+        source: source.to_string_lossy().into_owned(),
+        destination: destination.into(),
+        kind: "bind".into(),
+        options: vec!["ro".into(), "nosuid".into(), "nodev".into(), "rbind".into()],
+    }
+}
