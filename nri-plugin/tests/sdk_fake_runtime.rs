@@ -93,6 +93,38 @@ fn serve_once(conn: graft_nri::mux::MuxConn) -> Listener {
     )
 }
 
+/// A scripted runtime on one end of a socket pair: it serves Runtime on connection 2 and
+/// calls Plugin on connection 1. The plugin gets the other end's fd.
+struct Harness {
+    _mux: Mux,
+    server: Server,
+    client: PluginClient,
+    registered: tokio::sync::mpsc::UnboundedReceiver<(String, String)>,
+    plugin_fd: i32,
+}
+
+async fn fake_runtime() -> Harness {
+    let (runtime_end, plugin_end) = std::os::unix::net::UnixStream::pair().unwrap();
+    runtime_end.set_nonblocking(true).unwrap();
+    let mux = Mux::new(tokio::net::UnixStream::from_std(runtime_end).unwrap());
+    let (reg_tx, registered) = tokio::sync::mpsc::unbounded_channel();
+    let conn2 = mux.open(RUNTIME_SERVICE_CONN);
+    let mut server = Server::new()
+        .register_service(nri_ttrpc::create_runtime(Arc::new(FakeRuntime {
+            registered: reg_tx,
+        })))
+        .add_listener(serve_once(conn2));
+    server.start().await.unwrap();
+    let client = PluginClient::new(Client::new(Socket::new(mux.open(PLUGIN_SERVICE_CONN))));
+    Harness {
+        _mux: mux,
+        server,
+        client,
+        registered,
+        plugin_fd: plugin_end.into_raw_fd(),
+    }
+}
+
 fn code(e: ttrpc::Error) -> Code {
     match e {
         ttrpc::Error::RpcStatus(s) => s.code(),
@@ -110,25 +142,15 @@ fn pod(id: &str) -> nri::PodSandbox {
 
 #[tokio::test]
 async fn handshake_split_sync_events_and_unimplemented() {
-    let (runtime_end, plugin_end) = std::os::unix::net::UnixStream::pair().unwrap();
-    runtime_end.set_nonblocking(true).unwrap();
-    let runtime_end = tokio::net::UnixStream::from_std(runtime_end).unwrap();
-
-    // Runtime side: serve Runtime on connection 2, call Plugin on connection 1.
-    let mux = Mux::new(runtime_end);
-    let (reg_tx, mut reg_rx) = tokio::sync::mpsc::unbounded_channel();
-    let conn2 = mux.open(RUNTIME_SERVICE_CONN);
-    let mut server = Server::new()
-        .register_service(nri_ttrpc::create_runtime(Arc::new(FakeRuntime {
-            registered: reg_tx,
-        })))
-        .add_listener(serve_once(conn2));
-    server.start().await.unwrap();
-    let plugin_client = PluginClient::new(Client::new(Socket::new(mux.open(PLUGIN_SERVICE_CONN))));
-
+    let Harness {
+        _mux: mux,
+        mut server,
+        client: plugin_client,
+        registered: mut reg_rx,
+        plugin_fd: fd,
+    } = fake_runtime().await;
     let seen = Arc::new(Mutex::new(Seen::default()));
     let plugin = Arc::new(TestPlugin { seen: seen.clone() });
-    let fd = plugin_end.into_raw_fd();
     let sdk_task = tokio::spawn(sdk::run(
         plugin,
         Options::new("graft-test", "42", Transport::PreInstalled(fd)),
@@ -270,21 +292,16 @@ async fn a_mask_the_runtime_cannot_take_is_refused() {
             EventMask::of(&[Event::VALIDATE_CONTAINER_ADJUSTMENT])
         }
     }
-    let (runtime_end, plugin_end) = std::os::unix::net::UnixStream::pair().unwrap();
-    runtime_end.set_nonblocking(true).unwrap();
-    let mux = Mux::new(tokio::net::UnixStream::from_std(runtime_end).unwrap());
-    let (reg_tx, mut reg_rx) = tokio::sync::mpsc::unbounded_channel();
-    let conn2 = mux.open(RUNTIME_SERVICE_CONN);
-    let mut server = Server::new()
-        .register_service(nri_ttrpc::create_runtime(Arc::new(FakeRuntime {
-            registered: reg_tx,
-        })))
-        .add_listener(serve_once(conn2));
-    server.start().await.unwrap();
-    let client = PluginClient::new(Client::new(Socket::new(mux.open(PLUGIN_SERVICE_CONN))));
+    let Harness {
+        _mux,
+        mut server,
+        client,
+        registered: mut reg_rx,
+        plugin_fd,
+    } = fake_runtime().await;
     tokio::spawn(sdk::run(
         Arc::new(OnlyValidate),
-        Options::new("v", "01", Transport::PreInstalled(plugin_end.into_raw_fd())),
+        Options::new("v", "01", Transport::PreInstalled(plugin_fd)),
     ));
     reg_rx.recv().await.unwrap();
     let e = client
