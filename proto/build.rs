@@ -1,5 +1,5 @@
-//! Generates the NRI message and ttrpc bindings into OUT_DIR. The parser is pure Rust, so
-//! no `protoc` is needed on the build machine.
+//! Generates the bindings into OUT_DIR. NRI (ttrpc) uses a pure-Rust parser, so it needs no
+//! `protoc`; the kubelet protocols (feature `kubelet`, tonic) are compiled with `protoc`.
 
 use std::{fs, io, path::Path};
 
@@ -35,5 +35,24 @@ fn main() -> io::Result<()> {
             .collect();
         fs::write(&path, kept.join("\n"))?;
     }
+
+    #[cfg(feature = "kubelet")]
+    kubelet()?;
     Ok(())
+}
+
+#[cfg(feature = "kubelet")]
+fn kubelet() -> io::Result<()> {
+    let protos = [
+        "kubelet/pluginregistration.proto",
+        "kubelet/dra_v1.proto",
+        "kubelet/dra_v1beta1.proto",
+    ];
+    for p in protos {
+        println!("cargo:rerun-if-changed={p}");
+    }
+    tonic_prost_build::configure()
+        .build_server(true)
+        .build_client(true)
+        .compile_protos(&protos, &["kubelet"])
 }

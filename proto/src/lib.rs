@@ -38,3 +38,23 @@ pub mod nri {
 pub mod nri_ttrpc {
     include!(concat!(env!("OUT_DIR"), "/nri_ttrpc.rs"));
 }
+
+/// Kubelet plugin registration (package `pluginregistration`).
+#[cfg(feature = "kubelet")]
+#[allow(clippy::all, missing_docs, unreachable_pub)]
+pub mod pluginregistration {
+    tonic::include_proto!("pluginregistration");
+}
+
+/// The kubelet's DRA plugin service, v1 and its v1beta1 twin.
+#[cfg(feature = "kubelet")]
+pub mod dra {
+    #[allow(clippy::all, missing_docs, unreachable_pub)]
+    pub mod v1 {
+        tonic::include_proto!("k8s.io.kubelet.pkg.apis.dra.v1");
+    }
+    #[allow(clippy::all, missing_docs, unreachable_pub)]
+    pub mod v1beta1 {
+        tonic::include_proto!("k8s.io.kubelet.pkg.apis.dra.v1beta1");
+    }
+}
