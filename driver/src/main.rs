@@ -1,12 +1,188 @@
-//! `graft-driver`: the DRA kubelet plugin. Its place in the workspace is set; the kubelet
-//! endpoints, discovery and ResourceSlices come with the DRA plugin work. It already shares
-//! the record contract with the NRI plugin through `graft-record`.
+//! `graft-driver`: the DRA kubelet plugin daemon.
 
-use anyhow::bail;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
-fn main() -> anyhow::Result<()> {
-    bail!(
-        "graft-driver is not implemented yet (record format v{})",
-        graft_record::FORMAT_VERSION
-    )
+use anyhow::{bail, Context};
+use clap::Parser;
+use graft_driver::discovery::char::{CharDiscovery, DEFAULT_CONFIG_PATH};
+use graft_driver::discovery::nvidia::NvidiaDiscovery;
+use graft_driver::discovery::{discover_all, inotify, Discovery};
+use graft_driver::plugin::{self, PluginPaths};
+use graft_driver::prepare::{CrashPoint, DriverCore};
+use graft_driver::publisher::Publisher;
+use tokio::signal::unix::{signal, SignalKind};
+
+#[derive(Debug, Parser)]
+#[command(name = "graft-driver", version, about = "graft's DRA kubelet plugin")]
+struct Args {
+    /// Driver name: the ResourceSlices' spec.driver and what DeviceClasses select.
+    #[arg(long, env = "GRAFT_DRIVER_NAME", default_value = graft_driver::DEFAULT_DRIVER_NAME)]
+    driver_name: String,
+    /// This node's name (the downward API's spec.nodeName).
+    #[arg(long, env = "NODE_NAME")]
+    node_name: String,
+    /// The kubelet's root directory; the plugin sockets go below it.
+    #[arg(long, env = "GRAFT_KUBELET_DIR", default_value = "/var/lib/kubelet")]
+    kubelet_dir: PathBuf,
+    /// State shared with graft-nri: records, the NRI status, the prepare checkpoint.
+    #[arg(long, env = "GRAFT_STATE_DIR", default_value = graft_record::DEFAULT_STATE_DIR)]
+    state_dir: PathBuf,
+    /// This pod's UID: enables rolling updates with per-instance socket names.
+    #[arg(long, env = "POD_UID")]
+    pod_uid: Option<String>,
+    /// Discovery backends, comma separated: char, nvidia.
+    #[arg(
+        long,
+        env = "GRAFT_DISCOVERY",
+        value_delimiter = ',',
+        default_value = "char"
+    )]
+    discovery: Vec<String>,
+    /// The char backend's device list.
+    #[arg(long, env = "GRAFT_DEVICE_CONFIG", default_value = DEFAULT_CONFIG_PATH)]
+    device_config: PathBuf,
+    /// Root of the NVIDIA driver installation (nvidia backend).
+    #[arg(long, env = "GRAFT_NVIDIA_DRIVER_ROOT", default_value = "/")]
+    nvidia_driver_root: PathBuf,
+    #[arg(long, env = "GRAFT_SYSFS_ROOT", default_value = "/sys")]
+    sysfs_root: PathBuf,
+    /// Seconds between full rescans (changes in watched directories rescan at once).
+    #[arg(long, default_value_t = 30)]
+    rescan_seconds: u64,
+    /// Seconds between passes that roll back half-done prepares of deleted claims.
+    #[arg(long, default_value_t = 600)]
+    cleanup_seconds: u64,
+    #[arg(long, hide = true, default_value = graft_record::BOOT_ID_PATH)]
+    boot_id_path: PathBuf,
+    /// Test hook: SIGKILL this process at a step of the next prepare.
+    #[arg(long, hide = true, value_enum)]
+    crash_at: Option<CrashPoint>,
+}
+
+fn backends(args: &Args) -> anyhow::Result<Vec<Box<dyn Discovery>>> {
+    let mut out: Vec<Box<dyn Discovery>> = Vec::new();
+    for name in &args.discovery {
+        match name.trim() {
+            "char" => out.push(Box::new(CharDiscovery::new(
+                args.device_config.clone(),
+                args.sysfs_root.clone(),
+            )?)),
+            "nvidia" => out.push(Box::new(NvidiaDiscovery::new(
+                args.nvidia_driver_root.clone(),
+            )?)),
+            other => bail!("--discovery: unknown backend {other:?} (known: char, nvidia)"),
+        }
+    }
+    if out.is_empty() {
+        bail!("--discovery: no backend selected");
+    }
+    Ok(out)
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let started = Instant::now();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let args = Args::parse();
+    if let Err(r) = graft_driver::limits::check_qualified_name(&format!("{}/x", args.driver_name)) {
+        bail!("--driver-name {:?}: {r}", args.driver_name);
+    }
+
+    let boot_id = graft_record::read_boot_id(&args.boot_id_path)?;
+    let backends = backends(&args)?;
+    let devices = discover_all(&backends).context("initial discovery")?;
+    tracing::info!(devices = devices.len(), "discovered devices");
+
+    let client = kube::Client::try_default()
+        .await
+        .context("no Kubernetes client configuration (in-cluster or KUBECONFIG)")?;
+    let core = Arc::new(DriverCore::new(
+        args.driver_name.clone(),
+        args.node_name.clone(),
+        client.clone(),
+        args.state_dir.clone(),
+        boot_id,
+        args.crash_at,
+    )?);
+    core.set_inventory(&devices);
+    core.startup().await.context("settling the checkpoint")?;
+
+    let (inv_tx, inv_rx) = tokio::sync::watch::channel(devices);
+    let publisher = Publisher::new(
+        client,
+        args.driver_name.clone(),
+        args.node_name.clone(),
+        started,
+    );
+    tokio::spawn(publisher.run(inv_rx));
+
+    // Rescans: on changes in the watched directories, and periodically.
+    let (wake_tx, mut wake_rx) = tokio::sync::mpsc::channel(1);
+    let watch_paths: Vec<PathBuf> = backends.iter().flat_map(|b| b.watch_paths()).collect();
+    match inotify::spawn_watcher(&watch_paths, wake_tx) {
+        Ok(n) => tracing::debug!(directories = n, "watching for device changes"),
+        Err(e) => tracing::warn!(error = %e, "no change notification; periodic rescans only"),
+    }
+    let rescan_core = Arc::clone(&core);
+    let rescan_every = Duration::from_secs(args.rescan_seconds.max(1));
+    tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                _ = wake_rx.recv() => tokio::time::sleep(Duration::from_millis(100)).await,
+                _ = tokio::time::sleep(rescan_every) => {}
+            }
+            while wake_rx.try_recv().is_ok() {}
+            match discover_all(&backends) {
+                Ok(devs) => {
+                    rescan_core.set_inventory(&devs);
+                    inv_tx.send_if_modified(|cur| {
+                        let changed = *cur != devs;
+                        if changed {
+                            tracing::info!(devices = devs.len(), "device inventory changed");
+                            *cur = devs;
+                        }
+                        changed
+                    });
+                }
+                Err(e) => tracing::error!(error = %e, "rescan failed; keeping the last inventory"),
+            }
+        }
+    });
+
+    let cleanup_core = Arc::clone(&core);
+    let cleanup_every = Duration::from_secs(args.cleanup_seconds.max(1));
+    tokio::spawn(async move {
+        loop {
+            match cleanup_core.cleanup().await {
+                Ok(0) => {}
+                Ok(n) => tracing::info!(claims = n, "rolled back stale prepares"),
+                Err(e) => tracing::warn!(error = %e, "checkpoint cleanup failed"),
+            }
+            tokio::time::sleep(cleanup_every).await;
+        }
+    });
+
+    let paths = PluginPaths::new(
+        &args.kubelet_dir,
+        &args.driver_name,
+        args.pod_uid.as_deref(),
+    )?;
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
+    let shutdown = async move {
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = int.recv() => {}
+        }
+    };
+    let state = Arc::new(Mutex::new(Default::default()));
+    plugin::serve(core, &paths, state, shutdown).await?;
+    Ok(())
 }

@@ -6,7 +6,7 @@
 //! prepare while no plugin is in place to inject. The format is versioned
 //! ([`FORMAT_VERSION`]); files are replaced atomically and durably.
 
-mod atomic;
+pub mod atomic;
 mod error;
 mod format;
 mod status;

@@ -1,0 +1,320 @@
+//! The driver's two-phase prepare checkpoint: per claim, `PrepareStarted` is made durable
+//! before any side effect and `PrepareCompleted` after the last one, so a driver killed at
+//! any point knows on restart what to roll back and what it holds.
+//!
+//! One JSON file, replaced atomically, with a schema version, the boot id it belongs to
+//! and a checksum over its claims. Every read-modify-write happens under an exclusive
+//! flock on a sibling file, so two driver instances on a node (a rolling update) never
+//! interleave; each transaction re-reads the file rather than trusting memory.
+
+use std::collections::BTreeMap;
+use std::fs::{File, OpenOptions};
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use crate::error::{DriverError, Result};
+
+pub const CHECKPOINT_VERSION: u32 = 1;
+const FILE_NAME: &str = "checkpoint.json";
+const LOCK_NAME: &str = "checkpoint.lock";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ClaimState {
+    PrepareStarted,
+    PrepareCompleted,
+}
+
+/// One device handed to a claim, with what unprepare and the overlap check need.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PreparedDevice {
+    pub pool: String,
+    pub device: String,
+    /// Request names with any subrequest suffix stripped.
+    pub requests: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub share_id: Option<String>,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub admin_access: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ClaimEntry {
+    pub state: ClaimState,
+    pub namespace: String,
+    pub name: String,
+    pub devices: Vec<PreparedDevice>,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct OnDisk {
+    version: u32,
+    boot_id: String,
+    checksum: String,
+    claims: BTreeMap<String, ClaimEntry>,
+}
+
+fn checksum(claims: &BTreeMap<String, ClaimEntry>) -> String {
+    // BTreeMap and struct field order make the encoding deterministic.
+    let bytes = serde_json::to_vec(claims).unwrap_or_default();
+    let digest = Sha256::digest(&bytes);
+    digest.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// What opening found besides the current claims.
+#[derive(Debug, Default)]
+pub struct OpenReport {
+    /// Claims of a checkpoint written during another boot, discarded.
+    pub discarded_other_boot: Option<(String, BTreeMap<String, ClaimEntry>)>,
+    /// A file that failed its checks, moved aside to this path.
+    pub quarantined: Option<(PathBuf, String)>,
+}
+
+#[derive(Debug, Clone)]
+pub struct Checkpoint {
+    dir: PathBuf,
+    boot_id: String,
+}
+
+impl Checkpoint {
+    pub fn new(dir: impl Into<PathBuf>, boot_id: impl Into<String>) -> Result<Self> {
+        let dir = dir.into();
+        graft_record::atomic::create_dir(&dir)?;
+        Ok(Checkpoint {
+            dir,
+            boot_id: boot_id.into(),
+        })
+    }
+
+    pub fn path(&self) -> PathBuf {
+        self.dir.join(FILE_NAME)
+    }
+
+    /// Validates the file once at start: a checkpoint from another boot is discarded and
+    /// a corrupt one moved aside (the caller rebuilds from the records, which are the
+    /// durable truth of completed prepares).
+    pub async fn open(&self) -> Result<OpenReport> {
+        let mut txn = self.begin().await?;
+        let report = std::mem::take(&mut txn.report);
+        if report.discarded_other_boot.is_some() || report.quarantined.is_some() {
+            txn.save()?;
+        }
+        Ok(report)
+    }
+
+    /// Takes the lock (waiting up to 10 s for another instance) and loads the file.
+    pub async fn begin(&self) -> Result<Txn> {
+        let lock_path = self.dir.join(LOCK_NAME);
+        let lock = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&lock_path)
+            .map_err(|e| DriverError::io("open", &lock_path, e))?;
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            // SAFETY: flock on an fd we own.
+            let rc = unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+            if rc == 0 {
+                break;
+            }
+            let e = std::io::Error::last_os_error();
+            if e.raw_os_error() != Some(libc::EWOULDBLOCK) || Instant::now() > deadline {
+                return Err(DriverError::Checkpoint {
+                    path: lock_path,
+                    reason: format!("cannot take the lock: {e}"),
+                });
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let mut txn = Txn {
+            _lock: lock,
+            path: self.path(),
+            boot_id: self.boot_id.clone(),
+            claims: BTreeMap::new(),
+            report: OpenReport::default(),
+        };
+        txn.load()?;
+        Ok(txn)
+    }
+}
+
+/// A locked view of the checkpoint. Changes are durable once `save` returns.
+pub struct Txn {
+    _lock: File,
+    path: PathBuf,
+    boot_id: String,
+    claims: BTreeMap<String, ClaimEntry>,
+    report: OpenReport,
+}
+
+impl Txn {
+    fn load(&mut self) -> Result<()> {
+        let data = match std::fs::read(&self.path) {
+            Ok(d) => d,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(DriverError::io("read", &self.path, e)),
+        };
+        let problem = match serde_json::from_slice::<OnDisk>(&data) {
+            Err(e) => Some(format!("not a checkpoint: {e}")),
+            Ok(f) if f.version != CHECKPOINT_VERSION => Some(format!(
+                "schema version {} (this driver knows {CHECKPOINT_VERSION})",
+                f.version
+            )),
+            Ok(f) if f.checksum != checksum(&f.claims) => Some("checksum mismatch".into()),
+            Ok(f) if f.boot_id != self.boot_id => {
+                self.report.discarded_other_boot = Some((f.boot_id, f.claims));
+                None
+            }
+            Ok(f) => {
+                self.claims = f.claims;
+                None
+            }
+        };
+        if let Some(reason) = problem {
+            let aside = self.path.with_extension(format!(
+                "json.corrupt-{}",
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map(|d| d.as_millis())
+                    .unwrap_or_default()
+            ));
+            std::fs::rename(&self.path, &aside)
+                .map_err(|e| DriverError::io("move aside", &self.path, e))?;
+            self.report.quarantined = Some((aside, reason));
+        }
+        Ok(())
+    }
+
+    pub fn get(&self, uid: &str) -> Option<&ClaimEntry> {
+        self.claims.get(uid)
+    }
+
+    pub fn claims(&self) -> &BTreeMap<String, ClaimEntry> {
+        &self.claims
+    }
+
+    /// Sets an entry and writes the file.
+    pub fn put(&mut self, uid: &str, entry: ClaimEntry) -> Result<()> {
+        self.claims.insert(uid.to_string(), entry);
+        self.save()
+    }
+
+    /// Removes an entry and writes the file; a missing entry is not an error.
+    pub fn remove(&mut self, uid: &str) -> Result<()> {
+        if self.claims.remove(uid).is_some() {
+            self.save()?;
+        }
+        Ok(())
+    }
+
+    pub fn save(&self) -> Result<()> {
+        let file = OnDisk {
+            version: CHECKPOINT_VERSION,
+            boot_id: self.boot_id.clone(),
+            checksum: checksum(&self.claims),
+            claims: self.claims.clone(),
+        };
+        let data = serde_json::to_vec_pretty(&file).map_err(|e| DriverError::Checkpoint {
+            path: self.path.clone(),
+            reason: format!("cannot encode: {e}"),
+        })?;
+        graft_record::atomic::write_file(&self.path, &data)?;
+        Ok(())
+    }
+}
+
+/// Where the checkpoint lives under the shared state directory.
+pub fn default_dir(state_dir: &Path) -> PathBuf {
+    state_dir.join("driver")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(state: ClaimState) -> ClaimEntry {
+        ClaimEntry {
+            state,
+            namespace: "ns".into(),
+            name: "c".into(),
+            devices: vec![PreparedDevice {
+                pool: "node1".into(),
+                device: "fuse".into(),
+                requests: vec!["r".into()],
+                share_id: None,
+                admin_access: false,
+            }],
+        }
+    }
+
+    #[tokio::test]
+    async fn round_trip_and_remove() {
+        let dir = tempfile::tempdir().unwrap();
+        let cp = Checkpoint::new(dir.path(), "boot-a").unwrap();
+        let mut t = cp.begin().await.unwrap();
+        t.put("u1", entry(ClaimState::PrepareStarted)).unwrap();
+        t.put("u2", entry(ClaimState::PrepareCompleted)).unwrap();
+        t.remove("u1").unwrap();
+        drop(t);
+        let t = cp.begin().await.unwrap();
+        assert_eq!(t.claims().len(), 1);
+        assert_eq!(t.get("u2").unwrap().state, ClaimState::PrepareCompleted);
+    }
+
+    #[tokio::test]
+    async fn other_boot_is_discarded() {
+        let dir = tempfile::tempdir().unwrap();
+        let old = Checkpoint::new(dir.path(), "boot-a").unwrap();
+        old.begin()
+            .await
+            .unwrap()
+            .put("u1", entry(ClaimState::PrepareCompleted))
+            .unwrap();
+        let new = Checkpoint::new(dir.path(), "boot-b").unwrap();
+        let report = new.open().await.unwrap();
+        let (boot, claims) = report.discarded_other_boot.unwrap();
+        assert_eq!((boot.as_str(), claims.len()), ("boot-a", 1));
+        assert!(new.begin().await.unwrap().claims().is_empty());
+    }
+
+    #[tokio::test]
+    async fn tampered_file_is_moved_aside() {
+        let dir = tempfile::tempdir().unwrap();
+        let cp = Checkpoint::new(dir.path(), "b").unwrap();
+        cp.begin()
+            .await
+            .unwrap()
+            .put("u1", entry(ClaimState::PrepareCompleted))
+            .unwrap();
+        let text = std::fs::read_to_string(cp.path()).unwrap();
+        std::fs::write(cp.path(), text.replace("fuse", "tun")).unwrap();
+        let report = cp.open().await.unwrap();
+        let (aside, reason) = report.quarantined.unwrap();
+        assert!(reason.contains("checksum"), "{reason}");
+        assert!(aside.exists());
+        assert!(cp.begin().await.unwrap().claims().is_empty());
+    }
+
+    #[tokio::test]
+    async fn second_instance_waits_for_the_lock() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = Checkpoint::new(dir.path(), "b").unwrap();
+        let b = a.clone();
+        let held = a.begin().await.unwrap();
+        let waiter = tokio::spawn(async move {
+            let start = Instant::now();
+            let _t = b.begin().await.unwrap();
+            start.elapsed()
+        });
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        drop(held);
+        assert!(waiter.await.unwrap() >= Duration::from_millis(100));
+    }
+}

@@ -1,0 +1,419 @@
+//! The `char` backend: device nodes named in a config file, by path or glob.
+//!
+//! ```toml
+//! [[devices]]
+//! path = "/dev/fuse"
+//! attributes = { type = "fuse" }
+//!
+//! [[devices]]
+//! path = "/dev/ttyUSB*"          # a glob: one device per match, hot-plugged ones included
+//! attributes = { type = "serial", vendor = "ftdi" }
+//! mode = 0o660
+//! gid = 20
+//! ```
+//!
+//! The config is re-read on every scan, so edits apply without a restart.
+
+use std::collections::BTreeMap;
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
+use std::path::{Path, PathBuf};
+
+use graft_record::{validate_edits, ContainerEdits, DeviceKind, DeviceNode, EnvVar};
+use serde::Deserialize;
+
+use super::{pcie_root, Attribute, Device, Discovery, PCIE_ROOT_ATTRIBUTE};
+use crate::error::{DriverError, Result};
+use crate::limits;
+
+pub const DEFAULT_CONFIG_PATH: &str = "/etc/graft/devices.toml";
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CharConfig {
+    #[serde(default)]
+    pub devices: Vec<CharEntry>,
+}
+
+/// One `[[devices]]` entry.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CharEntry {
+    /// A device path under /dev, or a glob of them.
+    pub path: String,
+    /// Device name in the ResourceSlice; only for a single path. Default: the path below
+    /// /dev with `/` turned into `-`, lowercased.
+    pub name: Option<String>,
+    /// Where the node appears in the container; only for a single path. Default: `path`.
+    pub container_path: Option<String>,
+    /// Permission bits of the node in the container. Default: the host node's.
+    pub mode: Option<u32>,
+    pub uid: Option<u32>,
+    pub gid: Option<u32>,
+    #[serde(default)]
+    pub attributes: BTreeMap<String, ConfigAttribute>,
+    /// Environment variables a container that gets the device receives.
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum ConfigAttribute {
+    Bool(bool),
+    Int(i64),
+    String(String),
+    Version { version: String },
+}
+
+impl From<&ConfigAttribute> for Attribute {
+    fn from(a: &ConfigAttribute) -> Self {
+        match a {
+            ConfigAttribute::Bool(b) => Attribute::Bool(*b),
+            ConfigAttribute::Int(i) => Attribute::Int(*i),
+            ConfigAttribute::String(s) => Attribute::String(s.clone()),
+            ConfigAttribute::Version { version } => Attribute::Version(version.clone()),
+        }
+    }
+}
+
+impl CharEntry {
+    fn is_glob(&self) -> bool {
+        self.path.contains(['*', '?', '['])
+    }
+}
+
+/// Reads and checks the config; every error names the entry and the field.
+pub fn load_config(path: &Path) -> Result<CharConfig> {
+    let err = |reason: String| DriverError::Config {
+        path: path.to_path_buf(),
+        reason,
+    };
+    let text = std::fs::read_to_string(path).map_err(|e| err(format!("cannot read: {e}")))?;
+    let config: CharConfig = toml::from_str(&text).map_err(|e| err(e.to_string()))?;
+    for (i, entry) in config.devices.iter().enumerate() {
+        check_entry(entry).map_err(|r| err(format!("devices[{i}] ({}): {r}", entry.path)))?;
+    }
+    Ok(config)
+}
+
+fn check_entry(e: &CharEntry) -> std::result::Result<(), String> {
+    if !e.path.starts_with("/dev/") {
+        return Err("path: must be under /dev/".into());
+    }
+    if e.is_glob() && (e.name.is_some() || e.container_path.is_some()) {
+        return Err("name and container_path apply to a single path, not a glob".into());
+    }
+    if let Some(n) = &e.name {
+        limits::check_device_name(n).map_err(|r| format!("name: {r}"))?;
+    }
+    if let Some(cp) = &e.container_path {
+        if !cp.starts_with("/dev/") || cp.split('/').any(|c| c == "..") {
+            return Err("container_path: must be a path under /dev/ without '..'".into());
+        }
+    }
+    if let Some(m) = e.mode {
+        if m > 0o7777 {
+            return Err(format!("mode: {m:#o} has bits beyond 0o7777"));
+        }
+    }
+    for (k, v) in &e.attributes {
+        limits::check_attribute(k, &v.into()).map_err(|r| format!("attributes.{k}: {r}"))?;
+    }
+    // The backend adds path, major and minor (and maybe pcieRoot) itself.
+    if e.attributes.len() + 4 > limits::MAX_ATTRIBUTES_AND_CAPACITY {
+        return Err(format!(
+            "attributes: at most {} may be configured",
+            limits::MAX_ATTRIBUTES_AND_CAPACITY - 4
+        ));
+    }
+    for k in e.env.keys() {
+        if k.is_empty() || k.contains('=') {
+            return Err(format!("env: invalid variable name {k:?}"));
+        }
+    }
+    Ok(())
+}
+
+/// The default device name for a host path: `/dev/net/tun` becomes `net-tun`.
+pub fn default_name(path: &str) -> String {
+    let rest = path.strip_prefix("/dev/").unwrap_or(path);
+    let mut name = String::with_capacity(rest.len());
+    for c in rest.chars() {
+        let c = c.to_ascii_lowercase();
+        if c.is_ascii_alphanumeric() {
+            name.push(c);
+        } else if !name.ends_with('-') {
+            name.push('-');
+        }
+    }
+    name.trim_matches('-').to_string()
+}
+
+pub struct CharDiscovery {
+    config_path: PathBuf,
+    sysfs: PathBuf,
+}
+
+impl CharDiscovery {
+    /// Fails if the config is invalid now; later scans keep the last good inventory when
+    /// an edit breaks it.
+    pub fn new(config_path: PathBuf, sysfs: PathBuf) -> Result<Self> {
+        load_config(&config_path)?;
+        Ok(CharDiscovery { config_path, sysfs })
+    }
+
+    fn device_for(&self, entry: &CharEntry, host: &Path) -> Option<Device> {
+        let host_str = host.to_str()?;
+        let meta = match std::fs::metadata(host) {
+            Ok(m) => m,
+            Err(e) => {
+                tracing::debug!(path = host_str, error = %e, "device not present");
+                return None;
+            }
+        };
+        let ft = meta.file_type();
+        let kind = if ft.is_char_device() {
+            DeviceKind::Char
+        } else if ft.is_block_device() {
+            DeviceKind::Block
+        } else {
+            tracing::warn!(
+                path = host_str,
+                "configured path is not a device node; skipped"
+            );
+            return None;
+        };
+        let rdev = meta.rdev();
+        let (major, minor) = (libc::major(rdev) as i64, libc::minor(rdev) as i64);
+        let name = entry.name.clone().unwrap_or_else(|| default_name(host_str));
+        if let Err(r) = limits::check_device_name(&name) {
+            tracing::warn!(
+                path = host_str,
+                name,
+                reason = r,
+                "cannot name device; skipped"
+            );
+            return None;
+        }
+
+        let mut attributes = BTreeMap::new();
+        if host_str.len() <= limits::MAX_ATTRIBUTE_VALUE {
+            attributes.insert("path".into(), Attribute::String(host_str.into()));
+        }
+        attributes.insert("major".into(), Attribute::Int(major));
+        attributes.insert("minor".into(), Attribute::Int(minor));
+        let class = if kind == DeviceKind::Char {
+            "char"
+        } else {
+            "block"
+        };
+        let link = self
+            .sysfs
+            .join(format!("dev/{class}/{major}:{minor}/device"));
+        if let Some(root) = pcie_root(&self.sysfs, &link) {
+            attributes.insert(PCIE_ROOT_ATTRIBUTE.into(), Attribute::String(root));
+        }
+        for (k, v) in &entry.attributes {
+            attributes.insert(k.clone(), v.into());
+        }
+
+        let edits = ContainerEdits {
+            device_nodes: vec![DeviceNode {
+                path: entry
+                    .container_path
+                    .clone()
+                    .unwrap_or_else(|| host_str.to_string()),
+                kind,
+                major,
+                minor,
+                file_mode: Some(entry.mode.unwrap_or(meta.mode() & 0o777)),
+                uid: Some(entry.uid.unwrap_or(meta.uid())),
+                gid: Some(entry.gid.unwrap_or(meta.gid())),
+            }],
+            env: entry
+                .env
+                .iter()
+                .map(|(name, value)| EnvVar {
+                    name: name.clone(),
+                    value: value.clone(),
+                })
+                .collect(),
+            ..Default::default()
+        };
+        if let Err(e) = validate_edits(host_str, &edits) {
+            tracing::warn!(path = host_str, error = %e, "device edits invalid; skipped");
+            return None;
+        }
+        Some(Device {
+            name,
+            attributes,
+            capacity: BTreeMap::new(),
+            edits,
+        })
+    }
+}
+
+impl Discovery for CharDiscovery {
+    fn name(&self) -> &'static str {
+        "char"
+    }
+
+    fn discover(&self) -> Result<Vec<Device>> {
+        let config = load_config(&self.config_path)?;
+        let mut out: Vec<Device> = Vec::new();
+        for entry in &config.devices {
+            let paths: Vec<PathBuf> = if entry.is_glob() {
+                let mut v: Vec<PathBuf> = glob::glob(&entry.path)
+                    .map_err(|e| DriverError::Config {
+                        path: self.config_path.clone(),
+                        reason: format!("path {}: {e}", entry.path),
+                    })?
+                    .filter_map(|p| p.ok())
+                    .collect();
+                v.sort();
+                v
+            } else {
+                vec![PathBuf::from(&entry.path)]
+            };
+            for p in paths {
+                let Some(dev) = self.device_for(entry, &p) else {
+                    continue;
+                };
+                if out.iter().any(|d| d.name == dev.name) {
+                    // Two entries (or a glob and a path) reaching the same name: keep the
+                    // first, which is what the config lists first.
+                    tracing::warn!(name = dev.name, path = %p.display(), "duplicate device name; skipped");
+                    continue;
+                }
+                out.push(dev);
+            }
+        }
+        Ok(out)
+    }
+
+    fn watch_paths(&self) -> Vec<PathBuf> {
+        let mut paths = vec![self.config_path.clone()];
+        if let Ok(config) = load_config(&self.config_path) {
+            for e in &config.devices {
+                // The deepest directory without glob characters.
+                let dir = e
+                    .path
+                    .split('/')
+                    .take_while(|c| !c.contains(['*', '?', '[']))
+                    .collect::<Vec<_>>()
+                    .join("/");
+                let dir = if e.path.contains(['*', '?', '[']) {
+                    PathBuf::from(dir)
+                } else {
+                    Path::new(&e.path)
+                        .parent()
+                        .map(Path::to_path_buf)
+                        .unwrap_or_default()
+                };
+                if !paths.contains(&dir) {
+                    paths.push(dir);
+                }
+            }
+        }
+        paths
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write(dir: &Path, text: &str) -> PathBuf {
+        let p = dir.join("devices.toml");
+        std::fs::write(&p, text).unwrap();
+        p
+    }
+
+    #[test]
+    fn default_names() {
+        assert_eq!(default_name("/dev/net/tun"), "net-tun");
+        assert_eq!(default_name("/dev/ttyUSB0"), "ttyusb0");
+        assert_eq!(default_name("/dev/bus/usb/001/002"), "bus-usb-001-002");
+    }
+
+    #[test]
+    fn discovers_real_nodes_with_attributes() {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = write(
+            dir.path(),
+            r#"
+[[devices]]
+path = "/dev/null"
+name = "nul"
+container_path = "/dev/graft-null"
+mode = 0o600
+attributes = { type = "test", rank = 3, fast = true, fw = { version = "1.2.3" } }
+env = { GRAFT_NULL = "1" }
+
+[[devices]]
+path = "/dev/does-not-exist"
+
+[[devices]]
+path = "/dev/zer*"
+"#,
+        );
+        let d = CharDiscovery::new(cfg, "/sys".into()).unwrap();
+        let devs = d.discover().unwrap();
+        let names: Vec<_> = devs.iter().map(|d| d.name.as_str()).collect();
+        assert_eq!(names, ["nul", "zero"]);
+        let nul = &devs[0];
+        assert_eq!(nul.attributes["type"], Attribute::String("test".into()));
+        assert_eq!(nul.attributes["rank"], Attribute::Int(3));
+        assert_eq!(nul.attributes["fast"], Attribute::Bool(true));
+        assert_eq!(nul.attributes["fw"], Attribute::Version("1.2.3".into()));
+        assert_eq!(nul.attributes["major"], Attribute::Int(1));
+        let node = &nul.edits.device_nodes[0];
+        assert_eq!(
+            (node.path.as_str(), node.major, node.minor),
+            ("/dev/graft-null", 1, 3)
+        );
+        assert_eq!(node.file_mode, Some(0o600));
+        assert_eq!(nul.edits.env[0].name, "GRAFT_NULL");
+    }
+
+    #[test]
+    fn config_errors_name_the_entry_and_field() {
+        let dir = tempfile::tempdir().unwrap();
+        for (text, needle) in [
+            (
+                "[[devices]]\npath = \"/etc/passwd\"",
+                "devices[0] (/etc/passwd): path",
+            ),
+            ("[[devices]]\npath = \"/dev/tty*\"\nname = \"x\"", "glob"),
+            ("[[devices]]\npath = \"/dev/null\"\nmode = 0o17777", "mode"),
+            ("[[devices]]\npath = \"/dev/null\"\ncolour = 1", "colour"),
+            (
+                "[[devices]]\npath = \"/dev/null\"\nattributes = { \"bad name!\" = 1 }",
+                "attributes.bad name!",
+            ),
+            (
+                "[[devices]]\npath = \"/dev/null\"\nname = \"Upper_Case\"",
+                "name:",
+            ),
+        ] {
+            let cfg = write(dir.path(), text);
+            let err = load_config(&cfg).unwrap_err().to_string();
+            assert!(err.contains(needle), "{err} should mention {needle}");
+        }
+    }
+
+    #[test]
+    fn watch_paths_cover_device_dirs() {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = write(
+            dir.path(),
+            "[[devices]]\npath = \"/dev/net/tun\"\n[[devices]]\npath = \"/dev/ttyUSB*\"",
+        );
+        let d = CharDiscovery::new(cfg.clone(), "/sys".into()).unwrap();
+        let w = d.watch_paths();
+        assert_eq!(
+            w,
+            vec![cfg, PathBuf::from("/dev/net"), PathBuf::from("/dev")]
+        );
+    }
+}

@@ -1,0 +1,85 @@
+//! Device discovery: every backend turns what the node has into [`Device`]s, each with the
+//! attributes a DeviceClass or CEL selector matches on and the container edits that make
+//! it usable. Backends share one trait so the slice publisher and the prepare path do not
+//! care where a device came from.
+
+pub mod char;
+pub mod inotify;
+pub mod nvidia;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use graft_record::ContainerEdits;
+
+use crate::error::Result;
+
+/// Standard attribute for the PCIe root complex a device hangs off.
+pub const PCIE_ROOT_ATTRIBUTE: &str = "resource.kubernetes.io/pcieRoot";
+
+/// A ResourceSlice device attribute value.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Attribute {
+    Bool(bool),
+    Int(i64),
+    String(String),
+    /// A semantic version (semver 2.0.0).
+    Version(String),
+}
+
+/// One device this node offers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Device {
+    /// DNS label, unique in the node's pool.
+    pub name: String,
+    pub attributes: BTreeMap<String, Attribute>,
+    /// Capacity name to Kubernetes quantity.
+    pub capacity: BTreeMap<String, String>,
+    /// What a container that is allocated this device receives.
+    pub edits: ContainerEdits,
+}
+
+/// A discovery backend.
+pub trait Discovery: Send + Sync {
+    /// Short backend name for logs and errors.
+    fn name(&self) -> &'static str;
+    /// The devices present now. Called at start and on every rescan.
+    fn discover(&self) -> Result<Vec<Device>>;
+    /// Paths whose changes should trigger a rescan (device directories, config files).
+    fn watch_paths(&self) -> Vec<PathBuf> {
+        Vec::new()
+    }
+}
+
+/// Runs every backend and checks that device names do not collide across them.
+pub fn discover_all(backends: &[Box<dyn Discovery>]) -> Result<Vec<Device>> {
+    let mut all: Vec<Device> = Vec::new();
+    let mut owner: BTreeMap<String, &'static str> = BTreeMap::new();
+    for b in backends {
+        for d in b.discover()? {
+            if let Some(prev) = owner.insert(d.name.clone(), b.name()) {
+                return Err(crate::error::DriverError::Discovery {
+                    backend: b.name(),
+                    reason: format!(
+                        "device name {:?} is also used by the {prev} backend",
+                        d.name
+                    ),
+                });
+            }
+            all.push(d);
+        }
+    }
+    all.sort_by(|a, b| a.name.cmp(&b.name));
+    Ok(all)
+}
+
+/// The `pci<domain>:<bus>` root of the PCI device behind a sysfs device link, if any:
+/// the first path component under `<sysfs>/devices` of the resolved link.
+pub fn pcie_root(sysfs: &Path, device_link: &Path) -> Option<String> {
+    let resolved = std::fs::canonicalize(device_link).ok()?;
+    let devices = std::fs::canonicalize(sysfs.join("devices")).ok()?;
+    let rest = resolved.strip_prefix(&devices).ok()?;
+    let first = rest.components().next()?.as_os_str().to_str()?;
+    first.starts_with("pci").then(|| first.to_string())
+}

@@ -1,0 +1,156 @@
+//! The `resource.k8s.io/v1` limits a ResourceSlice must respect, checked before publishing
+//! so that a bad device is reported by name instead of failing the whole slice at the API
+//! server.
+
+use crate::discovery::{Attribute, Device};
+
+pub const MAX_DEVICES_PER_SLICE: usize = 128;
+/// The lower bound applies when any device uses taints or counters.
+pub const MAX_DEVICES_PER_SLICE_WITH_TAINTS_OR_COUNTERS: usize = 64;
+pub const MAX_ATTRIBUTES_AND_CAPACITY: usize = 32;
+pub const MAX_ID_LENGTH: usize = 32;
+pub const MAX_DOMAIN_LENGTH: usize = 63;
+pub const MAX_ATTRIBUTE_VALUE: usize = 64;
+
+/// A device name must be a DNS label.
+pub fn check_device_name(name: &str) -> Result<(), String> {
+    if is_dns_label(name) {
+        Ok(())
+    } else {
+        Err(format!(
+            "{name:?} is not a DNS label (lowercase letters, digits and '-', at most 63)"
+        ))
+    }
+}
+
+fn is_dns_label(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 63
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !s.starts_with('-')
+        && !s.ends_with('-')
+}
+
+fn is_dns_subdomain(s: &str) -> bool {
+    !s.is_empty() && s.len() <= 253 && s.split('.').all(is_dns_label)
+}
+
+fn is_c_identifier(s: &str) -> bool {
+    let mut bytes = s.bytes();
+    matches!(bytes.next(), Some(b) if b.is_ascii_alphabetic() || b == b'_')
+        && bytes.all(|b| b.is_ascii_alphanumeric() || b == b'_')
+}
+
+/// A qualified name: a C identifier of at most 32 characters, optionally prefixed by a
+/// DNS subdomain of at most 63 and a `/`.
+pub fn check_qualified_name(name: &str) -> Result<(), String> {
+    let (domain, id) = match name.split_once('/') {
+        Some((d, id)) => (Some(d), id),
+        None => (None, name),
+    };
+    if let Some(d) = domain {
+        if d.len() > MAX_DOMAIN_LENGTH || !is_dns_subdomain(d) {
+            return Err(format!(
+                "domain {d:?} is not a DNS subdomain of at most {MAX_DOMAIN_LENGTH} characters"
+            ));
+        }
+    }
+    if id.len() > MAX_ID_LENGTH || !is_c_identifier(id) {
+        return Err(format!(
+            "{id:?} is not a C identifier of at most {MAX_ID_LENGTH} characters"
+        ));
+    }
+    Ok(())
+}
+
+pub fn check_attribute(name: &str, value: &Attribute) -> Result<(), String> {
+    check_qualified_name(name)?;
+    match value {
+        Attribute::String(s) if s.chars().count() > MAX_ATTRIBUTE_VALUE => Err(format!(
+            "string value is longer than {MAX_ATTRIBUTE_VALUE} characters"
+        )),
+        Attribute::Version(v) => {
+            if v.len() > MAX_ATTRIBUTE_VALUE || !is_semver(v) {
+                Err(format!("{v:?} is not a semantic version (semver 2.0.0)"))
+            } else {
+                Ok(())
+            }
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Semver 2.0.0: MAJOR.MINOR.PATCH with optional pre-release and build parts.
+fn is_semver(v: &str) -> bool {
+    let (core, _build) = v.split_once('+').unwrap_or((v, ""));
+    let (core, pre) = match core.split_once('-') {
+        Some((_, "")) => return false,
+        Some((c, p)) => (c, p),
+        None => (core, ""),
+    };
+    let nums: Vec<&str> = core.split('.').collect();
+    let numeric = |s: &str| {
+        !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()) && (s == "0" || !s.starts_with('0'))
+    };
+    let ident =
+        |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-');
+    nums.len() == 3
+        && nums.iter().all(|n| numeric(n))
+        && (pre.is_empty() || pre.split('.').all(ident))
+        && v.split_once('+')
+            .is_none_or(|(_, b)| b.split('.').all(ident))
+}
+
+/// Everything the API server would refuse about one device, in one message.
+pub fn check_device(d: &Device) -> Result<(), String> {
+    check_device_name(&d.name)?;
+    let n = d.attributes.len() + d.capacity.len();
+    if n > MAX_ATTRIBUTES_AND_CAPACITY {
+        return Err(format!(
+            "{n} attributes and capacities; at most {MAX_ATTRIBUTES_AND_CAPACITY} are allowed"
+        ));
+    }
+    for (k, v) in &d.attributes {
+        check_attribute(k, v).map_err(|r| format!("attribute {k}: {r}"))?;
+    }
+    for k in d.capacity.keys() {
+        check_qualified_name(k).map_err(|r| format!("capacity {k}: {r}"))?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names() {
+        assert!(check_qualified_name("type").is_ok());
+        assert!(check_qualified_name("resource.kubernetes.io/pcieRoot").is_ok());
+        assert!(check_qualified_name("a_very_long_identifier_of_33_char").is_err());
+        assert!(check_qualified_name("1abc").is_err());
+        assert!(check_qualified_name("Bad_Domain/x").is_err());
+        assert!(check_device_name("gpu-0").is_ok());
+        assert!(check_device_name("-x").is_err());
+        assert!(check_device_name(&"a".repeat(64)).is_err());
+    }
+
+    #[test]
+    fn values() {
+        let long = Attribute::String("x".repeat(65));
+        assert!(check_attribute("a", &long).is_err());
+        for ok in ["1.2.3", "0.0.1-rc.1", "10.20.30+build.5"] {
+            assert!(
+                check_attribute("v", &Attribute::Version(ok.into())).is_ok(),
+                "{ok}"
+            );
+        }
+        for bad in ["1.2", "01.2.3", "1.2.3-", "v1.2.3"] {
+            assert!(
+                check_attribute("v", &Attribute::Version(bad.into())).is_err(),
+                "{bad}"
+            );
+        }
+    }
+}

@@ -1,0 +1,161 @@
+//! Opaque device configuration for graft, resolved per allocated device.
+//!
+//! ```yaml
+//! config:
+//! - requests: [dev]
+//!   opaque:
+//!     driver: graft.dev
+//!     parameters:
+//!       apiVersion: graft.dev/v1alpha1
+//!       kind: DeviceConfig
+//!       env: {FOO: bar}
+//!       fileMode: 0o660 as a number (432)
+//! ```
+//!
+//! Class configs come before claim configs, later entries win, and other drivers' entries
+//! are skipped. An unknown kind or a field graft does not know fails that claim with an
+//! error naming the entry and field.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::resource::v1::DeviceAllocationConfiguration;
+use serde::Deserialize;
+
+use crate::mapping::base_request;
+
+pub const API_VERSION: &str = "graft.dev/v1alpha1";
+pub const KIND: &str = "DeviceConfig";
+
+/// The parameters graft understands.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct DeviceConfig {
+    #[serde(rename = "apiVersion")]
+    _api_version: String,
+    #[serde(rename = "kind")]
+    _kind: String,
+    /// Extra environment for containers that get the device.
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    /// Permission bits of the device node in the container.
+    pub file_mode: Option<u32>,
+    pub uid: Option<u32>,
+    pub gid: Option<u32>,
+}
+
+#[derive(Deserialize)]
+struct TypeMeta {
+    #[serde(rename = "apiVersion", default)]
+    api_version: String,
+    #[serde(default)]
+    kind: String,
+}
+
+fn decode(index: usize, params: &serde_json::Value) -> Result<DeviceConfig, String> {
+    let at = format!("status.allocation.devices.config[{index}].opaque.parameters");
+    let meta: TypeMeta =
+        serde_json::from_value(params.clone()).map_err(|e| format!("{at}: {e}"))?;
+    if meta.api_version != API_VERSION || meta.kind != KIND {
+        return Err(format!(
+            "{at}: unknown kind {:?} of apiVersion {:?} (graft knows {KIND} of {API_VERSION})",
+            meta.kind, meta.api_version
+        ));
+    }
+    let cfg: DeviceConfig =
+        serde_json::from_value(params.clone()).map_err(|e| format!("{at}: {e}"))?;
+    if let Some(m) = cfg.file_mode {
+        if m > 0o777 {
+            return Err(format!("{at}.fileMode: {m:#o} is not a permission mode"));
+        }
+    }
+    for k in cfg.env.keys() {
+        if k.is_empty() || k.contains('=') {
+            return Err(format!("{at}.env: invalid variable name {k:?}"));
+        }
+    }
+    Ok(cfg)
+}
+
+/// The configuration that applies to devices allocated for `request` (its full name,
+/// subrequest included), or `None` when no entry of this driver names it.
+pub fn resolve(
+    driver: &str,
+    configs: &[DeviceAllocationConfiguration],
+    request: &str,
+) -> Result<Option<DeviceConfig>, String> {
+    // Class before claim; a stable sort keeps the order within each source.
+    let mut ordered: Vec<(usize, &DeviceAllocationConfiguration)> =
+        configs.iter().enumerate().collect();
+    ordered.sort_by_key(|(_, c)| c.source != "FromClass");
+    let mut chosen = None;
+    for (i, c) in ordered {
+        let Some(opaque) = &c.opaque else { continue };
+        if opaque.driver != driver {
+            continue;
+        }
+        let applies = c.requests.as_deref().is_none_or(|reqs| {
+            reqs.is_empty()
+                || reqs
+                    .iter()
+                    .any(|r| r == request || r == base_request(request))
+        });
+        if applies {
+            chosen = Some(decode(i, &opaque.parameters.0)?);
+        }
+    }
+    Ok(chosen)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfgs(v: serde_json::Value) -> Vec<DeviceAllocationConfiguration> {
+        serde_json::from_value(v).unwrap()
+    }
+
+    fn params(extra: serde_json::Value) -> serde_json::Value {
+        let mut p = serde_json::json!({"apiVersion": API_VERSION, "kind": KIND});
+        p.as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        p
+    }
+
+    #[test]
+    fn class_before_claim_later_wins_other_drivers_skipped() {
+        let c = cfgs(serde_json::json!([
+            {"source": "FromClaim", "requests": ["dev"], "opaque": {"driver": "graft.dev", "parameters": params(serde_json::json!({"env": {"A": "claim"}}))}},
+            {"source": "FromClass", "opaque": {"driver": "graft.dev", "parameters": params(serde_json::json!({"env": {"A": "class"}}))}},
+            {"source": "FromClaim", "opaque": {"driver": "other.example.com", "parameters": {"kind": "Whatever"}}}
+        ]));
+        let got = resolve("graft.dev", &c, "dev/sub").unwrap().unwrap();
+        assert_eq!(got.env["A"], "claim");
+        let got = resolve("graft.dev", &c, "else").unwrap().unwrap();
+        assert_eq!(got.env["A"], "class");
+    }
+
+    #[test]
+    fn errors_name_the_field() {
+        let unknown_kind = cfgs(serde_json::json!([
+            {"source": "FromClaim", "opaque": {"driver": "graft.dev", "parameters": {"apiVersion": API_VERSION, "kind": "GpuConfig"}}}
+        ]));
+        let e = resolve("graft.dev", &unknown_kind, "r").unwrap_err();
+        assert!(
+            e.contains("config[0].opaque.parameters") && e.contains("GpuConfig"),
+            "{e}"
+        );
+
+        let unknown_field = cfgs(serde_json::json!([
+            {"source": "FromClass", "opaque": {"driver": "graft.dev", "parameters": params(serde_json::json!({"colour": "red"}))}}
+        ]));
+        let e = resolve("graft.dev", &unknown_field, "r").unwrap_err();
+        assert!(e.contains("colour"), "{e}");
+
+        let bad_mode = cfgs(serde_json::json!([
+            {"source": "FromClass", "opaque": {"driver": "graft.dev", "parameters": params(serde_json::json!({"fileMode": 4095}))}}
+        ]));
+        let e = resolve("graft.dev", &bad_mode, "r").unwrap_err();
+        assert!(e.contains("fileMode"), "{e}");
+    }
+}

@@ -1,0 +1,181 @@
+//! Socket paths and listeners for the kubelet plugin endpoints.
+//!
+//! AF_UNIX paths are limited to 108 bytes including the NUL. With a rolling update each
+//! instance gets its own names, derived from its pod UID; when the plain form is too long
+//! a short hash of the UID (and then of driver and UID) takes its place.
+
+use std::path::{Path, PathBuf};
+
+use sha2::{Digest, Sha256};
+use tokio::net::UnixListener;
+
+use crate::error::{DriverError, Result};
+
+/// Longest path that fits `sockaddr_un.sun_path` with its terminating NUL.
+pub const MAX_SOCKET_PATH: usize = 107;
+
+fn short_hash(input: &str, len: usize) -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    let digest = Sha256::digest(input.as_bytes());
+    // base64url without padding, first `len` characters.
+    let mut out = String::new();
+    let mut bits = 0u32;
+    let mut acc = 0u32;
+    for b in digest.iter() {
+        acc = (acc << 8) | u32::from(*b);
+        bits += 8;
+        while bits >= 6 && out.len() < len {
+            bits -= 6;
+            out.push(ALPHABET[((acc >> bits) & 63) as usize] as char);
+        }
+    }
+    out
+}
+
+fn first_fitting(dir: &Path, candidates: Vec<String>) -> Result<PathBuf> {
+    let mut last = PathBuf::new();
+    for c in candidates {
+        let p = dir.join(&c);
+        if p.as_os_str().len() <= MAX_SOCKET_PATH {
+            return Ok(p);
+        }
+        last = p;
+    }
+    Err(DriverError::Socket {
+        path: last,
+        reason: format!(
+            "no socket name fits the {MAX_SOCKET_PATH}-byte limit; use a shorter kubelet directory"
+        ),
+    })
+}
+
+/// `<registry>/<driver>-reg.sock`, or per instance `<driver>-<uid>-reg.sock`.
+pub fn registration_socket(
+    registry_dir: &Path,
+    driver: &str,
+    pod_uid: Option<&str>,
+) -> Result<PathBuf> {
+    let candidates = match pod_uid {
+        None => vec![format!("{driver}-reg.sock")],
+        Some(uid) => vec![
+            format!("{driver}-{uid}-reg.sock"),
+            format!("{driver}-{}-reg.sock", short_hash(uid, 8)),
+            format!(
+                "dra-{}-reg.sock",
+                short_hash(&format!("{driver}\0{uid}"), 16)
+            ),
+        ],
+    };
+    first_fitting(registry_dir, candidates)
+}
+
+/// `<plugins>/<driver>/dra.sock`, or per instance `dra-<uid>.sock`.
+pub fn dra_socket(plugin_dir: &Path, pod_uid: Option<&str>) -> Result<PathBuf> {
+    let candidates = match pod_uid {
+        None => vec!["dra.sock".to_string()],
+        Some(uid) => vec![
+            format!("dra-{uid}.sock"),
+            format!("dra-{}.sock", short_hash(uid, 8)),
+        ],
+    };
+    first_fitting(plugin_dir, candidates)
+}
+
+/// A listening socket whose file is unlinked when it is dropped.
+pub struct BoundSocket {
+    pub path: PathBuf,
+    pub listener: Option<UnixListener>,
+}
+
+impl BoundSocket {
+    /// Removes a stale file left by a previous run, then binds.
+    pub fn bind(path: &Path) -> Result<Self> {
+        let err = |reason: String| DriverError::Socket {
+            path: path.to_path_buf(),
+            reason,
+        };
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir).map_err(|e| err(format!("create directory: {e}")))?;
+        }
+        match std::fs::remove_file(path) {
+            Ok(()) => tracing::info!(path = %path.display(), "removed stale socket"),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(err(format!("remove stale socket: {e}"))),
+        }
+        let listener = UnixListener::bind(path).map_err(|e| err(format!("bind: {e}")))?;
+        Ok(BoundSocket {
+            path: path.to_path_buf(),
+            listener: Some(listener),
+        })
+    }
+
+    /// Unlinks the socket file now (the kubelet sees the plugin go away).
+    pub fn unlink(&self) {
+        if let Err(e) = std::fs::remove_file(&self.path) {
+            if e.kind() != std::io::ErrorKind::NotFound {
+                tracing::warn!(path = %self.path.display(), error = %e, "cannot remove socket");
+            }
+        }
+    }
+}
+
+impl Drop for BoundSocket {
+    fn drop(&mut self) {
+        self.unlink();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_fit_the_limit() {
+        let uid = "0f2c7a3e-1b4d-4c8e-9a6f-1234567890ab";
+        let short = registration_socket(
+            Path::new("/var/lib/kubelet/plugins_registry"),
+            "graft.dev",
+            Some(uid),
+        )
+        .unwrap();
+        assert!(short.ends_with(format!("graft.dev-{uid}-reg.sock")));
+        let long_driver = "a-rather-long-driver-name.devices.example.com";
+        let p = registration_socket(
+            Path::new("/var/lib/kubelet/plugins_registry"),
+            long_driver,
+            Some(uid),
+        )
+        .unwrap();
+        assert!(p.as_os_str().len() <= MAX_SOCKET_PATH, "{}", p.display());
+        assert!(p
+            .file_name()
+            .unwrap()
+            .to_str()
+            .unwrap()
+            .starts_with(long_driver));
+        let deep = PathBuf::from(format!("/{}", "d".repeat(60)));
+        let p = registration_socket(&deep, long_driver, Some(uid)).unwrap();
+        assert!(p.file_name().unwrap().to_str().unwrap().starts_with("dra-"));
+        assert!(
+            registration_socket(&PathBuf::from(format!("/{}", "d".repeat(100))), "x", None)
+                .is_err()
+        );
+        let dra = dra_socket(Path::new("/var/lib/kubelet/plugins/graft.dev"), Some(uid)).unwrap();
+        assert!(dra.ends_with(format!("dra-{uid}.sock")));
+    }
+
+    #[tokio::test]
+    async fn stale_file_is_replaced_and_unlinked_on_drop() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("x.sock");
+        std::fs::write(&p, b"stale").unwrap();
+        let s = BoundSocket::bind(&p).unwrap();
+        use std::os::unix::fs::FileTypeExt;
+        assert!(std::fs::symlink_metadata(&p)
+            .unwrap()
+            .file_type()
+            .is_socket());
+        drop(s);
+        assert!(!p.exists());
+    }
+}

@@ -1,0 +1,214 @@
+//! Keeps the node's ResourceSlices equal to what discovery found.
+//!
+//! Reconciling compares the slices in the API with the desired ones; on any difference it
+//! writes every slice at the next pool generation (so consumers never mix generations) and
+//! deletes the extra ones. It runs when the inventory changes, when a watch on the driver's
+//! own slices sees anything (the kubelet deletes them at its start and 30 s after the last
+//! driver instance goes away), and periodically.
+
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::resource::v1::ResourceSlice;
+use kube::api::{Api, DeleteParams, ListParams, PostParams, Preconditions};
+use kube::runtime::{watcher, WatchStreamExt};
+use tokio::sync::{mpsc, watch};
+
+use crate::discovery::Device;
+use crate::error::Result;
+use crate::slices::{desired_slices, publishable, NodeOwner};
+
+pub struct Publisher {
+    client: kube::Client,
+    driver: String,
+    node: String,
+    owner: Option<NodeOwner>,
+    last_dropped: Vec<(String, String)>,
+    started: Instant,
+    resync: Duration,
+}
+
+impl Publisher {
+    pub fn new(client: kube::Client, driver: String, node: String, started: Instant) -> Self {
+        Publisher {
+            client,
+            driver,
+            node,
+            owner: None,
+            last_dropped: Vec::new(),
+            started,
+            resync: Duration::from_secs(60),
+        }
+    }
+
+    fn api(&self) -> Api<ResourceSlice> {
+        Api::all(self.client.clone())
+    }
+
+    fn selector(&self) -> String {
+        format!("spec.driver={},spec.nodeName={}", self.driver, self.node)
+    }
+
+    async fn owner(&mut self) -> Result<NodeOwner> {
+        if let Some(o) = &self.owner {
+            return Ok(o.clone());
+        }
+        let node = Api::<Node>::all(self.client.clone())
+            .get(&self.node)
+            .await?;
+        let owner = NodeOwner {
+            name: self.node.clone(),
+            uid: node.metadata.uid.unwrap_or_default(),
+        };
+        self.owner = Some(owner.clone());
+        Ok(owner)
+    }
+
+    /// One reconcile pass; true when it wrote anything.
+    pub async fn reconcile(&mut self, devices: &[Device]) -> Result<bool> {
+        let owner = self.owner().await?;
+        let (ok, dropped) = publishable(devices);
+        if dropped != self.last_dropped {
+            for (name, reason) in &dropped {
+                tracing::warn!(
+                    device = name,
+                    reason,
+                    "device not published: outside the API limits"
+                );
+            }
+            self.last_dropped = dropped;
+        }
+        let api = self.api();
+        let existing = api
+            .list(&ListParams::default().fields(&self.selector()))
+            .await?
+            .items;
+        let max_gen = existing
+            .iter()
+            .map(|s| s.spec.pool.generation)
+            .max()
+            .unwrap_or(0);
+        if up_to_date(
+            &existing,
+            &desired_slices(&self.driver, &owner, &ok, max_gen),
+        ) {
+            return Ok(false);
+        }
+
+        let generation = max_gen + 1;
+        let desired = desired_slices(&self.driver, &owner, &ok, generation);
+        for mut slice in desired.iter().cloned() {
+            let name = slice.metadata.name.clone().unwrap_or_default();
+            match existing
+                .iter()
+                .find(|e| e.metadata.name.as_deref() == Some(&name))
+            {
+                Some(e) => {
+                    slice.metadata.resource_version = e.metadata.resource_version.clone();
+                    api.replace(&name, &PostParams::default(), &slice).await?;
+                }
+                None => {
+                    api.create(&PostParams::default(), &slice).await?;
+                }
+            }
+        }
+        for e in &existing {
+            let name = e.metadata.name.clone().unwrap_or_default();
+            if desired
+                .iter()
+                .any(|d| d.metadata.name.as_deref() == Some(&name))
+            {
+                continue;
+            }
+            let dp = DeleteParams {
+                preconditions: Some(Preconditions {
+                    uid: e.metadata.uid.clone(),
+                    resource_version: e.metadata.resource_version.clone(),
+                }),
+                ..Default::default()
+            };
+            match api.delete(&name, &dp).await {
+                Ok(_) => {}
+                Err(kube::Error::Api(s)) if s.code == 404 => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        tracing::info!(
+            generation,
+            slices = desired.len(),
+            devices = ok.len(),
+            "published ResourceSlices"
+        );
+        Ok(true)
+    }
+
+    /// Runs until the task is dropped.
+    pub async fn run(mut self, mut inventory: watch::Receiver<Vec<Device>>) {
+        let (tx, mut events) = mpsc::channel::<()>(1);
+        let api = self.api();
+        let cfg = watcher::Config::default().fields(&self.selector());
+        tokio::spawn(async move {
+            let mut stream = watcher(api, cfg).default_backoff().boxed();
+            while let Some(ev) = stream.next().await {
+                match ev {
+                    Ok(watcher::Event::Init | watcher::Event::InitApply(_)) => {}
+                    Ok(_) => {
+                        let _ = tx.try_send(());
+                    }
+                    Err(e) => tracing::debug!(error = %e, "slice watch error"),
+                }
+                if tx.is_closed() {
+                    break;
+                }
+            }
+        });
+
+        let mut first = true;
+        let mut backoff = Duration::from_millis(200);
+        loop {
+            let devices = inventory.borrow_and_update().clone();
+            match self.reconcile(&devices).await {
+                Ok(_) => {
+                    if first {
+                        tracing::info!(
+                            elapsed_ms = self.started.elapsed().as_millis() as u64,
+                            "slices in place after start"
+                        );
+                        first = false;
+                    }
+                    backoff = Duration::from_millis(200);
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, retry_in_ms = backoff.as_millis() as u64, "publishing ResourceSlices failed");
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_secs(30));
+                    continue;
+                }
+            }
+            tokio::select! {
+                r = inventory.changed() => if r.is_err() { return },
+                _ = events.recv() => {
+                    // Let a burst of events (a wipe deletes several slices) settle.
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    while events.try_recv().is_ok() {}
+                }
+                _ = tokio::time::sleep(self.resync) => {}
+            }
+        }
+    }
+}
+
+fn up_to_date(existing: &[ResourceSlice], desired: &[ResourceSlice]) -> bool {
+    existing.len() == desired.len()
+        && desired.iter().all(|d| {
+            existing.iter().any(|e| {
+                e.metadata.name == d.metadata.name
+                    && e.spec.pool == d.spec.pool
+                    && e.spec.node_name == d.spec.node_name
+                    && e.metadata.owner_references == d.metadata.owner_references
+                    && serde_json::to_value(&e.spec.devices).ok()
+                        == serde_json::to_value(&d.spec.devices).ok()
+            })
+        })
+}
