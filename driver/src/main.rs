@@ -1,5 +1,6 @@
 //! `graft-driver`: the DRA kubelet plugin daemon.
 
+use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -89,6 +90,7 @@ async fn main() -> anyhow::Result<()> {
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
         )
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
         .init();
     let args = Args::parse();
     if let Err(r) = graft_driver::limits::check_qualified_name(&format!("{}/x", args.driver_name)) {

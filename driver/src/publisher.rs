@@ -25,6 +25,9 @@ pub struct Publisher {
     node: String,
     owner: Option<NodeOwner>,
     last_dropped: Vec<(String, String)>,
+    /// The last generation this process wrote: after a wipe nothing in the API remembers
+    /// it, and generations must still only grow.
+    last_generation: i64,
     started: Instant,
     resync: Duration,
 }
@@ -37,6 +40,7 @@ impl Publisher {
             node,
             owner: None,
             last_dropped: Vec::new(),
+            last_generation: 0,
             started,
             resync: Duration::from_secs(60),
         }
@@ -96,7 +100,7 @@ impl Publisher {
             return Ok(false);
         }
 
-        let generation = max_gen + 1;
+        let generation = max_gen.max(self.last_generation) + 1;
         let desired = desired_slices(&self.driver, &owner, &ok, generation);
         for mut slice in desired.iter().cloned() {
             let name = slice.metadata.name.clone().unwrap_or_default();
@@ -134,6 +138,7 @@ impl Publisher {
                 Err(e) => return Err(e.into()),
             }
         }
+        self.last_generation = generation;
         tracing::info!(
             generation,
             slices = desired.len(),
