@@ -5,11 +5,9 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
-use hyper_util::rt::TokioIo;
 use k8s_cri::v1::runtime_service_client::RuntimeServiceClient;
 use k8s_cri::v1::*;
-use tokio::net::UnixStream;
-use tonic::transport::{Channel, Endpoint, Uri};
+use tonic::transport::Channel;
 
 use crate::containerd::BUSYBOX_IMAGE;
 
@@ -31,17 +29,9 @@ pub struct Pod {
 
 impl Cri {
     pub async fn connect(socket: &Path, log_root: &Path) -> anyhow::Result<Self> {
-        let path = socket.to_path_buf();
-        let channel =
-            Endpoint::try_from("http://[::]:0")?
-                .connect_with_connector(tower::service_fn(move |_: Uri| {
-                    let path = path.clone();
-                    async move {
-                        Ok::<_, std::io::Error>(TokioIo::new(UnixStream::connect(path).await?))
-                    }
-                }))
-                .await
-                .context("connecting to CRI")?;
+        let channel = crate::unix::unix_channel(socket)
+            .await
+            .context("connecting to CRI")?;
         Ok(Cri {
             client: RuntimeServiceClient::new(channel),
             log_root: log_root.to_path_buf(),

@@ -1,11 +1,16 @@
-//! The testbed: real containerd (2.2.x and 1.7.24), runc and crictl from the cache that
-//! `integration/testbed/setup.sh` fills, driven from Rust through CRI.
+//! The testbed: real containerd (2.2.x and 1.7.24), runc, crictl, etcd and kube-apiserver
+//! from the cache that `integration/testbed/setup.sh` fills, driven from Rust through CRI,
+//! the Kubernetes API and the kubelet plugin sockets.
 
+pub mod apiserver;
 pub mod containerd;
 pub mod cri;
+pub mod dra_node;
+pub mod driver;
 pub mod nri;
 pub mod records;
 pub mod testbed;
+pub mod unix;
 
 pub use containerd::{Containerd, Version};
 pub use cri::Cri;

@@ -79,7 +79,14 @@ impl GraftNri {
     /// Waits until the status file says connected and synchronized, and the process holds
     /// the liveness lock.
     pub fn wait_synchronized(&mut self, limit: Duration) -> anyhow::Result<NriStatus> {
-        let boot = read_boot_id(Path::new(BOOT_ID_PATH))?;
+        // A test may hand graft-nri a boot id file of its own.
+        let boot_path = self
+            .extra
+            .iter()
+            .position(|a| a == "--boot-id-path")
+            .and_then(|i| self.extra.get(i + 1))
+            .map_or_else(|| PathBuf::from(BOOT_ID_PATH), PathBuf::from);
+        let boot = read_boot_id(&boot_path)?;
         let start = Instant::now();
         loop {
             if let Some(child) = self.child.as_mut() {

@@ -13,6 +13,8 @@ pub struct Testbed {
     pub containerd_2: PathBuf,
     pub containerd_17: PathBuf,
     pub images: PathBuf,
+    /// Kubernetes binaries and etcd.
+    pub k8s: PathBuf,
 }
 
 impl Testbed {
@@ -50,6 +52,7 @@ impl Testbed {
             containerd_2: get("GRAFT_CONTAINERD_2")?,
             containerd_17: get("GRAFT_CONTAINERD_17")?,
             images: get("GRAFT_IMAGES")?,
+            k8s: get("GRAFT_K8S")?,
         })
     }
 }

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs the testbed's real components into a cache directory outside the repo and
-# reuses them on later runs. Nothing here is a stand-in: containerd, runc and crictl are
-# built from the Go module proxy, busybox and the older containerd come from Debian.
+# reuses them on later runs. Nothing here is a stand-in: containerd, runc, crictl,
+# Kubernetes and etcd are built from the Go module proxy; busybox and the older containerd
+# come from Debian.
 #
 #   GRAFT_CACHE   cache directory (default: $HOME/.cache/graft-testbed)
 #
@@ -32,8 +33,8 @@ apt_install() {
 
 # Host packages from the machine's own suite: build deps for runc (cgo + seccomp), a static
 # busybox for the test image, a static libc to link the pause binary, protoc for the CRI
-# client crate, jq for the demo output.
-apt_install libseccomp-dev pkg-config busybox-static libc6-dev gcc protobuf-compiler jq
+# client crate, jq for the demo output, openssl for the API server's service-account key.
+apt_install libseccomp-dev pkg-config busybox-static libc6-dev gcc protobuf-compiler jq openssl
 
 # containerd 2.2.x: plain `go install` works from v2.2.1 on (no replace/exclude in go.mod).
 c2="$CACHE/bin/containerd-$CONTAINERD2_VERSION"
@@ -101,6 +102,27 @@ fi
 maxglibc=$(objdump -T "$c17/containerd" 2>/dev/null | grep -o 'GLIBC_[0-9.]*' | sort -V | tail -1 || true)
 log "containerd 1.7.24 needs ${maxglibc:-no glibc symbols}"
 
+# Kubernetes (kube-apiserver, controller-manager, scheduler, kubelet, kubectl) and etcd,
+# through the wrapper module in k8s/: it pins every staging module to its release, which
+# k8s.io/kubernetes itself cannot do from its module zip. A stamp of go.mod and go.sum
+# rebuilds them when the wrapper changes.
+K8S_VERSION=$(awk '$1 == "k8s.io/kubernetes" && $2 ~ /^v/ {print $2; exit}' "$here/k8s/go.mod")
+k8s="$CACHE/bin/k8s-$K8S_VERSION"
+k8s_stamp=$(cat "$here/k8s/go.mod" "$here/k8s/go.sum" | sha256sum | cut -c1-16)
+if [ "$(cat "$k8s/.stamp" 2>/dev/null)" != "$k8s_stamp" ]; then
+  log "building Kubernetes $K8S_VERSION and etcd (10-20 minutes on a cold cache)"
+  mkdir -p "$k8s"
+  minor=$(echo "$K8S_VERSION" | cut -d. -f2)
+  ldf="-s -w"
+  for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+    ldf="$ldf -X $pkg.gitVersion=$K8S_VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor -X $pkg.gitTreeState=clean"
+  done
+  (cd "$here/k8s" && CGO_ENABLED=0 go build -trimpath -ldflags "$ldf" -o "$k8s/" ./cmd/etcd \
+     k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
+     k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kubectl)
+  echo "$k8s_stamp" >"$k8s/.stamp"
+fi
+
 # OCI images built by hand from the static busybox and a tiny pause binary.
 if [ ! -s "$CACHE/images/busybox.tar" ] || [ ! -s "$CACHE/images/pause.tar" ] \
    || [ "$here/build-images.sh" -nt "$CACHE/images/busybox.tar" ]; then
@@ -115,6 +137,7 @@ GRAFT_CRICTL=$CACHE/bin/crictl
 GRAFT_CONTAINERD_2=$c2
 GRAFT_CONTAINERD_17=$c17
 GRAFT_IMAGES=$CACHE/images
+GRAFT_K8S=$k8s
 EOF
 log "testbed installed in $CACHE"
 echo "$CACHE/env"

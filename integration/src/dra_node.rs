@@ -1,0 +1,150 @@
+//! One node as graft-driver sees it: a Node object in a real API server, a kubelet
+//! directory, containerd 2.2 with graft-nri (whose status gates every prepare), and
+//! graft-driver itself, spoken to over its sockets as the kubelet would.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::Context;
+use graft_proto::dra::v1;
+use k8s_openapi::api::core::v1::Node;
+use kube::api::{Api, PostParams};
+use tonic::transport::Channel;
+
+use crate::apiserver::ControlPlane;
+use crate::containerd::{Containerd, Version};
+use crate::driver::{DriverOpts, GraftDriver};
+use crate::nri::GraftNri;
+use crate::testbed::Testbed;
+
+pub const DRIVER_NAME: &str = "graft.dev";
+
+pub struct DraNode {
+    pub name: String,
+    pub dir: tempfile::TempDir,
+    pub client: kube::Client,
+    pub containerd: Containerd,
+    pub nri: GraftNri,
+    pub driver: GraftDriver,
+    /// The DRA socket named by the registration socket's GetInfo.
+    pub endpoint: PathBuf,
+    pub state_dir: PathBuf,
+    pub boot_id_path: PathBuf,
+}
+
+impl DraNode {
+    /// Brings the node up with `devices_toml` as the char backend's config.
+    pub async fn start(cp: &ControlPlane, name: &str, devices_toml: &str) -> anyhow::Result<Self> {
+        Self::start_with(cp, name, devices_toml, &[]).await
+    }
+
+    pub async fn start_with(
+        cp: &ControlPlane,
+        name: &str,
+        devices_toml: &str,
+        driver_args: &[&str],
+    ) -> anyhow::Result<Self> {
+        let tb = Testbed::load()?;
+        let client = cp.client().await?;
+        let nodes: Api<Node> = Api::all(client.clone());
+        if nodes.get_opt(name).await?.is_none() {
+            let mut node = Node::default();
+            node.metadata.name = Some(name.to_string());
+            nodes.create(&PostParams::default(), &node).await?;
+        }
+        // Short paths: socket paths are limited to 108 bytes.
+        let dir = tempfile::Builder::new().prefix("gd").tempdir_in("/tmp")?;
+        let state_dir = dir.path().join("state");
+        let boot_id_path = dir.path().join("boot_id");
+        std::fs::write(
+            &boot_id_path,
+            std::fs::read_to_string(graft_record::BOOT_ID_PATH)?,
+        )?;
+        let config = dir.path().join("devices.toml");
+        std::fs::write(&config, devices_toml)?;
+        std::fs::create_dir_all(dir.path().join("logs"))?;
+
+        let containerd = Containerd::start(&tb, Version::V2_2, &dir.path().join("c"))?;
+        let boot_arg = boot_id_path.to_string_lossy().into_owned();
+        let mut nri = GraftNri::start(
+            &containerd.nri_socket,
+            &state_dir,
+            &dir.path().join("logs/graft-nri.log"),
+            &["--boot-id-path", &boot_arg],
+        )?;
+        nri.wait_synchronized(Duration::from_secs(30))?;
+
+        let mut driver = GraftDriver::start(DriverOpts {
+            driver_name: DRIVER_NAME.into(),
+            node_name: name.into(),
+            kubelet_dir: dir.path().join("kubelet"),
+            state_dir: state_dir.clone(),
+            device_config: config,
+            boot_id_path: boot_id_path.clone(),
+            kubeconfig: cp.kubeconfig.clone(),
+            pod_uid: None,
+            log: dir.path().join("logs/graft-driver.log"),
+            extra: driver_args.iter().map(|s| s.to_string()).collect(),
+        })?;
+        let (_, endpoint) = driver
+            .wait_registered(Duration::from_secs(30))
+            .await
+            .context("graft-driver did not come up")?;
+        Ok(DraNode {
+            name: name.to_string(),
+            dir,
+            client,
+            containerd,
+            nri,
+            driver,
+            endpoint,
+            state_dir,
+            boot_id_path,
+        })
+    }
+
+    pub fn path(&self, rel: &str) -> PathBuf {
+        self.dir.path().join(rel)
+    }
+
+    /// Restarts graft-driver (after a kill or a crash point) and waits for registration.
+    pub async fn restart_driver(&mut self, crash_at: Option<&str>) -> anyhow::Result<()> {
+        let _ = self.driver.kill9();
+        self.driver.spawn(crash_at)?;
+        let (_, endpoint) = self.driver.wait_registered(Duration::from_secs(30)).await?;
+        self.endpoint = endpoint;
+        Ok(())
+    }
+
+    pub async fn dra(&self) -> anyhow::Result<v1::dra_plugin_client::DraPluginClient<Channel>> {
+        self.driver.dra(&self.endpoint).await
+    }
+
+    pub fn record(&self, claim_uid: &str) -> anyhow::Result<Option<graft_record::ClaimRecord>> {
+        Ok(graft_record::RecordStore::open(&self.state_dir)?.get_claim(claim_uid)?)
+    }
+
+    /// The checkpoint file, parsed.
+    pub fn checkpoint(&self) -> anyhow::Result<serde_json::Value> {
+        let p = self.state_dir.join("driver/checkpoint.json");
+        match std::fs::read(&p) {
+            Ok(d) => Ok(serde_json::from_slice(&d)?),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                Ok(serde_json::json!({"claims": {}}))
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    pub fn log_dir(&self) -> &Path {
+        self.dir.path()
+    }
+}
+
+impl Drop for DraNode {
+    fn drop(&mut self) {
+        let _ = self.driver.kill9();
+        let _ = self.nri.stop();
+        self.containerd.teardown();
+    }
+}

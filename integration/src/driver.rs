@@ -1,0 +1,215 @@
+//! graft-driver as a child process, with the kubelet's view of it: the registration socket
+//! and the DRA service, spoken to over gRPC exactly as the kubelet does.
+
+use std::os::unix::fs::FileTypeExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::bail;
+use graft_proto::dra::{v1, v1beta1};
+use graft_proto::pluginregistration::registration_client::RegistrationClient;
+use tonic::transport::Channel;
+
+use crate::containerd::signal;
+use crate::testbed::workspace_bin;
+use crate::unix::unix_channel;
+
+#[derive(Debug, Clone)]
+pub struct DriverOpts {
+    pub driver_name: String,
+    pub node_name: String,
+    pub kubelet_dir: PathBuf,
+    pub state_dir: PathBuf,
+    pub device_config: PathBuf,
+    pub boot_id_path: PathBuf,
+    pub kubeconfig: PathBuf,
+    pub pod_uid: Option<String>,
+    pub log: PathBuf,
+    pub extra: Vec<String>,
+}
+
+pub struct GraftDriver {
+    pub opts: DriverOpts,
+    child: Option<Child>,
+}
+
+impl GraftDriver {
+    pub fn start(opts: DriverOpts) -> anyhow::Result<Self> {
+        let mut d = GraftDriver { opts, child: None };
+        d.spawn(None)?;
+        Ok(d)
+    }
+
+    /// Starts the process; `crash_at` makes it SIGKILL itself at that prepare step.
+    pub fn spawn(&mut self, crash_at: Option<&str>) -> anyhow::Result<()> {
+        let o = &self.opts;
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&o.log)?;
+        let mut cmd = Command::new(workspace_bin("graft-driver")?);
+        cmd.arg("--driver-name")
+            .arg(&o.driver_name)
+            .arg("--node-name")
+            .arg(&o.node_name)
+            .arg("--kubelet-dir")
+            .arg(&o.kubelet_dir)
+            .arg("--state-dir")
+            .arg(&o.state_dir)
+            .arg("--device-config")
+            .arg(&o.device_config)
+            .arg("--boot-id-path")
+            .arg(&o.boot_id_path)
+            .args(&o.extra)
+            .env("KUBECONFIG", &o.kubeconfig)
+            .env("RUST_LOG", "info,kube=warn,tower=warn,hyper=warn")
+            .env_remove("POD_UID")
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log);
+        if let Some(uid) = &o.pod_uid {
+            cmd.arg("--pod-uid").arg(uid);
+        }
+        if let Some(p) = crash_at {
+            cmd.arg("--crash-at").arg(p);
+        }
+        self.child = Some(cmd.spawn()?);
+        Ok(())
+    }
+
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(|c| c.id())
+    }
+
+    /// kill -9.
+    pub fn kill9(&mut self) -> anyhow::Result<()> {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            c.wait()?;
+        }
+        Ok(())
+    }
+
+    /// SIGTERM, as the kubelet stops a DaemonSet pod; returns the exit status.
+    pub fn terminate(&mut self) -> anyhow::Result<ExitStatus> {
+        let Some(c) = self.child.as_ref() else {
+            bail!("graft-driver is not running");
+        };
+        signal(c, libc::SIGTERM);
+        self.wait_exit(Duration::from_secs(10))
+    }
+
+    /// Waits for the process to end by itself (a crash point, a signal sent earlier).
+    pub fn wait_exit(&mut self, limit: Duration) -> anyhow::Result<ExitStatus> {
+        let Some(mut c) = self.child.take() else {
+            bail!("graft-driver is not running");
+        };
+        let start = Instant::now();
+        loop {
+            if let Some(st) = c.try_wait()? {
+                return Ok(st);
+            }
+            if start.elapsed() > limit {
+                let _ = c.kill();
+                c.wait()?;
+                bail!(
+                    "graft-driver did not exit within {limit:?}:\n{}",
+                    self.log_text()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.opts.log).unwrap_or_default()
+    }
+
+    pub fn registry_dir(&self) -> PathBuf {
+        self.opts.kubelet_dir.join("plugins_registry")
+    }
+
+    pub fn plugin_dir(&self) -> PathBuf {
+        self.opts
+            .kubelet_dir
+            .join("plugins")
+            .join(&self.opts.driver_name)
+    }
+
+    /// The registration sockets present, as the kubelet's plugin watcher would find them.
+    pub fn registration_sockets(&self) -> Vec<PathBuf> {
+        let mut v: Vec<PathBuf> = std::fs::read_dir(self.registry_dir())
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| {
+                std::fs::symlink_metadata(p).is_ok_and(|m| m.file_type().is_socket())
+                    && p.file_name()
+                        .and_then(|n| n.to_str())
+                        .is_some_and(|n| !n.starts_with('.'))
+            })
+            .collect();
+        v.sort();
+        v
+    }
+
+    /// Waits until a registration socket answers GetInfo; returns its path and the DRA
+    /// endpoint it names.
+    pub async fn wait_registered(&mut self, limit: Duration) -> anyhow::Result<(PathBuf, PathBuf)> {
+        let start = Instant::now();
+        loop {
+            if let Some(c) = self.child.as_mut() {
+                if let Some(st) = c.try_wait()? {
+                    bail!("graft-driver exited with {st}:\n{}", self.log_text());
+                }
+            }
+            for sock in self.registration_sockets() {
+                if let Ok(mut reg) = self.registration(&sock).await {
+                    if let Ok(info) = reg
+                        .get_info(graft_proto::pluginregistration::InfoRequest {})
+                        .await
+                    {
+                        return Ok((sock, PathBuf::from(info.into_inner().endpoint)));
+                    }
+                }
+            }
+            if start.elapsed() > limit {
+                bail!(
+                    "graft-driver not registered after {limit:?}:\n{}",
+                    self.log_text()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    pub async fn registration(&self, socket: &Path) -> anyhow::Result<RegistrationClient<Channel>> {
+        Ok(RegistrationClient::new(unix_channel(socket).await?))
+    }
+
+    pub async fn dra(
+        &self,
+        endpoint: &Path,
+    ) -> anyhow::Result<v1::dra_plugin_client::DraPluginClient<Channel>> {
+        Ok(v1::dra_plugin_client::DraPluginClient::new(
+            unix_channel(endpoint).await?,
+        ))
+    }
+
+    pub async fn dra_v1beta1(
+        &self,
+        endpoint: &Path,
+    ) -> anyhow::Result<v1beta1::dra_plugin_client::DraPluginClient<Channel>> {
+        Ok(v1beta1::dra_plugin_client::DraPluginClient::new(
+            unix_channel(endpoint).await?,
+        ))
+    }
+}
+
+impl Drop for GraftDriver {
+    fn drop(&mut self) {
+        let _ = self.kill9();
+    }
+}

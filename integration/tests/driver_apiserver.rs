@@ -1,0 +1,913 @@
+//! graft-driver against a real kube-apiserver and etcd, driven over its sockets as the
+//! kubelet drives it: registration, ResourceSlices the API server accepts and that come back
+//! after the kubelet's wipe, prepare and unprepare with the per-container records graft-nri
+//! reads, kill -9 at every prepare step, a reboot, and graft-nri's absence. Allocations are
+//! written into claim status as the scheduler would.
+//!
+//! Needs the testbed (`integration/testbed/setup.sh`) and the workspace binaries
+//! (`cargo build --workspace --bins`); the README's test command does both.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, ensure, Context};
+use graft_integration::apiserver::{self, ControlPlane};
+use graft_integration::dra_node::{DraNode, DRIVER_NAME};
+use graft_proto::dra::{v1, v1beta1};
+use graft_proto::pluginregistration::{InfoRequest, RegistrationStatus};
+use k8s_openapi::api::core::v1::{Namespace, Pod, ServiceAccount};
+use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceSlice};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use serde_json::{json, Value};
+
+const DEVICES: &str = r#"
+[[devices]]
+path = "/dev/null"
+attributes = { type = "test", index = 0 }
+
+[[devices]]
+path = "/dev/zero"
+attributes = { type = "test", index = 1 }
+
+[[devices]]
+path = "/dev/full"
+attributes = { type = "test", index = 2, fw = { version = "1.2.3" } }
+"#;
+
+const WAIT: Duration = Duration::from_secs(30);
+
+fn cp() -> &'static ControlPlane {
+    apiserver::shared().expect("control plane")
+}
+
+async fn namespace(client: &kube::Client, name: &str) -> anyhow::Result<()> {
+    let ns: Api<Namespace> = Api::all(client.clone());
+    let mut n = Namespace::default();
+    n.metadata.name = Some(name.into());
+    ns.create(&PostParams::default(), &n).await?;
+    // No controller-manager here: the default service account pods need is made by hand.
+    let sa: Api<ServiceAccount> = Api::namespaced(client.clone(), name);
+    let mut a = ServiceAccount::default();
+    a.metadata.name = Some("default".into());
+    sa.create(&PostParams::default(), &a).await?;
+    Ok(())
+}
+
+/// Creates a pod (containers described as `(name, [(claim, request)])`, init containers
+/// marked with a leading `init:`) that references claims directly by name.
+async fn pod(
+    client: &kube::Client,
+    ns: &str,
+    name: &str,
+    claims: &[(&str, &str)],
+    containers: &[(&str, &[(&str, &str)])],
+) -> anyhow::Result<Pod> {
+    let ctr = |n: &str, refs: &[(&str, &str)]| {
+        let refs: Vec<Value> = refs
+            .iter()
+            .map(|(c, r)| {
+                if r.is_empty() {
+                    json!({"name": c})
+                } else {
+                    json!({"name": c, "request": r})
+                }
+            })
+            .collect();
+        json!({"name": n, "image": "docker.io/library/busybox:test",
+               "resources": {"claims": refs}})
+    };
+    let init: Vec<Value> = containers
+        .iter()
+        .filter_map(|(n, r)| n.strip_prefix("init:").map(|n| ctr(n, r)))
+        .collect();
+    let main: Vec<Value> = containers
+        .iter()
+        .filter(|(n, _)| !n.starts_with("init:"))
+        .map(|(n, r)| ctr(n, r))
+        .collect();
+    let rc: Vec<Value> = claims
+        .iter()
+        .map(|(pod_name, claim)| json!({"name": pod_name, "resourceClaimName": claim}))
+        .collect();
+    let p: Pod = serde_json::from_value(json!({
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {"resourceClaims": rc, "initContainers": init, "containers": main,
+                 "automountServiceAccountToken": false}
+    }))?;
+    Ok(Api::<Pod>::namespaced(client.clone(), ns)
+        .create(&PostParams::default(), &p)
+        .await?)
+}
+
+/// A claim allocated as the scheduler would: `results` are `(request, device)` on `node`'s
+/// pool (the claim has one request per distinct name), reserved for `pods`.
+async fn allocated_claim(
+    client: &kube::Client,
+    ns: &str,
+    name: &str,
+    node: &str,
+    results: &[(&str, &str)],
+    config: Value,
+    pods: &[&Pod],
+) -> anyhow::Result<ResourceClaim> {
+    let api: Api<ResourceClaim> = Api::namespaced(client.clone(), ns);
+    let mut requests: Vec<&str> = results.iter().map(|(r, _)| *r).collect();
+    requests.dedup();
+    let reqs: Vec<Value> = requests
+        .iter()
+        .map(|r| json!({"name": r, "exactly": {"deviceClassName": "graft.dev"}}))
+        .collect();
+    let c: ResourceClaim = serde_json::from_value(json!({
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {"devices": {"requests": reqs}}
+    }))?;
+    api.create(&PostParams::default(), &c).await?;
+    let results: Vec<Value> = results
+        .iter()
+        .map(|(r, d)| json!({"request": r, "driver": DRIVER_NAME, "pool": node, "device": d}))
+        .collect();
+    let reserved: Vec<Value> = pods
+        .iter()
+        .map(|p| json!({"resource": "pods", "name": p.metadata.name, "uid": p.metadata.uid}))
+        .collect();
+    let status = json!({"status": {
+        "allocation": {"devices": {"results": results, "config": config}},
+        "reservedFor": reserved
+    }});
+    Ok(api
+        .patch_status(name, &PatchParams::default(), &Patch::Merge(status))
+        .await?)
+}
+
+async fn reserve_for(
+    client: &kube::Client,
+    claim: &ResourceClaim,
+    pods: &[&Pod],
+) -> anyhow::Result<()> {
+    let ns = claim.metadata.namespace.as_deref().unwrap_or_default();
+    let reserved: Vec<Value> = pods
+        .iter()
+        .map(|p| json!({"resource": "pods", "name": p.metadata.name, "uid": p.metadata.uid}))
+        .collect();
+    Api::<ResourceClaim>::namespaced(client.clone(), ns)
+        .patch_status(
+            claim.metadata.name.as_deref().unwrap_or_default(),
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"reservedFor": reserved}})),
+        )
+        .await?;
+    Ok(())
+}
+
+fn claim_msg(c: &ResourceClaim) -> v1::Claim {
+    v1::Claim {
+        namespace: c.metadata.namespace.clone().unwrap_or_default(),
+        uid: c.metadata.uid.clone().unwrap_or_default(),
+        name: c.metadata.name.clone().unwrap_or_default(),
+    }
+}
+
+fn uid(c: &ResourceClaim) -> String {
+    c.metadata.uid.clone().unwrap_or_default()
+}
+
+async fn prepare(
+    node: &DraNode,
+    claims: &[&ResourceClaim],
+) -> anyhow::Result<BTreeMap<String, v1::NodePrepareResourceResponse>> {
+    let mut dra = node.dra().await?;
+    let r = dra
+        .node_prepare_resources(v1::NodePrepareResourcesRequest {
+            claims: claims.iter().map(|c| claim_msg(c)).collect(),
+        })
+        .await?;
+    Ok(r.into_inner().claims.into_iter().collect())
+}
+
+async fn unprepare(
+    node: &DraNode,
+    claims: &[v1::Claim],
+) -> anyhow::Result<BTreeMap<String, String>> {
+    let mut dra = node.dra().await?;
+    let r = dra
+        .node_unprepare_resources(v1::NodeUnprepareResourcesRequest {
+            claims: claims.to_vec(),
+        })
+        .await?;
+    Ok(r.into_inner()
+        .claims
+        .into_iter()
+        .map(|(k, v)| (k, v.error))
+        .collect())
+}
+
+fn devices_of(r: &v1::NodePrepareResourceResponse) -> Vec<(String, Vec<String>)> {
+    r.devices
+        .iter()
+        .map(|d| (d.device_name.clone(), d.request_names.clone()))
+        .collect()
+}
+
+fn containers(rec: &graft_record::ClaimRecord, pod_uid: &str) -> Vec<(String, Vec<String>)> {
+    rec.pods
+        .iter()
+        .find(|p| p.uid == pod_uid)
+        .map(|p| {
+            p.containers
+                .iter()
+                .map(|c| (c.name.clone(), c.devices.clone()))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+async fn slices(client: &kube::Client, node: &str) -> anyhow::Result<Vec<ResourceSlice>> {
+    let api: Api<ResourceSlice> = Api::all(client.clone());
+    let lp =
+        ListParams::default().fields(&format!("spec.driver={DRIVER_NAME},spec.nodeName={node}"));
+    let mut items = api.list(&lp).await?.items;
+    items.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+    Ok(items)
+}
+
+/// Waits until the node's slices satisfy `ok`.
+async fn wait_slices(
+    client: &kube::Client,
+    node: &str,
+    what: &str,
+    ok: impl Fn(&[ResourceSlice]) -> bool,
+) -> anyhow::Result<Vec<ResourceSlice>> {
+    let start = Instant::now();
+    loop {
+        let s = slices(client, node).await?;
+        if ok(&s) {
+            return Ok(s);
+        }
+        if start.elapsed() > WAIT {
+            bail!(
+                "slices of {node} never became {what}: {}",
+                serde_json::to_string_pretty(&s)?
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn device_names(s: &[ResourceSlice]) -> Vec<String> {
+    s.iter()
+        .flat_map(|s| s.spec.devices.iter().flatten().map(|d| d.name.clone()))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn registration_and_sockets() -> anyhow::Result<()> {
+    let mut node = DraNode::start(cp(), "node-reg", DEVICES).await?;
+    let socks = node.driver.registration_sockets();
+    ensure!(
+        socks.len() == 1 && socks[0].ends_with("graft.dev-reg.sock"),
+        "{socks:?}"
+    );
+    let mut reg = node.driver.registration(&socks[0]).await?;
+    let info = reg.get_info(InfoRequest {}).await?.into_inner();
+    ensure!(
+        info.r#type == "DRAPlugin" && info.name == DRIVER_NAME,
+        "{info:?}"
+    );
+    ensure!(
+        info.supported_versions == ["v1.DRAPlugin", "v1beta1.DRAPlugin"],
+        "{info:?}"
+    );
+    ensure!(
+        info.endpoint
+            == node
+                .path("kubelet/plugins/graft.dev/dra.sock")
+                .to_string_lossy(),
+        "{info:?}"
+    );
+
+    // Registered, then rejected: the rejection is surfaced.
+    reg.notify_registration_status(RegistrationStatus {
+        plugin_registered: true,
+        error: String::new(),
+    })
+    .await?;
+    let rejected = reg
+        .notify_registration_status(RegistrationStatus {
+            plugin_registered: false,
+            error: "version mismatch".into(),
+        })
+        .await;
+    ensure!(
+        rejected.is_err(),
+        "a rejection must be answered with an error"
+    );
+    ensure!(node.driver.log_text().contains("rejected the registration"));
+
+    // Both service versions answer; an empty request gets an empty map.
+    let empty = node
+        .dra()
+        .await?
+        .node_prepare_resources(v1::NodePrepareResourcesRequest { claims: vec![] })
+        .await?
+        .into_inner();
+    ensure!(empty.claims.is_empty());
+    let beta = node
+        .driver
+        .dra_v1beta1(&node.endpoint)
+        .await?
+        .node_unprepare_resources(v1beta1::NodeUnprepareResourcesRequest {
+            claims: vec![v1beta1::Claim {
+                namespace: "x".into(),
+                uid: "u-unknown".into(),
+                name: "y".into(),
+            }],
+        })
+        .await?
+        .into_inner();
+    ensure!(
+        beta.claims
+            .get("u-unknown")
+            .is_some_and(|r| r.error.is_empty()),
+        "{beta:?}"
+    );
+
+    // SIGTERM unlinks both sockets.
+    let st = node.driver.terminate()?;
+    ensure!(st.success(), "graft-driver exited with {st}");
+    ensure!(node.driver.registration_sockets().is_empty());
+    ensure!(!node.endpoint.exists(), "DRA socket left behind");
+
+    // Rolling-update mode: per-instance names from the pod UID; a stale file is replaced.
+    let pod_uid = "3f1c2b7a-0d4e-4a5b-8c6d-7e8f9a0b1c2d";
+    node.driver.opts.pod_uid = Some(pod_uid.into());
+    let stale = node.path(&format!(
+        "kubelet/plugins_registry/graft.dev-{pod_uid}-reg.sock"
+    ));
+    std::fs::write(&stale, b"stale")?;
+    node.restart_driver(None).await?;
+    let socks = node.driver.registration_sockets();
+    ensure!(socks == vec![stale.clone()], "{socks:?}");
+    ensure!(
+        node.endpoint.ends_with(format!("dra-{pod_uid}.sock")),
+        "{:?}",
+        node.endpoint
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slices_accepted_recreated_and_follow_hotplug() -> anyhow::Result<()> {
+    // Hot-plugged devices appear in a directory of their own under /dev.
+    let hp = tempfile::Builder::new()
+        .prefix("graft-hp-")
+        .tempdir_in("/dev")?;
+    let config = format!(
+        "{DEVICES}\n[[devices]]\npath = \"{}/tty*\"\nattributes = {{ type = \"serial\" }}\n",
+        hp.path().display()
+    );
+    let node = DraNode::start(cp(), "node-slices", &config).await?;
+    let client = &node.client;
+
+    let first = wait_slices(client, "node-slices", "published", |s| s.len() == 1).await?;
+    let s = &first[0];
+    ensure!(s.spec.node_name.as_deref() == Some("node-slices"));
+    ensure!(s.spec.pool.name == "node-slices" && s.spec.pool.resource_slice_count == 1);
+    let owner = &s.metadata.owner_references.as_ref().context("no owner")?[0];
+    ensure!(owner.kind == "Node" && owner.name == "node-slices" && owner.controller == Some(true));
+    ensure!(
+        device_names(&first) == ["full", "null", "zero"],
+        "{:?}",
+        device_names(&first)
+    );
+    let full = &s.spec.devices.as_ref().unwrap()[0];
+    let attrs = full.attributes.as_ref().context("no attributes")?;
+    ensure!(attrs["type"].string.as_deref() == Some("test"));
+    ensure!(attrs["fw"].version.as_deref() == Some("1.2.3"));
+    ensure!(
+        attrs["major"].int == Some(1) && attrs["minor"].int == Some(7),
+        "{attrs:?}"
+    );
+    let gen1 = s.spec.pool.generation;
+
+    // Stable: a resync does not bump the generation.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    ensure!(slices(client, "node-slices").await?[0].spec.pool.generation == gen1);
+
+    // The kubelet's wipe: the slices come back, at a higher generation.
+    let api: Api<ResourceSlice> = Api::all(client.clone());
+    api.delete(
+        s.metadata.name.as_deref().unwrap(),
+        &DeleteParams::default(),
+    )
+    .await?;
+    let back = wait_slices(client, "node-slices", "recreated", |s| {
+        s.len() == 1 && s[0].spec.pool.generation > gen1
+    })
+    .await
+    .with_context(|| node.driver.log_text())?;
+    ensure!(device_names(&back) == ["full", "null", "zero"]);
+    let gen2 = back[0].spec.pool.generation;
+
+    // Hot-plug 130 serial devices: two slices, 128 devices at most each, count right.
+    for i in 0..130 {
+        let p = std::ffi::CString::new(format!("{}/tty{i:03}", hp.path().display()))?;
+        // SAFETY: mknod on a path we own; the node is /dev/null's (c 1:3).
+        let rc = unsafe { libc::mknod(p.as_ptr(), libc::S_IFCHR | 0o600, libc::makedev(1, 3)) };
+        ensure!(rc == 0, "mknod: {}", std::io::Error::last_os_error());
+    }
+    let many = wait_slices(client, "node-slices", "two slices", |s| {
+        s.len() == 2 && device_names(s).len() == 133
+    })
+    .await?;
+    for s in &many {
+        ensure!(s.spec.devices.as_ref().map_or(0, |d| d.len()) <= 128);
+        ensure!(s.spec.pool.resource_slice_count == 2 && s.spec.pool.generation > gen2);
+    }
+    ensure!(many[0].spec.pool.generation == many[1].spec.pool.generation);
+
+    // Unplugged: back to one slice, the other deleted.
+    for e in std::fs::read_dir(hp.path())? {
+        std::fs::remove_file(e?.path())?;
+    }
+    wait_slices(client, "node-slices", "one slice again", |s| {
+        s.len() == 1 && device_names(s).len() == 3 && s[0].spec.pool.resource_slice_count == 1
+    })
+    .await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn prepare_maps_containers_and_is_idempotent() -> anyhow::Result<()> {
+    let node = DraNode::start(cp(), "node-map", DEVICES).await?;
+    let c = &node.client;
+    namespace(c, "map").await?;
+    let p1 = pod(
+        c,
+        "map",
+        "p1",
+        &[("gpus", "shared")],
+        &[
+            ("init:setup", &[("gpus", "a")]),
+            ("both", &[("gpus", "")]),
+            ("b-only", &[("gpus", "b")]),
+            ("plain", &[]),
+        ],
+    )
+    .await?;
+    let config = json!([
+        {"source": "FromClass", "opaque": {"driver": DRIVER_NAME, "parameters":
+            {"apiVersion": "graft.dev/v1alpha1", "kind": "DeviceConfig", "env": {"FROM": "class"}}}},
+        {"source": "FromClaim", "requests": ["a"], "opaque": {"driver": DRIVER_NAME, "parameters":
+            {"apiVersion": "graft.dev/v1alpha1", "kind": "DeviceConfig", "env": {"FROM": "claim"}, "fileMode": 384}}},
+        {"source": "FromClaim", "opaque": {"driver": "other.example.com", "parameters": {"kind": "Unknown"}}}
+    ]);
+    let claim = allocated_claim(
+        c,
+        "map",
+        "shared",
+        "node-map",
+        &[("a", "null"), ("b", "zero")],
+        config,
+        &[&p1],
+    )
+    .await?;
+
+    let r = prepare(&node, &[&claim]).await?;
+    let got = &r[&uid(&claim)];
+    ensure!(got.error.is_empty(), "{}", got.error);
+    ensure!(
+        devices_of(got)
+            == [
+                ("null".to_string(), vec!["a".to_string()]),
+                ("zero".into(), vec!["b".into()])
+            ],
+        "{got:?}"
+    );
+    ensure!(got
+        .devices
+        .iter()
+        .all(|d| d.pool_name == "node-map" && d.cdi_device_ids.is_empty()));
+
+    let rec = node.record(&uid(&claim))?.context("no record")?;
+    let p1_uid = p1.metadata.uid.clone().unwrap_or_default();
+    let want: Vec<(String, Vec<String>)> = vec![
+        ("setup".into(), vec!["null".into()]),
+        ("both".into(), vec!["null".into(), "zero".into()]),
+        ("b-only".into(), vec!["zero".into()]),
+    ];
+    ensure!(containers(&rec, &p1_uid) == want, "{:?}", rec.pods);
+    let null = rec
+        .devices
+        .iter()
+        .find(|d| d.name == "null")
+        .context("null")?;
+    ensure!(
+        null.edits.device_nodes[0].file_mode == Some(0o600),
+        "{null:?}"
+    );
+    ensure!(
+        null.edits
+            .env
+            .iter()
+            .any(|e| e.name == "FROM" && e.value == "claim"),
+        "{null:?}"
+    );
+    let zero = rec
+        .devices
+        .iter()
+        .find(|d| d.name == "zero")
+        .context("zero")?;
+    ensure!(
+        zero.edits
+            .env
+            .iter()
+            .any(|e| e.name == "FROM" && e.value == "class"),
+        "{zero:?}"
+    );
+
+    // Again: same devices. A second pod shares the claim and gains its mapping.
+    let p2 = pod(
+        c,
+        "map",
+        "p2",
+        &[("dev", "shared")],
+        &[("only", &[("dev", "b")])],
+    )
+    .await?;
+    reserve_for(c, &claim, &[&p1, &p2]).await?;
+    let again = prepare(&node, &[&claim]).await?;
+    ensure!(devices_of(&again[&uid(&claim)]) == devices_of(got));
+    let rec = node.record(&uid(&claim))?.context("no record")?;
+    ensure!(rec.pods.len() == 2);
+    let p2_uid = p2.metadata.uid.clone().unwrap_or_default();
+    ensure!(containers(&rec, &p2_uid) == vec![("only".to_string(), vec!["zero".to_string()])]);
+
+    // v1beta1 prepares the same way.
+    let beta = node
+        .driver
+        .dra_v1beta1(&node.endpoint)
+        .await?
+        .node_prepare_resources(v1beta1::NodePrepareResourcesRequest {
+            claims: vec![v1beta1::Claim {
+                namespace: "map".into(),
+                uid: uid(&claim),
+                name: "shared".into(),
+            }],
+        })
+        .await?
+        .into_inner();
+    ensure!(beta.claims[&uid(&claim)].devices.len() == 2);
+
+    // Unprepare: the record goes; again, and for an unknown claim, is success.
+    for _ in 0..2 {
+        let u = unprepare(&node, &[claim_msg(&claim)]).await?;
+        ensure!(u[&uid(&claim)].is_empty(), "{u:?}");
+    }
+    ensure!(node.record(&uid(&claim))?.is_none());
+    ensure!(node.checkpoint()?["claims"]
+        .as_object()
+        .is_some_and(|m| m.is_empty()));
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn prepare_refuses_what_it_must() -> anyhow::Result<()> {
+    let node = DraNode::start(cp(), "node-err", DEVICES).await?;
+    let c = &node.client;
+    namespace(c, "err").await?;
+    let p = pod(c, "err", "p", &[("d", "first")], &[("c", &[("d", "")])]).await?;
+    let first = allocated_claim(
+        c,
+        "err",
+        "first",
+        "node-err",
+        &[("r", "null")],
+        json!([]),
+        &[&p],
+    )
+    .await?;
+    ensure!(prepare(&node, &[&first]).await?[&uid(&first)]
+        .error
+        .is_empty());
+
+    // The same device for another claim: refused, naming the holder.
+    let second = allocated_claim(
+        c,
+        "err",
+        "second",
+        "node-err",
+        &[("r", "null")],
+        json!([]),
+        &[&p],
+    )
+    .await?;
+    let e = &prepare(&node, &[&second]).await?[&uid(&second)].error;
+    ensure!(
+        e.contains("already prepared") && e.contains("err/first"),
+        "{e}"
+    );
+
+    // Opaque config of an unknown kind: a per-claim error naming the field.
+    let bad = allocated_claim(
+        c, "err", "bad", "node-err", &[("r", "zero")],
+        json!([{"source": "FromClaim", "opaque": {"driver": DRIVER_NAME, "parameters": {"apiVersion": "graft.dev/v1alpha1", "kind": "GpuConfig"}}}]),
+        &[&p],
+    )
+    .await?;
+    let e = &prepare(&node, &[&bad]).await?[&uid(&bad)].error;
+    ensure!(
+        e.contains("config[0].opaque.parameters") && e.contains("GpuConfig"),
+        "{e}"
+    );
+    let typo = allocated_claim(
+        c, "err", "typo", "node-err", &[("r", "zero")],
+        json!([{"source": "FromClaim", "opaque": {"driver": DRIVER_NAME, "parameters": {"apiVersion": "graft.dev/v1alpha1", "kind": "DeviceConfig", "evn": {}}}}]),
+        &[&p],
+    )
+    .await?;
+    let e = &prepare(&node, &[&typo]).await?[&uid(&typo)].error;
+    ensure!(e.contains("evn"), "{e}");
+
+    // A device the node does not have.
+    let ghost = allocated_claim(
+        c,
+        "err",
+        "ghost",
+        "node-err",
+        &[("r", "nope")],
+        json!([]),
+        &[&p],
+    )
+    .await?;
+    let e = &prepare(&node, &[&ghost]).await?[&uid(&ghost)].error;
+    ensure!(e.contains("not present"), "{e}");
+
+    // Whole-call failures: a missing claim, a replaced one, an unallocated one.
+    let mut missing = claim_msg(&first);
+    missing.name = "does-not-exist".into();
+    let mut replaced = claim_msg(&first);
+    replaced.uid = "00000000-0000-0000-0000-000000000000".into();
+    let api: Api<ResourceClaim> = Api::namespaced(c.clone(), "err");
+    let pending: ResourceClaim = serde_json::from_value(json!({
+        "metadata": {"name": "pending", "namespace": "err"},
+        "spec": {"devices": {"requests": [{"name": "r", "exactly": {"deviceClassName": "graft.dev"}}]}}
+    }))?;
+    let pending = api.create(&PostParams::default(), &pending).await?;
+    for (claim, needle) in [
+        (missing, "not found"),
+        (replaced, "replaced"),
+        (claim_msg(&pending), "not allocated"),
+    ] {
+        let r = node
+            .dra()
+            .await?
+            .node_prepare_resources(v1::NodePrepareResourcesRequest {
+                claims: vec![claim_msg(&first), claim],
+            })
+            .await;
+        let e = r.err().context("whole call must fail")?;
+        ensure!(e.message().contains(needle), "{e:?}");
+    }
+
+    // Once the first claim is unprepared, the second gets the device.
+    unprepare(&node, &[claim_msg(&first)]).await?;
+    ensure!(prepare(&node, &[&second]).await?[&uid(&second)]
+        .error
+        .is_empty());
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_at_each_prepare_step() -> anyhow::Result<()> {
+    let mut node = DraNode::start(cp(), "node-crash", DEVICES).await?;
+    let c = node.client.clone();
+    namespace(&c, "crash").await?;
+    for (i, point) in ["after-started", "after-record", "after-completed"]
+        .iter()
+        .enumerate()
+    {
+        let name = format!("c{i}");
+        let p = pod(
+            &c,
+            "crash",
+            &format!("p{i}"),
+            &[("d", &name)],
+            &[("c", &[("d", "")])],
+        )
+        .await?;
+        let claim = allocated_claim(
+            &c,
+            "crash",
+            &name,
+            "node-crash",
+            &[("r", "null")],
+            json!([]),
+            &[&p],
+        )
+        .await?;
+        node.restart_driver(Some(point)).await?;
+        let r = prepare(&node, &[&claim]).await;
+        ensure!(r.is_err(), "{point}: the call should die with the driver");
+        let st = node.driver.wait_exit(WAIT)?;
+        ensure!(
+            st.code().is_none(),
+            "{point}: expected death by signal, got {st}"
+        );
+
+        node.restart_driver(None).await?;
+        // The interrupted claim prepares to the same device, once.
+        let r = prepare(&node, &[&claim]).await?;
+        ensure!(
+            r[&uid(&claim)].error.is_empty(),
+            "{point}: {}",
+            r[&uid(&claim)].error
+        );
+        ensure!(devices_of(&r[&uid(&claim)]) == [("null".to_string(), vec!["r".to_string()])]);
+        let rec = node.record(&uid(&claim))?.context("record lost")?;
+        ensure!(rec.pods.len() == 1 && rec.devices.len() == 1);
+        let cp = node.checkpoint()?;
+        ensure!(
+            cp["claims"][uid(&claim)]["state"] == "PrepareCompleted",
+            "{point}: {cp}"
+        );
+
+        // Not double-assigned: another claim for the same device is refused.
+        let other = allocated_claim(
+            &c,
+            "crash",
+            &format!("o{i}"),
+            "node-crash",
+            &[("r", "null")],
+            json!([]),
+            &[&p],
+        )
+        .await?;
+        let e = &prepare(&node, &[&other]).await?[&uid(&other)].error;
+        ensure!(e.contains("already prepared"), "{point}: {e}");
+
+        // And not leaked: unprepare leaves nothing behind.
+        let u = unprepare(&node, &[claim_msg(&claim)]).await?;
+        ensure!(u[&uid(&claim)].is_empty());
+        ensure!(node.record(&uid(&claim))?.is_none());
+        ensure!(
+            node.checkpoint()?["claims"]
+                .as_object()
+                .is_some_and(|m| m.is_empty()),
+            "{point}"
+        );
+    }
+
+    // Interrupted after the record, and the claim deleted while the driver was down: the
+    // restart cleans the half-done prepare up.
+    let p = pod(&c, "crash", "pg", &[("d", "gone")], &[("c", &[("d", "")])]).await?;
+    let gone = allocated_claim(
+        &c,
+        "crash",
+        "gone",
+        "node-crash",
+        &[("r", "zero")],
+        json!([]),
+        &[&p],
+    )
+    .await?;
+    node.restart_driver(Some("after-record")).await?;
+    ensure!(prepare(&node, &[&gone]).await.is_err());
+    node.driver.wait_exit(WAIT)?;
+    ensure!(node.record(&uid(&gone))?.is_some());
+    Api::<ResourceClaim>::namespaced(c.clone(), "crash")
+        .delete("gone", &DeleteParams::default())
+        .await?;
+    node.restart_driver(None).await?;
+    let start = Instant::now();
+    while node.record(&uid(&gone))?.is_some()
+        || node.checkpoint()?["claims"].get(uid(&gone)).is_some()
+    {
+        ensure!(
+            start.elapsed() < WAIT,
+            "stale prepare not cleaned up: {}",
+            node.checkpoint()?
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reboot_discards_the_checkpoint() -> anyhow::Result<()> {
+    let mut node = DraNode::start(cp(), "node-boot", DEVICES).await?;
+    let c = node.client.clone();
+    namespace(&c, "boot").await?;
+    let p = pod(&c, "boot", "p", &[("d", "before")], &[("c", &[("d", "")])]).await?;
+    let before = allocated_claim(
+        &c,
+        "boot",
+        "before",
+        "node-boot",
+        &[("r", "null")],
+        json!([]),
+        &[&p],
+    )
+    .await?;
+    ensure!(prepare(&node, &[&before]).await?[&uid(&before)]
+        .error
+        .is_empty());
+
+    // A reboot: everything stops, the boot id changes, everything starts again.
+    node.driver.terminate()?;
+    node.nri.stop()?;
+    std::fs::write(&node.boot_id_path, "11111111-2222-3333-4444-555555555555\n")?;
+    node.nri.spawn()?;
+    node.nri.wait_synchronized(WAIT)?;
+    node.restart_driver(None).await?;
+    ensure!(node.driver.log_text().contains("another boot"));
+    ensure!(
+        node.record(&uid(&before))?.is_none(),
+        "a record of the previous boot survived"
+    );
+    let cp = node.checkpoint()?;
+    ensure!(
+        cp["bootId"] == "11111111-2222-3333-4444-555555555555",
+        "{cp}"
+    );
+    ensure!(
+        cp["claims"].as_object().is_some_and(|m| m.is_empty()),
+        "{cp}"
+    );
+
+    // The kubelet prepares again after the reboot; the device is free for it.
+    let r = prepare(&node, &[&before]).await?;
+    ensure!(
+        r[&uid(&before)].error.is_empty(),
+        "{}",
+        r[&uid(&before)].error
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn prepare_fails_retriably_without_graft_nri() -> anyhow::Result<()> {
+    let mut node = DraNode::start(cp(), "node-nri", DEVICES).await?;
+    let c = node.client.clone();
+    namespace(&c, "nri").await?;
+    let p = pod(&c, "nri", "p", &[("d", "c")], &[("c", &[("d", "")])]).await?;
+    let claim = allocated_claim(
+        &c,
+        "nri",
+        "c",
+        "node-nri",
+        &[("r", "null")],
+        json!([]),
+        &[&p],
+    )
+    .await?;
+
+    node.nri.stop()?;
+    let r = prepare(&node, &[&claim]).await?;
+    let e = &r[&uid(&claim)].error;
+    ensure!(e.contains("graft-nri"), "{e}");
+    ensure!(
+        node.record(&uid(&claim))?.is_none(),
+        "nothing may be recorded while graft-nri is away"
+    );
+
+    node.nri.spawn()?;
+    node.nri.wait_synchronized(WAIT)?;
+    let r = prepare(&node, &[&claim]).await?;
+    ensure!(
+        r[&uid(&claim)].error.is_empty(),
+        "{}",
+        r[&uid(&claim)].error
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deploy_manifests_pass_server_side_dry_run() -> anyhow::Result<()> {
+    let cp = cp();
+    let deploy = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy");
+    // Namespaced objects need their namespace to exist; the service account of the
+    // example pod is normally made by the controller-manager.
+    cp.kubectl(&["create", "namespace", "graft-system"])?;
+    cp.kubectl(&["create", "serviceaccount", "default", "-n", "default"])
+        .ok();
+    let out = cp.kubectl(&[
+        "apply",
+        "--dry-run=server",
+        "-R",
+        "-f",
+        &deploy.to_string_lossy(),
+    ])?;
+    for kind in [
+        "daemonset.apps/graft",
+        "clusterrole",
+        "validatingadmissionpolicy",
+        "deviceclass",
+        "resourceclaimtemplate",
+        "pod/fuse-demo",
+        "configmap/graft-devices",
+    ] {
+        ensure!(out.contains(kind), "{kind} missing from:\n{out}");
+    }
+    ensure!(out.lines().all(|l| l.contains("(server dry run)")), "{out}");
+    Ok(())
+}
