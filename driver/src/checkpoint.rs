@@ -73,7 +73,28 @@ pub struct OpenReport {
     /// Claims of a checkpoint written during another boot, discarded.
     pub discarded_other_boot: Option<(String, BTreeMap<String, ClaimEntry>)>,
     /// A file that failed its checks, moved aside to this path.
-    pub quarantined: Option<(PathBuf, String)>,
+    pub quarantined: Option<Quarantined>,
+}
+
+#[derive(Debug)]
+pub struct Quarantined {
+    pub moved_to: PathBuf,
+    pub reason: String,
+    /// Last written before this boot began: its claims, whatever they were, belong to a
+    /// boot that is over.
+    pub from_earlier_boot: bool,
+}
+
+/// When this boot began, from `btime` in /proc/stat.
+fn boot_time() -> Option<std::time::SystemTime> {
+    let stat = std::fs::read_to_string("/proc/stat").ok()?;
+    let secs: u64 = stat
+        .lines()
+        .find_map(|l| l.strip_prefix("btime "))?
+        .trim()
+        .parse()
+        .ok()?;
+    Some(std::time::UNIX_EPOCH + Duration::from_secs(secs))
 }
 
 #[derive(Debug, Clone)]
@@ -178,6 +199,13 @@ impl Txn {
             }
         };
         if let Some(reason) = problem {
+            let from_earlier_boot = match (
+                std::fs::metadata(&self.path).and_then(|m| m.modified()),
+                boot_time(),
+            ) {
+                (Ok(mtime), Some(boot)) => mtime < boot,
+                _ => false,
+            };
             let aside = self.path.with_extension(format!(
                 "json.corrupt-{}",
                 std::time::SystemTime::now()
@@ -187,7 +215,11 @@ impl Txn {
             ));
             std::fs::rename(&self.path, &aside)
                 .map_err(|e| DriverError::io("move aside", &self.path, e))?;
-            self.report.quarantined = Some((aside, reason));
+            self.report.quarantined = Some(Quarantined {
+                moved_to: aside,
+                reason,
+                from_earlier_boot,
+            });
         }
         Ok(())
     }
@@ -198,6 +230,16 @@ impl Txn {
 
     pub fn claims(&self) -> &BTreeMap<String, ClaimEntry> {
         &self.claims
+    }
+
+    /// Sets an entry in memory; `save` makes it durable.
+    pub fn set(&mut self, uid: &str, entry: ClaimEntry) {
+        self.claims.insert(uid.to_string(), entry);
+    }
+
+    /// Drops an entry in memory; `save` makes it durable.
+    pub fn unset(&mut self, uid: &str) {
+        self.claims.remove(uid);
     }
 
     /// Sets an entry and writes the file.
@@ -221,7 +263,7 @@ impl Txn {
             checksum: checksum(&self.claims),
             claims: self.claims.clone(),
         };
-        let data = serde_json::to_vec_pretty(&file).map_err(|e| DriverError::Checkpoint {
+        let data = serde_json::to_vec(&file).map_err(|e| DriverError::Checkpoint {
             path: self.path.clone(),
             reason: format!("cannot encode: {e}"),
         })?;
@@ -296,9 +338,10 @@ mod tests {
         let text = std::fs::read_to_string(cp.path()).unwrap();
         std::fs::write(cp.path(), text.replace("fuse", "tun")).unwrap();
         let report = cp.open().await.unwrap();
-        let (aside, reason) = report.quarantined.unwrap();
-        assert!(reason.contains("checksum"), "{reason}");
-        assert!(aside.exists());
+        let q = report.quarantined.unwrap();
+        assert!(q.reason.contains("checksum"), "{}", q.reason);
+        assert!(q.moved_to.exists());
+        assert!(!q.from_earlier_boot);
         assert!(cp.begin().await.unwrap().claims().is_empty());
     }
 

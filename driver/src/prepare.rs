@@ -167,16 +167,27 @@ impl DriverCore {
                 self.store.remove_claim(uid)?;
             }
         }
-        if let Some((aside, reason)) = report.quarantined {
-            tracing::error!(
-                moved_to = %aside.display(),
-                reason,
-                "checkpoint failed its checks; rebuilding it from the claim records"
-            );
-            for uid in self.store.claim_uids()? {
-                if let Ok(Some(rec)) = self.store.get_claim(&uid) {
-                    txn.put(&uid, entry_from_record(&rec))?;
+        if let Some(q) = report.quarantined {
+            if q.from_earlier_boot {
+                // Written before this boot: like a checkpoint of another boot, its records
+                // go (below, as records the checkpoint does not hold).
+                tracing::error!(
+                    moved_to = %q.moved_to.display(),
+                    reason = q.reason,
+                    "checkpoint from an earlier boot failed its checks; discarding it and its records"
+                );
+            } else {
+                tracing::error!(
+                    moved_to = %q.moved_to.display(),
+                    reason = q.reason,
+                    "checkpoint failed its checks; rebuilding it from the claim records"
+                );
+                for uid in self.store.claim_uids()? {
+                    if let Ok(Some(rec)) = self.store.get_claim(&uid) {
+                        txn.set(&uid, entry_from_record(&rec));
+                    }
                 }
+                txn.save()?;
             }
         }
         // Records with no checkpoint entry belong to nothing the driver tracks.
@@ -281,18 +292,72 @@ impl DriverCore {
         let _serial = self.serial.lock().await;
         let mut txn = self.checkpoint.begin().await?;
         let inventory = self.inventory();
-        for f in fetched {
-            let uid = f.id.uid.clone();
-            let outcome = match self.prepare_one(&mut txn, &inventory, &f) {
-                Ok(devices) => Ok(devices),
-                Err(PrepareFailure::Claim(msg)) => Err(msg),
+        let fail = |f: &Fetched, e: PrepareFailure| -> String {
+            let msg = match e {
+                PrepareFailure::Claim(msg) => msg,
                 // Local I/O failed: the claim fails and the kubelet retries.
-                Err(PrepareFailure::Local(e)) => Err(format!("prepare {}: {e}", f.id)),
+                PrepareFailure::Local(e) => format!("prepare {}: {e}", f.id),
             };
-            if let Err(msg) = &outcome {
-                tracing::warn!(claim = %f.id, uid, error = msg, "prepare failed");
+            tracing::warn!(claim = %f.id, uid = f.id.uid, error = msg, "prepare failed");
+            msg
+        };
+
+        // Phase 1, per claim: completed claims are refreshed, the rest planned. Nothing
+        // is written for a planned claim yet, except rolling back an interrupted one.
+        let mut plans: Vec<(&Fetched, Plan)> = Vec::new();
+        for f in &fetched {
+            match self.plan_one(&mut txn, &inventory, f, &plans) {
+                Ok(Planned::Done(devices)) => {
+                    out.insert(f.id.uid.clone(), Ok(devices));
+                }
+                Ok(Planned::New(plan)) => plans.push((f, plan)),
+                Err(e) => {
+                    out.insert(f.id.uid.clone(), Err(fail(f, e)));
+                }
             }
-            out.insert(uid, outcome);
+        }
+        if plans.is_empty() {
+            return Ok(out);
+        }
+
+        // Phase 2: PrepareStarted for the whole batch, durable before any record exists.
+        for (f, plan) in &plans {
+            txn.set(&f.id.uid, plan.entry.clone());
+        }
+        txn.save()?;
+        self.crash_if(CrashPoint::AfterStarted);
+
+        // Phase 3: the records graft-nri reads.
+        let mut written = Vec::new();
+        for (f, plan) in plans {
+            match self.store.put_claim(&plan.record) {
+                Ok(()) => written.push((f, plan)),
+                Err(e) => {
+                    // Leave nothing half-done: the entry goes with the failed record.
+                    let _ = self.store.remove_claim(&f.id.uid);
+                    txn.unset(&f.id.uid);
+                    out.insert(f.id.uid.clone(), Err(fail(f, e.into())));
+                }
+            }
+        }
+        self.crash_if(CrashPoint::AfterRecord);
+
+        // Phase 4: PrepareCompleted.
+        for (f, plan) in &mut written {
+            plan.entry.state = ClaimState::PrepareCompleted;
+            txn.set(&f.id.uid, plan.entry.clone());
+        }
+        txn.save()?;
+        self.crash_if(CrashPoint::AfterCompleted);
+        for (f, plan) in written {
+            tracing::info!(
+                claim = %f.id,
+                uid = f.id.uid,
+                devices = plan.entry.devices.len(),
+                pods = plan.record.pods.len(),
+                "prepared"
+            );
+            out.insert(f.id.uid.clone(), Ok(plan.entry.devices));
         }
         Ok(out)
     }
@@ -301,16 +366,30 @@ impl DriverCore {
         &self,
         ids: &[ClaimId],
     ) -> std::result::Result<BTreeMap<String, ClaimOutcome<Vec<PreparedDevice>>>, CallError> {
+        let t0 = std::time::Instant::now();
         let fetched = self.fetch(ids).await?;
-        self.prepare_fetched(fetched).await
+        let t1 = std::time::Instant::now();
+        let out = self.prepare_fetched(fetched).await?;
+        // The API half and the local half (locks, fsyncs), for latency tracking.
+        tracing::info!(
+            claims = ids.len(),
+            failed = out.values().filter(|o| o.is_err()).count(),
+            fetch_us = (t1 - t0).as_micros() as u64,
+            local_us = t1.elapsed().as_micros() as u64,
+            "NodePrepareResources"
+        );
+        Ok(out)
     }
 
-    fn prepare_one(
+    /// Decides what preparing one claim takes. `earlier` are the claims planned before it
+    /// in the same call, so two claims of one batch cannot take the same device.
+    fn plan_one(
         &self,
         txn: &mut Txn,
         inventory: &BTreeMap<String, Device>,
         f: &Fetched,
-    ) -> std::result::Result<Vec<PreparedDevice>, PrepareFailure> {
+        earlier: &[(&Fetched, Plan)],
+    ) -> std::result::Result<Planned, PrepareFailure> {
         let uid = f.id.uid.as_str();
         if !f.pod_errors.is_empty() {
             return Err(PrepareFailure::Claim(f.pod_errors.join("; ")));
@@ -340,7 +419,7 @@ impl DriverCore {
                         // refreshed, so a shared claim gains its new pods.
                         let rec = self.with_pods(rec, f);
                         self.store.put_claim(&rec)?;
-                        return Ok(entry.devices);
+                        return Ok(Planned::Done(entry.devices));
                     }
                     tracing::warn!(claim = %f.id, "completed claim has no record; preparing again");
                 }
@@ -401,8 +480,9 @@ impl DriverCore {
         }
 
         // The last line of defence against a double assignment.
+        let batch = earlier.iter().map(|(f, p)| (&f.id.uid, &p.entry));
         for p in planned.iter().filter(|p| !p.admin_access) {
-            for (other_uid, other) in txn.claims() {
+            for (other_uid, other) in txn.claims().iter().chain(batch.clone()) {
                 if other_uid == uid {
                     continue;
                 }
@@ -421,16 +501,13 @@ impl DriverCore {
             }
         }
 
-        let mut entry = ClaimEntry {
+        let entry = ClaimEntry {
             state: ClaimState::PrepareStarted,
             namespace: f.id.namespace.clone(),
             name: f.id.name.clone(),
             devices: planned,
         };
-        txn.put(uid, entry.clone())?;
-        self.crash_if(CrashPoint::AfterStarted);
-
-        let rec = ClaimRecord {
+        let record = ClaimRecord {
             version: FORMAT_VERSION,
             claim: ClaimRef {
                 uid: uid.to_string(),
@@ -440,20 +517,8 @@ impl DriverCore {
             devices: records,
             pods: Vec::new(),
         };
-        let rec = self.with_pods(rec, f);
-        if let Err(e) = self.store.put_claim(&rec) {
-            // Leave nothing half-done behind: the entry goes with the failed record.
-            let _ = self.store.remove_claim(uid);
-            txn.remove(uid)?;
-            return Err(e.into());
-        }
-        self.crash_if(CrashPoint::AfterRecord);
-
-        entry.state = ClaimState::PrepareCompleted;
-        txn.put(uid, entry.clone())?;
-        self.crash_if(CrashPoint::AfterCompleted);
-        tracing::info!(claim = %f.id, uid, devices = entry.devices.len(), pods = rec.pods.len(), "prepared");
-        Ok(entry.devices)
+        let record = self.with_pods(record, f);
+        Ok(Planned::New(Plan { entry, record }))
     }
 
     fn with_pods(&self, mut rec: ClaimRecord, f: &Fetched) -> ClaimRecord {
@@ -555,6 +620,18 @@ impl DriverCore {
         }
         Ok(n)
     }
+}
+
+/// What one claim of a prepare call needs.
+enum Planned {
+    /// Already prepared; these are its devices.
+    Done(Vec<PreparedDevice>),
+    New(Plan),
+}
+
+struct Plan {
+    entry: ClaimEntry,
+    record: ClaimRecord,
 }
 
 enum PrepareFailure {

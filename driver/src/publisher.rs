@@ -173,7 +173,15 @@ impl Publisher {
         let mut backoff = Duration::from_millis(200);
         loop {
             let devices = inventory.borrow_and_update().clone();
-            match self.reconcile(&devices).await {
+            let result = self.reconcile(&devices).await;
+            drop(devices);
+            // A reconcile parses and builds every slice; hand those transient buffers back
+            // to the OS rather than keep them as the daemon's idle footprint.
+            // SAFETY: malloc_trim only releases free heap memory.
+            unsafe {
+                libc::malloc_trim(0);
+            }
+            match result {
                 Ok(_) => {
                     if first {
                         tracing::info!(

@@ -3,6 +3,7 @@
 //! the Kubernetes API and the kubelet plugin sockets.
 
 pub mod apiserver;
+pub mod claims;
 pub mod containerd;
 pub mod cri;
 pub mod dra_node;

@@ -12,13 +12,13 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context};
 use graft_integration::apiserver::{self, ControlPlane};
+use graft_integration::claims::{allocated_claim, claim_msg, namespace, pod, reserve_for, uid};
 use graft_integration::dra_node::{DraNode, DRIVER_NAME};
 use graft_proto::dra::{v1, v1beta1};
 use graft_proto::pluginregistration::{InfoRequest, RegistrationStatus};
-use k8s_openapi::api::core::v1::{Namespace, Pod, ServiceAccount};
 use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceSlice};
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
-use serde_json::{json, Value};
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use serde_json::json;
 
 const DEVICES: &str = r#"
 [[devices]]
@@ -38,137 +38,6 @@ const WAIT: Duration = Duration::from_secs(30);
 
 fn cp() -> &'static ControlPlane {
     apiserver::shared().expect("control plane")
-}
-
-async fn namespace(client: &kube::Client, name: &str) -> anyhow::Result<()> {
-    let ns: Api<Namespace> = Api::all(client.clone());
-    let mut n = Namespace::default();
-    n.metadata.name = Some(name.into());
-    ns.create(&PostParams::default(), &n).await?;
-    // No controller-manager here: the default service account pods need is made by hand.
-    let sa: Api<ServiceAccount> = Api::namespaced(client.clone(), name);
-    let mut a = ServiceAccount::default();
-    a.metadata.name = Some("default".into());
-    sa.create(&PostParams::default(), &a).await?;
-    Ok(())
-}
-
-/// Creates a pod (containers described as `(name, [(claim, request)])`, init containers
-/// marked with a leading `init:`) that references claims directly by name.
-async fn pod(
-    client: &kube::Client,
-    ns: &str,
-    name: &str,
-    claims: &[(&str, &str)],
-    containers: &[(&str, &[(&str, &str)])],
-) -> anyhow::Result<Pod> {
-    let ctr = |n: &str, refs: &[(&str, &str)]| {
-        let refs: Vec<Value> = refs
-            .iter()
-            .map(|(c, r)| {
-                if r.is_empty() {
-                    json!({"name": c})
-                } else {
-                    json!({"name": c, "request": r})
-                }
-            })
-            .collect();
-        json!({"name": n, "image": "docker.io/library/busybox:test",
-               "resources": {"claims": refs}})
-    };
-    let init: Vec<Value> = containers
-        .iter()
-        .filter_map(|(n, r)| n.strip_prefix("init:").map(|n| ctr(n, r)))
-        .collect();
-    let main: Vec<Value> = containers
-        .iter()
-        .filter(|(n, _)| !n.starts_with("init:"))
-        .map(|(n, r)| ctr(n, r))
-        .collect();
-    let rc: Vec<Value> = claims
-        .iter()
-        .map(|(pod_name, claim)| json!({"name": pod_name, "resourceClaimName": claim}))
-        .collect();
-    let p: Pod = serde_json::from_value(json!({
-        "metadata": {"name": name, "namespace": ns},
-        "spec": {"resourceClaims": rc, "initContainers": init, "containers": main,
-                 "automountServiceAccountToken": false}
-    }))?;
-    Ok(Api::<Pod>::namespaced(client.clone(), ns)
-        .create(&PostParams::default(), &p)
-        .await?)
-}
-
-/// A claim allocated as the scheduler would: `results` are `(request, device)` on `node`'s
-/// pool (the claim has one request per distinct name), reserved for `pods`.
-async fn allocated_claim(
-    client: &kube::Client,
-    ns: &str,
-    name: &str,
-    node: &str,
-    results: &[(&str, &str)],
-    config: Value,
-    pods: &[&Pod],
-) -> anyhow::Result<ResourceClaim> {
-    let api: Api<ResourceClaim> = Api::namespaced(client.clone(), ns);
-    let mut requests: Vec<&str> = results.iter().map(|(r, _)| *r).collect();
-    requests.dedup();
-    let reqs: Vec<Value> = requests
-        .iter()
-        .map(|r| json!({"name": r, "exactly": {"deviceClassName": "graft.dev"}}))
-        .collect();
-    let c: ResourceClaim = serde_json::from_value(json!({
-        "metadata": {"name": name, "namespace": ns},
-        "spec": {"devices": {"requests": reqs}}
-    }))?;
-    api.create(&PostParams::default(), &c).await?;
-    let results: Vec<Value> = results
-        .iter()
-        .map(|(r, d)| json!({"request": r, "driver": DRIVER_NAME, "pool": node, "device": d}))
-        .collect();
-    let reserved: Vec<Value> = pods
-        .iter()
-        .map(|p| json!({"resource": "pods", "name": p.metadata.name, "uid": p.metadata.uid}))
-        .collect();
-    let status = json!({"status": {
-        "allocation": {"devices": {"results": results, "config": config}},
-        "reservedFor": reserved
-    }});
-    Ok(api
-        .patch_status(name, &PatchParams::default(), &Patch::Merge(status))
-        .await?)
-}
-
-async fn reserve_for(
-    client: &kube::Client,
-    claim: &ResourceClaim,
-    pods: &[&Pod],
-) -> anyhow::Result<()> {
-    let ns = claim.metadata.namespace.as_deref().unwrap_or_default();
-    let reserved: Vec<Value> = pods
-        .iter()
-        .map(|p| json!({"resource": "pods", "name": p.metadata.name, "uid": p.metadata.uid}))
-        .collect();
-    Api::<ResourceClaim>::namespaced(client.clone(), ns)
-        .patch_status(
-            claim.metadata.name.as_deref().unwrap_or_default(),
-            &PatchParams::default(),
-            &Patch::Merge(json!({"status": {"reservedFor": reserved}})),
-        )
-        .await?;
-    Ok(())
-}
-
-fn claim_msg(c: &ResourceClaim) -> v1::Claim {
-    v1::Claim {
-        namespace: c.metadata.namespace.clone().unwrap_or_default(),
-        uid: c.metadata.uid.clone().unwrap_or_default(),
-        name: c.metadata.name.clone().unwrap_or_default(),
-    }
-}
-
-fn uid(c: &ResourceClaim) -> String {
-    c.metadata.uid.clone().unwrap_or_default()
 }
 
 async fn prepare(
@@ -642,6 +511,35 @@ async fn prepare_refuses_what_it_must() -> anyhow::Result<()> {
     let e = &prepare(&node, &[&ghost]).await?[&uid(&ghost)].error;
     ensure!(e.contains("not present"), "{e}");
 
+    // Two claims of one call wanting the same device: one gets it.
+    let x = allocated_claim(
+        c,
+        "err",
+        "x",
+        "node-err",
+        &[("r", "full")],
+        json!([]),
+        &[&p],
+    )
+    .await?;
+    let y = allocated_claim(
+        c,
+        "err",
+        "y",
+        "node-err",
+        &[("r", "full")],
+        json!([]),
+        &[&p],
+    )
+    .await?;
+    let r = prepare(&node, &[&x, &y]).await?;
+    ensure!(r[&uid(&x)].error.is_empty(), "{}", r[&uid(&x)].error);
+    ensure!(
+        r[&uid(&y)].error.contains("already prepared"),
+        "{:?}",
+        r[&uid(&y)]
+    );
+
     // Whole-call failures: a missing claim, a replaced one, an unallocated one.
     let mut missing = claim_msg(&first);
     missing.name = "does-not-exist".into();
@@ -811,6 +709,24 @@ async fn reboot_discards_the_checkpoint() -> anyhow::Result<()> {
     ensure!(prepare(&node, &[&before]).await?[&uid(&before)]
         .error
         .is_empty());
+
+    // A damaged checkpoint (same boot) is moved aside and rebuilt from the records.
+    node.driver.terminate()?;
+    std::fs::write(
+        node.state_dir.join("driver/checkpoint.json"),
+        b"{\"version\": 1, \"cla",
+    )?;
+    node.restart_driver(None).await?;
+    ensure!(node
+        .driver
+        .log_text()
+        .contains("rebuilding it from the claim records"));
+    let cp = node.checkpoint()?;
+    ensure!(
+        cp["claims"][uid(&before)]["state"] == "PrepareCompleted",
+        "{cp}"
+    );
+    ensure!(node.record(&uid(&before))?.is_some());
 
     // A reboot: everything stops, the boot id changes, everything starts again.
     node.driver.terminate()?;

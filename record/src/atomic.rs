@@ -35,7 +35,8 @@ pub fn write_file(path: &Path, data: &[u8]) -> Result<()> {
             .map_err(|e| RecordError::io("create", &tmp, e))?;
         f.write_all(data)
             .map_err(|e| RecordError::io("write", &tmp, e))?;
-        f.sync_all()
+        // Data and size; the rename and the directory fsync carry the rest.
+        f.sync_data()
             .map_err(|e| RecordError::io("fsync", &tmp, e))?;
         fs::rename(&tmp, path).map_err(|e| RecordError::io("rename", path, e))?;
         sync_dir(dir)

@@ -66,23 +66,37 @@ impl RecordStore {
             reason: format!("cannot encode: {e}"),
         })?;
         let _lock = self.writer_lock()?;
-        let previous = self.get_claim(&rec.claim.uid).ok().flatten();
+        let previous = self.get_claim(&rec.claim.uid);
 
         atomic::write_file(&self.claim_path(&rec.claim.uid), &data)?;
+        // Markers are not fsynced: the record, which is, names its pods, and repair_index
+        // rebuilds missing markers from it when the driver starts. Within a boot the page
+        // cache shows them to graft-nri at once; a power loss means a new boot, after
+        // which the driver discards every record anyway.
         for pod in &rec.pods {
             let dir = self.pods.join(&pod.uid);
-            atomic::create_dir(&dir)?;
-            atomic::touch(&dir.join(&rec.claim.uid))?;
+            fs::create_dir_all(&dir).map_err(|e| RecordError::io("mkdir", &dir, e))?;
+            let marker = dir.join(&rec.claim.uid);
+            OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .open(&marker)
+                .map_err(|e| RecordError::io("create", &marker, e))?;
         }
         let keep = |uid: &str| rec.pods.iter().any(|p| p.uid == uid);
         match previous {
-            Some(prev) => {
+            Ok(Some(prev)) => {
                 for pod in prev.pods.iter().filter(|p| !keep(&p.uid)) {
                     self.unindex(&pod.uid, &rec.claim.uid)?;
                 }
             }
-            // Unknown previous state: sweep the whole index for this claim.
-            None => {
+            // No record, so no markers: a record is written before its markers and
+            // removed after them. Skipping the sweep keeps a write independent of how
+            // many pods the node has.
+            Ok(None) => {}
+            // Unreadable previous state: sweep the whole index for this claim.
+            Err(_) => {
                 for pod_uid in self.indexed_pods_of(&rec.claim.uid)? {
                     if !keep(&pod_uid) {
                         self.unindex(&pod_uid, &rec.claim.uid)?;
@@ -100,7 +114,13 @@ impl RecordStore {
             source,
         })?;
         let _lock = self.writer_lock()?;
-        for pod_uid in self.indexed_pods_of(claim_uid)? {
+        // The record names the pods it indexed; only an unreadable one needs a sweep.
+        let pods = match self.get_claim(claim_uid) {
+            Ok(Some(rec)) => rec.pods.into_iter().map(|p| p.uid).collect(),
+            Ok(None) => Vec::new(),
+            Err(_) => self.indexed_pods_of(claim_uid)?,
+        };
+        for pod_uid in pods {
             self.unindex(&pod_uid, claim_uid)?;
         }
         atomic::remove_file(&self.claim_path(claim_uid))
@@ -163,20 +183,35 @@ impl RecordStore {
         Ok(out)
     }
 
-    /// Drops index entries whose claim record no longer exists (left by a crash between
-    /// steps of a removal). Returns how many were dropped.
+    /// Brings the pod index in line with the records: drops markers whose record is gone
+    /// (a crash between steps of a removal) and restores markers a record names but that
+    /// are missing. Returns how many markers changed.
     pub fn repair_index(&self) -> Result<usize> {
         let _lock = self.writer_lock()?;
-        let mut dropped = 0;
+        let mut changed = 0;
         for pod_uid in list_dir(&self.pods)? {
             for claim_uid in list_dir(&self.pods.join(&pod_uid))? {
                 if !self.claim_path(&claim_uid).exists() {
                     self.unindex(&pod_uid, &claim_uid)?;
-                    dropped += 1;
+                    changed += 1;
                 }
             }
         }
-        Ok(dropped)
+        for claim_uid in self.claim_uids()? {
+            let Ok(Some(rec)) = self.get_claim(&claim_uid) else {
+                continue;
+            };
+            for pod in &rec.pods {
+                let dir = self.pods.join(&pod.uid);
+                let marker = dir.join(&claim_uid);
+                if !marker.exists() {
+                    atomic::create_dir(&dir)?;
+                    atomic::touch(&marker)?;
+                    changed += 1;
+                }
+            }
+        }
+        Ok(changed)
     }
 
     fn indexed_pods_of(&self, claim_uid: &str) -> Result<Vec<String>> {

@@ -287,6 +287,14 @@ fn dangling_index_entries_are_skipped_and_repaired() {
     assert!(store.pod_claims("p1").unwrap().is_empty());
     assert_eq!(store.repair_index().unwrap(), 1);
     assert!(!dir.path().join("pods/p1").exists());
+    // A marker lost with the page cache is restored from the record that names it.
+    store
+        .put_claim(&record("c2", &[("p2", &[("a", &["d0"])])]))
+        .unwrap();
+    std::fs::remove_file(dir.path().join("pods/p2/c2")).unwrap();
+    assert!(store.pod_claims("p2").unwrap().is_empty());
+    assert_eq!(store.repair_index().unwrap(), 1);
+    assert_eq!(store.pod_claims("p2").unwrap().len(), 1);
     // No temp files are left behind by writes.
     let leftovers: Vec<_> = std::fs::read_dir(dir.path().join("claims"))
         .unwrap()

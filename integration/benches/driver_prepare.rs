@@ -1,0 +1,282 @@
+//! graft-driver figures against the real API server: time from start to published
+//! ResourceSlices, NodePrepareResources latency for one claim and for batches of 100 (split
+//! into the API reads and the local work, as the driver logs them), and RSS idle and with
+//! 1100 prepared claims.
+//!
+//! Run: `cargo build --release --workspace --bins && cargo bench -p graft-integration --bench driver_prepare`
+
+use std::time::{Duration, Instant};
+
+use anyhow::{ensure, Context};
+use futures::future::try_join_all;
+use graft_integration::apiserver;
+use graft_integration::claims::{allocated_claim, claim_msg, namespace, pod};
+use graft_integration::dra_node::{DraNode, DRIVER_NAME};
+use graft_proto::dra::v1;
+use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceSlice};
+use kube::api::{Api, DeleteParams, ListParams};
+use serde_json::json;
+
+const DEVICES: usize = 1100;
+const SINGLE: usize = 200;
+const BATCH: usize = 100;
+const NODE: &str = "bench-node";
+
+fn pct(v: &mut [f64], p: f64) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    let i = ((v.len() as f64 - 1.0) * p).round() as usize;
+    v[i.min(v.len() - 1)]
+}
+
+/// (total, anonymous, file-backed) resident KiB.
+fn rss_kib(pid: u32) -> (u64, u64, u64) {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let get = |k: &str| -> u64 {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(k))
+            .and_then(|v| v.split_whitespace().next()?.parse().ok())
+            .unwrap_or(0)
+    };
+    (get("VmRSS:"), get("RssAnon:"), get("RssFile:"))
+}
+
+/// (fetch_us, local_us) of every NodePrepareResources call the driver logged, in order.
+fn logged_timings(log: &str) -> Vec<(f64, f64)> {
+    let field = |l: &str, k: &str| -> Option<f64> {
+        l.split_whitespace()
+            .find_map(|w| w.strip_prefix(k))
+            .and_then(|v| v.parse().ok())
+    };
+    log.lines()
+        .filter(|l| l.contains("NodePrepareResources"))
+        .filter_map(|l| Some((field(l, "fetch_us=")?, field(l, "local_us=")?)))
+        .collect()
+}
+
+async fn make_claims(
+    client: &kube::Client,
+    range: std::ops::Range<usize>,
+) -> anyhow::Result<Vec<ResourceClaim>> {
+    let mut out = Vec::new();
+    let idx: Vec<usize> = range.collect();
+    for chunk in idx.chunks(16) {
+        let made = try_join_all(chunk.iter().map(|&i| async move {
+            let name = format!("c{i:04}");
+            let p = pod(
+                client,
+                "bench",
+                &format!("p{i:04}"),
+                &[("d", &name)],
+                &[("c", &[("d", "")])],
+            )
+            .await?;
+            // The char backend names a device after its path below /dev.
+            let dev = format!("graft-bench-dev{i:04}");
+            allocated_claim(
+                client,
+                "bench",
+                &name,
+                NODE,
+                &[("r", &dev)],
+                json!([]),
+                &[&p],
+            )
+            .await
+        }))
+        .await?;
+        out.extend(made);
+    }
+    Ok(out)
+}
+
+async fn prepare(node: &DraNode, claims: &[ResourceClaim]) -> anyhow::Result<f64> {
+    let mut dra = node.dra().await?;
+    let t = Instant::now();
+    let r = dra
+        .node_prepare_resources(v1::NodePrepareResourcesRequest {
+            claims: claims.iter().map(claim_msg).collect(),
+        })
+        .await?
+        .into_inner();
+    let us = t.elapsed().as_secs_f64() * 1e6;
+    ensure!(r.claims.len() == claims.len());
+    for (uid, c) in &r.claims {
+        ensure!(c.error.is_empty(), "{uid}: {}", c.error);
+    }
+    Ok(us)
+}
+
+async fn slice_devices(client: &kube::Client) -> anyhow::Result<usize> {
+    let api: Api<ResourceSlice> = Api::all(client.clone());
+    let lp =
+        ListParams::default().fields(&format!("spec.driver={DRIVER_NAME},spec.nodeName={NODE}"));
+    Ok(api
+        .list(&lp)
+        .await?
+        .items
+        .iter()
+        .map(|s| s.spec.devices.as_ref().map_or(0, |d| d.len()))
+        .sum())
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() -> anyhow::Result<()> {
+    let cp = apiserver::shared()?;
+    let devdir = std::path::Path::new("/dev/graft-bench");
+    let _ = std::fs::remove_dir_all(devdir);
+    std::fs::create_dir(devdir)?;
+    for i in 0..DEVICES {
+        let p = std::ffi::CString::new(format!("{}/dev{i:04}", devdir.display()))?;
+        // SAFETY: mknod in a directory we own; the node is /dev/null's.
+        let rc = unsafe { libc::mknod(p.as_ptr(), libc::S_IFCHR | 0o600, libc::makedev(1, 3)) };
+        ensure!(rc == 0, "mknod: {}", std::io::Error::last_os_error());
+    }
+    let config = format!(
+        "[[devices]]\npath = \"{}/dev*\"\nattributes = {{ type = \"bench\" }}\n",
+        devdir.display()
+    );
+    // First a node with three devices, for the idle footprint of a typical node.
+    let small = "[[devices]]\npath = \"/dev/null\"\n[[devices]]\npath = \"/dev/zero\"\n[[devices]]\npath = \"/dev/full\"\n";
+    let mut node = DraNode::start(cp, NODE, small).await?;
+    let client = node.client.clone();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let rss_small = rss_kib(node.driver.pid().context("no driver")?);
+    std::fs::write(node.path("devices.toml"), &config)?;
+    println!(
+        "graft-driver benchmark: {DEVICES} devices, real kube-apiserver and etcd on this machine"
+    );
+
+    // Start to slices published, the slices deleted before each start (as after the
+    // kubelet's wipe).
+    let mut startup = Vec::new();
+    for _ in 0..5 {
+        node.driver.terminate()?;
+        let api: Api<ResourceSlice> = Api::all(client.clone());
+        api.delete_collection(
+            &DeleteParams::default(),
+            &ListParams::default().fields(&format!("spec.nodeName={NODE}")),
+        )
+        .await?;
+        while slice_devices(&client).await? != 0 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let t = Instant::now();
+        node.driver.spawn(None)?;
+        while slice_devices(&client).await? != DEVICES {
+            ensure!(
+                t.elapsed() < Duration::from_secs(30),
+                "slices not published"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        startup.push(t.elapsed().as_secs_f64() * 1e3);
+    }
+    let (_, endpoint) = node.driver.wait_registered(Duration::from_secs(30)).await?;
+    node.endpoint = endpoint;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let pid = node.driver.pid().context("no driver")?;
+    let rss_idle = rss_kib(pid);
+
+    namespace(&client, "bench").await?;
+    let singles = make_claims(&client, 0..SINGLE).await?;
+    let batches = make_claims(&client, SINGLE..DEVICES).await?;
+    let log_before = logged_timings(&node.driver.log_text()).len();
+
+    let mut single_total = Vec::new();
+    for c in &singles {
+        single_total.push(
+            prepare(&node, std::slice::from_ref(c))
+                .await
+                .with_context(|| node.driver.log_text())?,
+        );
+    }
+    let mut batch_total = Vec::new();
+    for chunk in batches.chunks(BATCH) {
+        batch_total.push(prepare(&node, chunk).await?);
+    }
+    let rss_full = rss_kib(pid);
+
+    let timings = logged_timings(&node.driver.log_text());
+    let timings = &timings[log_before..];
+    ensure!(
+        timings.len() == single_total.len() + batch_total.len(),
+        "driver log lacks timings"
+    );
+    let (st, bt) = timings.split_at(SINGLE);
+    let mut s_fetch: Vec<f64> = st.iter().map(|t| t.0).collect();
+    let mut s_local: Vec<f64> = st.iter().map(|t| t.1).collect();
+    let mut b_fetch: Vec<f64> = bt.iter().map(|t| t.0).collect();
+    let mut b_local: Vec<f64> = bt.iter().map(|t| t.1).collect();
+
+    println!();
+    println!("| measure | p50 | p99 | max |");
+    println!("|---|---|---|---|");
+    let row = |name: &str, v: &mut Vec<f64>, unit: &str, div: f64| {
+        let (a, b, c) = (pct(v, 0.5) / div, pct(v, 0.99) / div, pct(v, 1.0) / div);
+        println!("| {name} | {a:.2} {unit} | {b:.2} {unit} | {c:.2} {unit} |");
+    };
+    row(
+        "start to all slices published (5 starts)",
+        &mut startup,
+        "ms",
+        1.0,
+    );
+    row(
+        &format!("one claim, gRPC round trip ({SINGLE} calls)"),
+        &mut single_total,
+        "ms",
+        1e3,
+    );
+    row("one claim, API reads (driver log)", &mut s_fetch, "ms", 1e3);
+    row(
+        "one claim, local work incl. fsync (driver log)",
+        &mut s_local,
+        "ms",
+        1e3,
+    );
+    row(
+        &format!(
+            "batch of {BATCH}, gRPC round trip ({} calls)",
+            batch_total.len()
+        ),
+        &mut batch_total,
+        "ms",
+        1e3,
+    );
+    row(
+        "batch of 100, API reads (driver log)",
+        &mut b_fetch,
+        "ms",
+        1e3,
+    );
+    row(
+        "batch of 100, local work incl. fsync (driver log)",
+        &mut b_local,
+        "ms",
+        1e3,
+    );
+    println!();
+    let mib = |k: u64| k as f64 / 1024.0;
+    println!(
+        "graft-driver RSS idle with 3 devices published: {:.1} MiB ({:.1} anonymous, {:.1} file-backed)",
+        mib(rss_small.0),
+        mib(rss_small.1),
+        mib(rss_small.2)
+    );
+    println!(
+        "graft-driver RSS idle with {DEVICES} devices published: {:.1} MiB ({:.1} anonymous, {:.1} file-backed)",
+        mib(rss_idle.0),
+        mib(rss_idle.1),
+        mib(rss_idle.2)
+    );
+    println!(
+        "graft-driver RSS with {DEVICES} prepared claims: {:.1} MiB ({:.1} anonymous, {:.1} file-backed)",
+        mib(rss_full.0),
+        mib(rss_full.1),
+        mib(rss_full.2)
+    );
+    drop(node);
+    std::fs::remove_dir_all(devdir)?;
+    Ok(())
+}
