@@ -207,9 +207,9 @@ impl CharDiscovery {
         } else {
             "block"
         };
-        let link = self
-            .sysfs
-            .join(format!("dev/{class}/{major}:{minor}/device"));
+        // /sys/dev/<class>/<major>:<minor> resolves into the device tree; a node on PCI
+        // sits below its root complex there.
+        let link = self.sysfs.join(format!("dev/{class}/{major}:{minor}"));
         if let Some(root) = pcie_root(&self.sysfs, &link) {
             attributes.insert(PCIE_ROOT_ATTRIBUTE.into(), Attribute::String(root));
         }
