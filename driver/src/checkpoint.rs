@@ -2,13 +2,18 @@
 //! before any side effect and `PrepareCompleted` after the last one, so a driver killed at
 //! any point knows on restart what to roll back and what it holds.
 //!
-//! One JSON file, replaced atomically, with a schema version, the boot id it belongs to
-//! and a checksum over its claims. Every read-modify-write happens under an exclusive
-//! flock on a sibling file, so two driver instances on a node (a rolling update) never
-//! interleave; each transaction re-reads the file rather than trusting memory.
+//! Two slot files, `checkpoint-a.json` and `checkpoint-b.json`, each a whole checkpoint
+//! with a schema version, a sequence number, the boot id it belongs to and a checksum over
+//! its claims. A write goes in place into the slot that does not hold the current state,
+//! then fdatasync: no temp file, rename or directory fsync on the prepare path, and a torn
+//! write leaves the other slot, one step older, to read. Readers take the valid slot with
+//! the highest sequence. Every read-modify-write happens under an exclusive flock on a
+//! sibling file, so two driver instances on a node (a rolling update) never interleave;
+//! each transaction re-reads the slots rather than trusting memory.
 
 use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
+use std::io::Write;
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -19,7 +24,7 @@ use sha2::{Digest, Sha256};
 use crate::error::{DriverError, Result};
 
 pub const CHECKPOINT_VERSION: u32 = 1;
-const FILE_NAME: &str = "checkpoint.json";
+const SLOTS: [&str; 2] = ["checkpoint-a.json", "checkpoint-b.json"];
 const LOCK_NAME: &str = "checkpoint.lock";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -55,6 +60,7 @@ pub struct ClaimEntry {
 #[serde(rename_all = "camelCase")]
 struct OnDisk {
     version: u32,
+    seq: u64,
     boot_id: String,
     checksum: String,
     claims: BTreeMap<String, ClaimEntry>,
@@ -113,8 +119,9 @@ impl Checkpoint {
         })
     }
 
-    pub fn path(&self) -> PathBuf {
-        self.dir.join(FILE_NAME)
+    /// The slot files.
+    pub fn paths(&self) -> [PathBuf; 2] {
+        SLOTS.map(|n| self.dir.join(n))
     }
 
     /// Validates the file once at start: a checkpoint from another boot is discarded and
@@ -156,7 +163,10 @@ impl Checkpoint {
         }
         let mut txn = Txn {
             _lock: lock,
-            path: self.path(),
+            dir: self.dir.clone(),
+            paths: self.paths(),
+            current: None,
+            seq: 0,
             boot_id: self.boot_id.clone(),
             claims: BTreeMap::new(),
             report: OpenReport::default(),
@@ -169,57 +179,87 @@ impl Checkpoint {
 /// A locked view of the checkpoint. Changes are durable once `save` returns.
 pub struct Txn {
     _lock: File,
-    path: PathBuf,
+    dir: PathBuf,
+    paths: [PathBuf; 2],
+    /// The slot holding the state loaded or last saved.
+    current: Option<usize>,
+    seq: u64,
     boot_id: String,
     claims: BTreeMap<String, ClaimEntry>,
     report: OpenReport,
 }
 
 impl Txn {
-    fn load(&mut self) -> Result<()> {
-        let data = match std::fs::read(&self.path) {
+    fn read_slot(path: &Path) -> Result<Option<std::result::Result<OnDisk, String>>> {
+        let data = match std::fs::read(path) {
             Ok(d) => d,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-            Err(e) => return Err(DriverError::io("read", &self.path, e)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(DriverError::io("read", path, e)),
         };
-        let problem = match serde_json::from_slice::<OnDisk>(&data) {
-            Err(e) => Some(format!("not a checkpoint: {e}")),
-            Ok(f) if f.version != CHECKPOINT_VERSION => Some(format!(
+        Ok(Some(match serde_json::from_slice::<OnDisk>(&data) {
+            Err(e) => Err(format!("not a checkpoint: {e}")),
+            Ok(f) if f.version != CHECKPOINT_VERSION => Err(format!(
                 "schema version {} (this driver knows {CHECKPOINT_VERSION})",
                 f.version
             )),
-            Ok(f) if f.checksum != checksum(&f.claims) => Some("checksum mismatch".into()),
-            Ok(f) if f.boot_id != self.boot_id => {
-                self.report.discarded_other_boot = Some((f.boot_id, f.claims));
-                None
+            Ok(f) if f.checksum != checksum(&f.claims) => Err("checksum mismatch".into()),
+            Ok(f) => Ok(f),
+        }))
+    }
+
+    fn load(&mut self) -> Result<()> {
+        let mut best: Option<(usize, OnDisk)> = None;
+        let mut problems = Vec::new();
+        for (i, path) in self.paths.iter().enumerate() {
+            match Self::read_slot(path)? {
+                None => {}
+                Some(Err(reason)) => problems.push((i, reason)),
+                Some(Ok(f)) if best.as_ref().is_none_or(|(_, b)| f.seq > b.seq) => {
+                    best = Some((i, f));
+                }
+                Some(Ok(_)) => {}
             }
-            Ok(f) => {
-                self.claims = f.claims;
-                None
+        }
+        match best {
+            Some((i, f)) => {
+                // The other slot failing is a write torn by a crash: it is overwritten
+                // by the next save.
+                self.current = Some(i);
+                self.seq = f.seq;
+                if f.boot_id != self.boot_id {
+                    self.report.discarded_other_boot = Some((f.boot_id, f.claims));
+                } else {
+                    self.claims = f.claims;
+                }
             }
-        };
-        if let Some(reason) = problem {
-            let from_earlier_boot = match (
-                std::fs::metadata(&self.path).and_then(|m| m.modified()),
-                boot_time(),
-            ) {
-                (Ok(mtime), Some(boot)) => mtime < boot,
-                _ => false,
-            };
-            let aside = self.path.with_extension(format!(
-                "json.corrupt-{}",
-                std::time::SystemTime::now()
+            None if problems.is_empty() => {}
+            None => {
+                let reason = problems
+                    .iter()
+                    .map(|(i, r)| format!("{}: {r}", SLOTS[*i]))
+                    .collect::<Vec<_>>()
+                    .join("; ");
+                let boot = boot_time();
+                let mut from_earlier_boot = boot.is_some();
+                let stamp = std::time::SystemTime::now()
                     .duration_since(std::time::UNIX_EPOCH)
                     .map(|d| d.as_millis())
-                    .unwrap_or_default()
-            ));
-            std::fs::rename(&self.path, &aside)
-                .map_err(|e| DriverError::io("move aside", &self.path, e))?;
-            self.report.quarantined = Some(Quarantined {
-                moved_to: aside,
-                reason,
-                from_earlier_boot,
-            });
+                    .unwrap_or_default();
+                let mut moved_to = self.dir.clone();
+                for (i, _) in &problems {
+                    let path = &self.paths[*i];
+                    let mtime = std::fs::metadata(path).and_then(|m| m.modified()).ok();
+                    from_earlier_boot &= matches!((mtime, boot), (Some(m), Some(b)) if m < b);
+                    moved_to = path.with_extension(format!("json.corrupt-{stamp}"));
+                    std::fs::rename(path, &moved_to)
+                        .map_err(|e| DriverError::io("move aside", path, e))?;
+                }
+                self.report.quarantined = Some(Quarantined {
+                    moved_to,
+                    reason,
+                    from_earlier_boot,
+                });
+            }
         }
         Ok(())
     }
@@ -256,18 +296,38 @@ impl Txn {
         Ok(())
     }
 
-    pub fn save(&self) -> Result<()> {
+    pub fn save(&mut self) -> Result<()> {
+        let seq = self.seq + 1;
         let file = OnDisk {
             version: CHECKPOINT_VERSION,
+            seq,
             boot_id: self.boot_id.clone(),
             checksum: checksum(&self.claims),
             claims: self.claims.clone(),
         };
+        let slot = self.current.map_or(0, |c| 1 - c);
+        let path = &self.paths[slot];
         let data = serde_json::to_vec(&file).map_err(|e| DriverError::Checkpoint {
-            path: self.path.clone(),
+            path: path.clone(),
             reason: format!("cannot encode: {e}"),
         })?;
-        graft_record::atomic::write_file(&self.path, &data)?;
+        let io = |what, e| DriverError::io(what, path, e);
+        let created = !path.exists();
+        let mut f = OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(path)
+            .map_err(|e| io("open", e))?;
+        f.write_all(&data).map_err(|e| io("write", e))?;
+        f.set_len(data.len() as u64)
+            .map_err(|e| io("truncate", e))?;
+        f.sync_data().map_err(|e| io("fsync", e))?;
+        if created {
+            graft_record::atomic::sync_dir(&self.dir)?;
+        }
+        self.current = Some(slot);
+        self.seq = seq;
         Ok(())
     }
 }
@@ -335,14 +395,33 @@ mod tests {
             .unwrap()
             .put("u1", entry(ClaimState::PrepareCompleted))
             .unwrap();
-        let text = std::fs::read_to_string(cp.path()).unwrap();
-        std::fs::write(cp.path(), text.replace("fuse", "tun")).unwrap();
+        for p in cp.paths().iter().filter(|p| p.exists()) {
+            let text = std::fs::read_to_string(p).unwrap();
+            std::fs::write(p, text.replace("fuse", "tun")).unwrap();
+        }
         let report = cp.open().await.unwrap();
         let q = report.quarantined.unwrap();
         assert!(q.reason.contains("checksum"), "{}", q.reason);
         assert!(q.moved_to.exists());
         assert!(!q.from_earlier_boot);
         assert!(cp.begin().await.unwrap().claims().is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_torn_write_falls_back_to_the_other_slot() {
+        let dir = tempfile::tempdir().unwrap();
+        let cp = Checkpoint::new(dir.path(), "b").unwrap();
+        let mut t = cp.begin().await.unwrap();
+        t.put("u1", entry(ClaimState::PrepareStarted)).unwrap();
+        t.put("u1", entry(ClaimState::PrepareCompleted)).unwrap();
+        drop(t);
+        // The newer slot (the second write) is cut short, as by a crash mid-write.
+        let newer = &cp.paths()[1];
+        let text = std::fs::read(newer).unwrap();
+        std::fs::write(newer, &text[..text.len() / 2]).unwrap();
+        let t = cp.begin().await.unwrap();
+        assert_eq!(t.get("u1").unwrap().state, ClaimState::PrepareStarted);
+        assert!(t.report.quarantined.is_none());
     }
 
     #[tokio::test]

@@ -138,3 +138,24 @@ pub fn claim_msg(c: &ResourceClaim) -> v1::Claim {
 pub fn uid(c: &ResourceClaim) -> String {
     c.metadata.uid.clone().unwrap_or_default()
 }
+
+/// The common case: a pod with one container that uses all of claim `name`, and the claim,
+/// allocated `device` on `node` for request `r` and reserved for the pod.
+pub async fn claim_with_pod(
+    client: &kube::Client,
+    ns: &str,
+    name: &str,
+    node: &str,
+    device: &str,
+) -> anyhow::Result<(Pod, ResourceClaim)> {
+    let p = pod(
+        client,
+        ns,
+        &format!("{name}-pod"),
+        &[("d", name)],
+        &[("c", &[("d", "")])],
+    )
+    .await?;
+    let c = allocated_claim(client, ns, name, node, &[("r", device)], json!([]), &[&p]).await?;
+    Ok((p, c))
+}

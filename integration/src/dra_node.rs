@@ -124,16 +124,25 @@ impl DraNode {
         Ok(graft_record::RecordStore::open(&self.state_dir)?.get_claim(claim_uid)?)
     }
 
-    /// The checkpoint file, parsed.
+    /// The checkpoint, parsed: the valid slot with the highest sequence number.
     pub fn checkpoint(&self) -> anyhow::Result<serde_json::Value> {
-        let p = self.state_dir.join("driver/checkpoint.json");
-        match std::fs::read(&p) {
-            Ok(d) => Ok(serde_json::from_slice(&d)?),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                Ok(serde_json::json!({"claims": {}}))
+        let mut best = serde_json::json!({"seq": 0, "claims": {}});
+        for slot in self.checkpoint_slots() {
+            let Ok(data) = std::fs::read(&slot) else {
+                continue;
+            };
+            let Ok(v) = serde_json::from_slice::<serde_json::Value>(&data) else {
+                continue;
+            };
+            if v["seq"].as_u64() > best["seq"].as_u64() {
+                best = v;
             }
-            Err(e) => Err(e.into()),
         }
+        Ok(best)
+    }
+
+    pub fn checkpoint_slots(&self) -> [PathBuf; 2] {
+        ["a", "b"].map(|s| self.state_dir.join(format!("driver/checkpoint-{s}.json")))
     }
 
     pub fn log_dir(&self) -> &Path {

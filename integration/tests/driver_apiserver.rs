@@ -12,7 +12,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context};
 use graft_integration::apiserver::{self, ControlPlane};
-use graft_integration::claims::{allocated_claim, claim_msg, namespace, pod, reserve_for, uid};
+use graft_integration::claims::{
+    allocated_claim, claim_msg, claim_with_pod, namespace, pod, reserve_for, uid,
+};
 use graft_integration::dra_node::{DraNode, DRIVER_NAME};
 use graft_proto::dra::{v1, v1beta1};
 use graft_proto::pluginregistration::{InfoRequest, RegistrationStatus};
@@ -585,24 +587,7 @@ async fn kill_at_each_prepare_step() -> anyhow::Result<()> {
         .enumerate()
     {
         let name = format!("c{i}");
-        let p = pod(
-            &c,
-            "crash",
-            &format!("p{i}"),
-            &[("d", &name)],
-            &[("c", &[("d", "")])],
-        )
-        .await?;
-        let claim = allocated_claim(
-            &c,
-            "crash",
-            &name,
-            "node-crash",
-            &[("r", "null")],
-            json!([]),
-            &[&p],
-        )
-        .await?;
+        let (p, claim) = claim_with_pod(&c, "crash", &name, "node-crash", "null").await?;
         node.restart_driver(Some(point)).await?;
         let r = prepare(&node, &[&claim]).await;
         ensure!(r.is_err(), "{point}: the call should die with the driver");
@@ -657,17 +642,7 @@ async fn kill_at_each_prepare_step() -> anyhow::Result<()> {
 
     // Interrupted after the record, and the claim deleted while the driver was down: the
     // restart cleans the half-done prepare up.
-    let p = pod(&c, "crash", "pg", &[("d", "gone")], &[("c", &[("d", "")])]).await?;
-    let gone = allocated_claim(
-        &c,
-        "crash",
-        "gone",
-        "node-crash",
-        &[("r", "zero")],
-        json!([]),
-        &[&p],
-    )
-    .await?;
+    let (_, gone) = claim_with_pod(&c, "crash", "gone", "node-crash", "zero").await?;
     node.restart_driver(Some("after-record")).await?;
     ensure!(prepare(&node, &[&gone]).await.is_err());
     node.driver.wait_exit(WAIT)?;
@@ -695,27 +670,16 @@ async fn reboot_discards_the_checkpoint() -> anyhow::Result<()> {
     let mut node = DraNode::start(cp(), "node-boot", DEVICES).await?;
     let c = node.client.clone();
     namespace(&c, "boot").await?;
-    let p = pod(&c, "boot", "p", &[("d", "before")], &[("c", &[("d", "")])]).await?;
-    let before = allocated_claim(
-        &c,
-        "boot",
-        "before",
-        "node-boot",
-        &[("r", "null")],
-        json!([]),
-        &[&p],
-    )
-    .await?;
+    let (_, before) = claim_with_pod(&c, "boot", "before", "node-boot", "null").await?;
     ensure!(prepare(&node, &[&before]).await?[&uid(&before)]
         .error
         .is_empty());
 
     // A damaged checkpoint (same boot) is moved aside and rebuilt from the records.
     node.driver.terminate()?;
-    std::fs::write(
-        node.state_dir.join("driver/checkpoint.json"),
-        b"{\"version\": 1, \"cla",
-    )?;
+    for slot in node.checkpoint_slots() {
+        std::fs::write(slot, b"{\"version\": 1, \"cla")?;
+    }
     node.restart_driver(None).await?;
     ensure!(node
         .driver
@@ -765,17 +729,7 @@ async fn prepare_fails_retriably_without_graft_nri() -> anyhow::Result<()> {
     let mut node = DraNode::start(cp(), "node-nri", DEVICES).await?;
     let c = node.client.clone();
     namespace(&c, "nri").await?;
-    let p = pod(&c, "nri", "p", &[("d", "c")], &[("c", &[("d", "")])]).await?;
-    let claim = allocated_claim(
-        &c,
-        "nri",
-        "c",
-        "node-nri",
-        &[("r", "null")],
-        json!([]),
-        &[&p],
-    )
-    .await?;
+    let (_, claim) = claim_with_pod(&c, "nri", "c", "node-nri", "null").await?;
 
     node.nri.stop()?;
     let r = prepare(&node, &[&claim]).await?;
