@@ -49,6 +49,10 @@ struct Args {
     nvidia_driver_root: PathBuf,
     #[arg(long, env = "GRAFT_SYSFS_ROOT", default_value = "/sys")]
     sysfs_root: PathBuf,
+    /// Where the host's root is visible: configured device paths are looked up below it
+    /// (the DaemonSet mounts the host's /dev at /host/dev) and published as host paths.
+    #[arg(long, env = "GRAFT_HOST_ROOT", default_value = "/")]
+    host_root: PathBuf,
     /// Seconds between full rescans (changes in watched directories rescan at once).
     #[arg(long, default_value_t = 30)]
     rescan_seconds: u64,
@@ -69,6 +73,7 @@ fn backends(args: &Args) -> anyhow::Result<Vec<Box<dyn Discovery>>> {
             "char" => out.push(Box::new(CharDiscovery::new(
                 args.device_config.clone(),
                 args.sysfs_root.clone(),
+                args.host_root.clone(),
             )?)),
             "nvidia" => out.push(Box::new(NvidiaDiscovery::new(
                 args.nvidia_driver_root.clone(),

@@ -152,19 +152,32 @@ pub fn default_name(path: &str) -> String {
 pub struct CharDiscovery {
     config_path: PathBuf,
     sysfs: PathBuf,
+    /// Where the host's root is visible (`/`, or e.g. `/host` in a container that mounts
+    /// the host's /dev at /host/dev). Configured paths are host paths below it.
+    host_root: PathBuf,
 }
 
 impl CharDiscovery {
     /// Fails if the config is invalid now; later scans keep the last good inventory when
     /// an edit breaks it.
-    pub fn new(config_path: PathBuf, sysfs: PathBuf) -> Result<Self> {
+    pub fn new(config_path: PathBuf, sysfs: PathBuf, host_root: PathBuf) -> Result<Self> {
         load_config(&config_path)?;
-        Ok(CharDiscovery { config_path, sysfs })
+        Ok(CharDiscovery {
+            config_path,
+            sysfs,
+            host_root,
+        })
     }
 
-    fn device_for(&self, entry: &CharEntry, host: &Path) -> Option<Device> {
-        let host_str = host.to_str()?;
-        let meta = match std::fs::metadata(host) {
+    /// A host path as seen from here.
+    fn seen(&self, host_path: &str) -> PathBuf {
+        self.host_root.join(host_path.trim_start_matches('/'))
+    }
+
+    /// `seen` is where the node is visible here; `host_str` its path on the host, which is
+    /// what gets published and injected.
+    fn device_for(&self, entry: &CharEntry, seen: &Path, host_str: &str) -> Option<Device> {
+        let meta = match std::fs::metadata(seen) {
             Ok(m) => m,
             Err(e) => {
                 tracing::debug!(path = host_str, error = %e, "device not present");
@@ -262,8 +275,9 @@ impl Discovery for CharDiscovery {
         let config = load_config(&self.config_path)?;
         let mut out: Vec<Device> = Vec::new();
         for entry in &config.devices {
+            let pattern = self.seen(&entry.path);
             let paths: Vec<PathBuf> = if entry.is_glob() {
-                let mut v: Vec<PathBuf> = glob::glob(&entry.path)
+                let mut v: Vec<PathBuf> = glob::glob(&pattern.to_string_lossy())
                     .map_err(|e| DriverError::Config {
                         path: self.config_path.clone(),
                         reason: format!("path {}: {e}", entry.path),
@@ -273,10 +287,18 @@ impl Discovery for CharDiscovery {
                 v.sort();
                 v
             } else {
-                vec![PathBuf::from(&entry.path)]
+                vec![pattern]
             };
             for p in paths {
-                let Some(dev) = self.device_for(entry, &p) else {
+                let Some(host) = p
+                    .strip_prefix(&self.host_root)
+                    .ok()
+                    .and_then(|r| r.to_str())
+                    .map(|r| format!("/{r}"))
+                else {
+                    continue;
+                };
+                let Some(dev) = self.device_for(entry, &p, &host) else {
                     continue;
                 };
                 if out.iter().any(|d| d.name == dev.name) {
@@ -357,7 +379,7 @@ path = "/dev/does-not-exist"
 path = "/dev/zer*"
 "#,
         );
-        let d = CharDiscovery::new(cfg, "/sys".into()).unwrap();
+        let d = CharDiscovery::new(cfg, "/sys".into(), "/".into()).unwrap();
         let devs = d.discover().unwrap();
         let names: Vec<_> = devs.iter().map(|d| d.name.as_str()).collect();
         assert_eq!(names, ["nul", "zero"]);
@@ -374,6 +396,24 @@ path = "/dev/zer*"
         );
         assert_eq!(node.file_mode, Some(0o600));
         assert_eq!(nul.edits.env[0].name, "GRAFT_NULL");
+    }
+
+    #[test]
+    fn host_root_is_looked_through_and_stripped() {
+        let host = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(host.path().join("dev/serial")).unwrap();
+        std::os::unix::fs::symlink("/dev/null", host.path().join("dev/serial/ttyA")).unwrap();
+        let cfg = write(host.path(), "[[devices]]\npath = \"/dev/serial/tty*\"\n");
+        let d = CharDiscovery::new(cfg, "/sys".into(), host.path().into()).unwrap();
+        let devs = d.discover().unwrap();
+        assert_eq!(devs.len(), 1);
+        assert_eq!(devs[0].name, "serial-ttya");
+        assert_eq!(devs[0].edits.device_nodes[0].path, "/dev/serial/ttyA");
+        assert_eq!(
+            devs[0].attributes["path"],
+            Attribute::String("/dev/serial/ttyA".into())
+        );
+        assert!(d.watch_paths().contains(&host.path().join("dev/serial")));
     }
 
     #[test]
@@ -409,7 +449,7 @@ path = "/dev/zer*"
             dir.path(),
             "[[devices]]\npath = \"/dev/net/tun\"\n[[devices]]\npath = \"/dev/ttyUSB*\"",
         );
-        let d = CharDiscovery::new(cfg.clone(), "/sys".into()).unwrap();
+        let d = CharDiscovery::new(cfg.clone(), "/sys".into(), "/".into()).unwrap();
         let w = d.watch_paths();
         assert_eq!(
             w,

@@ -1,6 +1,7 @@
 //! The kubelet plugin endpoints: the DRA service socket, then the registration socket that
 //! tells the kubelet where it is.
 
+pub mod authority;
 pub mod dra;
 pub mod registration;
 pub mod socket;
@@ -12,6 +13,9 @@ use std::sync::{Arc, Mutex};
 use graft_proto::dra::{v1, v1beta1};
 use graft_proto::pluginregistration::registration_server::RegistrationServer;
 use tokio_stream::wrappers::UnixListenerStream;
+use tokio_stream::StreamExt;
+
+use authority::AuthorityFix;
 
 use crate::error::{DriverError, Result};
 use crate::prepare::DriverCore;
@@ -35,6 +39,13 @@ impl PluginPaths {
             dra: socket::dra_socket(&kubelet_dir.join("plugins").join(driver), pod_uid)?,
         })
     }
+}
+
+/// Accepted connections, with the kubelet's socket-path `:authority` made acceptable.
+fn fixed(
+    listener: tokio::net::UnixListener,
+) -> impl tokio_stream::Stream<Item = std::io::Result<AuthorityFix<tokio::net::UnixStream>>> {
+    UnixListenerStream::new(listener).map(|r| r.map(AuthorityFix::new))
 }
 
 /// Serves both endpoints until `shutdown` resolves, then unlinks the registration socket
@@ -68,10 +79,7 @@ pub async fn serve(
         tonic::transport::Server::builder()
             .add_service(v1::dra_plugin_server::DraPluginServer::new(dra_service))
             .add_service(v1beta1::dra_plugin_server::DraPluginServer::new(dra_beta))
-            .serve_with_incoming_shutdown(
-                UnixListenerStream::new(dra_listener),
-                stopped(stop_rx.clone()),
-            ),
+            .serve_with_incoming_shutdown(fixed(dra_listener), stopped(stop_rx.clone())),
     );
     tracing::info!(path = %dra_path.display(), "DRA service listening");
 
@@ -87,10 +95,7 @@ pub async fn serve(
     let reg_server = tokio::spawn(
         tonic::transport::Server::builder()
             .add_service(RegistrationServer::new(reg))
-            .serve_with_incoming_shutdown(
-                UnixListenerStream::new(reg_listener),
-                stopped(stop_rx.clone()),
-            ),
+            .serve_with_incoming_shutdown(fixed(reg_listener), stopped(stop_rx.clone())),
     );
     tracing::info!(path = %paths.registration.display(), "registration socket ready");
 

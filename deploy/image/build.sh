@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Builds graft's container image as an OCI image-layout tar, without a registry or a
+# container engine: graft-driver, graft-nri and graft-hook in /usr/bin plus the shared
+# libraries they load (glibc, libgcc_s), taken from this machine. The Dockerfile beside this
+# script builds the same image with a container engine.
+#
+#   build.sh BIN_DIR OUT_TAR [REF]       REF defaults to localhost/graft:dev
+set -euo pipefail
+bin=$1 out=$2 ref=${3:-localhost/graft:dev}
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+# shellcheck source=oci-layout.sh
+source "$here/oci-layout.sh"
+
+root="$work/rootfs"
+mkdir -p "$root"/{usr/bin,tmp,etc}
+for b in graft-driver graft-nri graft-hook; do
+  # Stripped: debug info is no use in the image and makes it ten times larger.
+  install -m 0755 -s "$bin/$b" "$root/usr/bin/$b"
+  # Every library the loader resolves, at the same path, plus the loader itself.
+  ldd "$bin/$b" | awk '/=> \// {print $3} /^\t\/.*ld-linux/ {print $1}' | while read -r lib; do
+    mkdir -p "$root$(dirname "$lib")"
+    cp -L "$lib" "$root$lib"
+  done
+done
+echo 'root:x:0:0:root:/:/usr/bin/graft-driver' >"$root/etc/passwd"
+make_image "$ref" "$root" '{"Env":["PATH=/usr/bin"],"Entrypoint":["/usr/bin/graft-driver"]}' "$out"
+echo "$out ($ref)"

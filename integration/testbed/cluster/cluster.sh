@@ -1,0 +1,188 @@
+#!/usr/bin/env bash
+# A real single-node Kubernetes on this machine, from the testbed's cached builds:
+# etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubelet and containerd 2.2
+# (NRI on its default socket), all with cgroupfs and without systemd.
+#
+#   cluster.sh up      start everything (idempotent) and wait until the node is Ready
+#   cluster.sh down    stop everything and remove the cluster's state
+#   cluster.sh env     print the KUBECONFIG and CONTAINER_RUNTIME_ENDPOINT to export
+#
+# Logs and configuration live under $GRAFT_CLUSTER_DIR (default /var/lib/graft-cluster);
+# sockets under /run/graft-cluster. The kubelet uses the standard /var/lib/kubelet and
+# containerd's NRI socket is the standard /var/run/nri/nri.sock, so graft's DaemonSet runs
+# with its manifests unchanged. Service IP 10.0.0.1 is put on the loopback interface and
+# the API server listens on 443, which stands in for kube-proxy for the one service pods
+# need (the API itself).
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+D=${GRAFT_CLUSTER_DIR:-/var/lib/graft-cluster}
+R=/run/graft-cluster
+NODE=${GRAFT_NODE_NAME:-graft-node}
+log() { echo "[cluster] $*" >&2; }
+
+env_file=$(bash "$here/../setup.sh")
+# shellcheck disable=SC1090
+source "$env_file"
+K=$GRAFT_K8S
+C2=$GRAFT_CONTAINERD_2
+RUNC_DIR=$(dirname "$GRAFT_RUNC")
+export PATH="$C2:$RUNC_DIR:$K:$PATH"
+
+pidfile() { echo "$D/run/$1.pid"; }
+running() { local p; p=$(cat "$(pidfile "$1")" 2>/dev/null) && kill -0 "$p" 2>/dev/null; }
+start() { # name, command...
+  local name=$1; shift
+  if running "$name"; then return 0; fi
+  log "starting $name"
+  setsid "$@" >"$D/logs/$name.log" 2>&1 </dev/null &
+  echo $! >"$(pidfile "$name")"
+}
+stop() {
+  local p
+  p=$(cat "$(pidfile "$1")" 2>/dev/null) || return 0
+  kill "$p" 2>/dev/null || true
+  for _ in $(seq 50); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
+  kill -9 "$p" 2>/dev/null || true
+  rm -f "$(pidfile "$1")"
+}
+kc() { kubectl --kubeconfig "$D/admin.kubeconfig" "$@"; }
+wait_for() { # what, seconds, command...
+  local what=$1 secs=$2; shift 2
+  for _ in $(seq $((secs * 4))); do "$@" >/dev/null 2>&1 && return 0; sleep 0.25; done
+  log "timed out waiting for $what; logs in $D/logs"; return 1
+}
+
+up() {
+  mkdir -p "$D"/{logs,run,pki,etcd,containerd,cni/net.d,cni/bin} "$R" /var/lib/kubelet /var/run/nri
+  if [ ! -s "$D/pki/sa.key" ]; then
+    openssl genrsa -out "$D/pki/sa.key" 2048 2>/dev/null
+    head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$D/token"
+    echo "$(cat "$D/token"),admin,admin-uid,\"system:masters\"" >"$D/tokens.csv"
+  fi
+  token=$(cat "$D/token")
+  ip addr show dev lo | grep -q ' 10.0.0.1/32' || ip addr add 10.0.0.1/32 dev lo
+
+  start etcd etcd --data-dir "$D/etcd" --listen-client-urls http://127.0.0.1:2379 \
+    --advertise-client-urls http://127.0.0.1:2379 --listen-peer-urls http://127.0.0.1:2380
+  start kube-apiserver kube-apiserver --etcd-servers=http://127.0.0.1:2379 \
+    --bind-address=0.0.0.0 --secure-port=443 --cert-dir="$D/pki" \
+    --token-auth-file="$D/tokens.csv" --anonymous-auth=false --authorization-mode=RBAC \
+    --service-cluster-ip-range=10.0.0.0/24 --kubelet-preferred-address-types=InternalIP \
+    --service-account-issuer=https://kubernetes.default.svc \
+    --service-account-key-file="$D/pki/sa.key" --service-account-signing-key-file="$D/pki/sa.key"
+
+  cat >"$D/admin.kubeconfig" <<KC
+apiVersion: v1
+kind: Config
+clusters:
+- name: graft-testbed
+  cluster:
+    server: https://localhost:443
+    certificate-authority: $D/pki/apiserver.crt
+users:
+- name: admin
+  user:
+    token: $token
+contexts:
+- name: graft-testbed
+  context: {cluster: graft-testbed, user: admin}
+current-context: graft-testbed
+KC
+  wait_for "kube-apiserver" 120 kc get --raw /readyz
+
+  start kube-controller-manager kube-controller-manager --kubeconfig="$D/admin.kubeconfig" \
+    --leader-elect=false --controllers='*' --root-ca-file="$D/pki/apiserver.crt" \
+    --service-account-private-key-file="$D/pki/sa.key" --use-service-account-credentials=false
+  cat >"$D/scheduler.yaml" <<SC
+apiVersion: kubescheduler.config.k8s.io/v1
+kind: KubeSchedulerConfiguration
+clientConnection: {kubeconfig: $D/admin.kubeconfig}
+leaderElection: {leaderElect: false}
+SC
+  start kube-scheduler kube-scheduler --config="$D/scheduler.yaml"
+
+  # Pods that do not use the host network get an address on a local bridge: containerd
+  # wants an interface in the CNI result. Nothing is routed or masqueraded; pods reach the
+  # API server through the node's addresses.
+  cat >"$D/cni/net.d/10-graft-bridge.conflist" <<CNI
+{"cniVersion":"1.0.0","name":"graft-bridge","plugins":[
+  {"type":"bridge","bridge":"graft0","isGateway":true,"ipMasq":false,
+   "ipam":{"type":"host-local","ranges":[[{"subnet":"10.244.0.0/24"}]],"dataDir":"$D/cni/ipam"}},
+  {"type":"loopback"}]}
+CNI
+  cat >"$D/containerd.toml" <<CT
+version = 3
+root = "$D/containerd"
+state = "$R/containerd"
+[grpc]
+  address = "$R/containerd.sock"
+[ttrpc]
+  address = "$R/containerd.sock.ttrpc"
+[plugins.'io.containerd.nri.v1.nri']
+  disable = false
+  socket_path = "/var/run/nri/nri.sock"
+[plugins.'io.containerd.cri.v1.images'.pinned_images]
+  sandbox = "registry.k8s.io/pause:3.10.1"
+[plugins.'io.containerd.cri.v1.runtime']
+  restrict_oom_score_adj = true
+[plugins.'io.containerd.cri.v1.runtime'.cni]
+  bin_dirs = ["/usr/lib/cni"]
+  conf_dir = "$D/cni/net.d"
+CT
+  start containerd containerd --config "$D/containerd.toml"
+  wait_for "containerd" 30 ctr -a "$R/containerd.sock" version
+  for img in "$GRAFT_IMAGES"/*.tar; do
+    ctr -a "$R/containerd.sock" -n k8s.io images import "$img" >/dev/null 2>&1
+  done
+
+  cat >"$D/kubelet.yaml" <<KL
+apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+containerRuntimeEndpoint: unix://$R/containerd.sock
+cgroupDriver: cgroupfs
+failSwapOn: false
+failCgroupV1: false
+readOnlyPort: 0
+authentication: {anonymous: {enabled: true}, webhook: {enabled: false}}
+authorization: {mode: AlwaysAllow}
+oomScoreAdj: 0
+maxOpenFiles: 20000
+imageGCHighThresholdPercent: 100
+evictionHard: {nodefs.available: "0%", nodefs.inodesFree: "0%", imagefs.available: "0%"}
+KL
+  start kubelet kubelet --kubeconfig="$D/admin.kubeconfig" --config="$D/kubelet.yaml" \
+    --hostname-override="$NODE"
+  wait_for "node $NODE Ready" 180 sh -c \
+    "kubectl --kubeconfig '$D/admin.kubeconfig' get node '$NODE' -o jsonpath='{.status.conditions[?(@.type==\"Ready\")].status}' | grep -qx True"
+  wait_for "the default service account" 60 kc get serviceaccount default -n default
+  log "node $NODE is Ready; KUBECONFIG=$D/admin.kubeconfig"
+}
+
+down() {
+  # Pods first, so that their containers do not outlive the runtime.
+  if running kubelet; then
+    kc delete pods --all -A --grace-period=0 --force >/dev/null 2>&1 || true
+  fi
+  for c in kubelet kube-scheduler kube-controller-manager kube-apiserver etcd; do stop "$c"; done
+  if [ -S "$R/containerd.sock" ]; then
+    for id in $(crictl --runtime-endpoint "unix://$R/containerd.sock" pods -q 2>/dev/null); do
+      crictl --runtime-endpoint "unix://$R/containerd.sock" stopp "$id" >/dev/null 2>&1 || true
+      crictl --runtime-endpoint "unix://$R/containerd.sock" rmp -f "$id" >/dev/null 2>&1 || true
+    done
+  fi
+  stop containerd
+  ip addr del 10.0.0.1/32 dev lo 2>/dev/null || true
+  ip link del graft0 2>/dev/null || true
+  # Volumes the kubelet mounted (tmpfs for service account tokens), deepest first.
+  awk '$2 ~ "^/var/lib/kubelet/" {print $2}' /proc/mounts | sort -r | xargs -r -n1 umount -l 2>/dev/null || true
+  rm -rf "$D" "$R" /var/lib/kubelet /var/lib/graft
+  log "cluster removed"
+}
+
+case "${1:-}" in
+  up) up ;;
+  down) down ;;
+  env) echo "export KUBECONFIG=$D/admin.kubeconfig CONTAINER_RUNTIME_ENDPOINT=unix://$R/containerd.sock" ;;
+  *) echo "usage: $0 up|down|env" >&2; exit 2 ;;
+esac

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Deploys graft onto the testbed cluster the way a user would: builds the image from the
+# workspace binaries (deploy/image/build.sh), imports it into the node's containerd, and
+# applies deploy/graft/ unchanged except for the image reference. Waits until graft-driver
+# has published the node's ResourceSlice.
+#
+#   deploy-graft.sh [BIN_DIR]      default: target/debug
+set -euo pipefail
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+top=$(cd "$here/../../.." && pwd)
+bin=${1:-$top/target/debug}
+IMAGE=localhost/graft:testbed
+D=${GRAFT_CLUSTER_DIR:-/var/lib/graft-cluster}
+env_file=$(bash "$here/../setup.sh")
+# shellcheck disable=SC1090
+source "$env_file"
+export PATH="$GRAFT_CONTAINERD_2:$GRAFT_K8S:$PATH" KUBECONFIG="$D/admin.kubeconfig"
+log() { echo "[deploy-graft] $*" >&2; }
+
+tar="$D/graft-image.tar"
+bash "$top/deploy/image/build.sh" "$bin" "$tar" "$IMAGE" >/dev/null
+ctr -a /run/graft-cluster/containerd.sock -n k8s.io images import "$tar" >/dev/null 2>&1
+for f in "$top"/deploy/graft/*.yaml; do
+  sed "s#image: ghcr.io/graft-dev/graft:.*#image: $IMAGE#" "$f"
+  echo "---"
+done | kubectl apply -f - >&2
+# A new image under the same tag: restart the pods so they run it.
+kubectl -n graft-system rollout restart daemonset/graft >&2
+kubectl -n graft-system rollout status daemonset/graft --timeout=120s >&2
+for _ in $(seq 120); do
+  if kubectl get resourceslices --field-selector spec.driver=graft.dev -o name | grep -q .; then
+    log "graft is running; its ResourceSlices:"
+    kubectl get resourceslices >&2
+    exit 0
+  fi
+  sleep 0.5
+done
+log "graft-driver published no ResourceSlice"; exit 1
