@@ -325,9 +325,9 @@ impl Discovery for CharDiscovery {
                     .collect::<Vec<_>>()
                     .join("/");
                 let dir = if e.path.contains(['*', '?', '[']) {
-                    PathBuf::from(dir)
+                    self.seen(&dir)
                 } else {
-                    Path::new(&e.path)
+                    self.seen(&e.path)
                         .parent()
                         .map(Path::to_path_buf)
                         .unwrap_or_default()
