@@ -58,11 +58,31 @@ fn main() -> anyhow::Result<()> {
     let store = RecordStore::open(&args.state_dir)
         .with_context(|| format!("opening state directory {}", args.state_dir.display()))?;
     let boot_id = read_boot_id(&args.boot_id_path)?;
-    let status = StatusPublisher::acquire(
-        &args.state_dir,
-        &format!("{}-{}", args.index, args.name),
-        boot_id,
-    )?;
+    // During a rolling update the new instance starts beside the old one: wait for the old
+    // one to exit instead of failing, so the update can proceed (the DaemonSet only removes
+    // the old pod once the new one runs). Two instances must never inject at once.
+    let mut waiting = false;
+    let status = loop {
+        match StatusPublisher::acquire(
+            &args.state_dir,
+            &format!("{}-{}", args.index, args.name),
+            boot_id.clone(),
+        ) {
+            Ok(s) => break s,
+            Err(graft_record::RecordError::Io { source, .. })
+                if source.kind() == std::io::ErrorKind::WouldBlock =>
+            {
+                if !waiting {
+                    tracing::info!(
+                        "another graft-nri runs on this state directory; waiting for it to exit"
+                    );
+                    waiting = true;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(100));
+            }
+            Err(e) => return Err(e.into()),
+        }
+    };
     let plugin = Arc::new(
         GraftPlugin::new(store, status)
             .with_eviction_grace(std::time::Duration::from_millis(args.eviction_grace_ms)),
