@@ -175,7 +175,7 @@ down() {
   ip addr del 10.0.0.1/32 dev lo 2>/dev/null || true
   ip link del graft0 2>/dev/null || true
   # Volumes the kubelet mounted (tmpfs for service account tokens), deepest first.
-  awk '$2 ~ "^/var/lib/kubelet/" {print $2}' /proc/mounts | sort -r | xargs -r -n1 umount -l 2>/dev/null || true
+  awk '$2 ~ "^/var/lib/kubelet(/|$)" {print $2}' /proc/mounts | sort -r | xargs -r -n1 umount -l 2>/dev/null || true
   rm -rf "$D" "$R" /var/lib/kubelet /var/lib/graft
   log "cluster removed"
 }
