@@ -4,6 +4,7 @@
 
 pub mod apiserver;
 pub mod claims;
+pub mod cluster;
 pub mod containerd;
 pub mod cri;
 pub mod dra_node;

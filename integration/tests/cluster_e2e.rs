@@ -6,148 +6,10 @@
 //! Needs root, the testbed and the workspace binaries; the README's test command provides
 //! them. Set GRAFT_KEEP_CLUSTER=1 to leave the cluster up afterwards.
 
-use std::io::Write;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, ensure, Context};
-use graft_integration::Testbed;
-use serde_json::Value;
-
-const WAIT: Duration = Duration::from_secs(120);
-
-struct Cluster {
-    scripts: PathBuf,
-    kubectl: PathBuf,
-    crictl: PathBuf,
-    kubeconfig: PathBuf,
-    endpoint: String,
-}
-
-fn run(cmd: &mut Command) -> anyhow::Result<String> {
-    let out = cmd.output().with_context(|| format!("running {cmd:?}"))?;
-    if !out.status.success() {
-        bail!(
-            "{cmd:?} failed: {}\n{}",
-            String::from_utf8_lossy(&out.stderr),
-            String::from_utf8_lossy(&out.stdout)
-        );
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-}
-
-impl Cluster {
-    fn up() -> anyhow::Result<Self> {
-        let tb = Testbed::load()?;
-        let top = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-        let scripts = top.join("integration/testbed/cluster");
-        run(Command::new("bash")
-            .arg(scripts.join("cluster.sh"))
-            .arg("up"))?;
-        let c = Cluster {
-            kubectl: tb.k8s.join("kubectl"),
-            crictl: tb.crictl.clone(),
-            kubeconfig: PathBuf::from("/var/lib/graft-cluster/admin.kubeconfig"),
-            endpoint: "unix:///run/graft-cluster/containerd.sock".into(),
-            scripts,
-        };
-        run(Command::new("bash")
-            .arg(c.scripts.join("deploy-graft.sh"))
-            .arg(top.join("target/debug")))?;
-        Ok(c)
-    }
-
-    fn kubectl(&self, args: &[&str]) -> anyhow::Result<String> {
-        run(Command::new(&self.kubectl)
-            .arg("--kubeconfig")
-            .arg(&self.kubeconfig)
-            .args(args))
-    }
-
-    fn apply(&self, yaml: &str) -> anyhow::Result<()> {
-        let mut child = Command::new(&self.kubectl)
-            .arg("--kubeconfig")
-            .arg(&self.kubeconfig)
-            .args(["apply", "-f", "-"])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()?;
-        child
-            .stdin
-            .take()
-            .context("stdin")?
-            .write_all(yaml.as_bytes())?;
-        let out = child.wait_with_output()?;
-        ensure!(
-            out.status.success(),
-            "kubectl apply: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        Ok(())
-    }
-
-    fn crictl(&self, args: &[&str]) -> anyhow::Result<String> {
-        run(Command::new(&self.crictl)
-            .arg("--runtime-endpoint")
-            .arg(&self.endpoint)
-            .args(args)
-            .stderr(Stdio::null()))
-    }
-
-    fn pod_phase(&self, name: &str) -> String {
-        self.kubectl(&["get", "pod", name, "-o", "jsonpath={.status.phase}"])
-            .unwrap_or_default()
-    }
-
-    fn wait_phase(&self, name: &str, phase: &str) -> anyhow::Result<()> {
-        let start = Instant::now();
-        while self.pod_phase(name) != phase {
-            if start.elapsed() > WAIT {
-                let d = self.kubectl(&["describe", "pod", name]).unwrap_or_default();
-                bail!("pod {name} not {phase} after {WAIT:?}:\n{d}");
-            }
-            std::thread::sleep(Duration::from_millis(250));
-        }
-        Ok(())
-    }
-
-    fn wait_gone(&self, kind: &str, name: &str) -> anyhow::Result<()> {
-        let start = Instant::now();
-        while !self
-            .kubectl(&["get", kind, name, "--ignore-not-found", "-o", "name"])?
-            .trim()
-            .is_empty()
-        {
-            ensure!(
-                start.elapsed() < WAIT,
-                "{kind} {name} still there after {WAIT:?}"
-            );
-            std::thread::sleep(Duration::from_millis(250));
-        }
-        Ok(())
-    }
-
-    /// The OCI spec containerd stored for a pod's container, after NRI.
-    fn runtime_spec(&self, pod: &str, container: &str) -> anyhow::Result<Value> {
-        let label = format!("io.kubernetes.pod.name={pod}");
-        let id = self.crictl(&["ps", "-a", "-q", "--name", container, "--label", &label])?;
-        let id = id.lines().next().context("no such container")?.to_string();
-        let v: Value = serde_json::from_str(&self.crictl(&["inspect", &id])?)?;
-        Ok(v["info"]["runtimeSpec"].clone())
-    }
-}
-
-impl Drop for Cluster {
-    fn drop(&mut self) {
-        if std::env::var_os("GRAFT_KEEP_CLUSTER").is_none() {
-            let _ = run(Command::new("bash")
-                .arg(self.scripts.join("cluster.sh"))
-                .arg("down"));
-        }
-    }
-}
+use anyhow::{ensure, Context};
+use graft_integration::cluster::{Cluster, WAIT};
 
 /// A pod whose container `app` uses one device of `class` through a claim template.
 fn device_pod(name: &str, class: &str) -> String {
@@ -260,5 +122,84 @@ fn pods_get_their_devices_on_a_real_cluster() -> anyhow::Result<()> {
         std::thread::sleep(Duration::from_millis(250));
     }
     c.wait_gone("pod", "second")?;
+
+    // One claim, two requests split over two containers; an init container uses one of
+    // them; a third container has none.
+    c.apply(SPLIT_POD)?;
+    c.wait_phase("split", "Running")?;
+    let has = |ctr: &str, path: &str| -> anyhow::Result<bool> {
+        let spec = c.runtime_spec("split", ctr)?;
+        Ok(spec["linux"]["devices"]
+            .as_array()
+            .is_some_and(|d| d.iter().any(|d| d["path"] == path)))
+    };
+    ensure!(has("init", "/dev/fuse")? && !has("init", "/dev/net/tun")?);
+    ensure!(has("uses-fuse", "/dev/fuse")? && !has("uses-fuse", "/dev/net/tun")?);
+    ensure!(has("uses-tun", "/dev/net/tun")? && !has("uses-tun", "/dev/fuse")?);
+    ensure!(!has("none", "/dev/fuse")? && !has("none", "/dev/net/tun")?);
+    wait_log(&c, "split", "uses-tun", "tun-ok")?;
+
+    // graft's DaemonSet rolls (a new pod UID, new sockets) while that pod runs: it keeps
+    // its devices, and a new pod gets its own afterwards.
+    c.kubectl(&[
+        "-n",
+        "graft-system",
+        "rollout",
+        "restart",
+        "daemonset/graft",
+    ])?;
+    c.kubectl(&[
+        "-n",
+        "graft-system",
+        "rollout",
+        "status",
+        "daemonset/graft",
+        "--timeout=120s",
+    ])?;
+    ensure!(c.pod_phase("split") == "Running");
+    c.kubectl(&["delete", "pod", "split", "--wait=true"])?;
+    c.apply(&device_pod("after-roll", "fuse.graft.dev"))?;
+    c.wait_phase("after-roll", "Running")?;
+    wait_log(&c, "after-roll", "app", "open-ok")?;
+    c.kubectl(&["delete", "pod", "after-roll", "--wait=true"])?;
     Ok(())
 }
+
+const SPLIT_POD: &str = r#"apiVersion: resource.k8s.io/v1
+kind: ResourceClaimTemplate
+metadata: {name: split, namespace: default}
+spec:
+  spec:
+    devices:
+      requests:
+      - {name: fuse, exactly: {deviceClassName: fuse.graft.dev}}
+      - {name: tun, exactly: {deviceClassName: tun.graft.dev}}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: split, namespace: default}
+spec:
+  terminationGracePeriodSeconds: 1
+  resourceClaims: [{name: devs, resourceClaimTemplateName: split}]
+  initContainers:
+  - name: init
+    image: docker.io/library/busybox:test
+    imagePullPolicy: Never
+    command: ["/bin/sh", "-c", "test -c /dev/fuse && ! test -e /dev/net/tun"]
+    resources: {claims: [{name: devs, request: fuse}]}
+  containers:
+  - name: uses-fuse
+    image: docker.io/library/busybox:test
+    imagePullPolicy: Never
+    command: ["/bin/sleep", "3600"]
+    resources: {claims: [{name: devs, request: fuse}]}
+  - name: uses-tun
+    image: docker.io/library/busybox:test
+    imagePullPolicy: Never
+    command: ["/bin/sh", "-c", "test -c /dev/net/tun && echo tun-ok; sleep 3600"]
+    resources: {claims: [{name: devs, request: tun}]}
+  - name: none
+    image: docker.io/library/busybox:test
+    imagePullPolicy: Never
+    command: ["/bin/sleep", "3600"]
+"#;

@@ -1,0 +1,147 @@
+//! The single-node cluster of `integration/testbed/cluster/`, with graft deployed from
+//! `deploy/` as a DaemonSet, driven through kubectl and crictl.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, ensure, Context};
+use serde_json::Value;
+
+use crate::testbed::Testbed;
+
+pub const WAIT: Duration = Duration::from_secs(120);
+
+pub struct Cluster {
+    scripts: PathBuf,
+    kubectl: PathBuf,
+    crictl: PathBuf,
+    pub kubeconfig: PathBuf,
+    endpoint: String,
+}
+
+pub fn run(cmd: &mut Command) -> anyhow::Result<String> {
+    let out = cmd.output().with_context(|| format!("running {cmd:?}"))?;
+    if !out.status.success() {
+        bail!(
+            "{cmd:?} failed: {}\n{}",
+            String::from_utf8_lossy(&out.stderr),
+            String::from_utf8_lossy(&out.stdout)
+        );
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+impl Cluster {
+    pub fn up() -> anyhow::Result<Self> {
+        let tb = Testbed::load()?;
+        let top = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        let scripts = top.join("integration/testbed/cluster");
+        run(Command::new("bash")
+            .arg(scripts.join("cluster.sh"))
+            .arg("up"))?;
+        let c = Cluster {
+            kubectl: tb.k8s.join("kubectl"),
+            crictl: tb.crictl.clone(),
+            kubeconfig: PathBuf::from("/var/lib/graft-cluster/admin.kubeconfig"),
+            endpoint: "unix:///run/graft-cluster/containerd.sock".into(),
+            scripts,
+        };
+        run(Command::new("bash")
+            .arg(c.scripts.join("deploy-graft.sh"))
+            .arg(top.join("target/debug")))?;
+        Ok(c)
+    }
+
+    pub fn kubectl(&self, args: &[&str]) -> anyhow::Result<String> {
+        run(Command::new(&self.kubectl)
+            .arg("--kubeconfig")
+            .arg(&self.kubeconfig)
+            .args(args))
+    }
+
+    pub fn apply(&self, yaml: &str) -> anyhow::Result<()> {
+        let mut child = Command::new(&self.kubectl)
+            .arg("--kubeconfig")
+            .arg(&self.kubeconfig)
+            .args(["apply", "-f", "-"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()?;
+        child
+            .stdin
+            .take()
+            .context("stdin")?
+            .write_all(yaml.as_bytes())?;
+        let out = child.wait_with_output()?;
+        ensure!(
+            out.status.success(),
+            "kubectl apply: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Ok(())
+    }
+
+    pub fn crictl(&self, args: &[&str]) -> anyhow::Result<String> {
+        run(Command::new(&self.crictl)
+            .arg("--runtime-endpoint")
+            .arg(&self.endpoint)
+            .args(args)
+            .stderr(Stdio::null()))
+    }
+
+    pub fn pod_phase(&self, name: &str) -> String {
+        self.kubectl(&["get", "pod", name, "-o", "jsonpath={.status.phase}"])
+            .unwrap_or_default()
+    }
+
+    pub fn wait_phase(&self, name: &str, phase: &str) -> anyhow::Result<()> {
+        let start = Instant::now();
+        while self.pod_phase(name) != phase {
+            if start.elapsed() > WAIT {
+                let d = self.kubectl(&["describe", "pod", name]).unwrap_or_default();
+                bail!("pod {name} not {phase} after {WAIT:?}:\n{d}");
+            }
+            std::thread::sleep(Duration::from_millis(250));
+        }
+        Ok(())
+    }
+
+    pub fn wait_gone(&self, kind: &str, name: &str) -> anyhow::Result<()> {
+        let start = Instant::now();
+        while !self
+            .kubectl(&["get", kind, name, "--ignore-not-found", "-o", "name"])?
+            .trim()
+            .is_empty()
+        {
+            ensure!(
+                start.elapsed() < WAIT,
+                "{kind} {name} still there after {WAIT:?}"
+            );
+            std::thread::sleep(Duration::from_millis(250));
+        }
+        Ok(())
+    }
+
+    /// The OCI spec containerd stored for a pod's container, after NRI.
+    pub fn runtime_spec(&self, pod: &str, container: &str) -> anyhow::Result<Value> {
+        let label = format!("io.kubernetes.pod.name={pod}");
+        let id = self.crictl(&["ps", "-a", "-q", "--name", container, "--label", &label])?;
+        let id = id.lines().next().context("no such container")?.to_string();
+        let v: Value = serde_json::from_str(&self.crictl(&["inspect", &id])?)?;
+        Ok(v["info"]["runtimeSpec"].clone())
+    }
+}
+
+/// Tears the cluster down unless GRAFT_KEEP_CLUSTER is set.
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        if std::env::var_os("GRAFT_KEEP_CLUSTER").is_none() {
+            let _ = run(Command::new("bash")
+                .arg(self.scripts.join("cluster.sh"))
+                .arg("down"));
+        }
+    }
+}
