@@ -55,8 +55,16 @@ async fn start_once(client: &kube::Client, name: &str, with_claim: bool) -> anyh
     }
     let ms = t.elapsed().as_secs_f64() * 1e3;
     pods.delete(name, &DeleteParams::default()).await?;
+    // Gone from the API and unprepared by the kubelet: until then graft refuses the device
+    // to the next claim, and the kubelet's retry backoff would be measured instead.
+    let prepared = || {
+        std::fs::read_dir("/var/lib/graft/claims")
+            .map(|d| d.count())
+            .unwrap_or(0)
+    };
     while pods.get_opt(name).await?.is_some()
         || !claims.list(&ListParams::default()).await?.items.is_empty()
+        || prepared() != 0
     {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
