@@ -63,6 +63,26 @@ fn wait_log(c: &Cluster, pod: &str, ctr: &str, needle: &str) -> anyhow::Result<S
     }
 }
 
+/// Until no claim is left in the API and graft holds no record: the kubelet unprepares a
+/// deleted pod's claims a little after the API forgets them.
+fn wait_unprepared(c: &Cluster) -> anyhow::Result<()> {
+    let start = Instant::now();
+    loop {
+        let claims = c.kubectl(&["get", "resourceclaims", "-o", "name"])?;
+        let records = std::fs::read_dir("/var/lib/graft/claims")
+            .map(|d| d.count())
+            .unwrap_or(0);
+        if claims.trim().is_empty() && records == 0 {
+            return Ok(());
+        }
+        ensure!(
+            start.elapsed() < WAIT,
+            "claims {claims:?} / {records} records left behind"
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
+
 #[test]
 fn pods_get_their_devices_on_a_real_cluster() -> anyhow::Result<()> {
     let c = Cluster::up()?;
@@ -106,21 +126,7 @@ fn pods_get_their_devices_on_a_real_cluster() -> anyhow::Result<()> {
 
     // Deleting the pod unprepares its claim: the generated claim goes, and so does its record.
     c.kubectl(&["delete", "pod", "second", "--wait=true"])?;
-    let start = Instant::now();
-    loop {
-        let claims = c.kubectl(&["get", "resourceclaims", "-o", "name"])?;
-        let records = std::fs::read_dir("/var/lib/graft/claims")
-            .map(|d| d.count())
-            .unwrap_or(0);
-        if claims.trim().is_empty() && records == 0 {
-            break;
-        }
-        ensure!(
-            start.elapsed() < WAIT,
-            "claims {claims:?} / {records} records left behind"
-        );
-        std::thread::sleep(Duration::from_millis(250));
-    }
+    wait_unprepared(&c)?;
     c.wait_gone("pod", "second")?;
 
     // One claim, two requests split over two containers; an init container uses one of
@@ -162,8 +168,54 @@ fn pods_get_their_devices_on_a_real_cluster() -> anyhow::Result<()> {
     c.wait_phase("after-roll", "Running")?;
     wait_log(&c, "after-roll", "app", "open-ok")?;
     c.kubectl(&["delete", "pod", "after-roll", "--wait=true"])?;
+    wait_unprepared(&c)?;
+
+    // One claim shared by two pods: both run with the device; it is unprepared once the
+    // last of them is gone.
+    c.apply(SHARED)?;
+    c.wait_phase("share-a", "Running")?;
+    c.wait_phase("share-b", "Running")?;
+    wait_log(&c, "share-a", "app", "open-ok")?;
+    wait_log(&c, "share-b", "app", "open-ok")?;
+    c.kubectl(&["delete", "pod", "share-a", "share-b", "--wait=true"])?;
+    c.kubectl(&["delete", "resourceclaim", "shared", "--wait=true"])?;
     Ok(())
 }
+
+const SHARED: &str = r#"apiVersion: resource.k8s.io/v1
+kind: ResourceClaim
+metadata: {name: shared, namespace: default}
+spec:
+  devices:
+    requests:
+    - {name: dev, exactly: {deviceClassName: fuse.graft.dev}}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: share-a, namespace: default}
+spec:
+  terminationGracePeriodSeconds: 1
+  resourceClaims: [{name: dev, resourceClaimName: shared}]
+  containers:
+  - name: app
+    image: docker.io/library/busybox:test
+    imagePullPolicy: Never
+    command: ["/bin/sh", "-c", "dd if=/dev/fuse of=/dev/null count=0 2>/dev/null && echo open-ok; sleep 3600"]
+    resources: {claims: [{name: dev}]}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: share-b, namespace: default}
+spec:
+  terminationGracePeriodSeconds: 1
+  resourceClaims: [{name: dev, resourceClaimName: shared}]
+  containers:
+  - name: app
+    image: docker.io/library/busybox:test
+    imagePullPolicy: Never
+    command: ["/bin/sh", "-c", "dd if=/dev/fuse of=/dev/null count=0 2>/dev/null && echo open-ok; sleep 3600"]
+    resources: {claims: [{name: dev}]}
+"#;
 
 const SPLIT_POD: &str = r#"apiVersion: resource.k8s.io/v1
 kind: ResourceClaimTemplate
