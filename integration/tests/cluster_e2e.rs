@@ -172,7 +172,7 @@ fn pods_get_their_devices_on_a_real_cluster() -> anyhow::Result<()> {
 
     // One claim shared by two pods: both run with the device; it is unprepared once the
     // last of them is gone.
-    c.apply(SHARED)?;
+    c.apply(&shared_claim_and_pods())?;
     c.wait_phase("share-a", "Running")?;
     c.wait_phase("share-b", "Running")?;
     wait_log(&c, "share-a", "app", "open-ok")?;
@@ -182,40 +182,38 @@ fn pods_get_their_devices_on_a_real_cluster() -> anyhow::Result<()> {
     Ok(())
 }
 
-const SHARED: &str = r#"apiVersion: resource.k8s.io/v1
+/// A claim named `shared` and two pods (`share-a`, `share-b`) that both use all of it.
+fn shared_claim_and_pods() -> String {
+    let mut out = String::from(
+        r#"apiVersion: resource.k8s.io/v1
 kind: ResourceClaim
 metadata: {name: shared, namespace: default}
 spec:
   devices:
     requests:
     - {name: dev, exactly: {deviceClassName: fuse.graft.dev}}
----
+"#,
+    );
+    for name in ["share-a", "share-b"] {
+        out.push_str(&format!(
+            r#"---
 apiVersion: v1
 kind: Pod
-metadata: {name: share-a, namespace: default}
+metadata: {{name: {name}, namespace: default}}
 spec:
   terminationGracePeriodSeconds: 1
-  resourceClaims: [{name: dev, resourceClaimName: shared}]
+  resourceClaims: [{{name: dev, resourceClaimName: shared}}]
   containers:
   - name: app
     image: docker.io/library/busybox:test
     imagePullPolicy: Never
     command: ["/bin/sh", "-c", "dd if=/dev/fuse of=/dev/null count=0 2>/dev/null && echo open-ok; sleep 3600"]
-    resources: {claims: [{name: dev}]}
----
-apiVersion: v1
-kind: Pod
-metadata: {name: share-b, namespace: default}
-spec:
-  terminationGracePeriodSeconds: 1
-  resourceClaims: [{name: dev, resourceClaimName: shared}]
-  containers:
-  - name: app
-    image: docker.io/library/busybox:test
-    imagePullPolicy: Never
-    command: ["/bin/sh", "-c", "dd if=/dev/fuse of=/dev/null count=0 2>/dev/null && echo open-ok; sleep 3600"]
-    resources: {claims: [{name: dev}]}
-"#;
+    resources: {{claims: [{{name: dev}}]}}
+"#
+        ));
+    }
+    out
+}
 
 const SPLIT_POD: &str = r#"apiVersion: resource.k8s.io/v1
 kind: ResourceClaimTemplate
