@@ -48,10 +48,18 @@ impl Cluster {
             endpoint: "unix:///run/graft-cluster/containerd.sock".into(),
             scripts,
         };
-        run(Command::new("bash")
-            .arg(c.scripts.join("deploy-graft.sh"))
-            .arg(top.join("target/debug")))?;
+        c.deploy_graft()?;
         Ok(c)
+    }
+
+    /// (Re)deploys graft from `deploy/graft/` with the debug binaries; returns once its
+    /// ResourceSlice is published.
+    pub fn deploy_graft(&self) -> anyhow::Result<()> {
+        let top = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        run(Command::new("bash")
+            .arg(self.scripts.join("deploy-graft.sh"))
+            .arg(top.join("target/debug")))?;
+        Ok(())
     }
 
     pub fn kubectl(&self, args: &[&str]) -> anyhow::Result<String> {

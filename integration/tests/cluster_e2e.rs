@@ -179,6 +179,40 @@ fn pods_get_their_devices_on_a_real_cluster() -> anyhow::Result<()> {
     wait_log(&c, "share-b", "app", "open-ok")?;
     c.kubectl(&["delete", "pod", "share-a", "share-b", "--wait=true"])?;
     c.kubectl(&["delete", "resourceclaim", "shared", "--wait=true"])?;
+    wait_unprepared(&c)?;
+
+    // graft gone: the kubelet wipes its slices 30 s after the last driver instance left,
+    // and a pod with a claim waits (nothing to allocate from, nobody to prepare or
+    // inject). Once graft is back it republishes, and the pod runs with its device.
+    c.kubectl(&[
+        "-n",
+        "graft-system",
+        "delete",
+        "daemonset",
+        "graft",
+        "--wait=true",
+    ])?;
+    c.apply(&device_pod("while-away", "fuse.graft.dev"))?;
+    let start = Instant::now();
+    while !c
+        .kubectl(&["get", "resourceslices", "-o", "name"])?
+        .trim()
+        .is_empty()
+    {
+        ensure!(
+            start.elapsed() < WAIT,
+            "the kubelet never wiped graft's slices"
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    ensure!(
+        start.elapsed() >= Duration::from_secs(20),
+        "slices wiped too early"
+    );
+    ensure!(c.pod_phase("while-away") == "Pending");
+    c.deploy_graft()?;
+    c.wait_phase("while-away", "Running")?;
+    wait_log(&c, "while-away", "app", "open-ok")?;
     Ok(())
 }
 
