@@ -52,6 +52,14 @@ impl Cluster {
         Ok(c)
     }
 
+    /// Restarts one node component (`kubelet` or `containerd`) and waits for the node.
+    pub fn restart(&self, component: &str) -> anyhow::Result<()> {
+        run(Command::new("bash")
+            .arg(self.scripts.join("cluster.sh"))
+            .args(["restart", component]))?;
+        Ok(())
+    }
+
     /// (Re)deploys graft from `deploy/graft/` with the debug binaries; returns once its
     /// ResourceSlice is published.
     pub fn deploy_graft(&self) -> anyhow::Result<()> {

@@ -213,6 +213,27 @@ fn pods_get_their_devices_on_a_real_cluster() -> anyhow::Result<()> {
     c.deploy_graft()?;
     c.wait_phase("while-away", "Running")?;
     wait_log(&c, "while-away", "app", "open-ok")?;
+
+    // The kubelet and then containerd restart under that running pod: it keeps its device,
+    // graft's slices come back after the kubelet's start-up wipe, and graft-nri reconnects,
+    // so the next pod gets its device too.
+    for component in ["kubelet", "containerd"] {
+        c.restart(component)?;
+        ensure!(
+            c.pod_phase("while-away") == "Running",
+            "pod lost after {component} restart"
+        );
+        let spec = c.runtime_spec("while-away", "app")?;
+        ensure!(
+            spec["annotations"]["graft.dev/injected"].is_string(),
+            "{component}: {spec}"
+        );
+    }
+    c.kubectl(&["delete", "pod", "while-away", "--wait=true"])?;
+    wait_unprepared(&c)?;
+    c.apply(&device_pod("after-restarts", "fuse.graft.dev"))?;
+    c.wait_phase("after-restarts", "Running")?;
+    wait_log(&c, "after-restarts", "app", "open-ok")?;
     Ok(())
 }
 

@@ -6,6 +6,7 @@
 #   cluster.sh up      start everything (idempotent) and wait until the node is Ready
 #   cluster.sh down    stop everything and remove the cluster's state
 #   cluster.sh env     print the KUBECONFIG and CONTAINER_RUNTIME_ENDPOINT to export
+#   cluster.sh restart kubelet|containerd   stop one component and bring the cluster up again
 #
 # Logs and configuration live under $GRAFT_CLUSTER_DIR (default /var/lib/graft-cluster);
 # sockets under /run/graft-cluster. The kubelet uses the standard /var/lib/kubelet and
@@ -183,6 +184,11 @@ down() {
 case "${1:-}" in
   up) up ;;
   down) down ;;
+  restart)
+    case "${2:-}" in
+      kubelet|containerd) stop "$2"; up ;;
+      *) echo "usage: $0 restart kubelet|containerd" >&2; exit 2 ;;
+    esac ;;
   env) echo "export KUBECONFIG=$D/admin.kubeconfig CONTAINER_RUNTIME_ENDPOINT=unix://$R/containerd.sock" ;;
   *) echo "usage: $0 up|down|env" >&2; exit 2 ;;
 esac
