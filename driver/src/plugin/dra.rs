@@ -19,11 +19,28 @@ impl DraService {
     }
 }
 
-fn ids<'a>(
-    claims: impl Iterator<Item = (&'a str, &'a str, &'a str)>,
-) -> Result<Vec<ClaimId>, Status> {
+/// The kubelet's claim reference, the same in both service versions.
+trait ClaimMsg {
+    fn parts(&self) -> (&str, &str, &str);
+}
+
+impl ClaimMsg for v1::Claim {
+    fn parts(&self) -> (&str, &str, &str) {
+        (&self.namespace, &self.uid, &self.name)
+    }
+}
+
+impl ClaimMsg for v1beta1::Claim {
+    fn parts(&self) -> (&str, &str, &str) {
+        (&self.namespace, &self.uid, &self.name)
+    }
+}
+
+fn ids(claims: &[impl ClaimMsg]) -> Result<Vec<ClaimId>, Status> {
     claims
-        .map(|(namespace, uid, name)| {
+        .iter()
+        .map(|c| {
+            let (namespace, uid, name) = c.parts();
             if namespace.is_empty() || uid.is_empty() || name.is_empty() {
                 return Err(Status::invalid_argument(format!(
                     "claim {namespace:?}/{name:?} ({uid:?}): namespace, uid and name are all required"
@@ -90,10 +107,7 @@ impl v1::dra_plugin_server::DraPlugin for DraService {
         req: Request<v1::NodePrepareResourcesRequest>,
     ) -> Result<Response<v1::NodePrepareResourcesResponse>, Status> {
         let req = req.into_inner();
-        let ids = ids(req
-            .claims
-            .iter()
-            .map(|c| (c.namespace.as_str(), c.uid.as_str(), c.name.as_str())))?;
+        let ids = ids(&req.claims)?;
         let claims = prepare(&self.core, ids)
             .await?
             .into_iter()
@@ -109,10 +123,7 @@ impl v1::dra_plugin_server::DraPlugin for DraService {
         req: Request<v1::NodeUnprepareResourcesRequest>,
     ) -> Result<Response<v1::NodeUnprepareResourcesResponse>, Status> {
         let req = req.into_inner();
-        let ids = ids(req
-            .claims
-            .iter()
-            .map(|c| (c.namespace.as_str(), c.uid.as_str(), c.name.as_str())))?;
+        let ids = ids(&req.claims)?;
         let claims = unprepare(&self.core, ids)
             .await
             .into_iter()
@@ -129,10 +140,7 @@ impl v1beta1::dra_plugin_server::DraPlugin for DraService {
         req: Request<v1beta1::NodePrepareResourcesRequest>,
     ) -> Result<Response<v1beta1::NodePrepareResourcesResponse>, Status> {
         let req = req.into_inner();
-        let ids = ids(req
-            .claims
-            .iter()
-            .map(|c| (c.namespace.as_str(), c.uid.as_str(), c.name.as_str())))?;
+        let ids = ids(&req.claims)?;
         let claims = prepare(&self.core, ids)
             .await?
             .into_iter()
@@ -160,10 +168,7 @@ impl v1beta1::dra_plugin_server::DraPlugin for DraService {
         req: Request<v1beta1::NodeUnprepareResourcesRequest>,
     ) -> Result<Response<v1beta1::NodeUnprepareResourcesResponse>, Status> {
         let req = req.into_inner();
-        let ids = ids(req
-            .claims
-            .iter()
-            .map(|c| (c.namespace.as_str(), c.uid.as_str(), c.name.as_str())))?;
+        let ids = ids(&req.claims)?;
         let claims = unprepare(&self.core, ids)
             .await
             .into_iter()
