@@ -141,13 +141,71 @@ impl Cluster {
         Ok(())
     }
 
-    /// The OCI spec containerd stored for a pod's container, after NRI.
-    pub fn runtime_spec(&self, pod: &str, container: &str) -> anyhow::Result<Value> {
+    /// The id of the newest container named `container` in `pod`, in any state.
+    pub fn container_id(&self, pod: &str, container: &str) -> anyhow::Result<String> {
         let label = format!("io.kubernetes.pod.name={pod}");
-        let id = self.crictl(&["ps", "-a", "-q", "--name", container, "--label", &label])?;
-        let id = id.lines().next().context("no such container")?.to_string();
+        let out = self.crictl(&[
+            "ps", "-a", "-o", "json", "--name", container, "--label", &label,
+        ])?;
+        let v: Value = serde_json::from_str(&out)?;
+        let newest = v["containers"]
+            .as_array()
+            .and_then(|cs| {
+                cs.iter().max_by_key(|c| {
+                    c["createdAt"]
+                        .as_str()
+                        .and_then(|t| t.parse::<u128>().ok())
+                        .unwrap_or(0)
+                })
+            })
+            .with_context(|| format!("no container {container} in pod {pod}"))?;
+        newest["id"]
+            .as_str()
+            .map(str::to_string)
+            .context("container without id")
+    }
+
+    /// The OCI spec containerd stored for a pod's (newest) container, after NRI.
+    pub fn runtime_spec(&self, pod: &str, container: &str) -> anyhow::Result<Value> {
+        let id = self.container_id(pod, container)?;
         let v: Value = serde_json::from_str(&self.crictl(&["inspect", &id])?)?;
         Ok(v["info"]["runtimeSpec"].clone())
+    }
+
+    /// Keeps every process named `name` on the node dead until the guard is dropped, the
+    /// way a crash-looping container would be: the kubelet restarts it, it dies again.
+    pub fn hold_down(&self, name: &str) -> HoldDown {
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = stop.clone();
+        let name = name.to_string();
+        let thread = std::thread::spawn(move || {
+            while !flag.load(std::sync::atomic::Ordering::Relaxed) {
+                let _ = Command::new("pkill").args(["-KILL", "-x", &name]).status();
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        });
+        // Give the kubelet a moment to notice, so that the first refusal comes from the
+        // process being gone, not from a request racing its death.
+        std::thread::sleep(Duration::from_secs(2));
+        HoldDown {
+            stop,
+            thread: Some(thread),
+        }
+    }
+}
+
+/// See [`Cluster::hold_down`].
+pub struct HoldDown {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Drop for HoldDown {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
     }
 }
 

@@ -11,8 +11,9 @@ use std::time::{Duration, Instant};
 use anyhow::{ensure, Context};
 use graft_integration::cluster::{Cluster, WAIT};
 
-/// A pod whose container `app` uses one device of `class` through a claim template.
-fn device_pod(name: &str, class: &str) -> String {
+/// A pod whose container `app` uses one device of `class` (found at `path`) through a
+/// claim template; its two other containers have no claim.
+fn device_pod(name: &str, class: &str, path: &str) -> String {
     format!(
         r#"apiVersion: resource.k8s.io/v1
 kind: ResourceClaimTemplate
@@ -34,14 +35,22 @@ spec:
   - name: app
     image: docker.io/library/busybox:test
     imagePullPolicy: Never
-    command: ["/bin/sh", "-c", "stat -c '%n %t:%T %F' /dev/fuse; dd if=/dev/fuse of=/dev/null count=0 2>/dev/null && echo open-ok; sleep 3600"]
+    command: ["/bin/sh", "-c", "stat -c '%n %t:%T %F' {path}; dd if={path} of=/dev/null count=0 2>/dev/null && echo open-ok; sleep 3600"]
     resources: {{claims: [{{name: dev}}]}}
   - name: other
     image: docker.io/library/busybox:test
     imagePullPolicy: Never
-    command: ["/bin/sh", "-c", "ls /dev/fuse 2>&1; sleep 3600"]
+    command: ["/bin/sh", "-c", "ls {path} 2>&1; sleep 3600"]
+  - name: third
+    image: docker.io/library/busybox:test
+    imagePullPolicy: Never
+    command: ["/bin/sh", "-c", "ls {path} 2>&1; sleep 3600"]
 "#
     )
+}
+
+fn fuse_pod(name: &str) -> String {
+    device_pod(name, "fuse.graft.dev", "/dev/fuse")
 }
 
 fn logs(c: &Cluster, pod: &str, ctr: &str) -> String {
@@ -88,18 +97,22 @@ fn pods_get_their_devices_on_a_real_cluster() -> anyhow::Result<()> {
     let c = Cluster::up()?;
 
     // One pod, one device: scheduled, prepared, injected into the container that asks.
-    c.apply(&device_pod("first", "fuse.graft.dev"))?;
+    c.apply(&fuse_pod("first"))?;
     c.wait_phase("first", "Running")?;
     let app = wait_log(&c, "first", "app", "open-ok")?;
     ensure!(
         app.contains("/dev/fuse a:e5 character special file"),
         "{app}"
     );
-    let other = wait_log(&c, "first", "other", "fuse")?;
-    ensure!(
-        other.contains("No such file"),
-        "the container without the claim got the device: {other}"
-    );
+    for ctr in ["other", "third"] {
+        let l = wait_log(&c, "first", ctr, "fuse")?;
+        ensure!(
+            l.contains("No such file"),
+            "{ctr}, without the claim, got the device: {l}"
+        );
+        let spec = c.runtime_spec("first", ctr)?;
+        ensure!(spec["annotations"].get("graft.dev/injected").is_none());
+    }
     let spec = c.runtime_spec("first", "app")?;
     let devs = spec["linux"]["devices"].as_array().context("no devices")?;
     ensure!(
@@ -108,13 +121,9 @@ fn pods_get_their_devices_on_a_real_cluster() -> anyhow::Result<()> {
         "{spec}"
     );
     ensure!(spec["annotations"]["graft.dev/injected"].is_string());
-    let other_spec = c.runtime_spec("first", "other")?;
-    ensure!(other_spec["annotations"]
-        .get("graft.dev/injected")
-        .is_none());
 
     // A second pod for the only fuse device waits until the first is gone, then runs with it.
-    c.apply(&device_pod("second", "fuse.graft.dev"))?;
+    c.apply(&fuse_pod("second"))?;
     std::thread::sleep(Duration::from_secs(5));
     ensure!(
         c.pod_phase("second") == "Pending",
@@ -164,7 +173,7 @@ fn pods_get_their_devices_on_a_real_cluster() -> anyhow::Result<()> {
     ])?;
     ensure!(c.pod_phase("split") == "Running");
     c.kubectl(&["delete", "pod", "split", "--wait=true"])?;
-    c.apply(&device_pod("after-roll", "fuse.graft.dev"))?;
+    c.apply(&fuse_pod("after-roll"))?;
     c.wait_phase("after-roll", "Running")?;
     wait_log(&c, "after-roll", "app", "open-ok")?;
     c.kubectl(&["delete", "pod", "after-roll", "--wait=true"])?;
@@ -181,6 +190,96 @@ fn pods_get_their_devices_on_a_real_cluster() -> anyhow::Result<()> {
     c.kubectl(&["delete", "resourceclaim", "shared", "--wait=true"])?;
     wait_unprepared(&c)?;
 
+    // graft-nri alone down, graft-driver up. A new pod with a claim waits: the driver
+    // refuses to prepare it. A running pod whose container is recreated waits too:
+    // deploy/optional/ marks pods with claims as requiring graft, and containerd's NRI
+    // validator refuses their containers while graft-nri is not connected. Once graft-nri is
+    // back, both run with their devices.
+    c.apply(&fuse_pod("nri-restart"))?;
+    c.wait_phase("nri-restart", "Running")?;
+    wait_log(&c, "nri-restart", "app", "open-ok")?;
+    let annotations = c.kubectl(&[
+        "get",
+        "pod",
+        "nri-restart",
+        "-o",
+        "jsonpath={.metadata.annotations}",
+    ])?;
+    ensure!(
+        annotations.contains("required-plugins.noderesource.dev/pod"),
+        "the admission policy did not mark the pod: {annotations}"
+    );
+    {
+        let _down = c.hold_down("graft-nri");
+        c.apply(&device_pod("nri-away", "tun.graft.dev", "/dev/net/tun"))?;
+        let app = c.container_id("nri-restart", "app")?;
+        c.crictl(&["stop", "-t", "0", &app])?;
+        let refused = |pod: &str, needle: &str| -> anyhow::Result<bool> {
+            let events = c.kubectl(&[
+                "get",
+                "events",
+                "--field-selector",
+                &format!("involvedObject.name={pod}"),
+                "-o",
+                "jsonpath={.items[*].message}",
+            ])?;
+            Ok(events.contains(needle))
+        };
+        let start = Instant::now();
+        while !(refused("nri-away", "graft-nri")?
+            && refused("nri-restart", "required plugin \"graft\" not present")?)
+        {
+            ensure!(
+                start.elapsed() < WAIT,
+                "no refusal while graft-nri was down:\n{}",
+                c.kubectl(&["describe", "pod", "nri-away", "nri-restart"])?
+            );
+            std::thread::sleep(Duration::from_millis(500));
+        }
+        ensure!(c.pod_phase("nri-away") == "Pending");
+        let running = c.crictl(&[
+            "ps",
+            "-q",
+            "--name",
+            "app",
+            "--label",
+            "io.kubernetes.pod.name=nri-restart",
+        ])?;
+        ensure!(
+            running.trim().is_empty(),
+            "a container started without graft-nri"
+        );
+    }
+    c.wait_phase("nri-away", "Running")?;
+    wait_log(&c, "nri-away", "app", "open-ok")?;
+    let start = Instant::now();
+    while c
+        .crictl(&[
+            "ps",
+            "-q",
+            "--name",
+            "app",
+            "--label",
+            "io.kubernetes.pod.name=nri-restart",
+        ])?
+        .trim()
+        .is_empty()
+    {
+        ensure!(
+            start.elapsed() < WAIT,
+            "nri-restart/app not recreated after graft-nri came back"
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let spec = c.runtime_spec("nri-restart", "app")?;
+    ensure!(
+        spec["annotations"]["graft.dev/injected"].is_string(),
+        "{spec}"
+    );
+    wait_log(&c, "nri-restart", "app", "open-ok")?;
+    c.kubectl(&["delete", "pod", "nri-away", "nri-restart", "--wait=true"])?;
+    wait_unprepared(&c)?;
+
     // graft gone: the kubelet wipes its slices 30 s after the last driver instance left,
     // and a pod with a claim waits (nothing to allocate from, nobody to prepare or
     // inject). Once graft is back it republishes, and the pod runs with its device.
@@ -192,7 +291,7 @@ fn pods_get_their_devices_on_a_real_cluster() -> anyhow::Result<()> {
         "graft",
         "--wait=true",
     ])?;
-    c.apply(&device_pod("while-away", "fuse.graft.dev"))?;
+    c.apply(&fuse_pod("while-away"))?;
     let start = Instant::now();
     while !c
         .kubectl(&["get", "resourceslices", "-o", "name"])?
@@ -231,7 +330,7 @@ fn pods_get_their_devices_on_a_real_cluster() -> anyhow::Result<()> {
     }
     c.kubectl(&["delete", "pod", "while-away", "--wait=true"])?;
     wait_unprepared(&c)?;
-    c.apply(&device_pod("after-restarts", "fuse.graft.dev"))?;
+    c.apply(&fuse_pod("after-restarts"))?;
     c.wait_phase("after-restarts", "Running")?;
     wait_log(&c, "after-restarts", "app", "open-ok")?;
     Ok(())

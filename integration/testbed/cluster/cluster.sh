@@ -71,7 +71,9 @@ up() {
     --token-auth-file="$D/tokens.csv" --anonymous-auth=false --authorization-mode=RBAC \
     --service-cluster-ip-range=10.0.0.0/24 --kubelet-preferred-address-types=InternalIP \
     --service-account-issuer=https://kubernetes.default.svc \
-    --service-account-key-file="$D/pki/sa.key" --service-account-signing-key-file="$D/pki/sa.key"
+    --service-account-key-file="$D/pki/sa.key" --service-account-signing-key-file="$D/pki/sa.key" \
+    --feature-gates=MutatingAdmissionPolicy=true \
+    --runtime-config=admissionregistration.k8s.io/v1beta1=true
 
   cat >"$D/admin.kubeconfig" <<KC
 apiVersion: v1
@@ -123,6 +125,10 @@ state = "$R/containerd"
 [plugins.'io.containerd.nri.v1.nri']
   disable = false
   socket_path = "/var/run/nri/nri.sock"
+# Honours required-plugins annotations (deploy/optional/require-graft-nri.yaml sets one
+# on pods with claims), so their containers are refused while graft-nri is away.
+[plugins.'io.containerd.nri.v1.nri'.default_validator]
+  enable = true
 [plugins.'io.containerd.cri.v1.images'.pinned_images]
   sandbox = "registry.k8s.io/pause:3.10.1"
 [plugins.'io.containerd.cri.v1.runtime']

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Deploys graft onto the testbed cluster the way a user would: builds the image from the
 # workspace binaries (deploy/image/build.sh), imports it into the node's containerd, and
-# applies deploy/graft/ unchanged except for the image reference. Waits until graft-driver
-# has published the node's ResourceSlice.
+# applies deploy/graft/ unchanged except for the image reference, then deploy/optional/.
+# Waits until graft-driver has published the node's ResourceSlice.
 #
 #   deploy-graft.sh [BIN_DIR]      default: target/debug
 set -euo pipefail
@@ -24,6 +24,8 @@ for f in "$top"/deploy/graft/*.yaml; do
   sed "s#image: ghcr.io/graft-dev/graft:.*#image: $IMAGE#" "$f"
   echo "---"
 done | kubectl apply -f - >&2
+# The testbed serves the MutatingAdmissionPolicy API and runs NRI's default validator.
+kubectl apply -f "$top/deploy/optional/" >&2
 # A new image under the same tag: restart the pods so they run it.
 kubectl -n graft-system rollout restart daemonset/graft >&2
 kubectl -n graft-system rollout status daemonset/graft --timeout=120s >&2
