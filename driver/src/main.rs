@@ -8,7 +8,9 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context};
 use clap::Parser;
 use graft_driver::discovery::char::{CharDiscovery, DEFAULT_CONFIG_PATH};
-use graft_driver::discovery::nvidia::NvidiaDiscovery;
+use graft_driver::discovery::nvidia::driver_files::Roots;
+use graft_driver::discovery::nvidia::edits::HookConfig;
+use graft_driver::discovery::nvidia::{NvidiaConfig, NvidiaDiscovery};
 use graft_driver::discovery::{discover_all, inotify, Discovery};
 use graft_driver::plugin::{self, PluginPaths};
 use graft_driver::prepare::{CrashPoint, DriverCore};
@@ -44,9 +46,27 @@ struct Args {
     /// The char backend's device list.
     #[arg(long, env = "GRAFT_DEVICE_CONFIG", default_value = DEFAULT_CONFIG_PATH)]
     device_config: PathBuf,
-    /// Root of the NVIDIA driver installation (nvidia backend).
+    /// Root of the NVIDIA driver installation, as a host path: `/`, or
+    /// `/run/nvidia/driver` with a driver container (nvidia backend).
     #[arg(long, env = "GRAFT_NVIDIA_DRIVER_ROOT", default_value = "/")]
     nvidia_driver_root: PathBuf,
+    /// libnvidia-ml.so.1 as a path inside the driver root (default: searched).
+    #[arg(long, env = "GRAFT_NVIDIA_NVML_LIB")]
+    nvidia_nvml_lib: Option<String>,
+    /// Host path of graft-hook; the driver installs its own copy there at start.
+    #[arg(
+        long,
+        env = "GRAFT_NVIDIA_HOOK_PATH",
+        default_value = "/var/lib/graft/bin/graft-hook"
+    )]
+    nvidia_hook_path: String,
+    /// Host path of the ldconfig that update-ldcache runs (default: the driver root's, else
+    /// the host's).
+    #[arg(long, env = "GRAFT_NVIDIA_LDCONFIG")]
+    nvidia_ldconfig: Option<String>,
+    /// IMEX channels offered when the node's GPUs are in an NVLink fabric clique.
+    #[arg(long, env = "GRAFT_NVIDIA_IMEX_CHANNELS", default_value_t = 1)]
+    nvidia_imex_channels: u32,
     #[arg(long, env = "GRAFT_SYSFS_ROOT", default_value = "/sys")]
     sysfs_root: PathBuf,
     /// Where the host's root is visible: configured device paths are looked up below it
@@ -66,6 +86,39 @@ struct Args {
     crash_at: Option<CrashPoint>,
 }
 
+fn nvidia_config(args: &Args) -> NvidiaConfig {
+    let roots = Roots {
+        host: args.host_root.clone(),
+        driver: args.nvidia_driver_root.clone(),
+    };
+    let ldconfig = args.nvidia_ldconfig.clone().unwrap_or_else(|| {
+        // Ubuntu's /sbin/ldconfig is a shell wrapper around ldconfig.real.
+        let driver = roots.driver.to_string_lossy().into_owned();
+        [
+            format!("{}/sbin/ldconfig.real", driver.trim_end_matches('/')),
+            format!("{}/sbin/ldconfig", driver.trim_end_matches('/')),
+            "/sbin/ldconfig.real".into(),
+            "/sbin/ldconfig".into(),
+        ]
+        .into_iter()
+        .find(|p| roots.visible(std::path::Path::new(p)).is_file())
+        .unwrap_or_else(|| "/sbin/ldconfig".into())
+    });
+    NvidiaConfig {
+        nvml_lib: args.nvidia_nvml_lib.clone(),
+        proc_root: roots.visible(std::path::Path::new("/proc")),
+        sys_root: args.sysfs_root.clone(),
+        dev_root: roots.visible(std::path::Path::new("/dev")),
+        hook: HookConfig {
+            path: args.nvidia_hook_path.clone(),
+            ldconfig,
+            params_copy: format!("{}/nvidia/params", args.state_dir.display()),
+        },
+        imex_channels: args.nvidia_imex_channels,
+        roots,
+    }
+}
+
 fn backends(args: &Args) -> anyhow::Result<Vec<Box<dyn Discovery>>> {
     let mut out: Vec<Box<dyn Discovery>> = Vec::new();
     for name in &args.discovery {
@@ -75,9 +128,7 @@ fn backends(args: &Args) -> anyhow::Result<Vec<Box<dyn Discovery>>> {
                 args.sysfs_root.clone(),
                 args.host_root.clone(),
             )?)),
-            "nvidia" => out.push(Box::new(NvidiaDiscovery::new(
-                args.nvidia_driver_root.clone(),
-            )?)),
+            "nvidia" => out.push(Box::new(NvidiaDiscovery::new(nvidia_config(args))?)),
             other => bail!("--discovery: unknown backend {other:?} (known: char, nvidia)"),
         }
     }

@@ -1,0 +1,329 @@
+//! The `nvidia` backend: full GPUs, static MIG devices and IMEX channels found through NVML,
+//! each with the attributes a DeviceClass or CEL selector needs and the explicit container
+//! edits (device nodes, driver files, hooks) that make CUDA and nvidia-smi work without CDI
+//! or the NVIDIA container toolkit.
+//!
+//! - `gpu-<minor>`: a GPU whose MIG mode is off (a GPU with MIG on is only offered as its
+//!   MIG devices);
+//! - `gpu-<parent minor>-mig-<gi>-<ci>`: a MIG device;
+//! - `imex-channel-<n>`: when the node's GPUs are registered in an NVLink fabric clique.
+
+pub mod driver_files;
+pub mod edits;
+pub mod ldcache;
+pub mod nvml;
+pub mod procfs;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use super::{pcie_root, Attribute, Device, Discovery, PCIE_ROOT_ATTRIBUTE};
+use crate::error::{DriverError, Result};
+use driver_files::{DriverFiles, Roots};
+use edits::HookConfig;
+use nvml::{Gpu, Inventory};
+
+/// The backend's settings; paths as documented on each field.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NvidiaConfig {
+    pub roots: Roots,
+    /// libnvidia-ml.so.1 as a path inside the driver root; found by search when `None`.
+    pub nvml_lib: Option<String>,
+    /// The host's /proc, /sys and /dev as this process sees them.
+    pub proc_root: PathBuf,
+    pub sys_root: PathBuf,
+    pub dev_root: PathBuf,
+    pub hook: HookConfig,
+    /// How many IMEX channels to offer when the node is in a fabric clique.
+    pub imex_channels: u32,
+}
+
+pub struct NvidiaDiscovery {
+    config: NvidiaConfig,
+}
+
+fn fail(reason: impl Into<String>) -> DriverError {
+    DriverError::Discovery {
+        backend: "nvidia",
+        reason: reason.into(),
+    }
+}
+
+impl NvidiaDiscovery {
+    /// Checks that NVML loads, so that a misconfigured node fails at start.
+    pub fn new(config: NvidiaConfig) -> Result<Self> {
+        let d = NvidiaDiscovery { config };
+        d.nvml_path()?;
+        Ok(d)
+    }
+
+    /// libnvidia-ml.so.1 as this process can load it.
+    pub fn nvml_path(&self) -> Result<PathBuf> {
+        let roots = &self.config.roots;
+        if let Some(p) = &self.config.nvml_lib {
+            return Ok(roots.driver_visible(p));
+        }
+        let mut tried = Vec::new();
+        for dir in [
+            "/usr/lib64",
+            "/usr/lib/x86_64-linux-gnu",
+            "/usr/lib/aarch64-linux-gnu",
+            "/lib64",
+            "/lib/x86_64-linux-gnu",
+            "/lib/aarch64-linux-gnu",
+            "/usr/lib",
+        ] {
+            let p = roots.driver_visible(&format!("{dir}/libnvidia-ml.so.1"));
+            if p.exists() {
+                return Ok(p);
+            }
+            tried.push(p);
+        }
+        if let Ok(data) = std::fs::read(roots.driver_visible("/etc/ld.so.cache")) {
+            if let Some(e) = ldcache::parse(&data)
+                .unwrap_or_default()
+                .into_iter()
+                .find(|e| e.name == "libnvidia-ml.so.1")
+            {
+                return Ok(roots.driver_visible(&e.path));
+            }
+        }
+        Err(fail(format!(
+            "libnvidia-ml.so.1 not found under driver root {} (tried {} and ld.so.cache); \
+             set --nvidia-nvml-lib",
+            roots.driver.display(),
+            tried
+                .iter()
+                .map(|p| p.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        )))
+    }
+
+    /// Turns an inventory into devices. Separate from NVML so that tests can feed it.
+    pub fn devices_from(&self, inv: &Inventory) -> Result<Vec<Device>> {
+        let c = &self.config;
+        let majors = procfs::read_char_majors(&c.proc_root)?;
+        let files: DriverFiles = driver_files::find(&c.roots, &inv.driver_version)?;
+        let has_modeset = c.dev_root.join("nvidia-modeset").exists();
+        let common = edits::common(&c.roots, &files, &majors, has_modeset, &c.hook);
+        let driver_version = semver(&inv.driver_version)
+            .ok_or_else(|| fail(format!("driver version {:?}", inv.driver_version)))?;
+        let cuda_version = format!(
+            "{}.{}.0",
+            inv.cuda_driver_version / 1000,
+            (inv.cuda_driver_version % 1000) / 10
+        );
+        let mut out = Vec::new();
+        for g in &inv.gpus {
+            let mut shared = BTreeMap::new();
+            shared.insert("productName".into(), Attribute::String(g.name.clone()));
+            shared.insert("brand".into(), Attribute::String(g.brand.clone()));
+            shared.insert(
+                "architecture".into(),
+                Attribute::String(g.architecture.clone()),
+            );
+            shared.insert(
+                "cudaComputeCapability".into(),
+                Attribute::Version(format!(
+                    "{}.{}.0",
+                    g.compute_capability.0, g.compute_capability.1
+                )),
+            );
+            shared.insert(
+                "driverVersion".into(),
+                Attribute::Version(driver_version.clone()),
+            );
+            shared.insert(
+                "cudaDriverVersion".into(),
+                Attribute::Version(cuda_version.clone()),
+            );
+            shared.insert("pciBusID".into(), Attribute::String(g.pci_bus_id.clone()));
+            let pci_dir = c.sys_root.join("bus/pci/devices").join(&g.pci_bus_id);
+            if let Some(root) = pcie_root(&c.sys_root, &pci_dir) {
+                shared.insert(PCIE_ROOT_ATTRIBUTE.into(), Attribute::String(root));
+            }
+            if let Some(numa) = numa_node(&pci_dir) {
+                shared.insert("numaNode".into(), Attribute::Int(numa));
+            }
+            if let Some(clique) = &g.clique {
+                shared.insert("cliqueID".into(), Attribute::String(clique.clone()));
+            }
+            if !g.mig_enabled {
+                out.push(full_gpu(g, &shared, &common));
+                continue;
+            }
+            for m in &g.migs {
+                out.push(self.mig_device(g, m, &shared, &common, &majors)?);
+            }
+        }
+        out.extend(self.imex_channels(inv, &majors)?);
+        Ok(out)
+    }
+
+    fn mig_device(
+        &self,
+        g: &Gpu,
+        m: &nvml::Mig,
+        shared: &BTreeMap<String, Attribute>,
+        common: &graft_record::ContainerEdits,
+        majors: &BTreeMap<String, u32>,
+    ) -> Result<Device> {
+        let caps_major = *majors
+            .get("nvidia-caps")
+            .ok_or_else(|| fail("MIG is enabled but /proc/devices has no nvidia-caps entry"))?;
+        let proc = &self.config.proc_root;
+        let gi_cap = procfs::mig_access_cap(proc, g.minor, m.gi, None)?;
+        let ci_cap = procfs::mig_access_cap(proc, g.minor, m.gi, Some(m.ci))?;
+        let mut attributes = shared.clone();
+        attributes.insert("type".into(), Attribute::String("mig".into()));
+        attributes.insert("uuid".into(), Attribute::String(m.uuid.clone()));
+        attributes.insert("parentUUID".into(), Attribute::String(g.uuid.clone()));
+        attributes.insert("parentMinor".into(), Attribute::Int(g.minor.into()));
+        attributes.insert("parentIndex".into(), Attribute::Int(g.index.into()));
+        attributes.insert("profile".into(), Attribute::String(m.profile.clone()));
+        attributes.insert("giID".into(), Attribute::Int(m.gi.into()));
+        attributes.insert("ciID".into(), Attribute::Int(m.ci.into()));
+        let mut capacity = BTreeMap::new();
+        capacity.insert("memory".into(), mebibytes(m.memory_bytes));
+        for (k, v) in [
+            ("multiprocessors", m.multiprocessors),
+            ("copyEngines", m.copy_engines),
+            ("decoders", m.decoders),
+            ("encoders", m.encoders),
+            ("jpegEngines", m.jpeg_engines),
+            ("ofaEngines", m.ofa_engines),
+        ] {
+            capacity.insert(k.to_string(), v.to_string());
+        }
+        Ok(Device {
+            name: format!("gpu-{}-mig-{}-{}", g.minor, m.gi, m.ci),
+            attributes,
+            capacity,
+            edits: edits::with_common(
+                vec![
+                    edits::gpu_node(g.minor),
+                    edits::cap_node(caps_major, gi_cap),
+                    edits::cap_node(caps_major, ci_cap),
+                ],
+                common,
+            ),
+        })
+    }
+
+    /// IMEX channels, when every GPU that is in a clique is in the same one.
+    fn imex_channels(
+        &self,
+        inv: &Inventory,
+        majors: &BTreeMap<String, u32>,
+    ) -> Result<Vec<Device>> {
+        let cliques: std::collections::BTreeSet<&String> =
+            inv.gpus.iter().filter_map(|g| g.clique.as_ref()).collect();
+        let Some(clique) = cliques.first() else {
+            return Ok(Vec::new());
+        };
+        if cliques.len() > 1 {
+            return Err(fail(format!(
+                "GPUs report different fabric cliques ({}); IMEX channels need one",
+                cliques
+                    .iter()
+                    .map(|s| s.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )));
+        }
+        let Some(&major) = majors.get("nvidia-caps-imex-channels") else {
+            return Err(fail(
+                "the node is in a fabric clique but /proc/devices has no \
+                 nvidia-caps-imex-channels entry",
+            ));
+        };
+        Ok((0..self.config.imex_channels)
+            .map(|n| {
+                let mut attributes = BTreeMap::new();
+                attributes.insert("type".into(), Attribute::String("imex-channel".into()));
+                attributes.insert("channel".into(), Attribute::Int(n.into()));
+                attributes.insert("cliqueID".into(), Attribute::String((*clique).clone()));
+                Device {
+                    name: format!("imex-channel-{n}"),
+                    attributes,
+                    capacity: BTreeMap::new(),
+                    edits: graft_record::ContainerEdits {
+                        device_nodes: vec![edits::imex_node(major, n)],
+                        ..Default::default()
+                    },
+                }
+            })
+            .collect())
+    }
+}
+
+fn full_gpu(
+    g: &Gpu,
+    shared: &BTreeMap<String, Attribute>,
+    common: &graft_record::ContainerEdits,
+) -> Device {
+    let mut attributes = shared.clone();
+    attributes.insert("type".into(), Attribute::String("gpu".into()));
+    attributes.insert("uuid".into(), Attribute::String(g.uuid.clone()));
+    attributes.insert("index".into(), Attribute::Int(g.index.into()));
+    attributes.insert("minor".into(), Attribute::Int(g.minor.into()));
+    let mut capacity = BTreeMap::new();
+    capacity.insert("memory".into(), mebibytes(g.memory_bytes));
+    Device {
+        name: format!("gpu-{}", g.minor),
+        attributes,
+        capacity,
+        edits: edits::with_common(vec![edits::gpu_node(g.minor)], common),
+    }
+}
+
+fn mebibytes(bytes: u64) -> String {
+    format!("{}Mi", bytes >> 20)
+}
+
+fn numa_node(pci_dir: &Path) -> Option<i64> {
+    let n: i64 = std::fs::read_to_string(pci_dir.join("numa_node"))
+        .ok()?
+        .trim()
+        .parse()
+        .ok()?;
+    (n >= 0).then_some(n)
+}
+
+/// `580.95.05` → `580.95.5`; `550.54` → `550.54.0`: semver has no leading zeros.
+pub fn semver(v: &str) -> Option<String> {
+    let parts: Vec<u64> = v
+        .split('.')
+        .map(|p| p.parse().ok())
+        .collect::<Option<_>>()?;
+    match parts.as_slice() {
+        [a] => Some(format!("{a}.0.0")),
+        [a, b] => Some(format!("{a}.{b}.0")),
+        [a, b, c, ..] => Some(format!("{a}.{b}.{c}")),
+        [] => None,
+    }
+}
+
+impl Discovery for NvidiaDiscovery {
+    fn name(&self) -> &'static str {
+        "nvidia"
+    }
+
+    fn discover(&self) -> Result<Vec<Device>> {
+        let inv = nvml::read_inventory(&self.nvml_path()?)?;
+        self.devices_from(&inv)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn driver_versions_as_semver() {
+        assert_eq!(semver("580.95.05").as_deref(), Some("580.95.5"));
+        assert_eq!(semver("550.54").as_deref(), Some("550.54.0"));
+        assert_eq!(semver("abc"), None);
+    }
+}

@@ -1,0 +1,334 @@
+//! Reads the GPU inventory through NVML (nvml-wrapper 0.13), loading the library from an
+//! explicit path under the driver root. Calls the wrapper lacks (GPU/compute instance ids,
+//! fabric info, brand and architecture as raw numbers) go through its raw bindings, and
+//! only after checking that the symbol was found, since those bindings panic otherwise.
+
+use std::ffi::{c_uint, OsStr};
+use std::path::Path;
+
+use nvml_wrapper::error::NvmlError;
+use nvml_wrapper::{Device as NvmlDevice, Nvml};
+use nvml_wrapper_sys::bindings::{
+    nvmlDevice_t, nvmlGpuFabricInfo_t, nvmlReturn_enum_NVML_SUCCESS,
+    NVML_GPU_FABRIC_STATE_COMPLETED,
+};
+
+use crate::error::{DriverError, Result};
+
+/// Everything discovery needs from NVML, in plain data.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Inventory {
+    /// As NVML prints it, e.g. `580.95.05`.
+    pub driver_version: String,
+    /// NVML's integer form, e.g. 13000 for 13.0.
+    pub cuda_driver_version: i32,
+    pub gpus: Vec<Gpu>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Gpu {
+    pub index: u32,
+    /// The device node's minor: `/dev/nvidia<minor>`.
+    pub minor: u32,
+    pub uuid: String,
+    pub name: String,
+    pub brand: String,
+    pub architecture: String,
+    pub compute_capability: (i32, i32),
+    pub memory_bytes: u64,
+    /// sysfs form: lowercase, 4-digit domain (`0000:18:00.0`).
+    pub pci_bus_id: String,
+    pub mig_enabled: bool,
+    pub migs: Vec<Mig>,
+    /// `<cluster uuid>.<clique id>` when the GPU is registered in an NVLink fabric.
+    pub clique: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Mig {
+    pub uuid: String,
+    pub gi: u32,
+    pub ci: u32,
+    /// Profile name such as `3g.40gb` or `1c.3g.40gb`.
+    pub profile: String,
+    pub memory_bytes: u64,
+    pub multiprocessors: u32,
+    pub copy_engines: u32,
+    pub decoders: u32,
+    pub encoders: u32,
+    pub jpeg_engines: u32,
+    pub ofa_engines: u32,
+}
+
+fn err(what: &str, e: NvmlError) -> DriverError {
+    DriverError::Discovery {
+        backend: "nvidia",
+        reason: format!("NVML {what}: {e}"),
+    }
+}
+
+/// Loads NVML from `lib` and reads the inventory. NVML is shut down again before return,
+/// so that a driver upgrade is picked up at the next scan.
+pub fn read_inventory(lib: &Path) -> Result<Inventory> {
+    let nvml = Nvml::builder()
+        .lib_path(OsStr::new(lib.as_os_str()))
+        .init()
+        .map_err(|e| err(&format!("load {}", lib.display()), e))?;
+    let driver_version = nvml
+        .sys_driver_version()
+        .map_err(|e| err("driver version", e))?;
+    let cuda_driver_version = nvml
+        .sys_cuda_driver_version()
+        .map_err(|e| err("CUDA driver version", e))?;
+    let count = nvml.device_count().map_err(|e| err("device count", e))?;
+    let mut gpus = Vec::with_capacity(count as usize);
+    for index in 0..count {
+        let d = nvml
+            .device_by_index(index)
+            .map_err(|e| err(&format!("device {index}"), e))?;
+        gpus.push(read_gpu(&nvml, &d, index)?);
+    }
+    Ok(Inventory {
+        driver_version,
+        cuda_driver_version,
+        gpus,
+    })
+}
+
+fn read_gpu(nvml: &Nvml, d: &NvmlDevice<'_>, index: u32) -> Result<Gpu> {
+    let at = |what: &str| format!("device {index} {what}");
+    let uuid = d.uuid().map_err(|e| err(&at("uuid"), e))?;
+    let minor = d.minor_number().map_err(|e| err(&at("minor number"), e))?;
+    let name = d.name().map_err(|e| err(&at("name"), e))?;
+    let memory_bytes = d.memory_info().map_err(|e| err(&at("memory"), e))?.total;
+    let cc = d
+        .cuda_compute_capability()
+        .map_err(|e| err(&at("compute capability"), e))?;
+    let pci = d.pci_info().map_err(|e| err(&at("PCI info"), e))?;
+    let mig_enabled = match d.mig_mode() {
+        Ok(m) => m.current == 1,
+        // GPUs without MIG support say so; that is not an error.
+        Err(NvmlError::NotSupported) | Err(NvmlError::FailedToLoadSymbol(_)) => false,
+        Err(e) => return Err(err(&at("MIG mode"), e)),
+    };
+    // SAFETY (for the raw calls below): the handle is valid while `nvml` lives.
+    let handle = unsafe { d.handle() };
+    let brand = raw_u32(nvml, handle, RawU32::Brand)
+        .map(brand_name)
+        .unwrap_or("Unknown")
+        .to_string();
+    let architecture = raw_u32(nvml, handle, RawU32::Architecture)
+        .map(architecture_name)
+        .unwrap_or("Unknown")
+        .to_string();
+    let mut migs = Vec::new();
+    if mig_enabled {
+        let max = d.mig_device_count().map_err(|e| err(&at("MIG count"), e))?;
+        for i in 0..max {
+            let m = match d.mig_device_by_index(i) {
+                Ok(m) => m,
+                Err(NvmlError::NotFound) | Err(NvmlError::InvalidArg) => continue,
+                Err(e) => return Err(err(&at(&format!("MIG device {i}")), e)),
+            };
+            migs.push(
+                read_mig(nvml, &m, memory_bytes).map_err(|e| DriverError::Discovery {
+                    backend: "nvidia",
+                    reason: format!("device {index} MIG device {i}: {e}"),
+                })?,
+            );
+        }
+    }
+    Ok(Gpu {
+        index,
+        minor,
+        uuid,
+        name,
+        brand,
+        architecture,
+        compute_capability: (cc.major, cc.minor),
+        memory_bytes,
+        pci_bus_id: sysfs_bus_id(&pci.bus_id),
+        mig_enabled,
+        migs,
+        clique: clique(nvml, handle),
+    })
+}
+
+fn read_mig(nvml: &Nvml, m: &NvmlDevice<'_>, parent_memory: u64) -> Result<Mig, String> {
+    let uuid = m.uuid().map_err(|e| format!("uuid: {e}"))?;
+    let a = m.attributes().map_err(|e| format!("attributes: {e}"))?;
+    // SAFETY: valid handle while `nvml` lives.
+    let handle = unsafe { m.handle() };
+    let gi = raw_u32(nvml, handle, RawU32::GpuInstanceId)
+        .ok_or("no GPU instance id (nvmlDeviceGetGpuInstanceId)")?;
+    let ci = raw_u32(nvml, handle, RawU32::ComputeInstanceId)
+        .ok_or("no compute instance id (nvmlDeviceGetComputeInstanceId)")?;
+    Ok(Mig {
+        uuid,
+        gi,
+        ci,
+        profile: profile_name(
+            a.gpu_instance_slice_count,
+            a.compute_instance_slice_count,
+            a.memory_size_mb,
+            parent_memory,
+        ),
+        memory_bytes: a.memory_size_mb << 20,
+        multiprocessors: a.multiprocessor_count,
+        copy_engines: a.shared_copy_engine_count,
+        decoders: a.shared_decoder_count,
+        encoders: a.shared_encoder_count,
+        jpeg_engines: a.shared_jpeg_count,
+        ofa_engines: a.shared_ofa_count,
+    })
+}
+
+/// NVML's MIG profile naming: `<G>g.<GB>gb`, or `<C>c.<G>g.<GB>gb` when the compute
+/// instance is smaller than its GPU instance. GB rounds the memory share up to eighths of
+/// the parent's memory in whole GiB.
+pub fn profile_name(gi_slices: u32, ci_slices: u32, memory_mb: u64, parent_bytes: u64) -> String {
+    let parent_gib = parent_bytes.div_ceil(1 << 30).max(1);
+    let eighths = (memory_mb << 20)
+        .saturating_mul(8)
+        .div_ceil(parent_bytes.max(1));
+    let gb = (eighths * parent_gib + 4) / 8;
+    if ci_slices != 0 && ci_slices != gi_slices {
+        format!("{ci_slices}c.{gi_slices}g.{gb}gb")
+    } else {
+        format!("{gi_slices}g.{gb}gb")
+    }
+}
+
+/// `00000000:18:00.0` → `0000:18:00.0`, the form sysfs uses.
+pub fn sysfs_bus_id(nvml: &str) -> String {
+    let lower = nvml.to_ascii_lowercase();
+    match lower.split_once(':') {
+        Some((domain, rest)) if domain.len() > 4 => {
+            format!("{}:{rest}", &domain[domain.len() - 4..])
+        }
+        _ => lower,
+    }
+}
+
+enum RawU32 {
+    Brand,
+    Architecture,
+    GpuInstanceId,
+    ComputeInstanceId,
+}
+
+fn raw_u32(nvml: &Nvml, handle: nvmlDevice_t, which: RawU32) -> Option<u32> {
+    let lib = nvml.lib();
+    let mut v: c_uint = 0;
+    // SAFETY: each symbol was resolved (checked with `as_ref().ok()`) and is called with a
+    // valid handle and a valid out pointer, as its C signature requires.
+    let rc = unsafe {
+        match which {
+            RawU32::Brand => (lib.nvmlDeviceGetBrand.as_ref().ok()?)(handle, &mut v),
+            RawU32::Architecture => (lib.nvmlDeviceGetArchitecture.as_ref().ok()?)(handle, &mut v),
+            RawU32::GpuInstanceId => {
+                (lib.nvmlDeviceGetGpuInstanceId.as_ref().ok()?)(handle, &mut v)
+            }
+            RawU32::ComputeInstanceId => {
+                (lib.nvmlDeviceGetComputeInstanceId.as_ref().ok()?)(handle, &mut v)
+            }
+        }
+    };
+    (rc == nvmlReturn_enum_NVML_SUCCESS).then_some(v)
+}
+
+/// The fabric clique, only when registration completed with a non-zero cluster uuid.
+fn clique(nvml: &Nvml, handle: nvmlDevice_t) -> Option<String> {
+    let f = nvml.lib().nvmlDeviceGetGpuFabricInfo.as_ref().ok()?;
+    // SAFETY: zeroed plain C struct; symbol resolved; valid handle.
+    let mut info: nvmlGpuFabricInfo_t = unsafe { std::mem::zeroed() };
+    let rc = unsafe { f(handle, &mut info) };
+    if rc != nvmlReturn_enum_NVML_SUCCESS
+        || u32::from(info.state) != NVML_GPU_FABRIC_STATE_COMPLETED
+        || info.status != nvmlReturn_enum_NVML_SUCCESS
+        || info.clusterUuid.iter().all(|&b| b == 0)
+    {
+        return None;
+    }
+    let u = info.clusterUuid;
+    let hex: String = u.iter().map(|b| format!("{b:02x}")).collect();
+    Some(format!(
+        "{}-{}-{}-{}-{}.{}",
+        &hex[0..8],
+        &hex[8..12],
+        &hex[12..16],
+        &hex[16..20],
+        &hex[20..32],
+        info.cliqueId
+    ))
+}
+
+fn brand_name(b: u32) -> &'static str {
+    match b {
+        1 => "Quadro",
+        2 => "Tesla",
+        3 => "NVS",
+        4 => "GRID",
+        5 => "GeForce",
+        6 => "Titan",
+        7 => "NvidiaVApps",
+        8 => "NvidiaVPC",
+        9 => "NvidiaVCS",
+        10 => "NvidiaVWS",
+        11 => "NvidiaCloudGaming",
+        12 => "QuadroRTX",
+        13 => "NvidiaRTX",
+        14 => "Nvidia",
+        15 => "GeForceRTX",
+        16 => "TitanRTX",
+        _ => "Unknown",
+    }
+}
+
+fn architecture_name(a: u32) -> &'static str {
+    match a {
+        2 => "Kepler",
+        3 => "Maxwell",
+        4 => "Pascal",
+        5 => "Volta",
+        6 => "Turing",
+        7 => "Ampere",
+        8 => "Ada Lovelace",
+        9 => "Hopper",
+        10 => "Blackwell",
+        _ => "Unknown",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn profile_names_follow_nvml() {
+        let h100 = 85_520_809_984;
+        assert_eq!(profile_name(1, 1, 9_856, h100), "1g.10gb");
+        assert_eq!(profile_name(2, 2, 19_968, h100), "2g.20gb");
+        assert_eq!(profile_name(3, 3, 40_192, h100), "3g.40gb");
+        assert_eq!(profile_name(4, 4, 40_192, h100), "4g.40gb");
+        assert_eq!(profile_name(7, 7, 80_896, h100), "7g.80gb");
+        assert_eq!(profile_name(3, 1, 40_192, h100), "1c.3g.40gb");
+        let a100_40 = 42_949_672_960;
+        assert_eq!(profile_name(1, 1, 4_864, a100_40), "1g.5gb");
+    }
+
+    #[test]
+    fn bus_ids_in_sysfs_form() {
+        assert_eq!(sysfs_bus_id("00000000:1A:00.0"), "0000:1a:00.0");
+        assert_eq!(sysfs_bus_id("0000:1a:00.0"), "0000:1a:00.0");
+    }
+
+    #[test]
+    fn a_missing_library_is_an_error_not_a_panic() {
+        let e = read_inventory(Path::new("/nonexistent/libnvidia-ml.so.1")).unwrap_err();
+        assert!(
+            e.to_string().contains("/nonexistent/libnvidia-ml.so.1"),
+            "{e}"
+        );
+    }
+}

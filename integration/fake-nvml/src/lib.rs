@@ -1,0 +1,570 @@
+//! A fake `libnvidia-ml.so.1` for tests on machines without GPUs.
+//!
+//! It implements the subset of the NVML C ABI that graft's discovery calls through
+//! nvml-wrapper 0.13 (the exact versioned symbols, `_v2`/`_v3`, and `nvmlShutdown`, which
+//! the wrapper's `Drop` needs), shaped like an 8-GPU H100 80GB node:
+//!
+//! - NVML indices 0..7 in PCI order, minor numbers deliberately different from the indices
+//!   (`MINORS`), so that code keyed by the wrong one shows up in tests;
+//! - MIG enabled on indices 6 and 7, with static GPU and compute instances;
+//! - no NVLink fabric, unless `GRAFT_FAKE_NVML_FABRIC=<32 hex digits>:<clique id>` is set,
+//!   in which case every GPU reports a completed fabric registration in that clique.
+//!
+//! Anything else is not exported, which nvml-wrapper reports as a failed symbol load.
+
+// Every export is a C entry point that dereferences caller pointers, as NVML's do.
+#![allow(clippy::missing_safety_doc)]
+
+use std::ffi::{c_char, c_int, c_uint, c_ulonglong, CStr};
+use std::ptr;
+
+use nvml_wrapper_sys::bindings::*;
+
+const SUCCESS: nvmlReturn_t = nvmlReturn_enum_NVML_SUCCESS;
+const INVALID_ARGUMENT: nvmlReturn_t = nvmlReturn_enum_NVML_ERROR_INVALID_ARGUMENT;
+const NOT_SUPPORTED: nvmlReturn_t = nvmlReturn_enum_NVML_ERROR_NOT_SUPPORTED;
+const NOT_FOUND: nvmlReturn_t = nvmlReturn_enum_NVML_ERROR_NOT_FOUND;
+const INSUFFICIENT_SIZE: nvmlReturn_t = nvmlReturn_enum_NVML_ERROR_INSUFFICIENT_SIZE;
+
+pub const DRIVER_VERSION: &str = "580.95.05";
+const CUDA_DRIVER_VERSION: c_int = 13000;
+const GPU_NAME: &str = "NVIDIA H100 80GB HBM3";
+const GPU_MEMORY: u64 = 85_520_809_984;
+const PCI_BUSES: [u32; 8] = [0x18, 0x2a, 0x3a, 0x5d, 0x9a, 0xab, 0xba, 0xdb];
+const MINORS: [u32; 8] = [2, 3, 0, 1, 6, 7, 4, 5];
+const MIG_ENABLED: [bool; 8] = [false, false, false, false, false, false, true, true];
+
+/// A static MIG device: parent index, GI, CI, GI slices, CI slices, memory MiB, SMs.
+struct Mig {
+    parent: usize,
+    gi: u32,
+    ci: u32,
+    gi_slices: u32,
+    ci_slices: u32,
+    memory_mb: u64,
+    sms: u32,
+}
+
+const MIGS: [Mig; 5] = [
+    Mig {
+        parent: 6,
+        gi: 1,
+        ci: 0,
+        gi_slices: 3,
+        ci_slices: 3,
+        memory_mb: 40_192,
+        sms: 60,
+    },
+    Mig {
+        parent: 6,
+        gi: 2,
+        ci: 0,
+        gi_slices: 3,
+        ci_slices: 3,
+        memory_mb: 40_192,
+        sms: 60,
+    },
+    Mig {
+        parent: 7,
+        gi: 1,
+        ci: 0,
+        gi_slices: 4,
+        ci_slices: 4,
+        memory_mb: 40_192,
+        sms: 64,
+    },
+    Mig {
+        parent: 7,
+        gi: 5,
+        ci: 0,
+        gi_slices: 2,
+        ci_slices: 2,
+        memory_mb: 19_968,
+        sms: 32,
+    },
+    Mig {
+        parent: 7,
+        gi: 13,
+        ci: 0,
+        gi_slices: 1,
+        ci_slices: 1,
+        memory_mb: 9_856,
+        sms: 16,
+    },
+];
+
+/// Handles are addresses inside this table: 0..8 are GPUs, 8.. are MIG devices.
+static HANDLES: [u8; 8 + MIGS.len()] = [0; 8 + MIGS.len()];
+
+enum Handle {
+    Gpu(usize),
+    Mig(usize),
+}
+
+fn handle_of_gpu(i: usize) -> nvmlDevice_t {
+    ptr::addr_of!(HANDLES[i]) as nvmlDevice_t
+}
+
+fn handle_of_mig(i: usize) -> nvmlDevice_t {
+    ptr::addr_of!(HANDLES[8 + i]) as nvmlDevice_t
+}
+
+fn decode(device: nvmlDevice_t) -> Option<Handle> {
+    let base = HANDLES.as_ptr() as usize;
+    let at = (device as usize).checked_sub(base)?;
+    match at {
+        0..=7 => Some(Handle::Gpu(at)),
+        n if n < HANDLES.len() => Some(Handle::Mig(n - 8)),
+        _ => None,
+    }
+}
+
+fn gpu_uuid(i: usize) -> String {
+    format!("GPU-6a1f{i:04x}-93c1-4d4e-8f7b-0c5e2a9{i:05x}")
+}
+
+fn mig_uuid(i: usize) -> String {
+    format!("MIG-0d2b{i:04x}-51a0-5b7e-9c3d-7e11f4a{i:05x}")
+}
+
+fn bus_id(i: usize) -> String {
+    format!("00000000:{:02X}:00.0", PCI_BUSES[i])
+}
+
+unsafe fn write_str(s: &str, out: *mut c_char, len: c_uint) -> nvmlReturn_t {
+    if out.is_null() {
+        return INVALID_ARGUMENT;
+    }
+    let bytes = s.as_bytes();
+    if bytes.len() + 1 > len as usize {
+        return INSUFFICIENT_SIZE;
+    }
+    ptr::copy_nonoverlapping(bytes.as_ptr() as *const c_char, out, bytes.len());
+    *out.add(bytes.len()) = 0;
+    SUCCESS
+}
+
+unsafe fn put<T>(out: *mut T, v: T) -> nvmlReturn_t {
+    if out.is_null() {
+        return INVALID_ARGUMENT;
+    }
+    *out = v;
+    SUCCESS
+}
+
+#[no_mangle]
+pub extern "C" fn nvmlInit_v2() -> nvmlReturn_t {
+    SUCCESS
+}
+
+#[no_mangle]
+pub extern "C" fn nvmlInitWithFlags(_flags: c_uint) -> nvmlReturn_t {
+    SUCCESS
+}
+
+#[no_mangle]
+pub extern "C" fn nvmlShutdown() -> nvmlReturn_t {
+    SUCCESS
+}
+
+#[no_mangle]
+pub extern "C" fn nvmlErrorString(_result: nvmlReturn_t) -> *const c_char {
+    c"fake NVML error".as_ptr()
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlSystemGetDriverVersion(out: *mut c_char, len: c_uint) -> nvmlReturn_t {
+    write_str(DRIVER_VERSION, out, len)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlSystemGetNVMLVersion(out: *mut c_char, len: c_uint) -> nvmlReturn_t {
+    write_str(&format!("13.{DRIVER_VERSION}"), out, len)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlSystemGetCudaDriverVersion_v2(v: *mut c_int) -> nvmlReturn_t {
+    put(v, CUDA_DRIVER_VERSION)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlSystemGetCudaDriverVersion(v: *mut c_int) -> nvmlReturn_t {
+    put(v, CUDA_DRIVER_VERSION)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetCount_v2(count: *mut c_uint) -> nvmlReturn_t {
+    put(count, 8)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetHandleByIndex_v2(
+    index: c_uint,
+    device: *mut nvmlDevice_t,
+) -> nvmlReturn_t {
+    if index >= 8 {
+        return INVALID_ARGUMENT;
+    }
+    put(device, handle_of_gpu(index as usize))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetHandleByUUID(
+    uuid: *const c_char,
+    device: *mut nvmlDevice_t,
+) -> nvmlReturn_t {
+    if uuid.is_null() {
+        return INVALID_ARGUMENT;
+    }
+    let want = CStr::from_ptr(uuid).to_string_lossy();
+    if let Some(i) = (0..8).find(|&i| gpu_uuid(i) == want) {
+        return put(device, handle_of_gpu(i));
+    }
+    if let Some(i) = (0..MIGS.len()).find(|&i| mig_uuid(i) == want) {
+        return put(device, handle_of_mig(i));
+    }
+    NOT_FOUND
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetHandleByPciBusId_v2(
+    bus: *const c_char,
+    device: *mut nvmlDevice_t,
+) -> nvmlReturn_t {
+    if bus.is_null() {
+        return INVALID_ARGUMENT;
+    }
+    let want = CStr::from_ptr(bus).to_string_lossy().to_ascii_uppercase();
+    match (0..8).find(|&i| bus_id(i) == want || bus_id(i)[4..] == want) {
+        Some(i) => put(device, handle_of_gpu(i)),
+        None => NOT_FOUND,
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetIndex(
+    device: nvmlDevice_t,
+    index: *mut c_uint,
+) -> nvmlReturn_t {
+    match decode(device) {
+        Some(Handle::Gpu(i)) => put(index, i as c_uint),
+        Some(Handle::Mig(i)) => put(index, i as c_uint),
+        None => INVALID_ARGUMENT,
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetUUID(
+    device: nvmlDevice_t,
+    out: *mut c_char,
+    len: c_uint,
+) -> nvmlReturn_t {
+    match decode(device) {
+        Some(Handle::Gpu(i)) => write_str(&gpu_uuid(i), out, len),
+        Some(Handle::Mig(i)) => write_str(&mig_uuid(i), out, len),
+        None => INVALID_ARGUMENT,
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetName(
+    device: nvmlDevice_t,
+    out: *mut c_char,
+    len: c_uint,
+) -> nvmlReturn_t {
+    match decode(device) {
+        Some(Handle::Gpu(_)) => write_str(GPU_NAME, out, len),
+        Some(Handle::Mig(i)) => {
+            let m = &MIGS[i];
+            let name = format!(
+                "{GPU_NAME} MIG {}g.{}gb",
+                m.gi_slices,
+                profile_gb(m.memory_mb)
+            );
+            write_str(&name, out, len)
+        }
+        None => INVALID_ARGUMENT,
+    }
+}
+
+fn profile_gb(memory_mb: u64) -> u64 {
+    let total_gib = GPU_MEMORY.div_ceil(1 << 30);
+    let eighths = (memory_mb << 20).saturating_mul(8).div_ceil(GPU_MEMORY);
+    (eighths * total_gib + 4) / 8
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetBrand(
+    device: nvmlDevice_t,
+    brand: *mut nvmlBrandType_t,
+) -> nvmlReturn_t {
+    match decode(device) {
+        Some(_) => put(brand, nvmlBrandType_enum_NVML_BRAND_NVIDIA),
+        None => INVALID_ARGUMENT,
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetArchitecture(
+    device: nvmlDevice_t,
+    arch: *mut nvmlDeviceArchitecture_t,
+) -> nvmlReturn_t {
+    match decode(device) {
+        Some(_) => put(arch, NVML_DEVICE_ARCH_HOPPER),
+        None => INVALID_ARGUMENT,
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetCudaComputeCapability(
+    device: nvmlDevice_t,
+    major: *mut c_int,
+    minor: *mut c_int,
+) -> nvmlReturn_t {
+    if decode(device).is_none() {
+        return INVALID_ARGUMENT;
+    }
+    if put(major, 9) != SUCCESS {
+        return INVALID_ARGUMENT;
+    }
+    put(minor, 0)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetMinorNumber(
+    device: nvmlDevice_t,
+    minor: *mut c_uint,
+) -> nvmlReturn_t {
+    match decode(device) {
+        Some(Handle::Gpu(i)) => put(minor, MINORS[i]),
+        // MIG devices have no device node of their own.
+        Some(Handle::Mig(_)) => NOT_SUPPORTED,
+        None => INVALID_ARGUMENT,
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetPciInfo_v3(
+    device: nvmlDevice_t,
+    pci: *mut nvmlPciInfo_t,
+) -> nvmlReturn_t {
+    let i = match decode(device) {
+        Some(Handle::Gpu(i)) => i,
+        Some(Handle::Mig(i)) => MIGS[i].parent,
+        None => return INVALID_ARGUMENT,
+    };
+    if pci.is_null() {
+        return INVALID_ARGUMENT;
+    }
+    let mut info: nvmlPciInfo_t = std::mem::zeroed();
+    info.domain = 0;
+    info.bus = PCI_BUSES[i];
+    info.device = 0;
+    info.pciDeviceId = 0x2330_10de;
+    info.pciSubSystemId = 0x16c1_10de;
+    let id = bus_id(i);
+    for (dst, b) in info.busId.iter_mut().zip(id.bytes()) {
+        *dst = b as c_char;
+    }
+    for (dst, b) in info.busIdLegacy.iter_mut().zip(id[4..].bytes()).take(15) {
+        *dst = b as c_char;
+    }
+    *pci = info;
+    SUCCESS
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo_v2(
+    device: nvmlDevice_t,
+    mem: *mut nvmlMemory_v2_t,
+) -> nvmlReturn_t {
+    let total = match decode(device) {
+        Some(Handle::Gpu(_)) => GPU_MEMORY,
+        Some(Handle::Mig(i)) => MIGS[i].memory_mb << 20,
+        None => return INVALID_ARGUMENT,
+    };
+    if mem.is_null() {
+        return INVALID_ARGUMENT;
+    }
+    let reserved = 512 << 20;
+    (*mem).total = total;
+    (*mem).reserved = reserved;
+    (*mem).used = 0;
+    (*mem).free = total - reserved;
+    SUCCESS
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetNumaNodeId(
+    _device: nvmlDevice_t,
+    _node: *mut c_uint,
+) -> nvmlReturn_t {
+    // As on PCIe-attached GPUs: the host NUMA node comes from sysfs.
+    NOT_SUPPORTED
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetMigMode(
+    device: nvmlDevice_t,
+    current: *mut c_uint,
+    pending: *mut c_uint,
+) -> nvmlReturn_t {
+    let Some(Handle::Gpu(i)) = decode(device) else {
+        return INVALID_ARGUMENT;
+    };
+    let mode = c_uint::from(MIG_ENABLED[i]);
+    if put(current, mode) != SUCCESS {
+        return INVALID_ARGUMENT;
+    }
+    put(pending, mode)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetMaxMigDeviceCount(
+    device: nvmlDevice_t,
+    count: *mut c_uint,
+) -> nvmlReturn_t {
+    match decode(device) {
+        Some(Handle::Gpu(i)) if MIG_ENABLED[i] => put(count, 7),
+        Some(Handle::Gpu(_)) => put(count, 0),
+        _ => INVALID_ARGUMENT,
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetMigDeviceHandleByIndex(
+    device: nvmlDevice_t,
+    index: c_uint,
+    mig: *mut nvmlDevice_t,
+) -> nvmlReturn_t {
+    let Some(Handle::Gpu(parent)) = decode(device) else {
+        return INVALID_ARGUMENT;
+    };
+    if !MIG_ENABLED[parent] {
+        return NOT_SUPPORTED;
+    }
+    if index >= 7 {
+        return INVALID_ARGUMENT;
+    }
+    match (0..MIGS.len())
+        .filter(|&m| MIGS[m].parent == parent)
+        .nth(index as usize)
+    {
+        Some(m) => put(mig, handle_of_mig(m)),
+        None => NOT_FOUND,
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceIsMigDeviceHandle(
+    device: nvmlDevice_t,
+    is_mig: *mut c_uint,
+) -> nvmlReturn_t {
+    match decode(device) {
+        Some(Handle::Gpu(_)) => put(is_mig, 0),
+        Some(Handle::Mig(_)) => put(is_mig, 1),
+        None => INVALID_ARGUMENT,
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetDeviceHandleFromMigDeviceHandle(
+    device: nvmlDevice_t,
+    parent: *mut nvmlDevice_t,
+) -> nvmlReturn_t {
+    match decode(device) {
+        Some(Handle::Mig(m)) => put(parent, handle_of_gpu(MIGS[m].parent)),
+        _ => INVALID_ARGUMENT,
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetGpuInstanceId(
+    device: nvmlDevice_t,
+    id: *mut c_uint,
+) -> nvmlReturn_t {
+    match decode(device) {
+        Some(Handle::Mig(m)) => put(id, MIGS[m].gi),
+        Some(Handle::Gpu(_)) => NOT_SUPPORTED,
+        None => INVALID_ARGUMENT,
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetComputeInstanceId(
+    device: nvmlDevice_t,
+    id: *mut c_uint,
+) -> nvmlReturn_t {
+    match decode(device) {
+        Some(Handle::Mig(m)) => put(id, MIGS[m].ci),
+        Some(Handle::Gpu(_)) => NOT_SUPPORTED,
+        None => INVALID_ARGUMENT,
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetAttributes_v2(
+    device: nvmlDevice_t,
+    attrs: *mut nvmlDeviceAttributes_t,
+) -> nvmlReturn_t {
+    let (sms, gi, ci, mem) = match decode(device) {
+        Some(Handle::Mig(m)) => {
+            let m = &MIGS[m];
+            (m.sms, m.gi_slices, m.ci_slices, m.memory_mb)
+        }
+        Some(Handle::Gpu(_)) => (132, 7, 7, GPU_MEMORY >> 20),
+        None => return INVALID_ARGUMENT,
+    };
+    if attrs.is_null() {
+        return INVALID_ARGUMENT;
+    }
+    *attrs = nvmlDeviceAttributes_t {
+        multiprocessorCount: sms,
+        sharedCopyEngineCount: gi,
+        sharedDecoderCount: gi.min(7) / 2 + 1,
+        sharedEncoderCount: 0,
+        sharedJpegCount: gi.min(7) / 2 + 1,
+        sharedOfaCount: u32::from(gi == 7),
+        gpuInstanceSliceCount: gi,
+        computeInstanceSliceCount: ci,
+        memorySizeMB: mem as c_ulonglong,
+    };
+    SUCCESS
+}
+
+/// `GRAFT_FAKE_NVML_FABRIC=<32 hex>:<clique>`, read on every call so that one test
+/// process can switch it.
+fn fabric() -> Option<([u8; 16], u32)> {
+    let v = std::env::var("GRAFT_FAKE_NVML_FABRIC").ok()?;
+    let (hex, clique) = v.split_once(':')?;
+    if hex.len() != 32 {
+        return None;
+    }
+    let mut uuid = [0u8; 16];
+    for (i, b) in uuid.iter_mut().enumerate() {
+        *b = u8::from_str_radix(hex.get(2 * i..2 * i + 2)?, 16).ok()?;
+    }
+    Some((uuid, clique.parse().ok()?))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetGpuFabricInfo(
+    device: nvmlDevice_t,
+    info: *mut nvmlGpuFabricInfo_t,
+) -> nvmlReturn_t {
+    let Some(Handle::Gpu(_)) = decode(device) else {
+        return INVALID_ARGUMENT;
+    };
+    let Some((uuid, clique)) = fabric() else {
+        return NOT_SUPPORTED;
+    };
+    put(
+        info,
+        nvmlGpuFabricInfo_t {
+            clusterUuid: uuid,
+            status: SUCCESS,
+            cliqueId: clique,
+            state: NVML_GPU_FABRIC_STATE_COMPLETED as nvmlGpuFabricState_t,
+        },
+    )
+}
