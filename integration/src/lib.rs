@@ -9,6 +9,7 @@ pub mod containerd;
 pub mod cri;
 pub mod dra_node;
 pub mod driver;
+pub mod fake_gpu;
 pub mod nri;
 pub mod records;
 pub mod testbed;

@@ -1,0 +1,158 @@
+//! A fake NVIDIA node on disk for GPU-less tests: a driver root holding the fake
+//! `libnvidia-ml.so.1` (integration/fake-nvml) and dummy versioned driver libraries,
+//! nvidia-smi, firmware and the persistenced socket path; a /proc with the NVIDIA
+//! character majors, `mig-minors` and one capability file; a /sys with the GPUs' PCI
+//! functions, NUMA nodes and PCIe roots. Shaped like the fake library's 8 x H100.
+
+use std::os::unix::fs::{symlink, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{bail, Context};
+
+pub const DRIVER_VERSION: &str = "580.95.05";
+pub const LIB_DIR: &str = "/usr/lib/x86_64-linux-gnu";
+/// NVML index to minor number, as the fake library reports them.
+pub const MINORS: [u32; 8] = [2, 3, 0, 1, 6, 7, 4, 5];
+pub const PCI_BUSES: [u32; 8] = [0x18, 0x2a, 0x3a, 0x5d, 0x9a, 0xab, 0xba, 0xdb];
+pub const UVM_MAJOR: u32 = 510;
+pub const CAPS_MAJOR: u32 = 235;
+pub const IMEX_MAJOR: u32 = 234;
+
+pub struct FakeNode {
+    /// Stands in for the host's `/` (driver root `/` inside it).
+    pub host: PathBuf,
+    pub proc: PathBuf,
+    pub sys: PathBuf,
+    pub dev: PathBuf,
+}
+
+/// Builds the fake library (once per process is enough) and returns its path.
+pub fn fake_nvml_lib() -> anyhow::Result<PathBuf> {
+    let top = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let out = Command::new(cargo)
+        .current_dir(&top)
+        .args(["build", "-q", "-p", "graft-fake-nvml"])
+        .output()
+        .context("building graft-fake-nvml")?;
+    if !out.status.success() {
+        bail!(
+            "building graft-fake-nvml: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let lib = top.join("target/debug/libnvidia_ml.so");
+    if !lib.is_file() {
+        bail!("{} missing after the build", lib.display());
+    }
+    Ok(lib)
+}
+
+fn write(path: &Path, text: &str) -> anyhow::Result<()> {
+    if let Some(d) = path.parent() {
+        std::fs::create_dir_all(d)?;
+    }
+    std::fs::write(path, text).with_context(|| format!("{}", path.display()))
+}
+
+impl FakeNode {
+    pub fn create(dir: &Path) -> anyhow::Result<Self> {
+        let node = FakeNode {
+            host: dir.join("host"),
+            proc: dir.join("proc"),
+            sys: dir.join("sys"),
+            dev: dir.join("host/dev"),
+        };
+        let lib = fake_nvml_lib()?;
+        let libdir = node.host.join(&LIB_DIR[1..]);
+        std::fs::create_dir_all(libdir.join("vdpau"))?;
+        // Every dummy library is a real ELF shared object (a copy of the fake NVML), so
+        // that ldconfig inside a container lists them.
+        for name in [
+            "libnvidia-ml",
+            "libcuda",
+            "libnvidia-ptxjitcompiler",
+            "libnvidia-nvvm",
+        ] {
+            std::fs::copy(&lib, libdir.join(format!("{name}.so.{DRIVER_VERSION}")))?;
+        }
+        std::fs::copy(
+            &lib,
+            libdir.join(format!("vdpau/libvdpau_nvidia.so.{DRIVER_VERSION}")),
+        )?;
+        symlink(
+            format!("libnvidia-ml.so.{DRIVER_VERSION}"),
+            libdir.join("libnvidia-ml.so.1"),
+        )?;
+        symlink(
+            format!("libcuda.so.{DRIVER_VERSION}"),
+            libdir.join("libcuda.so.1"),
+        )?;
+        symlink("libcuda.so.1", libdir.join("libcuda.so"))?;
+        let smi = node.host.join("usr/bin/nvidia-smi");
+        write(&smi, "#!/bin/sh\necho \"fake nvidia-smi $*\"\n")?;
+        std::fs::set_permissions(&smi, std::fs::Permissions::from_mode(0o755))?;
+        let fw = node
+            .host
+            .join(format!("lib/firmware/nvidia/{DRIVER_VERSION}"));
+        write(&fw.join("gsp_ga10x.bin"), "fw")?;
+        write(&fw.join("gsp_tu10x.bin"), "fw")?;
+        write(&node.host.join("run/nvidia-persistenced/socket"), "")?;
+        std::fs::create_dir_all(&node.dev)?;
+
+        write(
+            &node.proc.join("devices"),
+            &format!(
+                "Character devices:\n  1 mem\n 10 misc\n195 nvidia\n{IMEX_MAJOR} nvidia-caps-imex-channels\n\
+                 {CAPS_MAJOR} nvidia-caps\n{UVM_MAJOR} nvidia-uvm\n\nBlock devices:\n  8 sd\n"
+            ),
+        )?;
+        let mut minors = String::from("config 1\nmonitor 2\n");
+        for gpu in 0..8u32 {
+            for gi in 0..15u32 {
+                let base = 3 + gpu * 15 * 9 + gi * 9;
+                minors.push_str(&format!("gpu{gpu}/gi{gi}/access {base}\n"));
+                for ci in 0..8u32 {
+                    minors.push_str(&format!(
+                        "gpu{gpu}/gi{gi}/ci{ci}/access {}\n",
+                        base + 1 + ci
+                    ));
+                }
+            }
+        }
+        write(&node.proc.join("driver/nvidia-caps/mig-minors"), &minors)?;
+        // One GI has its capability file, with the minor mig-minors gives too.
+        write(
+            &node
+                .proc
+                .join("driver/nvidia/capabilities/gpu4/mig/gi1/access"),
+            &format!(
+                "DeviceFileMinor: {}\nDeviceFileMode: 292\nDeviceFileModify: 1\n",
+                Self::gi_cap_minor(4, 1)
+            ),
+        )?;
+
+        for (i, bus) in PCI_BUSES.iter().enumerate() {
+            let bdf = format!("0000:{bus:02x}:00.0");
+            let root = format!("pci0000:{:02x}", bus & 0xf0);
+            let dev = node
+                .sys
+                .join(format!("devices/{root}/0000:{:02x}:01.0/{bdf}", bus & 0xf0));
+            write(&dev.join("numa_node"), if i < 4 { "0\n" } else { "1\n" })?;
+            write(&dev.join("vendor"), "0x10de\n")?;
+            write(&dev.join("class"), "0x030200\n")?;
+            std::fs::create_dir_all(node.sys.join("bus/pci/devices"))?;
+            symlink(&dev, node.sys.join("bus/pci/devices").join(&bdf))?;
+        }
+        Ok(node)
+    }
+
+    pub fn gi_cap_minor(gpu_minor: u32, gi: u32) -> u32 {
+        3 + gpu_minor * 15 * 9 + gi * 9
+    }
+
+    pub fn ci_cap_minor(gpu_minor: u32, gi: u32, ci: u32) -> u32 {
+        Self::gi_cap_minor(gpu_minor, gi) + 1 + ci
+    }
+}

@@ -1,0 +1,391 @@
+//! The nvidia backend without GPUs: graft-driver's discovery against the fake
+//! libnvidia-ml.so.1 (8 x H100, MIG on two) and a fake driver root, /proc and /sys; then a
+//! container in real containerd, injected by graft-nri from a record holding a fake GPU's
+//! edits, shows the device nodes, the driver's files and an ld.so.cache that lists them.
+//!
+//! The containerd part needs root, the testbed and the workspace binaries; the README's
+//! test command provides them.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{ensure, Context};
+use graft_driver::discovery::nvidia::driver_files::Roots;
+use graft_driver::discovery::nvidia::edits::HookConfig;
+use graft_driver::discovery::nvidia::{NvidiaConfig, NvidiaDiscovery};
+use graft_driver::discovery::{Attribute, Device, Discovery, PCIE_ROOT_ATTRIBUTE};
+use graft_integration::fake_gpu::{
+    self, FakeNode, CAPS_MAJOR, DRIVER_VERSION, IMEX_MAJOR, LIB_DIR, UVM_MAJOR,
+};
+use graft_integration::records::one_device_claim;
+use graft_integration::{Containerd, Cri, GraftNri, Testbed, Version};
+use graft_record::{DeviceKind, RecordStore};
+
+/// The fake library reads its fabric setting from the environment: one test at a time.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn hook_binary() -> String {
+    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/debug/graft-hook");
+    std::fs::canonicalize(&p)
+        .unwrap_or(p)
+        .to_string_lossy()
+        .into_owned()
+}
+
+/// The fake tree seen as the host's `/` (as the DaemonSet sees the host at /host).
+fn as_host_root(node: &FakeNode) -> Roots {
+    Roots {
+        host: node.host.clone(),
+        driver: "/".into(),
+    }
+}
+
+/// The fake tree as a driver root on this host (as with a driver container at
+/// /run/nvidia/driver): mount sources are then real host paths.
+fn as_driver_root(node: &FakeNode) -> Roots {
+    Roots {
+        host: "/".into(),
+        driver: node.host.clone(),
+    }
+}
+
+fn discovery(node: &FakeNode, roots: Roots, imex_channels: u32) -> anyhow::Result<NvidiaDiscovery> {
+    Ok(NvidiaDiscovery::new(NvidiaConfig {
+        roots,
+        nvml_lib: None,
+        proc_root: node.proc.clone(),
+        sys_root: node.sys.clone(),
+        dev_root: node.dev.clone(),
+        hook: HookConfig {
+            path: hook_binary(),
+            ldconfig: "/sbin/ldconfig".into(),
+            params_copy: "/var/lib/graft/nvidia/params".into(),
+        },
+        imex_channels,
+    })?)
+}
+
+fn attr<'a>(d: &'a Device, k: &str) -> &'a Attribute {
+    d.attributes
+        .get(k)
+        .unwrap_or_else(|| panic!("{} has no attribute {k}: {:?}", d.name, d.attributes))
+}
+
+fn s(v: &str) -> Attribute {
+    Attribute::String(v.into())
+}
+
+#[test]
+fn discovery_of_a_fake_h100_node() -> anyhow::Result<()> {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir()?;
+    let node = FakeNode::create(dir.path())?;
+    let d = discovery(&node, as_host_root(&node), 2)?;
+    let devices = d.discover()?;
+    let by_name: BTreeMap<&str, &Device> = devices.iter().map(|d| (d.name.as_str(), d)).collect();
+    let names: Vec<&str> = by_name.keys().copied().collect();
+    // Full GPUs by minor (indices 0..5), none for the MIG-enabled indices 6 and 7
+    // (minors 4 and 5), whose MIG devices come instead; no fabric, so no IMEX channel.
+    assert_eq!(
+        names,
+        vec![
+            "gpu-0",
+            "gpu-1",
+            "gpu-2",
+            "gpu-3",
+            "gpu-4-mig-1-0",
+            "gpu-4-mig-2-0",
+            "gpu-5-mig-1-0",
+            "gpu-5-mig-13-0",
+            "gpu-5-mig-5-0",
+            "gpu-6",
+            "gpu-7",
+        ]
+    );
+    for dev in &devices {
+        graft_driver::limits::check_device(dev)
+            .map_err(|r| anyhow::anyhow!("{} breaks the API limits: {r}", dev.name))?;
+    }
+
+    // gpu-2 is NVML index 0 (bus 0x18).
+    let g = by_name["gpu-2"];
+    assert_eq!(attr(g, "type"), &s("gpu"));
+    assert_eq!(attr(g, "index"), &Attribute::Int(0));
+    assert_eq!(attr(g, "minor"), &Attribute::Int(2));
+    assert_eq!(attr(g, "productName"), &s("NVIDIA H100 80GB HBM3"));
+    assert_eq!(attr(g, "brand"), &s("Nvidia"));
+    assert_eq!(attr(g, "architecture"), &s("Hopper"));
+    assert_eq!(
+        attr(g, "cudaComputeCapability"),
+        &Attribute::Version("9.0.0".into())
+    );
+    assert_eq!(
+        attr(g, "driverVersion"),
+        &Attribute::Version("580.95.5".into())
+    );
+    assert_eq!(
+        attr(g, "cudaDriverVersion"),
+        &Attribute::Version("13.0.0".into())
+    );
+    assert_eq!(attr(g, "pciBusID"), &s("0000:18:00.0"));
+    assert_eq!(attr(g, PCIE_ROOT_ATTRIBUTE), &s("pci0000:10"));
+    assert_eq!(attr(g, "numaNode"), &Attribute::Int(0));
+    assert!(matches!(attr(g, "uuid"), Attribute::String(u) if u.starts_with("GPU-")));
+    assert_eq!(g.capacity["memory"], "81559Mi");
+    let numa_of_gpu6 = attr(by_name["gpu-6"], "numaNode");
+    assert_eq!(numa_of_gpu6, &Attribute::Int(1));
+
+    let nodes = |d: &Device| -> Vec<(String, i64, i64)> {
+        d.edits
+            .device_nodes
+            .iter()
+            .map(|n| {
+                assert_eq!(n.kind, DeviceKind::Char);
+                (n.path.clone(), n.major, n.minor)
+            })
+            .collect()
+    };
+    assert_eq!(
+        nodes(g),
+        vec![
+            ("/dev/nvidia2".into(), 195, 2),
+            ("/dev/nvidiactl".into(), 195, 255),
+            ("/dev/nvidia-uvm".into(), UVM_MAJOR as i64, 0),
+            ("/dev/nvidia-uvm-tools".into(), UVM_MAJOR as i64, 1),
+        ]
+    );
+    let mounts: Vec<&str> = g
+        .edits
+        .mounts
+        .iter()
+        .map(|m| m.destination.as_str())
+        .collect();
+    for want in [
+        format!("{LIB_DIR}/libcuda.so.{DRIVER_VERSION}"),
+        format!("{LIB_DIR}/libnvidia-ml.so.{DRIVER_VERSION}"),
+        format!("{LIB_DIR}/vdpau/libvdpau_nvidia.so.{DRIVER_VERSION}"),
+        "/usr/bin/nvidia-smi".into(),
+        format!("/lib/firmware/nvidia/{DRIVER_VERSION}/gsp_ga10x.bin"),
+        "/run/nvidia-persistenced/socket".into(),
+    ] {
+        assert!(mounts.contains(&want.as_str()), "{want} not in {mounts:?}");
+    }
+    for m in &g.edits.mounts {
+        // The host path: the driver root is the host's `/`.
+        assert_eq!(m.source, m.destination, "{m:?}");
+        if m.destination.ends_with("/socket") {
+            assert!(!m.options.contains(&"ro".to_string()));
+        } else {
+            assert_eq!(m.options, ["ro", "nosuid", "nodev", "rbind", "rprivate"]);
+        }
+    }
+    assert!(g
+        .edits
+        .env
+        .iter()
+        .any(|e| e.name == "NVIDIA_VISIBLE_DEVICES" && e.value == "void"));
+    let hooks: Vec<&str> = g.edits.hooks.iter().map(|h| h.args[1].as_str()).collect();
+    assert_eq!(
+        hooks,
+        [
+            "create-symlinks",
+            "update-ldcache",
+            "disable-device-node-modification"
+        ]
+    );
+    assert!(g.edits.hooks[0].args.contains(&format!(
+        "libcuda.so.{DRIVER_VERSION}::{LIB_DIR}/libcuda.so.1"
+    )));
+    assert!(g.edits.hooks.iter().all(|h| h.path == hook_binary()));
+
+    // A MIG device: parent node by the parent's minor, GI and CI access caps (the GI one
+    // from its capability file, the CI one from mig-minors), keyed by minor 4, not index 6.
+    let m = by_name["gpu-4-mig-1-0"];
+    assert_eq!(attr(m, "type"), &s("mig"));
+    assert_eq!(attr(m, "profile"), &s("3g.40gb"));
+    assert_eq!(attr(m, "giID"), &Attribute::Int(1));
+    assert_eq!(attr(m, "ciID"), &Attribute::Int(0));
+    assert_eq!(attr(m, "parentMinor"), &Attribute::Int(4));
+    assert_eq!(attr(m, "parentIndex"), &Attribute::Int(6));
+    assert!(matches!(attr(m, "uuid"), Attribute::String(u) if u.starts_with("MIG-")));
+    assert_eq!(m.capacity["memory"], "40192Mi");
+    assert_eq!(m.capacity["multiprocessors"], "60");
+    let caps = CAPS_MAJOR as i64;
+    assert_eq!(
+        nodes(m)[..3],
+        [
+            ("/dev/nvidia4".into(), 195, 4),
+            (
+                format!(
+                    "/dev/nvidia-caps/nvidia-cap{}",
+                    FakeNode::gi_cap_minor(4, 1)
+                ),
+                caps,
+                FakeNode::gi_cap_minor(4, 1) as i64
+            ),
+            (
+                format!(
+                    "/dev/nvidia-caps/nvidia-cap{}",
+                    FakeNode::ci_cap_minor(4, 1, 0)
+                ),
+                caps,
+                FakeNode::ci_cap_minor(4, 1, 0) as i64
+            ),
+        ]
+    );
+    assert_eq!(m.edits.device_nodes[1].file_mode, Some(0o444));
+    assert_eq!(attr(by_name["gpu-5-mig-13-0"], "profile"), &s("1g.10gb"));
+    assert_eq!(attr(by_name["gpu-5-mig-5-0"], "profile"), &s("2g.20gb"));
+
+    // Every GPU in one NVLink fabric clique: IMEX channels appear, and every GPU says which
+    // clique it is in.
+    std::env::set_var(
+        "GRAFT_FAKE_NVML_FABRIC",
+        "7b1f0c9e2d3a4b5c8e6f00112233aabb:32766",
+    );
+    let with_fabric = d.discover();
+    std::env::remove_var("GRAFT_FAKE_NVML_FABRIC");
+    let with_fabric = with_fabric?;
+    let clique = s("7b1f0c9e-2d3a-4b5c-8e6f-00112233aabb.32766");
+    let imex: Vec<&Device> = with_fabric
+        .iter()
+        .filter(|d| d.name.starts_with("imex-channel-"))
+        .collect();
+    assert_eq!(imex.len(), 2);
+    assert_eq!(attr(imex[1], "channel"), &Attribute::Int(1));
+    assert_eq!(attr(imex[1], "cliqueID"), &clique);
+    assert_eq!(
+        nodes(imex[1]),
+        vec![(
+            "/dev/nvidia-caps-imex-channels/channel1".into(),
+            IMEX_MAJOR as i64,
+            1
+        )]
+    );
+    let g = with_fabric
+        .iter()
+        .find(|d| d.name == "gpu-2")
+        .context("gpu-2")?;
+    assert_eq!(attr(g, "cliqueID"), &clique);
+    Ok(())
+}
+
+#[test]
+fn a_missing_nvml_is_a_clear_start_error() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let node = FakeNode {
+        host: dir.path().to_path_buf(),
+        proc: dir.path().join("proc"),
+        sys: dir.path().join("sys"),
+        dev: dir.path().join("dev"),
+    };
+    let err = discovery(&node, as_host_root(&node), 0)
+        .err()
+        .expect("must fail")
+        .to_string();
+    assert!(err.contains("libnvidia-ml.so.1 not found"), "{err}");
+}
+
+/// The container's view, then it idles.
+const PROBE: &str = r#"for n in /dev/nvidia2 /dev/nvidiactl /dev/nvidia-uvm /dev/nvidia-uvm-tools; do
+  if [ -c $n ]; then stat -c "NODE %n %t:%T" $n; else echo "MISSING $n"; fi
+done
+ls /usr/lib/x86_64-linux-gnu/ | sed 's/^/LIB /'
+echo "LINK $(readlink /usr/lib/x86_64-linux-gnu/libcuda.so.1)"
+/usr/bin/nvidia-smi -L
+grep -q /usr/lib/x86_64-linux-gnu/libcuda.so /etc/ld.so.cache && echo LDCACHE_LISTS_LIBCUDA
+grep -q /usr/lib/x86_64-linux-gnu /etc/ld.so.conf.d/00-graft-nvidia.conf && echo LDCONF_OK
+echo "ENV=$NVIDIA_VISIBLE_DEVICES"
+echo DONE
+exec sleep 3600"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fake_gpu_in_a_containerd_container() -> anyhow::Result<()> {
+    let devices = {
+        let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+        let dir = PathBuf::from(format!("/tmp/graft-nv-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let node = FakeNode::create(&dir)?;
+        discovery(&node, as_driver_root(&node), 0)?.discover()?
+    };
+    let gpu = devices
+        .iter()
+        .find(|d| d.name == "gpu-2")
+        .context("gpu-2")?;
+    ensure!(
+        Path::new(&hook_binary()).is_file(),
+        "{} missing: cargo build --workspace --bins",
+        hook_binary()
+    );
+
+    let tb = Testbed::load()?;
+    let dir = PathBuf::from(format!("/tmp/graft-nvc-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let cd = Containerd::start(&tb, Version::V2_2, &dir)?;
+    let state = dir.join("graft-state");
+    let store = RecordStore::open(&state)?;
+    let mut nri = GraftNri::start(&cd.nri_socket, &state, &dir.join("logs/graft-nri.log"), &[])?;
+    nri.wait_synchronized(Duration::from_secs(60))?;
+    let cri = Cri::connect(&cd.socket, &dir.join("pods")).await?;
+
+    let pod_uid = format!("nv-pod-{}", std::process::id());
+    store.put_claim(&one_device_claim(
+        &format!("nv-claim-{}", std::process::id()),
+        "gpu",
+        &pod_uid,
+        &["app"],
+        "gpu-2",
+        gpu.edits.clone(),
+    ))?;
+    let pod = cri.run_pod("nv-pod", &pod_uid).await?;
+    let app = cri.create_and_start(&pod, "app", PROBE).await?;
+    let log = cri
+        .wait_log(&pod, "app", "DONE", Duration::from_secs(60))
+        .await?;
+    println!("container log:\n{log}");
+    for want in [
+        "NODE /dev/nvidia2 c3:2",
+        "NODE /dev/nvidiactl c3:ff",
+        &format!("NODE /dev/nvidia-uvm {:x}:0", UVM_MAJOR),
+        &format!("NODE /dev/nvidia-uvm-tools {:x}:1", UVM_MAJOR),
+        &format!("LIB libcuda.so.{DRIVER_VERSION}"),
+        &format!("LIB libnvidia-ml.so.{DRIVER_VERSION}"),
+        &format!("LINK libcuda.so.{DRIVER_VERSION}"),
+        "fake nvidia-smi -L",
+        "LDCACHE_LISTS_LIBCUDA",
+        "LDCONF_OK",
+        "ENV=void",
+    ] {
+        ensure!(log.contains(want), "{want:?} not in the container's log");
+    }
+
+    // crictl inspect shows exactly what was injected.
+    let spec = cd.runtime_spec(&app)?;
+    let devs = spec["linux"]["devices"].as_array().context("devices")?;
+    ensure!(
+        devs.iter().any(|d| d["path"] == "/dev/nvidia2"
+            && d["type"] == "c"
+            && d["major"] == 195
+            && d["minor"] == 2),
+        "{devs:?}"
+    );
+    let libcuda = format!("{LIB_DIR}/libcuda.so.{DRIVER_VERSION}");
+    let m = spec["mounts"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|m| m["destination"] == libcuda.as_str())
+        .context("libcuda mount")?;
+    ensure!(
+        m["options"] == serde_json::json!(["ro", "nosuid", "nodev", "rbind", "rprivate"]),
+        "{m}"
+    );
+    let hooks = spec["hooks"]["createContainer"]
+        .as_array()
+        .context("createContainer hooks")?;
+    ensure!(hooks.len() == 3, "{hooks:?}");
+    let _ = fake_gpu::MINORS;
+    Ok(())
+}
