@@ -92,6 +92,9 @@ impl ControlPlane {
                 .arg("--anonymous-auth=false")
                 .arg("--authorization-mode=RBAC")
                 .arg("--service-cluster-ip-range=10.0.0.0/24")
+                // deploy/optional/ uses the MutatingAdmissionPolicy API (beta, off by default).
+                .arg("--feature-gates=MutatingAdmissionPolicy=true")
+                .arg("--runtime-config=admissionregistration.k8s.io/v1beta1=true")
                 .arg("--service-account-issuer=https://kubernetes.default.svc")
                 .arg(format!("--service-account-key-file={}", sa_key.display()))
                 .arg(format!(
