@@ -106,7 +106,8 @@ fn nvidia_config(args: &Args) -> NvidiaConfig {
     });
     NvidiaConfig {
         nvml_lib: args.nvidia_nvml_lib.clone(),
-        proc_root: roots.visible(std::path::Path::new("/proc")),
+        // /proc/devices and /proc/driver are not namespaced: our own /proc shows the host's.
+        proc_root: "/proc".into(),
         sys_root: args.sysfs_root.clone(),
         dev_root: roots.visible(std::path::Path::new("/dev")),
         hook: HookConfig {
@@ -117,6 +118,30 @@ fn nvidia_config(args: &Args) -> NvidiaConfig {
         imex_channels: args.nvidia_imex_channels,
         roots,
     }
+}
+
+/// Copies the graft-hook next to this binary to `dest`, the host path the NVIDIA edits'
+/// hooks name (it must be mounted at the same path, like the state directory). Replaced
+/// atomically, and only when it differs, so running containers' hooks never see half a file.
+fn install_hook(dest: &str) -> anyhow::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let exe = std::env::current_exe().context("locating graft-driver")?;
+    let src = exe.with_file_name("graft-hook");
+    let data = std::fs::read(&src).with_context(|| format!("reading {}", src.display()))?;
+    let dest = std::path::Path::new(dest);
+    if std::fs::read(dest).is_ok_and(|cur| cur == data) {
+        return Ok(());
+    }
+    let dir = dest
+        .parent()
+        .with_context(|| format!("--nvidia-hook-path {}: no directory", dest.display()))?;
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let tmp = dest.with_extension(format!("tmp.{}", std::process::id()));
+    std::fs::write(&tmp, &data).with_context(|| format!("writing {}", tmp.display()))?;
+    std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o755))?;
+    std::fs::rename(&tmp, dest).with_context(|| format!("installing {}", dest.display()))?;
+    tracing::info!(path = %dest.display(), "installed graft-hook");
+    Ok(())
 }
 
 fn backends(args: &Args) -> anyhow::Result<Vec<Box<dyn Discovery>>> {
@@ -162,6 +187,9 @@ async fn main() -> anyhow::Result<()> {
 
     let boot_id = graft_record::read_boot_id(&args.boot_id_path)?;
     let backends = backends(&args)?;
+    if args.discovery.iter().any(|d| d.trim() == "nvidia") {
+        install_hook(&args.nvidia_hook_path)?;
+    }
     let devices = discover_all(&backends).context("initial discovery")?;
     tracing::info!(devices = devices.len(), "discovered devices");
 
