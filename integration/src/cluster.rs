@@ -141,6 +141,13 @@ impl Cluster {
         Ok(())
     }
 
+    /// Whether a container named `container` of `pod` is running now.
+    pub fn running(&self, pod: &str, container: &str) -> anyhow::Result<bool> {
+        let label = format!("io.kubernetes.pod.name={pod}");
+        let ids = self.crictl(&["ps", "-q", "--name", container, "--label", &label])?;
+        Ok(!ids.trim().is_empty())
+    }
+
     /// The id of the newest container named `container` in `pod`, in any state.
     pub fn container_id(&self, pod: &str, container: &str) -> anyhow::Result<String> {
         let label = format!("io.kubernetes.pod.name={pod}");
@@ -192,6 +199,19 @@ impl Cluster {
             thread: Some(thread),
         }
     }
+}
+
+/// Polls `done` until it holds or [`WAIT`] passes; returns how long it took.
+pub fn wait_until(
+    what: &str,
+    mut done: impl FnMut() -> anyhow::Result<bool>,
+) -> anyhow::Result<Duration> {
+    let start = Instant::now();
+    while !done()? {
+        ensure!(start.elapsed() < WAIT, "{what} after {WAIT:?}");
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    Ok(start.elapsed())
 }
 
 /// See [`Cluster::hold_down`].

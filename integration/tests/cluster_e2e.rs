@@ -9,7 +9,7 @@
 use std::time::{Duration, Instant};
 
 use anyhow::{ensure, Context};
-use graft_integration::cluster::{Cluster, WAIT};
+use graft_integration::cluster::{wait_until, Cluster, WAIT};
 
 /// A pod whose container `app` uses one device of `class` (found at `path`) through a
 /// claim template; its two other containers have no claim.
@@ -237,40 +237,17 @@ fn pods_get_their_devices_on_a_real_cluster() -> anyhow::Result<()> {
             std::thread::sleep(Duration::from_millis(500));
         }
         ensure!(c.pod_phase("nri-away") == "Pending");
-        let running = c.crictl(&[
-            "ps",
-            "-q",
-            "--name",
-            "app",
-            "--label",
-            "io.kubernetes.pod.name=nri-restart",
-        ])?;
         ensure!(
-            running.trim().is_empty(),
+            !c.running("nri-restart", "app")?,
             "a container started without graft-nri"
         );
     }
     c.wait_phase("nri-away", "Running")?;
     wait_log(&c, "nri-away", "app", "open-ok")?;
-    let start = Instant::now();
-    while c
-        .crictl(&[
-            "ps",
-            "-q",
-            "--name",
-            "app",
-            "--label",
-            "io.kubernetes.pod.name=nri-restart",
-        ])?
-        .trim()
-        .is_empty()
-    {
-        ensure!(
-            start.elapsed() < WAIT,
-            "nri-restart/app not recreated after graft-nri came back"
-        );
-        std::thread::sleep(Duration::from_millis(500));
-    }
+    wait_until(
+        "nri-restart/app not recreated after graft-nri came back",
+        || c.running("nri-restart", "app"),
+    )?;
     let spec = c.runtime_spec("nri-restart", "app")?;
     ensure!(
         spec["annotations"]["graft.dev/injected"].is_string(),
@@ -292,22 +269,12 @@ fn pods_get_their_devices_on_a_real_cluster() -> anyhow::Result<()> {
         "--wait=true",
     ])?;
     c.apply(&fuse_pod("while-away"))?;
-    let start = Instant::now();
-    while !c
-        .kubectl(&["get", "resourceslices", "-o", "name"])?
-        .trim()
-        .is_empty()
-    {
-        ensure!(
-            start.elapsed() < WAIT,
-            "the kubelet never wiped graft's slices"
-        );
-        std::thread::sleep(Duration::from_millis(500));
-    }
-    ensure!(
-        start.elapsed() >= Duration::from_secs(20),
-        "slices wiped too early"
-    );
+    let took = wait_until("the kubelet never wiped graft's slices", || {
+        Ok(c.kubectl(&["get", "resourceslices", "-o", "name"])?
+            .trim()
+            .is_empty())
+    })?;
+    ensure!(took >= Duration::from_secs(20), "slices wiped too early");
     ensure!(c.pod_phase("while-away") == "Pending");
     c.deploy_graft()?;
     c.wait_phase("while-away", "Running")?;
