@@ -45,6 +45,9 @@ pub struct PreparedDevice {
     pub share_id: Option<String>,
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub admin_access: bool,
+    /// Node-side work done for the device, undone at unprepare.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub setup: Option<crate::setup::Setup>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -352,6 +355,7 @@ mod tests {
                 requests: vec!["r".into()],
                 share_id: None,
                 admin_access: false,
+                setup: None,
             }],
         }
     }

@@ -22,6 +22,9 @@ pub enum DriverError {
     Checkpoint { path: PathBuf, reason: String },
     #[error("plugin socket {path}: {reason}")]
     Socket { path: PathBuf, reason: String },
+    /// Node-side setup of a device (VFIO rebinding, time-slicing) or its undo failed.
+    #[error("device {device}: {reason}")]
+    Setup { device: String, reason: String },
     #[error(transparent)]
     Record(#[from] RecordError),
     #[error("kubernetes API: {0}")]

@@ -11,6 +11,7 @@ pub mod opaque;
 pub mod plugin;
 pub mod prepare;
 pub mod publisher;
+pub mod setup;
 pub mod slices;
 
 pub use error::{DriverError, Result};

@@ -41,6 +41,61 @@ pub struct DeviceConfig {
     pub file_mode: Option<u32>,
     pub uid: Option<u32>,
     pub gid: Option<u32>,
+    /// GPU sharing (full NVIDIA GPUs only).
+    pub sharing: Option<Sharing>,
+}
+
+/// ```yaml
+/// sharing: {strategy: TimeSlicing, timeSlicing: {interval: Long}}
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct Sharing {
+    pub strategy: SharingStrategy,
+    pub time_slicing: Option<TimeSlicing>,
+}
+
+/// Only time-slicing; MPS is not supported, and says so through serde's list of variants.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+pub enum SharingStrategy {
+    TimeSlicing,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct TimeSlicing {
+    #[serde(default)]
+    pub interval: TimeSliceInterval,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+pub enum TimeSliceInterval {
+    #[default]
+    Default,
+    Short,
+    Medium,
+    Long,
+}
+
+impl TimeSliceInterval {
+    /// nvidia-smi's `--set-timeslice` value.
+    pub fn smi_value(self) -> u32 {
+        match self {
+            TimeSliceInterval::Default => 0,
+            TimeSliceInterval::Short => 1,
+            TimeSliceInterval::Medium => 2,
+            TimeSliceInterval::Long => 3,
+        }
+    }
+}
+
+impl Sharing {
+    pub fn interval(&self) -> TimeSliceInterval {
+        self.time_slicing
+            .as_ref()
+            .map(|t| t.interval)
+            .unwrap_or_default()
+    }
 }
 
 #[derive(Deserialize)]

@@ -24,6 +24,7 @@ use crate::discovery::Device;
 use crate::error::{DriverError, Result};
 use crate::mapping::{base_request, pod_record, ClaimDevice};
 use crate::opaque;
+use crate::setup::{DeviceSetup, NoSetup, Setup};
 
 /// A claim as the kubelet names it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -94,6 +95,7 @@ pub struct DriverCore {
     // Serialises this process's calls; the checkpoint flock serialises instances.
     serial: tokio::sync::Mutex<()>,
     crash_at: Option<CrashPoint>,
+    setup: Arc<dyn DeviceSetup>,
 }
 
 impl DriverCore {
@@ -119,7 +121,29 @@ impl DriverCore {
             inventory: RwLock::new(Arc::new(BTreeMap::new())),
             serial: tokio::sync::Mutex::new(()),
             crash_at,
+            setup: Arc::new(NoSetup),
         })
+    }
+
+    /// Who sets devices up on this node (VFIO rebinding, time-slicing).
+    pub fn with_setup(mut self, setup: Arc<dyn DeviceSetup>) -> Self {
+        self.setup = setup;
+        self
+    }
+
+    /// Undoes every setup of an entry's devices; the first failure stops it, so that the
+    /// entry stays and the next unprepare or cleanup tries again.
+    fn undo_setups(&self, entry: &ClaimEntry) -> Result<()> {
+        for d in entry.devices.iter().rev() {
+            if let Some(s) = &d.setup {
+                self.setup.undo(s).map_err(|reason| DriverError::Setup {
+                    device: d.device.clone(),
+                    reason,
+                })?;
+                tracing::info!(device = d.device, setup = ?s, "setup undone");
+            }
+        }
+        Ok(())
     }
 
     pub fn client(&self) -> &kube::Client {
@@ -327,6 +351,19 @@ impl DriverCore {
         txn.save()?;
         self.crash_if(CrashPoint::AfterStarted);
 
+        // Phase 2b: node-side setup. A claim whose setup fails is undone and dropped.
+        let mut set_up = Vec::new();
+        for (f, mut plan) in plans {
+            match self.apply_setups(&mut plan) {
+                Ok(()) => set_up.push((f, plan)),
+                Err(msg) => {
+                    txn.unset(&f.id.uid);
+                    out.insert(f.id.uid.clone(), Err(fail(f, PrepareFailure::Claim(msg))));
+                }
+            }
+        }
+        let plans = set_up;
+
         // Phase 3: the records graft-nri reads.
         let mut written = Vec::new();
         for (f, plan) in plans {
@@ -335,6 +372,9 @@ impl DriverCore {
                 Err(e) => {
                     // Leave nothing half-done: the entry goes with the failed record.
                     let _ = self.store.remove_claim(&f.id.uid);
+                    if let Err(u) = self.undo_setups(&plan.entry) {
+                        tracing::error!(claim = %f.id, error = %u, "undoing setup failed");
+                    }
                     txn.unset(&f.id.uid);
                     out.insert(f.id.uid.clone(), Err(fail(f, e.into())));
                 }
@@ -427,6 +467,7 @@ impl DriverCore {
                     tracing::info!(claim = %f.id, "rolling back an interrupted prepare");
                 }
             }
+            self.undo_setups(&entry)?;
             self.store.remove_claim(uid)?;
             txn.remove(uid)?;
         }
@@ -464,6 +505,16 @@ impl DriverCore {
             })?;
             let config = opaque::resolve(&self.driver_name, configs, &r.request)
                 .map_err(PrepareFailure::Claim)?;
+            let setup = self
+                .setup
+                .plan(dev, config.as_ref())
+                .map_err(|e| PrepareFailure::Claim(format!("request {}: {e}", r.request)))?;
+            if setup.is_none() && config.as_ref().is_some_and(|c| c.sharing.is_some()) {
+                return Err(PrepareFailure::Claim(format!(
+                    "request {}: device {} cannot be shared (sharing applies to full NVIDIA GPUs)",
+                    r.request, r.device
+                )));
+            }
             records.push(DeviceRecord {
                 name: r.device.clone(),
                 pool: r.pool.clone(),
@@ -476,6 +527,7 @@ impl DriverCore {
                 requests: vec![base],
                 share_id: r.share_id.clone(),
                 admin_access: r.admin_access.unwrap_or(false),
+                setup,
             });
         }
 
@@ -487,10 +539,11 @@ impl DriverCore {
                     continue;
                 }
                 let clash = other.devices.iter().any(|o| {
-                    o.device == p.device
+                    (o.device == p.device
                         && o.pool == p.pool
                         && !o.admin_access
-                        && !(o.share_id.is_some() && p.share_id.is_some())
+                        && !(o.share_id.is_some() && p.share_id.is_some()))
+                        || same_function(inventory, o, p)
                 });
                 if clash {
                     return Err(PrepareFailure::Claim(format!(
@@ -570,6 +623,9 @@ impl DriverCore {
 
     fn unprepare_one(&self, txn: &mut Txn, uid: &str) -> Result<()> {
         let state = txn.get(uid).map(|e| e.state);
+        if let Some(entry) = txn.get(uid).cloned() {
+            self.undo_setups(&entry)?;
+        }
         // Record first, entry second: a crash in between leaves an entry that the next
         // unprepare (or cleanup) finishes.
         self.store.remove_claim(uid)?;
@@ -611,7 +667,12 @@ impl DriverCore {
         let mut n = 0;
         for uid in stale {
             // Re-checked under the lock: another call may have finished it meanwhile.
-            if txn.get(&uid).map(|e| e.state) == Some(ClaimState::PrepareStarted) {
+            if let Some(entry) = txn
+                .get(&uid)
+                .filter(|e| e.state == ClaimState::PrepareStarted)
+                .cloned()
+            {
+                self.undo_setups(&entry)?;
                 self.store.remove_claim(&uid)?;
                 txn.remove(&uid)?;
                 tracing::info!(uid, "cleaned up a started prepare whose claim is gone");
@@ -620,6 +681,61 @@ impl DriverCore {
         }
         Ok(n)
     }
+}
+
+impl DriverCore {
+    /// Applies a planned claim's setups in order; on failure undoes those done.
+    fn apply_setups(&self, plan: &mut Plan) -> std::result::Result<(), String> {
+        let mut done: Vec<&Setup> = Vec::new();
+        for d in &plan.entry.devices {
+            let Some(s) = &d.setup else { continue };
+            match self.setup.apply(s) {
+                Ok(edits) => {
+                    tracing::info!(device = d.device, setup = ?s, "set up");
+                    if let Some(edits) = edits {
+                        if let Some(rec) =
+                            plan.record.devices.iter_mut().find(|r| r.name == d.device)
+                        {
+                            rec.edits = edits;
+                        }
+                    }
+                    done.push(s);
+                }
+                Err(e) => {
+                    // The failed one may be half done (unbound, not yet rebound): undo it
+                    // too; undo is idempotent.
+                    done.push(s);
+                    for s in done.iter().rev() {
+                        if let Err(u) = self.setup.undo(s) {
+                            tracing::error!(setup = ?s, error = u, "undoing setup failed");
+                        }
+                    }
+                    return Err(format!("device {}: {e}", d.device));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Whether two prepared devices use the same PCI function in ways that exclude each other:
+/// a function handed over for passthrough is not also a GPU or MIG device.
+fn same_function(
+    inventory: &BTreeMap<String, Device>,
+    a: &PreparedDevice,
+    b: &PreparedDevice,
+) -> bool {
+    let pci = |d: &PreparedDevice| -> Option<String> {
+        if let Some(s) = &d.setup {
+            return Some(s.pci_bus_id().to_string());
+        }
+        match inventory.get(&d.device)?.attributes.get("pciBusID")? {
+            crate::discovery::Attribute::String(s) => Some(s.clone()),
+            _ => None,
+        }
+    };
+    let vfio = |d: &PreparedDevice| matches!(d.setup, Some(Setup::Vfio { .. }));
+    a.device != b.device && (vfio(a) || vfio(b)) && pci(a).is_some() && pci(a) == pci(b)
 }
 
 /// What one claim of a prepare call needs.
@@ -683,6 +799,9 @@ fn entry_from_record(rec: &ClaimRecord) -> ClaimEntry {
                 requests: d.requests.clone(),
                 share_id: None,
                 admin_access: false,
+                // Not in the record: a checkpoint rebuilt after corruption cannot undo
+                // setups (see README).
+                setup: None,
             })
             .collect(),
     }
