@@ -10,6 +10,8 @@ use clap::Parser;
 use graft_driver::discovery::char::{CharDiscovery, DEFAULT_CONFIG_PATH};
 use graft_driver::discovery::nvidia::driver_files::Roots;
 use graft_driver::discovery::nvidia::edits::HookConfig;
+use graft_driver::discovery::nvidia::setup::{ChrootSmi, NvidiaSetup};
+use graft_driver::discovery::nvidia::vfio::Vfio;
 use graft_driver::discovery::nvidia::{NvidiaConfig, NvidiaDiscovery};
 use graft_driver::discovery::{discover_all, inotify, Discovery};
 use graft_driver::plugin::{self, PluginPaths};
@@ -67,8 +69,17 @@ struct Args {
     /// IMEX channels offered when the node's GPUs are in an NVLink fabric clique.
     #[arg(long, env = "GRAFT_NVIDIA_IMEX_CHANNELS", default_value_t = 1)]
     nvidia_imex_channels: u32,
+    /// Offer GPUs for VFIO passthrough (rebound to vfio-pci while prepared).
+    #[arg(long, env = "GRAFT_NVIDIA_PASSTHROUGH")]
+    nvidia_passthrough: bool,
+    /// Seconds to wait for a GPU to be free, and for a driver rebind to show.
+    #[arg(long, env = "GRAFT_NVIDIA_VFIO_TIMEOUT", default_value_t = 60)]
+    nvidia_vfio_timeout_seconds: u64,
     #[arg(long, env = "GRAFT_SYSFS_ROOT", default_value = "/sys")]
     sysfs_root: PathBuf,
+    /// The host's /proc (/proc/devices and /proc/driver are not namespaced, so our own).
+    #[arg(long, hide = true, default_value = "/proc")]
+    proc_root: PathBuf,
     /// Where the host's root is visible: configured device paths are looked up below it
     /// (the DaemonSet mounts the host's /dev at /host/dev) and published as host paths.
     #[arg(long, env = "GRAFT_HOST_ROOT", default_value = "/")]
@@ -106,8 +117,7 @@ fn nvidia_config(args: &Args) -> NvidiaConfig {
     });
     NvidiaConfig {
         nvml_lib: args.nvidia_nvml_lib.clone(),
-        // /proc/devices and /proc/driver are not namespaced: our own /proc shows the host's.
-        proc_root: "/proc".into(),
+        proc_root: args.proc_root.clone(),
         sys_root: args.sysfs_root.clone(),
         dev_root: roots.visible(std::path::Path::new("/dev")),
         hook: HookConfig {
@@ -116,7 +126,23 @@ fn nvidia_config(args: &Args) -> NvidiaConfig {
             params_copy: format!("{}/nvidia/params", args.state_dir.display()),
         },
         imex_channels: args.nvidia_imex_channels,
+        passthrough: args.nvidia_passthrough,
         roots,
+    }
+}
+
+fn nvidia_setup(args: &Args, config: &NvidiaConfig) -> NvidiaSetup {
+    NvidiaSetup {
+        vfio: Vfio {
+            sys: config.sys_root.clone(),
+            proc: config.proc_root.clone(),
+            timeout: Duration::from_secs(args.nvidia_vfio_timeout_seconds),
+        },
+        dev_root: config.dev_root.clone(),
+        smi: Box::new(ChrootSmi {
+            root: config.roots.visible(&config.roots.driver),
+            path: "/usr/bin/nvidia-smi".into(),
+        }),
     }
 }
 
@@ -196,14 +222,18 @@ async fn main() -> anyhow::Result<()> {
     let client = kube::Client::try_default()
         .await
         .context("no Kubernetes client configuration (in-cluster or KUBECONFIG)")?;
-    let core = Arc::new(DriverCore::new(
+    let mut core = DriverCore::new(
         args.driver_name.clone(),
         args.node_name.clone(),
         client.clone(),
         args.state_dir.clone(),
         boot_id,
         args.crash_at,
-    )?);
+    )?;
+    if args.discovery.iter().any(|d| d.trim() == "nvidia") {
+        core = core.with_setup(Arc::new(nvidia_setup(&args, &nvidia_config(&args))));
+    }
+    let core = Arc::new(core);
     core.set_inventory(&devices);
     core.startup().await.context("settling the checkpoint")?;
 

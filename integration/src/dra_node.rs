@@ -2,16 +2,19 @@
 //! directory, containerd 2.2 with graft-nri (whose status gates every prepare), and
 //! graft-driver itself, spoken to over its sockets as the kubelet would.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::Context;
 use graft_proto::dra::v1;
 use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::resource::v1::ResourceClaim;
 use kube::api::{Api, PostParams};
 use tonic::transport::Channel;
 
 use crate::apiserver::ControlPlane;
+use crate::claims::claim_msg;
 use crate::containerd::{Containerd, Version};
 use crate::driver::{DriverOpts, GraftDriver};
 use crate::nri::GraftNri;
@@ -156,4 +159,36 @@ impl Drop for DraNode {
         let _ = self.nri.stop();
         self.containerd.teardown();
     }
+}
+
+/// NodePrepareResources (v1) for `claims`, as the kubelet sends it.
+pub async fn prepare(
+    node: &DraNode,
+    claims: &[&ResourceClaim],
+) -> anyhow::Result<BTreeMap<String, v1::NodePrepareResourceResponse>> {
+    let mut dra = node.dra().await?;
+    let r = dra
+        .node_prepare_resources(v1::NodePrepareResourcesRequest {
+            claims: claims.iter().map(|c| claim_msg(c)).collect(),
+        })
+        .await?;
+    Ok(r.into_inner().claims.into_iter().collect())
+}
+
+/// NodeUnprepareResources (v1).
+pub async fn unprepare(
+    node: &DraNode,
+    claims: &[v1::Claim],
+) -> anyhow::Result<BTreeMap<String, String>> {
+    let mut dra = node.dra().await?;
+    let r = dra
+        .node_unprepare_resources(v1::NodeUnprepareResourcesRequest {
+            claims: claims.to_vec(),
+        })
+        .await?;
+    Ok(r.into_inner()
+        .claims
+        .into_iter()
+        .map(|(k, v)| (k, v.error))
+        .collect())
 }

@@ -90,8 +90,19 @@ impl FakeNode {
             libdir.join("libcuda.so.1"),
         )?;
         symlink("libcuda.so.1", libdir.join("libcuda.so"))?;
+        // nvidia-smi: a script that says what it was asked and logs it, for graft-driver
+        // (which runs it chrooted into the driver root, where a static busybox is the
+        // shell) and for containers (busybox's own shell).
         let smi = node.host.join("usr/bin/nvidia-smi");
-        write(&smi, "#!/bin/sh\necho \"fake nvidia-smi $*\"\n")?;
+        write(
+            &smi,
+            "#!/bin/sh\necho \"fake nvidia-smi $*\"\n{ echo \"$*\" >> /var/log/fake-nvidia-smi.log; } 2>/dev/null\nexit 0\n",
+        )?;
+        std::fs::create_dir_all(node.host.join("bin"))?;
+        std::fs::create_dir_all(node.host.join("var/log"))?;
+        std::fs::copy("/bin/busybox", node.host.join("bin/sh")).context(
+            "copying the static busybox (package busybox-static) as the fake root's shell",
+        )?;
         std::fs::set_permissions(&smi, std::fs::Permissions::from_mode(0o755))?;
         let fw = node
             .host
@@ -142,10 +153,27 @@ impl FakeNode {
             write(&dev.join("numa_node"), if i < 4 { "0\n" } else { "1\n" })?;
             write(&dev.join("vendor"), "0x10de\n")?;
             write(&dev.join("class"), "0x030200\n")?;
+            write(&dev.join("device"), "0x2330\n")?;
+            let group = node.sys.join(format!("kernel/iommu_groups/{}", 40 + i));
+            std::fs::create_dir_all(&group)?;
+            symlink(&group, dev.join("iommu_group"))?;
+            std::fs::create_dir_all(node.sys.join("bus/pci/drivers/nvidia"))?;
+            symlink(node.sys.join("bus/pci/drivers/nvidia"), dev.join("driver"))?;
+            write(
+                &node
+                    .proc
+                    .join(format!("driver/nvidia/gpus/{bdf}/unbindLock")),
+                "0\n",
+            )?;
             std::fs::create_dir_all(node.sys.join("bus/pci/devices"))?;
             symlink(&dev, node.sys.join("bus/pci/devices").join(&bdf))?;
         }
         Ok(node)
+    }
+
+    /// What graft-driver asked nvidia-smi, one call a line.
+    pub fn smi_calls(&self) -> String {
+        std::fs::read_to_string(self.host.join("var/log/fake-nvidia-smi.log")).unwrap_or_default()
     }
 
     pub fn gi_cap_minor(gpu_minor: u32, gi: u32) -> u32 {

@@ -7,7 +7,6 @@
 //! Needs the testbed (`integration/testbed/setup.sh`) and the workspace binaries
 //! (`cargo build --workspace --bins`); the README's test command does both.
 
-use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context};
@@ -15,7 +14,7 @@ use graft_integration::apiserver::{self, ControlPlane};
 use graft_integration::claims::{
     allocated_claim, claim_msg, claim_with_pod, namespace, pod, reserve_for, uid,
 };
-use graft_integration::dra_node::{DraNode, DRIVER_NAME};
+use graft_integration::dra_node::{prepare, unprepare, DraNode, DRIVER_NAME};
 use graft_proto::dra::{v1, v1beta1};
 use graft_proto::pluginregistration::{InfoRequest, RegistrationStatus};
 use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceSlice};
@@ -40,36 +39,6 @@ const WAIT: Duration = Duration::from_secs(30);
 
 fn cp() -> &'static ControlPlane {
     apiserver::shared().expect("control plane")
-}
-
-async fn prepare(
-    node: &DraNode,
-    claims: &[&ResourceClaim],
-) -> anyhow::Result<BTreeMap<String, v1::NodePrepareResourceResponse>> {
-    let mut dra = node.dra().await?;
-    let r = dra
-        .node_prepare_resources(v1::NodePrepareResourcesRequest {
-            claims: claims.iter().map(|c| claim_msg(c)).collect(),
-        })
-        .await?;
-    Ok(r.into_inner().claims.into_iter().collect())
-}
-
-async fn unprepare(
-    node: &DraNode,
-    claims: &[v1::Claim],
-) -> anyhow::Result<BTreeMap<String, String>> {
-    let mut dra = node.dra().await?;
-    let r = dra
-        .node_unprepare_resources(v1::NodeUnprepareResourcesRequest {
-            claims: claims.to_vec(),
-        })
-        .await?;
-    Ok(r.into_inner()
-        .claims
-        .into_iter()
-        .map(|(k, v)| (k, v.error))
-        .collect())
 }
 
 fn devices_of(r: &v1::NodePrepareResourceResponse) -> Vec<(String, Vec<String>)> {

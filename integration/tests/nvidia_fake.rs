@@ -8,13 +8,16 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::{ensure, Context};
 use graft_driver::discovery::nvidia::driver_files::Roots;
 use graft_driver::discovery::nvidia::edits::HookConfig;
 use graft_driver::discovery::nvidia::{NvidiaConfig, NvidiaDiscovery};
 use graft_driver::discovery::{Attribute, Device, Discovery, PCIE_ROOT_ATTRIBUTE};
+use graft_integration::apiserver;
+use graft_integration::claims;
+use graft_integration::dra_node::{prepare, unprepare, DraNode};
 use graft_integration::fake_gpu::{
     self, FakeNode, CAPS_MAJOR, DRIVER_VERSION, IMEX_MAJOR, LIB_DIR, UVM_MAJOR,
 };
@@ -63,6 +66,7 @@ fn discovery(node: &FakeNode, roots: Roots, imex_channels: u32) -> anyhow::Resul
             params_copy: "/var/lib/graft/nvidia/params".into(),
         },
         imex_channels,
+        passthrough: imex_channels > 0,
     })?)
 }
 
@@ -90,7 +94,24 @@ fn discovery_of_a_fake_h100_node() -> anyhow::Result<()> {
     let by_name: BTreeMap<&str, &Device> = devices.iter().map(|d| (d.name.as_str(), d)).collect();
     let names: Vec<&str> = by_name.keys().copied().collect();
     // Full GPUs by minor (indices 0..5), none for the MIG-enabled indices 6 and 7
-    // (minors 4 and 5), whose MIG devices come instead; no fabric, so no IMEX channel.
+    // (minors 4 and 5), whose MIG devices come instead; no fabric, so no IMEX channel;
+    // passthrough on, so every function with an IOMMU group is offered for VFIO too.
+    let vfio: Vec<&str> = names
+        .iter()
+        .copied()
+        .filter(|n| n.starts_with("vfio-"))
+        .collect();
+    assert_eq!(vfio.len(), 8, "{names:?}");
+    let v = by_name["vfio-0000-18-00-0"];
+    assert_eq!(attr(v, "type"), &s("vfio"));
+    assert_eq!(attr(v, "iommuGroup"), &Attribute::Int(40));
+    assert_eq!(attr(v, "pciBusID"), &s("0000:18:00.0"));
+    assert_eq!(attr(v, "productName"), &s("NVIDIA H100 80GB HBM3"));
+    assert_eq!(v.edits.device_nodes[0].path, "/dev/vfio/vfio");
+    let names: Vec<&str> = names
+        .into_iter()
+        .filter(|n| !n.starts_with("vfio-"))
+        .collect();
     assert_eq!(
         names,
         vec![
@@ -391,5 +412,133 @@ async fn fake_gpu_in_a_containerd_container() -> anyhow::Result<()> {
         .context("createContainer hooks")?;
     ensure!(hooks.len() == 3, "{hooks:?}");
     let _ = fake_gpu::MINORS;
+    Ok(())
+}
+
+/// A pod `name` with one container using all of claim `name`, and the claim allocated
+/// `device` on `node` with `config` (allocation config entries).
+async fn claim_for(
+    client: &kube::Client,
+    ns: &str,
+    name: &str,
+    node: &str,
+    device: &str,
+    config: serde_json::Value,
+) -> anyhow::Result<k8s_openapi::api::resource::v1::ResourceClaim> {
+    let p = claims::pod(client, ns, name, &[("d", name)], &[("c", &[("d", "")])]).await?;
+    claims::allocated_claim(client, ns, name, node, &[("r", device)], config, &[&p]).await
+}
+
+fn time_slicing(interval: &str) -> serde_json::Value {
+    serde_json::json!([{
+        "source": "FromClaim",
+        "requests": ["r"],
+        "opaque": {"driver": "graft.dev", "parameters": {
+            "apiVersion": "graft.dev/v1alpha1", "kind": "DeviceConfig",
+            "sharing": {"strategy": "TimeSlicing", "timeSlicing": {"interval": interval}}}}
+    }])
+}
+
+/// graft-driver with the nvidia backend on the fake node, against a real API server and
+/// with graft-nri on a real containerd: time-slicing is set through nvidia-smi at prepare
+/// and reset at unprepare; a GPU's function cannot go to VFIO while the GPU is prepared;
+/// unsupported sharing is refused by name; a VFIO bind that never happens fails the claim
+/// within the timeout and leaves nothing behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn prepare_sets_gpus_up_and_refuses_what_it_must() -> anyhow::Result<()> {
+    let dir = tempfile::Builder::new().prefix("gnv").tempdir_in("/tmp")?;
+    let node = FakeNode::create(dir.path())?;
+    let arg = |p: &Path| p.to_string_lossy().into_owned();
+    let hook = dir.path().join("bin/graft-hook");
+    let args = [
+        "--discovery".to_string(),
+        "nvidia".into(),
+        "--nvidia-driver-root".into(),
+        arg(&node.host),
+        "--sysfs-root".into(),
+        arg(&node.sys),
+        "--proc-root".into(),
+        arg(&node.proc),
+        "--nvidia-hook-path".into(),
+        arg(&hook),
+        "--nvidia-passthrough".into(),
+        "--nvidia-vfio-timeout-seconds".into(),
+        "2".into(),
+    ];
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let cp = apiserver::shared()?;
+    let dra = DraNode::start_with(cp, "nv-node", "", &args).await?;
+    ensure!(hook.is_file(), "graft-driver did not install graft-hook");
+    let client = &dra.client;
+    let ns = "nv";
+    claims::namespace(client, ns).await?;
+
+    // Time-slicing a full GPU: nvidia-smi on its PCI address, and the usual edits.
+    let sliced = claim_for(
+        client,
+        ns,
+        "sliced",
+        "nv-node",
+        "gpu-2",
+        time_slicing("Long"),
+    )
+    .await?;
+    let r = prepare(&dra, &[&sliced]).await?;
+    let r = &r[&claims::uid(&sliced)];
+    ensure!(r.error.is_empty(), "prepare failed: {}", r.error);
+    let calls = node.smi_calls();
+    ensure!(
+        calls == "-i 0000:18:00.0 -c DEFAULT\ncompute-policy -i 0000:18:00.0 --set-timeslice 3\n",
+        "nvidia-smi calls: {calls:?}"
+    );
+    let rec = dra.record(&claims::uid(&sliced))?.context("record")?;
+    ensure!(rec.devices[0].edits.device_nodes[0].path == "/dev/nvidia2");
+
+    // The same PCI function for passthrough, while the GPU is prepared: refused.
+    let vfio = claim_for(
+        client,
+        ns,
+        "vfio",
+        "nv-node",
+        "vfio-0000-18-00-0",
+        serde_json::json!([]),
+    )
+    .await?;
+    let e = &prepare(&dra, &[&vfio]).await?[&claims::uid(&vfio)].error;
+    ensure!(e.contains("already prepared for claim nv/sliced"), "{e}");
+
+    // Time-slicing a MIG device: refused, naming why.
+    let mig = claim_for(
+        client,
+        ns,
+        "mig",
+        "nv-node",
+        "gpu-4-mig-1-0",
+        time_slicing("Short"),
+    )
+    .await?;
+    let e = &prepare(&dra, &[&mig]).await?[&claims::uid(&mig)].error;
+    ensure!(e.contains("not MIG devices"), "{e}");
+    ensure!(dra.record(&claims::uid(&mig))?.is_none());
+
+    // Unprepare resets the time slice.
+    let u = unprepare(&dra, &[claims::claim_msg(&sliced)]).await?;
+    ensure!(u[&claims::uid(&sliced)].is_empty(), "{u:?}");
+    let calls = node.smi_calls();
+    ensure!(
+        calls.ends_with("compute-policy -i 0000:18:00.0 --set-timeslice 0\n"),
+        "{calls:?}"
+    );
+
+    // Now the function is free for VFIO, but no kernel unbinds it here: the claim fails
+    // within the timeout, naming the function, and no record is left.
+    let started = Instant::now();
+    let e = &prepare(&dra, &[&vfio]).await?[&claims::uid(&vfio)].error;
+    ensure!(
+        e.contains("0000:18:00.0 still bound to nvidia after 2s"),
+        "{e}"
+    );
+    ensure!(started.elapsed() < Duration::from_secs(20));
+    ensure!(dra.record(&claims::uid(&vfio))?.is_none());
     Ok(())
 }

@@ -6,13 +6,17 @@
 //! - `gpu-<minor>`: a GPU whose MIG mode is off (a GPU with MIG on is only offered as its
 //!   MIG devices);
 //! - `gpu-<parent minor>-mig-<gi>-<ci>`: a MIG device;
-//! - `imex-channel-<n>`: when the node's GPUs are registered in an NVLink fabric clique.
+//! - `imex-channel-<n>`: when the node's GPUs are registered in an NVLink fabric clique;
+//! - `vfio-<pci address>`: with passthrough on, every NVIDIA GPU function that has an IOMMU
+//!   group, bound to vfio-pci when prepared (see [`setup`]).
 
 pub mod driver_files;
 pub mod edits;
 pub mod ldcache;
 pub mod nvml;
 pub mod procfs;
+pub mod setup;
+pub mod vfio;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -36,6 +40,8 @@ pub struct NvidiaConfig {
     pub hook: HookConfig,
     /// How many IMEX channels to offer when the node is in a fabric clique.
     pub imex_channels: u32,
+    /// Offer GPUs for VFIO passthrough.
+    pub passthrough: bool,
 }
 
 pub struct NvidiaDiscovery {
@@ -158,7 +164,60 @@ impl NvidiaDiscovery {
             }
         }
         out.extend(self.imex_channels(inv, &majors)?);
+        if c.passthrough {
+            out.extend(self.vfio_devices(inv));
+        }
         Ok(out)
+    }
+
+    /// NVIDIA functions with an IOMMU group; the GPU's NVML data when it is bound to nvidia.
+    fn vfio_devices(&self, inv: &Inventory) -> Vec<Device> {
+        let c = &self.config;
+        let vfio = vfio::Vfio {
+            sys: c.sys_root.clone(),
+            proc: c.proc_root.clone(),
+            timeout: std::time::Duration::ZERO,
+        };
+        vfio.functions()
+            .into_iter()
+            .filter_map(|f| {
+                let group = f.iommu_group?;
+                let mut attributes = BTreeMap::new();
+                attributes.insert("type".into(), Attribute::String("vfio".into()));
+                attributes.insert("pciBusID".into(), Attribute::String(f.bdf.clone()));
+                attributes.insert("iommuGroup".into(), Attribute::Int(group.into()));
+                attributes.insert("pciDeviceID".into(), Attribute::String(f.device_id.clone()));
+                let dir = c.sys_root.join("bus/pci/devices").join(&f.bdf);
+                if let Some(root) = pcie_root(&c.sys_root, &dir) {
+                    attributes.insert(PCIE_ROOT_ATTRIBUTE.into(), Attribute::String(root));
+                }
+                if let Some(numa) = numa_node(&dir) {
+                    attributes.insert("numaNode".into(), Attribute::Int(numa));
+                }
+                if let Some(g) = inv.gpus.iter().find(|g| g.pci_bus_id == f.bdf) {
+                    attributes.insert("uuid".into(), Attribute::String(g.uuid.clone()));
+                    attributes.insert("productName".into(), Attribute::String(g.name.clone()));
+                }
+                Some(Device {
+                    name: format!("vfio-{}", f.bdf.replace([':', '.'], "-")),
+                    attributes,
+                    capacity: BTreeMap::new(),
+                    // The group node appears when vfio-pci binds: the setup adds it.
+                    edits: graft_record::ContainerEdits {
+                        device_nodes: vec![graft_record::DeviceNode {
+                            path: "/dev/vfio/vfio".into(),
+                            kind: graft_record::DeviceKind::Char,
+                            major: 10,
+                            minor: 196,
+                            file_mode: Some(0o666),
+                            uid: None,
+                            gid: None,
+                        }],
+                        ..Default::default()
+                    },
+                })
+            })
+            .collect()
     }
 
     fn mig_device(

@@ -1,0 +1,309 @@
+//! The nvidia backend's node-side setup: rebinding a GPU to vfio-pci for passthrough (and
+//! back), and time-slicing through nvidia-smi (NVML has no call for the compute time slice).
+
+use std::os::unix::fs::FileTypeExt;
+use std::os::unix::fs::MetadataExt;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use graft_record::{ContainerEdits, DeviceKind, DeviceNode, EnvVar};
+
+use super::vfio::Vfio;
+use crate::discovery::{Attribute, Device};
+use crate::opaque::DeviceConfig;
+use crate::setup::{DeviceSetup, Setup};
+
+/// Runs nvidia-smi with arguments.
+pub trait Smi: Send + Sync {
+    fn run(&self, args: &[String]) -> Result<(), String>;
+}
+
+/// The driver root's nvidia-smi, run chrooted into the driver root (as this process sees
+/// it) so that it finds its own libraries, whatever this image holds.
+pub struct ChrootSmi {
+    pub root: PathBuf,
+    /// Inside the driver root.
+    pub path: String,
+}
+
+impl Smi for ChrootSmi {
+    fn run(&self, args: &[String]) -> Result<(), String> {
+        let root = self.root.clone();
+        let mut cmd = Command::new(&self.path);
+        cmd.args(args);
+        // SAFETY: chroot and chdir are async-signal-safe; nothing else runs between fork
+        // and exec.
+        unsafe {
+            cmd.pre_exec(move || {
+                std::os::unix::fs::chroot(&root)?;
+                std::env::set_current_dir("/")
+            });
+        }
+        let out = cmd
+            .output()
+            .map_err(|e| format!("running {} {}: {e}", self.path, args.join(" ")))?;
+        if !out.status.success() {
+            return Err(format!(
+                "{} {} failed ({}): {}",
+                self.path,
+                args.join(" "),
+                out.status,
+                String::from_utf8_lossy(&out.stderr).trim()
+            ));
+        }
+        Ok(())
+    }
+}
+
+pub struct NvidiaSetup {
+    pub vfio: Vfio,
+    /// The host's /dev as this process sees it.
+    pub dev_root: PathBuf,
+    pub smi: Box<dyn Smi>,
+}
+
+fn text_attr<'a>(d: &'a Device, k: &str) -> Option<&'a str> {
+    match d.attributes.get(k)? {
+        Attribute::String(s) => Some(s),
+        _ => None,
+    }
+}
+
+/// A char device node as it is on the host, read with stat.
+fn stat_node(dev_root: &Path, rel: &str) -> Result<DeviceNode, String> {
+    let p = dev_root.join(rel);
+    let md = std::fs::metadata(&p).map_err(|e| format!("{}: {e}", p.display()))?;
+    if !md.file_type().is_char_device() {
+        return Err(format!("{} is not a character device", p.display()));
+    }
+    let rdev = md.rdev();
+    Ok(DeviceNode {
+        path: format!("/dev/{rel}"),
+        kind: DeviceKind::Char,
+        major: i64::from(libc::major(rdev)),
+        minor: i64::from(libc::minor(rdev)),
+        file_mode: Some(md.mode() & 0o777),
+        uid: None,
+        gid: None,
+    })
+}
+
+impl NvidiaSetup {
+    fn vfio_edits(&self, pci: &str) -> Result<ContainerEdits, String> {
+        let group = self
+            .vfio
+            .iommu_group(pci)
+            .ok_or_else(|| format!("{pci} has no IOMMU group"))?;
+        // vfio-pci creates the group node when it binds; give udev/devtmpfs a moment.
+        let start = Instant::now();
+        let node = loop {
+            match stat_node(&self.dev_root, &format!("vfio/{group}")) {
+                Ok(n) => break n,
+                Err(e) if start.elapsed() >= self.vfio.timeout => return Err(e),
+                Err(_) => std::thread::sleep(Duration::from_millis(50)),
+            }
+        };
+        Ok(ContainerEdits {
+            device_nodes: vec![stat_node(&self.dev_root, "vfio/vfio")?, node],
+            env: vec![EnvVar {
+                name: "NVIDIA_VISIBLE_DEVICES".into(),
+                value: "void".into(),
+            }],
+            ..Default::default()
+        })
+    }
+
+    fn set_timeslice(&self, pci: &str, interval: u32) -> Result<(), String> {
+        let s = |v: &[&str]| v.iter().map(|a| a.to_string()).collect::<Vec<_>>();
+        if interval != 0 {
+            self.smi.run(&s(&["-i", pci, "-c", "DEFAULT"]))?;
+        }
+        self.smi.run(&s(&[
+            "compute-policy",
+            "-i",
+            pci,
+            "--set-timeslice",
+            &interval.to_string(),
+        ]))
+    }
+}
+
+impl DeviceSetup for NvidiaSetup {
+    fn plan(
+        &self,
+        device: &Device,
+        config: Option<&DeviceConfig>,
+    ) -> Result<Option<Setup>, String> {
+        let sharing = config.and_then(|c| c.sharing.as_ref());
+        let pci = text_attr(device, "pciBusID").map(str::to_string);
+        match (text_attr(device, "type"), pci, sharing) {
+            (Some("vfio"), Some(pci_bus_id), None) => Ok(Some(Setup::Vfio { pci_bus_id })),
+            (Some("vfio"), _, Some(_)) => Err(format!(
+                "device {}: a GPU passed through with VFIO cannot be time-sliced",
+                device.name
+            )),
+            (Some("gpu"), Some(pci_bus_id), Some(s)) => Ok(Some(Setup::TimeSlice {
+                pci_bus_id,
+                interval: s.interval().smi_value(),
+            })),
+            (Some("mig"), _, Some(_)) => Err(format!(
+                "device {}: time-slicing applies to full GPUs, not MIG devices",
+                device.name
+            )),
+            (Some("imex-channel"), _, Some(_)) => Err(format!(
+                "device {}: an IMEX channel cannot be time-sliced",
+                device.name
+            )),
+            _ => Ok(None),
+        }
+    }
+
+    fn apply(&self, setup: &Setup) -> Result<Option<ContainerEdits>, String> {
+        match setup {
+            Setup::Vfio { pci_bus_id } => {
+                self.vfio.rebind(pci_bus_id, "vfio-pci")?;
+                self.vfio_edits(pci_bus_id).map(Some)
+            }
+            Setup::TimeSlice {
+                pci_bus_id,
+                interval,
+            } => self.set_timeslice(pci_bus_id, *interval).map(|()| None),
+        }
+    }
+
+    fn undo(&self, setup: &Setup) -> Result<(), String> {
+        match setup {
+            Setup::Vfio { pci_bus_id } => self.vfio.rebind(pci_bus_id, "nvidia"),
+            Setup::TimeSlice { pci_bus_id, .. } => self.set_timeslice(pci_bus_id, 0),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::discovery::nvidia::vfio::tests::{FakeKernel, BDF};
+    use std::collections::BTreeMap;
+    use std::sync::{Arc, Mutex};
+
+    #[derive(Default, Clone)]
+    struct Recorded(Arc<Mutex<Vec<String>>>);
+
+    impl Smi for Recorded {
+        fn run(&self, args: &[String]) -> Result<(), String> {
+            self.0.lock().unwrap().push(args.join(" "));
+            Ok(())
+        }
+    }
+
+    fn device(name: &str, kind: &str) -> Device {
+        let mut attributes = BTreeMap::new();
+        attributes.insert("type".into(), Attribute::String(kind.into()));
+        attributes.insert("pciBusID".into(), Attribute::String(BDF.into()));
+        Device {
+            name: name.into(),
+            attributes,
+            capacity: BTreeMap::new(),
+            edits: ContainerEdits::default(),
+        }
+    }
+
+    fn config(json: &str) -> DeviceConfig {
+        let v: serde_json::Value = serde_json::from_str(json).unwrap();
+        serde_json::from_value(v).unwrap()
+    }
+
+    fn setup(k: &FakeKernel, dev: &Path, smi: Recorded) -> NvidiaSetup {
+        NvidiaSetup {
+            vfio: k.vfio(Duration::from_secs(5)),
+            dev_root: dev.to_path_buf(),
+            smi: Box::new(smi),
+        }
+    }
+
+    #[test]
+    fn time_slicing_is_planned_applied_and_undone_for_full_gpus_only() {
+        let k = FakeKernel::start(false);
+        let dev = tempfile::tempdir().unwrap();
+        let smi = Recorded::default();
+        let s = setup(&k, dev.path(), smi.clone());
+        let long = config(
+            r#"{"apiVersion":"graft.dev/v1alpha1","kind":"DeviceConfig",
+                "sharing":{"strategy":"TimeSlicing","timeSlicing":{"interval":"Long"}}}"#,
+        );
+        let plan = s
+            .plan(&device("gpu-2", "gpu"), Some(&long))
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            plan,
+            Setup::TimeSlice {
+                pci_bus_id: BDF.into(),
+                interval: 3
+            }
+        );
+        assert_eq!(s.apply(&plan).unwrap(), None);
+        s.undo(&plan).unwrap();
+        assert_eq!(
+            *smi.0.lock().unwrap(),
+            vec![
+                format!("-i {BDF} -c DEFAULT"),
+                format!("compute-policy -i {BDF} --set-timeslice 3"),
+                format!("compute-policy -i {BDF} --set-timeslice 0"),
+            ]
+        );
+        let err = s
+            .plan(&device("gpu-4-mig-1-0", "mig"), Some(&long))
+            .unwrap_err();
+        assert!(err.contains("not MIG devices"), "{err}");
+        let err = s.plan(&device("vfio-x", "vfio"), Some(&long)).unwrap_err();
+        assert!(err.contains("VFIO"), "{err}");
+        assert_eq!(s.plan(&device("gpu-2", "gpu"), None).unwrap(), None);
+        assert_eq!(s.plan(&device("fuse", "fuse"), Some(&long)).unwrap(), None);
+    }
+
+    #[test]
+    fn vfio_binds_and_hands_out_the_group_node() {
+        if unsafe { libc::geteuid() } != 0 {
+            eprintln!("skipped: mknod needs root");
+            return;
+        }
+        let k = FakeKernel::start(false);
+        let dev = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dev.path().join("vfio")).unwrap();
+        for (name, major, minor) in [("vfio/vfio", 10, 196), ("vfio/41", 511, 0)] {
+            let p = std::ffi::CString::new(dev.path().join(name).to_str().unwrap()).unwrap();
+            let rc = unsafe {
+                libc::mknod(
+                    p.as_ptr(),
+                    libc::S_IFCHR | 0o666,
+                    libc::makedev(major, minor),
+                )
+            };
+            assert_eq!(rc, 0, "mknod {name}");
+        }
+        let s = setup(&k, dev.path(), Recorded::default());
+        let plan = s
+            .plan(&device("vfio-0000-18-00-0", "vfio"), None)
+            .unwrap()
+            .unwrap();
+        let edits = s.apply(&plan).unwrap().unwrap();
+        let nodes: Vec<(String, i64, i64)> = edits
+            .device_nodes
+            .iter()
+            .map(|n| (n.path.clone(), n.major, n.minor))
+            .collect();
+        assert_eq!(
+            nodes,
+            vec![
+                ("/dev/vfio/vfio".into(), 10, 196),
+                ("/dev/vfio/41".into(), 511, 0)
+            ]
+        );
+        assert_eq!(s.vfio.driver(BDF).as_deref(), Some("vfio-pci"));
+        s.undo(&plan).unwrap();
+        assert_eq!(s.vfio.driver(BDF).as_deref(), Some("nvidia"));
+    }
+}
