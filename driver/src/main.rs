@@ -131,7 +131,11 @@ fn nvidia_config(args: &Args) -> NvidiaConfig {
     }
 }
 
-fn nvidia_setup(args: &Args, config: &NvidiaConfig) -> NvidiaSetup {
+fn nvidia_setup(
+    args: &Args,
+    config: &NvidiaConfig,
+    wake: tokio::sync::mpsc::Sender<()>,
+) -> NvidiaSetup {
     NvidiaSetup {
         vfio: Vfio {
             sys: config.sys_root.clone(),
@@ -142,6 +146,9 @@ fn nvidia_setup(args: &Args, config: &NvidiaConfig) -> NvidiaSetup {
         smi: Box::new(ChrootSmi {
             root: config.roots.visible(&config.roots.driver),
             path: "/usr/bin/nvidia-smi".into(),
+        }),
+        rescan: Box::new(move || {
+            let _ = wake.try_send(());
         }),
     }
 }
@@ -222,6 +229,8 @@ async fn main() -> anyhow::Result<()> {
     let client = kube::Client::try_default()
         .await
         .context("no Kubernetes client configuration (in-cluster or KUBECONFIG)")?;
+    // Rescan requests: from inotify, and from setups that change what the node offers.
+    let (wake_tx, mut wake_rx) = tokio::sync::mpsc::channel(1);
     let mut core = DriverCore::new(
         args.driver_name.clone(),
         args.node_name.clone(),
@@ -231,7 +240,11 @@ async fn main() -> anyhow::Result<()> {
         args.crash_at,
     )?;
     if args.discovery.iter().any(|d| d.trim() == "nvidia") {
-        core = core.with_setup(Arc::new(nvidia_setup(&args, &nvidia_config(&args))));
+        core = core.with_setup(Arc::new(nvidia_setup(
+            &args,
+            &nvidia_config(&args),
+            wake_tx.clone(),
+        )));
     }
     let core = Arc::new(core);
     core.set_inventory(&devices);
@@ -246,8 +259,7 @@ async fn main() -> anyhow::Result<()> {
     );
     tokio::spawn(publisher.run(inv_rx));
 
-    // Rescans: on changes in the watched directories, and periodically.
-    let (wake_tx, mut wake_rx) = tokio::sync::mpsc::channel(1);
+    // Rescans: on changes in the watched directories, on request, and periodically.
     let watch_paths: Vec<PathBuf> = backends.iter().flat_map(|b| b.watch_paths()).collect();
     match inotify::spawn_watcher(&watch_paths, wake_tx) {
         Ok(n) => tracing::debug!(directories = n, "watching for device changes"),

@@ -62,6 +62,8 @@ pub struct NvidiaSetup {
     /// The host's /dev as this process sees it.
     pub dev_root: PathBuf,
     pub smi: Box<dyn Smi>,
+    /// Asks for a rescan: a GPU back on nvidia may come back with another minor.
+    pub rescan: Box<dyn Fn() + Send + Sync>,
 }
 
 fn text_attr<'a>(d: &'a Device, k: &str) -> Option<&'a str> {
@@ -175,7 +177,11 @@ impl DeviceSetup for NvidiaSetup {
 
     fn undo(&self, setup: &Setup) -> Result<(), String> {
         match setup {
-            Setup::Vfio { pci_bus_id } => self.vfio.rebind(pci_bus_id, "nvidia"),
+            Setup::Vfio { pci_bus_id } => {
+                self.vfio.rebind(pci_bus_id, "nvidia")?;
+                (self.rescan)();
+                Ok(())
+            }
             Setup::TimeSlice { pci_bus_id, .. } => self.set_timeslice(pci_bus_id, 0),
         }
     }
@@ -220,6 +226,7 @@ mod tests {
             vfio: k.vfio(Duration::from_secs(5)),
             dev_root: dev.to_path_buf(),
             smi: Box::new(smi),
+            rescan: Box::new(|| {}),
         }
     }
 
