@@ -42,15 +42,7 @@ pub fn one_device_claim(
 
 /// A character device node given explicitly, as records carry them.
 pub fn char_node(path: &str, major: i64, minor: i64, mode: u32) -> DeviceNode {
-    DeviceNode {
-        path: path.into(),
-        kind: DeviceKind::Char,
-        major,
-        minor,
-        file_mode: Some(mode),
-        uid: None,
-        gid: None,
-    }
+    DeviceNode::char(path, major, minor, mode)
 }
 
 /// A read-only bind mount of a host file.

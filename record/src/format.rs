@@ -87,6 +87,21 @@ pub struct DeviceNode {
     pub gid: Option<u32>,
 }
 
+impl DeviceNode {
+    /// A character device with explicit numbers and mode, owner left to the runtime.
+    pub fn char(path: impl Into<String>, major: i64, minor: i64, mode: u32) -> Self {
+        DeviceNode {
+            path: path.into(),
+            kind: DeviceKind::Char,
+            major,
+            minor,
+            file_mode: Some(mode),
+            uid: None,
+            gid: None,
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum DeviceKind {
     #[serde(rename = "c")]

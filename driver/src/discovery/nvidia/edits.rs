@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 
-use graft_record::{ContainerEdits, DeviceKind, DeviceNode, EnvVar, Hook, HookStage, Mount};
+use graft_record::{ContainerEdits, DeviceNode, EnvVar, Hook, HookStage, Mount};
 
 use super::driver_files::{DriverFiles, Roots};
 use super::procfs::CapabilityFile;
@@ -33,15 +33,7 @@ pub struct HookConfig {
 }
 
 fn char_node(path: String, major: i64, minor: i64, mode: u32) -> DeviceNode {
-    DeviceNode {
-        path,
-        kind: DeviceKind::Char,
-        major,
-        minor,
-        file_mode: Some(mode),
-        uid: None,
-        gid: None,
-    }
+    DeviceNode::char(path, major, minor, mode)
 }
 
 /// `/dev/nvidia<minor>`.

@@ -204,15 +204,12 @@ impl NvidiaDiscovery {
                     capacity: BTreeMap::new(),
                     // The group node appears when vfio-pci binds: the setup adds it.
                     edits: graft_record::ContainerEdits {
-                        device_nodes: vec![graft_record::DeviceNode {
-                            path: "/dev/vfio/vfio".into(),
-                            kind: graft_record::DeviceKind::Char,
-                            major: 10,
-                            minor: 196,
-                            file_mode: Some(0o666),
-                            uid: None,
-                            gid: None,
-                        }],
+                        device_nodes: vec![graft_record::DeviceNode::char(
+                            "/dev/vfio/vfio",
+                            10,
+                            196,
+                            0o666,
+                        )],
                         ..Default::default()
                     },
                 })
