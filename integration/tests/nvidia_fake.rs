@@ -470,6 +470,52 @@ async fn prepare_sets_gpus_up_and_refuses_what_it_must() -> anyhow::Result<()> {
     let dra = DraNode::start_with(cp, "nv-node", "", &args).await?;
     ensure!(hook.is_file(), "graft-driver did not install graft-hook");
     let client = &dra.client;
+
+    // The API server accepts what the nvidia backend publishes.
+    let api: kube::Api<k8s_openapi::api::resource::v1::ResourceSlice> =
+        kube::Api::all(client.clone());
+    let lp = kube::api::ListParams::default().fields("spec.nodeName=nv-node");
+    let started = Instant::now();
+    let published = loop {
+        let names: Vec<String> = api
+            .list(&lp)
+            .await?
+            .items
+            .iter()
+            .flat_map(|s| s.spec.devices.iter().flatten().map(|d| d.name.clone()))
+            .collect();
+        if names.len() >= 19 || started.elapsed() > Duration::from_secs(30) {
+            break names;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    ensure!(
+        published.len() == 19
+            && published.iter().any(|n| n == "gpu-2")
+            && published.iter().any(|n| n == "gpu-4-mig-1-0")
+            && published.iter().any(|n| n == "vfio-0000-18-00-0"),
+        "published: {published:?}"
+    );
+    let slice = api
+        .list(&lp)
+        .await?
+        .items
+        .into_iter()
+        .next()
+        .context("slice")?;
+    let gpu2 = slice
+        .spec
+        .devices
+        .iter()
+        .flatten()
+        .find(|d| d.name == "gpu-2")
+        .context("gpu-2 in the slice")?;
+    let attrs = gpu2.attributes.as_ref().context("attributes")?;
+    ensure!(
+        attrs["driverVersion"].version.as_deref() == Some("580.95.5"),
+        "{attrs:?}"
+    );
+
     let ns = "nv";
     claims::namespace(client, ns).await?;
 
