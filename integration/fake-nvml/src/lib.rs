@@ -478,16 +478,21 @@ pub unsafe extern "C" fn nvmlDeviceGetDeviceHandleFromMigDeviceHandle(
     }
 }
 
+/// A MIG device's GPU or compute instance id; full GPUs have none.
+unsafe fn mig_id(device: nvmlDevice_t, id: *mut c_uint, field: fn(&Mig) -> u32) -> nvmlReturn_t {
+    match decode(device) {
+        Some(Handle::Mig(m)) => put(id, field(&MIGS[m])),
+        Some(Handle::Gpu(_)) => NOT_SUPPORTED,
+        None => INVALID_ARGUMENT,
+    }
+}
+
 #[no_mangle]
 pub unsafe extern "C" fn nvmlDeviceGetGpuInstanceId(
     device: nvmlDevice_t,
     id: *mut c_uint,
 ) -> nvmlReturn_t {
-    match decode(device) {
-        Some(Handle::Mig(m)) => put(id, MIGS[m].gi),
-        Some(Handle::Gpu(_)) => NOT_SUPPORTED,
-        None => INVALID_ARGUMENT,
-    }
+    mig_id(device, id, |m| m.gi)
 }
 
 #[no_mangle]
@@ -495,11 +500,7 @@ pub unsafe extern "C" fn nvmlDeviceGetComputeInstanceId(
     device: nvmlDevice_t,
     id: *mut c_uint,
 ) -> nvmlReturn_t {
-    match decode(device) {
-        Some(Handle::Mig(m)) => put(id, MIGS[m].ci),
-        Some(Handle::Gpu(_)) => NOT_SUPPORTED,
-        None => INVALID_ARGUMENT,
-    }
+    mig_id(device, id, |m| m.ci)
 }
 
 #[no_mangle]
