@@ -27,9 +27,11 @@ pub enum RecordError {
         version: u64,
         supported: u32,
     },
-    #[error("record {path} is invalid: {source}")]
+    #[error("record {path} of claim {claim} is invalid: {source}")]
     Invalid {
         path: PathBuf,
+        /// `namespace/name (uid)` as the record gives it.
+        claim: String,
         #[source]
         source: InvalidRecord,
     },

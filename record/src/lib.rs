@@ -7,20 +7,24 @@
 //! ([`FORMAT_VERSION`]); files are replaced atomically and durably.
 
 pub mod atomic;
+pub mod env;
 mod error;
 mod format;
+pub mod paths;
+pub mod policy;
 mod status;
 mod store;
 mod validate;
 
 pub use error::{InvalidRecord, RecordError, Result};
 pub use format::*;
+pub use policy::InjectionPolicy;
 pub use status::{
     nri_readiness, plugin_alive, read_boot_id, NriReadiness, NriStatus, StatusPublisher,
     BOOT_ID_PATH,
 };
 pub use store::{parse_record, read_record, RecordStore, DEFAULT_STATE_DIR};
-pub use validate::{validate_edits, validate_record};
+pub use validate::{check_id, validate_edits, validate_record};
 
 /// Annotation graft adds to every container it injects into: a JSON list of the claims and
 /// devices it received.

@@ -9,7 +9,7 @@
 //! lock is the liveness signal: the kernel drops it with the process. The boot id guards
 //! against a status written before a reboot.
 
-use std::fs::{self, File, OpenOptions, TryLockError};
+use std::fs::{self, File, TryLockError};
 use std::io::ErrorKind;
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -61,14 +61,9 @@ pub struct StatusPublisher {
 impl StatusPublisher {
     /// Takes the liveness lock; fails if another plugin instance holds it.
     pub fn acquire(root: &Path, plugin: &str, boot_id: String) -> Result<Self> {
-        atomic::create_dir(root)?;
+        atomic::private_dir(root)?;
         let lock_path = root.join(LOCK_FILE);
-        let lock = OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&lock_path)
-            .map_err(|e| RecordError::io("open", &lock_path, e))?;
+        let lock = atomic::open_lock(&lock_path)?;
         match lock.try_lock() {
             Ok(()) => {}
             Err(TryLockError::WouldBlock) => {

@@ -12,8 +12,9 @@
 //! on removal, so a reader that finds a marker finds its record (or a removal in progress,
 //! which it skips).
 
-use std::fs::{self, File, OpenOptions};
+use std::fs::{self, DirBuilder, File, OpenOptions};
 use std::io::ErrorKind;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
@@ -42,6 +43,7 @@ impl RecordStore {
             pods: root.join("pods"),
             root,
         };
+        atomic::private_dir(&store.root)?;
         atomic::create_dir(&store.claims)?;
         atomic::create_dir(&store.pods)?;
         Ok(store)
@@ -75,12 +77,18 @@ impl RecordStore {
         // which the driver discards every record anyway.
         for pod in &rec.pods {
             let dir = self.pods.join(&pod.uid);
-            fs::create_dir_all(&dir).map_err(|e| RecordError::io("mkdir", &dir, e))?;
+            DirBuilder::new()
+                .recursive(true)
+                .mode(atomic::DIR_MODE)
+                .create(&dir)
+                .map_err(|e| RecordError::io("mkdir", &dir, e))?;
             let marker = dir.join(&rec.claim.uid);
             OpenOptions::new()
                 .write(true)
                 .create(true)
                 .truncate(false)
+                .mode(atomic::FILE_MODE)
+                .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
                 .open(&marker)
                 .map_err(|e| RecordError::io("create", &marker, e))?;
         }
@@ -236,12 +244,7 @@ impl RecordStore {
 
     fn writer_lock(&self) -> Result<File> {
         let path = self.root.join("writer.lock");
-        let f = OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&path)
-            .map_err(|e| RecordError::io("open", &path, e))?;
+        let f = atomic::open_lock(&path)?;
         f.lock().map_err(|e| RecordError::io("lock", &path, e))?;
         Ok(f)
     }
@@ -254,7 +257,27 @@ pub fn read_record(path: &Path) -> Result<Option<ClaimRecord>> {
         Err(e) if e.kind() == ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(RecordError::io("read", path, e)),
     };
-    parse_record(path, &data).map(Some)
+    let rec = parse_record(path, &data)?;
+    // A record lives under its claim's UID: one named otherwise was not put there by the
+    // store, and would shadow or duplicate another claim.
+    let stem = path
+        .file_name()
+        .and_then(|n| n.to_str())
+        .and_then(|n| n.strip_suffix(".json"));
+    if stem != Some(rec.claim.uid.as_str()) {
+        return Err(RecordError::Invalid {
+            path: path.to_path_buf(),
+            claim: rec.claim.to_string(),
+            source: crate::InvalidRecord {
+                field: "claim.uid".into(),
+                reason: format!(
+                    "the record is stored under another claim's name (expected {}.json)",
+                    rec.claim.uid
+                ),
+            },
+        });
+    }
+    Ok(Some(rec))
 }
 
 /// Parses record bytes, telling a record of another version apart from a corrupt one.
@@ -293,6 +316,7 @@ pub fn parse_record(path: &Path, data: &[u8]) -> Result<ClaimRecord> {
     }
     validate_record(&rec).map_err(|source| RecordError::Invalid {
         path: path.to_path_buf(),
+        claim: rec.claim.to_string(),
         source,
     })?;
     Ok(rec)

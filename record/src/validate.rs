@@ -2,10 +2,11 @@
 //! for something unsafe or malformed is refused as a whole, never half-applied.
 
 use std::collections::HashSet;
-use std::path::{Component, Path};
 
+use crate::env::check_env;
 use crate::error::InvalidRecord;
 use crate::format::{ClaimRecord, ContainerEdits, FORMAT_VERSION};
+use crate::paths::is_clean_absolute as is_clean_abs;
 
 /// Validates a whole claim record.
 pub fn validate_record(rec: &ClaimRecord) -> Result<(), InvalidRecord> {
@@ -127,19 +128,7 @@ pub fn validate_edits(at: &str, edits: &ContainerEdits) -> Result<(), InvalidRec
         }
     }
     for (i, e) in edits.env.iter().enumerate() {
-        let f = format!("{at}.env[{i}]");
-        if e.name.is_empty() || e.name.contains('=') || e.name.contains('\0') {
-            return Err(bad(
-                format!("{f}.name"),
-                format!(
-                    "environment variable name {:?} is empty or contains '=' or NUL",
-                    e.name
-                ),
-            ));
-        }
-        if e.value.contains('\0') {
-            return Err(bad(format!("{f}.value"), "value contains NUL".into()));
-        }
+        check_env(&format!("{at}.env[{i}]"), &e.name, &e.value)?;
     }
     for (i, h) in edits.hooks.iter().enumerate() {
         let f = format!("{at}.hooks[{i}]");
@@ -178,13 +167,4 @@ pub fn check_id(field: &str, id: &str) -> Result<(), InvalidRecord> {
             reason: format!("{id:?} is not a valid UID"),
         })
     }
-}
-
-fn is_clean_abs(p: &str) -> bool {
-    let path = Path::new(p);
-    path.is_absolute()
-        && !p.contains('\0')
-        && path
-            .components()
-            .all(|c| matches!(c, Component::RootDir | Component::Normal(_)))
 }

@@ -352,3 +352,20 @@ fn status_reports_readiness_and_liveness() {
         r => panic!("{r:?}"),
     }
 }
+
+#[test]
+fn a_record_stored_under_another_claims_name_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = RecordStore::open(dir.path()).unwrap();
+    store
+        .put_claim(&record("c1", &[("p1", &[("a", &["d0"])])]))
+        .unwrap();
+    std::fs::copy(
+        dir.path().join("claims/c1.json"),
+        dir.path().join("claims/c2.json"),
+    )
+    .unwrap();
+    let err = store.get_claim("c2").unwrap_err();
+    assert!(err.to_string().contains("another claim's name"), "{err}");
+    assert!(store.get_claim("c1").unwrap().is_some());
+}

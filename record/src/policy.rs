@@ -1,0 +1,460 @@
+//! What a record may ask of a container beyond being well formed: the injection policy both
+//! daemons apply, graft-driver before it writes a record (so a violation fails the claim at
+//! prepare, where `kubectl describe` shows it) and graft-nri before it edits a spec (so a
+//! record written by anything else, or by a bug, is refused).
+//!
+//! - Mounts are binds whose source lies under one of the allowed roots (`/dev`, graft's state
+//!   directory, and what the node configures: the NVIDIA driver root, served directories),
+//!   with options from a fixed list that always include `nosuid` (and `nodev`, except for
+//!   sources under `/dev`), never onto `/`, `/proc` or `/sys`.
+//! - Hooks are graft-hook at its installed path, with a known subcommand, the fixed minimal
+//!   environment [`HOOK_ENV`], at the createContainer stage, with a timeout.
+//! - Environment follows [`crate::env::check_env`] (checked with the record's structure).
+
+use std::path::Path;
+
+use crate::error::InvalidRecord;
+use crate::format::{ClaimRecord, ContainerEdits, HookStage};
+use crate::paths::{is_clean_absolute, is_under};
+
+/// argv[0] of every hook graft emits.
+pub const HOOK_NAME: &str = "graft-hook";
+/// Where graft-driver installs graft-hook on the host unless told otherwise.
+pub const DEFAULT_HOOK_PATH: &str = "/var/lib/graft/bin/graft-hook";
+/// The whole environment of every hook graft emits. Explicit, so that no runtime passes the
+/// container's own environment (`LD_PRELOAD`...) to a process that runs as root on the host.
+pub const HOOK_ENV: &[&str] = &["PATH=/usr/sbin:/usr/bin:/sbin:/bin"];
+/// The subcommands graft-hook has.
+pub const HOOK_SUBCOMMANDS: &[&str] = &[
+    "create-symlinks",
+    "update-ldcache",
+    "disable-device-node-modification",
+];
+/// Longest hook timeout accepted, in seconds.
+pub const MAX_HOOK_TIMEOUT_S: i64 = 60;
+/// Where, below the state directory, disable-device-node-modification keeps its per-container
+/// copies of the driver's params file (`<this>.<container id>`).
+pub const PARAMS_COPY: &str = "nvidia/params";
+/// Mount options a record may use.
+pub const MOUNT_OPTIONS: &[&str] = &[
+    "ro", "rw", "nosuid", "nodev", "noexec", "bind", "rbind", "private", "rprivate", "slave",
+    "rslave",
+];
+/// With the NVIDIA driver installed on the host itself (driver root `/`), the host
+/// directories its user-space files live in on the layouts graft supports: these, not the
+/// whole host, are the allowed mount roots. A driver root other than `/` (a driver
+/// container's `/run/nvidia/driver`) is allowed as a whole.
+pub const NVIDIA_HOST_ROOTS: &[&str] = &[
+    "/usr/lib",
+    "/usr/lib64",
+    "/lib",
+    "/lib64",
+    "/usr/bin",
+    "/usr/sbin",
+    "/bin",
+    "/sbin",
+    "/usr/local/bin",
+    "/usr/local/sbin",
+    "/usr/local/nvidia",
+    "/usr/share/nvidia",
+    "/usr/share/vulkan",
+    "/usr/share/glvnd",
+    "/usr/share/egl",
+    "/etc/vulkan",
+    "/etc/OpenCL",
+    "/run/nvidia-persistenced",
+    "/run/nvidia-fabricmanager",
+];
+/// Container paths no record may mount onto.
+const FORBIDDEN_DESTINATIONS: &[&str] = &["/proc", "/sys"];
+
+/// The node's injection policy.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InjectionPolicy {
+    mount_roots: Vec<String>,
+    hook_path: String,
+}
+
+impl InjectionPolicy {
+    /// `/dev` and `state_dir` are always allowed as mount sources; `extra_roots` adds the
+    /// node's own (each a clean absolute path, else an error naming it).
+    pub fn new(
+        state_dir: &Path,
+        hook_path: &str,
+        extra_roots: &[String],
+    ) -> Result<Self, InvalidRecord> {
+        let mut roots = vec!["/dev".to_string(), state_dir.to_string_lossy().into_owned()];
+        roots.extend(extra_roots.iter().cloned());
+        for r in &roots {
+            if !is_clean_absolute(r) {
+                return Err(InvalidRecord {
+                    field: "allowed mount roots".into(),
+                    reason: format!("{r:?} is not a clean absolute path"),
+                });
+            }
+        }
+        if !is_clean_absolute(hook_path) {
+            return Err(InvalidRecord {
+                field: "hook path".into(),
+                reason: format!("{hook_path:?} is not a clean absolute path"),
+            });
+        }
+        roots.sort();
+        roots.dedup();
+        Ok(InjectionPolicy {
+            mount_roots: roots,
+            hook_path: hook_path.to_string(),
+        })
+    }
+
+    /// The policy of a node: `extra_roots` plus, when the NVIDIA backend is on, its driver
+    /// root (or [`NVIDIA_HOST_ROOTS`] when that is `/`).
+    pub fn for_node(
+        state_dir: &Path,
+        hook_path: &str,
+        nvidia_driver_root: Option<&Path>,
+        extra_roots: &[String],
+    ) -> Result<Self, InvalidRecord> {
+        let mut roots: Vec<String> = extra_roots.to_vec();
+        match nvidia_driver_root {
+            Some(r) if r == Path::new("/") => {
+                roots.extend(NVIDIA_HOST_ROOTS.iter().map(|s| s.to_string()))
+            }
+            Some(r) => roots.push(r.to_string_lossy().into_owned()),
+            None => {}
+        }
+        Self::new(state_dir, hook_path, &roots)
+    }
+
+    pub fn mount_roots(&self) -> &[String] {
+        &self.mount_roots
+    }
+
+    pub fn hook_path(&self) -> &str {
+        &self.hook_path
+    }
+
+    /// Every device of a record.
+    pub fn check_record(&self, rec: &ClaimRecord) -> Result<(), InvalidRecord> {
+        for (i, dev) in rec.devices.iter().enumerate() {
+            self.check_edits(&format!("devices[{i}]({}).edits", dev.name), &dev.edits)?;
+        }
+        Ok(())
+    }
+
+    /// What one device adds to a container. `at` names it in errors.
+    pub fn check_edits(&self, at: &str, edits: &ContainerEdits) -> Result<(), InvalidRecord> {
+        let bad = |field: String, reason: String| InvalidRecord { field, reason };
+        for (i, m) in edits.mounts.iter().enumerate() {
+            let f = format!("{at}.mounts[{i}]");
+            if m.kind != "bind" {
+                return Err(bad(
+                    format!("{f}.type"),
+                    format!("mount type {:?}: graft only bind-mounts", m.kind),
+                ));
+            }
+            if !self
+                .mount_roots
+                .iter()
+                .any(|r| is_clean_absolute(&m.source) && is_under(&m.source, r))
+            {
+                return Err(bad(
+                    format!("{f}.source"),
+                    format!(
+                        "mount source {:?} is outside the allowed roots {:?}",
+                        m.source, self.mount_roots
+                    ),
+                ));
+            }
+            if m.destination == "/"
+                || FORBIDDEN_DESTINATIONS
+                    .iter()
+                    .any(|d| is_under(&m.destination, d))
+            {
+                return Err(bad(
+                    format!("{f}.destination"),
+                    format!("mount destination {:?} is not allowed", m.destination),
+                ));
+            }
+            if let Some(o) = m
+                .options
+                .iter()
+                .find(|o| !MOUNT_OPTIONS.contains(&o.as_str()))
+            {
+                return Err(bad(
+                    format!("{f}.options"),
+                    format!("mount option {o:?} is not one of {MOUNT_OPTIONS:?}"),
+                ));
+            }
+            let has = |o: &str| m.options.iter().any(|x| x == o);
+            if !has("nosuid") {
+                return Err(bad(
+                    format!("{f}.options"),
+                    format!("mount of {:?} lacks nosuid", m.source),
+                ));
+            }
+            if !has("nodev") && !is_under(&m.source, "/dev") {
+                return Err(bad(
+                    format!("{f}.options"),
+                    format!("mount of {:?} lacks nodev", m.source),
+                ));
+            }
+            if has("ro") && has("rw") {
+                return Err(bad(
+                    format!("{f}.options"),
+                    "both ro and rw given".to_string(),
+                ));
+            }
+        }
+        for (i, h) in edits.hooks.iter().enumerate() {
+            let f = format!("{at}.hooks[{i}]");
+            if h.path != self.hook_path {
+                return Err(bad(
+                    format!("{f}.path"),
+                    format!(
+                        "hook {:?} is not graft-hook at its installed path {:?}",
+                        h.path, self.hook_path
+                    ),
+                ));
+            }
+            if h.args.first().map(String::as_str) != Some(HOOK_NAME) {
+                return Err(bad(
+                    format!("{f}.args"),
+                    format!("argv[0] must be {HOOK_NAME:?}"),
+                ));
+            }
+            match h.args.get(1) {
+                Some(cmd) if HOOK_SUBCOMMANDS.contains(&cmd.as_str()) => {}
+                other => {
+                    return Err(bad(
+                        format!("{f}.args"),
+                        format!("subcommand {other:?} is not one of {HOOK_SUBCOMMANDS:?}"),
+                    ))
+                }
+            }
+            if h.env
+                .iter()
+                .map(String::as_str)
+                .ne(HOOK_ENV.iter().copied())
+            {
+                return Err(bad(
+                    format!("{f}.env"),
+                    format!("hook environment must be exactly {HOOK_ENV:?}"),
+                ));
+            }
+            if h.stage != HookStage::CreateContainer {
+                return Err(bad(
+                    format!("{f}.stage"),
+                    format!("stage {:?}: graft-hook runs at createContainer", h.stage),
+                ));
+            }
+            match h.timeout {
+                Some(t) if (1..=MAX_HOOK_TIMEOUT_S).contains(&t) => {}
+                other => {
+                    return Err(bad(
+                        format!("{f}.timeout"),
+                        format!("timeout {other:?} must be 1 to {MAX_HOOK_TIMEOUT_S} seconds"),
+                    ))
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The path of the params copy for one container, below the state directory.
+pub fn params_copy_path(state_dir: &Path, container_id: &str) -> Option<std::path::PathBuf> {
+    let ok = !container_id.is_empty()
+        && container_id.len() <= 128
+        && container_id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+    ok.then(|| state_dir.join(format!("{PARAMS_COPY}.{container_id}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::format::{Hook, Mount};
+
+    fn policy() -> InjectionPolicy {
+        InjectionPolicy::new(
+            Path::new("/var/lib/graft"),
+            DEFAULT_HOOK_PATH,
+            &["/run/nvidia/driver".into()],
+        )
+        .unwrap()
+    }
+
+    fn mount(source: &str, dest: &str, options: &[&str]) -> ContainerEdits {
+        ContainerEdits {
+            mounts: vec![Mount {
+                source: source.into(),
+                destination: dest.into(),
+                kind: "bind".into(),
+                options: options.iter().map(|s| s.to_string()).collect(),
+            }],
+            ..Default::default()
+        }
+    }
+
+    fn hook(args: &[&str]) -> Hook {
+        Hook {
+            stage: HookStage::CreateContainer,
+            path: DEFAULT_HOOK_PATH.into(),
+            args: args.iter().map(|s| s.to_string()).collect(),
+            env: HOOK_ENV.iter().map(|s| s.to_string()).collect(),
+            timeout: Some(30),
+        }
+    }
+
+    #[test]
+    fn mounts_inside_the_roots_with_safe_options_pass() {
+        let p = policy();
+        let ro = ["ro", "nosuid", "nodev", "rbind", "rprivate"];
+        let lib = "/run/nvidia/driver/usr/lib/x86_64-linux-gnu/libcuda.so.1";
+        assert!(p
+            .check_edits("e", &mount(lib, "/usr/lib/libcuda.so.1", &ro))
+            .is_ok());
+        assert!(p
+            .check_edits(
+                "e",
+                &mount("/dev/vfio/1", "/dev/vfio/1", &["nosuid", "rbind"])
+            )
+            .is_ok());
+    }
+
+    #[test]
+    fn mounts_that_break_a_rule_name_it() {
+        let p = policy();
+        let ro = ["ro", "nosuid", "nodev", "rbind"];
+        let cases: &[(ContainerEdits, &str)] = &[
+            (mount("/etc/shadow", "/x", &ro), "outside the allowed roots"),
+            // A sibling that only shares the prefix is outside too.
+            (mount("/run/nvidia/driverx/lib", "/x", &ro), "outside"),
+            (mount("/run/nvidia/driver/../../etc", "/x", &ro), "outside"),
+            (mount("/dev/fuse", "/proc/x", &ro), "destination"),
+            (mount("/dev/fuse", "/", &ro), "destination"),
+            (mount("/dev/fuse", "/sys/fs", &ro), "destination"),
+            (mount("/dev/fuse", "/x", &["rbind"]), "nosuid"),
+            (
+                mount("/run/nvidia/driver/lib", "/x", &["nosuid", "rbind"]),
+                "nodev",
+            ),
+            (mount("/dev/fuse", "/x", &["nosuid", "suid"]), "\"suid\""),
+            (mount("/dev/fuse", "/x", &["nosuid", "ro", "rw"]), "both"),
+        ];
+        for (edits, want) in cases {
+            let e = p.check_edits("d(x).edits", edits).unwrap_err();
+            assert!(e.to_string().contains(want), "{e} lacks {want}");
+            assert!(e.field.starts_with("d(x).edits.mounts[0]"), "{e}");
+        }
+        let mut proc_mount = mount("/dev/fuse", "/x", &["nosuid"]);
+        proc_mount.mounts[0].kind = "proc".into();
+        assert!(p.check_edits("e", &proc_mount).is_err());
+    }
+
+    #[test]
+    fn only_graft_hook_at_its_path_with_the_fixed_env() {
+        let p = policy();
+        let ok = ContainerEdits {
+            hooks: vec![hook(&[
+                "graft-hook",
+                "update-ldcache",
+                "--ldconfig",
+                "/sbin/ldconfig",
+            ])],
+            ..Default::default()
+        };
+        assert!(p.check_edits("e", &ok).is_ok());
+        type Mutation = Box<dyn Fn(&mut Hook)>;
+        let mutations: Vec<(Mutation, &str)> = vec![
+            (Box::new(|h| h.path = "/tmp/evil".into()), "installed path"),
+            (Box::new(|h| h.args[0] = "sh".into()), "argv[0]"),
+            (
+                Box::new(|h| h.args[1] = "run-anything".into()),
+                "subcommand",
+            ),
+            (Box::new(|h| h.args.truncate(1)), "subcommand"),
+            (Box::new(|h| h.env.clear()), "environment"),
+            (
+                Box::new(|h| h.env.push("LD_PRELOAD=/x.so".into())),
+                "environment",
+            ),
+            (Box::new(|h| h.stage = HookStage::Poststop), "stage"),
+            (Box::new(|h| h.timeout = None), "timeout"),
+            (Box::new(|h| h.timeout = Some(3600)), "timeout"),
+        ];
+        for (m, want) in mutations {
+            let mut e = ok.clone();
+            m(&mut e.hooks[0]);
+            let err = p.check_edits("e", &e).unwrap_err();
+            assert!(err.to_string().contains(want), "{err} lacks {want}");
+        }
+    }
+
+    #[test]
+    fn policy_roots_must_be_clean() {
+        assert!(InjectionPolicy::new(Path::new("/var/lib/graft"), "rel", &[]).is_err());
+        assert!(
+            InjectionPolicy::new(Path::new("/s"), DEFAULT_HOOK_PATH, &["x/..".into()]).is_err()
+        );
+        assert_eq!(
+            policy().mount_roots(),
+            ["/dev", "/run/nvidia/driver", "/var/lib/graft"]
+        );
+    }
+
+    #[test]
+    fn node_policy_narrows_a_host_driver_root_to_the_driver_directories() {
+        let s = Path::new("/var/lib/graft");
+        let host =
+            InjectionPolicy::for_node(s, DEFAULT_HOOK_PATH, Some(Path::new("/")), &[]).unwrap();
+        let ro = ["ro", "nosuid", "nodev", "rbind"];
+        let ok = mount("/usr/lib/x86_64-linux-gnu/libcuda.so.1", "/x", &ro);
+        assert!(host.check_edits("e", &ok).is_ok());
+        for secret in [
+            "/etc/shadow",
+            "/var/lib/kubelet/pods",
+            "/root/.ssh/id_rsa",
+            "/home/x",
+        ] {
+            assert!(
+                host.check_edits("e", &mount(secret, "/x", &ro)).is_err(),
+                "{secret}"
+            );
+        }
+        let container = InjectionPolicy::for_node(
+            s,
+            DEFAULT_HOOK_PATH,
+            Some(Path::new("/run/nvidia/driver")),
+            &[],
+        )
+        .unwrap();
+        assert!(container
+            .check_edits(
+                "e",
+                &mount("/run/nvidia/driver/usr/bin/nvidia-smi", "/x", &ro)
+            )
+            .is_ok());
+        assert!(container.check_edits("e", &ok).is_err());
+        let none = InjectionPolicy::for_node(s, DEFAULT_HOOK_PATH, None, &["/srv/licences".into()])
+            .unwrap();
+        assert_eq!(
+            none.mount_roots(),
+            ["/dev", "/srv/licences", "/var/lib/graft"]
+        );
+    }
+
+    #[test]
+    fn params_copies_are_per_container() {
+        let s = Path::new("/var/lib/graft");
+        assert_eq!(
+            params_copy_path(s, "abc123").unwrap(),
+            Path::new("/var/lib/graft/nvidia/params.abc123")
+        );
+        assert!(params_copy_path(s, "../x").is_none());
+        assert!(params_copy_path(s, "").is_none());
+        assert!(params_copy_path(s, "a/b").is_none());
+    }
+}
