@@ -2,12 +2,27 @@
 //! nvidia-smi would try to create or chmod device nodes inside the container. A copy of the
 //! driver's params with 0 is bind-mounted read-only over the container's
 //! `/proc/driver/nvidia/params`.
+//!
+//! The copy is per container (`<base>.<container id>`) in graft's root-only state
+//! directory, and unlinked as soon as it is mounted: the mount keeps the inode, the host
+//! keeps nothing, and two containers starting at once never share a file.
 
-use std::ffi::CString;
-use std::os::unix::ffi::OsStrExt;
-use std::path::Path;
+use std::fs::{DirBuilder, File};
+use std::io::{ErrorKind, Read, Write};
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::fs::DirBuilderExt;
+use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context};
+use nix::errno::Errno;
+use nix::fcntl::{open, openat, OFlag};
+use nix::sys::stat::Mode;
+use nix::unistd::{unlinkat, UnlinkatFlags};
+
+use crate::{inroot, mount};
+
+/// The file inside the container.
+pub const TARGET: &str = "/proc/driver/nvidia/params";
 
 /// The params text with modification off, or `None` when it already is.
 pub fn rewrite(params: &str) -> Option<String> {
@@ -25,93 +40,124 @@ pub fn rewrite(params: &str) -> Option<String> {
     changed.then(|| out.join("\n") + "\n")
 }
 
-pub fn disable_modification(rootfs: &Path, host_params: &Path, copy: &Path) -> anyhow::Result<()> {
-    let Ok(params) = std::fs::read_to_string(host_params) else {
+/// `<base>.<id>`, for an id as `graft_record::policy::params_copy_path` accepts it.
+pub fn copy_path(base: &Path, id: &str) -> anyhow::Result<PathBuf> {
+    let ok = !id.is_empty()
+        && id.len() <= 128
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+    if !ok {
+        bail!("container id {id:?}: expected 1 to 128 of [A-Za-z0-9_-]");
+    }
+    let Some(name) = base.file_name() else {
+        bail!("--params-copy {}: needs a file name", base.display());
+    };
+    let mut name = name.to_os_string();
+    name.push(".");
+    name.push(id);
+    Ok(base.with_file_name(name))
+}
+
+pub fn disable_modification(
+    rootfs: &Path,
+    host_params: &Path,
+    copy_base: &Path,
+    container_id: &str,
+) -> anyhow::Result<()> {
+    let copy = copy_path(copy_base, container_id)?;
+    let Some(params) = read_host(host_params)? else {
         // No NVIDIA driver loaded here: nothing to hide.
         return Ok(());
     };
     let Some(text) = rewrite(&params) else {
         return Ok(());
     };
-    let target = rootfs.join("proc/driver/nvidia/params");
-    if !target.exists() {
+    let root = inroot::open_root(rootfs)?;
+    let target = match root.resolve(TARGET) {
+        Ok(t) => t,
+        Err(e) if inroot::is_errno(&e, libc::ENOENT) => return Ok(()),
+        Err(e) => return Err(e).with_context(|| format!("resolving {TARGET} in the container")),
+    };
+    // What the container would read. Already 0 (a hook run before, or another tool):
+    // nothing to do; a second mount could not go over an unlinked copy anyway.
+    let seen = inroot::read_handle(&target, TARGET, inroot::MAX_FILE)?;
+    if rewrite(&String::from_utf8_lossy(&seen)).is_none() {
         return Ok(());
     }
-    if let Some(dir) = copy.parent() {
-        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    }
-    // Written aside and renamed: other containers may be bind-mounting the current copy.
-    let tmp = copy.with_extension(format!("tmp.{}", std::process::id()));
-    std::fs::write(&tmp, text).with_context(|| format!("{}", tmp.display()))?;
-    std::fs::rename(&tmp, copy).with_context(|| format!("{}", copy.display()))?;
-    bind_read_only(copy, &target)
+
+    let (dir, name) = host_dir(&copy)?;
+    let file = create_copy(&dir, &name, text.as_bytes())
+        .with_context(|| format!("writing {}", copy.display()))?;
+    let mounted = mount::bind_read_only(file.as_fd(), target.as_fd(), &root, TARGET);
+    // Whether or not the mount worked, nothing stays on the host.
+    let unlinked = unlinkat(&dir, name.as_str(), UnlinkatFlags::NoRemoveDir)
+        .with_context(|| format!("removing {}", copy.display()));
+    mounted?;
+    unlinked
 }
 
-fn bind_read_only(source: &Path, target: &Path) -> anyhow::Result<()> {
-    let src = CString::new(source.as_os_str().as_bytes())?;
-    let dst = CString::new(target.as_os_str().as_bytes())?;
-    // SAFETY: valid NUL-terminated paths; null fstype and data are allowed for binds.
-    let rc = unsafe {
-        libc::mount(
-            src.as_ptr(),
-            dst.as_ptr(),
-            std::ptr::null(),
-            libc::MS_BIND,
-            std::ptr::null(),
-        )
+/// The driver's params; `None` when there is no driver.
+fn read_host(path: &Path) -> anyhow::Result<Option<String>> {
+    let file = match File::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e).with_context(|| format!("opening {}", path.display())),
     };
-    if rc != 0 {
+    let mut text = String::new();
+    file.take(inroot::MAX_FILE)
+        .read_to_string(&mut text)
+        .with_context(|| format!("reading {}", path.display()))?;
+    Ok(Some(text))
+}
+
+/// The copy's directory (graft's state directory, root-only: created 0700) as an fd, and
+/// the copy's name in it.
+fn host_dir(copy: &Path) -> anyhow::Result<(OwnedFd, String)> {
+    let (Some(parent), Some(name)) = (copy.parent(), copy.file_name()) else {
+        bail!("{}: no directory or file name", copy.display());
+    };
+    let Some(name) = name.to_str().map(str::to_string) else {
+        bail!("{}: not UTF-8", copy.display());
+    };
+    if !parent.is_absolute() {
         bail!(
-            "bind-mounting {} over {}: {}",
-            source.display(),
-            target.display(),
-            std::io::Error::last_os_error()
+            "--params-copy {}: must be an absolute host path",
+            copy.display()
         );
     }
-    // SAFETY: as above; remounting the new bind read-only.
-    let rc = unsafe {
-        libc::mount(
-            std::ptr::null(),
-            dst.as_ptr(),
-            std::ptr::null(),
-            libc::MS_BIND | libc::MS_REMOUNT | libc::MS_RDONLY,
-            std::ptr::null(),
-        )
-    };
-    if rc != 0 {
-        bail!(
-            "making {} read-only: {}",
-            target.display(),
-            std::io::Error::last_os_error()
-        );
+    DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(parent)
+        .with_context(|| format!("creating {}", parent.display()))?;
+    let dir = open(
+        parent,
+        OFlag::O_DIRECTORY | OFlag::O_RDONLY | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    )
+    .with_context(|| format!("opening {}", parent.display()))?;
+    Ok((dir, name))
+}
+
+/// A new file (O_EXCL, O_NOFOLLOW, 0444); a leftover of the same name, from a hook that
+/// died before its unlink, is removed first.
+fn create_copy(dir: &OwnedFd, name: &str, data: &[u8]) -> anyhow::Result<OwnedFd> {
+    match unlinkat(dir, name, UnlinkatFlags::NoRemoveDir) {
+        Ok(()) | Err(Errno::ENOENT) => {}
+        Err(e) => return Err(e).context("removing a leftover copy"),
     }
-    Ok(())
+    let flags =
+        OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC | OFlag::O_WRONLY;
+    let fd = openat(dir, name, flags, Mode::from_bits_truncate(0o444)).context("creating")?;
+    let mut file = File::from(fd);
+    if let Err(e) = file.write_all(data) {
+        let _ = unlinkat(dir, name, UnlinkatFlags::NoRemoveDir);
+        return Err(e).context("writing");
+    }
+    Ok(file.into())
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn only_modify_device_files_changes() {
-        let p = "ResmanDebugLevel: 4294967295\nModifyDeviceFiles: 1\nDeviceFileUID: 0\n";
-        assert_eq!(
-            rewrite(p).unwrap(),
-            "ResmanDebugLevel: 4294967295\nModifyDeviceFiles: 0\nDeviceFileUID: 0\n"
-        );
-        assert_eq!(rewrite("ModifyDeviceFiles: 0\n"), None);
-        assert_eq!(rewrite(""), None);
-    }
-
-    #[test]
-    fn nothing_to_do_without_a_driver() {
-        let root = tempfile::tempdir().unwrap();
-        disable_modification(
-            root.path(),
-            Path::new("/nonexistent/params"),
-            &root.path().join("copy"),
-        )
-        .unwrap();
-        assert!(!root.path().join("copy").exists());
-    }
-}
+#[path = "params_tests.rs"]
+mod tests;

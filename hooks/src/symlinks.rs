@@ -1,67 +1,65 @@
 //! create-symlinks: recreates the driver's library symlinks inside the container.
+//!
+//! The link's directories are resolved inside the root, so a symlinked `/usr/lib/...` in
+//! the image leads where the container will see it, never to the host. The target is only
+//! symlink content, evaluated later by the container inside its own root.
 
-use std::io::ErrorKind;
-use std::os::unix::fs::symlink;
-use std::path::{Component, Path, PathBuf};
+use std::os::fd::AsFd;
+use std::path::Path;
 
 use anyhow::{bail, Context};
+use graft_record::paths::is_clean_absolute;
 
-pub fn create(rootfs: &Path, links: &[String]) -> anyhow::Result<()> {
-    for spec in links {
-        let Some((target, link)) = spec.split_once("::") else {
-            bail!("--link {spec:?}: expected TARGET::LINK");
-        };
-        let at = inside(rootfs, link).with_context(|| format!("--link {spec:?}"))?;
-        if let Some(parent) = at.parent() {
-            std::fs::create_dir_all(parent)
-                .with_context(|| format!("creating {}", parent.display()))?;
-        }
-        match std::fs::symlink_metadata(&at) {
-            Ok(m) if m.file_type().is_symlink() => {
-                if std::fs::read_link(&at)?.as_os_str() == target {
-                    continue;
-                }
-                std::fs::remove_file(&at)?;
-            }
-            // A real file of that name belongs to the image: leave it.
-            Ok(_) => continue,
-            Err(e) if e.kind() == ErrorKind::NotFound => {}
-            Err(e) => return Err(e).with_context(|| format!("{}", at.display())),
-        }
-        symlink(target, &at).with_context(|| format!("linking {} -> {target}", at.display()))?;
-    }
-    Ok(())
+use crate::inroot;
+
+/// A parsed `TARGET::LINK`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Link<'a> {
+    pub target: &'a str,
+    pub parent: &'a str,
+    pub name: &'a str,
 }
 
-/// `link` (absolute, inside the container) under `rootfs`, refusing `..` and any existing
-/// symlink on the way, which could lead outside the container.
-fn inside(rootfs: &Path, link: &str) -> anyhow::Result<PathBuf> {
-    let rel = Path::new(link);
-    if !rel.is_absolute() {
-        bail!("link path must be absolute");
+pub fn parse(spec: &str) -> anyhow::Result<Link<'_>> {
+    let Some((target, link)) = spec.split_once("::") else {
+        bail!("--link {spec:?}: expected TARGET::LINK");
+    };
+    if target.is_empty() || target.contains('\0') {
+        bail!("--link {spec:?}: the target must be non-empty, without NUL");
     }
-    let mut at = rootfs.to_path_buf();
-    let comps: Vec<_> = rel.components().skip(1).collect();
-    for (i, c) in comps.iter().enumerate() {
-        let Component::Normal(name) = c else {
-            bail!("link path may not contain {c:?}");
-        };
-        at.push(name);
-        let last = i + 1 == comps.len();
-        if !last {
-            if let Ok(m) = std::fs::symlink_metadata(&at) {
-                if m.file_type().is_symlink() {
-                    bail!("{} is a symlink", at.display());
-                }
-            }
-        }
+    if !is_clean_absolute(link) || link == "/" {
+        bail!("--link {spec:?}: the link must be a clean absolute path below /");
     }
-    Ok(at)
+    // A clean absolute path other than "/" always has both.
+    let (parent, name) = link.rsplit_once('/').unwrap_or(("", link));
+    Ok(Link {
+        target,
+        parent: if parent.is_empty() { "/" } else { parent },
+        name,
+    })
+}
+
+pub fn create(rootfs: &Path, specs: &[String]) -> anyhow::Result<()> {
+    // All checked before anything is touched.
+    let links = specs
+        .iter()
+        .map(|s| parse(s))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let root = inroot::open_root(rootfs)?;
+    for l in links {
+        let dir = inroot::mkdir_all(&root, l.parent)?;
+        let shown = format!("{}/{}", l.parent.trim_end_matches('/'), l.name);
+        inroot::ensure_symlink(dir.as_fd(), l.name, l.target)
+            .with_context(|| format!("linking {shown} -> {} in the container", l.target))?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::unix::fs::symlink;
+    use std::path::PathBuf;
 
     #[test]
     fn links_are_created_kept_and_replaced() {
@@ -72,6 +70,7 @@ mod tests {
             &[
                 format!("libcuda.so.580.95.05::{lib}/libcuda.so.1"),
                 format!("libcuda.so.1::{lib}/libcuda.so"),
+                "t::/top".to_string(),
             ],
         )
         .unwrap();
@@ -79,6 +78,10 @@ mod tests {
         assert_eq!(
             std::fs::read_link(at.join("libcuda.so.1")).unwrap(),
             PathBuf::from("libcuda.so.580.95.05")
+        );
+        assert_eq!(
+            std::fs::read_link(root.path().join("top")).unwrap(),
+            PathBuf::from("t")
         );
         // Again: idempotent; a stale link is replaced; a real file is left alone.
         std::fs::remove_file(at.join("libcuda.so")).unwrap();
@@ -103,12 +106,31 @@ mod tests {
     }
 
     #[test]
-    fn escapes_are_refused() {
+    fn bad_link_specs_are_refused_before_anything_is_done() {
         let root = tempfile::tempdir().unwrap();
-        assert!(create(root.path(), &["t::/../../etc/x".into()]).is_err());
-        assert!(create(root.path(), &["t::relative".into()]).is_err());
-        assert!(create(root.path(), &["no-separator".into()]).is_err());
-        symlink("/", root.path().join("escape")).unwrap();
-        assert!(create(root.path(), &["t::/escape/etc/x".into()]).is_err());
+        for bad in [
+            "t::/../../etc/x",
+            "t::/usr/../../etc/x",
+            "t::/usr/./lib/x",
+            "t::relative",
+            "t::lib/x",
+            "t::/",
+            "t::",
+            "t::/a//b",
+            "t::/a/",
+            "t::/a\0b",
+            "t\0x::/a",
+            "::/a",
+            "no-separator",
+        ] {
+            // A good spec first: it must not be created when a later one is bad.
+            let specs = ["ok::/made".to_string(), bad.to_string()];
+            assert!(create(root.path(), &specs).is_err(), "{bad:?}");
+        }
+        assert_eq!(std::fs::read_dir(root.path()).unwrap().count(), 0);
+        let l = parse("../a::/x/y").unwrap();
+        assert_eq!((l.target, l.parent, l.name), ("../a", "/x", "y"));
+        let l = parse("a::/y").unwrap();
+        assert_eq!((l.parent, l.name), ("/", "y"));
     }
 }

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Builds graft-hook statically linked and prints the binary's path.
+#
+# The runtime runs graft-hook as root on the host; a static binary has no dynamic loader,
+# so no LD_PRELOAD or LD_LIBRARY_PATH from any environment is ever honoured. The explicit
+# --target keeps RUSTFLAGS off build scripts and proc-macros, which must stay dynamic.
+#
+#   bash hooks/build-static.sh [--release] [more cargo build arguments]
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+profile=debug
+args=()
+if [[ "${1:-}" == "--release" ]]; then
+    profile=release
+    args+=(--release)
+    shift
+fi
+triple="$(rustc -vV | sed -n 's/^host: //p')"
+RUSTFLAGS="${RUSTFLAGS:+$RUSTFLAGS }-C target-feature=+crt-static" \
+    cargo build -p graft-hook ${args[@]+"${args[@]}"} --target "$triple" "$@" >&2
+target_dir="$(cargo metadata --format-version 1 --no-deps | sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')"
+bin="${target_dir:-target}/$triple/$profile/graft-hook"
+# A static binary has no program interpreter.
+if ! command -v readelf >/dev/null; then
+    echo "build-static.sh: no readelf; $bin not checked" >&2
+elif readelf -l "$bin" | grep -q 'INTERP'; then
+    echo "build-static.sh: $bin is dynamically linked" >&2
+    exit 1
+fi
+echo "$bin"

@@ -1,0 +1,258 @@
+//! The mounting tests run on a thread of a private mount namespace (see `in_private_mount_ns`)
+//! and are skipped, saying why, without root.
+
+use super::*;
+use crate::testutil::*;
+
+const ON: &str = "ResmanDebugLevel: 4294967295\nModifyDeviceFiles: 1\nDeviceFileUID: 0\n";
+
+#[test]
+fn only_modify_device_files_changes() {
+    assert_eq!(
+        rewrite(ON).unwrap(),
+        "ResmanDebugLevel: 4294967295\nModifyDeviceFiles: 0\nDeviceFileUID: 0\n"
+    );
+    assert_eq!(rewrite("ModifyDeviceFiles: 0\n"), None);
+    assert_eq!(rewrite(""), None);
+}
+
+#[test]
+fn container_ids_are_checked() {
+    let base = Path::new("/var/lib/graft/nvidia/params");
+    assert_eq!(
+        copy_path(base, "abc-1_2").unwrap(),
+        Path::new("/var/lib/graft/nvidia/params.abc-1_2")
+    );
+    let long = "a".repeat(129);
+    for bad in ["", "../x", "a/b", ".", "a b", "a\0b", "a.b", long.as_str()] {
+        assert!(copy_path(base, bad).is_err(), "{bad:?}");
+        let root = tempfile::tempdir().unwrap();
+        // Refused even when there would be nothing to do.
+        let none = Path::new("/nonexistent/params");
+        assert!(disable_modification(root.path(), none, base, bad).is_err());
+    }
+    assert!(copy_path(base, &"a".repeat(128)).is_ok());
+}
+
+/// A root with the driver's params at `at` (`{D}` as in `Fixture::in_root`), a host params
+/// file with `text`, and the copy's base in a state directory that does not exist yet.
+struct Setup {
+    f: Fixture,
+    host: PathBuf,
+    base: PathBuf,
+}
+
+fn setup(at: &str, host_text: &str) -> Setup {
+    let f = Fixture::new();
+    f.write(at, ON);
+    let host = f.root.parent().unwrap().join("host-params");
+    std::fs::write(&host, host_text).unwrap();
+    let base = f.root.parent().unwrap().join("state/nvidia/params");
+    Setup { f, host, base }
+}
+
+impl Setup {
+    fn run(&self, id: &str) -> anyhow::Result<()> {
+        disable_modification(&self.f.root, &self.host, &self.base, id)
+    }
+
+    fn state_dir(&self) -> PathBuf {
+        self.base.parent().unwrap().to_path_buf()
+    }
+}
+
+#[test]
+fn nothing_to_do_without_a_driver_a_change_or_a_target() {
+    let s = setup("proc/driver/nvidia/params", ON);
+    let none = Path::new("/nonexistent/params");
+    disable_modification(&s.f.root, none, &s.base, "c1").unwrap();
+    std::fs::write(&s.host, "ModifyDeviceFiles: 0\n").unwrap();
+    s.run("c1").unwrap();
+    assert!(!s.state_dir().exists());
+    let s = setup("elsewhere", ON);
+    s.run("c1").unwrap();
+    assert!(!s.state_dir().exists());
+}
+
+#[test]
+fn a_target_that_is_not_a_regular_file_is_refused() {
+    let s = setup("elsewhere", ON);
+    s.f.mkdir("proc/driver/nvidia/params");
+    let err = format!("{:#}", s.run("c1").unwrap_err());
+    assert!(
+        err.contains("/proc/driver/nvidia/params") && err.contains("regular"),
+        "{err}"
+    );
+}
+
+/// The mount over `target` (a host path) as this thread's namespace shows it.
+fn mount_options(target: &Path) -> Option<String> {
+    let info = std::fs::read_to_string("/proc/thread-self/mountinfo").unwrap();
+    let target = target.to_str().unwrap();
+    info.lines()
+        .rfind(|l| l.split(' ').nth(4) == Some(target))
+        .map(|l| l.split(' ').nth(5).unwrap().to_string())
+}
+
+/// The target reads as the rewritten copy, cannot be written, and the copy is gone.
+fn check_mounted(s: &Setup, at: &str) {
+    let target = s.f.in_root(at);
+    let text = std::fs::read_to_string(&target).unwrap();
+    assert_eq!(
+        text,
+        rewrite(&std::fs::read_to_string(&s.host).unwrap()).unwrap()
+    );
+    let err = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&target)
+        .unwrap_err();
+    assert_eq!(err.raw_os_error(), Some(libc::EROFS));
+    let opts = mount_options(&target).expect("no mount over the target");
+    for o in ["ro", "nosuid", "nodev", "noexec"] {
+        assert!(opts.split(',').any(|x| x == o), "{o} not in {opts}");
+    }
+    let left: Vec<_> = std::fs::read_dir(s.state_dir()).unwrap().collect();
+    assert!(left.is_empty(), "left on the host: {left:?}");
+    let mode = std::fs::metadata(s.state_dir()).unwrap().permissions();
+    assert_eq!(
+        std::os::unix::fs::PermissionsExt::mode(&mode) & 0o777,
+        0o700
+    );
+}
+
+/// `emulated`: pathrs's emulated resolver refuses the unlinked copy on a second run
+/// ("(deleted)" in its path check); an error then, but still nothing changed.
+fn mounts_a_read_only_copy(emulated: bool) {
+    let s = setup("proc/driver/nvidia/params", ON);
+    s.run("c1").unwrap();
+    check_mounted(&s, "proc/driver/nvidia/params");
+    // A second run sees the container's params already say 0.
+    let again = s.run("c1");
+    assert!(emulated || again.is_ok(), "{again:?}");
+    check_mounted(&s, "proc/driver/nvidia/params");
+}
+
+#[test]
+fn mounts_a_read_only_copy_and_leaves_nothing_on_the_host() {
+    in_private_mount_ns(|| mounts_a_read_only_copy(false));
+}
+
+#[test]
+fn a_leftover_copy_is_replaced_not_followed() {
+    in_private_mount_ns(|| {
+        let s = setup("proc/driver/nvidia/params", ON);
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(s.state_dir())
+            .unwrap();
+        let copy = copy_path(&s.base, "c1").unwrap();
+        std::os::unix::fs::symlink(s.f.decoy.join("lib/libdecoy.so"), &copy).unwrap();
+        let before = s.f.decoy_snapshot();
+        s.run("c1").unwrap();
+        check_mounted(&s, "proc/driver/nvidia/params");
+        assert_eq!(before, s.f.decoy_snapshot());
+    });
+}
+
+#[test]
+fn containers_in_parallel_each_get_their_own_copy() {
+    in_private_mount_ns(|| {
+        let state = tempfile::tempdir_in("/tmp").unwrap();
+        let base = state.path().join("nvidia/params");
+        let runs: Vec<_> = (0..8)
+            .map(|i| {
+                let mut s = setup("proc/driver/nvidia/params", &format!("{ON}Tag: {i}\n"));
+                s.base = base.clone();
+                std::thread::spawn(move || {
+                    for round in 0..10 {
+                        s.run(&format!("container-{i}")).unwrap();
+                        let text =
+                            std::fs::read_to_string(s.f.in_root("proc/driver/nvidia/params"));
+                        assert!(
+                            text.unwrap().contains(&format!("Tag: {i}\n")),
+                            "round {round}"
+                        );
+                    }
+                    s
+                })
+            })
+            .collect();
+        let done: Vec<Setup> = runs.into_iter().map(|t| t.join().unwrap()).collect();
+        for s in &done {
+            check_mounted(s, "proc/driver/nvidia/params");
+        }
+    });
+}
+
+/// `proc` of the image leads to the decoy: the mount lands on the file inside the root.
+pub fn proc_symlinks_stay_inside() -> usize {
+    let variants = [
+        ("/{D}/proc", "{D}/proc/driver/nvidia/params"),
+        (
+            "../../../../../../../../../../{D}/proc",
+            "{D}/proc/driver/nvidia/params",
+        ),
+        ("/x/../../{D}/proc", "{D}/proc/driver/nvidia/params"),
+    ];
+    for (link, inside) in variants {
+        let s = setup(inside, ON);
+        s.f.mkdir("x");
+        s.f.link("proc", link);
+        let before = s.f.decoy_snapshot();
+        s.run("c1").unwrap();
+        check_mounted(&s, inside);
+        assert_eq!(before, s.f.decoy_snapshot(), "{link}: the decoy changed");
+        let decoy_params = s.f.decoy.join("proc/driver/nvidia/params");
+        assert_eq!(mount_options(&decoy_params), None, "{link}");
+    }
+    // Dangling inside the root: nothing to mount, nothing touched.
+    let s = setup("elsewhere", ON);
+    s.f.link("proc", "/{D}/proc");
+    let before = s.f.decoy_snapshot();
+    s.run("c1").unwrap();
+    assert_eq!(before, s.f.decoy_snapshot());
+    assert_eq!(
+        mount_options(&s.f.decoy.join("proc/driver/nvidia/params")),
+        None
+    );
+    variants.len() + 1
+}
+
+#[test]
+fn a_symlinked_proc_still_mounts_inside_the_root() {
+    in_private_mount_ns(proc_symlinks_stay_inside);
+}
+
+/// Without open_tree, mount_setattr and move_mount (kernels before 5.2/5.12): the classic
+/// bind and read-only remount, with openat2 denied too so pathrs emulates it.
+#[test]
+fn the_fallback_mount_path_and_emulated_resolver_work() {
+    if !is_root() {
+        eprintln!("skipped: needs root for a private mount namespace");
+        return;
+    }
+    run_child("params::tests::fallback_child");
+}
+
+#[test]
+#[ignore = "run in a child process by the_fallback_mount_path_and_emulated_resolver_work"]
+fn fallback_child() {
+    if !is_child() {
+        return;
+    }
+    in_private_mount_ns(|| {
+        deny_syscalls(&[
+            libc::SYS_open_tree,
+            libc::SYS_move_mount,
+            libc::SYS_mount_setattr,
+            libc::SYS_openat2,
+        ]);
+        let (src, dst) = (tempfile::tempfile().unwrap(), tempfile::tempfile().unwrap());
+        let e = mount::bind_new_api(src.as_fd(), dst.as_fd()).unwrap_err();
+        assert_eq!(e, Errno::ENOSYS);
+        mounts_a_read_only_copy(true);
+        proc_symlinks_stay_inside();
+    })
+    .expect("needs a private mount namespace");
+}
