@@ -3,7 +3,10 @@
 use std::collections::BTreeMap;
 
 use graft_proto::nri;
-use graft_record::{ClaimRecord, ContainerEdits, DeviceNode, HookStage, INJECTED_ANNOTATION};
+use graft_record::{
+    ClaimRecord, ContainerEdits, DeviceNode, HookStage, InjectionPolicy, InvalidRecord,
+    INJECTED_ANNOTATION,
+};
 use serde::Serialize;
 
 /// What one container receives from all the claims its pod holds.
@@ -31,14 +34,29 @@ pub struct Conflict {
     pub second: String,
 }
 
+/// Why a container cannot be given what its pod's records say.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PlanError {
+    #[error(transparent)]
+    Conflict(#[from] Conflict),
+    /// A record asks for something the node's injection policy does not allow.
+    #[error("claim {claim}: its record breaks graft's injection policy: {source}")]
+    Policy {
+        claim: String,
+        #[source]
+        source: InvalidRecord,
+    },
+}
+
 /// Merges what `container` of pod `pod_uid` receives from `claims`. `None` when it receives
 /// nothing. Identical repeats (a shared device node from two claims) are merged; differing
-/// ones are a conflict.
+/// ones are a conflict. Every device the container receives must pass `policy`.
 pub fn plan(
     claims: &[ClaimRecord],
     pod_uid: &str,
     container: &str,
-) -> Result<Option<Plan>, Conflict> {
+    policy: &InjectionPolicy,
+) -> Result<Option<Plan>, PlanError> {
     let mut plan = Plan::default();
     let mut nodes: BTreeMap<&str, (&DeviceNode, String)> = BTreeMap::new();
     let mut mounts: BTreeMap<&str, String> = BTreeMap::new();
@@ -52,16 +70,22 @@ pub fn plan(
         let owner = format!("{}/{}", rec.claim.namespace, rec.claim.name);
         for dev in &devices {
             let e = &dev.edits;
+            policy
+                .check_edits(&format!("devices({}).edits", dev.name), e)
+                .map_err(|source| PlanError::Policy {
+                    claim: rec.claim.to_string(),
+                    source,
+                })?;
             for node in &e.device_nodes {
                 match nodes.get(node.path.as_str()) {
                     Some((prev, _)) if *prev == node => continue,
                     Some((_, first)) => {
-                        return Err(Conflict {
+                        return Err(PlanError::Conflict(Conflict {
                             what: "device node",
                             key: node.path.clone(),
                             first: first.clone(),
                             second: owner,
-                        })
+                        }))
                     }
                     None => {
                         nodes.insert(&node.path, (node, owner.clone()));
@@ -73,12 +97,12 @@ pub fn plan(
                 match mounts.get(m.destination.as_str()) {
                     Some(_) if plan.edits.mounts.iter().any(|x| x == m) => continue,
                     Some(first) => {
-                        return Err(Conflict {
+                        return Err(PlanError::Conflict(Conflict {
                             what: "mount destination",
                             key: m.destination.clone(),
                             first: first.clone(),
                             second: owner,
-                        })
+                        }))
                     }
                     None => {
                         mounts.insert(&m.destination, owner.clone());
@@ -90,12 +114,12 @@ pub fn plan(
                 match env.get(v.name.as_str()) {
                     Some((value, _)) if *value == v.value => continue,
                     Some((_, first)) => {
-                        return Err(Conflict {
+                        return Err(PlanError::Conflict(Conflict {
                             what: "environment variable",
                             key: v.name.clone(),
                             first: first.clone(),
                             second: owner,
-                        })
+                        }))
                     }
                     None => {
                         env.insert(&v.name, (&v.value, owner.clone()));

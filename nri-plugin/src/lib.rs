@@ -5,6 +5,9 @@
 //! the driver wrote and turn them into container adjustments.
 
 pub mod events;
+#[cfg(feature = "fault-injection")]
+pub mod fault;
+pub mod guard;
 pub mod inject;
 pub mod mux;
 pub mod plugin;

@@ -8,7 +8,10 @@ use anyhow::{bail, Context};
 use clap::Parser;
 use graft_nri::plugin::GraftPlugin;
 use graft_nri::sdk::{self, Options, Transport};
-use graft_record::{read_boot_id, RecordStore, StatusPublisher, BOOT_ID_PATH, DEFAULT_STATE_DIR};
+use graft_record::policy::DEFAULT_HOOK_PATH;
+use graft_record::{
+    read_boot_id, InjectionPolicy, RecordStore, StatusPublisher, BOOT_ID_PATH, DEFAULT_STATE_DIR,
+};
 
 #[derive(Debug, Parser)]
 #[command(name = "graft-nri", version, about)]
@@ -30,6 +33,22 @@ struct Args {
     /// Two-digit plugin index; plugins are called in ascending order.
     #[arg(long, env = "NRI_PLUGIN_IDX", default_value = "10")]
     index: String,
+    /// graft-hook's host path: the only hook a record may name (as graft-driver installs it).
+    #[arg(long, env = "GRAFT_NVIDIA_HOOK_PATH", default_value = DEFAULT_HOOK_PATH)]
+    hook_path: String,
+    /// The NVIDIA driver root, when the node has the nvidia backend: its driver files may be
+    /// mounted (with `/`, only the driver's directories; see README).
+    #[arg(long, env = "GRAFT_NVIDIA_DRIVER_ROOT")]
+    nvidia_driver_root: Option<PathBuf>,
+    /// More host directories mount sources may come from, comma separated (`/dev` and the
+    /// state directory always may).
+    #[arg(long, env = "GRAFT_ALLOWED_MOUNT_ROOTS", value_delimiter = ',')]
+    allowed_mount_roots: Vec<String>,
+    /// Every CreateContainer is answered within this many milliseconds, or refused: the
+    /// runtime would otherwise drop the plugin and start containers without their devices.
+    /// Lowered to half the runtime's request timeout when that is shorter.
+    #[arg(long, env = "GRAFT_NRI_DEADLINE_MS", default_value_t = 1000)]
+    deadline_ms: u64,
     /// Log to this file instead of stderr (a pre-installed plugin's stderr is /dev/null).
     #[arg(long, env = "GRAFT_LOG_FILE")]
     log_file: Option<PathBuf>,
@@ -44,6 +63,8 @@ struct Args {
 
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
+    // Everything graft-nri creates in the state directory is root's alone.
+    nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o077));
     init_logging(args.log_file.as_deref())?;
     let transport = match std::env::var("NRI_PLUGIN_SOCKET") {
         Ok(fd) => Transport::PreInstalled(fd.parse().with_context(|| {
@@ -51,12 +72,32 @@ fn main() -> anyhow::Result<()> {
         })?),
         Err(_) => Transport::External(args.socket.clone()),
     };
-    let opts = Options::new(&args.name, &args.index, transport);
+    if let Transport::External(path) = &transport {
+        warn_if_shared(path);
+    }
+    let mut opts = Options::new(&args.name, &args.index, transport);
+    opts.handler_deadline = std::time::Duration::from_millis(args.deadline_ms.max(1));
     if let Err(e) = opts.validate() {
         bail!(e);
     }
     let store = RecordStore::open(&args.state_dir)
         .with_context(|| format!("opening state directory {}", args.state_dir.display()))?;
+    let roots: Vec<String> = args
+        .allowed_mount_roots
+        .iter()
+        .map(|r| r.trim().to_string())
+        .filter(|r| !r.is_empty())
+        .collect();
+    let policy = InjectionPolicy::for_node(
+        &args.state_dir,
+        &args.hook_path,
+        args.nvidia_driver_root.as_deref(),
+        &roots,
+    )
+    .context(
+        "graft-nri's injection policy (--hook-path, --allowed-mount-roots, --nvidia-driver-root)",
+    )?;
+    tracing::info!(mount_roots = ?policy.mount_roots(), hook = policy.hook_path(), "injection policy");
     let boot_id = read_boot_id(&args.boot_id_path)?;
     // During a rolling update the new instance starts beside the old one: wait for the old
     // one to exit instead of failing, so the update can proceed (the DaemonSet only removes
@@ -84,7 +125,7 @@ fn main() -> anyhow::Result<()> {
         }
     };
     let plugin = Arc::new(
-        GraftPlugin::new(store, status)
+        GraftPlugin::new(store, status, policy)
             .with_eviction_grace(std::time::Duration::from_millis(args.eviction_grace_ms)),
     );
 
@@ -105,6 +146,22 @@ fn main() -> anyhow::Result<()> {
             }
         }
     })
+}
+
+/// Whoever can connect to the runtime's NRI socket can register a plugin and edit every
+/// container's spec: it must be root's alone (connecting needs write permission).
+fn warn_if_shared(socket: &std::path::Path) {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(m) = std::fs::metadata(socket) else {
+        return;
+    };
+    if m.uid() != 0 || m.mode() & 0o022 != 0 {
+        tracing::warn!(
+            socket = %socket.display(), owner = m.uid(), mode = format!("{:o}", m.mode() & 0o7777),
+            "the NRI socket can be connected to by others than root: any process that can \
+             connect can register a plugin and edit every container; make it root-only"
+        );
+    }
 }
 
 async fn shutdown_signal() {

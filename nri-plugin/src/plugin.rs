@@ -7,11 +7,15 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use graft_proto::nri::{self, ContainerState, Event};
-use graft_record::{RecordStore, StatusPublisher};
+use graft_record::policy::params_copy_path;
+use graft_record::{InjectionPolicy, RecordStore, StatusPublisher};
 use ttrpc::Code;
 
 use crate::events::EventMask;
-use crate::inject::plan;
+#[cfg(feature = "fault-injection")]
+use crate::fault::FaultSwitch;
+use crate::guard::panic_message;
+use crate::inject::{plan, Plan};
 use crate::sdk::{ConnectionState, NriPlugin, Runtime};
 
 /// Counters, for logs and tests.
@@ -31,22 +35,37 @@ struct PendingEviction {
 
 pub struct GraftPlugin {
     store: RecordStore,
+    /// What a record may ask of a container; graft-driver applies the same rules.
+    policy: InjectionPolicy,
     status: Mutex<StatusPublisher>,
     pending: Arc<Mutex<HashMap<String, PendingEviction>>>,
     stats: Arc<Stats>,
     /// How long to wait for the runtime to stop an evicted container before saying so.
     eviction_grace: Duration,
+    #[cfg(feature = "fault-injection")]
+    fault: FaultSwitch,
 }
 
 impl GraftPlugin {
-    pub fn new(store: RecordStore, status: StatusPublisher) -> Self {
+    /// A plugin that injects from `store` what `policy` allows.
+    pub fn new(store: RecordStore, status: StatusPublisher, policy: InjectionPolicy) -> Self {
         GraftPlugin {
+            policy,
             store,
             status: Mutex::new(status),
             pending: Arc::new(Mutex::new(HashMap::new())),
             stats: Arc::new(Stats::default()),
             eviction_grace: Duration::from_secs(5),
+            #[cfg(feature = "fault-injection")]
+            fault: FaultSwitch::default(),
         }
+    }
+
+    /// Test builds only: a switch that makes the next CreateContainer handlers sleep or
+    /// panic.
+    #[cfg(feature = "fault-injection")]
+    pub fn fault_switch(&self) -> FaultSwitch {
+        self.fault.clone()
     }
 
     pub fn with_eviction_grace(mut self, grace: Duration) -> Self {
@@ -101,7 +120,7 @@ impl GraftPlugin {
                     continue;
                 }
             };
-            match plan(claims, &pod.uid, &ctr.name) {
+            match plan(claims, &pod.uid, &ctr.name, &self.policy) {
                 Ok(Some(p)) => {
                     if let Some(why) = p.missing_from(ctr) {
                         found.push((
@@ -201,6 +220,9 @@ impl NriPlugin for GraftPlugin {
         containers: Vec<nri::Container>,
     ) -> ttrpc::Result<Vec<nri::ContainerUpdate>> {
         let started = Instant::now();
+        let live = containers.iter().map(|c| c.id.clone()).collect();
+        let state_dir = self.store.root().to_path_buf();
+        tokio::task::spawn_blocking(move || sweep_params_copies(&state_dir, &live));
         let found = self.find_uninjected(&pods, &containers);
         tracing::info!(
             pods = pods.len(),
@@ -248,23 +270,44 @@ impl NriPlugin for GraftPlugin {
         pod: nri::PodSandbox,
         ctr: nri::Container,
     ) -> ttrpc::Result<nri::CreateContainerResponse> {
-        let claims = self
-            .store
-            .pod_claims(&pod.uid)
-            .map_err(|e| self.refuse(&pod, &ctr, e.to_string()))?;
-        let mut resp = nri::CreateContainerResponse::new();
-        if !claims.is_empty() {
-            let plan = plan(&claims, &pod.uid, &ctr.name)
-                .map_err(|e| self.refuse(&pod, &ctr, e.to_string()))?;
-            if let Some(plan) = plan {
-                self.stats.injected.fetch_add(1, Ordering::Relaxed);
-                tracing::info!(
-                    pod = %format!("{}/{}", pod.namespace, pod.name), container = %ctr.name,
-                    devices = plan.edits.device_nodes.len(), injected = %plan.annotation(),
-                    "injecting recorded devices"
-                );
-                resp.adjust = Some(plan.adjustment()).into();
+        // Reading and checking records is file I/O: it runs on a blocking thread, so that
+        // the SDK's deadline can answer for it if the disk hangs, and so that a panic in it
+        // comes back as an error for this container only.
+        let store = self.store.clone();
+        let policy = self.policy.clone();
+        let (pod_uid, ctr_name) = (pod.uid.clone(), ctr.name.clone());
+        #[cfg(feature = "fault-injection")]
+        let fault = self.fault.clone();
+        let work = tokio::task::spawn_blocking(move || -> Result<Option<Plan>, String> {
+            #[cfg(feature = "fault-injection")]
+            fault.strike();
+            let claims = store.pod_claims(&pod_uid).map_err(|e| e.to_string())?;
+            if claims.is_empty() {
+                return Ok(None);
             }
+            plan(&claims, &pod_uid, &ctr_name, &policy).map_err(|e| e.to_string())
+        });
+        let planned = match work.await {
+            Ok(r) => r.map_err(|why| self.refuse(&pod, &ctr, why))?,
+            Err(e) if e.is_panic() => {
+                let why = format!(
+                    "graft-nri failed internally ({}); refused rather than started without \
+                     its devices",
+                    panic_message(&*e.into_panic())
+                );
+                return Err(self.refuse(&pod, &ctr, why));
+            }
+            Err(e) => return Err(self.refuse(&pod, &ctr, format!("graft-nri: {e}"))),
+        };
+        let mut resp = nri::CreateContainerResponse::new();
+        if let Some(plan) = planned {
+            self.stats.injected.fetch_add(1, Ordering::Relaxed);
+            tracing::info!(
+                pod = %format!("{}/{}", pod.namespace, pod.name), container = %ctr.name,
+                devices = plan.edits.device_nodes.len(), injected = %plan.annotation(),
+                "injecting recorded devices"
+            );
+            resp.adjust = Some(plan.adjustment()).into();
         }
         Ok(resp)
     }
@@ -284,8 +327,44 @@ impl NriPlugin for GraftPlugin {
             if removed.is_some() {
                 tracing::info!(container = %ctr.id, "evicted container has stopped");
             }
+            if event == Event::REMOVE_CONTAINER {
+                // graft-hook unlinks its per-container params copy once it is mounted; this
+                // removes one a failed hook left behind.
+                if let Some(copy) = params_copy_path(self.store.root(), &ctr.id) {
+                    tokio::task::spawn_blocking(move || remove_if_present(&copy));
+                }
+            }
         }
         Ok(())
+    }
+}
+
+/// Removes params copies (`nvidia/params.<id>` in the state directory) of containers the
+/// runtime no longer has.
+fn sweep_params_copies(state_dir: &std::path::Path, live: &std::collections::HashSet<String>) {
+    let dir = state_dir.join(graft_record::policy::PARAMS_COPY);
+    let (Some(parent), Some(stem)) = (dir.parent(), dir.file_name()) else {
+        return;
+    };
+    let prefix = format!("{}.", stem.to_string_lossy());
+    let Ok(entries) = std::fs::read_dir(parent) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if let Some(id) = name.strip_prefix(&prefix) {
+            if !live.contains(id) {
+                remove_if_present(&e.path());
+            }
+        }
+    }
+}
+
+fn remove_if_present(path: &std::path::Path) {
+    match std::fs::remove_file(path) {
+        Ok(()) => tracing::info!(path = %path.display(), "removed a leftover params copy"),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => tracing::warn!(path = %path.display(), error = %e, "cannot remove a params copy"),
     }
 }
 

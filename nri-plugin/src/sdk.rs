@@ -18,6 +18,7 @@ use ttrpc::r#async::{Client, Server, TtrpcContext};
 use ttrpc::{Code, Error as TtrpcError};
 
 use crate::events::{valid_events, EventMask};
+use crate::guard::{effective_deadline, guarded, DEFAULT_DEADLINE};
 use crate::mux::{Mux, PLUGIN_SERVICE_CONN, RUNTIME_SERVICE_CONN};
 
 /// What the runtime said about itself in Configure.
@@ -75,8 +76,12 @@ impl Runtime {
     }
 }
 
-/// The plugin's side. Only the events in [`NriPlugin::events`] are delivered; each
-/// handler must answer well within the runtime's request timeout (2 s by default).
+/// The plugin's side. Only the events in [`NriPlugin::events`] are delivered. Each
+/// CreateContainer and lifecycle handler runs under [`Options::handler_deadline`] (lowered
+/// when the runtime's own request timeout is short), and a late or panicking handler is
+/// answered with an error instead of a dropped connection. Handlers must not block their
+/// thread (run blocking work with `tokio::task::spawn_blocking`), or the deadline cannot
+/// fire.
 #[async_trait]
 pub trait NriPlugin: Send + Sync + 'static {
     /// Events to subscribe to. Never includes VALIDATE_CONTAINER_ADJUSTMENT by accident:
@@ -126,6 +131,21 @@ pub fn unimplemented(method: &str) -> TtrpcError {
     ))
 }
 
+/// Synchronize may take as long as the runtime allows; this only bounds a hung handler.
+const SYNCHRONIZE_DEADLINE: Duration = Duration::from_secs(3600);
+
+/// `CreateContainer of container "app" of pod ns/name`, for errors and logs.
+fn describe(method: &str, pod: Option<&nri::PodSandbox>, ctr: Option<&nri::Container>) -> String {
+    let mut s = method.to_string();
+    if let Some(c) = ctr {
+        s.push_str(&format!(" of container {:?}", c.name));
+    }
+    if let Some(p) = pod {
+        s.push_str(&format!(" of pod {}/{}", p.namespace, p.name));
+    }
+    s
+}
+
 fn ctx_with_timeout(t: Duration) -> ttrpc::context::Context {
     ttrpc::context::with_timeout(t.as_nanos().min(i64::MAX as u128) as i64)
 }
@@ -149,6 +169,9 @@ pub struct Options {
     pub transport: Transport,
     /// Registration must finish within this (the runtime allows 5 s by default).
     pub registration_timeout: Duration,
+    /// Every CreateContainer and lifecycle handler answers within this, else the request
+    /// is refused (the runtime's own timeout would drop the plugin instead).
+    pub handler_deadline: Duration,
     pub backoff_initial: Duration,
     pub backoff_max: Duration,
 }
@@ -160,6 +183,7 @@ impl Options {
             index: index.into(),
             transport,
             registration_timeout: Duration::from_secs(5),
+            handler_deadline: DEFAULT_DEADLINE,
             backoff_initial: Duration::from_millis(200),
             backoff_max: Duration::from_secs(5),
         }
@@ -271,6 +295,7 @@ where
     let (synced_tx, synced_rx) = tokio::sync::watch::channel(false);
     let dispatcher = Arc::new(Dispatcher {
         plugin: plugin.clone(),
+        wanted_deadline: opts.handler_deadline,
         runtime_client: runtime_client.clone(),
         state: Mutex::new(DispatchState::default()),
         synced: synced_tx,
@@ -320,6 +345,8 @@ where
 struct DispatchState {
     mask: EventMask,
     info: RuntimeInfo,
+    /// The handler deadline in force on this connection; zero until Configure.
+    deadline: Duration,
     /// Chunks of a split Synchronize gathered so far.
     pending_pods: Vec<nri::PodSandbox>,
     pending_containers: Vec<nri::Container>,
@@ -328,6 +355,7 @@ struct DispatchState {
 /// Serves the Plugin service for one connection.
 struct Dispatcher<P> {
     plugin: Arc<P>,
+    wanted_deadline: Duration,
     runtime_client: RuntimeClient,
     state: Mutex<DispatchState>,
     synced: tokio::sync::watch::Sender<bool>,
@@ -340,6 +368,15 @@ impl<P: NriPlugin> Dispatcher<P> {
 
     fn subscribed(&self, e: Event) -> bool {
         self.state().mask.contains(e)
+    }
+
+    fn deadline(&self) -> Duration {
+        let d = self.state().deadline;
+        if d.is_zero() {
+            self.wanted_deadline
+        } else {
+            d
+        }
     }
 
     fn runtime(&self) -> Runtime {
@@ -360,7 +397,8 @@ impl<P: NriPlugin> Dispatcher<P> {
         if !self.subscribed(e) {
             return Err(unimplemented(method));
         }
-        self.plugin.lifecycle(e, pod, ctr).await
+        let what = describe(method, pod.as_ref(), ctr.as_ref());
+        guarded(&what, self.deadline(), self.plugin.lifecycle(e, pod, ctr)).await
     }
 }
 
@@ -401,6 +439,7 @@ impl<P: NriPlugin> nri_ttrpc::Plugin for Dispatcher<P> {
             let mut st = self.state();
             st.mask = mask;
             st.info = info.clone();
+            st.deadline = effective_deadline(self.wanted_deadline, req.request_timeout);
         }
         self.plugin
             .connection_state(ConnectionState::Configured(info));
@@ -430,10 +469,14 @@ impl<P: NriPlugin> nri_ttrpc::Plugin for Dispatcher<P> {
                 std::mem::take(&mut st.pending_containers),
             )
         };
-        let update = self
-            .plugin
-            .synchronize(self.runtime(), pods, containers)
-            .await?;
+        // No deadline below the runtime's: a slow Synchronize only delays readiness. A panic
+        // still becomes an error reply rather than a dropped connection.
+        let update = guarded(
+            "Synchronize",
+            SYNCHRONIZE_DEADLINE,
+            self.plugin.synchronize(self.runtime(), pods, containers),
+        )
+        .await?;
         self.synced.send_replace(true);
         self.plugin.connection_state(ConnectionState::Synchronized);
         Ok(nri::SynchronizeResponse {
@@ -455,12 +498,15 @@ impl<P: NriPlugin> nri_ttrpc::Plugin for Dispatcher<P> {
         if !self.subscribed(Event::CREATE_CONTAINER) {
             return Err(unimplemented("CreateContainer"));
         }
-        self.plugin
-            .create_container(
-                req.pod.unwrap_or_default(),
-                req.container.unwrap_or_default(),
-            )
-            .await
+        let pod = req.pod.unwrap_or_default();
+        let ctr = req.container.unwrap_or_default();
+        let what = describe("CreateContainer", Some(&pod), Some(&ctr));
+        guarded(
+            &what,
+            self.deadline(),
+            self.plugin.create_container(pod, ctr),
+        )
+        .await
     }
 
     async fn run_pod_sandbox(

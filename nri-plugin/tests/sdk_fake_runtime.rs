@@ -125,6 +125,13 @@ async fn fake_runtime() -> Harness {
     }
 }
 
+fn message(e: &ttrpc::Error) -> String {
+    match e {
+        ttrpc::Error::RpcStatus(s) => s.message().to_string(),
+        other => panic!("not a status: {other:?}"),
+    }
+}
+
 fn code(e: ttrpc::Error) -> Code {
     match e {
         ttrpc::Error::RpcStatus(s) => s.code(),
@@ -331,4 +338,109 @@ fn options_are_checked_like_the_runtime_does() {
     assert!(Options::new("graft", "ab", t()).validate().is_err());
     assert!(Options::new("gr aft", "10", t()).validate().is_err());
     assert!(Options::new("", "10", t()).validate().is_err());
+}
+
+/// A plugin whose CreateContainer hangs for the first container, panics for the second and
+/// answers the third: the first two are refused within the deadline, the connection stays,
+/// and the third is answered on it. The runtime said its timeout is 400 ms, so the 1 s
+/// deadline asked for is lowered to 200 ms.
+#[tokio::test]
+async fn late_and_panicking_handlers_are_refused_and_the_plugin_stays_connected() {
+    struct Faulty;
+    #[async_trait]
+    impl NriPlugin for Faulty {
+        fn events(&self) -> EventMask {
+            EventMask::of(&[Event::CREATE_CONTAINER, Event::STOP_CONTAINER])
+        }
+        async fn create_container(
+            &self,
+            _pod: nri::PodSandbox,
+            ctr: nri::Container,
+        ) -> ttrpc::Result<nri::CreateContainerResponse> {
+            match ctr.name.as_str() {
+                "hangs" => std::future::pending().await,
+                "panics" => panic!("handler bug for {}", ctr.name),
+                _ => Ok(nri::CreateContainerResponse::new()),
+            }
+        }
+        async fn lifecycle(
+            &self,
+            _e: Event,
+            _p: Option<nri::PodSandbox>,
+            _c: Option<nri::Container>,
+        ) -> ttrpc::Result<()> {
+            panic!("lifecycle bug")
+        }
+    }
+    let Harness {
+        _mux,
+        mut server,
+        client,
+        registered: mut reg_rx,
+        plugin_fd,
+    } = fake_runtime().await;
+    tokio::spawn(sdk::run(
+        Arc::new(Faulty),
+        Options::new("faulty", "10", Transport::PreInstalled(plugin_fd)),
+    ));
+    reg_rx.recv().await.unwrap();
+    // The runtime's own timeout, generous in the test so that only the plugin's fires.
+    let ctx = || ttrpc::context::with_timeout(5_000_000_000);
+    client
+        .configure(
+            ctx(),
+            &nri::ConfigureRequest {
+                runtime_name: "containerd".into(),
+                runtime_version: "v2.2.7".into(),
+                request_timeout: 400,
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    let create = |name: &str| nri::CreateContainerRequest {
+        pod: Some(pod("p")).into(),
+        container: Some(nri::Container {
+            name: name.into(),
+            ..Default::default()
+        })
+        .into(),
+        ..Default::default()
+    };
+    let started = std::time::Instant::now();
+    let e = client
+        .create_container(ctx(), &create("hangs"))
+        .await
+        .unwrap_err();
+    let took = started.elapsed();
+    assert!(
+        took >= Duration::from_millis(190) && took < Duration::from_millis(400),
+        "refused after {took:?}"
+    );
+    let msg = message(&e);
+    assert_eq!(code(e), Code::DEADLINE_EXCEEDED);
+    assert!(
+        msg.contains("\"hangs\"") && msg.contains("deadline"),
+        "{msg}"
+    );
+
+    let e = client
+        .create_container(ctx(), &create("panics"))
+        .await
+        .unwrap_err();
+    let msg = message(&e);
+    assert_eq!(code(e), Code::INTERNAL);
+    assert!(msg.contains("handler bug for panics"), "{msg}");
+    let e = client
+        .stop_container(ctx(), &nri::StopContainerRequest::new())
+        .await
+        .unwrap_err();
+    assert_eq!(code(e), Code::INTERNAL);
+
+    // Same connection, next container: answered.
+    client
+        .create_container(ctx(), &create("fine"))
+        .await
+        .unwrap();
+    let _ = server.shutdown().await;
 }
