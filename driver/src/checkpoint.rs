@@ -15,6 +15,7 @@ use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::os::fd::AsRawFd;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -142,12 +143,7 @@ impl Checkpoint {
     /// Takes the lock (waiting up to 10 s for another instance) and loads the file.
     pub async fn begin(&self) -> Result<Txn> {
         let lock_path = self.dir.join(LOCK_NAME);
-        let lock = OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&lock_path)
-            .map_err(|e| DriverError::io("open", &lock_path, e))?;
+        let lock = graft_record::atomic::open_lock(&lock_path)?;
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
             // SAFETY: flock on an fd we own.
@@ -320,6 +316,7 @@ impl Txn {
             .write(true)
             .create(true)
             .truncate(false)
+            .mode(graft_record::atomic::FILE_MODE)
             .open(path)
             .map_err(|e| io("open", e))?;
         f.write_all(&data).map_err(|e| io("write", e))?;

@@ -25,6 +25,9 @@ pub enum DriverError {
     /// Node-side setup of a device (VFIO rebinding, time-slicing) or its undo failed.
     #[error("device {device}: {reason}")]
     Setup { device: String, reason: String },
+    /// The injection policy (hook path, allowed mount roots) is misconfigured.
+    #[error("injection policy: {0}")]
+    Policy(#[from] graft_record::InvalidRecord),
     #[error(transparent)]
     Record(#[from] RecordError),
     #[error("kubernetes API: {0}")]

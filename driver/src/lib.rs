@@ -5,6 +5,7 @@
 pub mod checkpoint;
 pub mod discovery;
 pub mod error;
+pub mod hook_install;
 pub mod limits;
 pub mod mapping;
 pub mod opaque;

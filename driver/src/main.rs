@@ -14,9 +14,11 @@ use graft_driver::discovery::nvidia::setup::{ChrootSmi, NvidiaSetup};
 use graft_driver::discovery::nvidia::vfio::Vfio;
 use graft_driver::discovery::nvidia::{NvidiaConfig, NvidiaDiscovery};
 use graft_driver::discovery::{discover_all, inotify, Discovery};
+use graft_driver::hook_install::install;
 use graft_driver::plugin::{self, PluginPaths};
 use graft_driver::prepare::{CrashPoint, DriverCore};
 use graft_driver::publisher::Publisher;
+use graft_record::InjectionPolicy;
 use tokio::signal::unix::{signal, SignalKind};
 
 #[derive(Debug, Parser)]
@@ -66,6 +68,15 @@ struct Args {
     /// the host's).
     #[arg(long, env = "GRAFT_NVIDIA_LDCONFIG")]
     nvidia_ldconfig: Option<String>,
+    /// The graft-hook to install (default: `graft-hook` next to this binary). It must be a
+    /// static executable.
+    #[arg(long, env = "GRAFT_HOOK_SOURCE")]
+    hook_source: Option<PathBuf>,
+    /// More host directories mount sources may come from, comma separated (`/dev`, the
+    /// state directory and, with the nvidia backend, the driver's directories always may).
+    /// graft-nri must be given the same list.
+    #[arg(long, env = "GRAFT_ALLOWED_MOUNT_ROOTS", value_delimiter = ',')]
+    allowed_mount_roots: Vec<String>,
     /// IMEX channels offered when the node's GPUs are in an NVLink fabric clique.
     #[arg(long, env = "GRAFT_NVIDIA_IMEX_CHANNELS", default_value_t = 1)]
     nvidia_imex_channels: u32,
@@ -153,30 +164,6 @@ fn nvidia_setup(
     }
 }
 
-/// Copies the graft-hook next to this binary to `dest`, the host path the NVIDIA edits'
-/// hooks name (it must be mounted at the same path, like the state directory). Replaced
-/// atomically, and only when it differs, so running containers' hooks never see half a file.
-fn install_hook(dest: &str) -> anyhow::Result<()> {
-    use std::os::unix::fs::PermissionsExt;
-    let exe = std::env::current_exe().context("locating graft-driver")?;
-    let src = exe.with_file_name("graft-hook");
-    let data = std::fs::read(&src).with_context(|| format!("reading {}", src.display()))?;
-    let dest = std::path::Path::new(dest);
-    if std::fs::read(dest).is_ok_and(|cur| cur == data) {
-        return Ok(());
-    }
-    let dir = dest
-        .parent()
-        .with_context(|| format!("--nvidia-hook-path {}: no directory", dest.display()))?;
-    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    let tmp = dest.with_extension(format!("tmp.{}", std::process::id()));
-    std::fs::write(&tmp, &data).with_context(|| format!("writing {}", tmp.display()))?;
-    std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o755))?;
-    std::fs::rename(&tmp, dest).with_context(|| format!("installing {}", dest.display()))?;
-    tracing::info!(path = %dest.display(), "installed graft-hook");
-    Ok(())
-}
-
 fn backends(args: &Args) -> anyhow::Result<Vec<Box<dyn Discovery>>> {
     let mut out: Vec<Box<dyn Discovery>> = Vec::new();
     for name in &args.discovery {
@@ -206,6 +193,9 @@ async fn main() -> anyhow::Result<()> {
     unsafe {
         libc::mallopt(libc::M_ARENA_MAX, 2);
     }
+    // Everything graft creates (state, records, sockets) is root's alone; explicit modes
+    // follow, this closes the window between creating and chmod.
+    nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o077));
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
@@ -219,9 +209,35 @@ async fn main() -> anyhow::Result<()> {
     }
 
     let boot_id = graft_record::read_boot_id(&args.boot_id_path)?;
+    let nvidia = args.discovery.iter().any(|d| d.trim() == "nvidia");
+    let roots: Vec<String> = args
+        .allowed_mount_roots
+        .iter()
+        .map(|r| r.trim().to_string())
+        .filter(|r| !r.is_empty())
+        .collect();
+    let policy = InjectionPolicy::for_node(
+        &args.state_dir,
+        &args.nvidia_hook_path,
+        nvidia.then_some(args.nvidia_driver_root.as_path()),
+        &roots,
+    )
+    .context("the injection policy (--nvidia-hook-path, --allowed-mount-roots)")?;
+    tracing::info!(mount_roots = ?policy.mount_roots(), hook = policy.hook_path(), "injection policy");
     let backends = backends(&args)?;
-    if args.discovery.iter().any(|d| d.trim() == "nvidia") {
-        install_hook(&args.nvidia_hook_path)?;
+    if nvidia {
+        let source = match &args.hook_source {
+            Some(s) => s.clone(),
+            None => std::env::current_exe()
+                .context("locating graft-driver")?
+                .with_file_name("graft-hook"),
+        };
+        let dest = std::path::Path::new(&args.nvidia_hook_path);
+        let installed = install(&source, dest).context("installing graft-hook")?;
+        tracing::info!(
+            path = %installed.path.display(), sha256 = installed.sha256,
+            replaced = installed.changed, "graft-hook verified"
+        );
     }
     let devices = discover_all(&backends).context("initial discovery")?;
     tracing::info!(devices = devices.len(), "discovered devices");
@@ -238,8 +254,9 @@ async fn main() -> anyhow::Result<()> {
         args.state_dir.clone(),
         boot_id,
         args.crash_at,
-    )?;
-    if args.discovery.iter().any(|d| d.trim() == "nvidia") {
+    )?
+    .with_policy(policy);
+    if nvidia {
         core = core.with_setup(Arc::new(nvidia_setup(
             &args,
             &nvidia_config(&args),

@@ -12,14 +12,19 @@
 //!       fileMode: 0o660 as a number (432)
 //! ```
 //!
-//! Class configs come before claim configs, later entries win, and other drivers' entries
-//! are skipped. An unknown kind or a field graft does not know fails that claim with an
-//! error naming the entry and field.
+//! Every entry of this driver that applies to a request is merged, key by key: the class's
+//! entries first, then the claim's, each in its listed order, a later value replacing an
+//! earlier one (`env` per variable, `fileMode`, `uid`, `gid` and `sharing` as a whole).
+//! Other drivers' entries are skipped. An unknown kind, a field graft does not know, or an
+//! environment variable outside the rules of `graft_record::env` (loader variables, `PATH`,
+//! the variables graft owns) fails the claim with an error naming the entry and field.
 
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::resource::v1::DeviceAllocationConfiguration;
 use serde::Deserialize;
+
+use graft_record::env::check_user_env;
 
 use crate::mapping::base_request;
 
@@ -106,43 +111,77 @@ struct TypeMeta {
     kind: String,
 }
 
-fn decode(index: usize, params: &serde_json::Value) -> Result<DeviceConfig, String> {
+/// A configuration entry that cannot be used, and where it is.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{at}: {reason}")]
+pub struct ConfigError {
+    /// The field, e.g. `status.allocation.devices.config[1].opaque.parameters.env`.
+    pub at: String,
+    pub reason: String,
+}
+
+fn decode(index: usize, params: &serde_json::Value) -> Result<DeviceConfig, ConfigError> {
     let at = format!("status.allocation.devices.config[{index}].opaque.parameters");
+    let err = |at: String, reason: String| ConfigError { at, reason };
     let meta: TypeMeta =
-        serde_json::from_value(params.clone()).map_err(|e| format!("{at}: {e}"))?;
+        serde_json::from_value(params.clone()).map_err(|e| err(at.clone(), e.to_string()))?;
     if meta.api_version != API_VERSION || meta.kind != KIND {
-        return Err(format!(
-            "{at}: unknown kind {:?} of apiVersion {:?} (graft knows {KIND} of {API_VERSION})",
-            meta.kind, meta.api_version
+        return Err(err(
+            at,
+            format!(
+                "unknown kind {:?} of apiVersion {:?} (graft knows {KIND} of {API_VERSION})",
+                meta.kind, meta.api_version
+            ),
         ));
     }
     let cfg: DeviceConfig =
-        serde_json::from_value(params.clone()).map_err(|e| format!("{at}: {e}"))?;
+        serde_json::from_value(params.clone()).map_err(|e| err(at.clone(), e.to_string()))?;
     if let Some(m) = cfg.file_mode {
         if m > 0o777 {
-            return Err(format!("{at}.fileMode: {m:#o} is not a permission mode"));
+            return Err(err(
+                format!("{at}.fileMode"),
+                format!("{m:#o} is not a permission mode"),
+            ));
         }
     }
-    for k in cfg.env.keys() {
-        if k.is_empty() || k.contains('=') {
-            return Err(format!("{at}.env: invalid variable name {k:?}"));
-        }
+    for (k, v) in &cfg.env {
+        check_user_env(&format!("{at}.env[{k:?}]"), k, v).map_err(|e| err(e.field, e.reason))?;
     }
     Ok(cfg)
 }
 
+impl DeviceConfig {
+    /// `later` on top of `self`, key by key.
+    fn merge(&mut self, later: DeviceConfig) {
+        self.env.extend(later.env);
+        if later.file_mode.is_some() {
+            self.file_mode = later.file_mode;
+        }
+        if later.uid.is_some() {
+            self.uid = later.uid;
+        }
+        if later.gid.is_some() {
+            self.gid = later.gid;
+        }
+        if later.sharing.is_some() {
+            self.sharing = later.sharing;
+        }
+    }
+}
+
 /// The configuration that applies to devices allocated for `request` (its full name,
-/// subrequest included), or `None` when no entry of this driver names it.
+/// subrequest included): every applicable entry of this driver merged, class entries
+/// first. `None` when no entry of this driver names it.
 pub fn resolve(
     driver: &str,
     configs: &[DeviceAllocationConfiguration],
     request: &str,
-) -> Result<Option<DeviceConfig>, String> {
+) -> Result<Option<DeviceConfig>, ConfigError> {
     // Class before claim; a stable sort keeps the order within each source.
     let mut ordered: Vec<(usize, &DeviceAllocationConfiguration)> =
         configs.iter().enumerate().collect();
     ordered.sort_by_key(|(_, c)| c.source != "FromClass");
-    let mut chosen = None;
+    let mut merged: Option<DeviceConfig> = None;
     for (i, c) in ordered {
         let Some(opaque) = &c.opaque else { continue };
         if opaque.driver != driver {
@@ -155,10 +194,14 @@ pub fn resolve(
                     .any(|r| r == request || r == base_request(request))
         });
         if applies {
-            chosen = Some(decode(i, &opaque.parameters.0)?);
+            let cfg = decode(i, &opaque.parameters.0)?;
+            match &mut merged {
+                Some(m) => m.merge(cfg),
+                None => merged = Some(cfg),
+            }
         }
     }
-    Ok(chosen)
+    Ok(merged)
 }
 
 #[cfg(test)]
@@ -188,6 +231,48 @@ mod tests {
         assert_eq!(got.env["A"], "claim");
         let got = resolve("graft.dev", &c, "else").unwrap().unwrap();
         assert_eq!(got.env["A"], "class");
+        assert!(resolve("other", &c, "dev").unwrap().is_none());
+    }
+
+    #[test]
+    fn claim_config_merges_onto_class_config_key_by_key() {
+        let c = cfgs(serde_json::json!([
+            {"source": "FromClaim", "opaque": {"driver": "graft.dev", "parameters": params(serde_json::json!({"env": {"B": "claim"}, "gid": 7}))}},
+            {"source": "FromClass", "opaque": {"driver": "graft.dev", "parameters": params(serde_json::json!({"env": {"A": "class", "B": "class"}, "fileMode": 0o640, "gid": 5}))}},
+            {"source": "FromClaim", "opaque": {"driver": "graft.dev", "parameters": params(serde_json::json!({"env": {"C": "later"}, "uid": 9}))}}
+        ]));
+        let got = resolve("graft.dev", &c, "r").unwrap().unwrap();
+        let env: Vec<(&str, &str)> = got
+            .env
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        assert_eq!(env, [("A", "class"), ("B", "claim"), ("C", "later")]);
+        assert_eq!(
+            (got.file_mode, got.uid, got.gid),
+            (Some(0o640), Some(9), Some(7))
+        );
+    }
+
+    #[test]
+    fn loader_and_graft_owned_variables_are_refused_by_name() {
+        for name in [
+            "LD_PRELOAD",
+            "LD_LIBRARY_PATH",
+            "PATH",
+            "NVIDIA_VISIBLE_DEVICES",
+            "CUDA_VISIBLE_DEVICES",
+        ] {
+            let c = cfgs(serde_json::json!([
+                {"source": "FromClaim", "opaque": {"driver": "graft.dev", "parameters": params(serde_json::json!({"env": {"OK": "1", name: "x"}}))}}
+            ]));
+            let e = resolve("graft.dev", &c, "r").unwrap_err();
+            assert_eq!(
+                e.at,
+                format!("status.allocation.devices.config[0].opaque.parameters.env[{name:?}].name")
+            );
+            assert!(e.reason.contains(name), "{e}");
+        }
     }
 
     #[test]
@@ -195,7 +280,9 @@ mod tests {
         let unknown_kind = cfgs(serde_json::json!([
             {"source": "FromClaim", "opaque": {"driver": "graft.dev", "parameters": {"apiVersion": API_VERSION, "kind": "GpuConfig"}}}
         ]));
-        let e = resolve("graft.dev", &unknown_kind, "r").unwrap_err();
+        let e = resolve("graft.dev", &unknown_kind, "r")
+            .unwrap_err()
+            .to_string();
         assert!(
             e.contains("config[0].opaque.parameters") && e.contains("GpuConfig"),
             "{e}"
@@ -204,13 +291,18 @@ mod tests {
         let unknown_field = cfgs(serde_json::json!([
             {"source": "FromClass", "opaque": {"driver": "graft.dev", "parameters": params(serde_json::json!({"colour": "red"}))}}
         ]));
-        let e = resolve("graft.dev", &unknown_field, "r").unwrap_err();
+        let e = resolve("graft.dev", &unknown_field, "r")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("colour"), "{e}");
 
         let bad_mode = cfgs(serde_json::json!([
             {"source": "FromClass", "opaque": {"driver": "graft.dev", "parameters": params(serde_json::json!({"fileMode": 4095}))}}
         ]));
         let e = resolve("graft.dev", &bad_mode, "r").unwrap_err();
-        assert!(e.contains("fileMode"), "{e}");
+        assert_eq!(
+            e.at,
+            "status.allocation.devices.config[0].opaque.parameters.fileMode"
+        );
     }
 }

@@ -11,9 +11,10 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::{Arc, RwLock};
 
+use graft_record::policy::DEFAULT_HOOK_PATH;
 use graft_record::{
-    nri_readiness, ClaimRecord, ClaimRef, ContainerEdits, DeviceRecord, EnvVar, NriReadiness,
-    RecordStore, FORMAT_VERSION,
+    nri_readiness, ClaimRecord, ClaimRef, ContainerEdits, DeviceRecord, EnvVar, InjectionPolicy,
+    NriReadiness, RecordStore, FORMAT_VERSION,
 };
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::resource::v1::ResourceClaim;
@@ -96,6 +97,8 @@ pub struct DriverCore {
     serial: tokio::sync::Mutex<()>,
     crash_at: Option<CrashPoint>,
     setup: Arc<dyn DeviceSetup>,
+    /// What a record may ask of a container; graft-nri applies the same rules.
+    policy: InjectionPolicy,
 }
 
 impl DriverCore {
@@ -109,6 +112,7 @@ impl DriverCore {
         crash_at: Option<CrashPoint>,
     ) -> Result<Self> {
         let store = RecordStore::open(&state_dir)?;
+        let policy = InjectionPolicy::new(&state_dir, DEFAULT_HOOK_PATH, &[])?;
         let checkpoint = Checkpoint::new(crate::checkpoint::default_dir(&state_dir), &boot_id)?;
         Ok(DriverCore {
             driver_name,
@@ -122,7 +126,14 @@ impl DriverCore {
             serial: tokio::sync::Mutex::new(()),
             crash_at,
             setup: Arc::new(NoSetup),
+            policy,
         })
+    }
+
+    /// The injection policy records must follow (the node's hook path and mount roots).
+    pub fn with_policy(mut self, policy: InjectionPolicy) -> Self {
+        self.policy = policy;
+        self
     }
 
     /// Who sets devices up on this node (VFIO rebinding, time-slicing).
@@ -364,10 +375,21 @@ impl DriverCore {
         }
         let plans = set_up;
 
-        // Phase 3: the records graft-nri reads.
+        // Phase 3: the records graft-nri reads, each checked against the policy graft-nri
+        // will apply, so that a violation fails here, on the claim, not at container start.
         let mut written = Vec::new();
         for (f, plan) in plans {
-            match self.store.put_claim(&plan.record) {
+            let put = self
+                .policy
+                .check_record(&plan.record)
+                .map_err(|e| {
+                    PrepareFailure::Claim(format!(
+                        "the record for claim {} would break graft's injection policy: {e}",
+                        f.id
+                    ))
+                })
+                .and_then(|()| self.store.put_claim(&plan.record).map_err(Into::into));
+            match put {
                 Ok(()) => written.push((f, plan)),
                 Err(e) => {
                     // Leave nothing half-done: the entry goes with the failed record.
@@ -376,7 +398,7 @@ impl DriverCore {
                         tracing::error!(claim = %f.id, error = %u, "undoing setup failed");
                     }
                     txn.unset(&f.id.uid);
-                    out.insert(f.id.uid.clone(), Err(fail(f, e.into())));
+                    out.insert(f.id.uid.clone(), Err(fail(f, e)));
                 }
             }
         }
@@ -504,7 +526,7 @@ impl DriverCore {
                 ))
             })?;
             let config = opaque::resolve(&self.driver_name, configs, &r.request)
-                .map_err(PrepareFailure::Claim)?;
+                .map_err(|e| PrepareFailure::Claim(e.to_string()))?;
             let setup = self
                 .setup
                 .plan(dev, config.as_ref())
@@ -519,7 +541,12 @@ impl DriverCore {
                 name: r.device.clone(),
                 pool: r.pool.clone(),
                 requests: vec![base.clone()],
-                edits: apply_config(&dev.edits, config.as_ref()),
+                edits: apply_config(&dev.edits, config.as_ref()).map_err(|e| {
+                    PrepareFailure::Claim(format!(
+                        "request {}: device {}: {e}",
+                        r.request, r.device
+                    ))
+                })?,
             });
             planned.push(PreparedDevice {
                 pool: r.pool.clone(),
@@ -761,9 +788,15 @@ impl<E: Into<DriverError>> From<E> for PrepareFailure {
     }
 }
 
-fn apply_config(base: &ContainerEdits, config: Option<&opaque::DeviceConfig>) -> ContainerEdits {
+/// The device's edits with the claim's configuration on top. Configuration may add
+/// environment variables but not replace one the device itself sets (its path variable, or
+/// graft's own).
+fn apply_config(
+    base: &ContainerEdits,
+    config: Option<&opaque::DeviceConfig>,
+) -> std::result::Result<ContainerEdits, String> {
     let mut edits = base.clone();
-    let Some(c) = config else { return edits };
+    let Some(c) = config else { return Ok(edits) };
     for n in &mut edits.device_nodes {
         if c.file_mode.is_some() {
             n.file_mode = c.file_mode;
@@ -776,13 +809,18 @@ fn apply_config(base: &ContainerEdits, config: Option<&opaque::DeviceConfig>) ->
         }
     }
     for (name, value) in &c.env {
-        edits.env.retain(|e| &e.name != name);
+        if base.env.iter().any(|e| &e.name == name) {
+            return Err(format!(
+                "opaque configuration sets {name}, which the device itself sets; it cannot be \
+                 overridden"
+            ));
+        }
         edits.env.push(EnvVar {
             name: name.clone(),
             value: value.clone(),
         });
     }
-    edits
+    Ok(edits)
 }
 
 fn entry_from_record(rec: &ClaimRecord) -> ClaimEntry {

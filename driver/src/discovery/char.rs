@@ -97,8 +97,9 @@ pub fn load_config(path: &Path) -> Result<CharConfig> {
 }
 
 fn check_entry(e: &CharEntry) -> std::result::Result<(), String> {
-    if !e.path.starts_with("/dev/") {
-        return Err("path: must be under /dev/".into());
+    // Clean: `/dev/../etc` would leave /dev (and, with a glob, walk the whole host).
+    if !e.path.starts_with("/dev/") || !graft_record::paths::is_clean_absolute(&e.path) {
+        return Err("path: must be a clean path under /dev/ (no '..', '.' or '//')".into());
     }
     if e.is_glob() && (e.name.is_some() || e.container_path.is_some()) {
         return Err("name and container_path apply to a single path, not a glob".into());
@@ -107,8 +108,10 @@ fn check_entry(e: &CharEntry) -> std::result::Result<(), String> {
         limits::check_device_name(n).map_err(|r| format!("name: {r}"))?;
     }
     if let Some(cp) = &e.container_path {
-        if !cp.starts_with("/dev/") || cp.split('/').any(|c| c == "..") {
-            return Err("container_path: must be a path under /dev/ without '..'".into());
+        if !cp.starts_with("/dev/") || !graft_record::paths::is_clean_absolute(cp) {
+            return Err(
+                "container_path: must be a clean path under /dev/ (no '..', '.' or '//')".into(),
+            );
         }
     }
     if let Some(m) = e.mode {
@@ -126,10 +129,8 @@ fn check_entry(e: &CharEntry) -> std::result::Result<(), String> {
             limits::MAX_ATTRIBUTES_AND_CAPACITY - 4
         ));
     }
-    for k in e.env.keys() {
-        if k.is_empty() || k.contains('=') {
-            return Err(format!("env: invalid variable name {k:?}"));
-        }
+    for (k, v) in &e.env {
+        graft_record::env::check_env(&format!("env[{k:?}]"), k, v).map_err(|e| e.to_string())?;
     }
     Ok(())
 }

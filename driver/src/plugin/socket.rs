@@ -103,6 +103,11 @@ impl BoundSocket {
             Err(e) => return Err(err(format!("remove stale socket: {e}"))),
         }
         let listener = UnixListener::bind(path).map_err(|e| err(format!("bind: {e}")))?;
+        // Root only: whoever can connect can prepare claims. The daemon's umask (077) already
+        // closes the window between bind and this.
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
+            .map_err(|e| err(format!("chmod 0600: {e}")))?;
         Ok(BoundSocket {
             path: path.to_path_buf(),
             listener: Some(listener),

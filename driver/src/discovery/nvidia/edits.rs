@@ -5,6 +5,7 @@
 
 use std::collections::BTreeMap;
 
+use graft_record::policy::{HOOK_ENV, HOOK_NAME};
 use graft_record::{ContainerEdits, DeviceNode, EnvVar, Hook, HookStage, Mount};
 
 use super::driver_files::{DriverFiles, Roots};
@@ -127,13 +128,14 @@ pub fn common(
         name: "NVIDIA_VISIBLE_DEVICES".into(),
         value: "void".into(),
     });
+    // An explicit, minimal environment: runc versions whose createContainer hooks inherit
+    // the container's environment would otherwise hand an image's LD_PRELOAD to a process
+    // that runs as root on the host.
     let graft_hook = |args: Vec<String>| Hook {
         stage: HookStage::CreateContainer,
         path: hook.path.clone(),
-        args: std::iter::once("graft-hook".to_string())
-            .chain(args)
-            .collect(),
-        env: Vec::new(),
+        args: std::iter::once(HOOK_NAME.to_string()).chain(args).collect(),
+        env: HOOK_ENV.iter().map(|s| s.to_string()).collect(),
         timeout: Some(30),
     };
     if !files.symlinks.is_empty() {

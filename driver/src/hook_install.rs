@@ -1,0 +1,274 @@
+//! Installs graft-hook at the host path the NVIDIA edits name, where the container runtime
+//! runs it as root for every GPU container.
+//!
+//! On every start: the source must be a static executable (no ELF interpreter, so no
+//! `LD_PRELOAD` or library search path can reach it); the directory must be root's alone
+//! (every ancestor owned by root and not writable by others unless sticky, the directory
+//! itself 0700); the installed file is replaced atomically (temp file, fsync, rename) only
+//! when its SHA-256 differs, is mode 0500, and is read back and checked after installing.
+
+use std::fs::{self, DirBuilder, File, OpenOptions};
+use std::io::Write;
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use object::elf::{PT_INTERP, PT_LOAD};
+use object::read::elf::{ElfFile64, ProgramHeader};
+use sha2::{Digest, Sha256};
+
+/// Mode of the installed hook: read and execute, root only.
+pub const HOOK_MODE: u32 = 0o500;
+/// Mode of the directory that holds it.
+pub const DIR_MODE: u32 = 0o700;
+
+#[derive(Debug, thiserror::Error)]
+pub enum InstallError {
+    #[error("{op} {path}: {source}")]
+    Io {
+        op: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("graft-hook {path} is not a static executable: {reason}")]
+    NotStatic { path: PathBuf, reason: String },
+    #[error("{path} is not a safe place for graft-hook: {reason}")]
+    UnsafeLocation { path: PathBuf, reason: String },
+    #[error("graft-hook at {path} has sha256 {found} after installing, expected {expected}")]
+    Mismatch {
+        path: PathBuf,
+        found: String,
+        expected: String,
+    },
+}
+
+fn io<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> InstallError + 'a {
+    move |source| InstallError::Io {
+        op,
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// What [`install`] found or did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Installed {
+    pub path: PathBuf,
+    pub sha256: String,
+    /// Whether the file was (re)written; false when the installed one already matched.
+    pub changed: bool,
+}
+
+/// Installs `source` at `dest` (see the module documentation).
+pub fn install(source: &Path, dest: &Path) -> Result<Installed, InstallError> {
+    let data = fs::read(source).map_err(io("read", source))?;
+    check_static(source, &data)?;
+    let sha256 = hex(&Sha256::digest(&data));
+    let dir = dest.parent().ok_or_else(|| InstallError::UnsafeLocation {
+        path: dest.to_path_buf(),
+        reason: "no parent directory".into(),
+    })?;
+    prepare_dir(dir)?;
+
+    match fs::symlink_metadata(dest) {
+        Ok(m) if !m.file_type().is_file() => {
+            return Err(InstallError::UnsafeLocation {
+                path: dest.to_path_buf(),
+                reason: "exists and is not a regular file".into(),
+            })
+        }
+        Ok(m) => {
+            let current = fs::read(dest).map_err(io("read", dest))?;
+            if hex(&Sha256::digest(&current)) == sha256 && m.uid() == euid() {
+                if m.mode() & 0o7777 != HOOK_MODE {
+                    fs::set_permissions(dest, fs::Permissions::from_mode(HOOK_MODE))
+                        .map_err(io("chmod", dest))?;
+                }
+                return Ok(Installed {
+                    path: dest.to_path_buf(),
+                    sha256,
+                    changed: false,
+                });
+            }
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(io("stat", dest)(e)),
+    }
+
+    let tmp = dir.join(format!(".graft-hook.tmp.{}", std::process::id()));
+    let _ = fs::remove_file(&tmp);
+    let written = (|| {
+        let mut f = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(HOOK_MODE)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(&tmp)
+            .map_err(io("create", &tmp))?;
+        f.write_all(&data).map_err(io("write", &tmp))?;
+        f.sync_all().map_err(io("fsync", &tmp))?;
+        fs::rename(&tmp, dest).map_err(io("rename", dest))?;
+        File::open(dir)
+            .and_then(|d| d.sync_all())
+            .map_err(io("fsync", dir))
+    })();
+    if let Err(e) = written {
+        let _ = fs::remove_file(&tmp);
+        return Err(e);
+    }
+    let found = hex(&Sha256::digest(fs::read(dest).map_err(io("read", dest))?));
+    if found != sha256 {
+        return Err(InstallError::Mismatch {
+            path: dest.to_path_buf(),
+            found,
+            expected: sha256,
+        });
+    }
+    Ok(Installed {
+        path: dest.to_path_buf(),
+        sha256,
+        changed: true,
+    })
+}
+
+/// A 64-bit ELF executable with loadable segments and no interpreter.
+pub fn check_static(path: &Path, data: &[u8]) -> Result<(), InstallError> {
+    let not = |reason: String| InstallError::NotStatic {
+        path: path.to_path_buf(),
+        reason,
+    };
+    let elf = ElfFile64::<object::Endianness>::parse(data)
+        .map_err(|e| not(format!("not a 64-bit ELF file ({e})")))?;
+    let endian = elf.endian();
+    let mut loads = 0;
+    for ph in elf.elf_program_headers() {
+        match ph.p_type(endian) {
+            PT_INTERP => {
+                let interp = ph
+                    .data(endian, data)
+                    .ok()
+                    .map(|d| {
+                        String::from_utf8_lossy(d)
+                            .trim_end_matches('\0')
+                            .to_string()
+                    })
+                    .unwrap_or_default();
+                return Err(not(format!(
+                    "it is dynamically linked (interpreter {interp}); graft runs only a \
+                     static graft-hook as root"
+                )));
+            }
+            PT_LOAD => loads += 1,
+            _ => {}
+        }
+    }
+    if loads == 0 {
+        return Err(not("it has no loadable segments".into()));
+    }
+    Ok(())
+}
+
+/// Creates `dir` 0700 if needed, makes it 0700, and checks that neither it nor an ancestor
+/// can be replaced or written by anyone but root.
+fn prepare_dir(dir: &Path) -> Result<(), InstallError> {
+    if !dir.exists() {
+        DirBuilder::new()
+            .recursive(true)
+            .mode(DIR_MODE)
+            .create(dir)
+            .map_err(io("mkdir", dir))?;
+    }
+    let m = fs::symlink_metadata(dir).map_err(io("stat", dir))?;
+    if m.file_type().is_dir() && m.uid() == euid() && m.mode() & 0o7777 != DIR_MODE {
+        fs::set_permissions(dir, fs::Permissions::from_mode(DIR_MODE)).map_err(io("chmod", dir))?;
+    }
+    for a in dir.ancestors() {
+        let m = fs::symlink_metadata(a).map_err(io("stat", a))?;
+        let unsafe_because = if !m.file_type().is_dir() {
+            Some("not a directory (a symlink?)".to_string())
+        } else if m.uid() != 0 && m.uid() != euid() {
+            Some(format!("owned by uid {}", m.uid()))
+        } else if m.mode() & 0o022 != 0 && m.mode() & 0o1000 == 0 {
+            Some(format!("writable by others (mode {:o})", m.mode() & 0o7777))
+        } else {
+            None
+        };
+        if let Some(reason) = unsafe_because {
+            return Err(InstallError::UnsafeLocation {
+                path: a.to_path_buf(),
+                reason,
+            });
+        }
+    }
+    Ok(())
+}
+
+fn euid() -> u32 {
+    nix::unistd::geteuid().as_raw()
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// This test binary itself is dynamically linked; /bin/busybox (busybox-static) is not.
+    #[test]
+    fn only_static_executables_are_accepted() {
+        let me = std::env::current_exe().unwrap();
+        let e = check_static(&me, &fs::read(&me).unwrap()).unwrap_err();
+        assert!(e.to_string().contains("dynamically linked"), "{e}");
+        let e = check_static(Path::new("x"), b"#!/bin/sh\nexit 0\n").unwrap_err();
+        assert!(e.to_string().contains("not a 64-bit ELF"), "{e}");
+        if Path::new("/bin/busybox").is_file() {
+            check_static(
+                Path::new("/bin/busybox"),
+                &fs::read("/bin/busybox").unwrap(),
+            )
+            .unwrap();
+        }
+    }
+
+    #[test]
+    fn installs_atomically_verifies_and_keeps_a_matching_copy() {
+        let Ok(busybox) = fs::read("/bin/busybox") else {
+            eprintln!("skipped: no /bin/busybox (busybox-static) to stand in for graft-hook");
+            return;
+        };
+        let d = tempfile::tempdir().unwrap();
+        let src = d.path().join("graft-hook");
+        fs::write(&src, &busybox).unwrap();
+        let dest = d.path().join("state/bin/graft-hook");
+        let first = install(&src, &dest).unwrap();
+        assert!(first.changed);
+        assert_eq!(first.sha256.len(), 64);
+        let mode = |p: &Path| fs::metadata(p).unwrap().permissions().mode() & 0o7777;
+        assert_eq!(mode(&dest), HOOK_MODE);
+        assert_eq!(mode(dest.parent().unwrap()), DIR_MODE);
+        assert!(!install(&src, &dest).unwrap().changed);
+
+        // A tampered copy is replaced; so is a wrong mode.
+        fs::set_permissions(&dest, fs::Permissions::from_mode(0o700)).unwrap();
+        fs::write(&dest, b"tampered").unwrap();
+        let again = install(&src, &dest).unwrap();
+        assert!(again.changed);
+        assert_eq!(fs::read(&dest).unwrap(), busybox);
+        fs::set_permissions(&dest, fs::Permissions::from_mode(0o755)).unwrap();
+        install(&src, &dest).unwrap();
+        assert_eq!(mode(&dest), HOOK_MODE);
+
+        // Unsafe places are refused: a world-writable directory, a symlink at the name.
+        let open = d.path().join("open");
+        fs::create_dir(&open).unwrap();
+        fs::set_permissions(&open, fs::Permissions::from_mode(0o777)).unwrap();
+        let e = install(&src, &open.join("bin/graft-hook")).unwrap_err();
+        assert!(e.to_string().contains("writable by others"), "{e}");
+        fs::remove_file(&dest).unwrap();
+        std::os::unix::fs::symlink("/bin/sh", &dest).unwrap();
+        let e = install(&src, &dest).unwrap_err();
+        assert!(e.to_string().contains("not a regular file"), "{e}");
+    }
+}
