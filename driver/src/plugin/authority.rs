@@ -19,6 +19,7 @@ const PREFACE_LEN: usize = 24;
 const FRAME_HEADER_LEN: usize = 9;
 const HEADERS: u8 = 0x1;
 const CONTINUATION: u8 = 0x9;
+const FLAG_END_HEADERS: u8 = 0x4;
 const FLAG_PADDED: u8 = 0x8;
 const FLAG_PRIORITY: u8 = 0x20;
 
@@ -30,6 +31,11 @@ pub struct AuthorityFix<S> {
     ready_pos: usize,
     preface_seen: bool,
     eof: bool,
+    /// Within a header block that continues in CONTINUATION frames: whether its fragments
+    /// so far ended on a field boundary, so that the next one can be read on its own.
+    /// A fragment that starts inside a field is passed on untouched: read from its start
+    /// it would be garbage, and rewriting it could change another header's value.
+    block: Option<bool>,
 }
 
 impl<S> AuthorityFix<S> {
@@ -41,6 +47,7 @@ impl<S> AuthorityFix<S> {
             ready_pos: 0,
             preface_seen: false,
             eof: false,
+            block: None,
         }
     }
 
@@ -62,6 +69,7 @@ impl<S> AuthorityFix<S> {
                 return;
             }
             let (kind, flags) = (self.raw[3], self.raw[4]);
+            let readable = kind == HEADERS || (kind == CONTINUATION && self.block == Some(true));
             if kind == HEADERS || kind == CONTINUATION {
                 let payload = &mut self.raw[FRAME_HEADER_LEN..total];
                 let mut start = 0;
@@ -75,9 +83,9 @@ impl<S> AuthorityFix<S> {
                         start += 5;
                     }
                 }
-                if start <= end {
-                    fix_header_block(&mut payload[start..end]);
-                }
+                let aligned =
+                    readable && start <= end && fix_header_block(&mut payload[start..end]);
+                self.block = (flags & FLAG_END_HEADERS == 0).then_some(aligned);
             }
             self.ready.extend(self.raw.drain(..total));
         }
@@ -185,8 +193,9 @@ fn hpack_str(b: &[u8], at: usize) -> Option<(usize, usize, bool)> {
     (end <= b.len()).then_some((start, end, huffman))
 }
 
-/// Walks one header block and fixes `:authority` values in place.
-fn fix_header_block(b: &mut [u8]) {
+/// Walks one header block (or a fragment of one that starts on a field boundary) and fixes
+/// `:authority` values in place. Returns whether it ended on a field boundary.
+fn fix_header_block(b: &mut [u8]) -> bool {
     let mut i = 0;
     while i < b.len() {
         let first = b[i];
@@ -194,7 +203,7 @@ fn fix_header_block(b: &mut [u8]) {
             // Indexed field: nothing literal to fix.
             match hpack_int(b, i, 7) {
                 Some((_, n)) => i = n,
-                None => return,
+                None => return false,
             }
             continue;
         }
@@ -202,25 +211,25 @@ fn fix_header_block(b: &mut [u8]) {
             // Dynamic table size update.
             match hpack_int(b, i, 5) {
                 Some((_, n)) => i = n,
-                None => return,
+                None => return false,
             }
             continue;
         }
         let prefix = if first & 0xc0 == 0x40 { 6 } else { 4 };
         let Some((index, mut n)) = hpack_int(b, i, prefix) else {
-            return;
+            return false;
         };
         // Static table entry 1 is `:authority`.
         let mut is_authority = index == 1;
         if index == 0 {
             let Some((s, e, huffman)) = hpack_str(b, n) else {
-                return;
+                return false;
             };
             is_authority = !huffman && &b[s..e] == b":authority";
             n = e;
         }
         let Some((s, e, huffman)) = hpack_str(b, n) else {
-            return;
+            return false;
         };
         if is_authority {
             if huffman {
@@ -235,6 +244,7 @@ fn fix_header_block(b: &mut [u8]) {
         }
         i = e;
     }
+    true
 }
 
 fn authority_byte(c: u8) -> bool {
@@ -413,6 +423,62 @@ mod tests {
         let mut block = vec![0x41, 0x04, b'/', b'a', b'/', b'b'];
         fix_header_block(&mut block);
         assert_eq!(block, [0x41, 0x04, b'-', b'a', b'-', b'b']);
+    }
+
+    /// `raw` through the adapter's frame processing, preface included.
+    fn process(frames: &[(u8, u8, &[u8])]) -> Vec<u8> {
+        let mut fix = AuthorityFix::new(tokio::io::empty());
+        fix.raw = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+        for (kind, flags, payload) in frames {
+            let len = payload.len();
+            fix.raw.extend_from_slice(&[
+                (len >> 16) as u8,
+                (len >> 8) as u8,
+                len as u8,
+                *kind,
+                *flags,
+            ]);
+            fix.raw.extend_from_slice(&[0, 0, 0, 1]);
+            fix.raw.extend_from_slice(payload);
+        }
+        fix.process();
+        assert!(fix.raw.is_empty());
+        fix.ready[PREFACE_LEN..].to_vec()
+    }
+
+    /// Found by driver/tests/props.rs: a header block split over HEADERS and CONTINUATION
+    /// had each CONTINUATION read from its start, which may be inside another header's
+    /// value; bytes there that looked like an `:authority` literal were dashed, changing
+    /// that header. Here header `x` has the 6-byte value `A\x41\x02//B`, and the cut falls
+    /// after its first byte: `\x41\x02//` reads as `:authority: //`.
+    #[test]
+    fn a_continuation_that_starts_inside_a_value_is_left_alone() {
+        let first: &[u8] = &[0x40, 0x01, b'x', 0x06, b'A'];
+        let rest: &[u8] = &[0x41, 0x02, b'/', b'/', b'B'];
+        let out = process(&[(HEADERS, 0, first), (CONTINUATION, FLAG_END_HEADERS, rest)]);
+        assert_eq!(&out[9..14], first);
+        assert_eq!(&out[23..], rest, "header x was rewritten");
+    }
+
+    /// A block cut on a field boundary still gets its `:authority` fixed in every fragment;
+    /// after END_HEADERS the next block starts afresh.
+    #[test]
+    fn a_continuation_on_a_field_boundary_is_fixed() {
+        let first: &[u8] = &[0x82, 0x41, 0x02, b'/', b'a'];
+        let rest: &[u8] = &[0x41, 0x02, b'/', b'b'];
+        let out = process(&[
+            (HEADERS, 0, first),
+            (CONTINUATION, 0, &[0x86]),
+            (CONTINUATION, FLAG_END_HEADERS, rest),
+            (CONTINUATION, FLAG_END_HEADERS, rest),
+        ]);
+        assert_eq!(&out[9..14], &[0x82, 0x41, 0x02, b'-', b'a']);
+        assert_eq!(&out[33..37], &[0x41, 0x02, b'-', b'b']);
+        assert_eq!(
+            &out[46..],
+            rest,
+            "a CONTINUATION outside a block is not read"
+        );
     }
 
     #[tokio::test]

@@ -17,6 +17,8 @@ const FLAG_ELF_LIBC6: i32 = 0x0003;
 const FLAG_ARCH_MASK: i32 = 0xff00;
 const FLAG_X8664_LIB64: i32 = 0x0300;
 const FLAG_AARCH64_LIB64: i32 = 0x0a00;
+/// Longest string read from the cache: a path of at most PATH_MAX bytes, NUL included.
+const MAX_STRING: usize = 4096;
 
 /// One library: its name (the soname) and full path.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -49,7 +51,8 @@ pub fn parse(data: &[u8]) -> Option<Vec<Entry>> {
     } else {
         FLAG_X8664_LIB64
     };
-    let mut out = Vec::with_capacity(n);
+    // The count is the file's word: reserve no more than the table can hold.
+    let mut out = Vec::with_capacity(n.min(table.len() / NEW_ENTRY));
     for i in 0..n {
         let at = NEW_HEADER.checked_add(i.checked_mul(NEW_ENTRY)?)?;
         let flags = u32_at(table, at)? as i32;
@@ -73,6 +76,9 @@ fn u32_at(data: &[u8], at: usize) -> Option<u32> {
 
 fn c_str_at(data: &[u8], at: usize) -> Option<String> {
     let rest = data.get(at..)?;
+    // Bounded, so that entries sharing one long string cost neither quadratic time nor
+    // quadratic memory.
+    let rest = &rest[..rest.len().min(MAX_STRING)];
     let end = rest.iter().position(|&b| b == 0)?;
     String::from_utf8(rest[..end].to_vec()).ok()
 }
@@ -150,6 +156,39 @@ pub(crate) mod tests {
         let mut data = build(&[(native(), "a", "b")]);
         data.truncate(60);
         assert_eq!(parse(&data), None);
+    }
+
+    /// Found by driver/tests/props.rs: the entry count sized the output vector before any
+    /// entry was read, so a 48-byte header claiming 4 billion entries aborted the driver
+    /// (`memory allocation of 124614374544 bytes failed`).
+    #[test]
+    fn a_huge_entry_count_is_not_reserved() {
+        let mut data = build(&[(native(), "libc.so.6", "/lib/libc.so.6")]);
+        data[20..24].copy_from_slice(&u32::MAX.to_ne_bytes());
+        assert_eq!(parse(&data), None);
+    }
+
+    /// Many entries pointing at one long string: refused past PATH_MAX instead of copied
+    /// once per entry.
+    #[test]
+    fn strings_are_bounded_by_path_max() {
+        let n = 1000;
+        let strings_at = (NEW_HEADER + n * NEW_ENTRY) as u32;
+        let mut data = NEW_MAGIC.to_vec();
+        data.extend_from_slice(&(n as u32).to_ne_bytes());
+        data.resize(NEW_HEADER, 0);
+        for _ in 0..n {
+            data.extend_from_slice(&native().to_ne_bytes());
+            data.extend_from_slice(&strings_at.to_ne_bytes());
+            data.extend_from_slice(&strings_at.to_ne_bytes());
+            data.extend_from_slice(&[0; 12]);
+        }
+        data.extend(std::iter::repeat_n(b'a', MAX_STRING));
+        data.push(0);
+        assert_eq!(parse(&data), None);
+        let long = "a".repeat(MAX_STRING - 1);
+        let e = parse(&build(&[(native(), "libx.so.1", &long)])).unwrap();
+        assert_eq!(e[0].path, long);
     }
 
     /// The host's own cache, when there is one, parses and lists libc.
