@@ -5,8 +5,16 @@
 # script builds the same image with a container engine.
 #
 #   build.sh BIN_DIR OUT_TAR [REF]       REF defaults to localhost/graft:dev
+#
+# graft-hook must be the static build (hooks/build-static.sh): HOOK_BIN names it, default
+# BIN_DIR/graft-hook. A dynamically linked one is refused here, as graft-driver would.
 set -euo pipefail
 bin=$1 out=$2 ref=${3:-localhost/graft:dev}
+hook=${HOOK_BIN:-$bin/graft-hook}
+if readelf -l "$hook" | grep -q INTERP; then
+  echo "build.sh: $hook is dynamically linked; build it with hooks/build-static.sh" >&2
+  exit 1
+fi
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
@@ -15,7 +23,8 @@ source "$here/oci-layout.sh"
 
 root="$work/rootfs"
 mkdir -p "$root"/{usr/bin,tmp,etc}
-for b in graft-driver graft-nri graft-hook; do
+install -m 0755 -s "$hook" "$root/usr/bin/graft-hook"
+for b in graft-driver graft-nri; do
   # Stripped: debug info is no use in the image and makes it ten times larger.
   install -m 0755 -s "$bin/$b" "$root/usr/bin/$b"
   # Every library the loader resolves, at the same path, plus the loader itself.
