@@ -13,6 +13,9 @@ CACHE=${GRAFT_CACHE:-$HOME/.cache/graft-testbed}
 CONTAINERD2_VERSION=${CONTAINERD2_VERSION:-v2.2.7}
 CONTAINERD17_DEB_VERSION=${CONTAINERD17_DEB_VERSION:-1.7.24~ds1-6+deb13u1}
 RUNC_VERSION=${RUNC_VERSION:-v1.3.6}
+# The newest runc whose createContainer hooks inherit the container's environment when the
+# hook sets none (fixed in 1.3.0): the hostile-image tests run graft against it too.
+RUNC_OLD_VERSION=${RUNC_OLD_VERSION:-v1.2.7}
 CRICTL_VERSION=${CRICTL_VERSION:-v1.36.0}
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -56,6 +59,14 @@ if [ ! -x "$CACHE/bin/runc" ]; then
   log "building runc $RUNC_VERSION"
   GOBIN="$CACHE/bin" CGO_ENABLED=1 go install -tags "seccomp urfave_cli_no_docs" \
     "github.com/opencontainers/runc@$RUNC_VERSION"
+fi
+
+runc_old="$CACHE/bin/runc-$RUNC_OLD_VERSION"
+if [ ! -x "$runc_old/runc" ]; then
+  log "building runc $RUNC_OLD_VERSION (the hostile-image tests)"
+  mkdir -p "$runc_old"
+  GOBIN="$runc_old" CGO_ENABLED=1 go install -tags "seccomp urfave_cli_no_docs" \
+    "github.com/opencontainers/runc@$RUNC_OLD_VERSION"
 fi
 
 if [ ! -x "$CACHE/bin/crictl" ]; then
@@ -135,6 +146,7 @@ fi
 cat >"$CACHE/env" <<EOF
 GRAFT_CACHE=$CACHE
 GRAFT_RUNC=$CACHE/bin/runc
+GRAFT_RUNC_OLD=$runc_old/runc
 GRAFT_CRICTL=$CACHE/bin/crictl
 GRAFT_CONTAINERD_2=$c2
 GRAFT_CONTAINERD_17=$c17

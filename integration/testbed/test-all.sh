@@ -8,6 +8,8 @@ bash integration/testbed/setup.sh >/dev/null
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --quiet -- -D warnings
 cargo build --workspace --bins --quiet
+# graft-hook as shipped: statically linked (the tests install and run this one).
+bash hooks/build-static.sh --quiet >/dev/null
 # No doc-tests: the crates have none, and their empty runs would close the log.
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT

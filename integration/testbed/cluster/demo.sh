@@ -10,7 +10,10 @@ cd "$top"
 say() { printf '\n== %s\n' "$*"; }
 
 say "building graft"
+# The testbed first: it installs what the build needs (protoc) on a fresh machine.
+bash integration/testbed/setup.sh >/dev/null
 cargo build --workspace --bins --quiet
+bash hooks/build-static.sh >/dev/null
 say "bringing the cluster up (etcd, kube-apiserver, controller-manager, scheduler, kubelet, containerd)"
 bash "$here/cluster.sh" up
 eval "$(bash "$here/cluster.sh" env)"

@@ -18,7 +18,9 @@ export PATH="$GRAFT_CONTAINERD_2:$GRAFT_K8S:$PATH" KUBECONFIG="$D/admin.kubeconf
 log() { echo "[deploy-graft] $*" >&2; }
 
 tar="$D/graft-image.tar"
-bash "$top/deploy/image/build.sh" "$bin" "$tar" "$IMAGE" >/dev/null
+# graft-hook goes into the image statically linked, as the shipped image has it.
+case "$bin" in */release) hook=$(bash "$top/hooks/build-static.sh" --release) ;; *) hook=$(bash "$top/hooks/build-static.sh") ;; esac
+HOOK_BIN=$hook bash "$top/deploy/image/build.sh" "$bin" "$tar" "$IMAGE" >/dev/null
 ctr -a /run/graft-cluster/containerd.sock -n k8s.io images import "$tar" >/dev/null 2>&1
 for f in "$top"/deploy/graft/*.yaml; do
   sed "s#image: ghcr.io/graft-dev/graft:.*#image: $IMAGE#" "$f"
