@@ -48,7 +48,10 @@ fn plugin_with_claims(dir: &Path, n: usize) -> GraftPlugin {
             .unwrap();
     }
     let status = StatusPublisher::acquire(dir, "10-graft", "bench".into()).unwrap();
-    GraftPlugin::new(store, status)
+    let policy =
+        graft_record::InjectionPolicy::new(dir, graft_record::policy::DEFAULT_HOOK_PATH, &[])
+            .unwrap();
+    GraftPlugin::new(store, status, policy)
 }
 
 fn pct(sorted: &[Duration], p: f64) -> Duration {

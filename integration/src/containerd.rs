@@ -46,6 +46,16 @@ pub struct Containerd {
 impl Containerd {
     /// Writes the config and starts containerd under `dir`, then imports the test images.
     pub fn start(tb: &Testbed, version: Version, dir: &Path) -> anyhow::Result<Self> {
+        Self::start_with_runc(tb, version, dir, &tb.runc_dir)
+    }
+
+    /// [`Containerd::start`] with the runc found in `runc_dir`.
+    pub fn start_with_runc(
+        tb: &Testbed,
+        version: Version,
+        dir: &Path,
+        runc_dir: &Path,
+    ) -> anyhow::Result<Self> {
         let bin_dir = match version {
             Version::V2_2 => tb.containerd_2.clone(),
             Version::V1_7 => tb.containerd_17.clone(),
@@ -73,7 +83,7 @@ impl Containerd {
             nri_socket: dir.join("nri.sock"),
             dir: dir.to_path_buf(),
             bin_dir,
-            runc_dir: tb.runc_dir.clone(),
+            runc_dir: runc_dir.to_path_buf(),
             crictl: tb.crictl.clone(),
             child: None,
         };
@@ -195,6 +205,12 @@ state = "{d}/state"
             "containerd not ready after {limit:?}; see {}",
             self.log_path().display()
         )
+    }
+
+    /// Imports an OCI image-layout tar into the CRI namespace.
+    pub fn import_image(&self, tar: &Path) -> anyhow::Result<()> {
+        self.ctr(&["images", "import", &tar.to_string_lossy()])?;
+        Ok(())
     }
 
     pub fn log_path(&self) -> PathBuf {

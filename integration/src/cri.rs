@@ -103,16 +103,36 @@ impl Cri {
         name: &str,
         script: &str,
     ) -> Result<String, tonic::Status> {
+        self.create_from(pod, name, BUSYBOX_IMAGE, script, &[])
+            .await
+    }
+
+    /// Creates a container of `image` (which has `/bin/sh`) running `script`, with `env`.
+    pub async fn create_from(
+        &self,
+        pod: &Pod,
+        name: &str,
+        image: &str,
+        script: &str,
+        env: &[(&str, &str)],
+    ) -> Result<String, tonic::Status> {
         let config = ContainerConfig {
             metadata: Some(ContainerMetadata {
                 name: name.into(),
                 attempt: 0,
             }),
             image: Some(ImageSpec {
-                image: BUSYBOX_IMAGE.into(),
+                image: image.into(),
                 ..Default::default()
             }),
             command: vec!["/bin/sh".into(), "-c".into(), script.into()],
+            envs: env
+                .iter()
+                .map(|(k, v)| KeyValue {
+                    key: k.to_string(),
+                    value: v.to_string(),
+                })
+                .collect(),
             log_path: format!("{name}.log"),
             labels: HashMap::from([("graft-test".to_string(), "1".to_string())]),
             ..Default::default()

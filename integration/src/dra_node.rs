@@ -33,6 +33,8 @@ pub struct DraNode {
     pub endpoint: PathBuf,
     pub state_dir: PathBuf,
     pub boot_id_path: PathBuf,
+    /// The state directory is a tmpfs of its own (unmounted on drop).
+    state_mounted: bool,
 }
 
 impl DraNode {
@@ -47,6 +49,27 @@ impl DraNode {
         devices_toml: &str,
         driver_args: &[&str],
     ) -> anyhow::Result<Self> {
+        Self::start_inner(cp, name, devices_toml, driver_args, None).await
+    }
+
+    /// Like [`DraNode::start`], with the state directory on a tmpfs of `size` (e.g. `2m`),
+    /// for tests that fill it up or remount it read-only.
+    pub async fn start_on_tmpfs(
+        cp: &ControlPlane,
+        name: &str,
+        devices_toml: &str,
+        size: &str,
+    ) -> anyhow::Result<Self> {
+        Self::start_inner(cp, name, devices_toml, &[], Some(size)).await
+    }
+
+    async fn start_inner(
+        cp: &ControlPlane,
+        name: &str,
+        devices_toml: &str,
+        driver_args: &[&str],
+        state_tmpfs: Option<&str>,
+    ) -> anyhow::Result<Self> {
         let tb = Testbed::load()?;
         let client = cp.client().await?;
         let nodes: Api<Node> = Api::all(client.clone());
@@ -58,6 +81,10 @@ impl DraNode {
         // Short paths: socket paths are limited to 108 bytes.
         let dir = tempfile::Builder::new().prefix("gd").tempdir_in("/tmp")?;
         let state_dir = dir.path().join("state");
+        if let Some(size) = state_tmpfs {
+            std::fs::create_dir_all(&state_dir)?;
+            crate::mounts::mount_tmpfs(&state_dir, size)?;
+        }
         let boot_id_path = dir.path().join("boot_id");
         std::fs::write(
             &boot_id_path,
@@ -103,6 +130,7 @@ impl DraNode {
             endpoint,
             state_dir,
             boot_id_path,
+            state_mounted: state_tmpfs.is_some(),
         })
     }
 
@@ -158,6 +186,9 @@ impl Drop for DraNode {
         let _ = self.driver.kill9();
         let _ = self.nri.stop();
         self.containerd.teardown();
+        if self.state_mounted {
+            let _ = crate::mounts::unmount(&self.state_dir);
+        }
     }
 }
 

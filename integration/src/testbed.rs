@@ -9,6 +9,9 @@ use anyhow::{bail, Context};
 #[derive(Debug, Clone)]
 pub struct Testbed {
     pub runc_dir: PathBuf,
+    /// An older runc (1.2.x) whose createContainer hooks inherit the container's
+    /// environment; for the hostile-image tests.
+    pub old_runc_dir: PathBuf,
     pub crictl: PathBuf,
     pub containerd_2: PathBuf,
     pub containerd_17: PathBuf,
@@ -46,8 +49,10 @@ impl Testbed {
             }
         };
         let runc = get("GRAFT_RUNC")?;
+        let old_runc = get("GRAFT_RUNC_OLD")?;
         Ok(Testbed {
             runc_dir: runc.parent().map(Path::to_path_buf).unwrap_or_default(),
+            old_runc_dir: old_runc.parent().map(Path::to_path_buf).unwrap_or_default(),
             crictl: get("GRAFT_CRICTL")?,
             containerd_2: get("GRAFT_CONTAINERD_2")?,
             containerd_17: get("GRAFT_CONTAINERD_17")?,
@@ -80,4 +85,30 @@ pub fn workspace_bin(name: &str) -> anyhow::Result<PathBuf> {
         "{name} not found next to {} : run `cargo build --workspace --bins` first",
         exe.display()
     )
+}
+
+/// The static graft-hook (`hooks/build-static.sh`, run by the README's test command): the
+/// only kind graft-driver installs.
+pub fn static_hook() -> anyhow::Result<PathBuf> {
+    let top = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let out = std::process::Command::new("rustc")
+        .arg("-vV")
+        .output()
+        .context("running rustc -vV")?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let triple = text
+        .lines()
+        .find_map(|l| l.strip_prefix("host: "))
+        .context("rustc -vV names no host")?;
+    for profile in ["debug", "release"] {
+        let p = top
+            .join("target")
+            .join(triple)
+            .join(profile)
+            .join("graft-hook");
+        if p.is_file() {
+            return Ok(std::fs::canonicalize(&p).unwrap_or(p));
+        }
+    }
+    bail!("the static graft-hook is not built: run `bash hooks/build-static.sh` first")
 }

@@ -159,11 +159,19 @@ async fn scenario(version: Version) -> anyhow::Result<()> {
     let mut cd = Containerd::start(&tb, version, &dir)?;
     let state = dir.join("graft-state");
     let store = RecordStore::open(&state)?;
+    // The test's own config file is mounted from its directory: an allowed root, as a
+    // node would configure one.
+    let roots = dir.to_string_lossy().into_owned();
     let mut nri = GraftNri::start(
         &cd.nri_socket,
         &state,
         &dir.join("logs/graft-nri.log"),
-        &["--eviction-grace-ms", "1000"],
+        &[
+            "--eviction-grace-ms",
+            "1000",
+            "--allowed-mount-roots",
+            &roots,
+        ],
     )?;
     let status = nri.wait_synchronized(LONG)?;
     let cri = Cri::connect(&cd.socket, &dir.join("pods")).await?;

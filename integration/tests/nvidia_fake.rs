@@ -12,8 +12,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{ensure, Context};
 use graft_driver::discovery::nvidia::driver_files::Roots;
-use graft_driver::discovery::nvidia::edits::HookConfig;
-use graft_driver::discovery::nvidia::{NvidiaConfig, NvidiaDiscovery};
+use graft_driver::discovery::nvidia::NvidiaDiscovery;
 use graft_driver::discovery::{Attribute, Device, Discovery, PCIE_ROOT_ATTRIBUTE};
 use graft_integration::apiserver;
 use graft_integration::claims;
@@ -28,46 +27,20 @@ use graft_record::{DeviceKind, RecordStore};
 /// The fake library reads its fabric setting from the environment: one test at a time.
 static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
+mod common;
+
+use common::{as_driver_root, as_host_root};
+
+/// The static graft-hook, as graft-driver installs it.
 fn hook_binary() -> String {
-    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/debug/graft-hook");
-    std::fs::canonicalize(&p)
-        .unwrap_or(p)
+    graft_integration::testbed::static_hook()
+        .expect("static graft-hook")
         .to_string_lossy()
         .into_owned()
 }
 
-/// The fake tree seen as the host's `/` (as the DaemonSet sees the host at /host).
-fn as_host_root(node: &FakeNode) -> Roots {
-    Roots {
-        host: node.host.clone(),
-        driver: "/".into(),
-    }
-}
-
-/// The fake tree as a driver root on this host (as with a driver container at
-/// /run/nvidia/driver): mount sources are then real host paths.
-fn as_driver_root(node: &FakeNode) -> Roots {
-    Roots {
-        host: "/".into(),
-        driver: node.host.clone(),
-    }
-}
-
 fn discovery(node: &FakeNode, roots: Roots, imex_channels: u32) -> anyhow::Result<NvidiaDiscovery> {
-    Ok(NvidiaDiscovery::new(NvidiaConfig {
-        roots,
-        nvml_lib: None,
-        proc_root: node.proc.clone(),
-        sys_root: node.sys.clone(),
-        dev_root: node.dev.clone(),
-        hook: HookConfig {
-            path: hook_binary(),
-            ldconfig: "/sbin/ldconfig".into(),
-            params_copy: "/var/lib/graft/nvidia/params".into(),
-        },
-        imex_channels,
-        passthrough: imex_channels > 0,
-    })?)
+    common::discovery(node, roots, imex_channels, &hook_binary())
 }
 
 fn attr<'a>(d: &'a Device, k: &str) -> &'a Attribute {
@@ -328,22 +301,20 @@ exec sleep 3600"#;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fake_gpu_in_a_containerd_container() -> anyhow::Result<()> {
-    let devices = {
+    let (devices, driver_root) = {
         let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
         let dir = PathBuf::from(format!("/tmp/graft-nv-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         let node = FakeNode::create(&dir)?;
-        discovery(&node, as_driver_root(&node), 0)?.discover()?
+        (
+            discovery(&node, as_driver_root(&node), 0)?.discover()?,
+            node.host.to_string_lossy().into_owned(),
+        )
     };
     let gpu = devices
         .iter()
         .find(|d| d.name == "gpu-2")
         .context("gpu-2")?;
-    ensure!(
-        Path::new(&hook_binary()).is_file(),
-        "{} missing: cargo build --workspace --bins",
-        hook_binary()
-    );
 
     let tb = Testbed::load()?;
     let dir = PathBuf::from(format!("/tmp/graft-nvc-{}", std::process::id()));
@@ -351,7 +322,14 @@ async fn fake_gpu_in_a_containerd_container() -> anyhow::Result<()> {
     let cd = Containerd::start(&tb, Version::V2_2, &dir)?;
     let state = dir.join("graft-state");
     let store = RecordStore::open(&state)?;
-    let mut nri = GraftNri::start(&cd.nri_socket, &state, &dir.join("logs/graft-nri.log"), &[])?;
+    // graft-nri with the node's policy: the fake driver root's files, graft-hook here.
+    let hook = hook_binary();
+    let mut nri = GraftNri::start(
+        &cd.nri_socket,
+        &state,
+        &dir.join("logs/graft-nri.log"),
+        &["--hook-path", &hook, "--nvidia-driver-root", &driver_root],
+    )?;
     nri.wait_synchronized(Duration::from_secs(60))?;
     let cri = Cri::connect(&cd.socket, &dir.join("pods")).await?;
 
@@ -461,6 +439,8 @@ async fn prepare_sets_gpus_up_and_refuses_what_it_must() -> anyhow::Result<()> {
         arg(&node.proc),
         "--nvidia-hook-path".into(),
         arg(&hook),
+        "--hook-source".into(),
+        hook_binary(),
         "--nvidia-passthrough".into(),
         "--nvidia-vfio-timeout-seconds".into(),
         "2".into(),

@@ -26,7 +26,14 @@ async fn main() -> anyhow::Result<()> {
     );
     let mut cd = Containerd::start(&tb, Version::V2_2, &dir)?;
     let state = dir.join("graft-state");
-    let mut nri = GraftNri::start(&cd.nri_socket, &state, &dir.join("logs/graft-nri.log"), &[])?;
+    // The demo's config file is mounted from the demo directory: an allowed mount root.
+    let roots = dir.to_string_lossy().into_owned();
+    let mut nri = GraftNri::start(
+        &cd.nri_socket,
+        &state,
+        &dir.join("logs/graft-nri.log"),
+        &["--allowed-mount-roots", &roots],
+    )?;
     let status = nri.wait_synchronized(Duration::from_secs(60))?;
     println!(
         "== graft-nri connected to {} {} and synchronized",

@@ -1,0 +1,48 @@
+//! Helpers shared by the test files that run the nvidia backend on the fake node.
+
+#![allow(dead_code)]
+
+use graft_driver::discovery::nvidia::driver_files::Roots;
+use graft_driver::discovery::nvidia::edits::HookConfig;
+use graft_driver::discovery::nvidia::{NvidiaConfig, NvidiaDiscovery};
+use graft_integration::fake_gpu::FakeNode;
+
+/// The fake tree seen as the host's `/` (as the DaemonSet sees the host at /host).
+pub fn as_host_root(node: &FakeNode) -> Roots {
+    Roots {
+        host: node.host.clone(),
+        driver: "/".into(),
+    }
+}
+
+/// The fake tree as a driver root on this host (as with a driver container at
+/// /run/nvidia/driver): mount sources are then real host paths.
+pub fn as_driver_root(node: &FakeNode) -> Roots {
+    Roots {
+        host: "/".into(),
+        driver: node.host.clone(),
+    }
+}
+
+/// The nvidia backend on the fake node, with graft-hook at `hook`.
+pub fn discovery(
+    node: &FakeNode,
+    roots: Roots,
+    imex_channels: u32,
+    hook: &str,
+) -> anyhow::Result<NvidiaDiscovery> {
+    Ok(NvidiaDiscovery::new(NvidiaConfig {
+        roots,
+        nvml_lib: None,
+        proc_root: node.proc.clone(),
+        sys_root: node.sys.clone(),
+        dev_root: node.dev.clone(),
+        hook: HookConfig {
+            path: hook.to_string(),
+            ldconfig: "/sbin/ldconfig".into(),
+            params_copy: "/var/lib/graft/nvidia/params".into(),
+        },
+        imex_channels,
+        passthrough: imex_channels > 0,
+    })?)
+}
