@@ -131,6 +131,7 @@ mod tests {
             attributes: BTreeMap::from([("type".into(), Attribute::String("t".into()))]),
             capacity: BTreeMap::new(),
             edits: Default::default(),
+            optional_edits: Default::default(),
         }
     }
 

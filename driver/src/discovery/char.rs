@@ -263,6 +263,7 @@ impl CharDiscovery {
             attributes,
             capacity: BTreeMap::new(),
             edits,
+            optional_edits: Default::default(),
         })
     }
 }

@@ -38,6 +38,9 @@ pub struct Device {
     pub capacity: BTreeMap<String, String>,
     /// What a container that is allocated this device receives.
     pub edits: ContainerEdits,
+    /// Edits added only when the claim's configuration asks for them by name (the NVIDIA
+    /// driver capabilities beyond compute and utility: `graphics`, `video`, `display`).
+    pub optional_edits: BTreeMap<String, ContainerEdits>,
 }
 
 /// A discovery backend.

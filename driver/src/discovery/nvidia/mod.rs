@@ -212,6 +212,7 @@ impl NvidiaDiscovery {
                         )],
                         ..Default::default()
                     },
+                    optional_edits: Default::default(),
                 })
             })
             .collect()
@@ -264,6 +265,7 @@ impl NvidiaDiscovery {
                 ],
                 common,
             ),
+            optional_edits: Default::default(),
         })
     }
 
@@ -308,6 +310,7 @@ impl NvidiaDiscovery {
                         device_nodes: vec![edits::imex_node(major, n)],
                         ..Default::default()
                     },
+                    optional_edits: Default::default(),
                 }
             })
             .collect())
@@ -331,6 +334,7 @@ fn full_gpu(
         attributes,
         capacity,
         edits: edits::with_common(vec![edits::gpu_node(g.minor)], common),
+        optional_edits: Default::default(),
     }
 }
 

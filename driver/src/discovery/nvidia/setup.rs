@@ -213,6 +213,7 @@ mod tests {
             attributes,
             capacity: BTreeMap::new(),
             edits: ContainerEdits::default(),
+            optional_edits: Default::default(),
         }
     }
 
