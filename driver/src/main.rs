@@ -9,7 +9,7 @@ use anyhow::{bail, Context};
 use clap::Parser;
 use graft_driver::discovery::char::{CharDiscovery, DEFAULT_CONFIG_PATH};
 use graft_driver::discovery::nvidia::driver_files::Roots;
-use graft_driver::discovery::nvidia::edits::HookConfig;
+use graft_driver::discovery::nvidia::hook_edits::HookConfig;
 use graft_driver::discovery::nvidia::setup::{ChrootSmi, NvidiaSetup};
 use graft_driver::discovery::nvidia::vfio::Vfio;
 use graft_driver::discovery::nvidia::{NvidiaConfig, NvidiaDiscovery};
@@ -88,8 +88,9 @@ struct Args {
     nvidia_vfio_timeout_seconds: u64,
     #[arg(long, env = "GRAFT_SYSFS_ROOT", default_value = "/sys")]
     sysfs_root: PathBuf,
-    /// The host's /proc (/proc/devices and /proc/driver are not namespaced, so our own).
-    #[arg(long, hide = true, default_value = "/proc")]
+    /// The host's /proc (/proc/devices and /proc/driver are not namespaced, so our own);
+    /// tests on nodes without the NVIDIA kernel module point it at a fake one.
+    #[arg(long, env = "GRAFT_PROC_ROOT", hide = true, default_value = "/proc")]
     proc_root: PathBuf,
     /// Where the host's root is visible: configured device paths are looked up below it
     /// (the DaemonSet mounts the host's /dev at /host/dev) and published as host paths.
@@ -145,6 +146,7 @@ fn nvidia_config(args: &Args) -> NvidiaConfig {
 fn nvidia_setup(
     args: &Args,
     config: &NvidiaConfig,
+    smi: Arc<std::sync::RwLock<String>>,
     wake: tokio::sync::mpsc::Sender<()>,
 ) -> NvidiaSetup {
     NvidiaSetup {
@@ -156,7 +158,7 @@ fn nvidia_setup(
         dev_root: config.dev_root.clone(),
         smi: Box::new(ChrootSmi {
             root: config.roots.visible(&config.roots.driver),
-            path: "/usr/bin/nvidia-smi".into(),
+            path: smi,
         }),
         rescan: Box::new(move || {
             let _ = wake.try_send(());
@@ -164,8 +166,15 @@ fn nvidia_setup(
     }
 }
 
-fn backends(args: &Args) -> anyhow::Result<Vec<Box<dyn Discovery>>> {
+/// The discovery backends, and where the nvidia backend keeps its chosen nvidia-smi.
+type Backends = (
+    Vec<Box<dyn Discovery>>,
+    Option<Arc<std::sync::RwLock<String>>>,
+);
+
+fn backends(args: &Args) -> anyhow::Result<Backends> {
     let mut out: Vec<Box<dyn Discovery>> = Vec::new();
+    let mut smi = None;
     for name in &args.discovery {
         match name.trim() {
             "char" => out.push(Box::new(CharDiscovery::new(
@@ -173,14 +182,18 @@ fn backends(args: &Args) -> anyhow::Result<Vec<Box<dyn Discovery>>> {
                 args.sysfs_root.clone(),
                 args.host_root.clone(),
             )?)),
-            "nvidia" => out.push(Box::new(NvidiaDiscovery::new(nvidia_config(args))?)),
+            "nvidia" => {
+                let d = NvidiaDiscovery::new(nvidia_config(args))?;
+                smi = Some(d.smi_path());
+                out.push(Box::new(d));
+            }
             other => bail!("--discovery: unknown backend {other:?} (known: char, nvidia)"),
         }
     }
     if out.is_empty() {
         bail!("--discovery: no backend selected");
     }
-    Ok(out)
+    Ok((out, smi))
 }
 
 // Two workers whatever the node's core count: the driver's work is a few RPCs at a time, and
@@ -224,7 +237,7 @@ async fn main() -> anyhow::Result<()> {
     )
     .context("the injection policy (--nvidia-hook-path, --allowed-mount-roots)")?;
     tracing::info!(mount_roots = ?policy.mount_roots(), hook = policy.hook_path(), "injection policy");
-    let backends = backends(&args)?;
+    let (backends, smi_path) = backends(&args)?;
     if nvidia {
         let source = match &args.hook_source {
             Some(s) => s.clone(),
@@ -256,10 +269,11 @@ async fn main() -> anyhow::Result<()> {
         args.crash_at,
     )?
     .with_policy(policy);
-    if nvidia {
+    if let Some(smi) = smi_path {
         core = core.with_setup(Arc::new(nvidia_setup(
             &args,
             &nvidia_config(&args),
+            smi,
             wake_tx.clone(),
         )));
     }

@@ -26,6 +26,7 @@ use serde::Deserialize;
 
 use graft_record::env::check_user_env;
 
+use crate::discovery::nvidia::capabilities::Capability;
 use crate::mapping::base_request;
 
 pub const API_VERSION: &str = "graft.dev/v1alpha1";
@@ -48,6 +49,9 @@ pub struct DeviceConfig {
     pub gid: Option<u32>,
     /// GPU sharing (full NVIDIA GPUs only).
     pub sharing: Option<Sharing>,
+    /// NVIDIA driver capabilities beyond the default `compute` and `utility` (GPU and MIG
+    /// devices only): `graphics`, `video`, `display`, each adding exactly its files.
+    pub driver_capabilities: Option<Vec<Capability>>,
 }
 
 /// ```yaml
@@ -166,6 +170,9 @@ impl DeviceConfig {
         if later.sharing.is_some() {
             self.sharing = later.sharing;
         }
+        if later.driver_capabilities.is_some() {
+            self.driver_capabilities = later.driver_capabilities;
+        }
     }
 }
 
@@ -252,6 +259,24 @@ mod tests {
             (got.file_mode, got.uid, got.gid),
             (Some(0o640), Some(9), Some(7))
         );
+    }
+
+    #[test]
+    fn driver_capabilities_are_named_and_checked() {
+        let c = cfgs(serde_json::json!([
+            {"source": "FromClass", "opaque": {"driver": "graft.dev", "parameters": params(serde_json::json!({"driverCapabilities": ["video"]}))}},
+            {"source": "FromClaim", "opaque": {"driver": "graft.dev", "parameters": params(serde_json::json!({"driverCapabilities": ["graphics", "display"]}))}}
+        ]));
+        let got = resolve("graft.dev", &c, "r").unwrap().unwrap();
+        assert_eq!(
+            got.driver_capabilities,
+            Some(vec![Capability::Graphics, Capability::Display])
+        );
+        let bad = cfgs(serde_json::json!([
+            {"source": "FromClaim", "opaque": {"driver": "graft.dev", "parameters": params(serde_json::json!({"driverCapabilities": ["opengl"]}))}}
+        ]));
+        let e = resolve("graft.dev", &bad, "r").unwrap_err().to_string();
+        assert!(e.contains("opengl") && e.contains("graphics"), "{e}");
     }
 
     #[test]

@@ -541,7 +541,7 @@ impl DriverCore {
                 name: r.device.clone(),
                 pool: r.pool.clone(),
                 requests: vec![base.clone()],
-                edits: apply_config(&dev.edits, config.as_ref()).map_err(|e| {
+                edits: apply_config(dev, config.as_ref()).map_err(|e| {
                     PrepareFailure::Claim(format!(
                         "request {}: device {}: {e}",
                         r.request, r.device
@@ -790,11 +790,13 @@ impl<E: Into<DriverError>> From<E> for PrepareFailure {
 
 /// The device's edits with the claim's configuration on top. Configuration may add
 /// environment variables but not replace one the device itself sets (its path variable, or
-/// graft's own).
+/// graft's own), and may add the device's optional edits it names (NVIDIA driver
+/// capabilities).
 fn apply_config(
-    base: &ContainerEdits,
+    dev: &Device,
     config: Option<&opaque::DeviceConfig>,
 ) -> std::result::Result<ContainerEdits, String> {
+    let base = &dev.edits;
     let mut edits = base.clone();
     let Some(c) = config else { return Ok(edits) };
     for n in &mut edits.device_nodes {
@@ -819,6 +821,31 @@ fn apply_config(
             name: name.clone(),
             value: value.clone(),
         });
+    }
+    if let Some(caps) = &c.driver_capabilities {
+        let is_gpu = matches!(
+            dev.attributes.get("type"),
+            Some(crate::discovery::Attribute::String(t)) if t == "gpu" || t == "mig"
+        );
+        if !is_gpu {
+            return Err(format!(
+                "driverCapabilities apply to NVIDIA GPUs and MIG devices, not to {}",
+                dev.name
+            ));
+        }
+        for cap in caps.iter().filter(|c| !c.is_default()) {
+            let extra = dev.optional_edits.get(cap.name()).ok_or_else(|| {
+                format!(
+                    "driver capability {cap} was asked for, but the node's NVIDIA driver has \
+                     no {cap} files"
+                )
+            })?;
+            for m in &extra.mounts {
+                if !edits.mounts.iter().any(|x| x.destination == m.destination) {
+                    edits.mounts.push(m.clone());
+                }
+            }
+        }
     }
     Ok(edits)
 }

@@ -1,51 +1,28 @@
 //! The NVIDIA driver's user-space files on this node: the libraries of the running driver
-//! version, its binaries, GSP firmware and IPC sockets, found under the driver root the way
-//! the dynamic linker would find them (fixed library directories, then `ld.so.cache`).
+//! version, its binaries, the loaders' manifests and X modules, GSP firmware and IPC
+//! sockets, found under the driver root the way the dynamic linker would find the
+//! libraries (fixed library directories, then `ld.so.cache`), each with the driver
+//! capability it belongs to (see [`super::capabilities`]).
 //!
 //! Paths are kept as the container will see them (driver root stripped); [`Roots`] turns
-//! them into the host path a mount needs and the path this process can read.
+//! them into the host path a mount needs and the path this process can read. A
+//! [`DriverFile`] whose container path differs from its place in the driver root (a binary,
+//! a manifest reached through a link) carries both.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-use super::ldcache;
-use crate::error::{DriverError, Result};
-
-const LIB_DIRS: &[&str] = &[
-    "/usr/lib64",
-    "/usr/lib/x86_64-linux-gnu",
-    "/usr/lib/aarch64-linux-gnu",
-    "/usr/lib/x86_64-linux-gnu/nvidia/current",
-    "/usr/lib/aarch64-linux-gnu/nvidia/current",
-    "/lib64",
-    "/lib/x86_64-linux-gnu",
-    "/lib/aarch64-linux-gnu",
-    "/usr/lib",
-];
-
-const BIN_DIRS: &[&str] = &[
-    "/usr/bin",
-    "/usr/sbin",
-    "/bin",
-    "/sbin",
-    "/usr/local/bin",
-    "/usr/local/sbin",
-];
-
-const BINARIES: &[&str] = &[
-    "nvidia-smi",
-    "nvidia-debugdump",
-    "nvidia-persistenced",
-    "nvidia-cuda-mps-control",
-    "nvidia-cuda-mps-server",
-    "nvidia-imex",
-    "nvidia-imex-ctl",
-];
+use super::capabilities::Capability;
+use super::libraries::{self, Link};
+use super::{binaries, config_files};
+use crate::error::Result;
 
 const SOCKETS: &[&str] = &[
     "/run/nvidia-persistenced/socket",
     "/run/nvidia-fabricmanager/socket",
 ];
+
+const FIRMWARE_DIRS: &[&str] = &["/lib/firmware", "/usr/lib/firmware"];
 
 /// Where things are. `host` is where this process sees the host's `/` (`/` on the host,
 /// `/host` in the DaemonSet); `driver` is the driver installation's root as a host path
@@ -74,109 +51,126 @@ impl Roots {
     }
 }
 
+/// One file to mount.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DriverFile {
+    pub capability: Capability,
+    /// Where it is, inside the driver root: [`Roots::host_path`] makes it a mount source.
+    pub path: String,
+    /// Where the container sees it.
+    pub destination: String,
+}
+
 /// Files of one driver version. Every path is absolute and relative to the driver root.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct DriverFiles {
     pub version: String,
     /// Directories holding libcuda or libnvidia-ml of this version.
     pub lib_dirs: Vec<String>,
-    /// Every `*.so.<version>` in those directories and their `vdpau/`.
-    pub libraries: Vec<String>,
-    /// Symlinks next to the libraries that lead to one of them: (target as written, link).
+    /// Every `*.so.<version>` in those directories and their `vdpau/`, and the driver's
+    /// libraries versioned on their own (EGL platforms, legacy NVVM); mounted at their path.
+    pub libraries: Vec<DriverFile>,
+    /// Symlinks next to the libraries that lead to a compute or utility one: (target as
+    /// written, link). Recreated in every GPU container.
     pub symlinks: Vec<(String, String)>,
-    pub binaries: Vec<String>,
+    /// The same for the files of the other capabilities (`libGLX_nvidia.so.0`,
+    /// `libglxserver_nvidia.so`), to recreate when the capability is asked for.
+    pub optional_symlinks: BTreeMap<Capability, Vec<(String, String)>>,
+    /// Found by [`binaries::find`]; each at `/usr/bin/<name>`.
+    pub binaries: Vec<DriverFile>,
+    /// Loader manifests and X modules ([`config_files`]).
+    pub configs: Vec<DriverFile>,
+    /// GSP firmware; always mounted.
     pub firmware: Vec<String>,
+    /// The persistenced and fabricmanager sockets; always mounted.
     pub sockets: Vec<String>,
+}
+
+impl DriverFiles {
+    /// The libraries, binaries and configs of one capability (not firmware nor sockets).
+    pub fn files_of(&self, cap: Capability) -> impl Iterator<Item = &DriverFile> {
+        self.libraries
+            .iter()
+            .chain(&self.binaries)
+            .chain(&self.configs)
+            .filter(move |f| f.capability == cap)
+    }
+
+    /// The capabilities this node's driver has files for.
+    pub fn capabilities(&self) -> BTreeSet<Capability> {
+        self.libraries
+            .iter()
+            .chain(&self.binaries)
+            .chain(&self.configs)
+            .map(|f| f.capability)
+            .collect()
+    }
+
+    /// Files a link under `symlinks` or `optional_symlinks`, by where it leads.
+    fn add_link(&mut self, (cap, target, link): Link) {
+        if cap.is_default() {
+            self.symlinks.push((target, link));
+        } else {
+            let links = self.optional_symlinks.entry(cap).or_default();
+            links.push((target, link));
+        }
+    }
+
+    /// The binary `name` (`nvidia-smi`), when one of the running version was found.
+    pub fn binary(&self, name: &str) -> Option<&DriverFile> {
+        self.binaries
+            .iter()
+            .find(|b| Path::new(&b.destination).file_name() == Some(name.as_ref()))
+    }
 }
 
 /// Finds the files of driver `version` under the roots.
 pub fn find(roots: &Roots, version: &str) -> Result<DriverFiles> {
-    let suffix = format!(".so.{version}");
-    let mut candidates: Vec<String> = LIB_DIRS.iter().map(|d| d.to_string()).collect();
-    if let Ok(data) = std::fs::read(roots.driver_visible("/etc/ld.so.cache")) {
-        for e in ldcache::parse(&data).unwrap_or_default() {
-            if e.name.starts_with("libcuda.so") || e.name.starts_with("libnvidia-ml.so") {
-                if let Some(dir) = Path::new(&e.path).parent().and_then(Path::to_str) {
-                    candidates.push(dir.to_string());
-                }
-            }
-        }
-    }
-    let mut lib_dirs = Vec::new();
-    let mut seen = BTreeSet::new();
-    for dir in candidates {
-        let visible = roots.driver_visible(&dir);
-        // The same directory may be listed twice or reached through a symlink (/lib64).
-        let Ok(real) = std::fs::canonicalize(&visible) else {
-            continue;
-        };
-        if !seen.insert(real) {
-            continue;
-        }
-        let has = |lib: &str| visible.join(format!("{lib}{suffix}")).is_file();
-        if has("libcuda") || has("libnvidia-ml") {
-            lib_dirs.push(dir);
-        }
-    }
-    if lib_dirs.is_empty() {
-        return Err(DriverError::Discovery {
-            backend: "nvidia",
-            reason: format!(
-                "no libcuda{suffix} or libnvidia-ml{suffix} under driver root {} \
-                 (searched {} and its ld.so.cache)",
-                roots.driver.display(),
-                LIB_DIRS.join(", ")
-            ),
-        });
-    }
-
+    let lib_dirs = libraries::lib_dirs(roots, version)?;
     let mut files = DriverFiles {
         version: version.to_string(),
         ..DriverFiles::default()
     };
     for dir in &lib_dirs {
         for d in [dir.clone(), format!("{dir}/vdpau")] {
-            let Ok(entries) = std::fs::read_dir(roots.driver_visible(&d)) else {
-                continue;
-            };
-            let mut names: Vec<(String, bool)> = entries
-                .flatten()
-                .filter_map(|e| {
-                    let name = e.file_name().into_string().ok()?;
-                    let is_link = e.file_type().ok()?.is_symlink();
-                    Some((name, is_link))
-                })
-                .collect();
-            names.sort();
-            let libs: BTreeSet<String> = names
-                .iter()
-                .filter(|(n, link)| !link && n.ends_with(&suffix))
-                .map(|(n, _)| n.clone())
-                .collect();
-            for n in &libs {
-                files.libraries.push(format!("{d}/{n}"));
-            }
-            for (n, link) in &names {
-                if !link || libs.contains(n) {
-                    continue;
-                }
-                if let Some(target) = link_into(roots, &d, n, &libs) {
-                    files.symlinks.push((target, format!("{d}/{n}")));
-                }
-            }
+            let (libs, links) = libraries::in_dir(roots, &d, version);
+            files.libraries.extend(libs);
+            links.into_iter().for_each(|l| files.add_link(l));
+        }
+    }
+    files.binaries = binaries::find(roots, &lib_dirs, version);
+    files.configs = config_files::find(roots, version);
+    let mut config_dirs: BTreeMap<String, BTreeMap<String, Capability>> = BTreeMap::new();
+    for f in &files.configs {
+        let p = Path::new(&f.destination);
+        if let (Some(dir), Some(name)) = (p.parent().and_then(Path::to_str), file_name(p)) {
+            config_dirs
+                .entry(dir.to_string())
+                .or_default()
+                .insert(name, f.capability);
+        }
+    }
+    // Links beside the X modules (`libglxserver_nvidia.so`): Xorg loads them by those names.
+    // Only the other capabilities': every container's links are the libraries'.
+    for (dir, names) in &config_dirs {
+        let links = libraries::links_in(roots, dir, names);
+        for l in links.into_iter().filter(|(cap, ..)| !cap.is_default()) {
+            files.add_link(l);
         }
     }
     files.lib_dirs = lib_dirs;
-    for name in BINARIES {
-        if let Some(p) = BIN_DIRS
-            .iter()
-            .map(|d| format!("{d}/{name}"))
-            .find(|p| roots.driver_visible(p).is_file())
-        {
-            files.binaries.push(p);
+    files.firmware = firmware(roots, version);
+    for s in SOCKETS {
+        if roots.driver_visible(s).exists() {
+            files.sockets.push(s.to_string());
         }
     }
-    for fw in ["/lib/firmware", "/usr/lib/firmware"] {
+    Ok(files)
+}
+
+/// GSP firmware of `version`, from the first firmware directory that has any.
+fn firmware(roots: &Roots, version: &str) -> Vec<String> {
+    for fw in FIRMWARE_DIRS {
         let dir = format!("{fw}/nvidia/{version}");
         let Ok(entries) = std::fs::read_dir(roots.driver_visible(&dir)) else {
             continue;
@@ -186,159 +180,129 @@ pub fn find(roots: &Roots, version: &str) -> Result<DriverFiles> {
             .filter_map(|e| e.file_name().into_string().ok())
             .filter(|n| n.starts_with("gsp") && n.ends_with(".bin"))
             .collect();
-        names.sort();
-        files
-            .firmware
-            .extend(names.into_iter().map(|n| format!("{dir}/{n}")));
-        break;
-    }
-    for s in SOCKETS {
-        if roots.driver_visible(s).exists() {
-            files.sockets.push(s.to_string());
+        if names.is_empty() {
+            continue;
         }
+        names.sort();
+        // /lib is often a link to /usr/lib: the first directory with files is enough.
+        return names.into_iter().map(|n| format!("{dir}/{n}")).collect();
     }
-    Ok(files)
+    Vec::new()
 }
 
-/// The target of symlink `dir/name` as written, when following it (at most a few hops,
-/// within `dir`) reaches one of `libs`.
-fn link_into(roots: &Roots, dir: &str, name: &str, libs: &BTreeSet<String>) -> Option<String> {
-    let visible = roots.driver_visible(dir);
-    let first = std::fs::read_link(visible.join(name)).ok()?;
-    let first = first.to_str()?.to_string();
-    let mut hop = first.clone();
-    for _ in 0..4 {
-        // Only links within the directory: anything else is not ours to recreate.
-        if hop.contains('/') {
-            return None;
-        }
-        if libs.contains(&hop) {
-            return Some(first);
-        }
-        hop = std::fs::read_link(visible.join(&hop))
-            .ok()?
-            .to_str()?
-            .to_string();
-    }
-    None
+fn file_name(p: &Path) -> Option<String> {
+    p.file_name()?.to_str().map(str::to_string)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::discovery::nvidia::elf::tests::{driver_elf, write_exe};
     use std::os::unix::fs::symlink;
 
     const V: &str = "580.95.05";
+    const LIB: &str = "/usr/lib/x86_64-linux-gnu";
 
     fn driver_root() -> tempfile::TempDir {
         let root = tempfile::tempdir().unwrap();
-        let lib = root.path().join("usr/lib/x86_64-linux-gnu");
+        let lib = root.path().join(&LIB[1..]);
         std::fs::create_dir_all(lib.join("vdpau")).unwrap();
-        for l in ["libcuda", "libnvidia-ml", "libnvidia-ptxjitcompiler"] {
+        for l in ["libcuda", "libnvidia-ml", "libGLX_nvidia", "libnvcuvid"] {
             std::fs::write(lib.join(format!("{l}.so.{V}")), "elf").unwrap();
         }
         std::fs::write(lib.join("libnvidia-ml.so.570.1"), "old").unwrap();
         std::fs::write(lib.join(format!("vdpau/libvdpau_nvidia.so.{V}")), "elf").unwrap();
         symlink(format!("libcuda.so.{V}"), lib.join("libcuda.so.1")).unwrap();
         symlink("libcuda.so.1", lib.join("libcuda.so")).unwrap();
+        symlink(
+            format!("libGLX_nvidia.so.{V}"),
+            lib.join("libGLX_nvidia.so.0"),
+        )
+        .unwrap();
+        symlink(
+            format!("libvdpau_nvidia.so.{V}"),
+            lib.join("vdpau/libvdpau_nvidia.so.1"),
+        )
+        .unwrap();
         symlink("/elsewhere/libfoo.so.1", lib.join("libfoo.so")).unwrap();
-        std::fs::create_dir_all(root.path().join("usr/bin")).unwrap();
-        std::fs::write(root.path().join("usr/bin/nvidia-smi"), "#!").unwrap();
-        let fw = root.path().join(format!("lib/firmware/nvidia/{V}"));
-        std::fs::create_dir_all(&fw).unwrap();
-        std::fs::write(fw.join("gsp_ga10x.bin"), "").unwrap();
-        std::fs::write(fw.join("gsp_tu10x.bin"), "").unwrap();
-        std::fs::create_dir_all(root.path().join("run/nvidia-persistenced")).unwrap();
-        std::fs::write(root.path().join("run/nvidia-persistenced/socket"), "").unwrap();
+        write_exe(&root.path().join("usr/bin/nvidia-smi"), &driver_elf(V));
         root
     }
 
-    #[test]
-    fn finds_the_versioned_file_set() {
-        let root = driver_root();
-        let roots = Roots {
-            host: root.path().to_path_buf(),
+    fn at(root: &Path) -> Roots {
+        Roots {
+            host: root.to_path_buf(),
             driver: "/".into(),
-        };
-        let f = find(&roots, V).unwrap();
-        let lib = "/usr/lib/x86_64-linux-gnu";
-        assert_eq!(f.lib_dirs, vec![lib.to_string()]);
-        assert_eq!(
-            f.libraries,
-            vec![
-                format!("{lib}/libcuda.so.{V}"),
-                format!("{lib}/libnvidia-ml.so.{V}"),
-                format!("{lib}/libnvidia-ptxjitcompiler.so.{V}"),
-                format!("{lib}/vdpau/libvdpau_nvidia.so.{V}"),
-            ]
-        );
+        }
+    }
+
+    #[test]
+    fn links_are_split_by_the_capability_they_lead_to() {
+        let root = driver_root();
+        let f = find(&at(root.path()), V).unwrap();
+        assert_eq!(f.lib_dirs, vec![LIB.to_string()]);
+        // Compute and utility: recreated in every GPU container, as the hook's --link.
         assert_eq!(
             f.symlinks,
             vec![
-                ("libcuda.so.1".to_string(), format!("{lib}/libcuda.so")),
-                (format!("libcuda.so.{V}"), format!("{lib}/libcuda.so.1")),
+                ("libcuda.so.1".to_string(), format!("{LIB}/libcuda.so")),
+                (format!("libcuda.so.{V}"), format!("{LIB}/libcuda.so.1")),
             ]
         );
-        assert_eq!(f.binaries, vec!["/usr/bin/nvidia-smi".to_string()]);
-        assert_eq!(f.firmware.len(), 2);
         assert_eq!(
-            f.sockets,
-            vec!["/run/nvidia-persistenced/socket".to_string()]
+            f.optional_symlinks,
+            BTreeMap::from([
+                (
+                    Capability::Graphics,
+                    vec![(
+                        format!("libGLX_nvidia.so.{V}"),
+                        format!("{LIB}/libGLX_nvidia.so.0")
+                    )]
+                ),
+                (
+                    Capability::Video,
+                    vec![(
+                        format!("libvdpau_nvidia.so.{V}"),
+                        format!("{LIB}/vdpau/libvdpau_nvidia.so.1")
+                    )]
+                ),
+            ])
         );
+        assert_eq!(
+            f.capabilities(),
+            BTreeSet::from([
+                Capability::Compute,
+                Capability::Utility,
+                Capability::Graphics,
+                Capability::Video
+            ])
+        );
+        assert_eq!(
+            f.binary("nvidia-smi").map(|b| b.path.as_str()),
+            Some("/usr/bin/nvidia-smi")
+        );
+        assert!(f.binary("nvidia-imex").is_none());
     }
 
     #[test]
-    fn a_driver_root_below_the_host_root() {
-        let host = tempfile::tempdir().unwrap();
+    fn firmware_from_the_first_directory_that_has_it() {
         let root = driver_root();
-        let inner = host.path().join("run/nvidia");
-        std::fs::create_dir_all(&inner).unwrap();
-        std::fs::rename(root.path(), inner.join("driver")).unwrap();
-        let roots = Roots {
-            host: host.path().to_path_buf(),
-            driver: "/run/nvidia/driver".into(),
-        };
-        let f = find(&roots, V).unwrap();
+        std::fs::create_dir_all(root.path().join(format!("lib/firmware/nvidia/{V}"))).unwrap();
+        let fw = root.path().join(format!("usr/lib/firmware/nvidia/{V}"));
+        std::fs::create_dir_all(&fw).unwrap();
+        std::fs::write(fw.join("gsp_ga10x.bin"), "").unwrap();
+        std::fs::write(fw.join("README"), "").unwrap();
+        let f = find(&at(root.path()), V).unwrap();
         assert_eq!(
-            roots.host_path(&f.libraries[0]),
-            PathBuf::from(format!(
-                "/run/nvidia/driver/usr/lib/x86_64-linux-gnu/libcuda.so.{V}"
-            ))
+            f.firmware,
+            vec![format!("/usr/lib/firmware/nvidia/{V}/gsp_ga10x.bin")]
         );
-    }
-
-    #[test]
-    fn libraries_listed_only_in_ld_so_cache() {
-        let root = tempfile::tempdir().unwrap();
-        let dir = root.path().join("opt/nvidia/lib");
-        std::fs::create_dir_all(&dir).unwrap();
-        std::fs::write(dir.join(format!("libnvidia-ml.so.{V}")), "elf").unwrap();
-        std::fs::create_dir_all(root.path().join("etc")).unwrap();
-        std::fs::write(
-            root.path().join("etc/ld.so.cache"),
-            ldcache::tests::build(&[(
-                ldcache::tests::native(),
-                "libnvidia-ml.so.1",
-                "/opt/nvidia/lib/libnvidia-ml.so.1",
-            )]),
-        )
-        .unwrap();
-        let roots = Roots {
-            host: root.path().to_path_buf(),
-            driver: "/".into(),
-        };
-        let f = find(&roots, V).unwrap();
-        assert_eq!(f.lib_dirs, vec!["/opt/nvidia/lib".to_string()]);
     }
 
     #[test]
     fn no_driver_is_a_clear_error() {
         let root = tempfile::tempdir().unwrap();
-        let roots = Roots {
-            host: root.path().to_path_buf(),
-            driver: "/".into(),
-        };
-        let err = find(&roots, V).unwrap_err().to_string();
+        let err = find(&at(root.path()), V).unwrap_err().to_string();
         assert!(err.contains(&format!("libnvidia-ml.so.{V}")), "{err}");
     }
 }

@@ -1,14 +1,15 @@
 //! The container edits that make an NVIDIA device usable, given explicitly (type, major,
 //! minor, mode) so that neither the runtime nor graft-nri has to stat anything: the GPU's
 //! node, MIG access capabilities, IMEX channels, the control nodes, the driver's files
-//! mounted read-only, and graft-hook's createContainer hooks.
+//! mounted read-only, and graft-hook's createContainer hook (see [`super::hook_edits`]).
 
 use std::collections::BTreeMap;
 
-use graft_record::policy::{HOOK_ENV, HOOK_NAME};
-use graft_record::{ContainerEdits, DeviceNode, EnvVar, Hook, HookStage, Mount};
+use graft_record::{ContainerEdits, DeviceNode, EnvVar, Mount};
 
-use super::driver_files::{DriverFiles, Roots};
+use super::capabilities::Capability;
+use super::driver_files::{DriverFile, DriverFiles, Roots};
+use super::hook_edits::{container_hook, HookConfig};
 use super::procfs::CapabilityFile;
 
 /// The fixed major of `/dev/nvidia*` (and of nvidiactl and nvidia-modeset).
@@ -20,18 +21,6 @@ const NODE_MODE: u32 = 0o666;
 pub const DRIVER_MOUNT_OPTIONS: &[&str] = &["ro", "nosuid", "nodev", "rbind", "rprivate"];
 /// Sockets must stay writable (connect needs it); like the toolkit, no `ro` here.
 pub const IPC_MOUNT_OPTIONS: &[&str] = &["nosuid", "nodev", "rbind", "rprivate", "noexec"];
-
-/// Where graft-hook and the tools it runs live on the host.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct HookConfig {
-    /// Host path of the graft-hook binary (hook paths resolve on the host).
-    pub path: String,
-    /// Host path of the ldconfig update-ldcache runs against the container's root.
-    pub ldconfig: String,
-    /// Host path where disable-device-node-modification keeps its copy of the driver's
-    /// params file.
-    pub params_copy: String,
-}
 
 fn char_node(path: String, major: i64, minor: i64, mode: u32) -> DeviceNode {
     DeviceNode::char(path, major, minor, mode)
@@ -68,8 +57,9 @@ pub fn imex_node(major: u32, channel: u32) -> DeviceNode {
 }
 
 /// What every GPU or MIG device brings besides its own nodes: control nodes, the driver's
-/// files, the environment and the hooks. Identical for every device of a node, so that
-/// graft-nri's merge keeps one copy per container.
+/// compute and utility files, firmware and sockets, the environment and the hooks.
+/// Identical for every device of a node, so that graft-nri's merge keeps one copy per
+/// container.
 pub fn common(
     roots: &Roots,
     files: &DriverFiles,
@@ -106,62 +96,72 @@ pub fn common(
             NODE_MODE,
         ));
     }
-    let bind = |path: &String, options: &[&str]| Mount {
-        source: roots.host_path(path).to_string_lossy().into_owned(),
-        destination: path.clone(),
-        kind: "bind".into(),
-        options: options.iter().map(|s| s.to_string()).collect(),
-    };
-    for p in files
-        .libraries
-        .iter()
-        .chain(&files.binaries)
-        .chain(&files.firmware)
-    {
-        e.mounts.push(bind(p, DRIVER_MOUNT_OPTIONS));
-    }
-    for p in &files.sockets {
-        e.mounts.push(bind(p, IPC_MOUNT_OPTIONS));
-    }
+    e.mounts = default_mounts(roots, files);
     // Keeps the legacy NVIDIA runtime hook, if the node has one, from injecting again.
     e.env.push(EnvVar {
         name: "NVIDIA_VISIBLE_DEVICES".into(),
         value: "void".into(),
     });
-    // An explicit, minimal environment: runc versions whose createContainer hooks inherit
-    // the container's environment would otherwise hand an image's LD_PRELOAD to a process
-    // that runs as root on the host.
-    let graft_hook = |args: Vec<String>| Hook {
-        stage: HookStage::CreateContainer,
-        path: hook.path.clone(),
-        args: std::iter::once(HOOK_NAME.to_string()).chain(args).collect(),
-        env: HOOK_ENV.iter().map(|s| s.to_string()).collect(),
-        timeout: Some(30),
-    };
-    if !files.symlinks.is_empty() {
-        let mut args = vec!["create-symlinks".to_string()];
-        for (target, link) in &files.symlinks {
-            args.push("--link".into());
-            args.push(format!("{target}::{link}"));
-        }
-        e.hooks.push(graft_hook(args));
-    }
-    let mut args = vec![
-        "update-ldcache".to_string(),
-        "--ldconfig".into(),
-        hook.ldconfig.clone(),
-    ];
-    for d in &files.lib_dirs {
-        args.push("--folder".into());
-        args.push(d.clone());
-    }
-    e.hooks.push(graft_hook(args));
-    e.hooks.push(graft_hook(vec![
-        "disable-device-node-modification".into(),
-        "--params-copy".into(),
-        hook.params_copy.clone(),
-    ]));
+    e.hooks.push(container_hook(files, hook));
     e
+}
+
+/// The mounts every GPU container gets: the compute and utility files, GSP firmware and
+/// the IPC sockets.
+pub fn default_mounts(roots: &Roots, files: &DriverFiles) -> Vec<Mount> {
+    let mut mounts = Vec::new();
+    for cap in Capability::DEFAULT {
+        mounts.extend(
+            files
+                .files_of(cap)
+                .map(|f| bind(roots, f, DRIVER_MOUNT_OPTIONS)),
+        );
+    }
+    let in_place = |p: &String| DriverFile {
+        capability: Capability::Compute,
+        path: p.clone(),
+        destination: p.clone(),
+    };
+    for p in &files.firmware {
+        mounts.push(bind(roots, &in_place(p), DRIVER_MOUNT_OPTIONS));
+    }
+    for p in &files.sockets {
+        mounts.push(bind(roots, &in_place(p), IPC_MOUNT_OPTIONS));
+    }
+    mounts
+}
+
+/// The edits of each other capability the node's driver has files for, keyed by its name
+/// (`graphics`, `video`, `display`): exactly that capability's mounts. Its links
+/// ([`DriverFiles::optional_symlinks`]) are not here: graft-hook recreates links.
+pub fn optional(roots: &Roots, files: &DriverFiles) -> BTreeMap<String, ContainerEdits> {
+    let mut out = BTreeMap::new();
+    for cap in Capability::OPTIONAL {
+        let mounts: Vec<Mount> = files
+            .files_of(cap)
+            .map(|f| bind(roots, f, DRIVER_MOUNT_OPTIONS))
+            .collect();
+        if !mounts.is_empty() {
+            out.insert(
+                cap.name().to_string(),
+                ContainerEdits {
+                    mounts,
+                    ..ContainerEdits::default()
+                },
+            );
+        }
+    }
+    out
+}
+
+/// A bind mount of a driver file from the host.
+fn bind(roots: &Roots, f: &DriverFile, options: &[&str]) -> Mount {
+    Mount {
+        source: roots.host_path(&f.path).to_string_lossy().into_owned(),
+        destination: f.destination.clone(),
+        kind: "bind".into(),
+        options: options.iter().map(|s| s.to_string()).collect(),
+    }
 }
 
 /// `own` first, then the common part.

@@ -10,9 +10,19 @@
 //! - `vfio-<pci address>`: with passthrough on, every NVIDIA GPU function that has an IOMMU
 //!   group, bound to vfio-pci when prepared (see [`setup`]).
 
+pub mod binaries;
+pub mod capabilities;
+pub mod config_files;
 pub mod driver_files;
 pub mod edits;
+pub mod elf;
+pub mod hook_edits;
+pub mod in_root;
+#[cfg(test)]
+mod layouts;
 pub mod ldcache;
+pub mod libraries;
+pub mod mount_roots;
 pub mod nvml;
 pub mod procfs;
 pub mod setup;
@@ -20,11 +30,12 @@ pub mod vfio;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, RwLock};
 
 use super::{pcie_root, Attribute, Device, Discovery, PCIE_ROOT_ATTRIBUTE};
 use crate::error::{DriverError, Result};
 use driver_files::{DriverFiles, Roots};
-use edits::HookConfig;
+use hook_edits::HookConfig;
 use nvml::{Gpu, Inventory};
 
 /// The backend's settings; paths as documented on each field.
@@ -46,6 +57,9 @@ pub struct NvidiaConfig {
 
 pub struct NvidiaDiscovery {
     config: NvidiaConfig,
+    /// The nvidia-smi the last scan chose, as a path inside the driver root, for the
+    /// time-slicing setup (a layout's `/usr/bin/nvidia-smi` may be a wrapper script).
+    smi: Arc<RwLock<String>>,
 }
 
 fn fail(reason: impl Into<String>) -> DriverError {
@@ -58,7 +72,10 @@ fn fail(reason: impl Into<String>) -> DriverError {
 impl NvidiaDiscovery {
     /// Checks that NVML loads, so that a misconfigured node fails at start.
     pub fn new(config: NvidiaConfig) -> Result<Self> {
-        let d = NvidiaDiscovery { config };
+        let d = NvidiaDiscovery {
+            config,
+            smi: Arc::new(RwLock::new("/usr/bin/nvidia-smi".into())),
+        };
         d.nvml_path()?;
         Ok(d)
     }
@@ -106,44 +123,54 @@ impl NvidiaDiscovery {
         )))
     }
 
+    /// Where the chosen nvidia-smi is (inside the driver root), kept current by each scan.
+    pub fn smi_path(&self) -> Arc<RwLock<String>> {
+        Arc::clone(&self.smi)
+    }
+
     /// Turns an inventory into devices. Separate from NVML so that tests can feed it.
     pub fn devices_from(&self, inv: &Inventory) -> Result<Vec<Device>> {
         let c = &self.config;
         let majors = procfs::read_char_majors(&c.proc_root)?;
         let files: DriverFiles = driver_files::find(&c.roots, &inv.driver_version)?;
+        if let (Some(smi), Ok(mut cur)) = (files.binary("nvidia-smi"), self.smi.write()) {
+            *cur = smi.path.clone();
+        }
         let has_modeset = c.dev_root.join("nvidia-modeset").exists();
+        mount_roots::warn_outside(&c.roots, &files, &mount_roots::extra_roots_from_env());
         let common = edits::common(&c.roots, &files, &majors, has_modeset, &c.hook);
+        let optional = edits::optional(&c.roots, &files);
         let driver_version = semver(&inv.driver_version)
             .ok_or_else(|| fail(format!("driver version {:?}", inv.driver_version)))?;
-        let cuda_version = format!(
-            "{}.{}.0",
-            inv.cuda_driver_version / 1000,
-            (inv.cuda_driver_version % 1000) / 10
-        );
+        let cuda_version = inv
+            .cuda_driver_version
+            .map(|v| format!("{}.{}.0", v / 1000, (v % 1000) / 10));
         let mut out = Vec::new();
         for g in &inv.gpus {
+            // Values NVML could not read are left out (logged by the NVML reader).
             let mut shared = BTreeMap::new();
-            shared.insert("productName".into(), Attribute::String(g.name.clone()));
-            shared.insert("brand".into(), Attribute::String(g.brand.clone()));
-            shared.insert(
-                "architecture".into(),
-                Attribute::String(g.architecture.clone()),
-            );
-            shared.insert(
-                "cudaComputeCapability".into(),
-                Attribute::Version(format!(
-                    "{}.{}.0",
-                    g.compute_capability.0, g.compute_capability.1
-                )),
-            );
+            for (k, v) in [
+                ("productName", &g.name),
+                ("brand", &g.brand),
+                ("architecture", &g.architecture),
+            ] {
+                if let Some(v) = v {
+                    shared.insert(k.to_string(), Attribute::String(v.clone()));
+                }
+            }
+            if let Some((major, minor)) = g.compute_capability {
+                shared.insert(
+                    "cudaComputeCapability".into(),
+                    Attribute::Version(format!("{major}.{minor}.0")),
+                );
+            }
             shared.insert(
                 "driverVersion".into(),
                 Attribute::Version(driver_version.clone()),
             );
-            shared.insert(
-                "cudaDriverVersion".into(),
-                Attribute::Version(cuda_version.clone()),
-            );
+            if let Some(v) = &cuda_version {
+                shared.insert("cudaDriverVersion".into(), Attribute::Version(v.clone()));
+            }
             shared.insert("pciBusID".into(), Attribute::String(g.pci_bus_id.clone()));
             let pci_dir = c.sys_root.join("bus/pci/devices").join(&g.pci_bus_id);
             if let Some(root) = pcie_root(&c.sys_root, &pci_dir) {
@@ -156,11 +183,17 @@ impl NvidiaDiscovery {
                 shared.insert("cliqueID".into(), Attribute::String(clique.clone()));
             }
             if !g.mig_enabled {
-                out.push(full_gpu(g, &shared, &common));
+                out.push(Device {
+                    optional_edits: optional.clone(),
+                    ..full_gpu(g, &shared, &common)
+                });
                 continue;
             }
             for m in &g.migs {
-                out.push(self.mig_device(g, m, &shared, &common, &majors)?);
+                out.push(Device {
+                    optional_edits: optional.clone(),
+                    ..self.mig_device(g, m, &shared, &common, &majors)?
+                });
             }
         }
         out.extend(self.imex_channels(inv, &majors)?);
@@ -196,7 +229,9 @@ impl NvidiaDiscovery {
                 }
                 if let Some(g) = inv.gpus.iter().find(|g| g.pci_bus_id == f.bdf) {
                     attributes.insert("uuid".into(), Attribute::String(g.uuid.clone()));
-                    attributes.insert("productName".into(), Attribute::String(g.name.clone()));
+                    if let Some(name) = &g.name {
+                        attributes.insert("productName".into(), Attribute::String(name.clone()));
+                    }
                 }
                 Some(Device {
                     name: format!("vfio-{}", f.bdf.replace([':', '.'], "-")),
@@ -328,7 +363,9 @@ fn full_gpu(
     attributes.insert("index".into(), Attribute::Int(g.index.into()));
     attributes.insert("minor".into(), Attribute::Int(g.minor.into()));
     let mut capacity = BTreeMap::new();
-    capacity.insert("memory".into(), mebibytes(g.memory_bytes));
+    if let Some(bytes) = g.memory_bytes {
+        capacity.insert("memory".into(), mebibytes(bytes));
+    }
     Device {
         name: format!("gpu-{}", g.minor),
         attributes,
@@ -371,7 +408,10 @@ impl Discovery for NvidiaDiscovery {
     }
 
     fn discover(&self) -> Result<Vec<Device>> {
-        let inv = nvml::read_inventory(&self.nvml_path()?)?;
+        let nvml = self.nvml_path()?;
+        // NVML's own libcuda, beside it (the driver installs them together).
+        let libcuda = nvml.with_file_name("libcuda.so.1");
+        let inv = nvml::read_inventory(&nvml, libcuda.exists().then_some(libcuda.as_path()))?;
         self.devices_from(&inv)
     }
 }

@@ -2,6 +2,10 @@
 //! explicit path under the driver root. Calls the wrapper lacks (GPU/compute instance ids,
 //! fabric info, brand and architecture as raw numbers) go through its raw bindings, and
 //! only after checking that the symbol was found, since those bindings panic otherwise.
+//!
+//! What identifies a GPU (index, UUID, minor, PCI address) is required; every other value
+//! is an attribute, and one that cannot be read is logged and left out rather than failing
+//! the whole scan.
 
 use std::ffi::{c_uint, OsStr};
 use std::path::Path;
@@ -20,8 +24,8 @@ use crate::error::{DriverError, Result};
 pub struct Inventory {
     /// As NVML prints it, e.g. `580.95.05`.
     pub driver_version: String,
-    /// NVML's integer form, e.g. 13000 for 13.0.
-    pub cuda_driver_version: i32,
+    /// NVML's integer form, e.g. 13000 for 13.0; `None` when NVML could not tell.
+    pub cuda_driver_version: Option<i32>,
     pub gpus: Vec<Gpu>,
 }
 
@@ -31,11 +35,11 @@ pub struct Gpu {
     /// The device node's minor: `/dev/nvidia<minor>`.
     pub minor: u32,
     pub uuid: String,
-    pub name: String,
-    pub brand: String,
-    pub architecture: String,
-    pub compute_capability: (i32, i32),
-    pub memory_bytes: u64,
+    pub name: Option<String>,
+    pub brand: Option<String>,
+    pub architecture: Option<String>,
+    pub compute_capability: Option<(i32, i32)>,
+    pub memory_bytes: Option<u64>,
     /// sysfs form: lowercase, 4-digit domain (`0000:18:00.0`).
     pub pci_bus_id: String,
     pub mig_enabled: bool,
@@ -67,9 +71,24 @@ fn err(what: &str, e: NvmlError) -> DriverError {
     }
 }
 
+/// An optional value: logged and left out when NVML cannot give it.
+fn optional<T>(what: &str, r: std::result::Result<T, NvmlError>) -> Option<T> {
+    match r {
+        Ok(v) => Some(v),
+        Err(e) => {
+            tracing::warn!("NVML {what}: {e}; the attribute is left out");
+            None
+        }
+    }
+}
+
 /// Loads NVML from `lib` and reads the inventory. NVML is shut down again before return,
 /// so that a driver upgrade is picked up at the next scan.
-pub fn read_inventory(lib: &Path) -> Result<Inventory> {
+///
+/// `libcuda` is the driver root's `libcuda.so.1`: NVML loads it by name to report the CUDA
+/// version, which a process whose loader does not search the driver root (graft-driver in
+/// its container) cannot find. Loaded here by full path first, it is found by its soname.
+pub fn read_inventory(lib: &Path, libcuda: Option<&Path>) -> Result<Inventory> {
     let nvml = Nvml::builder()
         .lib_path(OsStr::new(lib.as_os_str()))
         .init()
@@ -77,9 +96,8 @@ pub fn read_inventory(lib: &Path) -> Result<Inventory> {
     let driver_version = nvml
         .sys_driver_version()
         .map_err(|e| err("driver version", e))?;
-    let cuda_driver_version = nvml
-        .sys_cuda_driver_version()
-        .map_err(|e| err("CUDA driver version", e))?;
+    let _cuda = libcuda.and_then(preload);
+    let cuda_driver_version = optional("CUDA driver version", nvml.sys_cuda_driver_version());
     let count = nvml.device_count().map_err(|e| err("device count", e))?;
     let mut gpus = Vec::with_capacity(count as usize);
     for index in 0..count {
@@ -95,16 +113,34 @@ pub fn read_inventory(lib: &Path) -> Result<Inventory> {
     })
 }
 
+/// Loads `path` (a library) so that a later load by its soname finds it; `None`, logged,
+/// when it cannot be loaded.
+fn preload(path: &Path) -> Option<libloading::os::unix::Library> {
+    // SAFETY: loading the driver's own libcuda runs only its initialisers, as NVML's own
+    // load of it would; no symbol is called through this handle.
+    match unsafe {
+        libloading::os::unix::Library::open(
+            Some(path),
+            libloading::os::unix::RTLD_NOW | libloading::os::unix::RTLD_LOCAL,
+        )
+    } {
+        Ok(l) => Some(l),
+        Err(e) => {
+            tracing::warn!(path = %path.display(), error = %e, "cannot load libcuda for NVML");
+            None
+        }
+    }
+}
+
 fn read_gpu(nvml: &Nvml, d: &NvmlDevice<'_>, index: u32) -> Result<Gpu> {
     let at = |what: &str| format!("device {index} {what}");
     let uuid = d.uuid().map_err(|e| err(&at("uuid"), e))?;
     let minor = d.minor_number().map_err(|e| err(&at("minor number"), e))?;
-    let name = d.name().map_err(|e| err(&at("name"), e))?;
-    let memory_bytes = d.memory_info().map_err(|e| err(&at("memory"), e))?.total;
-    let cc = d
-        .cuda_compute_capability()
-        .map_err(|e| err(&at("compute capability"), e))?;
     let pci = d.pci_info().map_err(|e| err(&at("PCI info"), e))?;
+    let name = optional(&at("name"), d.name());
+    let memory_bytes = optional(&at("memory"), d.memory_info()).map(|m| m.total);
+    let compute_capability = optional(&at("compute capability"), d.cuda_compute_capability())
+        .map(|cc| (cc.major, cc.minor));
     let mig_enabled = match d.mig_mode() {
         Ok(m) => m.current == 1,
         // GPUs without MIG support say so; that is not an error.
@@ -113,16 +149,13 @@ fn read_gpu(nvml: &Nvml, d: &NvmlDevice<'_>, index: u32) -> Result<Gpu> {
     };
     // SAFETY (for the raw calls below): the handle is valid while `nvml` lives.
     let handle = unsafe { d.handle() };
-    let brand = raw_u32(nvml, handle, RawU32::Brand)
-        .map(brand_name)
-        .unwrap_or("Unknown")
-        .to_string();
-    let architecture = raw_u32(nvml, handle, RawU32::Architecture)
-        .map(architecture_name)
-        .unwrap_or("Unknown")
-        .to_string();
+    let brand = raw_u32(nvml, handle, RawU32::Brand).map(|b| brand_name(b).to_string());
+    let architecture =
+        raw_u32(nvml, handle, RawU32::Architecture).map(|a| architecture_name(a).to_string());
     let mut migs = Vec::new();
     if mig_enabled {
+        // MIG profile names are shares of the parent's memory.
+        let parent_memory = memory_bytes.ok_or_else(|| err(&at("memory"), NvmlError::Unknown))?;
         let max = d.mig_device_count().map_err(|e| err(&at("MIG count"), e))?;
         for i in 0..max {
             let m = match d.mig_device_by_index(i) {
@@ -131,7 +164,7 @@ fn read_gpu(nvml: &Nvml, d: &NvmlDevice<'_>, index: u32) -> Result<Gpu> {
                 Err(e) => return Err(err(&at(&format!("MIG device {i}")), e)),
             };
             migs.push(
-                read_mig(nvml, &m, memory_bytes).map_err(|e| DriverError::Discovery {
+                read_mig(nvml, &m, parent_memory).map_err(|e| DriverError::Discovery {
                     backend: "nvidia",
                     reason: format!("device {index} MIG device {i}: {e}"),
                 })?,
@@ -145,7 +178,7 @@ fn read_gpu(nvml: &Nvml, d: &NvmlDevice<'_>, index: u32) -> Result<Gpu> {
         name,
         brand,
         architecture,
-        compute_capability: (cc.major, cc.minor),
+        compute_capability,
         memory_bytes,
         pci_bus_id: sysfs_bus_id(&pci.bus_id),
         mig_enabled,
@@ -325,7 +358,7 @@ mod tests {
 
     #[test]
     fn a_missing_library_is_an_error_not_a_panic() {
-        let e = read_inventory(Path::new("/nonexistent/libnvidia-ml.so.1")).unwrap_err();
+        let e = read_inventory(Path::new("/nonexistent/libnvidia-ml.so.1"), None).unwrap_err();
         assert!(
             e.to_string().contains("/nonexistent/libnvidia-ml.so.1"),
             "{e}"

@@ -24,14 +24,19 @@ pub trait Smi: Send + Sync {
 /// it) so that it finds its own libraries, whatever this image holds.
 pub struct ChrootSmi {
     pub root: PathBuf,
-    /// Inside the driver root.
-    pub path: String,
+    /// Inside the driver root; discovery keeps it at the nvidia-smi it chose.
+    pub path: std::sync::Arc<std::sync::RwLock<String>>,
 }
 
 impl Smi for ChrootSmi {
     fn run(&self, args: &[String]) -> Result<(), String> {
         let root = self.root.clone();
-        let mut cmd = Command::new(&self.path);
+        let path = self
+            .path
+            .read()
+            .map(|p| p.clone())
+            .unwrap_or_else(|p| p.into_inner().clone());
+        let mut cmd = Command::new(&path);
         cmd.args(args);
         // SAFETY: chroot and chdir are async-signal-safe; nothing else runs between fork
         // and exec.
@@ -43,11 +48,11 @@ impl Smi for ChrootSmi {
         }
         let out = cmd
             .output()
-            .map_err(|e| format!("running {} {}: {e}", self.path, args.join(" ")))?;
+            .map_err(|e| format!("running {} {}: {e}", path, args.join(" ")))?;
         if !out.status.success() {
             return Err(format!(
                 "{} {} failed ({}): {}",
-                self.path,
+                path,
                 args.join(" "),
                 out.status,
                 String::from_utf8_lossy(&out.stderr).trim()
