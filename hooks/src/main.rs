@@ -6,16 +6,23 @@
 //! is resolved inside the root (see `inroot`). Linked statically (`build-static.sh`), so
 //! no dynamic loader runs and no `LD_PRELOAD` applies.
 //!
+//! - `nvidia-container --link ... --folder ... --ldconfig PATH --params-copy PATH
+//!   [--driver-version V]`: all of a GPU container's work in one process (see
+//!   `container`): the links, the linker cache only when the image needs it (or CUDA
+//!   forward compatibility asks for it), and the device-node settings hidden;
 //! - `create-symlinks --link TARGET::LINK ...`: the driver's library symlinks;
 //! - `update-ldcache --ldconfig PATH --folder DIR ...`: the host's ldconfig, run against
 //!   the container's root, so the injected libraries are in its ld.so.cache;
 //! - `disable-device-node-modification --params-copy PATH`: hides `ModifyDeviceFiles: 1`
 //!   from the driver's params, so that libnvidia-ml does not try to create nodes inside.
 
+mod compat;
+mod container;
 #[cfg(test)]
 mod hostile_tests;
 mod inroot;
 mod ldcache;
+mod linker;
 mod mount;
 mod params;
 mod rootfs;
@@ -41,6 +48,31 @@ struct Args {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    NvidiaContainer {
+        /// `TARGET::LINK`, LINK a clean absolute path inside the container.
+        #[arg(long = "link")]
+        links: Vec<String>,
+        /// Library directories inside the container (where the driver's are mounted).
+        #[arg(long = "folder")]
+        folders: Vec<String>,
+        /// Absolute host path of ldconfig, run only when the image needs its cache rebuilt.
+        #[arg(long)]
+        ldconfig: PathBuf,
+        /// Absolute host path the per-container copies are named after.
+        #[arg(long)]
+        params_copy: PathBuf,
+        /// The container's id; needed with --rootfs, else the OCI state's `id`.
+        #[arg(long)]
+        container_id: Option<String>,
+        /// The host driver's version: with it, a newer CUDA compat libcuda in the image
+        /// is used (CUDA forward compatibility).
+        #[arg(long)]
+        driver_version: Option<String>,
+        #[arg(long, default_value = compat::DEFAULT_DIR)]
+        cuda_compat_dir: String,
+        #[arg(long, hide = true, default_value = "/proc/driver/nvidia/params")]
+        host_params: PathBuf,
+    },
     CreateSymlinks {
         /// `TARGET::LINK`, LINK a clean absolute path inside the container.
         #[arg(long = "link")]
@@ -76,11 +108,38 @@ fn main() {
 
 fn run(args: Args) -> anyhow::Result<()> {
     let container = match args.rootfs {
-        Some(rootfs) => rootfs::Container { rootfs, id: None },
+        Some(rootfs) => rootfs::Container {
+            rootfs,
+            id: None,
+            ld_library_path: None,
+        },
         None => rootfs::from_state(std::io::stdin().lock()).context("reading the OCI state")?,
     };
     let rootfs = &container.rootfs;
     match args.command {
+        Command::NvidiaContainer {
+            links,
+            folders,
+            ldconfig,
+            params_copy,
+            container_id,
+            driver_version,
+            cuda_compat_dir,
+            host_params,
+        } => {
+            let id = container_id_of(container_id, container.id.clone())?;
+            let o = container::Options {
+                links,
+                folders,
+                ldconfig,
+                params_copy,
+                host_params,
+                container_id: id,
+                driver_version,
+                compat_dir: cuda_compat_dir,
+            };
+            container::run(&container, &o).map(|_| ())
+        }
         Command::CreateSymlinks { links } => symlinks::create(rootfs, &links),
         Command::UpdateLdcache { ldconfig, folders } => {
             ldcache::update(rootfs, &ldconfig, &folders)
@@ -90,14 +149,19 @@ fn run(args: Args) -> anyhow::Result<()> {
             container_id,
             host_params,
         } => {
-            let id = match (container_id, container.id) {
-                (Some(given), Some(state)) if given != state => {
-                    bail!("--container-id {given:?} differs from the OCI state's id {state:?}")
-                }
-                (Some(id), _) | (None, Some(id)) => id,
-                (None, None) => bail!("no container id: pass --container-id with --rootfs"),
-            };
+            let id = container_id_of(container_id, container.id.clone())?;
             params::disable_modification(rootfs, &host_params, &params_copy, &id)
         }
+    }
+}
+
+/// The container id given on the command line or in the OCI state; both must agree.
+fn container_id_of(given: Option<String>, state: Option<String>) -> anyhow::Result<String> {
+    match (given, state) {
+        (Some(given), Some(state)) if given != state => {
+            bail!("--container-id {given:?} differs from the OCI state's id {state:?}")
+        }
+        (Some(id), _) | (None, Some(id)) => Ok(id),
+        (None, None) => bail!("no container id: pass --container-id with --rootfs"),
     }
 }

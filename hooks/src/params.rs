@@ -1,11 +1,14 @@
-//! disable-device-node-modification: with `ModifyDeviceFiles: 1`, libnvidia-ml and
-//! nvidia-smi would try to create or chmod device nodes inside the container. A copy of the
-//! driver's params with 0 is bind-mounted read-only over the container's
-//! `/proc/driver/nvidia/params`.
+//! disable-device-node-modification: with `ModifyDeviceFiles: 1` in the driver's params,
+//! libnvidia-ml and nvidia-smi, running as root in the container, create or chmod
+//! `/dev/nvidia*` nodes there; with `DeviceFileModify: 1` in the MIG `config` and `monitor`
+//! capability files they create `/dev/nvidia-caps/nvidia-cap1` and `nvidia-cap2` (seen on a
+//! real H100 after `nvidia-smi` ran in a graft container). A copy of each file with the
+//! setting at 0 is bind-mounted read-only over the container's own, so no node appears
+//! that graft did not inject.
 //!
-//! The copy is per container (`<base>.<container id>`) in graft's root-only state
-//! directory, and unlinked as soon as it is mounted: the mount keeps the inode, the host
-//! keeps nothing, and two containers starting at once never share a file.
+//! Each copy is per container (`<base>.<container id>[.<suffix>]`) in graft's root-only
+//! state directory, and unlinked as soon as it is mounted: the mount keeps the inode, the
+//! host keeps nothing, and two containers starting at once never share a file.
 
 use std::fs::{DirBuilder, File};
 use std::io::{ErrorKind, Read, Write};
@@ -21,16 +24,45 @@ use nix::unistd::{unlinkat, UnlinkatFlags};
 
 use crate::{inroot, mount};
 
-/// The file inside the container.
-pub const TARGET: &str = "/proc/driver/nvidia/params";
+/// A driver file whose device-node setting is hidden: the key, the path relative to the
+/// driver's /proc directory (`/proc/driver/nvidia`), and the copy's name suffix.
+struct Hidden {
+    key: &'static str,
+    rel: &'static str,
+    suffix: &'static str,
+}
+
+const HIDDEN: &[Hidden] = &[
+    Hidden {
+        key: "ModifyDeviceFiles",
+        rel: "params",
+        suffix: "",
+    },
+    Hidden {
+        key: "DeviceFileModify",
+        rel: "capabilities/mig/config",
+        suffix: ".mig-config",
+    },
+    Hidden {
+        key: "DeviceFileModify",
+        rel: "capabilities/mig/monitor",
+        suffix: ".mig-monitor",
+    },
+];
 
 /// The params text with modification off, or `None` when it already is.
+#[cfg(test)]
 pub fn rewrite(params: &str) -> Option<String> {
+    rewrite_key(params, "ModifyDeviceFiles")
+}
+
+/// `text` with `key: 0`, or `None` when it already is (or has no such line).
+fn rewrite_key(text: &str, key: &str) -> Option<String> {
     let mut changed = false;
-    let out: Vec<String> = params
+    let out: Vec<String> = text
         .lines()
         .map(|l| match l.split_once(':') {
-            Some((k, v)) if k.trim() == "ModifyDeviceFiles" && v.trim() != "0" => {
+            Some((k, v)) if k.trim() == key && v.trim() != "0" => {
                 changed = true;
                 format!("{k}: 0")
             }
@@ -59,37 +91,56 @@ pub fn copy_path(base: &Path, id: &str) -> anyhow::Result<PathBuf> {
     Ok(base.with_file_name(name))
 }
 
+/// Hides the device-node settings of the driver's params (`host_params`, default
+/// `/proc/driver/nvidia/params`) and of the MIG capability files beside it.
 pub fn disable_modification(
     rootfs: &Path,
     host_params: &Path,
     copy_base: &Path,
     container_id: &str,
 ) -> anyhow::Result<()> {
-    let copy = copy_path(copy_base, container_id)?;
-    let Some(params) = read_host(host_params)? else {
-        // No NVIDIA driver loaded here: nothing to hide.
+    let proc_dir = host_params.parent().unwrap_or(Path::new("/"));
+    for h in HIDDEN {
+        let host = if h.rel == "params" {
+            host_params.to_path_buf()
+        } else {
+            proc_dir.join(h.rel)
+        };
+        let target = format!("/proc/driver/nvidia/{}", h.rel);
+        let copy = copy_path(copy_base, container_id)?;
+        let copy = PathBuf::from(format!("{}{}", copy.display(), h.suffix));
+        hide(rootfs, &host, &target, h.key, &copy)?;
+    }
+    Ok(())
+}
+
+/// Mounts a copy of `host` with `key: 0` over `target` in the container, when the host
+/// file has the key set and the container's file exists.
+fn hide(rootfs: &Path, host: &Path, target: &str, key: &str, copy: &Path) -> anyhow::Result<()> {
+    let Some(original) = read_host(host)? else {
+        // No NVIDIA driver loaded here, or no MIG: nothing to hide.
         return Ok(());
     };
-    let Some(text) = rewrite(&params) else {
+    let Some(text) = rewrite_key(&original, key) else {
         return Ok(());
     };
     let root = inroot::open_root(rootfs)?;
-    let target = match root.resolve(TARGET) {
+    let target_fd = match root.resolve(target) {
         Ok(t) => t,
         Err(e) if inroot::is_errno(&e, libc::ENOENT) => return Ok(()),
-        Err(e) => return Err(e).with_context(|| format!("resolving {TARGET} in the container")),
+        Err(e) => return Err(e).with_context(|| format!("resolving {target} in the container")),
     };
     // What the container would read. Already 0 (a hook run before, or another tool):
     // nothing to do; a second mount could not go over an unlinked copy anyway.
-    let seen = inroot::read_handle(&target, TARGET, inroot::MAX_FILE)?;
-    if rewrite(&String::from_utf8_lossy(&seen)).is_none() {
+    let seen = inroot::read_handle(&target_fd, target, inroot::MAX_FILE)?;
+    if rewrite_key(&String::from_utf8_lossy(&seen), key).is_none() {
         return Ok(());
     }
 
-    let (dir, name) = host_dir(&copy)?;
+    let (dir, name) = host_dir(copy)?;
     let file = create_copy(&dir, &name, text.as_bytes())
         .with_context(|| format!("writing {}", copy.display()))?;
-    let mounted = mount::bind_read_only(file.as_fd(), target.as_fd(), &root, TARGET);
+    let mounted = mount::bind_read_only(file.as_fd(), target_fd.as_fd(), &root, target);
     // Whether or not the mount worked, nothing stays on the host.
     let unlinked = unlinkat(&dir, name.as_str(), UnlinkatFlags::NoRemoveDir)
         .with_context(|| format!("removing {}", copy.display()));

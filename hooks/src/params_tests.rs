@@ -256,3 +256,49 @@ fn fallback_child() {
     })
     .expect("needs a private mount namespace");
 }
+
+/// The MIG `config` and `monitor` capability files get their `DeviceFileModify` hidden
+/// the same way, so libnvidia-ml in the container does not create `nvidia-cap1` and
+/// `nvidia-cap2`; a capability file that already says 0 is left alone.
+#[test]
+fn the_mig_capability_files_are_hidden_too() {
+    if !is_root() {
+        eprintln!("skipped: needs root to mount");
+        return;
+    }
+    const CAP_ON: &str = "DeviceFileMinor: 1\nDeviceFileMode: 256\nDeviceFileModify: 1\n";
+    let s = setup("proc/driver/nvidia/params", ON);
+    let caps = s.f.root.join("proc/driver/nvidia/capabilities/mig");
+    std::fs::create_dir_all(&caps).unwrap();
+    std::fs::write(caps.join("config"), CAP_ON).unwrap();
+    std::fs::write(caps.join("monitor"), CAP_ON).unwrap();
+    // The "host" /proc/driver/nvidia beside the host params file.
+    let host_caps = s.host.parent().unwrap().join("capabilities/mig");
+    std::fs::create_dir_all(&host_caps).unwrap();
+    std::fs::write(host_caps.join("config"), CAP_ON).unwrap();
+    std::fs::write(
+        host_caps.join("monitor"),
+        CAP_ON.replace("Modify: 1", "Modify: 0"),
+    )
+    .unwrap();
+    let root = s.f.root.clone();
+    let (host, base, state) = (s.host.clone(), s.base.clone(), s.state_dir());
+    let seen = in_private_mount_ns(move || {
+        disable_modification(&root, &host, &base, "c1").unwrap();
+        let read = |rel: &str| std::fs::read_to_string(root.join(rel)).unwrap();
+        let left = std::fs::read_dir(&state).unwrap().count();
+        (
+            read("proc/driver/nvidia/params"),
+            read("proc/driver/nvidia/capabilities/mig/config"),
+            read("proc/driver/nvidia/capabilities/mig/monitor"),
+            left,
+        )
+    })
+    .expect("private mount namespace");
+    assert!(seen.0.contains("ModifyDeviceFiles: 0"), "{}", seen.0);
+    assert!(seen.1.contains("DeviceFileModify: 0"), "{}", seen.1);
+    assert!(seen.1.contains("DeviceFileMinor: 1"), "{}", seen.1);
+    // The host says 0 for monitor: nothing mounted, the container's own file is read.
+    assert_eq!(seen.2, CAP_ON);
+    assert_eq!(seen.3, 0, "copies left on the host");
+}

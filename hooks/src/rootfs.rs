@@ -15,6 +15,9 @@ pub struct Container {
     pub rootfs: PathBuf,
     /// The state's `id` (the spec requires it; checked where it is used).
     pub id: Option<String>,
+    /// The container process's `LD_LIBRARY_PATH` from the bundle's config, when it sets
+    /// one: directories its loader searches before the system ones.
+    pub ld_library_path: Option<String>,
 }
 
 pub fn from_state(input: impl Read) -> anyhow::Result<Container> {
@@ -27,14 +30,16 @@ pub fn from_state(input: impl Read) -> anyhow::Result<Container> {
         serde_json::from_slice(&text).context("OCI state is not JSON")?;
     let id = state.get("id").and_then(|i| i.as_str()).map(str::to_string);
     // Some runtimes put the root in the state; the bundle's config always has it.
-    if let Some(root) = state.get("root").and_then(|r| r.as_str()) {
+    let state_root = state.get("root").and_then(|r| r.as_str());
+    let Some(bundle) = state.get("bundle").and_then(|b| b.as_str()) else {
+        let Some(root) = state_root else {
+            bail!("OCI state has neither root nor bundle");
+        };
         return Ok(Container {
             rootfs: PathBuf::from(root),
             id,
+            ld_library_path: None,
         });
-    }
-    let Some(bundle) = state.get("bundle").and_then(|b| b.as_str()) else {
-        bail!("OCI state has neither root nor bundle");
     };
     let bundle = PathBuf::from(bundle);
     let config_path = bundle.join("config.json");
@@ -42,12 +47,26 @@ pub fn from_state(input: impl Read) -> anyhow::Result<Container> {
         &std::fs::read(&config_path).with_context(|| format!("{}", config_path.display()))?,
     )
     .with_context(|| format!("{} is not JSON", config_path.display()))?;
-    let Some(root) = config.pointer("/root/path").and_then(|p| p.as_str()) else {
-        bail!("{} has no root.path", config_path.display());
+    let ld_library_path = config
+        .pointer("/process/env")
+        .and_then(|e| e.as_array())
+        .into_iter()
+        .flatten()
+        .filter_map(|v| v.as_str()?.strip_prefix("LD_LIBRARY_PATH="))
+        .next_back()
+        .map(str::to_string);
+    let root = match (
+        state_root,
+        config.pointer("/root/path").and_then(|p| p.as_str()),
+    ) {
+        (Some(r), _) => PathBuf::from(r),
+        (None, Some(r)) => bundle.join(r),
+        (None, None) => bail!("{} has no root.path", config_path.display()),
     };
     Ok(Container {
-        rootfs: bundle.join(root),
+        rootfs: root,
         id,
+        ld_library_path,
     })
 }
 

@@ -55,9 +55,72 @@ pub fn create(rootfs: &Path, specs: &[String]) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Like [`create`], but each link only when its target exists in the container (resolved
+/// inside the root, from the link's directory): the links of driver files that were not
+/// mounted (a capability the claim did not ask for) are skipped. Links to links are made in
+/// passes, so their order does not matter. Returns how many were skipped.
+pub fn create_present(rootfs: &Path, specs: &[String]) -> anyhow::Result<usize> {
+    let mut pending = specs
+        .iter()
+        .map(|s| parse(s))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let root = inroot::open_root(rootfs)?;
+    loop {
+        let before = pending.len();
+        let mut rest = Vec::new();
+        for l in pending {
+            let target = if l.target.starts_with('/') {
+                l.target.to_string()
+            } else {
+                format!("{}/{}", l.parent.trim_end_matches('/'), l.target)
+            };
+            if root.resolve(&target).is_err() {
+                rest.push(l);
+                continue;
+            }
+            let dir = inroot::mkdir_all(&root, l.parent)?;
+            let shown = format!("{}/{}", l.parent.trim_end_matches('/'), l.name);
+            inroot::ensure_symlink(dir.as_fd(), l.name, l.target)
+                .with_context(|| format!("linking {shown} -> {} in the container", l.target))?;
+        }
+        pending = rest;
+        if pending.is_empty() || pending.len() == before {
+            return Ok(pending.len());
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_links_whose_target_is_there_in_any_order() {
+        let f = crate::testutil::Fixture::new();
+        let lib = "/usr/lib/x86_64-linux-gnu";
+        f.write(&format!("{lib}/libcuda.so.580.95.05"), "mounted");
+        let specs = vec![
+            // A link to a link first: made in the second pass.
+            format!("libcuda.so.1::{lib}/libcuda.so"),
+            format!("libcuda.so.580.95.05::{lib}/libcuda.so.1"),
+            // A capability that was not mounted: skipped, its directory not made.
+            "libGLX_nvidia.so.580.95.05::/usr/lib/xorg/libGLX_nvidia.so.0".to_string(),
+            // A target out of the root exists only on the host: skipped.
+            format!("/{}/lib/libdecoy.so::{lib}/libdecoy.so", f.d()),
+        ];
+        assert_eq!(create_present(&f.root, &specs).unwrap(), 2);
+        let link = |p: &str| std::fs::read_link(f.in_root(p)).unwrap();
+        assert_eq!(
+            link(&format!("{lib}/libcuda.so")),
+            Path::new("libcuda.so.1")
+        );
+        assert_eq!(
+            link(&format!("{lib}/libcuda.so.1")),
+            Path::new("libcuda.so.580.95.05")
+        );
+        assert!(!f.in_root("usr/lib/xorg").exists());
+        assert!(!f.in_root(&format!("{lib}/libdecoy.so")).exists());
+    }
     use std::os::unix::fs::symlink;
     use std::path::PathBuf;
 

@@ -52,9 +52,11 @@ impl Fixture {
             .to_string()
     }
 
-    /// `p` with `{D}` replaced by [`Fixture::d`], under the root.
+    /// `p` with `{D}` replaced by [`Fixture::d`], under the root. A leading `/` is
+    /// dropped: `Path::join` with an absolute path would leave the root.
     pub fn in_root(&self, p: &str) -> PathBuf {
-        self.root.join(p.replace("{D}", &self.d()))
+        self.root
+            .join(p.replace("{D}", &self.d()).trim_start_matches('/'))
     }
 
     /// A symlink at `at` (under the root) to `target` (`{D}` replaced by the decoy's path,

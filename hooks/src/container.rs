@@ -1,0 +1,184 @@
+//! `nvidia-container`: everything a GPU container needs from a hook, in one process (each
+//! hook is a process the runtime starts while the container waits):
+//!
+//! 1. the driver's library links (as `create-symlinks`), each only when its target was
+//!    mounted (the links of every capability are given; the claim chose which are mounted);
+//! 2. the linker: when the image ships a newer CUDA's compat libcuda, its directory goes
+//!    first and the cache is rebuilt; otherwise the cache is rebuilt only when the image's
+//!    loader would not find the driver's libraries as it is (see `linker`), which for the
+//!    common images (Debian, Ubuntu, Red Hat family) it does;
+//! 3. the driver's device-node settings hidden (as `disable-device-node-modification`).
+
+use std::path::{Path, PathBuf};
+
+use crate::rootfs::Container;
+use crate::{compat, inroot, ldcache, linker, params, symlinks};
+
+pub struct Options {
+    pub links: Vec<String>,
+    pub folders: Vec<String>,
+    pub ldconfig: PathBuf,
+    pub params_copy: PathBuf,
+    pub host_params: PathBuf,
+    pub container_id: String,
+    /// The host driver's version, for CUDA forward compatibility; `None`: off.
+    pub driver_version: Option<String>,
+    pub compat_dir: String,
+}
+
+/// What step 2 decided, for tests and the error messages.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Linker {
+    /// The image's loader finds the libraries; its cache was left alone.
+    AsIs,
+    /// The cache was rebuilt, for this reason.
+    Rebuilt(String),
+}
+
+pub fn run(container: &Container, o: &Options) -> anyhow::Result<Linker> {
+    let rootfs = &container.rootfs;
+    symlinks::create_present(rootfs, &o.links)?;
+    let root = inroot::open_root(rootfs)?;
+    let compat = match &o.driver_version {
+        Some(v) => compat::newer_compat_dir(&root, &o.compat_dir, v)?,
+        None => None,
+    };
+    let decision = match &compat {
+        Some(dir) => Linker::Rebuilt(format!("CUDA forward compatibility from {dir}")),
+        None => {
+            let sonames = sonames(&o.links);
+            match linker::rebuild_reason(
+                &root,
+                &o.folders,
+                &sonames,
+                container.ld_library_path.as_deref(),
+            )? {
+                Some(why) => Linker::Rebuilt(why),
+                None => Linker::AsIs,
+            }
+        }
+    };
+    if let Linker::Rebuilt(_) = decision {
+        // The compat directory first: ldconfig lets the first directory win.
+        let folders: Vec<String> = compat.into_iter().chain(o.folders.clone()).collect();
+        ldcache::update(rootfs, &o.ldconfig, &folders)?;
+    }
+    params::disable_modification(rootfs, &o.host_params, &o.params_copy, &o.container_id)?;
+    Ok(decision)
+}
+
+/// The library names the links provide (`libcuda.so.1`, `libcuda.so`): what a program asks
+/// the loader for, and what an image's cache must not already name.
+fn sonames(links: &[String]) -> Vec<&str> {
+    links
+        .iter()
+        .filter_map(|l| l.split_once("::"))
+        .filter_map(|(_, link)| Path::new(link).file_name()?.to_str())
+        .filter(|n| n.starts_with("lib") && n.contains(".so"))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testutil::Fixture;
+
+    fn options(f: &Fixture, ldconfig: &Path) -> Options {
+        Options {
+            links: vec![
+                "libcuda.so.580.95.05::/usr/lib/x86_64-linux-gnu/libcuda.so.1".into(),
+                "libcuda.so.1::/usr/lib/x86_64-linux-gnu/libcuda.so".into(),
+            ],
+            folders: vec!["/usr/lib/x86_64-linux-gnu".into()],
+            ldconfig: ldconfig.to_path_buf(),
+            params_copy: f.root.parent().unwrap().join("state/params"),
+            host_params: PathBuf::from("/nonexistent/params"),
+            container_id: "c1".into(),
+            driver_version: Some("580.95.05".into()),
+            compat_dir: compat::DEFAULT_DIR.into(),
+        }
+    }
+
+    /// A stand-in ldconfig that records that it ran.
+    fn ldconfig(f: &Fixture) -> (PathBuf, PathBuf) {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = f.root.parent().unwrap();
+        let (bin, log) = (dir.join("ldconfig"), dir.join("ldconfig.ran"));
+        std::fs::write(
+            &bin,
+            format!("#!/bin/sh\necho \"$@\" >> {}\n", log.display()),
+        )
+        .unwrap();
+        std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
+        (bin, log)
+    }
+
+    fn container(f: &Fixture, lp: Option<&str>) -> Container {
+        Container {
+            rootfs: f.root.clone(),
+            id: Some("c1".into()),
+            ld_library_path: lp.map(str::to_string),
+        }
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn a_debian_image_keeps_its_cache_and_a_static_one_gets_it_rebuilt() {
+        let f = Fixture::new();
+        f.write("usr/lib/x86_64-linux-gnu/libc.so.6", "libc");
+        f.write("usr/lib/x86_64-linux-gnu/libcuda.so.580.95.05", "mounted");
+        let (bin, log) = ldconfig(&f);
+        let d = run(&container(&f, None), &options(&f, &bin)).unwrap();
+        assert_eq!(d, Linker::AsIs);
+        assert!(!log.exists(), "ldconfig ran");
+        let link = std::fs::read_link(f.in_root("usr/lib/x86_64-linux-gnu/libcuda.so.1"));
+        assert_eq!(link.unwrap(), PathBuf::from("libcuda.so.580.95.05"));
+        assert!(!f.in_root("etc/ld.so.conf.d").exists());
+
+        let busybox = Fixture::new();
+        busybox.write("usr/lib/x86_64-linux-gnu/libcuda.so.580.95.05", "mounted");
+        let (bin, log) = ldconfig(&busybox);
+        let d = run(&container(&busybox, None), &options(&busybox, &bin)).unwrap();
+        assert!(
+            matches!(d, Linker::Rebuilt(ref why) if why.contains("glibc")),
+            "{d:?}"
+        );
+        assert!(log.exists(), "ldconfig did not run");
+        assert!(busybox
+            .in_root("etc/ld.so.conf.d/00-graft-nvidia.conf")
+            .is_file());
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn a_newer_compat_libcuda_goes_first() {
+        let f = Fixture::new();
+        f.write("usr/lib/x86_64-linux-gnu/libc.so.6", "libc");
+        f.write("usr/local/cuda/compat/libcuda.so.590.1.1", "elf");
+        let (bin, log) = ldconfig(&f);
+        let d = run(&container(&f, None), &options(&f, &bin)).unwrap();
+        assert!(
+            matches!(d, Linker::Rebuilt(ref why) if why.contains("compat")),
+            "{d:?}"
+        );
+        assert!(log.exists());
+        let conf =
+            std::fs::read_to_string(f.in_root("etc/ld.so.conf.d/00-graft-nvidia.conf")).unwrap();
+        let dirs: Vec<&str> = conf.lines().filter(|l| l.starts_with('/')).collect();
+        assert_eq!(
+            dirs,
+            ["/usr/local/cuda/compat", "/usr/lib/x86_64-linux-gnu"]
+        );
+    }
+
+    #[test]
+    fn sonames_come_from_the_links() {
+        let links = vec![
+            "libcuda.so.580::/usr/lib/x/libcuda.so.1".to_string(),
+            "libcuda.so.1::/usr/lib/x/libcuda.so".to_string(),
+            "nvidia_drv.so::/usr/lib/xorg/nvidia_drv.so".to_string(),
+            "bad".to_string(),
+        ];
+        assert_eq!(sonames(&links), ["libcuda.so.1", "libcuda.so"]);
+    }
+}
