@@ -328,10 +328,17 @@ impl NriPlugin for GraftPlugin {
                 tracing::info!(container = %ctr.id, "evicted container has stopped");
             }
             if event == Event::REMOVE_CONTAINER {
-                // graft-hook unlinks its per-container params copy once it is mounted; this
-                // removes one a failed hook left behind.
+                // graft-hook unlinks its per-container copies once they are mounted; this
+                // removes any a failed hook left behind.
                 if let Some(copy) = params_copy_path(self.store.root(), &ctr.id) {
-                    tokio::task::spawn_blocking(move || remove_if_present(&copy));
+                    tokio::task::spawn_blocking(move || {
+                        for suffix in ["", ".mig-config", ".mig-monitor"] {
+                            remove_if_present(std::path::Path::new(&format!(
+                                "{}{suffix}",
+                                copy.display()
+                            )));
+                        }
+                    });
                 }
             }
         }
@@ -352,7 +359,8 @@ fn sweep_params_copies(state_dir: &std::path::Path, live: &std::collections::Has
     };
     for e in entries.flatten() {
         let name = e.file_name().to_string_lossy().into_owned();
-        if let Some(id) = name.strip_prefix(&prefix) {
+        // `params.<id>` or `params.<id>.<suffix>` (the MIG capability files' copies).
+        if let Some(id) = name.strip_prefix(&prefix).and_then(|r| r.split('.').next()) {
             if !live.contains(id) {
                 remove_if_present(&e.path());
             }

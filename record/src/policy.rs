@@ -26,6 +26,7 @@ pub const DEFAULT_HOOK_PATH: &str = "/var/lib/graft/bin/graft-hook";
 pub const HOOK_ENV: &[&str] = &["PATH=/usr/sbin:/usr/bin:/sbin:/bin"];
 /// The subcommands graft-hook has.
 pub const HOOK_SUBCOMMANDS: &[&str] = &[
+    "nvidia-container",
     "create-symlinks",
     "update-ldcache",
     "disable-device-node-modification",
