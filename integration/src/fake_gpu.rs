@@ -1,8 +1,9 @@
 //! A fake NVIDIA node on disk for GPU-less tests: a driver root holding the fake
-//! `libnvidia-ml.so.1` (integration/fake-nvml) and dummy versioned driver libraries,
-//! nvidia-smi, firmware and the persistenced socket path; a /proc with the NVIDIA
-//! character majors, `mig-minors` and one capability file; a /sys with the GPUs' PCI
-//! functions, NUMA nodes and PCIe roots. Shaped like the fake library's 8 x H100.
+//! `libnvidia-ml.so.1` (integration/fake-nvml), the fake `libcuda.so.1`
+//! (integration/fake-cuda), dummy versioned driver libraries, a static fake nvidia-smi,
+//! firmware and the persistenced socket path; a /proc with the NVIDIA character majors,
+//! `mig-minors` and one capability file; a /sys with the GPUs' PCI functions, NUMA nodes
+//! and PCIe roots. Shaped like the fake library's 8 x H100.
 
 use std::os::unix::fs::{symlink, PermissionsExt};
 use std::path::{Path, PathBuf};
@@ -27,26 +28,70 @@ pub struct FakeNode {
     pub dev: PathBuf,
 }
 
-/// Builds the fake library (once per process is enough) and returns its path.
-pub fn fake_nvml_lib() -> anyhow::Result<PathBuf> {
+/// Builds the fake libraries (graft-fake-nvml, graft-fake-cuda) and returns the path of
+/// `name` among them. A no-op rebuild takes a moment, so calling it per node is fine.
+fn fake_lib(name: &str) -> anyhow::Result<PathBuf> {
     let top = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let out = Command::new(cargo)
         .current_dir(&top)
-        .args(["build", "-q", "-p", "graft-fake-nvml"])
+        .args([
+            "build",
+            "-q",
+            "-p",
+            "graft-fake-nvml",
+            "-p",
+            "graft-fake-cuda",
+        ])
         .output()
-        .context("building graft-fake-nvml")?;
+        .context("building graft-fake-nvml and graft-fake-cuda")?;
     if !out.status.success() {
         bail!(
-            "building graft-fake-nvml: {}",
+            "building graft-fake-nvml and graft-fake-cuda: {}",
             String::from_utf8_lossy(&out.stderr)
         );
     }
-    let lib = top.join("target/debug/libnvidia_ml.so");
+    let lib = top.join("target/debug").join(name);
     if !lib.is_file() {
         bail!("{} missing after the build", lib.display());
     }
     Ok(lib)
+}
+
+/// The fake NVML (`libnvidia_ml.so`), built if needed.
+pub fn fake_nvml_lib() -> anyhow::Result<PathBuf> {
+    fake_lib("libnvidia_ml.so")
+}
+
+/// The fake libcuda (`libcuda.so`, SONAME `libcuda.so.1`), built if needed.
+pub fn fake_cuda_lib() -> anyhow::Result<PathBuf> {
+    fake_lib("libcuda.so")
+}
+
+/// Compiles the fake nvidia-smi (integration/fake-nvml/nvidia-smi.c) to `out`: a static
+/// ELF executable holding [`DRIVER_VERSION`], so that it runs chrooted into the fake root
+/// and in a busybox container alike.
+pub fn build_fake_nvidia_smi(out: &Path) -> anyhow::Result<()> {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("fake-nvml/nvidia-smi.c");
+    if let Some(d) = out.parent() {
+        std::fs::create_dir_all(d)?;
+    }
+    let res = Command::new("gcc")
+        .args(["-static", "-O2", "-Wall"])
+        .arg(format!("-DDRIVER_VERSION=\"{DRIVER_VERSION}\""))
+        .arg("-o")
+        .arg(out)
+        .arg(&src)
+        .output()
+        .context("running gcc (packages gcc and libc6-dev, installed by the testbed setup)")?;
+    if !res.status.success() {
+        bail!(
+            "gcc -static {}: {}",
+            src.display(),
+            String::from_utf8_lossy(&res.stderr)
+        );
+    }
+    Ok(())
 }
 
 fn write(path: &Path, text: &str) -> anyhow::Result<()> {
@@ -68,15 +113,14 @@ impl FakeNode {
         let libdir = node.host.join(&LIB_DIR[1..]);
         std::fs::create_dir_all(libdir.join("vdpau"))?;
         // Every dummy library is a real ELF shared object (a copy of the fake NVML), so
-        // that ldconfig inside a container lists them.
-        for name in [
-            "libnvidia-ml",
-            "libcuda",
-            "libnvidia-ptxjitcompiler",
-            "libnvidia-nvvm",
-        ] {
+        // that ldconfig inside a container lists them; libcuda is the fake CUDA driver.
+        for name in ["libnvidia-ml", "libnvidia-ptxjitcompiler", "libnvidia-nvvm"] {
             std::fs::copy(&lib, libdir.join(format!("{name}.so.{DRIVER_VERSION}")))?;
         }
+        std::fs::copy(
+            fake_cuda_lib()?,
+            libdir.join(format!("libcuda.so.{DRIVER_VERSION}")),
+        )?;
         std::fs::copy(
             &lib,
             libdir.join(format!("vdpau/libvdpau_nvidia.so.{DRIVER_VERSION}")),
@@ -90,16 +134,13 @@ impl FakeNode {
             libdir.join("libcuda.so.1"),
         )?;
         symlink("libcuda.so.1", libdir.join("libcuda.so"))?;
-        // nvidia-smi: a script that says what it was asked and logs it, for graft-driver
-        // (which runs it chrooted into the driver root, where a static busybox is the
-        // shell) and for containers (busybox's own shell).
+        // nvidia-smi: a static executable that says what it was asked and logs it, for
+        // graft-driver (which runs it chrooted into the driver root) and for containers.
         let smi = node.host.join("usr/bin/nvidia-smi");
-        write(
-            &smi,
-            "#!/bin/sh\necho \"fake nvidia-smi $*\"\n{ echo \"$*\" >> /var/log/fake-nvidia-smi.log; } 2>/dev/null\nexit 0\n",
-        )?;
+        build_fake_nvidia_smi(&smi)?;
         std::fs::create_dir_all(node.host.join("bin"))?;
         std::fs::create_dir_all(node.host.join("var/log"))?;
+        // A shell in the fake root, as driver roots have one.
         std::fs::copy("/bin/busybox", node.host.join("bin/sh")).context(
             "copying the static busybox (package busybox-static) as the fake root's shell",
         )?;

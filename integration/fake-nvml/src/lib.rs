@@ -8,23 +8,31 @@
 //!   (`MINORS`), so that code keyed by the wrong one shows up in tests;
 //! - MIG enabled on indices 6 and 7, with static GPU and compute instances;
 //! - no NVLink fabric, unless `GRAFT_FAKE_NVML_FABRIC=<32 hex digits>:<clique id>` is set,
-//!   in which case every GPU reports a completed fabric registration in that clique.
+//!   in which case every GPU reports a completed fabric registration in that clique;
+//! - like the real library, it needs libpthread, libdl, libm and librt (build.rs), and
+//!   finds the CUDA driver version by loading `libcuda.so.1` by name.
 //!
 //! Anything else is not exported, which nvml-wrapper reports as a failed symbol load.
 
 // Every export is a C entry point that dereferences caller pointers, as NVML's do.
 #![allow(clippy::missing_safety_doc)]
 
-use std::ffi::{c_char, c_int, c_uint, c_ulonglong, CStr};
+use std::ffi::{c_char, c_int, c_uint, CStr};
 use std::ptr;
 
 use nvml_wrapper_sys::bindings::*;
+
+mod fabric;
+mod mig;
+
+use mig::MIGS;
 
 const SUCCESS: nvmlReturn_t = nvmlReturn_enum_NVML_SUCCESS;
 const INVALID_ARGUMENT: nvmlReturn_t = nvmlReturn_enum_NVML_ERROR_INVALID_ARGUMENT;
 const NOT_SUPPORTED: nvmlReturn_t = nvmlReturn_enum_NVML_ERROR_NOT_SUPPORTED;
 const NOT_FOUND: nvmlReturn_t = nvmlReturn_enum_NVML_ERROR_NOT_FOUND;
 const INSUFFICIENT_SIZE: nvmlReturn_t = nvmlReturn_enum_NVML_ERROR_INSUFFICIENT_SIZE;
+const UNKNOWN: nvmlReturn_t = nvmlReturn_enum_NVML_ERROR_UNKNOWN;
 
 pub const DRIVER_VERSION: &str = "580.95.05";
 const CUDA_DRIVER_VERSION: c_int = 13000;
@@ -33,65 +41,6 @@ const GPU_MEMORY: u64 = 85_520_809_984;
 const PCI_BUSES: [u32; 8] = [0x18, 0x2a, 0x3a, 0x5d, 0x9a, 0xab, 0xba, 0xdb];
 const MINORS: [u32; 8] = [2, 3, 0, 1, 6, 7, 4, 5];
 const MIG_ENABLED: [bool; 8] = [false, false, false, false, false, false, true, true];
-
-/// A static MIG device: parent index, GI, CI, GI slices, CI slices, memory MiB, SMs.
-struct Mig {
-    parent: usize,
-    gi: u32,
-    ci: u32,
-    gi_slices: u32,
-    ci_slices: u32,
-    memory_mb: u64,
-    sms: u32,
-}
-
-const MIGS: [Mig; 5] = [
-    Mig {
-        parent: 6,
-        gi: 1,
-        ci: 0,
-        gi_slices: 3,
-        ci_slices: 3,
-        memory_mb: 40_192,
-        sms: 60,
-    },
-    Mig {
-        parent: 6,
-        gi: 2,
-        ci: 0,
-        gi_slices: 3,
-        ci_slices: 3,
-        memory_mb: 40_192,
-        sms: 60,
-    },
-    Mig {
-        parent: 7,
-        gi: 1,
-        ci: 0,
-        gi_slices: 4,
-        ci_slices: 4,
-        memory_mb: 40_192,
-        sms: 64,
-    },
-    Mig {
-        parent: 7,
-        gi: 5,
-        ci: 0,
-        gi_slices: 2,
-        ci_slices: 2,
-        memory_mb: 19_968,
-        sms: 32,
-    },
-    Mig {
-        parent: 7,
-        gi: 13,
-        ci: 0,
-        gi_slices: 1,
-        ci_slices: 1,
-        memory_mb: 9_856,
-        sms: 16,
-    },
-];
 
 /// Handles are addresses inside this table: 0..8 are GPUs, 8.. are MIG devices.
 static HANDLES: [u8; 8 + MIGS.len()] = [0; 8 + MIGS.len()];
@@ -182,14 +131,44 @@ pub unsafe extern "C" fn nvmlSystemGetNVMLVersion(out: *mut c_char, len: c_uint)
     write_str(&format!("13.{DRIVER_VERSION}"), out, len)
 }
 
+/// The CUDA driver version as the real NVML finds it: by loading `libcuda.so.1` by name
+/// with the default search, so that a process whose loader cannot find libcuda fails here
+/// as it does on a GPU node.
+unsafe fn cuda_driver_version(v: *mut c_int) -> nvmlReturn_t {
+    if v.is_null() {
+        return INVALID_ARGUMENT;
+    }
+    // SAFETY: a NUL-terminated name; the handle is closed below on every path.
+    let lib = libc::dlopen(c"libcuda.so.1".as_ptr(), libc::RTLD_NOW);
+    if lib.is_null() {
+        return NOT_FOUND;
+    }
+    // SAFETY: `lib` is a live handle from dlopen.
+    let sym = libc::dlsym(lib, c"cuDriverGetVersion".as_ptr());
+    let rc = if sym.is_null() {
+        put(v, CUDA_DRIVER_VERSION)
+    } else {
+        // SAFETY: cuDriverGetVersion's C signature is `CUresult (int *)`.
+        let get: unsafe extern "C" fn(*mut c_int) -> c_int = std::mem::transmute(sym);
+        let mut version: c_int = 0;
+        if get(&mut version) == 0 {
+            put(v, version)
+        } else {
+            UNKNOWN
+        }
+    };
+    libc::dlclose(lib);
+    rc
+}
+
 #[no_mangle]
 pub unsafe extern "C" fn nvmlSystemGetCudaDriverVersion_v2(v: *mut c_int) -> nvmlReturn_t {
-    put(v, CUDA_DRIVER_VERSION)
+    cuda_driver_version(v)
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn nvmlSystemGetCudaDriverVersion(v: *mut c_int) -> nvmlReturn_t {
-    put(v, CUDA_DRIVER_VERSION)
+    cuda_driver_version(v)
 }
 
 #[no_mangle]
@@ -401,171 +380,4 @@ pub unsafe extern "C" fn nvmlDeviceGetNumaNodeId(
 ) -> nvmlReturn_t {
     // As on PCIe-attached GPUs: the host NUMA node comes from sysfs.
     NOT_SUPPORTED
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn nvmlDeviceGetMigMode(
-    device: nvmlDevice_t,
-    current: *mut c_uint,
-    pending: *mut c_uint,
-) -> nvmlReturn_t {
-    let Some(Handle::Gpu(i)) = decode(device) else {
-        return INVALID_ARGUMENT;
-    };
-    let mode = c_uint::from(MIG_ENABLED[i]);
-    if put(current, mode) != SUCCESS {
-        return INVALID_ARGUMENT;
-    }
-    put(pending, mode)
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn nvmlDeviceGetMaxMigDeviceCount(
-    device: nvmlDevice_t,
-    count: *mut c_uint,
-) -> nvmlReturn_t {
-    match decode(device) {
-        Some(Handle::Gpu(i)) if MIG_ENABLED[i] => put(count, 7),
-        Some(Handle::Gpu(_)) => put(count, 0),
-        _ => INVALID_ARGUMENT,
-    }
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn nvmlDeviceGetMigDeviceHandleByIndex(
-    device: nvmlDevice_t,
-    index: c_uint,
-    mig: *mut nvmlDevice_t,
-) -> nvmlReturn_t {
-    let Some(Handle::Gpu(parent)) = decode(device) else {
-        return INVALID_ARGUMENT;
-    };
-    if !MIG_ENABLED[parent] {
-        return NOT_SUPPORTED;
-    }
-    if index >= 7 {
-        return INVALID_ARGUMENT;
-    }
-    match (0..MIGS.len())
-        .filter(|&m| MIGS[m].parent == parent)
-        .nth(index as usize)
-    {
-        Some(m) => put(mig, handle_of_mig(m)),
-        None => NOT_FOUND,
-    }
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn nvmlDeviceIsMigDeviceHandle(
-    device: nvmlDevice_t,
-    is_mig: *mut c_uint,
-) -> nvmlReturn_t {
-    match decode(device) {
-        Some(Handle::Gpu(_)) => put(is_mig, 0),
-        Some(Handle::Mig(_)) => put(is_mig, 1),
-        None => INVALID_ARGUMENT,
-    }
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn nvmlDeviceGetDeviceHandleFromMigDeviceHandle(
-    device: nvmlDevice_t,
-    parent: *mut nvmlDevice_t,
-) -> nvmlReturn_t {
-    match decode(device) {
-        Some(Handle::Mig(m)) => put(parent, handle_of_gpu(MIGS[m].parent)),
-        _ => INVALID_ARGUMENT,
-    }
-}
-
-/// A MIG device's GPU or compute instance id; full GPUs have none.
-unsafe fn mig_id(device: nvmlDevice_t, id: *mut c_uint, field: fn(&Mig) -> u32) -> nvmlReturn_t {
-    match decode(device) {
-        Some(Handle::Mig(m)) => put(id, field(&MIGS[m])),
-        Some(Handle::Gpu(_)) => NOT_SUPPORTED,
-        None => INVALID_ARGUMENT,
-    }
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn nvmlDeviceGetGpuInstanceId(
-    device: nvmlDevice_t,
-    id: *mut c_uint,
-) -> nvmlReturn_t {
-    mig_id(device, id, |m| m.gi)
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn nvmlDeviceGetComputeInstanceId(
-    device: nvmlDevice_t,
-    id: *mut c_uint,
-) -> nvmlReturn_t {
-    mig_id(device, id, |m| m.ci)
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn nvmlDeviceGetAttributes_v2(
-    device: nvmlDevice_t,
-    attrs: *mut nvmlDeviceAttributes_t,
-) -> nvmlReturn_t {
-    let (sms, gi, ci, mem) = match decode(device) {
-        Some(Handle::Mig(m)) => {
-            let m = &MIGS[m];
-            (m.sms, m.gi_slices, m.ci_slices, m.memory_mb)
-        }
-        Some(Handle::Gpu(_)) => (132, 7, 7, GPU_MEMORY >> 20),
-        None => return INVALID_ARGUMENT,
-    };
-    if attrs.is_null() {
-        return INVALID_ARGUMENT;
-    }
-    *attrs = nvmlDeviceAttributes_t {
-        multiprocessorCount: sms,
-        sharedCopyEngineCount: gi,
-        sharedDecoderCount: gi.min(7) / 2 + 1,
-        sharedEncoderCount: 0,
-        sharedJpegCount: gi.min(7) / 2 + 1,
-        sharedOfaCount: u32::from(gi == 7),
-        gpuInstanceSliceCount: gi,
-        computeInstanceSliceCount: ci,
-        memorySizeMB: mem as c_ulonglong,
-    };
-    SUCCESS
-}
-
-/// `GRAFT_FAKE_NVML_FABRIC=<32 hex>:<clique>`, read on every call so that one test
-/// process can switch it.
-fn fabric() -> Option<([u8; 16], u32)> {
-    let v = std::env::var("GRAFT_FAKE_NVML_FABRIC").ok()?;
-    let (hex, clique) = v.split_once(':')?;
-    if hex.len() != 32 {
-        return None;
-    }
-    let mut uuid = [0u8; 16];
-    for (i, b) in uuid.iter_mut().enumerate() {
-        *b = u8::from_str_radix(hex.get(2 * i..2 * i + 2)?, 16).ok()?;
-    }
-    Some((uuid, clique.parse().ok()?))
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn nvmlDeviceGetGpuFabricInfo(
-    device: nvmlDevice_t,
-    info: *mut nvmlGpuFabricInfo_t,
-) -> nvmlReturn_t {
-    let Some(Handle::Gpu(_)) = decode(device) else {
-        return INVALID_ARGUMENT;
-    };
-    let Some((uuid, clique)) = fabric() else {
-        return NOT_SUPPORTED;
-    };
-    put(
-        info,
-        nvmlGpuFabricInfo_t {
-            clusterUuid: uuid,
-            status: SUCCESS,
-            cliqueId: clique,
-            state: NVML_GPU_FABRIC_STATE_COMPLETED as nvmlGpuFabricState_t,
-        },
-    )
 }
