@@ -100,7 +100,16 @@ pub fn static_hook() -> anyhow::Result<PathBuf> {
         .lines()
         .find_map(|l| l.strip_prefix("host: "))
         .context("rustc -vV names no host")?;
-    for profile in ["debug", "release"] {
+    // The profile of whatever runs this (a benchmark runs from target/release).
+    let release_first = std::env::current_exe()
+        .map(|e| e.components().any(|c| c.as_os_str() == "release"))
+        .unwrap_or(false);
+    let profiles = if release_first {
+        ["release", "debug"]
+    } else {
+        ["debug", "release"]
+    };
+    for profile in profiles {
         let p = top
             .join("target")
             .join(triple)
