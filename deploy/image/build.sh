@@ -33,6 +33,14 @@ for b in graft-driver graft-nri; do
     cp -L "$lib" "$root$lib"
   done
 done
+# graft-driver loads the node's libnvidia-ml.so.1 (and NVML loads libcuda.so.1), which need
+# these from the image's glibc: without them NVML cannot load on a real GPU node.
+libdir=$(dirname "$(ldd "$bin/graft-driver" | awk '$1 == "libc.so.6" {print $3}')")
+for lib in libpthread.so.0 libdl.so.2 libm.so.6 librt.so.1; do
+  [ -e "$libdir/$lib" ] || { echo "build.sh: $libdir/$lib missing" >&2; exit 1; }
+  mkdir -p "$root$libdir"
+  cp -L "$libdir/$lib" "$root$libdir/$lib"
+done
 echo 'root:x:0:0:root:/:/usr/bin/graft-driver' >"$root/etc/passwd"
 make_image "$ref" "$root" '{"Env":["PATH=/usr/bin"],"Entrypoint":["/usr/bin/graft-driver"]}' "$out"
 echo "$out ($ref)"

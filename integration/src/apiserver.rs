@@ -95,6 +95,8 @@ impl ControlPlane {
                 // deploy/optional/ uses the MutatingAdmissionPolicy API (beta, off by default).
                 .arg("--feature-gates=MutatingAdmissionPolicy=true")
                 .arg("--runtime-config=admissionregistration.k8s.io/v1beta1=true")
+                // deploy/gpu/'s graft-driver is privileged.
+                .arg("--allow-privileged=true")
                 .arg("--service-account-issuer=https://kubernetes.default.svc")
                 .arg(format!("--service-account-key-file={}", sa_key.display()))
                 .arg(format!(

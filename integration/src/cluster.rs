@@ -70,6 +70,17 @@ impl Cluster {
         Ok(())
     }
 
+    /// Deploys the GPU setup (`deploy/gpu/`) instead, on the fake NVIDIA node laid out in
+    /// `fake` (see `deploy-graft.sh`).
+    pub fn deploy_graft_gpu(&self, fake: &Path) -> anyhow::Result<()> {
+        let top = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        run(Command::new("bash")
+            .arg(self.scripts.join("deploy-graft.sh"))
+            .arg(top.join("target/debug"))
+            .env("GRAFT_GPU_FAKE", fake))?;
+        Ok(())
+    }
+
     pub fn kubectl(&self, args: &[&str]) -> anyhow::Result<String> {
         run(Command::new(&self.kubectl)
             .arg("--kubeconfig")

@@ -300,6 +300,60 @@ fn pods_get_their_devices_on_a_real_cluster() -> anyhow::Result<()> {
     c.apply(&fuse_pod("after-restarts"))?;
     c.wait_phase("after-restarts", "Running")?;
     wait_log(&c, "after-restarts", "app", "open-ok")?;
+    c.kubectl(&["delete", "pod", "after-restarts", "--wait=true"])?;
+    wait_unprepared(&c)?;
+
+    gpus_through_the_gpu_setup(&c)
+}
+
+/// The GPU setup as shipped (deploy/gpu/: privileged graft-driver, the host's root at
+/// /host, the nvidia backend) on a node whose NVIDIA driver is the fake one: the fake
+/// libnvidia-ml needs what the real one needs (libpthread, libdl, libm, librt) and loads
+/// libcuda by name, so the image and the DaemonSet are tested as a real node uses them.
+/// A pod's GPU container runs the driver's nvidia-smi and sees its libraries; its sibling
+/// containers see nothing.
+fn gpus_through_the_gpu_setup(c: &Cluster) -> anyhow::Result<()> {
+    let fake = std::path::Path::new("/var/lib/graft-cluster/fake-nvidia");
+    let _ = std::fs::remove_dir_all(fake);
+    graft_integration::fake_gpu::FakeNode::create(fake)?;
+    c.deploy_graft_gpu(fake)?;
+    wait_until("the GPUs were never published", || {
+        Ok(c.kubectl(&["get", "resourceslices", "-o", "json"])?
+            .contains("\"gpu-2\""))
+    })?;
+    let sc = c.kubectl(&[
+        "-n",
+        "graft-system",
+        "get",
+        "daemonset",
+        "graft",
+        "-o",
+        "jsonpath={.spec.template.spec.containers[0].securityContext.privileged}",
+    ])?;
+    ensure!(sc == "true", "graft-driver is not privileged: {sc:?}");
+
+    let pod = device_pod("gpu", "gpu.graft.dev", "/dev/nvidiactl").replace(
+        "stat -c '%n %t:%T %F' /dev/nvidiactl; dd if=/dev/nvidiactl of=/dev/null count=0 2>/dev/null && echo open-ok",
+        "ls /dev/ | grep nvidia; /usr/bin/nvidia-smi -L; readlink /usr/lib/x86_64-linux-gnu/libcuda.so.1; echo DONE",
+    );
+    c.apply(&pod)?;
+    c.wait_phase("gpu", "Running")?;
+    let log = wait_log(c, "gpu", "app", "DONE")?;
+    for want in [
+        "nvidiactl",
+        "nvidia-uvm",
+        "fake nvidia-smi -L",
+        "libcuda.so.580.95.05",
+    ] {
+        ensure!(
+            log.contains(want),
+            "{want:?} not in the GPU container's log:\n{log}"
+        );
+    }
+    let other = wait_log(c, "gpu", "other", "No such file")?;
+    ensure!(!other.contains("/dev/nvidiactl\n"), "{other}");
+    c.kubectl(&["delete", "pod", "gpu", "--wait=true"])?;
+    wait_unprepared(c)?;
     Ok(())
 }
 

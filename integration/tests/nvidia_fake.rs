@@ -153,22 +153,53 @@ fn discovery_of_a_fake_h100_node() -> anyhow::Result<()> {
             ("/dev/nvidia-uvm-tools".into(), UVM_MAJOR as i64, 1),
         ]
     );
-    let mounts: Vec<&str> = g
+    // Every GPU container's driver files: the compute and utility libraries, nvidia-smi
+    // (an executable of the running version, at /usr/bin), GSP firmware and the
+    // persistenced socket; the host path is the container's, the driver root being `/`.
+    let mounts: Vec<(&str, &str)> = g
         .edits
         .mounts
         .iter()
-        .map(|m| m.destination.as_str())
+        .map(|m| (m.source.as_str(), m.destination.as_str()))
         .collect();
-    for want in [
+    let fw = format!("/lib/firmware/nvidia/{DRIVER_VERSION}");
+    let want: Vec<String> = vec![
         format!("{LIB_DIR}/libcuda.so.{DRIVER_VERSION}"),
+        format!("{LIB_DIR}/libnvidia-nvvm.so.{DRIVER_VERSION}"),
+        format!("{LIB_DIR}/libnvidia-ptxjitcompiler.so.{DRIVER_VERSION}"),
         format!("{LIB_DIR}/libnvidia-ml.so.{DRIVER_VERSION}"),
-        format!("{LIB_DIR}/vdpau/libvdpau_nvidia.so.{DRIVER_VERSION}"),
         "/usr/bin/nvidia-smi".into(),
-        format!("/lib/firmware/nvidia/{DRIVER_VERSION}/gsp_ga10x.bin"),
+        format!("{fw}/gsp_ga10x.bin"),
+        format!("{fw}/gsp_tu10x.bin"),
         "/run/nvidia-persistenced/socket".into(),
-    ] {
-        assert!(mounts.contains(&want.as_str()), "{want} not in {mounts:?}");
-    }
+    ];
+    assert_eq!(
+        mounts,
+        want.iter()
+            .map(|p| (p.as_str(), p.as_str()))
+            .collect::<Vec<_>>()
+    );
+    // The VDPAU library is the video capability's, added only when a claim asks for it;
+    // the fake driver has nothing of graphics or display.
+    let vdpau = format!("{LIB_DIR}/vdpau/libvdpau_nvidia.so.{DRIVER_VERSION}");
+    let optional: Vec<(&str, Vec<(&str, &str)>)> = g
+        .optional_edits
+        .iter()
+        .map(|(k, e)| {
+            let m = e
+                .mounts
+                .iter()
+                .map(|m| (m.source.as_str(), m.destination.as_str()))
+                .collect();
+            (k.as_str(), m)
+        })
+        .collect();
+    assert_eq!(
+        optional,
+        [("video", vec![(vdpau.as_str(), vdpau.as_str())])]
+    );
+    assert_eq!(by_name["gpu-4-mig-1-0"].optional_edits, g.optional_edits);
+    assert!(by_name["vfio-0000-18-00-0"].optional_edits.is_empty());
     for m in &g.edits.mounts {
         // The host path: the driver root is the host's `/`.
         assert_eq!(m.source, m.destination, "{m:?}");
@@ -184,13 +215,10 @@ fn discovery_of_a_fake_h100_node() -> anyhow::Result<()> {
         .iter()
         .any(|e| e.name == "NVIDIA_VISIBLE_DEVICES" && e.value == "void"));
     let hooks: Vec<&str> = g.edits.hooks.iter().map(|h| h.args[1].as_str()).collect();
+    // One graft-hook run per container (see hook_edits.rs).
     assert_eq!(
         hooks,
-        [
-            "create-symlinks",
-            "update-ldcache",
-            "disable-device-node-modification"
-        ]
+        [graft_driver::discovery::nvidia::hook_edits::SUBCOMMAND]
     );
     assert!(g.edits.hooks[0].args.contains(&format!(
         "libcuda.so.{DRIVER_VERSION}::{LIB_DIR}/libcuda.so.1"
@@ -266,6 +294,36 @@ fn discovery_of_a_fake_h100_node() -> anyhow::Result<()> {
         .find(|d| d.name == "gpu-2")
         .context("gpu-2")?;
     assert_eq!(attr(g, "cliqueID"), &clique);
+    Ok(())
+}
+
+/// NVML loads libcuda by name for the CUDA version; a node where graft-driver's own loader
+/// would not find it (libcuda.so.1 absent beside libnvidia-ml) still gets every device,
+/// with that one attribute left out.
+#[test]
+fn an_unreadable_attribute_does_not_stop_discovery() -> anyhow::Result<()> {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir()?;
+    let node = FakeNode::create(dir.path())?;
+    std::fs::remove_file(node.host.join(&LIB_DIR[1..]).join("libcuda.so.1"))?;
+    let devices = discovery(&node, as_host_root(&node), 0)?.discover()?;
+    let g = devices
+        .iter()
+        .find(|d| d.name == "gpu-2")
+        .context("gpu-2")?;
+    ensure!(
+        !g.attributes.contains_key("cudaDriverVersion"),
+        "{:?}",
+        g.attributes
+    );
+    ensure!(g.attributes.contains_key("driverVersion"));
+    ensure!(
+        devices
+            .iter()
+            .filter(|d| d.name.starts_with("gpu-"))
+            .count()
+            == 11
+    );
     Ok(())
 }
 
@@ -388,7 +446,13 @@ async fn fake_gpu_in_a_containerd_container() -> anyhow::Result<()> {
     let hooks = spec["hooks"]["createContainer"]
         .as_array()
         .context("createContainer hooks")?;
-    ensure!(hooks.len() == 3, "{hooks:?}");
+    // One graft-hook process does all of it, with nothing of the container's environment.
+    ensure!(
+        hooks.len() == 1
+            && hooks[0]["args"][1] == "nvidia-container"
+            && hooks[0]["env"] == serde_json::json!(graft_record::policy::HOOK_ENV),
+        "{hooks:?}"
+    );
     let _ = fake_gpu::MINORS;
     Ok(())
 }
@@ -546,6 +610,75 @@ async fn prepare_sets_gpus_up_and_refuses_what_it_must() -> anyhow::Result<()> {
     let e = &prepare(&dra, &[&mig]).await?[&claims::uid(&mig)].error;
     ensure!(e.contains("not MIG devices"), "{e}");
     ensure!(dra.record(&claims::uid(&mig))?.is_none());
+
+    // Driver capabilities: video (the node has vdpau) adds exactly its files; graphics,
+    // which this node's driver has no files for, and any capability on a non-GPU device are
+    // refused by name.
+    let caps = |list: serde_json::Value| {
+        serde_json::json!([{
+            "source": "FromClaim", "requests": ["r"],
+            "opaque": {"driver": "graft.dev", "parameters": {
+                "apiVersion": "graft.dev/v1alpha1", "kind": "DeviceConfig",
+                "driverCapabilities": list}}
+        }])
+    };
+    let video = claim_for(
+        client,
+        ns,
+        "video",
+        "nv-node",
+        "gpu-3",
+        caps(serde_json::json!(["video"])),
+    )
+    .await?;
+    let r = &prepare(&dra, &[&video]).await?[&claims::uid(&video)];
+    ensure!(r.error.is_empty(), "{}", r.error);
+    let rec = dra.record(&claims::uid(&video))?.context("video record")?;
+    let vdpau = format!("{LIB_DIR}/vdpau/libvdpau_nvidia.so.{DRIVER_VERSION}");
+    ensure!(
+        rec.devices[0]
+            .edits
+            .mounts
+            .iter()
+            .any(|m| m.destination == vdpau),
+        "{:?}",
+        rec.devices[0].edits.mounts
+    );
+    let plain = dra
+        .record(&claims::uid(&sliced))?
+        .context("sliced record")?;
+    ensure!(
+        !plain.devices[0]
+            .edits
+            .mounts
+            .iter()
+            .any(|m| m.destination == vdpau),
+        "a claim without driverCapabilities got the video files"
+    );
+    let gfx = claim_for(
+        client,
+        ns,
+        "gfx",
+        "nv-node",
+        "gpu-0",
+        caps(serde_json::json!(["graphics"])),
+    )
+    .await?;
+    let e = &prepare(&dra, &[&gfx]).await?[&claims::uid(&gfx)].error;
+    ensure!(e.contains("no graphics files"), "{e}");
+    let vf = claim_for(
+        client,
+        ns,
+        "vf",
+        "nv-node",
+        "vfio-0000-9a-00-0",
+        caps(serde_json::json!(["video"])),
+    )
+    .await?;
+    let e = &prepare(&dra, &[&vf]).await?[&claims::uid(&vf)].error;
+    ensure!(e.contains("apply to NVIDIA GPUs"), "{e}");
+    let u = unprepare(&dra, &[claims::claim_msg(&video)]).await?;
+    ensure!(u[&claims::uid(&video)].is_empty(), "{u:?}");
 
     // Unprepare resets the time slice.
     let u = unprepare(&dra, &[claims::claim_msg(&sliced)]).await?;

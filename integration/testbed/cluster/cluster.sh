@@ -73,7 +73,7 @@ up() {
     --service-account-issuer=https://kubernetes.default.svc \
     --service-account-key-file="$D/pki/sa.key" --service-account-signing-key-file="$D/pki/sa.key" \
     --feature-gates=MutatingAdmissionPolicy=true \
-    --runtime-config=admissionregistration.k8s.io/v1beta1=true
+    --runtime-config=admissionregistration.k8s.io/v1beta1=true --allow-privileged=true
 
   cat >"$D/admin.kubeconfig" <<KC
 apiVersion: v1

@@ -1,10 +1,16 @@
 #!/usr/bin/env bash
 # Deploys graft onto the testbed cluster the way a user would: builds the image from the
 # workspace binaries (deploy/image/build.sh), imports it into the node's containerd, and
-# applies deploy/graft/ unchanged except for the image reference, then deploy/optional/.
-# Waits until graft-driver has published the node's ResourceSlice.
+# applies deploy/graft/ (kubectl kustomize) unchanged except for the image reference, then
+# deploy/optional/. Waits until graft-driver has published the node's ResourceSlice.
 #
 #   deploy-graft.sh [BIN_DIR]      default: target/debug
+#
+# GRAFT_GPU_FAKE=DIR deploys deploy/gpu/ instead, on a node without a GPU: DIR holds a fake
+# NVIDIA node (integration/src/fake_gpu.rs: DIR/host the driver root, DIR/proc and DIR/sys
+# what the kernel would show). Only values change, as a user's overlay would change them:
+# the driver root in both containers, and graft-driver's /proc and /sys (a real node's
+# come from its kernel).
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 top=$(cd "$here/../../.." && pwd)
@@ -22,10 +28,29 @@ tar="$D/graft-image.tar"
 case "$bin" in */release) hook=$(bash "$top/hooks/build-static.sh" --release) ;; *) hook=$(bash "$top/hooks/build-static.sh") ;; esac
 HOOK_BIN=$hook bash "$top/deploy/image/build.sh" "$bin" "$tar" "$IMAGE" >/dev/null
 ctr -a /run/graft-cluster/containerd.sock -n k8s.io images import "$tar" >/dev/null 2>&1
-for f in "$top"/deploy/graft/*.yaml; do
-  sed "s#image: ghcr.io/graft-dev/graft:.*#image: $IMAGE#" "$f"
-  echo "---"
-done | kubectl apply -f - >&2
+if [ -n "${GRAFT_GPU_FAKE:-}" ]; then
+  k=$(mktemp -d)
+  trap 'rm -rf "$k"' EXIT
+  # A kustomization of our own on top of deploy/gpu, as a user would write one.
+  cat >"$k/kustomization.yaml" <<KUST
+apiVersion: kustomize.config.k8s.io/v1beta1
+kind: Kustomization
+resources:
+  - $(realpath --relative-to="$k" "$top/deploy/gpu")
+patches:
+  - target: {kind: DaemonSet, name: graft}
+    patch: |-
+      - {op: replace, path: /spec/template/spec/containers/0/env/1/value, value: "$GRAFT_GPU_FAKE/host"}
+      - {op: add, path: /spec/template/spec/containers/0/env/-, value: {name: GRAFT_PROC_ROOT, value: "/host$GRAFT_GPU_FAKE/proc"}}
+      - {op: add, path: /spec/template/spec/containers/0/env/-, value: {name: GRAFT_SYSFS_ROOT, value: "/host$GRAFT_GPU_FAKE/sys"}}
+      - {op: replace, path: /spec/template/spec/containers/1/env/0/value, value: "$GRAFT_GPU_FAKE/host"}
+KUST
+  source_dir=$k
+else
+  source_dir=$top/deploy/graft
+fi
+kubectl kustomize "$source_dir" | sed "s#image: ghcr.io/graft-dev/graft:.*#image: $IMAGE#" \
+  | kubectl apply -f - >&2
 # The testbed serves the MutatingAdmissionPolicy API and runs NRI's default validator.
 kubectl apply -f "$top/deploy/optional/" >&2
 # A new image under the same tag: restart the pods so they run it.

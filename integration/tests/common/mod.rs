@@ -3,7 +3,7 @@
 #![allow(dead_code)]
 
 use graft_driver::discovery::nvidia::driver_files::Roots;
-use graft_driver::discovery::nvidia::edits::HookConfig;
+use graft_driver::discovery::nvidia::hook_edits::HookConfig;
 use graft_driver::discovery::nvidia::{NvidiaConfig, NvidiaDiscovery};
 use graft_integration::fake_gpu::FakeNode;
 
