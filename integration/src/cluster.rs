@@ -38,6 +38,24 @@ impl Cluster {
         let tb = Testbed::load()?;
         let top = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
         let scripts = top.join("integration/testbed/cluster");
+        let already = Command::new("bash")
+            .arg(scripts.join("cluster.sh"))
+            .arg("status")
+            .status()
+            .map(|s| s.success())
+            .unwrap_or(false);
+        if already {
+            // A cluster left up (README's demo leaves its pod holding the node's only
+            // /dev/fuse): the test needs a known state, and says what it does about it.
+            eprintln!(
+                "cluster test: a testbed cluster is already running (the demo leaves one up); \
+                 taking it down to start a fresh one, which is taken down at the end \
+                 (GRAFT_KEEP_CLUSTER=1 keeps it)"
+            );
+            run(Command::new("bash")
+                .arg(scripts.join("cluster.sh"))
+                .arg("down"))?;
+        }
         run(Command::new("bash")
             .arg(scripts.join("cluster.sh"))
             .arg("up"))?;

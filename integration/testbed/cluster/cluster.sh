@@ -6,6 +6,7 @@
 #   cluster.sh up      start everything (idempotent) and wait until the node is Ready
 #   cluster.sh down    stop everything and remove the cluster's state
 #   cluster.sh env     print the KUBECONFIG and CONTAINER_RUNTIME_ENDPOINT to export
+#   cluster.sh status  exit 0 when any part of the cluster is running
 #   cluster.sh restart kubelet|containerd   stop one component and bring the cluster up again
 #
 # Logs and configuration live under $GRAFT_CLUSTER_DIR (default /var/lib/graft-cluster);
@@ -196,5 +197,10 @@ case "${1:-}" in
       *) echo "usage: $0 restart kubelet|containerd" >&2; exit 2 ;;
     esac ;;
   env) echo "export KUBECONFIG=$D/admin.kubeconfig CONTAINER_RUNTIME_ENDPOINT=unix://$R/containerd.sock" ;;
-  *) echo "usage: $0 up|down|env" >&2; exit 2 ;;
+  status)
+    for c in etcd kube-apiserver kube-controller-manager kube-scheduler containerd kubelet; do
+      if running "$c"; then exit 0; fi
+    done
+    exit 1 ;;
+  *) echo "usage: $0 up|down|env|status" >&2; exit 2 ;;
 esac
