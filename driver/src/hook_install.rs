@@ -7,9 +7,8 @@
 //! itself 0700); the installed file is replaced atomically (temp file, fsync, rename) only
 //! when its SHA-256 differs, is mode 0500, and is read back and checked after installing.
 
-use std::fs::{self, DirBuilder, File, OpenOptions};
-use std::io::Write;
-use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::fs::{self, DirBuilder};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use object::elf::{PT_INTERP, PT_LOAD};
@@ -30,6 +29,9 @@ pub enum InstallError {
         #[source]
         source: std::io::Error,
     },
+    /// The atomic replacement (temporary file, fsync, rename, directory fsync) failed.
+    #[error("installing graft-hook: {0}")]
+    Write(#[source] graft_record::RecordError),
     #[error("graft-hook {path} is not a static executable: {reason}")]
     NotStatic { path: PathBuf, reason: String },
     #[error("{path} is not a safe place for graft-hook: {reason}")]
@@ -95,27 +97,7 @@ pub fn install(source: &Path, dest: &Path) -> Result<Installed, InstallError> {
         Err(e) => return Err(io("stat", dest)(e)),
     }
 
-    let tmp = dir.join(format!(".graft-hook.tmp.{}", std::process::id()));
-    let _ = fs::remove_file(&tmp);
-    let written = (|| {
-        let mut f = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(HOOK_MODE)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-            .open(&tmp)
-            .map_err(io("create", &tmp))?;
-        f.write_all(&data).map_err(io("write", &tmp))?;
-        f.sync_all().map_err(io("fsync", &tmp))?;
-        fs::rename(&tmp, dest).map_err(io("rename", dest))?;
-        File::open(dir)
-            .and_then(|d| d.sync_all())
-            .map_err(io("fsync", dir))
-    })();
-    if let Err(e) = written {
-        let _ = fs::remove_file(&tmp);
-        return Err(e);
-    }
+    graft_record::atomic::write_file_mode(dest, &data, HOOK_MODE).map_err(InstallError::Write)?;
     let found = hex(&Sha256::digest(fs::read(dest).map_err(io("read", dest))?));
     if found != sha256 {
         return Err(InstallError::Mismatch {

@@ -223,17 +223,11 @@ async fn main() -> anyhow::Result<()> {
 
     let boot_id = graft_record::read_boot_id(&args.boot_id_path)?;
     let nvidia = args.discovery.iter().any(|d| d.trim() == "nvidia");
-    let roots: Vec<String> = args
-        .allowed_mount_roots
-        .iter()
-        .map(|r| r.trim().to_string())
-        .filter(|r| !r.is_empty())
-        .collect();
     let policy = InjectionPolicy::for_node(
         &args.state_dir,
         &args.nvidia_hook_path,
         nvidia.then_some(args.nvidia_driver_root.as_path()),
-        &roots,
+        &args.allowed_mount_roots,
     )
     .context("the injection policy (--nvidia-hook-path, --allowed-mount-roots)")?;
     tracing::info!(mount_roots = ?policy.mount_roots(), hook = policy.hook_path(), "injection policy");

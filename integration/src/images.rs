@@ -66,19 +66,24 @@ impl ImageRoot {
         Ok(self)
     }
 
-    /// Saves the root as an OCI layout tar named `reference`.
+    /// Saves the root as an OCI layout tar named `reference`, with `PATH=/bin`.
     pub fn save(&self, reference: &str, tar: &Path) -> anyhow::Result<()> {
-        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/image/oci-layout.sh");
+        self.save_with(reference, tar, r#"{"Env":["PATH=/bin"],"Cmd":["/bin/sh"]}"#)
+    }
+
+    /// Saves the root as an OCI layout tar named `reference` with the image config
+    /// fragment `config` (`{"Env":[...],"Cmd":[...]}`).
+    pub fn save_with(&self, reference: &str, tar: &Path, config: &str) -> anyhow::Result<()> {
         let out = Command::new("bash")
             .arg("-c")
             .arg(
                 r#"set -e; work=$(mktemp -d); trap 'rm -rf "$work"' EXIT; source "$1"; shift; make_image "$@""#,
             )
             .arg("make-image")
-            .arg(&script)
+            .arg(layout_script()?)
             .arg(reference)
             .arg(&self.dir)
-            .arg(r#"{"Env":["PATH=/bin"],"Cmd":["/bin/sh"]}"#)
+            .arg(config)
             .arg(tar)
             .output()?;
         if !out.status.success() {
@@ -89,4 +94,18 @@ impl ImageRoot {
         }
         Ok(())
     }
+}
+
+/// `deploy/image/oci-layout.sh`: from the repository this runs in (a tool run from a
+/// checkout), else the one this crate was built from.
+fn layout_script() -> anyhow::Result<PathBuf> {
+    let rel = "deploy/image/oci-layout.sh";
+    let candidates = [
+        std::env::current_dir()?.join(rel),
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(rel),
+    ];
+    candidates
+        .into_iter()
+        .find(|p| p.is_file())
+        .with_context(|| format!("{rel} not found: run from the graft repository"))
 }

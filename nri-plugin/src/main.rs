@@ -82,17 +82,11 @@ fn main() -> anyhow::Result<()> {
     }
     let store = RecordStore::open(&args.state_dir)
         .with_context(|| format!("opening state directory {}", args.state_dir.display()))?;
-    let roots: Vec<String> = args
-        .allowed_mount_roots
-        .iter()
-        .map(|r| r.trim().to_string())
-        .filter(|r| !r.is_empty())
-        .collect();
     let policy = InjectionPolicy::for_node(
         &args.state_dir,
         &args.hook_path,
         args.nvidia_driver_root.as_deref(),
-        &roots,
+        &args.allowed_mount_roots,
     )
     .context(
         "graft-nri's injection policy (--hook-path, --allowed-mount-roots, --nvidia-driver-root)",

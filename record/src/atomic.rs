@@ -17,8 +17,13 @@ pub const DIR_MODE: u32 = 0o700;
 static SEQ: AtomicU64 = AtomicU64::new(0);
 
 /// Writes `data` to `path` via a temp file in the same directory: write, fsync, rename,
-/// fsync the directory.
+/// fsync the directory. The file is [`FILE_MODE`].
 pub fn write_file(path: &Path, data: &[u8]) -> Result<()> {
+    write_file_mode(path, data, FILE_MODE)
+}
+
+/// [`write_file`] with the new file's mode given.
+pub fn write_file_mode(path: &Path, data: &[u8], mode: u32) -> Result<()> {
     let dir = path.parent().ok_or_else(|| {
         RecordError::io("write", path, std::io::Error::other("no parent directory"))
     })?;
@@ -37,7 +42,7 @@ pub fn write_file(path: &Path, data: &[u8]) -> Result<()> {
         let mut f = OpenOptions::new()
             .write(true)
             .create_new(true)
-            .mode(FILE_MODE)
+            .mode(mode)
             .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
             .open(&tmp)
             .map_err(|e| RecordError::io("create", &tmp, e))?;

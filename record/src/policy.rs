@@ -108,15 +108,20 @@ impl InjectionPolicy {
         })
     }
 
-    /// The policy of a node: `extra_roots` plus, when the NVIDIA backend is on, its driver
-    /// root (or [`NVIDIA_HOST_ROOTS`] when that is `/`).
+    /// The policy of a node: `extra_roots` (as given on a command line: entries are
+    /// trimmed, empty ones ignored) plus, when the NVIDIA backend is on, its driver root (or
+    /// [`NVIDIA_HOST_ROOTS`] when that is `/`).
     pub fn for_node(
         state_dir: &Path,
         hook_path: &str,
         nvidia_driver_root: Option<&Path>,
         extra_roots: &[String],
     ) -> Result<Self, InvalidRecord> {
-        let mut roots: Vec<String> = extra_roots.to_vec();
+        let mut roots: Vec<String> = extra_roots
+            .iter()
+            .map(|r| r.trim().to_string())
+            .filter(|r| !r.is_empty())
+            .collect();
         match nvidia_driver_root {
             Some(r) if r == Path::new("/") => {
                 roots.extend(NVIDIA_HOST_ROOTS.iter().map(|s| s.to_string()))
@@ -439,8 +444,13 @@ mod tests {
             )
             .is_ok());
         assert!(container.check_edits("e", &ok).is_err());
-        let none = InjectionPolicy::for_node(s, DEFAULT_HOOK_PATH, None, &["/srv/licences".into()])
-            .unwrap();
+        let none = InjectionPolicy::for_node(
+            s,
+            DEFAULT_HOOK_PATH,
+            None,
+            &[" /srv/licences".into(), "".into()],
+        )
+        .unwrap();
         assert_eq!(
             none.mount_roots(),
             ["/dev", "/srv/licences", "/var/lib/graft"]

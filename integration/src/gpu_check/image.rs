@@ -132,40 +132,6 @@ fn replicate(root: &Path, path: &Path, depth: usize) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// `deploy/image/oci-layout.sh`, from the repository this runs in.
-fn layout_script() -> anyhow::Result<PathBuf> {
-    let rel = "deploy/image/oci-layout.sh";
-    let candidates = [
-        std::env::current_dir()?.join(rel),
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(rel),
-    ];
-    candidates
-        .into_iter()
-        .find(|p| p.is_file())
-        .with_context(|| format!("{rel} not found: run from the graft repository"))
-}
-
-fn save(root: &Path, tar: &Path) -> anyhow::Result<()> {
-    let config = format!(r#"{{"Env":["{PATH_ENV}"],"Cmd":["/bin/sh"]}}"#);
-    let out = Command::new("bash")
-        .arg("-c")
-        .arg(r#"set -e; work=$(mktemp -d); trap 'rm -rf "$work"' EXIT; source "$1"; shift; make_image "$@""#)
-        .arg("make-image")
-        .arg(layout_script()?)
-        .arg(IMAGE)
-        .arg(root)
-        .arg(config)
-        .arg(tar)
-        .output()?;
-    if !out.status.success() {
-        bail!(
-            "building image {IMAGE}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-    Ok(())
-}
-
 /// Builds the image under `dir` (which must not exist yet).
 pub fn build(dir: &Path, probe: &Path, driver_root: &Path) -> anyhow::Result<Built> {
     let root = ImageRoot::busybox(&dir.join("rootfs"))?;
@@ -198,7 +164,11 @@ pub fn build(dir: &Path, probe: &Path, driver_root: &Path) -> anyhow::Result<Bui
             .with_context(|| format!("copying {} into the image", lib.display()))?;
     }
     let tar = dir.join("image.tar");
-    save(&root.dir, &tar)?;
+    root.save_with(
+        IMAGE,
+        &tar,
+        &format!(r#"{{"Env":["{PATH_ENV}"],"Cmd":["/bin/sh"]}}"#),
+    )?;
     Ok(Built {
         tar,
         libs: libs.into_iter().collect(),
