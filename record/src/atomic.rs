@@ -7,7 +7,12 @@ use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use nix::fcntl::OFlag;
+
 use crate::error::{RecordError, Result};
+
+/// Open flags for record files: never through a symlink, never inherited by a program run.
+pub(crate) const NOFOLLOW_CLOEXEC: i32 = OFlag::O_NOFOLLOW.bits() | OFlag::O_CLOEXEC.bits();
 
 /// Mode of every file graft writes into its state directory: root only.
 pub const FILE_MODE: u32 = 0o600;
@@ -43,7 +48,7 @@ pub fn write_file_mode(path: &Path, data: &[u8], mode: u32) -> Result<()> {
             .write(true)
             .create_new(true)
             .mode(mode)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .custom_flags(NOFOLLOW_CLOEXEC)
             .open(&tmp)
             .map_err(|e| RecordError::io("create", &tmp, e))?;
         f.write_all(data)
@@ -95,7 +100,7 @@ pub fn touch(path: &Path) -> Result<()> {
         .create(true)
         .truncate(false)
         .mode(FILE_MODE)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .custom_flags(NOFOLLOW_CLOEXEC)
         .open(path)
         .map_err(|e| RecordError::io("create", path, e))?;
     if let Some(dir) = path.parent() {

@@ -23,8 +23,8 @@ pub use status::{
     nri_readiness, plugin_alive, read_boot_id, NriReadiness, NriStatus, StatusPublisher,
     BOOT_ID_PATH,
 };
-pub use store::{parse_record, read_record, RecordStore, DEFAULT_STATE_DIR};
-pub use validate::{check_id, validate_edits, validate_record};
+pub use store::{parse_record, RecordStore, DEFAULT_STATE_DIR};
+pub use validate::{validate_edits, validate_record};
 
 /// Annotation graft adds to every container it injects into: a JSON list of the claims and
 /// devices it received.

@@ -88,7 +88,7 @@ impl RecordStore {
                 .create(true)
                 .truncate(false)
                 .mode(atomic::FILE_MODE)
-                .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+                .custom_flags(atomic::NOFOLLOW_CLOEXEC)
                 .open(&marker)
                 .map_err(|e| RecordError::io("create", &marker, e))?;
         }
@@ -251,7 +251,7 @@ impl RecordStore {
 }
 
 /// Reads and checks one record file. `Ok(None)` when it does not exist.
-pub fn read_record(path: &Path) -> Result<Option<ClaimRecord>> {
+pub(crate) fn read_record(path: &Path) -> Result<Option<ClaimRecord>> {
     let data = match fs::read(path) {
         Ok(d) => d,
         Err(e) if e.kind() == ErrorKind::NotFound => return Ok(None),

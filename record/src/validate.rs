@@ -152,7 +152,7 @@ pub fn validate_edits(at: &str, edits: &ContainerEdits) -> Result<(), InvalidRec
 
 /// A UID used as a file name: the characters Kubernetes UIDs use, nothing that can escape
 /// the directory.
-pub fn check_id(field: &str, id: &str) -> Result<(), InvalidRecord> {
+pub(crate) fn check_id(field: &str, id: &str) -> Result<(), InvalidRecord> {
     let ok = !id.is_empty()
         && id.len() <= 128
         && !id.starts_with('.')
