@@ -1,0 +1,143 @@
+//! The connection's life: dial (or adopt the runtime's fd), multiplex, register, serve until
+//! the connection ends, and reconnect with backoff in external mode.
+
+use std::os::fd::{FromRawFd, OwnedFd};
+use std::sync::Arc;
+
+use futures::StreamExt as _;
+use graft_proto::nri;
+use graft_proto::nri_ttrpc::{self, RuntimeClient};
+use ttrpc::r#async::transport::{Listener, Socket};
+use ttrpc::r#async::{Client, Server};
+
+use super::dispatcher::Dispatcher;
+use super::{ctx_with_timeout, ConnectionState, NriPlugin, Options, Transport};
+use crate::mux::{Mux, PLUGIN_SERVICE_CONN, RUNTIME_SERVICE_CONN};
+
+/// Runs the plugin until the process is stopped (external mode) or the runtime goes away
+/// (pre-installed mode).
+pub async fn run<P: NriPlugin>(plugin: Arc<P>, opts: Options) -> Result<(), SdkError> {
+    opts.validate().map_err(SdkError::Config)?;
+    let mut backoff = opts.backoff_initial;
+    let mut fd = match opts.transport {
+        Transport::PreInstalled(fd) => Some(fd),
+        Transport::External(_) => None,
+    };
+    loop {
+        let outcome = match (&opts.transport, fd.take()) {
+            (Transport::External(path), _) => match tokio::net::UnixStream::connect(path).await {
+                Ok(stream) => serve_connection(plugin.clone(), &opts, stream).await,
+                Err(e) => Err(format!("cannot connect to {}: {e}", path.display())),
+            },
+            (Transport::PreInstalled(_), Some(fd)) => match stream_from_fd(fd) {
+                Ok(stream) => serve_connection(plugin.clone(), &opts, stream).await,
+                Err(e) => Err(format!("socket fd {fd} from NRI_PLUGIN_SOCKET: {e}")),
+            },
+            (Transport::PreInstalled(_), None) => {
+                return Err(SdkError::Closed("runtime connection ended".into()))
+            }
+        };
+        let (reason, was_synchronized) = match outcome {
+            Ok(Session {
+                reason,
+                synchronized,
+            }) => (reason, synchronized),
+            Err(reason) => (reason, false),
+        };
+        plugin.connection_state(ConnectionState::Disconnected(reason.clone()));
+        if matches!(opts.transport, Transport::PreInstalled(_)) {
+            return Err(SdkError::Closed(reason));
+        }
+        if was_synchronized {
+            // A connection that worked resets the backoff: the runtime was just restarted.
+            backoff = opts.backoff_initial;
+        }
+        tracing::warn!(%reason, retry_in_ms = backoff.as_millis() as u64, "NRI connection lost; reconnecting");
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(opts.backoff_max);
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum SdkError {
+    #[error("invalid plugin options: {0}")]
+    Config(String),
+    #[error("NRI connection closed: {0}")]
+    Closed(String),
+}
+
+fn stream_from_fd(fd: i32) -> std::io::Result<tokio::net::UnixStream> {
+    if fd < 0 {
+        return Err(std::io::Error::other("negative fd"));
+    }
+    // SAFETY: the runtime passed this fd to us for exclusive use; nothing else owns it.
+    let owned = unsafe { OwnedFd::from_raw_fd(fd) };
+    let std_stream = std::os::unix::net::UnixStream::from(owned);
+    std_stream.set_nonblocking(true)?;
+    tokio::net::UnixStream::from_std(std_stream)
+}
+
+struct Session {
+    reason: String,
+    synchronized: bool,
+}
+
+/// One connection: mux, serve connection 1, register on connection 2, wait for the end.
+async fn serve_connection<P, S>(plugin: Arc<P>, opts: &Options, trunk: S) -> Result<Session, String>
+where
+    P: NriPlugin,
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + 'static,
+{
+    let mux = Mux::new(trunk);
+    // Serve before registering: Configure arrives as soon as RegisterPlugin succeeds.
+    let plugin_conn = mux.open(PLUGIN_SERVICE_CONN);
+    let runtime_conn = mux.open(RUNTIME_SERVICE_CONN);
+    let runtime_client = RuntimeClient::new(Client::new(Socket::new(runtime_conn)));
+
+    let (synced_tx, synced_rx) = tokio::sync::watch::channel(false);
+    let dispatcher = Arc::new(Dispatcher::new(
+        plugin,
+        opts.handler_deadline,
+        runtime_client.clone(),
+        synced_tx,
+    ));
+    let listener = Listener::new(
+        futures::stream::once(async move { Ok::<_, std::io::Error>(plugin_conn) })
+            .chain(futures::stream::pending()),
+    );
+    let mut server = Server::new()
+        .register_service(nri_ttrpc::create_plugin(dispatcher))
+        .add_listener(listener);
+    server
+        .start()
+        .await
+        .map_err(|e| format!("cannot start plugin service: {e}"))?;
+
+    let req = nri::RegisterPluginRequest {
+        plugin_name: opts.name.clone(),
+        plugin_idx: opts.index.clone(),
+        ..Default::default()
+    };
+    let registered = tokio::time::timeout(
+        opts.registration_timeout,
+        runtime_client.register_plugin(ctx_with_timeout(opts.registration_timeout), &req),
+    )
+    .await;
+    let result = match registered {
+        Ok(Ok(_)) => {
+            tracing::info!(name = %opts.name, index = %opts.index, "registered with the runtime");
+            let reason = mux.closed().await;
+            Ok(Session {
+                reason,
+                synchronized: *synced_rx.borrow(),
+            })
+        }
+        Ok(Err(e)) => Err(format!("RegisterPlugin failed: {e}")),
+        Err(_) => Err(format!(
+            "RegisterPlugin not answered within {:?}",
+            opts.registration_timeout
+        )),
+    };
+    let _ = server.shutdown().await;
+    result
+}
