@@ -22,9 +22,6 @@ pub enum DriverError {
     Checkpoint { path: PathBuf, reason: String },
     #[error("plugin socket {path}: {reason}")]
     Socket { path: PathBuf, reason: String },
-    /// Node-side setup of a device (VFIO rebinding, time-slicing) or its undo failed.
-    #[error("device {device}: {reason}")]
-    Setup { device: String, reason: String },
     /// The injection policy (hook path, allowed mount roots) is misconfigured.
     #[error("injection policy: {0}")]
     Policy(#[from] graft_record::InvalidRecord),

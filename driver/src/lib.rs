@@ -1,16 +1,17 @@
-//! graft's DRA kubelet plugin as a library: discovery, ResourceSlices, the two-phase
-//! prepare checkpoint and the records the NRI plugin reads. The `graft-driver` binary wires
+//! graft's DRA kubelet plugin as a library: discovery, ResourceSlices, the core that
+//! prepares claims (checkpoint, records graft-nri reads, device setups) and the async edge
+//! that feeds it from the kubelet and the API server. The `graft-driver` binary wires
 //! these together; tests and benchmarks drive them directly.
 
-pub mod checkpoint;
+pub mod core;
 pub mod discovery;
+pub mod edge;
 pub mod error;
 pub mod hook_install;
 pub mod limits;
 pub mod mapping;
 pub mod opaque;
 pub mod plugin;
-pub mod prepare;
 pub mod publisher;
 pub mod setup;
 pub mod slices;

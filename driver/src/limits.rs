@@ -5,8 +5,6 @@
 use crate::discovery::{Attribute, Device};
 
 pub const MAX_DEVICES_PER_SLICE: usize = 128;
-/// The lower bound applies when any device uses taints or counters.
-pub const MAX_DEVICES_PER_SLICE_WITH_TAINTS_OR_COUNTERS: usize = 64;
 pub const MAX_ATTRIBUTES_AND_CAPACITY: usize = 32;
 pub const MAX_ID_LENGTH: usize = 32;
 pub const MAX_DOMAIN_LENGTH: usize = 63;

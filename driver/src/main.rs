@@ -7,6 +7,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use clap::Parser;
+use graft_driver::core::seams::{CrashPoint, KillAt};
+use graft_driver::core::Core;
 use graft_driver::discovery::char::{CharDiscovery, DEFAULT_CONFIG_PATH};
 use graft_driver::discovery::nvidia::driver_files::Roots;
 use graft_driver::discovery::nvidia::hook_edits::HookConfig;
@@ -14,9 +16,9 @@ use graft_driver::discovery::nvidia::setup::{ChrootSmi, NvidiaSetup};
 use graft_driver::discovery::nvidia::vfio::Vfio;
 use graft_driver::discovery::nvidia::{NvidiaConfig, NvidiaDiscovery};
 use graft_driver::discovery::{discover_all, inotify, Discovery};
+use graft_driver::edge::{Edge, DEFAULT_MARGIN, KUBELET_DEADLINE};
 use graft_driver::hook_install::install;
 use graft_driver::plugin::{self, PluginPaths};
-use graft_driver::prepare::{CrashPoint, DriverCore};
 use graft_driver::publisher::Publisher;
 use graft_record::InjectionPolicy;
 use tokio::signal::unix::{signal, SignalKind};
@@ -102,9 +104,14 @@ struct Args {
     /// Seconds between passes that roll back half-done prepares of deleted claims.
     #[arg(long, default_value_t = 600)]
     cleanup_seconds: u64,
+    /// Seconds before the kubelet's deadline (45 s) a prepare or unprepare is answered: a
+    /// claim whose setup is still running is then answered "in progress" and its work goes
+    /// on, so that the kubelet's retry finds it done.
+    #[arg(long, env = "GRAFT_DEADLINE_MARGIN", default_value_t = DEFAULT_MARGIN.as_secs())]
+    deadline_margin_seconds: u64,
     #[arg(long, hide = true, default_value = graft_record::BOOT_ID_PATH)]
     boot_id_path: PathBuf,
-    /// Test hook: SIGKILL this process at a step of the next prepare.
+    /// Test hook: SIGKILL this process at a step of the next prepare or unprepare.
     #[arg(long, hide = true, value_enum)]
     crash_at: Option<CrashPoint>,
 }
@@ -254,15 +261,16 @@ async fn main() -> anyhow::Result<()> {
         .context("no Kubernetes client configuration (in-cluster or KUBECONFIG)")?;
     // Rescan requests: from inotify, and from setups that change what the node offers.
     let (wake_tx, mut wake_rx) = tokio::sync::mpsc::channel(1);
-    let mut core = DriverCore::new(
-        args.driver_name.clone(),
-        args.node_name.clone(),
-        client.clone(),
+    let mut core = Core::new(
+        &args.driver_name,
+        &args.node_name,
         args.state_dir.clone(),
-        boot_id,
-        args.crash_at,
+        &boot_id,
     )?
     .with_policy(policy);
+    if let Some(point) = args.crash_at {
+        core = core.with_crash_hook(Box::new(KillAt(point)));
+    }
     if let Some(smi) = smi_path {
         core = core.with_setup(Arc::new(nvidia_setup(
             &args,
@@ -271,9 +279,21 @@ async fn main() -> anyhow::Result<()> {
             wake_tx.clone(),
         )));
     }
-    let core = Arc::new(core);
     core.set_inventory(&devices);
-    core.startup().await.context("settling the checkpoint")?;
+    let margin = Duration::from_secs(args.deadline_margin_seconds);
+    if margin >= KUBELET_DEADLINE {
+        bail!(
+            "--deadline-margin-seconds {}: must be below the kubelet's {} s",
+            margin.as_secs(),
+            KUBELET_DEADLINE.as_secs()
+        );
+    }
+    let edge = Arc::new(Edge::new(
+        Arc::new(core),
+        client.clone(),
+        KUBELET_DEADLINE - margin,
+    ));
+    edge.startup().await.context("settling the checkpoint")?;
 
     let (inv_tx, inv_rx) = tokio::sync::watch::channel(devices);
     let publisher = Publisher::new(
@@ -290,7 +310,7 @@ async fn main() -> anyhow::Result<()> {
         Ok(n) => tracing::debug!(directories = n, "watching for device changes"),
         Err(e) => tracing::warn!(error = %e, "no change notification; periodic rescans only"),
     }
-    let rescan_core = Arc::clone(&core);
+    let rescan_core = Arc::clone(edge.core());
     let rescan_every = Duration::from_secs(args.rescan_seconds.max(1));
     tokio::spawn(async move {
         loop {
@@ -316,11 +336,11 @@ async fn main() -> anyhow::Result<()> {
         }
     });
 
-    let cleanup_core = Arc::clone(&core);
+    let cleanup_edge = Arc::clone(&edge);
     let cleanup_every = Duration::from_secs(args.cleanup_seconds.max(1));
     tokio::spawn(async move {
         loop {
-            match cleanup_core.cleanup().await {
+            match cleanup_edge.cleanup().await {
                 Ok(0) => {}
                 Ok(n) => tracing::info!(claims = n, "rolled back stale prepares"),
                 Err(e) => tracing::warn!(error = %e, "checkpoint cleanup failed"),
@@ -343,6 +363,6 @@ async fn main() -> anyhow::Result<()> {
         }
     };
     let state = Arc::new(Mutex::new(Default::default()));
-    plugin::serve(core, &paths, state, shutdown).await?;
+    plugin::serve(edge, &paths, state, shutdown).await?;
     Ok(())
 }

@@ -1,4 +1,7 @@
-//! Which container of a pod gets which of a claim's devices.
+//! Which container of a pod gets which of a claim's devices, in two halves: [`pod_use`]
+//! reads from a Pod (the async edge does that) which containers reference the claim and
+//! for which requests; [`pod_record`] turns that, and the claim's devices, into the
+//! record's per-container lists (the core does that, with no Kubernetes types).
 //!
 //! A pod names the claim in `spec.resourceClaims` (directly, or through a template whose
 //! generated name is in `status.resourceClaimStatuses`); a container takes part of it
@@ -7,6 +10,23 @@
 
 use graft_record::{ContainerRecord, PodRecord};
 use k8s_openapi::api::core::v1::{Container, Pod};
+
+/// How one pod uses a claim.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PodUse {
+    pub uid: String,
+    pub namespace: String,
+    pub name: String,
+    /// Init containers first, then the others, each with what it asks of the claim.
+    pub containers: Vec<ContainerUse>,
+}
+
+/// One container's references to the claim: request names, `None` for the whole claim.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ContainerUse {
+    pub name: String,
+    pub requests: Vec<Option<String>>,
+}
 
 /// A device of the claim and the (base) request names it was allocated for.
 pub struct ClaimDevice<'a> {
@@ -46,54 +66,72 @@ fn pod_claim_names<'p>(pod: &'p Pod, claim_name: &str) -> Vec<&'p str> {
         .collect()
 }
 
-fn container_devices(c: &Container, names: &[&str], devices: &[ClaimDevice<'_>]) -> Vec<String> {
+fn container_use(c: &Container, names: &[&str]) -> ContainerUse {
     let refs = c
         .resources
         .as_ref()
         .and_then(|r| r.claims.as_deref())
         .unwrap_or_default();
-    let mut out: Vec<String> = Vec::new();
-    for d in devices {
-        let wanted = refs.iter().any(|r| {
-            names.contains(&r.name.as_str())
-                && match r.request.as_deref() {
-                    None | Some("") => true,
-                    Some(req) => d.requests.is_empty() || d.requests.iter().any(|x| x == req),
-                }
-        });
-        if wanted && !out.iter().any(|n| n == d.name) {
-            out.push(d.name.to_string());
-        }
+    ContainerUse {
+        name: c.name.clone(),
+        requests: refs
+            .iter()
+            .filter(|r| names.contains(&r.name.as_str()))
+            .map(|r| r.request.clone().filter(|q| !q.is_empty()))
+            .collect(),
     }
-    out
 }
 
-/// The pod's share of the claim, or `None` when the pod does not reference it.
-pub fn pod_record(pod: &Pod, claim_name: &str, devices: &[ClaimDevice<'_>]) -> Option<PodRecord> {
+/// How `pod` uses the claim called `claim_name`, or `None` when it does not reference it.
+pub fn pod_use(pod: &Pod, claim_name: &str) -> Option<PodUse> {
     let names = pod_claim_names(pod, claim_name);
     if names.is_empty() {
         return None;
     }
     let spec = pod.spec.as_ref()?;
-    let containers = spec
-        .init_containers
+    Some(PodUse {
+        uid: pod.metadata.uid.clone().unwrap_or_default(),
+        namespace: pod.metadata.namespace.clone().unwrap_or_default(),
+        name: pod.metadata.name.clone().unwrap_or_default(),
+        containers: spec
+            .init_containers
+            .iter()
+            .flatten()
+            .chain(spec.containers.iter())
+            .map(|c| container_use(c, &names))
+            .collect(),
+    })
+}
+
+/// The pod's share of the claim's `devices`: each container that references the claim,
+/// with the devices allocated for the requests it names (all of them for the whole claim).
+pub fn pod_record(pod: &PodUse, devices: &[ClaimDevice<'_>]) -> PodRecord {
+    let containers = pod
+        .containers
         .iter()
-        .flatten()
-        .chain(spec.containers.iter())
         .filter_map(|c| {
-            let devs = container_devices(c, &names, devices);
+            let mut devs: Vec<String> = Vec::new();
+            for d in devices {
+                let wanted = c.requests.iter().any(|r| match r {
+                    None => true,
+                    Some(req) => d.requests.is_empty() || d.requests.iter().any(|x| x == req),
+                });
+                if wanted && !devs.iter().any(|n| n == d.name) {
+                    devs.push(d.name.to_string());
+                }
+            }
             (!devs.is_empty()).then(|| ContainerRecord {
                 name: c.name.clone(),
                 devices: devs,
             })
         })
         .collect();
-    Some(PodRecord {
-        uid: pod.metadata.uid.clone().unwrap_or_default(),
-        namespace: pod.metadata.namespace.clone().unwrap_or_default(),
-        name: pod.metadata.name.clone().unwrap_or_default(),
+    PodRecord {
+        uid: pod.uid.clone(),
+        namespace: pod.namespace.clone(),
+        name: pod.name.clone(),
         containers,
-    })
+    }
 }
 
 #[cfg(test)]
@@ -132,7 +170,7 @@ mod tests {
                 requests: &rb,
             },
         ];
-        let rec = pod_record(&p, "p-gpus-x1", &devices).unwrap();
+        let rec = pod_record(&pod_use(&p, "p-gpus-x1").unwrap(), &devices);
         let got: Vec<(&str, Vec<&str>)> = rec
             .containers
             .iter()
@@ -151,7 +189,7 @@ mod tests {
                 ("b-only", vec!["d1"])
             ]
         );
-        assert!(pod_record(&p, "someone-else", &devices).is_none());
+        assert!(pod_use(&p, "someone-else").is_none());
     }
 
     #[test]

@@ -4,11 +4,49 @@
 //! before a record goes; the checkpoint keeps each [`Setup`], so a crash in between is
 //! undone by the next unprepare or cleanup. Both must be idempotent.
 
+use std::path::PathBuf;
+use std::time::Duration;
+
 use graft_record::ContainerEdits;
 use serde::{Deserialize, Serialize};
 
 use crate::discovery::Device;
 use crate::opaque::DeviceConfig;
+
+/// Why a device cannot be set up, or its setup undone.
+#[derive(Debug, thiserror::Error)]
+pub enum SetupError {
+    /// The configuration asks for something this kind of device cannot do.
+    #[error("device {device}: {reason}")]
+    NotSupported {
+        device: String,
+        reason: &'static str,
+    },
+    /// A kernel interface file (sysfs, procfs) could not be read or written.
+    #[error("{op} {path}: {source}")]
+    Io {
+        op: String,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The kernel did not get there in time (a GPU still in use, a bind not showing).
+    #[error("{what} after {after:?}")]
+    Timeout { what: String, after: Duration },
+    /// The device is not where the node says it is, or is bound elsewhere.
+    #[error("{0}")]
+    Unexpected(String),
+    /// A driver tool (nvidia-smi) failed.
+    #[error("{tool} {args} failed ({status}): {stderr}")]
+    Tool {
+        tool: String,
+        args: String,
+        status: String,
+        stderr: String,
+    },
+    #[error("no backend on this node sets devices up")]
+    NoBackend,
+}
 
 /// What was (or is about to be) done to a device.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -33,12 +71,16 @@ impl Setup {
 pub trait DeviceSetup: Send + Sync {
     /// What preparing `device` with `config` needs, or why it cannot be done. Called
     /// before anything is written.
-    fn plan(&self, device: &Device, config: Option<&DeviceConfig>)
-        -> Result<Option<Setup>, String>;
+    fn plan(
+        &self,
+        device: &Device,
+        config: Option<&DeviceConfig>,
+    ) -> Result<Option<Setup>, SetupError>;
     /// Does it. Returns edits that replace the device's own when only the setup can
-    /// know them (a VFIO group node exists once the function is bound).
-    fn apply(&self, setup: &Setup) -> Result<Option<ContainerEdits>, String>;
-    fn undo(&self, setup: &Setup) -> Result<(), String>;
+    /// know them (a VFIO group node exists once the function is bound). May take long (a
+    /// GPU to be freed): callers run it on a blocking thread, outside any shared lock.
+    fn apply(&self, setup: &Setup) -> Result<Option<ContainerEdits>, SetupError>;
+    fn undo(&self, setup: &Setup) -> Result<(), SetupError>;
 }
 
 /// Nodes without such devices.
@@ -49,21 +91,21 @@ impl DeviceSetup for NoSetup {
         &self,
         device: &Device,
         config: Option<&DeviceConfig>,
-    ) -> Result<Option<Setup>, String> {
+    ) -> Result<Option<Setup>, SetupError> {
         if config.is_some_and(|c| c.sharing.is_some()) {
-            return Err(format!(
-                "device {}: sharing settings apply to NVIDIA GPUs only",
-                device.name
-            ));
+            return Err(SetupError::NotSupported {
+                device: device.name.clone(),
+                reason: "sharing settings apply to NVIDIA GPUs only",
+            });
         }
         Ok(None)
     }
 
-    fn apply(&self, _: &Setup) -> Result<Option<ContainerEdits>, String> {
-        Err("no backend on this node sets devices up".into())
+    fn apply(&self, _: &Setup) -> Result<Option<ContainerEdits>, SetupError> {
+        Err(SetupError::NoBackend)
     }
 
-    fn undo(&self, _: &Setup) -> Result<(), String> {
-        Err("no backend on this node sets devices up".into())
+    fn undo(&self, _: &Setup) -> Result<(), SetupError> {
+        Err(SetupError::NoBackend)
     }
 }

@@ -127,6 +127,7 @@ mod tests {
 
     fn dev(i: usize) -> Device {
         Device {
+            kind: crate::discovery::Kind::Char,
             name: format!("d{i}"),
             attributes: BTreeMap::from([("type".into(), Attribute::String("t".into()))]),
             capacity: BTreeMap::new(),

@@ -28,11 +28,35 @@ pub enum Attribute {
     Version(String),
 }
 
+/// What kind of device it is: what setups and configuration apply to it. (The `type`
+/// attribute says the same to DeviceClass selectors; code asks this instead.)
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Kind {
+    /// A device node from the char backend's list.
+    Char,
+    /// A whole NVIDIA GPU.
+    Gpu,
+    /// A MIG device of an NVIDIA GPU.
+    Mig,
+    /// An NVIDIA IMEX channel.
+    ImexChannel,
+    /// An NVIDIA GPU's PCI function for VFIO passthrough.
+    Vfio,
+}
+
+impl Kind {
+    /// NVIDIA GPUs and MIG devices: what driver capabilities and sharing apply to.
+    pub fn is_gpu(self) -> bool {
+        matches!(self, Kind::Gpu | Kind::Mig)
+    }
+}
+
 /// One device this node offers.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Device {
     /// DNS label, unique in the node's pool.
     pub name: String,
+    pub kind: Kind,
     pub attributes: BTreeMap<String, Attribute>,
     /// Capacity name to Kubernetes quantity.
     pub capacity: BTreeMap<String, String>,

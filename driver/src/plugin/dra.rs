@@ -1,5 +1,5 @@
 //! The DRA services on the driver's socket: `k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin` and
-//! its v1beta1 twin, both answered by the same [`DriverCore`].
+//! its v1beta1 twin, both answered by the same [`Edge`].
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -7,33 +7,21 @@ use std::sync::Arc;
 use graft_proto::dra::{v1, v1beta1};
 use tonic::{Request, Response, Status};
 
-use crate::prepare::{CallError, ClaimId, DriverCore};
+use crate::edge::{CallError, ClaimId, Edge};
 
 pub struct DraService {
-    core: Arc<DriverCore>,
+    edge: Arc<Edge>,
 }
 
 impl DraService {
-    pub fn new(core: Arc<DriverCore>) -> Self {
-        DraService { core }
+    pub fn new(edge: Arc<Edge>) -> Self {
+        DraService { edge }
     }
 }
 
 /// The kubelet's claim reference, the same in both service versions.
 trait ClaimMsg {
     fn parts(&self) -> (&str, &str, &str);
-}
-
-impl ClaimMsg for v1::Claim {
-    fn parts(&self) -> (&str, &str, &str) {
-        (&self.namespace, &self.uid, &self.name)
-    }
-}
-
-impl ClaimMsg for v1beta1::Claim {
-    fn parts(&self) -> (&str, &str, &str) {
-        (&self.namespace, &self.uid, &self.name)
-    }
 }
 
 fn ids(claims: &[impl ClaimMsg]) -> Result<Vec<ClaimId>, Status> {
@@ -64,10 +52,10 @@ fn call_status(e: CallError) -> Status {
 
 /// The shared prepare: (claim uid → (devices, error)).
 async fn prepare(
-    core: &DriverCore,
+    edge: &Edge,
     ids: Vec<ClaimId>,
 ) -> Result<HashMap<String, (Vec<v1::Device>, String)>, Status> {
-    let outcomes = core.prepare(&ids).await.map_err(call_status)?;
+    let outcomes = edge.prepare(&ids).await.map_err(call_status)?;
     Ok(outcomes
         .into_iter()
         .map(|(uid, o)| {
@@ -92,90 +80,65 @@ async fn prepare(
         .collect())
 }
 
-async fn unprepare(core: &DriverCore, ids: Vec<ClaimId>) -> HashMap<String, String> {
-    core.unprepare(&ids)
+async fn unprepare(edge: &Edge, ids: Vec<ClaimId>) -> HashMap<String, String> {
+    edge.unprepare(&ids)
         .await
         .into_iter()
         .map(|(uid, o)| (uid, o.err().unwrap_or_default()))
         .collect()
 }
 
-#[tonic::async_trait]
-impl v1::dra_plugin_server::DraPlugin for DraService {
-    async fn node_prepare_resources(
-        &self,
-        req: Request<v1::NodePrepareResourcesRequest>,
-    ) -> Result<Response<v1::NodePrepareResourcesResponse>, Status> {
-        let req = req.into_inner();
-        let ids = ids(&req.claims)?;
-        let claims = prepare(&self.core, ids)
-            .await?
-            .into_iter()
-            .map(|(uid, (devices, error))| {
-                (uid, v1::NodePrepareResourceResponse { devices, error })
-            })
-            .collect();
-        Ok(Response::new(v1::NodePrepareResourcesResponse { claims }))
-    }
+/// One kubelet DRA service version: its claim reference and its request/response plumbing,
+/// the same in every version but for the device message (`$device` turns the v1 device
+/// into this version's).
+macro_rules! dra_service {
+    ($v:ident, $device:expr) => {
+        impl ClaimMsg for $v::Claim {
+            fn parts(&self) -> (&str, &str, &str) {
+                (&self.namespace, &self.uid, &self.name)
+            }
+        }
 
-    async fn node_unprepare_resources(
-        &self,
-        req: Request<v1::NodeUnprepareResourcesRequest>,
-    ) -> Result<Response<v1::NodeUnprepareResourcesResponse>, Status> {
-        let req = req.into_inner();
-        let ids = ids(&req.claims)?;
-        let claims = unprepare(&self.core, ids)
-            .await
-            .into_iter()
-            .map(|(uid, error)| (uid, v1::NodeUnprepareResourceResponse { error }))
-            .collect();
-        Ok(Response::new(v1::NodeUnprepareResourcesResponse { claims }))
-    }
-}
-
-#[tonic::async_trait]
-impl v1beta1::dra_plugin_server::DraPlugin for DraService {
-    async fn node_prepare_resources(
-        &self,
-        req: Request<v1beta1::NodePrepareResourcesRequest>,
-    ) -> Result<Response<v1beta1::NodePrepareResourcesResponse>, Status> {
-        let req = req.into_inner();
-        let ids = ids(&req.claims)?;
-        let claims = prepare(&self.core, ids)
-            .await?
-            .into_iter()
-            .map(|(uid, (devices, error))| {
-                // v1beta1 has no share id; everything else carries over.
-                let devices = devices
+        #[tonic::async_trait]
+        impl $v::dra_plugin_server::DraPlugin for DraService {
+            async fn node_prepare_resources(
+                &self,
+                req: Request<$v::NodePrepareResourcesRequest>,
+            ) -> Result<Response<$v::NodePrepareResourcesResponse>, Status> {
+                let ids = ids(&req.into_inner().claims)?;
+                let device: fn(v1::Device) -> $v::Device = $device;
+                let claims = prepare(&self.edge, ids)
+                    .await?
                     .into_iter()
-                    .map(|d| v1beta1::Device {
-                        request_names: d.request_names,
-                        pool_name: d.pool_name,
-                        device_name: d.device_name,
-                        cdi_device_ids: d.cdi_device_ids,
+                    .map(|(uid, (devices, error))| {
+                        let devices = devices.into_iter().map(device).collect();
+                        (uid, $v::NodePrepareResourceResponse { devices, error })
                     })
                     .collect();
-                (uid, v1beta1::NodePrepareResourceResponse { devices, error })
-            })
-            .collect();
-        Ok(Response::new(v1beta1::NodePrepareResourcesResponse {
-            claims,
-        }))
-    }
+                Ok(Response::new($v::NodePrepareResourcesResponse { claims }))
+            }
 
-    async fn node_unprepare_resources(
-        &self,
-        req: Request<v1beta1::NodeUnprepareResourcesRequest>,
-    ) -> Result<Response<v1beta1::NodeUnprepareResourcesResponse>, Status> {
-        let req = req.into_inner();
-        let ids = ids(&req.claims)?;
-        let claims = unprepare(&self.core, ids)
-            .await
-            .into_iter()
-            .map(|(uid, error)| (uid, v1beta1::NodeUnprepareResourceResponse { error }))
-            .collect();
-        Ok(Response::new(v1beta1::NodeUnprepareResourcesResponse {
-            claims,
-        }))
-    }
+            async fn node_unprepare_resources(
+                &self,
+                req: Request<$v::NodeUnprepareResourcesRequest>,
+            ) -> Result<Response<$v::NodeUnprepareResourcesResponse>, Status> {
+                let ids = ids(&req.into_inner().claims)?;
+                let claims = unprepare(&self.edge, ids)
+                    .await
+                    .into_iter()
+                    .map(|(uid, error)| (uid, $v::NodeUnprepareResourceResponse { error }))
+                    .collect();
+                Ok(Response::new($v::NodeUnprepareResourcesResponse { claims }))
+            }
+        }
+    };
 }
+
+dra_service!(v1, |d| d);
+// v1beta1 has no share id; everything else carries over.
+dra_service!(v1beta1, |d| v1beta1::Device {
+    request_names: d.request_names,
+    pool_name: d.pool_name,
+    device_name: d.device_name,
+    cdi_device_ids: d.cdi_device_ids,
+});

@@ -17,8 +17,8 @@ use tokio_stream::StreamExt;
 
 use authority::AuthorityFix;
 
+use crate::edge::Edge;
 use crate::error::{DriverError, Result};
-use crate::prepare::DriverCore;
 use registration::{RegistrationService, RegistrationState};
 use socket::BoundSocket;
 
@@ -51,7 +51,7 @@ fn fixed(
 /// Serves both endpoints until `shutdown` resolves, then unlinks the registration socket
 /// first (the kubelet deregisters) and the DRA socket last.
 pub async fn serve(
-    core: Arc<DriverCore>,
+    edge: Arc<Edge>,
     paths: &PluginPaths,
     state: Arc<Mutex<RegistrationState>>,
     shutdown: impl Future<Output = ()> + Send + 'static,
@@ -73,8 +73,8 @@ pub async fn serve(
     };
 
     // The DRA server is up before the kubelet can learn about it.
-    let dra_service = dra::DraService::new(Arc::clone(&core));
-    let dra_beta = dra::DraService::new(Arc::clone(&core));
+    let dra_service = dra::DraService::new(Arc::clone(&edge));
+    let dra_beta = dra::DraService::new(Arc::clone(&edge));
     let dra_server = tokio::spawn(
         tonic::transport::Server::builder()
             .add_service(v1::dra_plugin_server::DraPluginServer::new(dra_service))
@@ -91,7 +91,8 @@ pub async fn serve(
             path: paths.registration.clone(),
             reason: "listener already taken".into(),
         })?;
-    let reg = RegistrationService::new(&core.driver_name, &dra_path.to_string_lossy(), state);
+    let reg =
+        RegistrationService::new(&edge.core().driver_name, &dra_path.to_string_lossy(), state);
     let reg_server = tokio::spawn(
         tonic::transport::Server::builder()
             .add_service(RegistrationServer::new(reg))

@@ -6,6 +6,8 @@
 
 use std::path::{Path, PathBuf};
 
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use base64::Engine as _;
 use sha2::{Digest, Sha256};
 use tokio::net::UnixListener;
 
@@ -14,21 +16,10 @@ use crate::error::{DriverError, Result};
 /// Longest path that fits `sockaddr_un.sun_path` with its terminating NUL.
 pub const MAX_SOCKET_PATH: usize = 107;
 
+/// The first `len` characters of the input's SHA-256 in unpadded base64url.
 fn short_hash(input: &str, len: usize) -> String {
-    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
-    let digest = Sha256::digest(input.as_bytes());
-    // base64url without padding, first `len` characters.
-    let mut out = String::new();
-    let mut bits = 0u32;
-    let mut acc = 0u32;
-    for b in digest.iter() {
-        acc = (acc << 8) | u32::from(*b);
-        bits += 8;
-        while bits >= 6 && out.len() < len {
-            bits -= 6;
-            out.push(ALPHABET[((acc >> bits) & 63) as usize] as char);
-        }
-    }
+    let mut out = URL_SAFE_NO_PAD.encode(Sha256::digest(input.as_bytes()));
+    out.truncate(len);
     out
 }
 
@@ -167,6 +158,17 @@ mod tests {
         );
         let dra = dra_socket(Path::new("/var/lib/kubelet/plugins/graft.dev"), Some(uid)).unwrap();
         assert!(dra.ends_with(format!("dra-{uid}.sock")));
+    }
+
+    #[test]
+    fn short_hash_is_unpadded_base64url_of_sha256() {
+        // Pinned: names already on nodes must not change.
+        let uid = "0f2c7a3e-1b4d-4c8e-9a6f-1234567890ab";
+        assert_eq!(short_hash(uid, 8), "37ebBP7s");
+        assert_eq!(
+            short_hash(&format!("graft.dev\0{uid}"), 16),
+            "MZP-9STWoCny7xiE"
+        );
     }
 
     #[tokio::test]

@@ -12,11 +12,11 @@
 //! each transaction re-reads the slots rather than trusting memory.
 
 use std::collections::BTreeMap;
-use std::fs::{File, OpenOptions};
+use std::fs::{File, OpenOptions, TryLockError};
 use std::io::Write;
-use std::os::fd::AsRawFd;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
@@ -24,15 +24,14 @@ use sha2::{Digest, Sha256};
 
 use crate::error::{DriverError, Result};
 
+use super::keylocks::{KeyGuard, KeyLocks};
+pub use super::lifecycle::ClaimState;
+
 pub const CHECKPOINT_VERSION: u32 = 1;
 const SLOTS: [&str; 2] = ["checkpoint-a.json", "checkpoint-b.json"];
 const LOCK_NAME: &str = "checkpoint.lock";
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub enum ClaimState {
-    PrepareStarted,
-    PrepareCompleted,
-}
+/// How long a transaction waits for another one to finish.
+const LOCK_WAIT: Duration = Duration::from_secs(10);
 
 /// One device handed to a claim, with what unprepare and the overlap check need.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -111,6 +110,9 @@ fn boot_time() -> Option<std::time::SystemTime> {
 pub struct Checkpoint {
     dir: PathBuf,
     boot_id: String,
+    /// This process's transactions queue here and are woken as soon as the one before
+    /// ends; the flock then only ever waits for another driver instance.
+    local: Arc<KeyLocks>,
 }
 
 impl Checkpoint {
@@ -120,6 +122,7 @@ impl Checkpoint {
         Ok(Checkpoint {
             dir,
             boot_id: boot_id.into(),
+            local: KeyLocks::new(),
         })
     }
 
@@ -131,8 +134,8 @@ impl Checkpoint {
     /// Validates the file once at start: a checkpoint from another boot is discarded and
     /// a corrupt one moved aside (the caller rebuilds from the records, which are the
     /// durable truth of completed prepares).
-    pub async fn open(&self) -> Result<OpenReport> {
-        let mut txn = self.begin().await?;
+    pub fn open(&self) -> Result<OpenReport> {
+        let mut txn = self.begin()?;
         let report = std::mem::take(&mut txn.report);
         if report.discarded_other_boot.is_some() || report.quarantined.is_some() {
             txn.save()?;
@@ -140,28 +143,36 @@ impl Checkpoint {
         Ok(report)
     }
 
-    /// Takes the lock (waiting up to 10 s for another instance) and loads the file.
-    pub async fn begin(&self) -> Result<Txn> {
+    /// Takes the lock (waiting up to 10 s for another transaction, of this process or of
+    /// another instance) and loads the file. Blocking: call from a blocking thread.
+    pub fn begin(&self) -> Result<Txn> {
         let lock_path = self.dir.join(LOCK_NAME);
+        let deadline = Instant::now() + LOCK_WAIT;
+        let local = self
+            .local
+            .acquire(&[LOCK_NAME.to_string()], deadline)
+            .ok_or_else(|| DriverError::Checkpoint {
+                path: lock_path.clone(),
+                reason: format!("another transaction held it for {LOCK_WAIT:?}"),
+            })?;
         let lock = graft_record::atomic::open_lock(&lock_path)?;
-        let deadline = Instant::now() + Duration::from_secs(10);
         loop {
-            // SAFETY: flock on an fd we own.
-            let rc = unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
-            if rc == 0 {
-                break;
+            match lock.try_lock() {
+                Ok(()) => break,
+                Err(TryLockError::WouldBlock) if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(5))
+                }
+                Err(e) => {
+                    return Err(DriverError::Checkpoint {
+                        path: lock_path,
+                        reason: format!("cannot take the lock: {e}"),
+                    })
+                }
             }
-            let e = std::io::Error::last_os_error();
-            if e.raw_os_error() != Some(libc::EWOULDBLOCK) || Instant::now() > deadline {
-                return Err(DriverError::Checkpoint {
-                    path: lock_path,
-                    reason: format!("cannot take the lock: {e}"),
-                });
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
         }
         let mut txn = Txn {
             _lock: lock,
+            _local: local,
             dir: self.dir.clone(),
             paths: self.paths(),
             current: None,
@@ -177,7 +188,9 @@ impl Checkpoint {
 
 /// A locked view of the checkpoint. Changes are durable once `save` returns.
 pub struct Txn {
+    // Dropped in this order: the flock, then the local turn.
     _lock: File,
+    _local: KeyGuard,
     dir: PathBuf,
     paths: [PathBuf; 2],
     /// The slot holding the state loaded or last saved.
@@ -338,106 +351,4 @@ pub fn default_dir(state_dir: &Path) -> PathBuf {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn entry(state: ClaimState) -> ClaimEntry {
-        ClaimEntry {
-            state,
-            namespace: "ns".into(),
-            name: "c".into(),
-            devices: vec![PreparedDevice {
-                pool: "node1".into(),
-                device: "fuse".into(),
-                requests: vec!["r".into()],
-                share_id: None,
-                admin_access: false,
-                setup: None,
-            }],
-        }
-    }
-
-    #[tokio::test]
-    async fn round_trip_and_remove() {
-        let dir = tempfile::tempdir().unwrap();
-        let cp = Checkpoint::new(dir.path(), "boot-a").unwrap();
-        let mut t = cp.begin().await.unwrap();
-        t.put("u1", entry(ClaimState::PrepareStarted)).unwrap();
-        t.put("u2", entry(ClaimState::PrepareCompleted)).unwrap();
-        t.remove("u1").unwrap();
-        drop(t);
-        let t = cp.begin().await.unwrap();
-        assert_eq!(t.claims().len(), 1);
-        assert_eq!(t.get("u2").unwrap().state, ClaimState::PrepareCompleted);
-    }
-
-    #[tokio::test]
-    async fn other_boot_is_discarded() {
-        let dir = tempfile::tempdir().unwrap();
-        let old = Checkpoint::new(dir.path(), "boot-a").unwrap();
-        old.begin()
-            .await
-            .unwrap()
-            .put("u1", entry(ClaimState::PrepareCompleted))
-            .unwrap();
-        let new = Checkpoint::new(dir.path(), "boot-b").unwrap();
-        let report = new.open().await.unwrap();
-        let (boot, claims) = report.discarded_other_boot.unwrap();
-        assert_eq!((boot.as_str(), claims.len()), ("boot-a", 1));
-        assert!(new.begin().await.unwrap().claims().is_empty());
-    }
-
-    #[tokio::test]
-    async fn tampered_file_is_moved_aside() {
-        let dir = tempfile::tempdir().unwrap();
-        let cp = Checkpoint::new(dir.path(), "b").unwrap();
-        cp.begin()
-            .await
-            .unwrap()
-            .put("u1", entry(ClaimState::PrepareCompleted))
-            .unwrap();
-        for p in cp.paths().iter().filter(|p| p.exists()) {
-            let text = std::fs::read_to_string(p).unwrap();
-            std::fs::write(p, text.replace("fuse", "tun")).unwrap();
-        }
-        let report = cp.open().await.unwrap();
-        let q = report.quarantined.unwrap();
-        assert!(q.reason.contains("checksum"), "{}", q.reason);
-        assert!(q.moved_to.exists());
-        assert!(!q.from_earlier_boot);
-        assert!(cp.begin().await.unwrap().claims().is_empty());
-    }
-
-    #[tokio::test]
-    async fn a_torn_write_falls_back_to_the_other_slot() {
-        let dir = tempfile::tempdir().unwrap();
-        let cp = Checkpoint::new(dir.path(), "b").unwrap();
-        let mut t = cp.begin().await.unwrap();
-        t.put("u1", entry(ClaimState::PrepareStarted)).unwrap();
-        t.put("u1", entry(ClaimState::PrepareCompleted)).unwrap();
-        drop(t);
-        // The newer slot (the second write) is cut short, as by a crash mid-write.
-        let newer = &cp.paths()[1];
-        let text = std::fs::read(newer).unwrap();
-        std::fs::write(newer, &text[..text.len() / 2]).unwrap();
-        let t = cp.begin().await.unwrap();
-        assert_eq!(t.get("u1").unwrap().state, ClaimState::PrepareStarted);
-        assert!(t.report.quarantined.is_none());
-    }
-
-    #[tokio::test]
-    async fn second_instance_waits_for_the_lock() {
-        let dir = tempfile::tempdir().unwrap();
-        let a = Checkpoint::new(dir.path(), "b").unwrap();
-        let b = a.clone();
-        let held = a.begin().await.unwrap();
-        let waiter = tokio::spawn(async move {
-            let start = Instant::now();
-            let _t = b.begin().await.unwrap();
-            start.elapsed()
-        });
-        tokio::time::sleep(Duration::from_millis(150)).await;
-        drop(held);
-        assert!(waiter.await.unwrap() >= Duration::from_millis(100));
-    }
-}
+mod tests;

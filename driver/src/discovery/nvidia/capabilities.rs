@@ -51,9 +51,6 @@ impl Capability {
     }
 }
 
-/// The names [`Capability::from_str`] accepts.
-pub const NAMES: [&str; 5] = ["compute", "utility", "graphics", "video", "display"];
-
 impl fmt::Display for Capability {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.name())
@@ -152,6 +149,9 @@ pub fn of_binary(name: &str) -> Capability {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The names [`Capability::from_str`] accepts.
+    const NAMES: [&str; 5] = ["compute", "utility", "graphics", "video", "display"];
 
     #[test]
     fn names_round_trip() {

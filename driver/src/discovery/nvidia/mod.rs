@@ -16,6 +16,7 @@ pub mod config_files;
 pub mod driver_files;
 pub mod edits;
 pub mod elf;
+pub mod fields;
 pub mod hook_edits;
 pub mod in_root;
 #[cfg(test)]
@@ -29,12 +30,13 @@ pub mod setup;
 pub mod vfio;
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::{Arc, RwLock};
 
-use super::{pcie_root, Attribute, Device, Discovery, PCIE_ROOT_ATTRIBUTE};
+use super::{pcie_root, Attribute, Device, Discovery, Kind, PCIE_ROOT_ATTRIBUTE};
 use crate::error::{DriverError, Result};
 use driver_files::{DriverFiles, Roots};
+use fields::{full_gpu, mebibytes, numa_node, semver};
 use hook_edits::HookConfig;
 use nvml::{Gpu, Inventory};
 
@@ -234,6 +236,7 @@ impl NvidiaDiscovery {
                     }
                 }
                 Some(Device {
+                    kind: Kind::Vfio,
                     name: format!("vfio-{}", f.bdf.replace([':', '.'], "-")),
                     attributes,
                     capacity: BTreeMap::new(),
@@ -289,6 +292,7 @@ impl NvidiaDiscovery {
             capacity.insert(k.to_string(), v.to_string());
         }
         Ok(Device {
+            kind: Kind::Mig,
             name: format!("gpu-{}-mig-{}-{}", g.minor, m.gi, m.ci),
             attributes,
             capacity,
@@ -338,6 +342,7 @@ impl NvidiaDiscovery {
                 attributes.insert("channel".into(), Attribute::Int(n.into()));
                 attributes.insert("cliqueID".into(), Attribute::String((*clique).clone()));
                 Device {
+                    kind: Kind::ImexChannel,
                     name: format!("imex-channel-{n}"),
                     attributes,
                     capacity: BTreeMap::new(),
@@ -352,56 +357,6 @@ impl NvidiaDiscovery {
     }
 }
 
-fn full_gpu(
-    g: &Gpu,
-    shared: &BTreeMap<String, Attribute>,
-    common: &graft_record::ContainerEdits,
-) -> Device {
-    let mut attributes = shared.clone();
-    attributes.insert("type".into(), Attribute::String("gpu".into()));
-    attributes.insert("uuid".into(), Attribute::String(g.uuid.clone()));
-    attributes.insert("index".into(), Attribute::Int(g.index.into()));
-    attributes.insert("minor".into(), Attribute::Int(g.minor.into()));
-    let mut capacity = BTreeMap::new();
-    if let Some(bytes) = g.memory_bytes {
-        capacity.insert("memory".into(), mebibytes(bytes));
-    }
-    Device {
-        name: format!("gpu-{}", g.minor),
-        attributes,
-        capacity,
-        edits: edits::with_common(vec![edits::gpu_node(g.minor)], common),
-        optional_edits: Default::default(),
-    }
-}
-
-fn mebibytes(bytes: u64) -> String {
-    format!("{}Mi", bytes >> 20)
-}
-
-fn numa_node(pci_dir: &Path) -> Option<i64> {
-    let n: i64 = std::fs::read_to_string(pci_dir.join("numa_node"))
-        .ok()?
-        .trim()
-        .parse()
-        .ok()?;
-    (n >= 0).then_some(n)
-}
-
-/// `580.95.05` → `580.95.5`; `550.54` → `550.54.0`: semver has no leading zeros.
-pub fn semver(v: &str) -> Option<String> {
-    let parts: Vec<u64> = v
-        .split('.')
-        .map(|p| p.parse().ok())
-        .collect::<Option<_>>()?;
-    match parts.as_slice() {
-        [a] => Some(format!("{a}.0.0")),
-        [a, b] => Some(format!("{a}.{b}.0")),
-        [a, b, c, ..] => Some(format!("{a}.{b}.{c}")),
-        [] => None,
-    }
-}
-
 impl Discovery for NvidiaDiscovery {
     fn name(&self) -> &'static str {
         "nvidia"
@@ -413,17 +368,5 @@ impl Discovery for NvidiaDiscovery {
         let libcuda = nvml.with_file_name("libcuda.so.1");
         let inv = nvml::read_inventory(&nvml, libcuda.exists().then_some(libcuda.as_path()))?;
         self.devices_from(&inv)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn driver_versions_as_semver() {
-        assert_eq!(semver("580.95.05").as_deref(), Some("580.95.5"));
-        assert_eq!(semver("550.54").as_deref(), Some("550.54.0"));
-        assert_eq!(semver("abc"), None);
     }
 }

@@ -11,13 +11,13 @@ use std::time::{Duration, Instant};
 use graft_record::{ContainerEdits, DeviceKind, DeviceNode, EnvVar};
 
 use super::vfio::Vfio;
-use crate::discovery::{Attribute, Device};
+use crate::discovery::{Attribute, Device, Kind};
 use crate::opaque::DeviceConfig;
-use crate::setup::{DeviceSetup, Setup};
+use crate::setup::{DeviceSetup, Setup, SetupError};
 
 /// Runs nvidia-smi with arguments.
 pub trait Smi: Send + Sync {
-    fn run(&self, args: &[String]) -> Result<(), String>;
+    fn run(&self, args: &[String]) -> Result<(), SetupError>;
 }
 
 /// The driver root's nvidia-smi, run chrooted into the driver root (as this process sees
@@ -29,7 +29,7 @@ pub struct ChrootSmi {
 }
 
 impl Smi for ChrootSmi {
-    fn run(&self, args: &[String]) -> Result<(), String> {
+    fn run(&self, args: &[String]) -> Result<(), SetupError> {
         let root = self.root.clone();
         let path = self
             .path
@@ -46,17 +46,18 @@ impl Smi for ChrootSmi {
                 std::env::set_current_dir("/")
             });
         }
-        let out = cmd
-            .output()
-            .map_err(|e| format!("running {} {}: {e}", path, args.join(" ")))?;
+        let out = cmd.output().map_err(|source| SetupError::Io {
+            op: format!("running {} {}", path, args.join(" ")),
+            path: self.root.clone(),
+            source,
+        })?;
         if !out.status.success() {
-            return Err(format!(
-                "{} {} failed ({}): {}",
-                path,
-                args.join(" "),
-                out.status,
-                String::from_utf8_lossy(&out.stderr).trim()
-            ));
+            return Err(SetupError::Tool {
+                tool: path,
+                args: args.join(" "),
+                status: out.status.to_string(),
+                stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+            });
         }
         Ok(())
     }
@@ -79,11 +80,18 @@ fn text_attr<'a>(d: &'a Device, k: &str) -> Option<&'a str> {
 }
 
 /// A char device node as it is on the host, read with stat.
-fn stat_node(dev_root: &Path, rel: &str) -> Result<DeviceNode, String> {
+fn stat_node(dev_root: &Path, rel: &str) -> Result<DeviceNode, SetupError> {
     let p = dev_root.join(rel);
-    let md = std::fs::metadata(&p).map_err(|e| format!("{}: {e}", p.display()))?;
+    let md = std::fs::metadata(&p).map_err(|source| SetupError::Io {
+        op: "stat".into(),
+        path: p.clone(),
+        source,
+    })?;
     if !md.file_type().is_char_device() {
-        return Err(format!("{} is not a character device", p.display()));
+        return Err(SetupError::Unexpected(format!(
+            "{} is not a character device",
+            p.display()
+        )));
     }
     let rdev = md.rdev();
     Ok(DeviceNode {
@@ -98,11 +106,11 @@ fn stat_node(dev_root: &Path, rel: &str) -> Result<DeviceNode, String> {
 }
 
 impl NvidiaSetup {
-    fn vfio_edits(&self, pci: &str) -> Result<ContainerEdits, String> {
+    fn vfio_edits(&self, pci: &str) -> Result<ContainerEdits, SetupError> {
         let group = self
             .vfio
             .iommu_group(pci)
-            .ok_or_else(|| format!("{pci} has no IOMMU group"))?;
+            .ok_or_else(|| SetupError::Unexpected(format!("{pci} has no IOMMU group")))?;
         // vfio-pci creates the group node when it binds; give udev/devtmpfs a moment.
         let start = Instant::now();
         let node = loop {
@@ -122,7 +130,7 @@ impl NvidiaSetup {
         })
     }
 
-    fn set_timeslice(&self, pci: &str, interval: u32) -> Result<(), String> {
+    fn set_timeslice(&self, pci: &str, interval: u32) -> Result<(), SetupError> {
         let s = |v: &[&str]| v.iter().map(|a| a.to_string()).collect::<Vec<_>>();
         if interval != 0 {
             self.smi.run(&s(&["-i", pci, "-c", "DEFAULT"]))?;
@@ -142,32 +150,32 @@ impl DeviceSetup for NvidiaSetup {
         &self,
         device: &Device,
         config: Option<&DeviceConfig>,
-    ) -> Result<Option<Setup>, String> {
+    ) -> Result<Option<Setup>, SetupError> {
         let sharing = config.and_then(|c| c.sharing.as_ref());
         let pci = text_attr(device, "pciBusID").map(str::to_string);
-        match (text_attr(device, "type"), pci, sharing) {
-            (Some("vfio"), Some(pci_bus_id), None) => Ok(Some(Setup::Vfio { pci_bus_id })),
-            (Some("vfio"), _, Some(_)) => Err(format!(
-                "device {}: a GPU passed through with VFIO cannot be time-sliced",
-                device.name
-            )),
-            (Some("gpu"), Some(pci_bus_id), Some(s)) => Ok(Some(Setup::TimeSlice {
+        let refuse = |reason| {
+            Err(SetupError::NotSupported {
+                device: device.name.clone(),
+                reason,
+            })
+        };
+        match (device.kind, pci, sharing) {
+            (Kind::Vfio, Some(pci_bus_id), None) => Ok(Some(Setup::Vfio { pci_bus_id })),
+            (Kind::Vfio, _, Some(_)) => {
+                refuse("a GPU passed through with VFIO cannot be time-sliced")
+            }
+            (Kind::Gpu, Some(pci_bus_id), Some(s)) => Ok(Some(Setup::TimeSlice {
                 pci_bus_id,
                 interval: s.interval().smi_value(),
             })),
-            (Some("mig"), _, Some(_)) => Err(format!(
-                "device {}: time-slicing applies to full GPUs, not MIG devices",
-                device.name
-            )),
-            (Some("imex-channel"), _, Some(_)) => Err(format!(
-                "device {}: an IMEX channel cannot be time-sliced",
-                device.name
-            )),
+            (Kind::Mig, _, Some(_)) => refuse("time-slicing applies to full GPUs, not MIG devices"),
+            (Kind::ImexChannel, _, Some(_)) => refuse("an IMEX channel cannot be time-sliced"),
+            // A char device with sharing: refused by prepare, which says why.
             _ => Ok(None),
         }
     }
 
-    fn apply(&self, setup: &Setup) -> Result<Option<ContainerEdits>, String> {
+    fn apply(&self, setup: &Setup) -> Result<Option<ContainerEdits>, SetupError> {
         match setup {
             Setup::Vfio { pci_bus_id } => {
                 self.vfio.rebind(pci_bus_id, "vfio-pci")?;
@@ -180,7 +188,7 @@ impl DeviceSetup for NvidiaSetup {
         }
     }
 
-    fn undo(&self, setup: &Setup) -> Result<(), String> {
+    fn undo(&self, setup: &Setup) -> Result<(), SetupError> {
         match setup {
             Setup::Vfio { pci_bus_id } => {
                 self.vfio.rebind(pci_bus_id, "nvidia")?;
@@ -203,17 +211,25 @@ mod tests {
     struct Recorded(Arc<Mutex<Vec<String>>>);
 
     impl Smi for Recorded {
-        fn run(&self, args: &[String]) -> Result<(), String> {
+        fn run(&self, args: &[String]) -> Result<(), SetupError> {
             self.0.lock().unwrap().push(args.join(" "));
             Ok(())
         }
     }
 
-    fn device(name: &str, kind: &str) -> Device {
+    fn device(name: &str, kind_name: &str) -> Device {
+        let kind = match kind_name {
+            "gpu" => Kind::Gpu,
+            "mig" => Kind::Mig,
+            "vfio" => Kind::Vfio,
+            "imex-channel" => Kind::ImexChannel,
+            _ => Kind::Char,
+        };
         let mut attributes = BTreeMap::new();
-        attributes.insert("type".into(), Attribute::String(kind.into()));
+        attributes.insert("type".into(), Attribute::String(kind_name.into()));
         attributes.insert("pciBusID".into(), Attribute::String(BDF.into()));
         Device {
+            kind,
             name: name.into(),
             attributes,
             capacity: BTreeMap::new(),
@@ -270,9 +286,9 @@ mod tests {
         let err = s
             .plan(&device("gpu-4-mig-1-0", "mig"), Some(&long))
             .unwrap_err();
-        assert!(err.contains("not MIG devices"), "{err}");
+        assert!(err.to_string().contains("not MIG devices"), "{err}");
         let err = s.plan(&device("vfio-x", "vfio"), Some(&long)).unwrap_err();
-        assert!(err.contains("VFIO"), "{err}");
+        assert!(err.to_string().contains("VFIO"), "{err}");
         assert_eq!(s.plan(&device("gpu-2", "gpu"), None).unwrap(), None);
         assert_eq!(s.plan(&device("fuse", "fuse"), Some(&long)).unwrap(), None);
     }

@@ -5,6 +5,8 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use crate::setup::SetupError;
+
 /// An NVIDIA display-class PCI function.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PciFunction {
@@ -77,14 +79,17 @@ impl Vfio {
         basename_of_link(&self.dev(bdf).join("iommu_group")).and_then(|g| g.parse().ok())
     }
 
-    fn write(&self, path: &Path, value: &str) -> Result<(), String> {
-        std::fs::write(path, value)
-            .map_err(|e| format!("writing {value:?} to {}: {e}", path.display()))
+    fn write(&self, path: &Path, value: &str) -> Result<(), SetupError> {
+        std::fs::write(path, value).map_err(|source| SetupError::Io {
+            op: format!("writing {value:?} to"),
+            path: path.to_path_buf(),
+            source,
+        })
     }
 
     /// Takes the nvidia driver's unbind lock, which it grants only while no process uses
     /// the GPU; retried until the timeout.
-    fn unbind_lock(&self, bdf: &str) -> Result<(), String> {
+    fn unbind_lock(&self, bdf: &str) -> Result<(), SetupError> {
         let lock = self
             .proc
             .join("driver/nvidia/gpus")
@@ -97,17 +102,19 @@ impl Vfio {
                 return Ok(());
             }
             if start.elapsed() >= self.timeout {
-                return Err(format!(
-                    "GPU {bdf} is still in use after {:?} (the nvidia driver refused its unbind lock)",
-                    self.timeout
-                ));
+                return Err(SetupError::Timeout {
+                    what: format!(
+                        "GPU {bdf} is still in use (the nvidia driver refuses its unbind lock)"
+                    ),
+                    after: self.timeout,
+                });
             }
             std::thread::sleep(Duration::from_millis(200));
         }
     }
 
     /// Waits until the function's driver is `want` (`None`: unbound).
-    fn wait_driver(&self, bdf: &str, want: Option<&str>) -> Result<(), String> {
+    fn wait_driver(&self, bdf: &str, want: Option<&str>) -> Result<(), SetupError> {
         let start = Instant::now();
         loop {
             if self.driver(bdf).as_deref() == want {
@@ -115,12 +122,12 @@ impl Vfio {
             }
             if start.elapsed() >= self.timeout {
                 let now = self.driver(bdf).unwrap_or_else(|| "none".into());
-                return Err(match want {
-                    Some(w) => format!(
-                        "{bdf} not bound to {w} after {:?} (driver now {now})",
-                        self.timeout
-                    ),
-                    None => format!("{bdf} still bound to {now} after {:?}", self.timeout),
+                return Err(SetupError::Timeout {
+                    what: match want {
+                        Some(w) => format!("{bdf} not bound to {w} (driver now {now})"),
+                        None => format!("{bdf} still bound to {now}"),
+                    },
+                    after: self.timeout,
                 });
             }
             std::thread::sleep(Duration::from_millis(20));
@@ -129,10 +136,13 @@ impl Vfio {
 
     /// Moves `bdf` to `target` (`vfio-pci` or `nvidia`). Nothing to do when it is there
     /// already; a function bound to any other driver is refused.
-    pub fn rebind(&self, bdf: &str, target: &str) -> Result<(), String> {
+    pub fn rebind(&self, bdf: &str, target: &str) -> Result<(), SetupError> {
         let dev = self.dev(bdf);
         if !dev.exists() {
-            return Err(format!("PCI function {bdf} is not in {}", dev.display()));
+            return Err(SetupError::Unexpected(format!(
+                "PCI function {bdf} is not in {}",
+                dev.display()
+            )));
         }
         let current = self.driver(bdf);
         if current.as_deref() == Some(target) {
@@ -149,9 +159,9 @@ impl Vfio {
                 self.wait_driver(bdf, None)?;
             }
             Some(other) => {
-                return Err(format!(
+                return Err(SetupError::Unexpected(format!(
                     "{bdf} is bound to {other}, neither nvidia nor vfio-pci; leaving it alone"
-                ))
+                )))
             }
             None => {}
         }
@@ -311,11 +321,12 @@ pub(crate) mod tests {
         let k = FakeKernel::start(true);
         let v = k.vfio(Duration::from_millis(500));
         let err = v.rebind(BDF, "vfio-pci").unwrap_err();
-        assert!(err.contains("still in use"), "{err}");
+        assert!(err.to_string().contains("still in use"), "{err}");
         assert_eq!(v.driver(BDF).as_deref(), Some("nvidia"));
         assert!(v
             .rebind("0000:99:00.0", "vfio-pci")
             .unwrap_err()
+            .to_string()
             .contains("not in"));
     }
 }

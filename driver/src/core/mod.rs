@@ -1,0 +1,227 @@
+//! graft-driver's core: the claims this node has prepared, and every change to them, as a
+//! synchronous state machine (see [`lifecycle`]) over the checkpoint, the records graft-nri
+//! reads and the devices' node-side setups.
+//!
+//! It knows no Kubernetes client and no async runtime: the edge (`crate::edge`) reads
+//! claims and pods from the API server, turns them into [`input::ClaimInput`]s and calls
+//! the core on a blocking thread, under the kubelet's deadline. Unit tests drive it
+//! directly (`tests`).
+//!
+//! Concurrency: the checkpoint is changed in short transactions under its lock; device
+//! setups (which can take long: a GPU to be freed for VFIO) run outside it, each claim with
+//! its devices locked ([`keylocks`]), so claims on other devices go on in parallel and a
+//! slow setup delays only claims that share its device. One operation runs per claim at a
+//! time: a prepare the kubelet retries while the first one still runs waits for it (until
+//! the deadline) and then finds it done.
+
+pub mod checkpoint;
+pub mod input;
+pub mod keylocks;
+pub mod lifecycle;
+mod plan;
+mod prepare;
+pub mod seams;
+mod startup;
+mod unprepare;
+
+#[cfg(test)]
+mod tests;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::{Arc, RwLock};
+use std::time::Instant;
+
+use graft_record::policy::DEFAULT_HOOK_PATH;
+use graft_record::{ClaimRecord, InjectionPolicy, RecordStore};
+
+use crate::discovery::Device;
+use crate::error::{DriverError, Result};
+use crate::mapping::{pod_record, ClaimDevice};
+use crate::setup::{DeviceSetup, NoSetup};
+use checkpoint::{Checkpoint, ClaimEntry};
+use input::{ClaimError, ClaimId, ClaimInput};
+use keylocks::KeyLocks;
+use lifecycle::{next, Stage, Step};
+use seams::{CrashHook, Crashed, NoCrash, NriGate, StatusFile};
+
+pub use checkpoint::PreparedDevice;
+
+/// What stops a whole call: local state that cannot be read or written, or (in tests) a
+/// crash point.
+#[derive(Debug, thiserror::Error)]
+pub enum CoreError {
+    #[error(transparent)]
+    Local(#[from] DriverError),
+    #[error(transparent)]
+    Crashed(#[from] Crashed),
+}
+
+impl From<graft_record::RecordError> for CoreError {
+    fn from(e: graft_record::RecordError) -> Self {
+        CoreError::Local(e.into())
+    }
+}
+
+pub type CoreResult<T> = std::result::Result<T, CoreError>;
+
+pub struct Core {
+    pub driver_name: String,
+    pub node_name: String,
+    store: RecordStore,
+    checkpoint: Checkpoint,
+    /// What a record may ask of a container; graft-nri applies the same rules.
+    policy: InjectionPolicy,
+    setup: Arc<dyn DeviceSetup>,
+    gate: Box<dyn NriGate>,
+    crash: Box<dyn CrashHook>,
+    inventory: RwLock<Arc<BTreeMap<String, Device>>>,
+    /// One operation per claim at a time.
+    claims: Arc<KeyLocks>,
+    /// One claim's setup or undo per device at a time.
+    devices: Arc<KeyLocks>,
+}
+
+impl Core {
+    /// A core over `state_dir` (records, checkpoint), for driver `driver_name` on node
+    /// `node_name`, in boot `boot_id`. No device setups, the default policy, graft-nri's
+    /// status file as the gate: see the `with_*` methods.
+    pub fn new(
+        driver_name: &str,
+        node_name: &str,
+        state_dir: PathBuf,
+        boot_id: &str,
+    ) -> Result<Self> {
+        let store = RecordStore::open(&state_dir)?;
+        let policy = InjectionPolicy::new(&state_dir, DEFAULT_HOOK_PATH, &[])?;
+        let checkpoint = Checkpoint::new(checkpoint::default_dir(&state_dir), boot_id)?;
+        Ok(Core {
+            driver_name: driver_name.to_string(),
+            node_name: node_name.to_string(),
+            store,
+            checkpoint,
+            policy,
+            setup: Arc::new(NoSetup),
+            gate: Box::new(StatusFile {
+                state_dir,
+                boot_id: boot_id.to_string(),
+            }),
+            crash: Box::new(NoCrash),
+            inventory: RwLock::new(Arc::new(BTreeMap::new())),
+            claims: KeyLocks::new(),
+            devices: KeyLocks::new(),
+        })
+    }
+
+    /// Who sets devices up on this node (VFIO rebinding, time-slicing).
+    pub fn with_setup(mut self, setup: Arc<dyn DeviceSetup>) -> Self {
+        self.setup = setup;
+        self
+    }
+
+    /// The injection policy records must follow (the node's hook path and mount roots).
+    pub fn with_policy(mut self, policy: InjectionPolicy) -> Self {
+        self.policy = policy;
+        self
+    }
+
+    pub fn with_gate(mut self, gate: Box<dyn NriGate>) -> Self {
+        self.gate = gate;
+        self
+    }
+
+    pub fn with_crash_hook(mut self, crash: Box<dyn CrashHook>) -> Self {
+        self.crash = crash;
+        self
+    }
+
+    pub fn set_inventory(&self, devices: &[Device]) {
+        let map = devices
+            .iter()
+            .map(|d| (d.name.clone(), d.clone()))
+            .collect();
+        if let Ok(mut inv) = self.inventory.write() {
+            *inv = Arc::new(map);
+        }
+    }
+
+    fn inventory(&self) -> Arc<BTreeMap<String, Device>> {
+        self.inventory
+            .read()
+            .map(|i| Arc::clone(&i))
+            .unwrap_or_default()
+    }
+
+    /// Where a claim stands (tests, and the cleanup pass).
+    pub fn stage(&self, uid: &str) -> Result<Stage> {
+        let txn = self.checkpoint.begin()?;
+        Ok(txn.get(uid).map_or(Stage::Absent, |e| e.state.into()))
+    }
+
+    /// The record graft-nri would read for a claim.
+    pub fn record(&self, uid: &str) -> Result<Option<ClaimRecord>> {
+        Ok(self.store.get_claim(uid)?)
+    }
+
+    /// Undoes every setup of an entry's devices, last first; the first failure stops it, so
+    /// that the entry stays and the next unprepare or cleanup tries again (undo is
+    /// idempotent). The caller holds the devices' locks.
+    fn undo_setups(&self, entry: &ClaimEntry) -> std::result::Result<(), ClaimError> {
+        for d in entry.devices.iter().rev() {
+            if let Some(s) = &d.setup {
+                self.setup.undo(s).map_err(|source| ClaimError::Setup {
+                    device: d.device.clone(),
+                    source,
+                })?;
+                tracing::info!(device = d.device, setup = ?s, "setup undone");
+            }
+        }
+        Ok(())
+    }
+
+    /// Takes the devices of `entry` for an undo, waiting until `deadline`.
+    fn lock_devices(
+        &self,
+        claim: &str,
+        devices: &[String],
+        deadline: Instant,
+    ) -> std::result::Result<keylocks::KeyGuard, ClaimError> {
+        self.devices
+            .acquire(devices, deadline)
+            .ok_or_else(|| ClaimError::DevicesBusy {
+                claim: claim.to_string(),
+                devices: devices.to_vec(),
+            })
+    }
+
+    /// `rec` with the pods of `input` and which of their containers get which device.
+    fn with_pods(rec: ClaimRecord, input: &ClaimInput) -> ClaimRecord {
+        let mut rec = rec;
+        let devices: Vec<ClaimDevice<'_>> = rec
+            .devices
+            .iter()
+            .map(|d| ClaimDevice {
+                name: &d.name,
+                requests: &d.requests,
+            })
+            .collect();
+        let pods = input.pods.iter().map(|p| pod_record(p, &devices)).collect();
+        rec.pods = pods;
+        rec
+    }
+
+    /// Checks a step against the life cycle.
+    fn step(uid: &str, from: Stage, step: Step) -> Result<Stage> {
+        next(from, step).map_err(|e| DriverError::Checkpoint {
+            path: PathBuf::from(uid),
+            reason: e.to_string(),
+        })
+    }
+
+    fn local(id: &ClaimId, e: impl Into<DriverError>) -> ClaimError {
+        ClaimError::Local {
+            claim: format!("prepare {id}"),
+            source: e.into(),
+        }
+    }
+}

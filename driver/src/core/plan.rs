@@ -1,0 +1,302 @@
+//! Deciding what preparing one claim takes, under the checkpoint's lock, before anything is
+//! done: the devices it gets, their configuration and setups, the record graft-nri will
+//! read, and the check that no device goes to two claims.
+
+use std::collections::BTreeMap;
+
+use graft_record::{ClaimRecord, ClaimRef, ContainerEdits, DeviceRecord, EnvVar, FORMAT_VERSION};
+
+use super::checkpoint::{ClaimEntry, ClaimState, PreparedDevice, Txn};
+use super::input::{ClaimError, ClaimInput};
+use super::lifecycle::{Stage, Step};
+use super::{Core, CoreResult};
+use crate::discovery::{Attribute, Device};
+use crate::mapping::base_request;
+use crate::opaque;
+use crate::setup::Setup;
+
+/// What one claim of a prepare call needs.
+pub(super) enum Planned {
+    /// Already prepared; these are its devices.
+    Done(Vec<PreparedDevice>),
+    New(Box<Plan>),
+}
+
+pub(super) struct Plan {
+    pub uid: String,
+    pub entry: ClaimEntry,
+    pub record: ClaimRecord,
+}
+
+impl Plan {
+    pub fn device_names(&self) -> Vec<String> {
+        self.entry
+            .devices
+            .iter()
+            .map(|d| d.device.clone())
+            .collect()
+    }
+}
+
+impl Core {
+    /// Decides what preparing `input` takes. `earlier` are the claims planned before it in
+    /// the same call, so two claims of one batch cannot take the same device. A completed
+    /// claim is refreshed; an interrupted one is rolled back first.
+    pub(super) fn plan_one(
+        &self,
+        txn: &mut Txn,
+        inventory: &BTreeMap<String, Device>,
+        input: &ClaimInput,
+        earlier: &[Plan],
+    ) -> CoreResult<Result<Planned, ClaimError>> {
+        let id = &input.id;
+        let uid = id.uid.as_str();
+        if !input.pod_errors.is_empty() {
+            return Ok(Err(ClaimError::PodsUnreadable(input.pod_errors.clone())));
+        }
+        if let Some(entry) = txn.get(uid).cloned() {
+            let stage: Stage = entry.state.into();
+            if stage == Stage::Completed {
+                match self.store.get_claim(uid) {
+                    Ok(Some(rec)) => {
+                        // Idempotent: same devices; the pod and container mapping is
+                        // refreshed, so a shared claim gains its new pods.
+                        Self::step(uid, stage, Step::Refresh)?;
+                        let rec = Self::with_pods(rec, input);
+                        if let Err(e) = self.store.put_claim(&rec) {
+                            return Ok(Err(Self::local(id, e)));
+                        }
+                        return Ok(Ok(Planned::Done(entry.devices)));
+                    }
+                    Ok(None) => {
+                        Self::step(uid, stage, Step::Redo)?;
+                        tracing::warn!(claim = %id, "completed claim has no record; preparing again");
+                    }
+                    Err(e) => return Ok(Err(Self::local(id, e))),
+                }
+            } else {
+                Self::step(uid, stage, Step::RollBack)?;
+                tracing::info!(claim = %id, "rolling back an interrupted prepare");
+            }
+            // The claim's own devices: reserved for it, so their locks are free unless a
+            // shared device is being set up for another claim. No waiting while the
+            // checkpoint is locked: busy devices fail the claim and the kubelet retries.
+            let names: Vec<String> = entry.devices.iter().map(|d| d.device.clone()).collect();
+            let undone = self
+                .lock_devices(uid, &names, std::time::Instant::now())
+                .and_then(|_g| self.undo_setups(&entry));
+            if let Err(e) = undone {
+                return Ok(Err(e));
+            }
+            if let Err(e) = self.store.remove_claim(uid) {
+                return Ok(Err(Self::local(id, e)));
+            }
+            if let Err(e) = txn.remove(uid) {
+                return Ok(Err(Self::local(id, e)));
+            }
+        }
+        Ok(self.plan_new(txn, inventory, input, earlier))
+    }
+
+    fn plan_new(
+        &self,
+        txn: &Txn,
+        inventory: &BTreeMap<String, Device>,
+        input: &ClaimInput,
+        earlier: &[Plan],
+    ) -> Result<Planned, ClaimError> {
+        let id = &input.id;
+        // One per distinct device, requests merged.
+        let mut planned: Vec<PreparedDevice> = Vec::new();
+        let mut records: Vec<DeviceRecord> = Vec::new();
+        for r in &input.results {
+            let base = base_request(&r.request).to_string();
+            if r.pool != self.node_name {
+                return Err(ClaimError::NotInPool {
+                    pool: r.pool.clone(),
+                    device: r.device.clone(),
+                    request: r.request.clone(),
+                    node: self.node_name.clone(),
+                });
+            }
+            if let Some(p) = planned
+                .iter_mut()
+                .find(|p| p.device == r.device && p.pool == r.pool)
+            {
+                if !p.requests.contains(&base) {
+                    p.requests.push(base.clone());
+                }
+                if let Some(rec) = records.iter_mut().find(|d| d.name == r.device) {
+                    if !rec.requests.contains(&base) {
+                        rec.requests.push(base);
+                    }
+                }
+                continue;
+            }
+            let dev = inventory
+                .get(&r.device)
+                .ok_or_else(|| ClaimError::NotPresent {
+                    device: r.device.clone(),
+                    request: r.request.clone(),
+                    node: self.node_name.clone(),
+                })?;
+            let config = opaque::resolve(&self.driver_name, &input.configs, &r.request)?;
+            let setup = self.setup.plan(dev, config.as_ref()).map_err(|source| {
+                ClaimError::SetupRefused {
+                    request: r.request.clone(),
+                    source,
+                }
+            })?;
+            if setup.is_none() && config.as_ref().is_some_and(|c| c.sharing.is_some()) {
+                return Err(ClaimError::CannotShare {
+                    request: r.request.clone(),
+                    device: r.device.clone(),
+                });
+            }
+            let edits =
+                apply_config(dev, config.as_ref()).map_err(|reason| ClaimError::Configure {
+                    request: r.request.clone(),
+                    device: r.device.clone(),
+                    reason,
+                })?;
+            records.push(DeviceRecord {
+                name: r.device.clone(),
+                pool: r.pool.clone(),
+                requests: vec![base.clone()],
+                edits,
+            });
+            planned.push(PreparedDevice {
+                pool: r.pool.clone(),
+                device: r.device.clone(),
+                requests: vec![base],
+                share_id: r.share_id.clone(),
+                admin_access: r.admin_access,
+                setup,
+            });
+        }
+
+        // The last line of defence against a double assignment.
+        let batch = earlier.iter().map(|p| (&p.uid, &p.entry));
+        for p in planned.iter().filter(|p| !p.admin_access) {
+            for (other_uid, other) in txn.claims().iter().chain(batch.clone()) {
+                if other_uid == &id.uid {
+                    continue;
+                }
+                let clash = other.devices.iter().any(|o| {
+                    (o.device == p.device
+                        && o.pool == p.pool
+                        && !o.admin_access
+                        && !(o.share_id.is_some() && p.share_id.is_some()))
+                        || same_function(inventory, o, p)
+                });
+                if clash {
+                    return Err(ClaimError::AlreadyPrepared {
+                        device: p.device.clone(),
+                        holder: format!("{}/{}", other.namespace, other.name),
+                        holder_uid: other_uid.clone(),
+                    });
+                }
+            }
+        }
+
+        let entry = ClaimEntry {
+            state: ClaimState::PrepareStarted,
+            namespace: id.namespace.clone(),
+            name: id.name.clone(),
+            devices: planned,
+        };
+        let record = ClaimRecord {
+            version: FORMAT_VERSION,
+            claim: ClaimRef {
+                uid: id.uid.clone(),
+                namespace: id.namespace.clone(),
+                name: id.name.clone(),
+            },
+            devices: records,
+            pods: Vec::new(),
+        };
+        Ok(Planned::New(Box::new(Plan {
+            uid: id.uid.clone(),
+            entry,
+            record: Self::with_pods(record, input),
+        })))
+    }
+}
+
+/// Whether two prepared devices use the same PCI function in ways that exclude each other:
+/// a function handed over for passthrough is not also a GPU or MIG device.
+fn same_function(
+    inventory: &BTreeMap<String, Device>,
+    a: &PreparedDevice,
+    b: &PreparedDevice,
+) -> bool {
+    let pci = |d: &PreparedDevice| -> Option<String> {
+        if let Some(s) = &d.setup {
+            return Some(s.pci_bus_id().to_string());
+        }
+        match inventory.get(&d.device)?.attributes.get("pciBusID")? {
+            Attribute::String(s) => Some(s.clone()),
+            _ => None,
+        }
+    };
+    let vfio = |d: &PreparedDevice| matches!(d.setup, Some(Setup::Vfio { .. }));
+    a.device != b.device && (vfio(a) || vfio(b)) && pci(a).is_some() && pci(a) == pci(b)
+}
+
+/// The device's edits with the claim's configuration on top. Configuration may add
+/// environment variables but not replace one the device itself sets (its path variable, or
+/// graft's own), and may add the device's optional edits it names (NVIDIA driver
+/// capabilities).
+fn apply_config(
+    dev: &Device,
+    config: Option<&opaque::DeviceConfig>,
+) -> Result<ContainerEdits, String> {
+    let base = &dev.edits;
+    let mut edits = base.clone();
+    let Some(c) = config else { return Ok(edits) };
+    for n in &mut edits.device_nodes {
+        if c.file_mode.is_some() {
+            n.file_mode = c.file_mode;
+        }
+        if c.uid.is_some() {
+            n.uid = c.uid;
+        }
+        if c.gid.is_some() {
+            n.gid = c.gid;
+        }
+    }
+    for (name, value) in &c.env {
+        if base.env.iter().any(|e| &e.name == name) {
+            return Err(format!(
+                "opaque configuration sets {name}, which the device itself sets; it cannot be \\
+                 overridden"
+            ));
+        }
+        edits.env.push(EnvVar {
+            name: name.clone(),
+            value: value.clone(),
+        });
+    }
+    if let Some(caps) = &c.driver_capabilities {
+        if !dev.kind.is_gpu() {
+            return Err(format!(
+                "driverCapabilities apply to NVIDIA GPUs and MIG devices, not to {}",
+                dev.name
+            ));
+        }
+        for cap in caps.iter().filter(|c| !c.is_default()) {
+            let extra = dev.optional_edits.get(cap.name()).ok_or_else(|| {
+                format!(
+                    "driver capability {cap} was asked for, but the node's NVIDIA driver has \\
+                     no {cap} files"
+                )
+            })?;
+            for m in &extra.mounts {
+                if !edits.mounts.iter().any(|x| x.destination == m.destination) {
+                    edits.mounts.push(m.clone());
+                }
+            }
+        }
+    }
+    Ok(edits)
+}

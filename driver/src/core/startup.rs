@@ -1,0 +1,85 @@
+//! Start-up: the checkpoint settled (one of another boot discarded with its records, a
+//! corrupt one rebuilt from the records), and the records made to agree with it.
+
+use graft_record::ClaimRecord;
+
+use super::checkpoint::{ClaimEntry, ClaimState, PreparedDevice};
+use super::lifecycle::{Stage, Step};
+use super::{Core, CoreResult};
+
+impl Core {
+    pub fn startup(&self) -> CoreResult<()> {
+        let report = self.checkpoint.open()?;
+        let mut txn = self.checkpoint.begin()?;
+        if let Some((boot, claims)) = report.discarded_other_boot {
+            tracing::warn!(
+                previous_boot = boot,
+                claims = claims.len(),
+                "checkpoint is from another boot; discarded with its records (the kubelet prepares again)"
+            );
+            for (uid, e) in &claims {
+                Self::step(uid, e.state.into(), Step::Discard)?;
+                self.store.remove_claim(uid)?;
+            }
+        }
+        if let Some(q) = report.quarantined {
+            if q.from_earlier_boot {
+                // Written before this boot: like a checkpoint of another boot, its records
+                // go (below, as records the checkpoint does not hold).
+                tracing::error!(
+                    moved_to = %q.moved_to.display(),
+                    reason = q.reason,
+                    "checkpoint from an earlier boot failed its checks; discarding it and its records"
+                );
+            } else {
+                tracing::error!(
+                    moved_to = %q.moved_to.display(),
+                    reason = q.reason,
+                    "checkpoint failed its checks; rebuilding it from the claim records"
+                );
+                for uid in self.store.claim_uids()? {
+                    if let Ok(Some(rec)) = self.store.get_claim(&uid) {
+                        Self::step(&uid, Stage::Absent, Step::Rebuild)?;
+                        txn.set(&uid, entry_from_record(&rec));
+                    }
+                }
+                txn.save()?;
+            }
+        }
+        // Records with no checkpoint entry belong to nothing the driver tracks.
+        for uid in self.store.claim_uids()? {
+            if txn.get(&uid).is_none() {
+                tracing::warn!(
+                    claim_uid = uid,
+                    "removing a record the checkpoint does not hold"
+                );
+                self.store.remove_claim(&uid)?;
+            }
+        }
+        self.store.repair_index()?;
+        Ok(())
+    }
+}
+
+/// A completed entry from a claim's record, for a checkpoint rebuilt after corruption.
+fn entry_from_record(rec: &ClaimRecord) -> ClaimEntry {
+    ClaimEntry {
+        state: ClaimState::PrepareCompleted,
+        namespace: rec.claim.namespace.clone(),
+        name: rec.claim.name.clone(),
+        devices: rec
+            .devices
+            .iter()
+            .map(|d| PreparedDevice {
+                pool: d.pool.clone(),
+                device: d.name.clone(),
+                requests: d.requests.clone(),
+                share_id: None,
+                admin_access: false,
+                // Not in the record: a checkpoint rebuilt after corruption cannot undo
+                // setups (see README).
+                setup: None,
+            })
+            .collect(),
+    }
+}

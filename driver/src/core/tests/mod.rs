@@ -1,0 +1,311 @@
+//! The core driven directly: no API server, no async runtime. A fake device setup stands in
+//! for the kernel (it remembers what is applied across "restarts", as the node would), a
+//! crash hook stops an operation at a chosen point, and a restart is a new [`Core`] over
+//! the same state directory.
+
+mod concurrency;
+mod crashes;
+mod operations;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use graft_record::{ContainerEdits, DeviceNode};
+
+use super::input::{Allocated, ClaimError, ClaimId, ClaimInput, Outcome};
+use super::seams::{CrashHook, CrashPoint, Crashed, NriGate};
+use super::{Core, CoreError, PreparedDevice};
+use crate::discovery::{Attribute, Device, Kind};
+use crate::mapping::{ContainerUse, PodUse};
+use crate::opaque::DeviceConfig;
+use crate::setup::{DeviceSetup, Setup, SetupError};
+
+const NODE: &str = "node-a";
+const BOOT: &str = "boot-1";
+
+/// graft-nri is there, or not.
+struct Gate(Result<(), String>);
+
+impl NriGate for Gate {
+    fn ready(&self) -> Result<(), String> {
+        self.0.clone()
+    }
+}
+
+/// Stops the first operation that reaches `point`, once.
+struct CrashAt(Mutex<Option<CrashPoint>>);
+
+impl CrashHook for CrashAt {
+    fn at(&self, point: CrashPoint) -> Result<(), Crashed> {
+        let mut armed = self.0.lock().unwrap();
+        if *armed == Some(point) {
+            *armed = None;
+            return Err(Crashed(point));
+        }
+        Ok(())
+    }
+}
+
+/// What the fake kernel has been asked to do.
+#[derive(Debug, Default)]
+struct Kernel {
+    /// PCI functions whose setup is in force.
+    applied: BTreeSet<String>,
+    applies: usize,
+    /// Setups running now, by PCI function, and the most ever running at once.
+    running: BTreeMap<String, usize>,
+    most_on_one_device: usize,
+    most_at_once: usize,
+    /// Setups that wait until released.
+    held: BTreeSet<String>,
+    /// Setups that fail.
+    failing: BTreeSet<String>,
+}
+
+/// VFIO for devices of kind `Vfio`, time-slicing for GPUs whose claim asks to share them;
+/// every setup is a PCI function in [`Kernel::applied`].
+#[derive(Default)]
+struct FakeSetup {
+    kernel: Mutex<Kernel>,
+    changed: Condvar,
+}
+
+impl FakeSetup {
+    fn kernel(&self) -> std::sync::MutexGuard<'_, Kernel> {
+        self.kernel.lock().unwrap()
+    }
+
+    fn hold(&self, pci: &str) {
+        self.kernel().held.insert(pci.into());
+    }
+
+    fn release(&self, pci: &str) {
+        self.kernel().held.remove(pci);
+        self.changed.notify_all();
+    }
+
+    /// Waits until a setup of `pci` is running.
+    fn wait_running(&self, pci: &str) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let mut k = self.kernel();
+        while !k.running.contains_key(pci) {
+            assert!(Instant::now() < deadline, "setup of {pci} never started");
+            k = self
+                .changed
+                .wait_timeout(k, Duration::from_millis(50))
+                .unwrap()
+                .0;
+        }
+    }
+}
+
+impl DeviceSetup for FakeSetup {
+    fn plan(
+        &self,
+        device: &Device,
+        config: Option<&DeviceConfig>,
+    ) -> Result<Option<Setup>, SetupError> {
+        let pci = match device.attributes.get("pciBusID") {
+            Some(Attribute::String(s)) => s.clone(),
+            _ => return Ok(None),
+        };
+        let sharing = config.and_then(|c| c.sharing.as_ref());
+        Ok(match (device.kind, sharing) {
+            (Kind::Vfio, _) => Some(Setup::Vfio { pci_bus_id: pci }),
+            (Kind::Gpu, Some(s)) => Some(Setup::TimeSlice {
+                pci_bus_id: pci,
+                interval: s.interval().smi_value(),
+            }),
+            _ => None,
+        })
+    }
+
+    fn apply(&self, setup: &Setup) -> Result<Option<ContainerEdits>, SetupError> {
+        let pci = setup.pci_bus_id().to_string();
+        let mut k = self.kernel();
+        *k.running.entry(pci.clone()).or_default() += 1;
+        k.most_on_one_device = k.most_on_one_device.max(k.running[&pci]);
+        k.most_at_once = k.most_at_once.max(k.running.values().sum());
+        self.changed.notify_all();
+        while k.held.contains(&pci) {
+            k = self.changed.wait(k).unwrap();
+        }
+        let n = k.running.get_mut(&pci).unwrap();
+        *n -= 1;
+        if *n == 0 {
+            k.running.remove(&pci);
+        }
+        k.applies += 1;
+        if k.failing.contains(&pci) {
+            return Err(SetupError::Unexpected(format!("{pci} refused")));
+        }
+        k.applied.insert(pci);
+        Ok(matches!(setup, Setup::Vfio { .. }).then(|| ContainerEdits {
+            device_nodes: vec![DeviceNode::char("/dev/vfio/7", 240, 7, 0o660)],
+            ..Default::default()
+        }))
+    }
+
+    fn undo(&self, setup: &Setup) -> Result<(), SetupError> {
+        self.kernel().applied.remove(setup.pci_bus_id());
+        Ok(())
+    }
+}
+
+fn char_device(name: &str, minor: i64) -> Device {
+    Device {
+        name: name.into(),
+        kind: Kind::Char,
+        attributes: BTreeMap::new(),
+        capacity: BTreeMap::new(),
+        edits: ContainerEdits {
+            device_nodes: vec![DeviceNode::char(format!("/dev/{name}"), 10, minor, 0o666)],
+            ..Default::default()
+        },
+        optional_edits: BTreeMap::new(),
+    }
+}
+
+fn pci_device(name: &str, kind: Kind, pci: &str) -> Device {
+    let mut d = char_device(name, 0);
+    d.kind = kind;
+    d.attributes
+        .insert("pciBusID".into(), Attribute::String(pci.into()));
+    d
+}
+
+/// The node: two char devices, two GPUs offered for passthrough, and GPU 0 also offered
+/// whole (same PCI function as vfio-0).
+fn inventory() -> Vec<Device> {
+    vec![
+        char_device("fuse", 229),
+        char_device("tun", 200),
+        pci_device("vfio-0", Kind::Vfio, "0000:01:00.0"),
+        pci_device("vfio-1", Kind::Vfio, "0000:02:00.0"),
+        pci_device("gpu-0", Kind::Gpu, "0000:01:00.0"),
+    ]
+}
+
+/// A state directory and a fake kernel that outlive every [`Core`] made over them.
+struct Node {
+    dir: tempfile::TempDir,
+    setup: Arc<FakeSetup>,
+}
+
+impl Node {
+    fn new() -> Self {
+        Node {
+            dir: tempfile::tempdir().unwrap(),
+            setup: Arc::new(FakeSetup::default()),
+        }
+    }
+
+    /// A driver process: a new core, started up.
+    fn start(&self) -> Core {
+        self.start_with(None, BOOT)
+    }
+
+    /// A driver process that will stop at `crash`.
+    fn start_with(&self, crash: Option<CrashPoint>, boot: &str) -> Core {
+        let core = Core::new("graft.dev", NODE, self.dir.path().to_path_buf(), boot)
+            .unwrap()
+            .with_setup(Arc::clone(&self.setup) as Arc<dyn DeviceSetup>)
+            .with_gate(Box::new(Gate(Ok(()))))
+            .with_crash_hook(Box::new(CrashAt(Mutex::new(crash))));
+        core.set_inventory(&inventory());
+        core.startup().unwrap();
+        core
+    }
+
+    fn applied(&self) -> BTreeSet<String> {
+        self.setup.kernel().applied.clone()
+    }
+}
+
+fn id(uid: &str) -> ClaimId {
+    ClaimId {
+        namespace: "ns".into(),
+        uid: uid.into(),
+        name: format!("claim-{uid}"),
+    }
+}
+
+/// Claim `uid` allocated `devices` (request `r`), reserved for pod `pod-<uid>` whose
+/// container `main` uses all of it.
+fn claim(uid: &str, devices: &[&str]) -> ClaimInput {
+    ClaimInput {
+        id: id(uid),
+        results: devices
+            .iter()
+            .map(|d| Allocated {
+                request: "r".into(),
+                pool: NODE.into(),
+                device: d.to_string(),
+                share_id: None,
+                admin_access: false,
+            })
+            .collect(),
+        configs: Vec::new(),
+        pods: vec![pod(&format!("pod-{uid}"))],
+        pod_errors: Vec::new(),
+    }
+}
+
+/// Claim `uid` for a share of gpu-0, time-sliced.
+fn shared(uid: &str) -> ClaimInput {
+    let mut c = claim(uid, &["gpu-0"]);
+    c.results[0].share_id = Some(format!("share-{uid}"));
+    c.configs = vec![serde_json::from_value(serde_json::json!({
+        "source": "FromClaim",
+        "opaque": {"driver": "graft.dev", "parameters": {
+            "apiVersion": "graft.dev/v1alpha1", "kind": "DeviceConfig",
+            "sharing": {"strategy": "TimeSlicing", "timeSlicing": {"interval": "Long"}}
+        }}
+    }))
+    .unwrap()];
+    c
+}
+
+fn pod(uid: &str) -> PodUse {
+    PodUse {
+        uid: uid.into(),
+        namespace: "ns".into(),
+        name: uid.into(),
+        containers: vec![ContainerUse {
+            name: "main".into(),
+            requests: vec![None],
+        }],
+    }
+}
+
+fn soon() -> Instant {
+    Instant::now() + Duration::from_secs(10)
+}
+
+type Prepared = BTreeMap<String, Outcome<Vec<PreparedDevice>>>;
+
+fn prepare(core: &Core, claims: Vec<ClaimInput>) -> Prepared {
+    core.prepare(claims, soon()).unwrap()
+}
+
+/// The devices of a claim that prepared, or its error.
+fn devices_of(out: &Prepared, uid: &str) -> Result<Vec<String>, String> {
+    match &out[uid] {
+        Ok(devs) => Ok(devs.iter().map(|d| d.device.clone()).collect()),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+fn unprepare(core: &Core, uids: &[&str]) -> BTreeMap<String, Outcome<()>> {
+    let ids: Vec<ClaimId> = uids.iter().map(|u| id(u)).collect();
+    core.unprepare(&ids, soon()).unwrap()
+}
+
+fn is_crash(e: CoreError, point: CrashPoint) -> bool {
+    matches!(e, CoreError::Crashed(Crashed(p)) if p == point)
+}
+
+fn claim_error<T: std::fmt::Debug>(o: &Outcome<T>) -> &ClaimError {
+    o.as_ref().expect_err("the claim failed")
+}

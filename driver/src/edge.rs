@@ -1,0 +1,357 @@
+//! The async edge between the kubelet's calls and the core: it reads claims and the pods
+//! they are reserved for from the API server, turns them into the core's plain inputs, and
+//! runs the core on a blocking thread under the kubelet's deadline. A call the core cannot
+//! finish in time (a device setup waiting for a GPU to be freed) is answered with a
+//! retryable error per claim while the work goes on; the kubelet's retry finds it done.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::resource::v1::ResourceClaim;
+use kube::api::Api;
+
+use crate::core::input::Outcome;
+use crate::core::input::{Allocated, ClaimError, ClaimInput};
+use crate::core::{Core, CoreError, CoreResult, PreparedDevice};
+use crate::error::DriverError;
+use crate::mapping::pod_use;
+
+pub use crate::core::input::ClaimId;
+
+/// The kubelet gives NodePrepareResources and NodeUnprepareResources this long.
+pub const KUBELET_DEADLINE: Duration = Duration::from_secs(45);
+/// Answered this long before the kubelet's deadline.
+pub const DEFAULT_MARGIN: Duration = Duration::from_secs(5);
+/// How long the failure of a prepare that finished after its call was answered waits for
+/// the kubelet's retry (which comes within seconds).
+const LATE_KEPT: Duration = Duration::from_secs(300);
+
+/// Errors that fail a whole call, as the reference helper does; the kubelet retries.
+#[derive(Debug, thiserror::Error)]
+pub enum CallError {
+    #[error("retrieve claim {claim}: {source}")]
+    Fetch {
+        claim: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("claim {claim} not found")]
+    NotFound { claim: String },
+    #[error("claim {claim} got replaced (uid {found}, expected {expected})")]
+    Replaced {
+        claim: String,
+        found: String,
+        expected: String,
+    },
+    #[error("claim {claim} not allocated")]
+    NotAllocated { claim: String },
+    #[error(transparent)]
+    Local(#[from] DriverError),
+    /// The core stopped in a way it should not (a panic on its thread).
+    #[error("graft-driver failed internally: {0}")]
+    Internal(String),
+}
+
+/// What the core answers a prepare.
+type PreparedMap = BTreeMap<String, Outcome<Vec<PreparedDevice>>>;
+
+/// A claim's result as the kubelet gets it: devices, or the error text.
+pub type ClaimOutcome<T> = Result<T, String>;
+
+pub struct Edge {
+    core: Arc<Core>,
+    client: kube::Client,
+    /// How long a call may take, from its arrival.
+    budget: Duration,
+    /// Claims whose prepare failed after their call was answered "still running": the
+    /// kubelet's retry gets this error rather than a new attempt that may outlast its call
+    /// again (a VFIO bind timing out after 60 s would otherwise never be reported).
+    late: Arc<Mutex<HashMap<String, (String, Instant)>>>,
+}
+
+impl Edge {
+    /// `budget`: the kubelet's deadline less a margin (`KUBELET_DEADLINE - DEFAULT_MARGIN`).
+    pub fn new(core: Arc<Core>, client: kube::Client, budget: Duration) -> Self {
+        Edge {
+            core,
+            client,
+            budget,
+            late: Arc::default(),
+        }
+    }
+
+    pub fn core(&self) -> &Arc<Core> {
+        &self.core
+    }
+
+    /// Runs `f` on the core, on a blocking thread, until `deadline`: `None` when the
+    /// deadline passed first (the work goes on).
+    async fn on_core<T: Send + 'static>(
+        &self,
+        deadline: Instant,
+        f: impl FnOnce(&Core) -> T + Send + 'static,
+    ) -> Result<Option<T>, CallError> {
+        let core = Arc::clone(&self.core);
+        let task = tokio::task::spawn_blocking(move || f(&core));
+        match tokio::time::timeout_at(deadline.into(), task).await {
+            Ok(Ok(v)) => Ok(Some(v)),
+            Ok(Err(e)) => Err(CallError::Internal(e.to_string())),
+            Err(_) => Ok(None),
+        }
+    }
+
+    pub async fn prepare(
+        &self,
+        ids: &[ClaimId],
+    ) -> Result<BTreeMap<String, ClaimOutcome<Vec<PreparedDevice>>>, CallError> {
+        let started = Instant::now();
+        let deadline = started + self.budget;
+        let mut out = BTreeMap::new();
+        let mut todo = Vec::with_capacity(ids.len());
+        for id in ids {
+            match self.take_late(&id.uid) {
+                Some(e) => {
+                    out.insert(id.uid.clone(), Err(e));
+                }
+                None => todo.push(id.clone()),
+            }
+        }
+        let inputs = self.fetch(&todo).await?;
+        let fetched = Instant::now();
+        let core = Arc::clone(&self.core);
+        let mut task = tokio::task::spawn_blocking(move || core.prepare(inputs, deadline));
+        match tokio::time::timeout_at(deadline.into(), &mut task).await {
+            Ok(joined) => match joined.map_err(|e| CallError::Internal(e.to_string()))? {
+                Ok(map) => out.extend(
+                    map.into_iter()
+                        .map(|(uid, o)| (uid, o.map_err(|e| e.to_string()))),
+                ),
+                Err(e) => return Err(core_error(e)),
+            },
+            Err(_) => {
+                out.extend(in_progress(&todo));
+                self.keep_late(task);
+            }
+        }
+        // The API half and the local half (locks, fsyncs, setups), for latency tracking.
+        tracing::info!(
+            claims = ids.len(),
+            failed = out
+                .values()
+                .filter(|o: &&ClaimOutcome<_>| o.is_err())
+                .count(),
+            fetch_us = (fetched - started).as_micros() as u64,
+            local_us = fetched.elapsed().as_micros() as u64,
+            "NodePrepareResources"
+        );
+        Ok(out)
+    }
+
+    /// Lets a prepare that outlasted its call finish, and keeps its claims' failures for
+    /// the kubelet's retry.
+    fn keep_late(&self, task: tokio::task::JoinHandle<CoreResult<PreparedMap>>) {
+        let late = Arc::clone(&self.late);
+        tokio::spawn(async move {
+            let failed: Vec<(String, String)> = match task.await {
+                Ok(Ok(map)) => map
+                    .into_iter()
+                    .filter_map(|(uid, o)| Some((uid, o.err()?.to_string())))
+                    .collect(),
+                Ok(Err(e)) => {
+                    tracing::error!(error = %e, "a prepare that outlasted its call failed");
+                    return;
+                }
+                Err(e) => {
+                    tracing::error!(error = %e, "a prepare that outlasted its call stopped");
+                    return;
+                }
+            };
+            let now = Instant::now();
+            let mut late = late.lock().unwrap_or_else(|p| p.into_inner());
+            late.retain(|_, (_, at)| now.duration_since(*at) < LATE_KEPT);
+            for (uid, e) in failed {
+                tracing::warn!(
+                    claim_uid = uid,
+                    error = e,
+                    "prepare failed after its call was answered"
+                );
+                late.insert(uid, (e, now));
+            }
+        });
+    }
+
+    /// The failure a prepare of `uid` met after its call was answered, once.
+    fn take_late(&self, uid: &str) -> Option<String> {
+        let mut late = self.late.lock().unwrap_or_else(|p| p.into_inner());
+        let (e, at) = late.remove(uid)?;
+        (at.elapsed() < LATE_KEPT).then_some(e)
+    }
+
+    /// Unprepare: one outcome per claim; an unknown claim is success.
+    pub async fn unprepare(&self, ids: &[ClaimId]) -> BTreeMap<String, ClaimOutcome<()>> {
+        let deadline = Instant::now() + self.budget;
+        let owned = ids.to_vec();
+        match self
+            .on_core(deadline, move |core| core.unprepare(&owned, deadline))
+            .await
+        {
+            Ok(Some(Ok(map))) => map
+                .into_iter()
+                .map(|(uid, o)| (uid, o.map_err(|e| e.to_string())))
+                .collect(),
+            Ok(Some(Err(e))) => {
+                let msg = core_error(e).to_string();
+                ids.iter()
+                    .map(|id| (id.uid.clone(), Err(format!("unprepare {id}: {msg}"))))
+                    .collect()
+            }
+            Ok(None) => in_progress(ids),
+            Err(e) => ids
+                .iter()
+                .map(|id| (id.uid.clone(), Err(e.to_string())))
+                .collect(),
+        }
+    }
+
+    /// Start-up: the checkpoint settled and the records made to agree with it.
+    pub async fn startup(&self) -> Result<(), CallError> {
+        let deadline = Instant::now() + Duration::from_secs(600);
+        match self.on_core(deadline, |core| core.startup()).await? {
+            Some(r) => r.map_err(core_error),
+            None => Err(CallError::Internal("start-up did not finish".into())),
+        }
+    }
+
+    /// Rolls back `Started` claims whose ResourceClaim is gone or replaced. Run at start
+    /// and periodically; completed claims are left for the kubelet to unprepare.
+    pub async fn cleanup(&self) -> Result<usize, CallError> {
+        let deadline = Instant::now() + self.budget;
+        let started = match self.on_core(deadline, |core| core.started_claims()).await? {
+            Some(r) => r.map_err(core_error)?,
+            None => return Ok(0),
+        };
+        let mut gone = Vec::new();
+        for id in started {
+            let api: Api<ResourceClaim> = Api::namespaced(self.client.clone(), &id.namespace);
+            let found = api
+                .get_opt(&id.name)
+                .await
+                .map_err(|source| CallError::Fetch {
+                    claim: id.to_string(),
+                    source,
+                })?;
+            if found.and_then(|c| c.metadata.uid).as_deref() != Some(id.uid.as_str()) {
+                gone.push(id);
+            }
+        }
+        if gone.is_empty() {
+            return Ok(0);
+        }
+        match self
+            .on_core(deadline, move |core| core.roll_back_gone(&gone, deadline))
+            .await?
+        {
+            Some(r) => r.map_err(core_error),
+            None => Ok(0),
+        }
+    }
+
+    /// Reads the claims and their pods. Any claim that is missing, replaced or not
+    /// allocated fails the whole call.
+    pub async fn fetch(&self, ids: &[ClaimId]) -> Result<Vec<ClaimInput>, CallError> {
+        let mut out = Vec::with_capacity(ids.len());
+        for id in ids {
+            let claims: Api<ResourceClaim> = Api::namespaced(self.client.clone(), &id.namespace);
+            let claim = claims
+                .get_opt(&id.name)
+                .await
+                .map_err(|source| CallError::Fetch {
+                    claim: id.to_string(),
+                    source,
+                })?
+                .ok_or_else(|| CallError::NotFound {
+                    claim: id.to_string(),
+                })?;
+            let found = claim.metadata.uid.clone().unwrap_or_default();
+            if found != id.uid {
+                return Err(CallError::Replaced {
+                    claim: id.to_string(),
+                    found,
+                    expected: id.uid.clone(),
+                });
+            }
+            let status = claim.status.as_ref();
+            let Some(alloc) = status.and_then(|s| s.allocation.as_ref()) else {
+                return Err(CallError::NotAllocated {
+                    claim: id.to_string(),
+                });
+            };
+            let devices = alloc.devices.as_ref();
+            let results = devices
+                .map(|d| {
+                    d.results
+                        .iter()
+                        .flatten()
+                        .filter(|r| r.driver == self.core.driver_name)
+                        .map(|r| Allocated {
+                            request: r.request.clone(),
+                            pool: r.pool.clone(),
+                            device: r.device.clone(),
+                            share_id: r.share_id.clone(),
+                            admin_access: r.admin_access.unwrap_or(false),
+                        })
+                        .collect()
+                })
+                .unwrap_or_default();
+            let configs = devices.and_then(|d| d.config.clone()).unwrap_or_default();
+            let pods_api: Api<Pod> = Api::namespaced(self.client.clone(), &id.namespace);
+            let mut pods = Vec::new();
+            let mut pod_errors = Vec::new();
+            for r in status
+                .and_then(|s| s.reserved_for.as_deref())
+                .unwrap_or_default()
+            {
+                if r.resource != "pods" || r.api_group.as_deref().is_some_and(|g| !g.is_empty()) {
+                    continue;
+                }
+                match pods_api.get_opt(&r.name).await {
+                    Ok(Some(p)) if p.metadata.uid.as_deref() == Some(r.uid.as_str()) => {
+                        pods.extend(pod_use(&p, &id.name))
+                    }
+                    // Gone or replaced: it will never run a container with this claim.
+                    Ok(_) => tracing::debug!(pod = r.name, "reserved pod not found; skipped"),
+                    Err(e) => pod_errors.push(format!("pod {}/{}: {e}", id.namespace, r.name)),
+                }
+            }
+            out.push(ClaimInput {
+                id: id.clone(),
+                results,
+                configs,
+                pods,
+                pod_errors,
+            });
+        }
+        Ok(out)
+    }
+}
+
+fn core_error(e: CoreError) -> CallError {
+    match e {
+        CoreError::Local(e) => CallError::Local(e),
+        CoreError::Crashed(c) => CallError::Internal(c.to_string()),
+    }
+}
+
+/// Every claim of the call is still being worked on.
+fn in_progress<T>(ids: &[ClaimId]) -> BTreeMap<String, ClaimOutcome<T>> {
+    ids.iter()
+        .map(|id| {
+            let e = ClaimError::InProgress {
+                claim: id.to_string(),
+            };
+            (id.uid.clone(), Err(e.to_string()))
+        })
+        .collect()
+}
