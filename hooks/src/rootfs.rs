@@ -6,6 +6,8 @@ use std::io::Read;
 use std::path::PathBuf;
 
 use anyhow::{bail, Context};
+use oci_spec::runtime::{Spec, State};
+use serde::Deserialize;
 
 /// Far more than any OCI state; only a guard against an endless stdin.
 const MAX_STATE: u64 = 1 << 20;
@@ -20,47 +22,53 @@ pub struct Container {
     pub ld_library_path: Option<String>,
 }
 
+/// The OCI state, with the root that some runtimes add to it.
+#[derive(Deserialize)]
+struct HookState {
+    #[serde(flatten)]
+    oci: State,
+    #[serde(default)]
+    root: Option<PathBuf>,
+}
+
 pub fn from_state(input: impl Read) -> anyhow::Result<Container> {
     let mut text = Vec::new();
     input.take(MAX_STATE + 1).read_to_end(&mut text)?;
     if text.len() as u64 > MAX_STATE {
         bail!("OCI state is larger than {MAX_STATE} bytes");
     }
-    let state: serde_json::Value =
-        serde_json::from_slice(&text).context("OCI state is not JSON")?;
-    let id = state.get("id").and_then(|i| i.as_str()).map(str::to_string);
+    let state: HookState = serde_json::from_slice(&text).context("OCI state is not JSON")?;
+    // Absent and empty are the same to the typed state.
+    let id = Some(state.oci.id()).filter(|i| !i.is_empty()).cloned();
     // Some runtimes put the root in the state; the bundle's config always has it.
-    let state_root = state.get("root").and_then(|r| r.as_str());
-    let Some(bundle) = state.get("bundle").and_then(|b| b.as_str()) else {
-        let Some(root) = state_root else {
+    let bundle = state.oci.bundle();
+    if bundle.as_os_str().is_empty() {
+        let Some(root) = state.root else {
             bail!("OCI state has neither root nor bundle");
         };
         return Ok(Container {
-            rootfs: PathBuf::from(root),
+            rootfs: root,
             id,
             ld_library_path: None,
         });
-    };
-    let bundle = PathBuf::from(bundle);
+    }
     let config_path = bundle.join("config.json");
-    let config: serde_json::Value = serde_json::from_slice(
+    let config: Spec = serde_json::from_slice(
         &std::fs::read(&config_path).with_context(|| format!("{}", config_path.display()))?,
     )
-    .with_context(|| format!("{} is not JSON", config_path.display()))?;
+    .with_context(|| format!("{} is not an OCI runtime spec", config_path.display()))?;
     let ld_library_path = config
-        .pointer("/process/env")
-        .and_then(|e| e.as_array())
+        .process()
+        .as_ref()
+        .and_then(|p| p.env().as_ref())
         .into_iter()
         .flatten()
-        .filter_map(|v| v.as_str()?.strip_prefix("LD_LIBRARY_PATH="))
+        .filter_map(|v| v.strip_prefix("LD_LIBRARY_PATH="))
         .next_back()
         .map(str::to_string);
-    let root = match (
-        state_root,
-        config.pointer("/root/path").and_then(|p| p.as_str()),
-    ) {
-        (Some(r), _) => PathBuf::from(r),
-        (None, Some(r)) => bundle.join(r),
+    let root = match (state.root, config.root().as_ref()) {
+        (Some(r), _) => r,
+        (None, Some(r)) => bundle.join(r.path()),
         (None, None) => bail!("{} has no root.path", config_path.display()),
     };
     Ok(Container {
@@ -99,6 +107,38 @@ mod tests {
         assert_eq!(from_state(no_id.as_bytes()).unwrap().id, None);
         assert!(from_state(&b"{}"[..]).is_err());
         assert!(from_state(&b"not json"[..]).is_err());
+    }
+
+    #[test]
+    fn a_runtime_written_config_gives_root_and_the_last_ld_library_path() {
+        let b = tempfile::tempdir().unwrap();
+        std::fs::write(
+            b.path().join("config.json"),
+            r#"{"ociVersion":"1.2.0","root":{"path":"rootfs","readonly":true},
+                "process":{"user":{"uid":0,"gid":0},"cwd":"/","args":["sh"],
+                  "env":["PATH=/bin","LD_LIBRARY_PATH=/first","LD_LIBRARY_PATH=/opt/lib:/usr/lib"],
+                  "capabilities":{"bounding":["CAP_CHOWN"],"effective":["CAP_CHOWN"]}},
+                "linux":{"namespaces":[{"type":"mount"}]}}"#,
+        )
+        .unwrap();
+        let state = format!(
+            r#"{{"ociVersion":"1.2.0","id":"c2","status":"creating","pid":7,"bundle":"{}","annotations":{{"a":"b"}}}}"#,
+            b.path().display()
+        );
+        let c = from_state(state.as_bytes()).unwrap();
+        assert_eq!(c.rootfs, b.path().join("rootfs"));
+        assert_eq!(c.ld_library_path.as_deref(), Some("/opt/lib:/usr/lib"));
+        // A root in the state wins over the config's, and stands alone without a bundle.
+        let with_root = format!(
+            r#"{{"id":"c2","root":"/state/root","bundle":"{}"}}"#,
+            b.path().display()
+        );
+        let c = from_state(with_root.as_bytes()).unwrap();
+        assert_eq!(c.rootfs, PathBuf::from("/state/root"));
+        assert_eq!(c.ld_library_path.as_deref(), Some("/opt/lib:/usr/lib"));
+        let c = from_state(&br#"{"id":"c3","root":"/only/root"}"#[..]).unwrap();
+        assert_eq!(c.rootfs, PathBuf::from("/only/root"));
+        assert_eq!(c.ld_library_path, None);
     }
 
     #[test]

@@ -14,6 +14,24 @@ pub struct Fixture {
     pub decoy: PathBuf,
 }
 
+/// What a test mounted below the fixture (in a private namespace: this thread's mount
+/// table) is detached first, or the directory could not be removed.
+impl Drop for Fixture {
+    fn drop(&mut self) {
+        let prefix = format!("{}/", self._tmp.path().display());
+        let table = std::fs::read_to_string("/proc/thread-self/mountinfo").unwrap_or_default();
+        let mut points: Vec<&str> = table
+            .lines()
+            .filter_map(|l| l.split(' ').nth(4))
+            .filter(|p| p.starts_with(&prefix))
+            .collect();
+        points.sort_by_key(|p| std::cmp::Reverse(p.len()));
+        for p in points {
+            let _ = nix::mount::umount2(p, nix::mount::MntFlags::MNT_DETACH);
+        }
+    }
+}
+
 impl Fixture {
     pub fn new() -> Fixture {
         let tmp = tempfile::Builder::new()
@@ -121,12 +139,9 @@ pub fn in_private_mount_ns<R: Send + 'static>(f: impl FnOnce() -> R + Send + 'st
         return None;
     }
     std::thread::spawn(move || {
-        // SAFETY: unshare(2) takes no pointers; CLONE_NEWNS on this thread only.
-        if unsafe { libc::unshare(libc::CLONE_NEWNS) } != 0 {
-            eprintln!(
-                "skipped: unshare(CLONE_NEWNS): {}",
-                std::io::Error::last_os_error()
-            );
+        // CLONE_NEWNS on this thread only.
+        if let Err(e) = nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNS) {
+            eprintln!("skipped: unshare(CLONE_NEWNS): {e}");
             return None;
         }
         let flags = nix::mount::MsFlags::MS_REC | nix::mount::MsFlags::MS_PRIVATE;
@@ -160,10 +175,11 @@ pub fn deny_syscalls(nrs: &[libc::c_long]) {
         len: prog.len() as u16,
         filter: prog.as_mut_ptr(),
     };
-    // SAFETY: prctl reads the filter program while `prog` is alive; no_new_privs first,
-    // as an unprivileged filter requires.
+    // No new privileges first, as an unprivileged filter requires.
+    nix::sys::prctl::set_no_new_privs().unwrap();
+    // SAFETY: prctl reads the filter program while `prog` and `fprog` are alive; nix has
+    // no wrapper for PR_SET_SECCOMP.
     unsafe {
-        assert_eq!(libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), 0);
         let rc = libc::prctl(
             libc::PR_SET_SECCOMP,
             libc::SECCOMP_MODE_FILTER,
