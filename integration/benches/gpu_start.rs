@@ -8,6 +8,7 @@
 //!   cargo bench -p graft-integration --bench gpu_start
 
 use graft_integration::gpu_check::{self, Options};
+use graft_integration::mounts::Scratch;
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> anyhow::Result<()> {
@@ -15,8 +16,7 @@ async fn main() -> anyhow::Result<()> {
         .ok()
         .and_then(|r| r.parse().ok())
         .unwrap_or(30);
-    let dir = std::path::PathBuf::from(format!("/tmp/graft-gpu-bench-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
+    let dir = Scratch::new(format!("/tmp/graft-gpu-bench-{}", std::process::id()))?;
     let opts = Options::fake(&dir, rounds)?;
     let report = gpu_check::run(&opts).await?;
     let md = report.markdown();
@@ -27,8 +27,5 @@ async fn main() -> anyhow::Result<()> {
         .unwrap_or(md.clone());
     println!("{timing}");
     anyhow::ensure!(report.passed(), "the GPU check failed:\n{md}");
-    if !gpu_check::mounted_under(&dir) {
-        let _ = std::fs::remove_dir_all(&dir);
-    }
     Ok(())
 }

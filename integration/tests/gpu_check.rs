@@ -6,12 +6,13 @@
 //! The containerd part needs root, the testbed and the workspace binaries; the README's
 //! test command provides them.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
 use anyhow::{ensure, Context};
 use graft_integration::fake_gpu::{self, FakeNode, DRIVER_VERSION, LIB_DIR};
 use graft_integration::gpu_check::{self, Options};
+use graft_integration::mounts::Scratch;
 
 /// `readelf -d` of a library: (NEEDED names, SONAME).
 fn dynamic(lib: &Path) -> anyhow::Result<(Vec<String>, Option<String>)> {
@@ -99,22 +100,13 @@ fn fake_node_options(dir: &Path, rounds: usize) -> anyhow::Result<Options> {
     Options::fake(dir, rounds)
 }
 
-fn scratch(tag: &str) -> PathBuf {
-    let dir = PathBuf::from(format!("/tmp/graft-gck-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    dir
-}
-
-/// Removes a scratch directory, unless something is still mounted in it.
-fn remove(dir: &Path) {
-    if !gpu_check::mounted_under(dir) {
-        let _ = std::fs::remove_dir_all(dir);
-    }
+fn scratch(tag: &str) -> anyhow::Result<Scratch> {
+    Scratch::new(format!("/tmp/graft-gck-{tag}-{}", std::process::id()))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_gpu_check_passes_on_the_fake_node() -> anyhow::Result<()> {
-    let dir = scratch("pass");
+    let dir = scratch("pass")?;
     let opts = fake_node_options(&dir, 3)?;
     let started = std::time::Instant::now();
     let report = gpu_check::run(&opts).await?;
@@ -136,13 +128,12 @@ async fn the_gpu_check_passes_on_the_fake_node() -> anyhow::Result<()> {
         ensure!(md.contains(want), "{want:?} not in the report");
     }
     ensure!(report.passed());
-    remove(&dir);
     Ok(())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failing_cuda_probe_fails_the_check() -> anyhow::Result<()> {
-    let dir = scratch("fail");
+    let dir = scratch("fail")?;
     let mut opts = fake_node_options(&dir, 0)?;
     opts.probe_env = vec![("GRAFT_FAKE_CUDA_FAIL".into(), "1".into())];
     let report = gpu_check::run(&opts).await?;
@@ -164,6 +155,5 @@ async fn a_failing_cuda_probe_fails_the_check() -> anyhow::Result<()> {
         .map(|c| c.name.as_str())
         .collect();
     ensure!(failed == ["the CUDA probe passes"], "{failed:?}");
-    remove(&dir);
     Ok(())
 }

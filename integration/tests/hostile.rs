@@ -19,17 +19,16 @@ use graft_integration::cri::Pod;
 use graft_integration::fake_gpu::{FakeNode, DRIVER_VERSION, LIB_DIR};
 use graft_integration::hostile::{preload_library, runc_with_hook, Decoy};
 use graft_integration::images::ImageRoot;
+use graft_integration::mounts::Scratch;
 use graft_integration::records::{char_node, one_device_claim};
 use graft_integration::testbed::static_hook;
 use graft_integration::{Containerd, Cri, GraftNri, Testbed, Version};
 use graft_record::RecordStore;
 
-/// A scratch directory under /tmp named for this process (socket paths must stay short).
-fn scratch(name: &str) -> anyhow::Result<PathBuf> {
-    let dir = PathBuf::from(format!("/tmp/gh-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir)?;
-    Ok(dir)
+/// A scratch directory under /tmp named for this process (socket paths must stay short),
+/// gone when the test ends.
+fn scratch(name: &str) -> anyhow::Result<Scratch> {
+    Scratch::new(format!("/tmp/gh-{name}-{}", std::process::id()))
 }
 
 /// A fake GPU (gpu-2 of the fake node, driver root under `dir`) with graft-hook's edits.
@@ -355,16 +354,8 @@ async fn hostile_images_never_reach_the_host() -> anyhow::Result<()> {
 }
 
 fn nix_mkfifo(p: &Path) -> anyhow::Result<()> {
-    let c = std::ffi::CString::new(p.as_os_str().as_encoded_bytes())?;
-    // SAFETY: a valid NUL-terminated path; mkfifo only creates a node.
-    let rc = unsafe { libc::mkfifo(c.as_ptr(), 0o644) };
-    ensure!(
-        rc == 0,
-        "mkfifo {}: {}",
-        p.display(),
-        std::io::Error::last_os_error()
-    );
-    Ok(())
+    nix::unistd::mkfifo(p, nix::sys::stat::Mode::from_bits_truncate(0o644))
+        .with_context(|| format!("mkfifo {}", p.display()))
 }
 
 /// runc before 1.3 hands a createContainer hook that sets no environment the container's

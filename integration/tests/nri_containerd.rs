@@ -9,10 +9,13 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context};
+use graft_integration::mounts::Scratch;
 use graft_integration::records::{char_node, one_device_claim, ro_bind};
 use graft_integration::{Containerd, Cri, GraftNri, Testbed, Version};
 use graft_record::*;
 use k8s_cri::v1::ContainerState;
+use nix::sys::stat::{major, minor};
+use oci_spec::runtime::{LinuxDeviceCgroup, LinuxDeviceType, Mount, Spec};
 use serde_json::Value;
 
 /// One scenario at a time: the machine has two cores and one runc state root.
@@ -42,7 +45,7 @@ fn test_device() -> anyhow::Result<(PathBuf, i64, i64)> {
     for p in ["/dev/cpu_dma_latency", "/dev/hwrng"] {
         if let Ok(md) = std::fs::metadata(p) {
             let rdev = md.rdev();
-            return Ok((p.into(), libc::major(rdev) as i64, libc::minor(rdev) as i64));
+            return Ok((p.into(), major(rdev) as i64, minor(rdev) as i64));
         }
     }
     bail!("no suitable test character device (/dev/cpu_dma_latency) on this machine")
@@ -98,64 +101,69 @@ exec sleep 3600"#
     )
 }
 
-fn has_device(spec: &Value, major: i64, minor: i64) -> bool {
-    spec["linux"]["devices"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .any(|d| {
-            d["path"] == DEV_IN_CONTAINER
-                && d["type"] == "c"
-                && d["major"] == major
-                && d["minor"] == minor
-        })
+fn has_device(spec: &Spec, major: i64, minor: i64) -> bool {
+    let devices = spec.linux().as_ref().and_then(|l| l.devices().as_ref());
+    devices.into_iter().flatten().any(|d| {
+        d.path() == Path::new(DEV_IN_CONTAINER)
+            && d.typ() == LinuxDeviceType::C
+            && d.major() == major
+            && d.minor() == minor
+    })
+}
+
+/// The spec's device cgroup rules, in order.
+fn cgroup_rules(spec: &Spec) -> &[LinuxDeviceCgroup] {
+    spec.linux()
+        .as_ref()
+        .and_then(|l| l.resources().as_ref())
+        .and_then(|r| r.devices().as_deref())
+        .unwrap_or_default()
 }
 
 /// Whether the spec's device cgroup rules let a container open c major:minor.
-fn cgroup_allows(spec: &Value, major: i64, minor: i64) -> bool {
+fn cgroup_allows(spec: &Spec, major: i64, minor: i64) -> bool {
     let mut allowed = false;
-    for r in spec["linux"]["resources"]["devices"]
-        .as_array()
-        .into_iter()
-        .flatten()
-    {
-        let kind_ok = matches!(r["type"].as_str(), None | Some("a") | Some("c"));
-        let major_ok = r["major"].is_null() || r["major"] == major;
-        let minor_ok = r["minor"].is_null() || r["minor"] == minor;
-        let access = r["access"].as_str().unwrap_or("");
+    for r in cgroup_rules(spec) {
+        let kind_ok = matches!(
+            r.typ(),
+            None | Some(LinuxDeviceType::A | LinuxDeviceType::C)
+        );
+        let major_ok = r.major().is_none_or(|m| m == major);
+        let minor_ok = r.minor().is_none_or(|m| m == minor);
+        let access = r.access().as_deref().unwrap_or("");
         if kind_ok && major_ok && minor_ok && (access.contains('r') || access.is_empty()) {
-            allowed = r["allow"].as_bool().unwrap_or(false);
+            allowed = r.allow();
         }
     }
     allowed
 }
 
-fn env_has(spec: &Value, kv: &str) -> bool {
-    spec["process"]["env"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .any(|e| e == kv)
+fn env_has(spec: &Spec, kv: &str) -> bool {
+    let env = spec.process().as_ref().and_then(|p| p.env().as_ref());
+    env.into_iter().flatten().any(|e| e == kv)
 }
 
-fn mount_to(spec: &Value, dest: &str) -> Option<Value> {
-    spec["mounts"]
-        .as_array()
+fn mount_to<'a>(spec: &'a Spec, dest: &str) -> Option<&'a Mount> {
+    let mounts = spec.mounts().as_ref();
+    mounts
         .into_iter()
         .flatten()
-        .find(|m| m["destination"] == dest)
-        .cloned()
+        .find(|m| m.destination() == Path::new(dest))
+}
+
+/// The spec's annotation `key`, if set.
+fn annotation<'a>(spec: &'a Spec, key: &str) -> Option<&'a str> {
+    spec.annotations().as_ref()?.get(key).map(String::as_str)
 }
 
 async fn scenario(version: Version) -> anyhow::Result<()> {
     let tb = Testbed::load()?;
     // Short and private: socket paths must stay under 108 bytes.
-    let dir = PathBuf::from(format!(
+    let dir = Scratch::new(format!(
         "/tmp/graft-it-{}-{}",
         version.label(),
         std::process::id()
-    ));
-    let _ = std::fs::remove_dir_all(&dir);
+    ))?;
     let mut cd = Containerd::start(&tb, version, &dir)?;
     let state = dir.join("graft-state");
     let store = RecordStore::open(&state)?;
@@ -245,47 +253,45 @@ async fn scenario(version: Version) -> anyhow::Result<()> {
     );
     ensure!(side_log.contains("NO_CONF"), "sidecar mount:\n{side_log}");
 
-    let app_spec = cd.runtime_spec(&app)?;
-    let side_spec = cd.runtime_spec(&sidecar)?;
+    let app_spec = cd.oci_spec(&app)?;
+    let side_spec = cd.oci_spec(&sidecar)?;
     ensure!(
         !cgroup_allows(&side_spec, major, minor),
         "the default spec must not already allow c {major}:{minor}"
     );
     ensure!(
         has_device(&app_spec, major, minor),
-        "device in app spec: {}",
-        app_spec["linux"]["devices"]
+        "device in app spec: {:?}",
+        app_spec.linux().as_ref().map(|l| l.devices())
     );
     ensure!(
         cgroup_allows(&app_spec, major, minor),
-        "allow rule in app spec: {}",
-        app_spec["linux"]["resources"]["devices"]
+        "allow rule in app spec: {:?}",
+        cgroup_rules(&app_spec)
     );
     ensure!(env_has(&app_spec, "GRAFT_TEST_ENV=injected"));
     let m = mount_to(&app_spec, "/etc/graft-test.conf").context("mount in app spec")?;
     ensure!(
-        m["source"] == conf.to_string_lossy().as_ref()
-            && m["options"].to_string().contains("\"ro\""),
-        "{m}"
+        m.source().as_deref() == Some(conf.as_path())
+            && m.options().iter().flatten().any(|o| o == "ro"),
+        "{m:?}"
     );
-    let injected = app_spec["annotations"][INJECTED_ANNOTATION]
-        .as_str()
-        .context("annotation")?;
+    let injected = annotation(&app_spec, INJECTED_ANNOTATION).context("annotation")?;
     ensure!(
         injected.contains("default/claim-app") && injected.contains("testdev-0"),
         "{injected}"
     );
     ensure!(!has_device(&side_spec, major, minor));
-    ensure!(side_spec["annotations"].get(INJECTED_ANNOTATION).is_none());
+    ensure!(annotation(&side_spec, INJECTED_ANNOTATION).is_none());
     ensure!(!env_has(&side_spec, "GRAFT_TEST_ENV=injected"));
     ensure!(mount_to(&side_spec, "/etc/graft-test.conf").is_none());
 
     let pod_b = cri.run_pod("pod-b", &uid("b", "pod")).await?;
     let plain = cri.create_and_start(&pod_b, "app", &script).await?;
-    let plain_spec = cd.runtime_spec(&plain)?;
+    let plain_spec = cd.oci_spec(&plain)?;
     ensure!(
         !has_device(&plain_spec, major, minor)
-            && plain_spec["annotations"].get(INJECTED_ANNOTATION).is_none()
+            && annotation(&plain_spec, INJECTED_ANNOTATION).is_none()
     );
 
     // 2. A corrupt, unknown-version or invalid record refuses the container, with a message
@@ -364,7 +370,7 @@ async fn scenario(version: Version) -> anyhow::Result<()> {
         .wait_log(&pod_d, "app", "DONE", LONG)
         .await?
         .contains("READ_OK"));
-    ensure!(has_device(&cd.runtime_spec(&after_restart)?, major, minor));
+    ensure!(has_device(&cd.oci_spec(&after_restart)?, major, minor));
     ensure!(
         cri.state(&app).await? == ContainerState::ContainerRunning,
         "injected container survives the restart"
@@ -427,7 +433,6 @@ async fn scenario(version: Version) -> anyhow::Result<()> {
 
     drop(nri);
     drop(cd);
-    let _ = std::fs::remove_dir_all(&dir);
     Ok(())
 }
 

@@ -7,7 +7,7 @@
 //! test command provides them.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::{ensure, Context};
@@ -20,9 +20,11 @@ use graft_integration::dra_node::{prepare, unprepare, DraNode};
 use graft_integration::fake_gpu::{
     self, FakeNode, CAPS_MAJOR, DRIVER_VERSION, IMEX_MAJOR, LIB_DIR, UVM_MAJOR,
 };
+use graft_integration::mounts::Scratch;
 use graft_integration::records::one_device_claim;
 use graft_integration::{Containerd, Cri, GraftNri, Testbed, Version};
 use graft_record::{DeviceKind, RecordStore};
+use oci_spec::runtime::LinuxDeviceType;
 
 /// The fake library reads its fabric setting from the environment: one test at a time.
 static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
@@ -359,11 +361,11 @@ exec sleep 3600"#;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fake_gpu_in_a_containerd_container() -> anyhow::Result<()> {
+    // The fake node's files stay until the end: graft-nri mounts from its driver root.
+    let node_dir = Scratch::new(format!("/tmp/graft-nv-{}", std::process::id()))?;
     let (devices, driver_root) = {
         let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-        let dir = PathBuf::from(format!("/tmp/graft-nv-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        let node = FakeNode::create(&dir)?;
+        let node = FakeNode::create(&node_dir)?;
         (
             discovery(&node, as_driver_root(&node), 0)?.discover()?,
             node.host.to_string_lossy().into_owned(),
@@ -375,8 +377,7 @@ async fn fake_gpu_in_a_containerd_container() -> anyhow::Result<()> {
         .context("gpu-2")?;
 
     let tb = Testbed::load()?;
-    let dir = PathBuf::from(format!("/tmp/graft-nvc-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
+    let dir = Scratch::new(format!("/tmp/graft-nvc-{}", std::process::id()))?;
     let cd = Containerd::start(&tb, Version::V2_2, &dir)?;
     let state = dir.join("graft-state");
     let store = RecordStore::open(&state)?;
@@ -423,34 +424,50 @@ async fn fake_gpu_in_a_containerd_container() -> anyhow::Result<()> {
     }
 
     // crictl inspect shows exactly what was injected.
-    let spec = cd.runtime_spec(&app)?;
-    let devs = spec["linux"]["devices"].as_array().context("devices")?;
+    let spec = cd.oci_spec(&app)?;
+    let devs = spec
+        .linux()
+        .as_ref()
+        .and_then(|l| l.devices().as_ref())
+        .context("devices")?;
     ensure!(
-        devs.iter().any(|d| d["path"] == "/dev/nvidia2"
-            && d["type"] == "c"
-            && d["major"] == 195
-            && d["minor"] == 2),
+        devs.iter().any(|d| d.path() == Path::new("/dev/nvidia2")
+            && d.typ() == LinuxDeviceType::C
+            && d.major() == 195
+            && d.minor() == 2),
         "{devs:?}"
     );
     let libcuda = format!("{LIB_DIR}/libcuda.so.{DRIVER_VERSION}");
-    let m = spec["mounts"]
-        .as_array()
-        .into_iter()
+    let m = spec
+        .mounts()
+        .iter()
         .flatten()
-        .find(|m| m["destination"] == libcuda.as_str())
+        .find(|m| m.destination() == Path::new(&libcuda))
         .context("libcuda mount")?;
     ensure!(
-        m["options"] == serde_json::json!(["ro", "nosuid", "nodev", "rbind", "rprivate"]),
-        "{m}"
+        m.options().as_deref()
+            == Some(&["ro", "nosuid", "nodev", "rbind", "rprivate"].map(String::from)[..]),
+        "{m:?}"
     );
-    let hooks = spec["hooks"]["createContainer"]
-        .as_array()
+    let hooks = spec
+        .hooks()
+        .as_ref()
+        .and_then(|h| h.create_container().as_ref())
         .context("createContainer hooks")?;
     // One graft-hook process does all of it, with nothing of the container's environment.
     ensure!(
         hooks.len() == 1
-            && hooks[0]["args"][1] == "nvidia-container"
-            && hooks[0]["env"] == serde_json::json!(graft_record::policy::HOOK_ENV),
+            && hooks[0]
+                .args()
+                .as_ref()
+                .and_then(|a| a.get(1))
+                .map(String::as_str)
+                == Some("nvidia-container")
+            && hooks[0]
+                .env()
+                .as_deref()
+                .map(|e| e.iter().map(String::as_str).collect::<Vec<_>>())
+                == Some(graft_record::policy::HOOK_ENV.to_vec()),
         "{hooks:?}"
     );
     let _ = fake_gpu::MINORS;

@@ -136,18 +136,6 @@ fn smi_value(run: &report::Run, key: &str) -> Option<String> {
         .map(|(_, v)| v.trim().to_string())
 }
 
-/// Whether anything is still mounted below `dir` (then it must not be removed).
-pub fn mounted_under(dir: &Path) -> bool {
-    let prefix = format!("{}/", dir.display());
-    std::fs::read_to_string("/proc/self/mountinfo")
-        .map(|m| {
-            m.lines()
-                .filter_map(|l| l.split(' ').nth(4))
-                .any(|p| p.starts_with(&prefix))
-        })
-        .unwrap_or(true)
-}
-
 /// Runs the whole check. Failed checks are in the report; an error means the check could
 /// not be set up (no testbed, containerd or graft-nri would not start).
 pub async fn run(opts: &Options) -> anyhow::Result<Report> {
@@ -297,7 +285,7 @@ pub async fn run(opts: &Options) -> anyhow::Result<Report> {
     let _ = cri.remove_pod(&pod).await;
     nri.stop()?;
     cd.teardown();
-    if r.passed() && !opts.keep && !mounted_under(work) {
+    if r.passed() && !opts.keep && !crate::mounts::mounted_under(work) {
         let _ = std::fs::remove_dir_all(work);
     } else {
         r.notes.push(format!(
