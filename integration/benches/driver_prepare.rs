@@ -15,6 +15,7 @@ use graft_integration::dra_node::{DraNode, DRIVER_NAME};
 use graft_proto::dra::v1;
 use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceSlice};
 use kube::api::{Api, DeleteParams, ListParams};
+use nix::sys::stat::{makedev, mknod, Mode, SFlag};
 use serde_json::json;
 
 const DEVICES: usize = 1100;
@@ -127,10 +128,15 @@ async fn main() -> anyhow::Result<()> {
     let _ = std::fs::remove_dir_all(devdir);
     std::fs::create_dir(devdir)?;
     for i in 0..DEVICES {
-        let p = std::ffi::CString::new(format!("{}/dev{i:04}", devdir.display()))?;
-        // SAFETY: mknod in a directory we own; the node is /dev/null's.
-        let rc = unsafe { libc::mknod(p.as_ptr(), libc::S_IFCHR | 0o600, libc::makedev(1, 3)) };
-        ensure!(rc == 0, "mknod: {}", std::io::Error::last_os_error());
+        // The node is /dev/null's.
+        let p = devdir.join(format!("dev{i:04}"));
+        mknod(
+            &p,
+            SFlag::S_IFCHR,
+            Mode::from_bits_truncate(0o600),
+            makedev(1, 3),
+        )
+        .with_context(|| format!("mknod {}", p.display()))?;
     }
     let config = format!(
         "[[devices]]\npath = \"{}/dev*\"\nattributes = {{ type = \"bench\" }}\n",

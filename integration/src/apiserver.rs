@@ -12,6 +12,7 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
+use nix::sys::signal::Signal;
 
 use crate::testbed::Testbed;
 
@@ -30,10 +31,11 @@ fn free_port() -> anyhow::Result<u16> {
 fn spawn_logged(cmd: &mut Command, log: &Path) -> anyhow::Result<Child> {
     let out = std::fs::File::create(log)?;
     let err = out.try_clone()?;
-    // SAFETY: prctl in the child before exec; async-signal-safe.
+    // SAFETY: the closure runs in the forked child before exec and only calls prctl(2),
+    // which is async-signal-safe.
     unsafe {
         cmd.pre_exec(|| {
-            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+            nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)?;
             Ok(())
         });
     }

@@ -147,11 +147,40 @@ impl Cluster {
         while self.pod_phase(name) != phase {
             if start.elapsed() > WAIT {
                 let d = self.kubectl(&["describe", "pod", name]).unwrap_or_default();
-                bail!("pod {name} not {phase} after {WAIT:?}:\n{d}");
+                bail!(
+                    "pod {name} not {phase} after {WAIT:?}:\n{d}\n{}",
+                    self.dra_state()
+                );
             }
             std::thread::sleep(Duration::from_millis(250));
         }
         Ok(())
+    }
+
+    /// What a scheduling or preparing failure needs explained: the node's slices and the
+    /// claims (with their allocations), and what graft's pods logged last.
+    pub fn dra_state(&self) -> String {
+        let get = |args: &[&str]| {
+            self.kubectl(args)
+                .unwrap_or_else(|e| format!("kubectl {}: {e:#}\n", args.join(" ")))
+        };
+        format!(
+            "--- resourceslices\n{}--- resourceclaims\n{}--- graft pods\n{}--- graft logs\n{}",
+            get(&["get", "resourceslices", "-o", "yaml"]),
+            get(&["get", "resourceclaims", "-A", "-o", "yaml"]),
+            get(&["-n", "graft-system", "get", "pods", "-o", "wide"]),
+            get(&[
+                "-n",
+                "graft-system",
+                "logs",
+                "-l",
+                "app.kubernetes.io/name=graft",
+                "--all-containers",
+                "--prefix",
+                "--tail",
+                "60",
+            ]),
+        )
     }
 
     pub fn wait_gone(&self, kind: &str, name: &str) -> anyhow::Result<()> {

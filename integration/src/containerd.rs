@@ -7,6 +7,9 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+use oci_spec::runtime::Spec;
 
 use crate::testbed::Testbed;
 
@@ -29,6 +32,12 @@ impl Version {
 
 /// The pause image the sandbox uses; imported under exactly this name.
 pub const PAUSE_IMAGE: &str = "registry.k8s.io/pause:3.10.1";
+/// Bounds each crictl call: a wedged runtime fails the call instead of hanging the test.
+/// Generous, since removing a pod stops its containers first.
+const CRICTL_TIMEOUT: &str = "30s";
+/// How often teardown tries to remove what is left before it reports it.
+const TEARDOWN_TRIES: u32 = 3;
+
 /// The busybox test image.
 pub const BUSYBOX_IMAGE: &str = "docker.io/library/busybox:test";
 
@@ -217,11 +226,13 @@ state = "{d}/state"
         self.dir.join("logs/containerd.log")
     }
 
-    /// Runs `crictl` against this containerd; returns stdout.
+    /// Runs `crictl` against this containerd, each call bounded by [`CRICTL_TIMEOUT`];
+    /// returns stdout.
     pub fn crictl(&self, args: &[&str]) -> anyhow::Result<String> {
         let out = Command::new(&self.crictl)
             .arg("--runtime-endpoint")
             .arg(format!("unix://{}", self.socket.display()))
+            .args(["--timeout", CRICTL_TIMEOUT])
             .args(args)
             .output()?;
         if !out.status.success() {
@@ -235,6 +246,12 @@ state = "{d}/state"
         let out = self.crictl(&["inspect", container_id])?;
         let v: serde_json::Value = serde_json::from_str(&out)?;
         Ok(v["info"]["runtimeSpec"].clone())
+    }
+
+    /// [`Containerd::runtime_spec`], typed.
+    pub fn oci_spec(&self, container_id: &str) -> anyhow::Result<Spec> {
+        serde_json::from_value(self.runtime_spec(container_id)?)
+            .with_context(|| format!("the runtime spec of container {container_id}"))
     }
 
     /// Runs `ctr` against this containerd in the CRI namespace.
@@ -255,7 +272,7 @@ state = "{d}/state"
     /// Stops containerd (SIGTERM, then SIGKILL). Containers keep running in their shims.
     pub fn stop(&mut self) -> anyhow::Result<()> {
         if let Some(mut child) = self.child.take() {
-            signal(&child, libc::SIGTERM);
+            signal(&child, Signal::SIGTERM);
             let start = Instant::now();
             while start.elapsed() < Duration::from_secs(15) {
                 if child.try_wait()?.is_some() {
@@ -274,16 +291,51 @@ state = "{d}/state"
         self.spawn()
     }
 
+    /// Stops and removes every pod (and so every container) of this containerd, a few
+    /// tries; the error names whatever is left.
+    fn remove_all_pods(&self) -> anyhow::Result<()> {
+        let mut left = String::new();
+        for attempt in 1..=TEARDOWN_TRIES {
+            let removed = self.crictl(&["rmp", "--all", "--force"]);
+            // A container whose pod is gone would not be found through its pod.
+            if let Ok(ids) = self.crictl(&["ps", "--all", "--quiet"]) {
+                for id in ids.split_whitespace() {
+                    let _ = self.crictl(&["rm", "--force", id]);
+                }
+            }
+            let (pods, ctrs) = (
+                self.crictl(&["pods", "--quiet"]),
+                self.crictl(&["ps", "--all", "--quiet"]),
+            );
+            if let (Ok(p), Ok(c)) = (&pods, &ctrs) {
+                if p.trim().is_empty() && c.trim().is_empty() {
+                    return Ok(());
+                }
+            }
+            let list = |r: anyhow::Result<String>| match r {
+                Ok(ids) => ids.split_whitespace().collect::<Vec<_>>().join(" "),
+                Err(e) => format!("unknown ({e:#})"),
+            };
+            left = format!("pods [{}], containers [{}]", list(pods), list(ctrs));
+            if let Err(e) = removed {
+                left.push_str(&format!("; rmp: {e:#}"));
+            }
+            if attempt < TEARDOWN_TRIES {
+                std::thread::sleep(Duration::from_secs(1));
+            }
+        }
+        bail!("after {TEARDOWN_TRIES} tries, left: {left}")
+    }
+
     /// Stops every pod this containerd runs, then containerd itself.
     pub fn teardown(&mut self) {
         if self.child.is_some() {
-            let _ = Command::new(&self.crictl)
-                .arg("--runtime-endpoint")
-                .arg(format!("unix://{}", self.socket.display()))
-                .args(["rmp", "--all", "--force"])
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .status();
+            if let Err(e) = self.remove_all_pods() {
+                eprintln!(
+                    "teardown of containerd at {}: pods not all removed: {e:#}",
+                    self.dir.display()
+                );
+            }
         }
         let _ = self.stop();
         // Shims outlive containerd; end the ones of this instance so nothing leaks.
@@ -305,9 +357,9 @@ impl Drop for Containerd {
     }
 }
 
-pub(crate) fn signal(child: &Child, sig: i32) {
-    // SAFETY: kill(2) on a pid we spawned and have not reaped.
-    unsafe {
-        libc::kill(child.id() as i32, sig);
+/// Sends `sig` to a child we spawned and have not reaped (so its pid is still ours).
+pub(crate) fn signal(child: &Child, sig: Signal) {
+    if let Ok(pid) = i32::try_from(child.id()) {
+        let _ = kill(Pid::from_raw(pid), sig);
     }
 }

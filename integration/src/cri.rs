@@ -11,6 +11,11 @@ use tonic::transport::Channel;
 
 use crate::containerd::BUSYBOX_IMAGE;
 
+/// Bounds each call of a pod's removal: a wedged runtime fails it instead of hanging.
+const CALL_TIMEOUT: Duration = Duration::from_secs(30);
+/// How often removing a pod is tried before what is left is reported.
+const REMOVE_TRIES: u32 = 3;
+
 #[derive(Clone)]
 pub struct Cri {
     client: RuntimeServiceClient<Channel>,
@@ -221,35 +226,90 @@ impl Cri {
         }
     }
 
-    pub async fn wait_state(
-        &self,
-        id: &str,
-        want: ContainerState,
-        limit: Duration,
-    ) -> anyhow::Result<()> {
-        let start = Instant::now();
-        loop {
-            let s = self.state(id).await?;
-            if s == want {
+    /// Stops and removes the pod, each call bounded and the whole retried a few times, then
+    /// checks that neither the pod nor any of its containers is left.
+    pub async fn remove_pod(&self, pod: &Pod) -> anyhow::Result<()> {
+        let mut failed = String::new();
+        for attempt in 1..=REMOVE_TRIES {
+            if let Err(e) = self.stop_and_remove(&pod.id).await {
+                failed = format!("{e:#}");
+            }
+            let left = self.left_of(&pod.id).await?;
+            if left.is_empty() {
                 return Ok(());
             }
-            if start.elapsed() > limit {
-                bail!("container {id} is {s:?}, not {want:?}, after {limit:?}");
+            failed = format!("{left} left ({failed})");
+            if attempt < REMOVE_TRIES {
+                tokio::time::sleep(Duration::from_secs(1)).await;
             }
-            tokio::time::sleep(Duration::from_millis(100)).await;
         }
+        bail!(
+            "pod {} ({}) not removed after {REMOVE_TRIES} tries: {failed}",
+            pod.name,
+            pod.id
+        )
     }
 
-    pub async fn remove_pod(&self, pod: &Pod) -> anyhow::Result<()> {
+    async fn stop_and_remove(&self, id: &str) -> anyhow::Result<()> {
         let mut c = self.client.clone();
-        c.stop_pod_sandbox(StopPodSandboxRequest {
-            pod_sandbox_id: pod.id.clone(),
-        })
-        .await?;
-        c.remove_pod_sandbox(RemovePodSandboxRequest {
-            pod_sandbox_id: pod.id.clone(),
-        })
-        .await?;
+        tokio::time::timeout(
+            CALL_TIMEOUT,
+            c.stop_pod_sandbox(StopPodSandboxRequest {
+                pod_sandbox_id: id.into(),
+            }),
+        )
+        .await
+        .context("StopPodSandbox timed out")?
+        .context("StopPodSandbox")?;
+        tokio::time::timeout(
+            CALL_TIMEOUT,
+            c.remove_pod_sandbox(RemovePodSandboxRequest {
+                pod_sandbox_id: id.into(),
+            }),
+        )
+        .await
+        .context("RemovePodSandbox timed out")?
+        .context("RemovePodSandbox")?;
         Ok(())
+    }
+
+    /// What the runtime still lists of the pod: "" when nothing.
+    async fn left_of(&self, id: &str) -> anyhow::Result<String> {
+        let mut c = self.client.clone();
+        let pods = tokio::time::timeout(
+            CALL_TIMEOUT,
+            c.list_pod_sandbox(ListPodSandboxRequest {
+                filter: Some(PodSandboxFilter {
+                    id: id.into(),
+                    ..Default::default()
+                }),
+            }),
+        )
+        .await
+        .context("ListPodSandbox timed out")??
+        .into_inner()
+        .items;
+        let ctrs = tokio::time::timeout(
+            CALL_TIMEOUT,
+            c.list_containers(ListContainersRequest {
+                filter: Some(ContainerFilter {
+                    pod_sandbox_id: id.into(),
+                    ..Default::default()
+                }),
+            }),
+        )
+        .await
+        .context("ListContainers timed out")??
+        .into_inner()
+        .containers;
+        let mut left = Vec::new();
+        if !pods.is_empty() {
+            left.push("the pod".to_string());
+        }
+        if !ctrs.is_empty() {
+            let ids: Vec<&str> = ctrs.iter().map(|c| c.id.as_str()).collect();
+            left.push(format!("containers {}", ids.join(" ")));
+        }
+        Ok(left.join(" and "))
     }
 }

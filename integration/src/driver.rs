@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use anyhow::bail;
 use graft_proto::dra::{v1, v1beta1};
 use graft_proto::pluginregistration::registration_client::RegistrationClient;
+use nix::sys::signal::Signal;
 use tonic::transport::Channel;
 
 use crate::containerd::signal;
@@ -96,7 +97,7 @@ impl GraftDriver {
         let Some(c) = self.child.as_ref() else {
             bail!("graft-driver is not running");
         };
-        signal(c, libc::SIGTERM);
+        signal(c, Signal::SIGTERM);
         self.wait_exit(Duration::from_secs(10))
     }
 

@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::bail;
 use graft_record::{nri_readiness, read_boot_id, NriReadiness, NriStatus, BOOT_ID_PATH};
+use nix::sys::signal::Signal;
 
 use crate::containerd::signal;
 use crate::testbed::workspace_bin;
@@ -62,7 +63,7 @@ impl GraftNri {
     /// Stops it with SIGTERM, as a DaemonSet rollout would.
     pub fn stop(&mut self) -> anyhow::Result<()> {
         if let Some(mut child) = self.child.take() {
-            signal(&child, libc::SIGTERM);
+            signal(&child, Signal::SIGTERM);
             let start = Instant::now();
             while child.try_wait()?.is_none() {
                 if start.elapsed() > Duration::from_secs(10) {

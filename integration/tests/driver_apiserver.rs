@@ -19,6 +19,7 @@ use graft_proto::dra::{v1, v1beta1};
 use graft_proto::pluginregistration::{InfoRequest, RegistrationStatus};
 use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceSlice};
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use nix::sys::stat::{makedev, mknod, Mode, SFlag};
 use serde_json::json;
 
 const DEVICES: &str = r#"
@@ -250,10 +251,15 @@ async fn slices_accepted_recreated_and_follow_hotplug() -> anyhow::Result<()> {
 
     // Hot-plug 130 serial devices: two slices, 128 devices at most each, count right.
     for i in 0..130 {
-        let p = std::ffi::CString::new(format!("{}/tty{i:03}", hp.path().display()))?;
-        // SAFETY: mknod on a path we own; the node is /dev/null's (c 1:3).
-        let rc = unsafe { libc::mknod(p.as_ptr(), libc::S_IFCHR | 0o600, libc::makedev(1, 3)) };
-        ensure!(rc == 0, "mknod: {}", std::io::Error::last_os_error());
+        // The node is /dev/null's (c 1:3).
+        let p = hp.path().join(format!("tty{i:03}"));
+        mknod(
+            &p,
+            SFlag::S_IFCHR,
+            Mode::from_bits_truncate(0o600),
+            makedev(1, 3),
+        )
+        .with_context(|| format!("mknod {}", p.display()))?;
     }
     let many = wait_slices(client, "node-slices", "two slices", |s| {
         s.len() == 2 && device_names(s).len() == 133

@@ -68,7 +68,10 @@ fn fill(dir: &Path) -> anyhow::Result<()> {
     let chunk = vec![0u8; 64 * 1024];
     loop {
         if let Err(e) = f.write_all(&chunk).and_then(|()| f.sync_all()) {
-            ensure!(e.raw_os_error() == Some(libc::ENOSPC), "filling: {e}");
+            ensure!(
+                e.raw_os_error() == Some(nix::errno::Errno::ENOSPC as i32),
+                "filling: {e}"
+            );
             // Tail pages too: small writes until nothing fits.
             while f.write_all(&[0u8; 512]).is_ok() {}
             return Ok(());

@@ -44,7 +44,10 @@ async fn main() -> anyhow::Result<()> {
     let rdev = std::fs::metadata(DEV)
         .with_context(|| format!("{DEV} is the demo device"))?
         .rdev();
-    let (major, minor) = (libc::major(rdev) as i64, libc::minor(rdev) as i64);
+    let (major, minor) = (
+        nix::sys::stat::major(rdev) as i64,
+        nix::sys::stat::minor(rdev) as i64,
+    );
     let conf = dir.join("demo.conf");
     std::fs::write(&conf, "hello from the host\n")?;
     let pod_uid = "3f1c2a9e-0d4b-4c8e-9a7f-5b6d8e2c1a00";

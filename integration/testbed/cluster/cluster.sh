@@ -4,7 +4,7 @@
 # (NRI on its default socket), all with cgroupfs and without systemd.
 #
 #   cluster.sh up      start everything (idempotent) and wait until the node is Ready
-#   cluster.sh down    stop everything and remove the cluster's state
+#   cluster.sh down    stop everything and remove what `up` created (safe to repeat)
 #   cluster.sh env     print the KUBECONFIG and CONTAINER_RUNTIME_ENDPOINT to export
 #   cluster.sh status  exit 0 when any part of the cluster is running
 #   cluster.sh restart kubelet|containerd   stop one component and bring the cluster up again
@@ -12,9 +12,11 @@
 # Logs and configuration live under $GRAFT_CLUSTER_DIR (default /var/lib/graft-cluster);
 # sockets under /run/graft-cluster. The kubelet uses the standard /var/lib/kubelet and
 # containerd's NRI socket is the standard /var/run/nri/nri.sock, so graft's DaemonSet runs
-# with its manifests unchanged. Service IP 10.0.0.1 is put on the loopback interface and
-# the API server listens on 443, which stands in for kube-proxy for the one service pods
-# need (the API itself).
+# with its manifests unchanged. Of those shared places (and /var/lib/graft, which graft's
+# DaemonSet fills), `down` removes only the ones that did not exist before `up`: `up`
+# lists what it found missing in $GRAFT_CLUSTER_DIR/created. Service IP 10.0.0.1 is put
+# on the loopback interface and the API server listens on 443, which stands in for
+# kube-proxy for the one service pods need (the API itself).
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -23,16 +25,29 @@ R=/run/graft-cluster
 NODE=${GRAFT_NODE_NAME:-graft-node}
 log() { echo "[cluster] $*" >&2; }
 
-env_file=$(bash "$here/../setup.sh")
-# shellcheck disable=SC1090
-source "$env_file"
-K=$GRAFT_K8S
-C2=$GRAFT_CONTAINERD_2
-RUNC_DIR=$(dirname "$GRAFT_RUNC")
-export PATH="$C2:$RUNC_DIR:$K:$PATH"
+# The testbed's binaries (built on first use); `down` with nothing running needs none.
+load_env() {
+  local env_file
+  env_file=$(bash "$here/../setup.sh")
+  # shellcheck disable=SC1090
+  source "$env_file"
+  export PATH="$GRAFT_CONTAINERD_2:$(dirname "$GRAFT_RUNC"):$GRAFT_K8S:$PATH"
+}
+
+# Shared directories the cluster uses; `down` removes only those `up` created.
+SHARED_DIRS=(/var/lib/kubelet /var/lib/graft /var/run/nri)
+SERVICE_IP=10.0.0.1/32
+BRIDGE=graft0
 
 pidfile() { echo "$D/run/$1.pid"; }
-running() { local p; p=$(cat "$(pidfile "$1")" 2>/dev/null) && kill -0 "$p" 2>/dev/null; }
+# The component's pid when it runs; a pid file left from before a reboot may name someone
+# else's process, so the name must match too (comm holds 15 characters).
+pid_of() {
+  local p
+  p=$(cat "$(pidfile "$1")" 2>/dev/null) || return 1
+  kill -0 "$p" 2>/dev/null && [ "$(cat "/proc/$p/comm" 2>/dev/null)" = "${1:0:15}" ] && echo "$p"
+}
+running() { pid_of "$1" >/dev/null; }
 start() { # name, command...
   local name=$1; shift
   if running "$name"; then return 0; fi
@@ -42,11 +57,24 @@ start() { # name, command...
 }
 stop() {
   local p
-  p=$(cat "$(pidfile "$1")" 2>/dev/null) || return 0
-  kill "$p" 2>/dev/null || true
-  for _ in $(seq 50); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
-  kill -9 "$p" 2>/dev/null || true
+  if p=$(pid_of "$1"); then
+    kill "$p" 2>/dev/null || true
+    for _ in $(seq 50); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
+    kill -9 "$p" 2>/dev/null || true
+  fi
   rm -f "$(pidfile "$1")"
+}
+# Lists in $D/created what is missing now and will be the cluster's: "dir PATH",
+# "addr SERVICE_IP", "link BRIDGE" (the CNI plugin makes it for the first pod).
+created() { grep -qxF "$1" "$D/created" 2>/dev/null; }
+note() { created "$1" || echo "$1" >>"$D/created"; }
+note_missing() {
+  local d
+  for d in "${SHARED_DIRS[@]}"; do
+    [ -e "$d" ] || note "dir $d"
+  done
+  ip addr show dev lo | grep -q " $SERVICE_IP" || note "addr $SERVICE_IP"
+  ip link show "$BRIDGE" >/dev/null 2>&1 || note "link $BRIDGE"
 }
 kc() { kubectl --kubeconfig "$D/admin.kubeconfig" "$@"; }
 wait_for() { # what, seconds, command...
@@ -56,6 +84,9 @@ wait_for() { # what, seconds, command...
 }
 
 up() {
+  load_env
+  mkdir -p "$D"
+  note_missing
   mkdir -p "$D"/{logs,run,pki,etcd,containerd,cni/net.d,cni/bin} "$R" /var/lib/kubelet /var/run/nri
   if [ ! -s "$D/pki/sa.key" ]; then
     openssl genrsa -out "$D/pki/sa.key" 2048 2>/dev/null
@@ -63,7 +94,7 @@ up() {
     echo "$(cat "$D/token"),admin,admin-uid,\"system:masters\"" >"$D/tokens.csv"
   fi
   token=$(cat "$D/token")
-  ip addr show dev lo | grep -q ' 10.0.0.1/32' || ip addr add 10.0.0.1/32 dev lo
+  ip addr show dev lo | grep -q " $SERVICE_IP" || ip addr add "$SERVICE_IP" dev lo
 
   start etcd etcd --data-dir "$D/etcd" --listen-client-urls http://127.0.0.1:2379 \
     --advertise-client-urls http://127.0.0.1:2379 --listen-peer-urls http://127.0.0.1:2380
@@ -111,7 +142,7 @@ SC
   # API server through the node's addresses.
   cat >"$D/cni/net.d/10-graft-bridge.conflist" <<CNI
 {"cniVersion":"1.0.0","name":"graft-bridge","plugins":[
-  {"type":"bridge","bridge":"graft0","isGateway":true,"ipMasq":false,
+  {"type":"bridge","bridge":"$BRIDGE","isGateway":true,"ipMasq":false,
    "ipam":{"type":"host-local","ranges":[[{"subnet":"10.244.0.0/24"}]],"dataDir":"$D/cni/ipam"}},
   {"type":"loopback"}]}
 CNI
@@ -168,23 +199,40 @@ KL
 }
 
 down() {
+  # Only what is running needs the binaries: with nothing up this is quick and builds nothing.
+  if running kubelet || [ -S "$R/containerd.sock" ]; then load_env; fi
   # Pods first, so that their containers do not outlive the runtime.
   if running kubelet; then
     kc delete pods --all -A --grace-period=0 --force >/dev/null 2>&1 || true
   fi
   for c in kubelet kube-scheduler kube-controller-manager kube-apiserver etcd; do stop "$c"; done
-  if [ -S "$R/containerd.sock" ]; then
-    for id in $(crictl --runtime-endpoint "unix://$R/containerd.sock" pods -q 2>/dev/null); do
-      crictl --runtime-endpoint "unix://$R/containerd.sock" stopp "$id" >/dev/null 2>&1 || true
-      crictl --runtime-endpoint "unix://$R/containerd.sock" rmp -f "$id" >/dev/null 2>&1 || true
+  if [ -S "$R/containerd.sock" ] && running containerd; then
+    local cri=(crictl --runtime-endpoint "unix://$R/containerd.sock" --timeout 30s)
+    for id in $("${cri[@]}" pods -q 2>/dev/null); do
+      "${cri[@]}" stopp "$id" >/dev/null 2>&1 || true
+      "${cri[@]}" rmp -f "$id" >/dev/null 2>&1 || true
     done
   fi
   stop containerd
-  ip addr del 10.0.0.1/32 dev lo 2>/dev/null || true
-  ip link del graft0 2>/dev/null || true
+  if created "addr $SERVICE_IP"; then ip addr del "$SERVICE_IP" dev lo 2>/dev/null || true; fi
+  if created "link $BRIDGE"; then ip link del "$BRIDGE" 2>/dev/null || true; fi
   # Volumes the kubelet mounted (tmpfs for service account tokens), deepest first.
   awk '$2 ~ "^/var/lib/kubelet(/|$)" {print $2}' /proc/mounts | sort -r | xargs -r -n1 umount -l 2>/dev/null || true
-  rm -rf "$D" "$R" /var/lib/kubelet /var/lib/graft
+  local d
+  for d in "${SHARED_DIRS[@]}"; do
+    created "dir $d" || continue
+    # Never through a mount that is still there: rm would empty whatever it shows.
+    if awk -v d="$d" '$2 == d || index($2, d "/") == 1 {found=1} END {exit !found}' /proc/mounts; then
+      log "$d still has mounts; left in place"
+    else
+      rm -rf -- "$d"
+    fi
+  done
+  case "$D" in
+    /|"") log "refusing to remove GRAFT_CLUSTER_DIR=$D" ;;
+    *) rm -rf -- "$D" ;;
+  esac
+  rm -rf -- "$R"
   log "cluster removed"
 }
 
