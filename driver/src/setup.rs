@@ -33,9 +33,18 @@ pub enum SetupError {
     /// The kernel did not get there in time (a GPU still in use, a bind not showing).
     #[error("{what} after {after:?}")]
     Timeout { what: String, after: Duration },
-    /// The device is not where the node says it is, or is bound elsewhere.
-    #[error("{0}")]
-    Unexpected(String),
+    /// The PCI function is not where sysfs should show it.
+    #[error("PCI function {pci} is not in {path}")]
+    NoPciFunction { pci: String, path: PathBuf },
+    /// Another driver than the two graft switches between holds the function.
+    #[error("{pci} is bound to {driver}, neither nvidia nor vfio-pci; leaving it alone")]
+    ForeignDriver { pci: String, driver: String },
+    /// The function has no IOMMU group, so VFIO cannot hand it out.
+    #[error("{pci} has no IOMMU group")]
+    NoIommuGroup { pci: String },
+    /// Where a device node should be, something else is.
+    #[error("{path} is not a character device")]
+    NotCharDevice { path: PathBuf },
     /// A driver tool (nvidia-smi) failed.
     #[error("{tool} {args} failed ({status}): {stderr}")]
     Tool {

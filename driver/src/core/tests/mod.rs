@@ -138,7 +138,10 @@ impl DeviceSetup for FakeSetup {
         }
         k.applies += 1;
         if k.failing.contains(&pci) {
-            return Err(SetupError::Unexpected(format!("{pci} refused")));
+            return Err(SetupError::ForeignDriver {
+                pci,
+                driver: "refused".into(),
+            });
         }
         k.applied.insert(pci);
         Ok(matches!(setup, Setup::Vfio { .. }).then(|| ContainerEdits {

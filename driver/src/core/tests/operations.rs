@@ -119,7 +119,10 @@ fn a_failed_setup_fails_its_claim_and_leaves_nothing() {
         vec![claim("a", &["vfio-0", "vfio-1"]), claim("b", &["fuse"])],
     );
     let e = claim_error(&out["a"]).to_string();
-    assert!(e.contains("device vfio-1: 0000:02:00.0 refused"), "{e}");
+    assert!(
+        e.contains("device vfio-1: 0000:02:00.0 is bound to refused"),
+        "{e}"
+    );
     assert!(out["b"].is_ok());
     assert_eq!(core.stage("a").unwrap(), Stage::Absent);
     assert!(core.record("a").unwrap().is_none());

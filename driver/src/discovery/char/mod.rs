@@ -19,6 +19,7 @@ use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
 use graft_record::{validate_edits, ContainerEdits, DeviceKind, DeviceNode, EnvVar};
+use nix::sys::stat::{major, minor};
 use serde::Deserialize;
 
 use super::{pcie_root, Attribute, Device, Discovery, Kind, PCIE_ROOT_ATTRIBUTE};
@@ -198,7 +199,10 @@ impl CharDiscovery {
             return None;
         };
         let rdev = meta.rdev();
-        let (major, minor) = (libc::major(rdev) as i64, libc::minor(rdev) as i64);
+        let (major, minor) = (
+            i64::try_from(major(rdev)).unwrap_or(i64::MAX),
+            i64::try_from(minor(rdev)).unwrap_or(i64::MAX),
+        );
         let name = entry.name.clone().unwrap_or_else(|| default_name(host_str));
         if let Err(r) = limits::check_device_name(&name) {
             tracing::warn!(

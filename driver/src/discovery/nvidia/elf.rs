@@ -8,6 +8,7 @@ use std::io::Read;
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::Path;
 
+use nix::fcntl::OFlag;
 use object::elf::{FileHeader64, ET_DYN, ET_EXEC};
 use object::read::elf::FileHeader;
 use object::Endianness;
@@ -58,7 +59,7 @@ pub fn check_executable(path: &Path, version: &str) -> Result<(), Rejected> {
     // resolved, so a link in its place is refused too.
     let mut file = std::fs::OpenOptions::new()
         .read(true)
-        .custom_flags(libc::O_NONBLOCK | libc::O_NOFOLLOW)
+        .custom_flags((OFlag::O_NONBLOCK | OFlag::O_NOFOLLOW).bits())
         .open(path)
         .map_err(Rejected::Io)?;
     let meta = file.metadata().map_err(Rejected::Io)?;

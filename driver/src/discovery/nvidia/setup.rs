@@ -9,6 +9,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use graft_record::{ContainerEdits, DeviceKind, DeviceNode, EnvVar};
+use nix::sys::stat::{major, minor};
 
 use super::vfio::Vfio;
 use crate::discovery::{Attribute, Device, Kind};
@@ -88,17 +89,14 @@ fn stat_node(dev_root: &Path, rel: &str) -> Result<DeviceNode, SetupError> {
         source,
     })?;
     if !md.file_type().is_char_device() {
-        return Err(SetupError::Unexpected(format!(
-            "{} is not a character device",
-            p.display()
-        )));
+        return Err(SetupError::NotCharDevice { path: p });
     }
     let rdev = md.rdev();
     Ok(DeviceNode {
         path: format!("/dev/{rel}"),
         kind: DeviceKind::Char,
-        major: i64::from(libc::major(rdev)),
-        minor: i64::from(libc::minor(rdev)),
+        major: i64::try_from(major(rdev)).unwrap_or(i64::MAX),
+        minor: i64::try_from(minor(rdev)).unwrap_or(i64::MAX),
         file_mode: Some(md.mode() & 0o777),
         uid: None,
         gid: None,
@@ -110,7 +108,9 @@ impl NvidiaSetup {
         let group = self
             .vfio
             .iommu_group(pci)
-            .ok_or_else(|| SetupError::Unexpected(format!("{pci} has no IOMMU group")))?;
+            .ok_or_else(|| SetupError::NoIommuGroup {
+                pci: pci.to_string(),
+            })?;
         // vfio-pci creates the group node when it binds; give udev/devtmpfs a moment.
         let start = Instant::now();
         let node = loop {
@@ -295,7 +295,7 @@ mod tests {
 
     #[test]
     fn vfio_binds_and_hands_out_the_group_node() {
-        if unsafe { libc::geteuid() } != 0 {
+        if !nix::unistd::geteuid().is_root() {
             eprintln!("skipped: mknod needs root");
             return;
         }
@@ -303,15 +303,13 @@ mod tests {
         let dev = tempfile::tempdir().unwrap();
         std::fs::create_dir_all(dev.path().join("vfio")).unwrap();
         for (name, major, minor) in [("vfio/vfio", 10, 196), ("vfio/41", 511, 0)] {
-            let p = std::ffi::CString::new(dev.path().join(name).to_str().unwrap()).unwrap();
-            let rc = unsafe {
-                libc::mknod(
-                    p.as_ptr(),
-                    libc::S_IFCHR | 0o666,
-                    libc::makedev(major, minor),
-                )
-            };
-            assert_eq!(rc, 0, "mknod {name}");
+            nix::sys::stat::mknod(
+                &dev.path().join(name),
+                nix::sys::stat::SFlag::S_IFCHR,
+                nix::sys::stat::Mode::from_bits_truncate(0o666),
+                nix::sys::stat::makedev(major, minor),
+            )
+            .unwrap_or_else(|e| panic!("mknod {name}: {e}"));
         }
         let s = setup(&k, dev.path(), Recorded::default());
         let plan = s

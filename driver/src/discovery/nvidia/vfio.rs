@@ -139,10 +139,10 @@ impl Vfio {
     pub fn rebind(&self, bdf: &str, target: &str) -> Result<(), SetupError> {
         let dev = self.dev(bdf);
         if !dev.exists() {
-            return Err(SetupError::Unexpected(format!(
-                "PCI function {bdf} is not in {}",
-                dev.display()
-            )));
+            return Err(SetupError::NoPciFunction {
+                pci: bdf.to_string(),
+                path: dev,
+            });
         }
         let current = self.driver(bdf);
         if current.as_deref() == Some(target) {
@@ -159,9 +159,10 @@ impl Vfio {
                 self.wait_driver(bdf, None)?;
             }
             Some(other) => {
-                return Err(SetupError::Unexpected(format!(
-                    "{bdf} is bound to {other}, neither nvidia nor vfio-pci; leaving it alone"
-                )))
+                return Err(SetupError::ForeignDriver {
+                    pci: bdf.to_string(),
+                    driver: other.to_string(),
+                })
             }
             None => {}
         }
