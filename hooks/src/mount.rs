@@ -1,19 +1,16 @@
 //! A read-only bind mount of a host file onto a file inside the container, by fd: the
 //! target is the O_PATH handle pathrs resolved inside the root, never a path string.
 
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 
 use anyhow::{bail, Context};
 use nix::errno::Errno;
 use nix::mount::{mount, MsFlags};
 use nix::sys::stat::fstat;
 use pathrs::Root;
+use rustix::mount::{move_mount, open_tree, MoveMountFlags, OpenTreeFlags};
 
-// From <linux/mount.h>; defined here so that the build does not depend on how recent the
-// libc crate is.
-const OPEN_TREE_CLONE: libc::c_uint = 1;
-const MOVE_MOUNT_F_EMPTY_PATH: libc::c_uint = 0x04;
-const MOVE_MOUNT_T_EMPTY_PATH: libc::c_uint = 0x40;
+// From <linux/mount.h>: mount_setattr(2) has no wrapper in nix or rustix.
 const MOUNT_ATTR_RDONLY: u64 = 0x01;
 const MOUNT_ATTR_NOSUID: u64 = 0x02;
 const MOUNT_ATTR_NODEV: u64 = 0x04;
@@ -51,16 +48,14 @@ pub fn bind_read_only(
 /// The detached copy is made read-only before it is attached, so the mount never appears
 /// writable, even for an instant.
 pub(crate) fn bind_new_api(source: BorrowedFd<'_>, target: BorrowedFd<'_>) -> Result<(), Errno> {
-    let flags =
-        OPEN_TREE_CLONE | libc::O_CLOEXEC as libc::c_uint | libc::AT_EMPTY_PATH as libc::c_uint;
-    // SAFETY: open_tree(2) only reads the NUL-terminated empty path and the fd (borrowed,
-    // so open for the call); it writes no memory of ours.
-    let ret =
-        unsafe { libc::syscall(libc::SYS_open_tree, source.as_raw_fd(), c"".as_ptr(), flags) };
-    let ret = Errno::result(ret)?;
-    let fd = libc::c_int::try_from(ret).map_err(|_| Errno::EBADF)?;
-    // SAFETY: on success open_tree returned a new fd that nothing else owns.
-    let tree = unsafe { OwnedFd::from_raw_fd(fd) };
+    let tree = open_tree(
+        source,
+        "",
+        OpenTreeFlags::OPEN_TREE_CLONE
+            | OpenTreeFlags::OPEN_TREE_CLOEXEC
+            | OpenTreeFlags::AT_EMPTY_PATH,
+    )
+    .map_err(errno)?;
 
     let attr = MountAttr {
         attr_set: MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC,
@@ -82,20 +77,19 @@ pub(crate) fn bind_new_api(source: BorrowedFd<'_>, target: BorrowedFd<'_>) -> Re
     };
     Errno::result(ret)?;
 
-    let flags = MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH;
-    // SAFETY: move_mount(2) reads two empty NUL-terminated paths and two fds that are open
-    // for the call (owned or borrowed); it writes no memory of ours.
-    let ret = unsafe {
-        libc::syscall(
-            libc::SYS_move_mount,
-            tree.as_raw_fd(),
-            c"".as_ptr(),
-            target.as_raw_fd(),
-            c"".as_ptr(),
-            flags,
-        )
-    };
-    Errno::result(ret).map(drop)
+    move_mount(
+        &tree,
+        "",
+        target,
+        "",
+        MoveMountFlags::MOVE_MOUNT_F_EMPTY_PATH | MoveMountFlags::MOVE_MOUNT_T_EMPTY_PATH,
+    )
+    .map_err(errno)
+}
+
+/// rustix's errno as nix's: the callers match on ENOSYS.
+fn errno(e: rustix::io::Errno) -> Errno {
+    Errno::from_raw(e.raw_os_error())
 }
 
 /// Without the new API: a bind through the fds' magic links, then a read-only remount of
