@@ -102,6 +102,35 @@ fn write(path: &Path, text: &str) -> anyhow::Result<()> {
 }
 
 impl FakeNode {
+    /// graft-driver's arguments for the nvidia backend on this node with VFIO passthrough:
+    /// graft-hook installed from `hook_source` to `hook_path`, binds given up after
+    /// `vfio_timeout_s`.
+    pub fn passthrough_driver_args(
+        &self,
+        hook_path: &Path,
+        hook_source: &Path,
+        vfio_timeout_s: u64,
+    ) -> Vec<String> {
+        let arg = |p: &Path| p.to_string_lossy().into_owned();
+        vec![
+            "--discovery".into(),
+            "nvidia".into(),
+            "--nvidia-driver-root".into(),
+            arg(&self.host),
+            "--sysfs-root".into(),
+            arg(&self.sys),
+            "--proc-root".into(),
+            arg(&self.proc),
+            "--nvidia-hook-path".into(),
+            arg(hook_path),
+            "--hook-source".into(),
+            arg(hook_source),
+            "--nvidia-passthrough".into(),
+            "--nvidia-vfio-timeout-seconds".into(),
+            vfio_timeout_s.to_string(),
+        ]
+    }
+
     pub fn create(dir: &Path) -> anyhow::Result<Self> {
         let node = FakeNode {
             host: dir.join("host"),

@@ -6,7 +6,6 @@
 
 mod common;
 
-use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::ensure;
@@ -43,29 +42,13 @@ async fn a_setup_past_the_deadline_goes_on_and_its_result_reaches_the_retry() ->
 {
     let dir = tempfile::Builder::new().prefix("gdl").tempdir_in("/tmp")?;
     let node = FakeNode::create(dir.path())?;
-    let arg = |p: &Path| p.to_string_lossy().into_owned();
     let hook = graft_integration::testbed::static_hook()?;
-    let margin = (45 - BUDGET_S).to_string();
-    let timeout = VFIO_TIMEOUT_S.to_string();
-    let args = [
-        "--discovery".to_string(),
-        "nvidia".into(),
-        "--nvidia-driver-root".into(),
-        arg(&node.host),
-        "--sysfs-root".into(),
-        arg(&node.sys),
-        "--proc-root".into(),
-        arg(&node.proc),
-        "--nvidia-hook-path".into(),
-        arg(&dir.path().join("bin/graft-hook")),
-        "--hook-source".into(),
-        arg(&hook),
-        "--nvidia-passthrough".into(),
-        "--nvidia-vfio-timeout-seconds".into(),
-        timeout,
+    let mut args =
+        node.passthrough_driver_args(&dir.path().join("bin/graft-hook"), &hook, VFIO_TIMEOUT_S);
+    args.extend([
         "--deadline-margin-seconds".into(),
-        margin,
-    ];
+        (45 - BUDGET_S).to_string(),
+    ]);
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let dra = DraNode::start_with(apiserver::shared()?, "dl-node", "", &args).await?;
     let client = &dra.client;

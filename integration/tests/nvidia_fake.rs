@@ -507,25 +507,8 @@ fn time_slicing(interval: &str) -> serde_json::Value {
 async fn prepare_sets_gpus_up_and_refuses_what_it_must() -> anyhow::Result<()> {
     let dir = tempfile::Builder::new().prefix("gnv").tempdir_in("/tmp")?;
     let node = FakeNode::create(dir.path())?;
-    let arg = |p: &Path| p.to_string_lossy().into_owned();
     let hook = dir.path().join("bin/graft-hook");
-    let args = [
-        "--discovery".to_string(),
-        "nvidia".into(),
-        "--nvidia-driver-root".into(),
-        arg(&node.host),
-        "--sysfs-root".into(),
-        arg(&node.sys),
-        "--proc-root".into(),
-        arg(&node.proc),
-        "--nvidia-hook-path".into(),
-        arg(&hook),
-        "--hook-source".into(),
-        hook_binary(),
-        "--nvidia-passthrough".into(),
-        "--nvidia-vfio-timeout-seconds".into(),
-        "2".into(),
-    ];
+    let args = node.passthrough_driver_args(&hook, Path::new(&hook_binary()), 2);
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let cp = apiserver::shared()?;
     let dra = DraNode::start_with(cp, "nv-node", "", &args).await?;
