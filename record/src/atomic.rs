@@ -5,7 +5,6 @@ use std::fs::{self, DirBuilder, File, OpenOptions};
 use std::io::Write;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use nix::fcntl::OFlag;
 
@@ -18,8 +17,6 @@ pub(crate) const NOFOLLOW_CLOEXEC: i32 = OFlag::O_NOFOLLOW.bits() | OFlag::O_CLO
 pub const FILE_MODE: u32 = 0o600;
 /// Mode of the state directory and every directory graft creates in it: root only.
 pub const DIR_MODE: u32 = 0o700;
-
-static SEQ: AtomicU64 = AtomicU64::new(0);
 
 /// Writes `data` to `path` via a temp file in the same directory: write, fsync, rename,
 /// fsync the directory. The file is [`FILE_MODE`].
@@ -36,33 +33,23 @@ pub fn write_file_mode(path: &Path, data: &[u8], mode: u32) -> Result<()> {
         .file_name()
         .map(|n| n.to_string_lossy())
         .unwrap_or_default();
-    // Hidden and unique per process and call, so that concurrent writers and readers that
-    // list the directory never trip over it.
-    let tmp = dir.join(format!(
-        ".{name}.tmp.{}.{}",
-        std::process::id(),
-        SEQ.fetch_add(1, Ordering::Relaxed)
-    ));
-    let result = (|| {
-        let mut f = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(mode)
-            .custom_flags(NOFOLLOW_CLOEXEC)
-            .open(&tmp)
-            .map_err(|e| RecordError::io("create", &tmp, e))?;
-        f.write_all(data)
-            .map_err(|e| RecordError::io("write", &tmp, e))?;
-        // Data and size; the rename and the directory fsync carry the rest.
-        f.sync_data()
-            .map_err(|e| RecordError::io("fsync", &tmp, e))?;
-        fs::rename(&tmp, path).map_err(|e| RecordError::io("rename", path, e))?;
-        sync_dir(dir)
-    })();
-    if result.is_err() {
-        let _ = fs::remove_file(&tmp);
-    }
-    result
+    // Hidden, and random rather than named by pid: in a container every daemon is pid 1,
+    // and a predecessor killed between create and rename leaves its temp file behind.
+    // Created with O_EXCL (never through a link); removed again on any error.
+    let mut tmp = tempfile::Builder::new()
+        .prefix(&format!(".{name}.tmp."))
+        .permissions(fs::Permissions::from_mode(mode))
+        .tempfile_in(dir)
+        .map_err(|e| RecordError::io("create a temp file in", dir, e))?;
+    tmp.write_all(data)
+        .map_err(|e| RecordError::io("write", tmp.path(), e))?;
+    // Data and size; the rename and the directory fsync carry the rest.
+    tmp.as_file()
+        .sync_data()
+        .map_err(|e| RecordError::io("fsync", tmp.path(), e))?;
+    tmp.persist(path)
+        .map_err(|e| RecordError::io("rename", path, e.error))?;
+    sync_dir(dir)
 }
 
 /// Opens (creating it [`FILE_MODE`]) a lock file read-only: flock needs no write access, and a
@@ -165,5 +152,41 @@ mod tests {
         // A symlink planted at a marker's name is not followed.
         std::os::unix::fs::symlink("/etc/passwd", root.join("planted")).unwrap();
         assert!(touch(&root.join("planted")).is_err());
+    }
+
+    /// A daemon in a container is pid 1 at every start: what a killed predecessor left
+    /// half-written never blocks the next write, and a link planted at the target is
+    /// replaced, not followed.
+    #[test]
+    fn leftovers_and_links_do_not_stop_a_write() {
+        let d = tempfile::tempdir().unwrap();
+        let target = d.path().join(".nri-status.json");
+        for n in 0..4 {
+            fs::write(
+                d.path().join(format!(".nri-status.json.tmp.1.{n}")),
+                b"half",
+            )
+            .unwrap();
+        }
+        write_file(&target, b"{\"a\":1}").unwrap();
+        write_file(&target, b"{\"a\":2}").unwrap();
+        assert_eq!(fs::read(&target).unwrap(), b"{\"a\":2}");
+        let outside = d.path().join("outside");
+        fs::write(&outside, b"keep").unwrap();
+        let linked = d.path().join("linked.json");
+        std::os::unix::fs::symlink(&outside, &linked).unwrap();
+        write_file(&linked, b"new").unwrap();
+        assert_eq!(fs::read(&outside).unwrap(), b"keep");
+        assert_eq!(fs::read(&linked).unwrap(), b"new");
+        assert!(!fs::symlink_metadata(&linked).unwrap().is_symlink());
+        // The one temp file of each write is gone; only the planted leftovers remain.
+        let temps = fs::read_dir(d.path())
+            .unwrap()
+            .filter(|e| {
+                let n = e.as_ref().unwrap().file_name();
+                n.to_string_lossy().contains(".tmp.")
+            })
+            .count();
+        assert_eq!(temps, 4);
     }
 }
