@@ -11,7 +11,7 @@
 set -euo pipefail
 bin=$1 out=$2 ref=${3:-localhost/graft:dev}
 hook=${HOOK_BIN:-$bin/graft-hook}
-if readelf -l "$hook" | grep -q INTERP; then
+if readelf -l "$hook" | grep INTERP >/dev/null; then
   echo "build.sh: $hook is dynamically linked; build it with hooks/build-static.sh" >&2
   exit 1
 fi

@@ -37,6 +37,8 @@ load_env() {
 # Shared directories the cluster uses; `down` removes only those `up` created.
 SHARED_DIRS=(/var/lib/kubelet /var/lib/graft /var/run/nri)
 SERVICE_IP=10.0.0.1/32
+# Under pipefail, `cmd | grep -q` can fail when grep exits before cmd is done writing
+# (SIGPIPE): the checks below read all of cmd's output instead.
 BRIDGE=graft0
 
 pidfile() { echo "$D/run/$1.pid"; }
@@ -73,7 +75,7 @@ note_missing() {
   for d in "${SHARED_DIRS[@]}"; do
     [ -e "$d" ] || note "dir $d"
   done
-  ip addr show dev lo | grep -q " $SERVICE_IP" || note "addr $SERVICE_IP"
+  ip addr show dev lo | grep -F " $SERVICE_IP" >/dev/null || note "addr $SERVICE_IP"
   ip link show "$BRIDGE" >/dev/null 2>&1 || note "link $BRIDGE"
 }
 kc() { kubectl --kubeconfig "$D/admin.kubeconfig" "$@"; }
@@ -94,7 +96,7 @@ up() {
     echo "$(cat "$D/token"),admin,admin-uid,\"system:masters\"" >"$D/tokens.csv"
   fi
   token=$(cat "$D/token")
-  ip addr show dev lo | grep -q " $SERVICE_IP" || ip addr add "$SERVICE_IP" dev lo
+  ip addr show dev lo | grep -F " $SERVICE_IP" >/dev/null || ip addr add "$SERVICE_IP" dev lo
 
   start etcd etcd --data-dir "$D/etcd" --listen-client-urls http://127.0.0.1:2379 \
     --advertise-client-urls http://127.0.0.1:2379 --listen-peer-urls http://127.0.0.1:2380

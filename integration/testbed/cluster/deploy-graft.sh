@@ -57,7 +57,7 @@ kubectl apply -f "$top/deploy/optional/" >&2
 kubectl -n graft-system rollout restart daemonset/graft >&2
 kubectl -n graft-system rollout status daemonset/graft --timeout=120s >&2
 for _ in $(seq 120); do
-  if kubectl get resourceslices --field-selector spec.driver=graft.dev -o name | grep -q .; then
+  if kubectl get resourceslices --field-selector spec.driver=graft.dev -o name | grep . >/dev/null; then
     log "graft is running; its ResourceSlices:"
     kubectl get resourceslices >&2
     exit 0
