@@ -32,6 +32,10 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use ttrpc::r#async::transport::Listener;
 use ttrpc::r#async::{Server, TtrpcContext};
 
+#[path = "../../record/tests/support/mutate.rs"]
+mod mutate;
+use mutate::Mutation;
+
 const POD: &str = "5e0c9a8b-1d2f-4e3a-8b7c-6d5e4f3a2b10";
 const POD_ID: &str = "0123456789abcdef";
 
@@ -152,75 +156,21 @@ const TOKENS: &[&[u8]] = &[
     &[0x7f, 0xff, 0xff, 0xff],
 ];
 
-#[derive(Debug, Clone)]
-enum Mutation {
-    Flip(usize, u8),
-    Set(usize, u8),
-    Token(usize, usize),
-    Insert(usize, Vec<u8>),
-    Delete(usize, usize),
-    Duplicate(usize, usize, usize),
-    Truncate(usize),
-}
-
 fn mutation() -> impl Strategy<Value = Mutation> {
-    prop_oneof![
-        2 => (any::<usize>(), 0u8..8).prop_map(|(a, b)| Mutation::Flip(a, b)),
-        2 => (any::<usize>(), any::<u8>()).prop_map(|(a, b)| Mutation::Set(a, b)),
-        2 => (any::<usize>(), 0..TOKENS.len()).prop_map(|(a, t)| Mutation::Token(a, t)),
-        1 => (any::<usize>(), prop::collection::vec(any::<u8>(), 1..8))
-            .prop_map(|(a, b)| Mutation::Insert(a, b)),
-        1 => (any::<usize>(), 1usize..32).prop_map(|(a, n)| Mutation::Delete(a, n)),
-        1 => (any::<usize>(), 1usize..64, any::<usize>())
-            .prop_map(|(a, n, t)| Mutation::Duplicate(a, n, t)),
-        1 => any::<usize>().prop_map(Mutation::Truncate),
-    ]
+    mutate::mutation(
+        TOKENS.len(),
+        mutate::Mix {
+            flip: 2,
+            set: 2,
+            token: 2,
+            delete_max: 32,
+            duplicate_max: 64,
+        },
+    )
 }
 
-fn apply(data: &mut Vec<u8>, m: &Mutation) {
-    let at = |i: usize, len: usize| if len == 0 { 0 } else { i % (len + 1) };
-    match m {
-        Mutation::Flip(i, bit) if !data.is_empty() => {
-            let i = i % data.len();
-            data[i] ^= 1 << bit;
-        }
-        Mutation::Set(i, b) if !data.is_empty() => {
-            let i = i % data.len();
-            data[i] = *b;
-        }
-        Mutation::Flip(..) | Mutation::Set(..) => {}
-        Mutation::Token(i, t) => {
-            let i = at(*i, data.len());
-            data.splice(i..i, TOKENS[*t].iter().copied());
-        }
-        Mutation::Insert(i, b) => {
-            let i = at(*i, data.len());
-            data.splice(i..i, b.iter().copied());
-        }
-        Mutation::Delete(i, n) => {
-            let i = at(*i, data.len());
-            let end = (i + n).min(data.len());
-            data.drain(i..end);
-        }
-        Mutation::Duplicate(i, n, to) => {
-            let i = at(*i, data.len());
-            let end = (i + n).min(data.len());
-            let chunk = data[i..end].to_vec();
-            let to = at(*to, data.len());
-            data.splice(to..to, chunk);
-        }
-        Mutation::Truncate(i) => {
-            let i = at(*i, data.len());
-            data.truncate(i);
-        }
-    }
-}
-
-fn mutated(mut data: Vec<u8>, muts: &[Mutation]) -> Vec<u8> {
-    for m in muts {
-        apply(&mut data, m);
-    }
-    data
+fn mutated(data: Vec<u8>, muts: &[Mutation]) -> Vec<u8> {
+    mutate::mutated(data, muts, TOKENS)
 }
 
 fn mutations() -> impl Strategy<Value = Vec<Mutation>> {
