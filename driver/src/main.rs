@@ -9,7 +9,9 @@ use anyhow::{bail, Context};
 use clap::Parser;
 use graft_driver::core::seams::{CrashPoint, KillAt};
 use graft_driver::core::Core;
-use graft_driver::discovery::char::{CharDiscovery, DEFAULT_CONFIG_PATH};
+use graft_driver::discovery::char::CharDiscovery;
+use graft_driver::discovery::config::DEFAULT_CONFIG_PATH;
+use graft_driver::discovery::files::{FilesDiscovery, ServedEntries};
 use graft_driver::discovery::nvidia::driver_files::Roots;
 use graft_driver::discovery::nvidia::hook_edits::HookConfig;
 use graft_driver::discovery::nvidia::setup::{ChrootSmi, NvidiaSetup};
@@ -20,6 +22,7 @@ use graft_driver::edge::{Edge, DEFAULT_MARGIN, KUBELET_DEADLINE};
 use graft_driver::hook_install::install;
 use graft_driver::plugin::{self, PluginPaths};
 use graft_driver::publisher::Publisher;
+use graft_driver::setup::{DeviceSetup, NoSetup};
 use graft_record::InjectionPolicy;
 use tokio::signal::unix::{signal, SignalKind};
 
@@ -41,7 +44,7 @@ struct Args {
     /// This pod's UID: enables rolling updates with per-instance socket names.
     #[arg(long, env = "POD_UID")]
     pod_uid: Option<String>,
-    /// Discovery backends, comma separated: char, nvidia.
+    /// Discovery backends, comma separated: char, files, nvidia.
     #[arg(
         long,
         env = "GRAFT_DISCOVERY",
@@ -49,7 +52,7 @@ struct Args {
         default_value = "char"
     )]
     discovery: Vec<String>,
-    /// The char backend's device list.
+    /// The devices config: the char backend's device nodes, the files backend's directories.
     #[arg(long, env = "GRAFT_DEVICE_CONFIG", default_value = DEFAULT_CONFIG_PATH)]
     device_config: PathBuf,
     /// Root of the NVIDIA driver installation, as a host path: `/`, or
@@ -189,12 +192,17 @@ fn backends(args: &Args) -> anyhow::Result<Backends> {
                 args.sysfs_root.clone(),
                 args.host_root.clone(),
             )?)),
+            "files" => out.push(Box::new(FilesDiscovery::new(
+                args.device_config.clone(),
+                args.host_root.clone(),
+                &args.allowed_mount_roots,
+            )?)),
             "nvidia" => {
                 let d = NvidiaDiscovery::new(nvidia_config(args))?;
                 smi = Some(d.smi_path());
                 out.push(Box::new(d));
             }
-            other => bail!("--discovery: unknown backend {other:?} (known: char, nvidia)"),
+            other => bail!("--discovery: unknown backend {other:?} (known: char, files, nvidia)"),
         }
     }
     if out.is_empty() {
@@ -271,14 +279,22 @@ async fn main() -> anyhow::Result<()> {
     if let Some(point) = args.crash_at {
         core = core.with_crash_hook(Box::new(KillAt(point)));
     }
-    if let Some(smi) = smi_path {
-        core = core.with_setup(Arc::new(nvidia_setup(
+    let mut setup: Arc<dyn DeviceSetup> = match smi_path {
+        Some(smi) => Arc::new(nvidia_setup(
             &args,
             &nvidia_config(&args),
             smi,
             wake_tx.clone(),
-        )));
+        )),
+        None => Arc::new(NoSetup),
+    };
+    if args.discovery.iter().any(|d| d.trim() == "files") {
+        setup = Arc::new(ServedEntries {
+            inner: setup,
+            host_root: args.host_root.clone(),
+        });
     }
+    core = core.with_setup(setup);
     core.set_inventory(&devices);
     let margin = Duration::from_secs(args.deadline_margin_seconds);
     if margin >= KUBELET_DEADLINE {

@@ -53,6 +53,9 @@ pub enum SetupError {
         status: String,
         stderr: String,
     },
+    /// A served entry is not what was published any more (gone, or now a symlink).
+    #[error("device {device} cannot be served: {reason}")]
+    EntryChanged { device: String, reason: String },
     #[error("no backend on this node sets devices up")]
     NoBackend,
 }

@@ -14,7 +14,8 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 use std::time::{Duration, Instant};
 
-use graft_driver::discovery::char::{load_config, CharDiscovery};
+use graft_driver::discovery::char::CharDiscovery;
+use graft_driver::discovery::config::load_config;
 use graft_driver::discovery::nvidia::{ldcache, procfs};
 use graft_driver::discovery::Discovery;
 use graft_driver::plugin::authority::AuthorityFix;

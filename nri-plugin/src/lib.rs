@@ -12,3 +12,4 @@ pub mod inject;
 pub mod mux;
 pub mod plugin;
 pub mod sdk;
+pub mod sources;

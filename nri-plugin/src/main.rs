@@ -44,6 +44,10 @@ struct Args {
     /// state directory always may).
     #[arg(long, env = "GRAFT_ALLOWED_MOUNT_ROOTS", value_delimiter = ',')]
     allowed_mount_roots: Vec<String>,
+    /// Where the host's root is visible to graft-nri: entries of served directories (under
+    /// --allowed-mount-roots) are checked there before a container gets them.
+    #[arg(long, env = "GRAFT_HOST_ROOT", default_value = "/")]
+    host_root: PathBuf,
     /// Every CreateContainer is answered within this many milliseconds, or refused: the
     /// runtime would otherwise drop the plugin and start containers without their devices.
     /// Lowered to half the runtime's request timeout when that is shorter.
@@ -120,7 +124,8 @@ fn main() -> anyhow::Result<()> {
     };
     let plugin = Arc::new(
         GraftPlugin::new(store, status, policy)
-            .with_eviction_grace(std::time::Duration::from_millis(args.eviction_grace_ms)),
+            .with_eviction_grace(std::time::Duration::from_millis(args.eviction_grace_ms))
+            .with_host_root(args.host_root.clone()),
     );
 
     let rt = tokio::runtime::Builder::new_multi_thread()

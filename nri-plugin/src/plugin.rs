@@ -1,6 +1,7 @@
 //! graft's NRI plugin: injects what the driver recorded, and nothing else.
 
 use std::collections::HashMap;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -17,6 +18,7 @@ use crate::fault::FaultSwitch;
 use crate::guard::panic_message;
 use crate::inject::{plan, Plan};
 use crate::sdk::{ConnectionState, NriPlugin, Runtime};
+use crate::sources::check_served;
 
 /// Counters, for logs and tests.
 #[derive(Debug, Default)]
@@ -42,6 +44,8 @@ pub struct GraftPlugin {
     stats: Arc<Stats>,
     /// How long to wait for the runtime to stop an evicted container before saying so.
     eviction_grace: Duration,
+    /// Where the host's root is visible (served entries are checked there).
+    host_root: PathBuf,
     #[cfg(feature = "fault-injection")]
     fault: FaultSwitch,
 }
@@ -56,6 +60,7 @@ impl GraftPlugin {
             pending: Arc::new(Mutex::new(HashMap::new())),
             stats: Arc::new(Stats::default()),
             eviction_grace: Duration::from_secs(5),
+            host_root: PathBuf::from("/"),
             #[cfg(feature = "fault-injection")]
             fault: FaultSwitch::default(),
         }
@@ -70,6 +75,12 @@ impl GraftPlugin {
 
     pub fn with_eviction_grace(mut self, grace: Duration) -> Self {
         self.eviction_grace = grace;
+        self
+    }
+
+    /// Where the host's root is mounted, when not at `/`.
+    pub fn with_host_root(mut self, root: PathBuf) -> Self {
+        self.host_root = root;
         self
     }
 
@@ -275,6 +286,7 @@ impl NriPlugin for GraftPlugin {
         // comes back as an error for this container only.
         let store = self.store.clone();
         let policy = self.policy.clone();
+        let host_root = self.host_root.clone();
         let (pod_uid, ctr_name) = (pod.uid.clone(), ctr.name.clone());
         #[cfg(feature = "fault-injection")]
         let fault = self.fault.clone();
@@ -285,7 +297,11 @@ impl NriPlugin for GraftPlugin {
             if claims.is_empty() {
                 return Ok(None);
             }
-            plan(&claims, &pod_uid, &ctr_name, &policy).map_err(|e| e.to_string())
+            let planned = plan(&claims, &pod_uid, &ctr_name, &policy).map_err(|e| e.to_string())?;
+            if let Some(p) = &planned {
+                check_served(p, &policy, &host_root)?;
+            }
+            Ok(planned)
         });
         let planned = match work.await {
             Ok(r) => r.map_err(|why| self.refuse(&pod, &ctr, why))?,

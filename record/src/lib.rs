@@ -10,6 +10,7 @@ pub mod atomic;
 pub mod env;
 mod error;
 mod format;
+pub mod nofollow;
 pub mod paths;
 pub mod policy;
 mod status;

@@ -4,6 +4,8 @@
 //! care where a device came from.
 
 pub mod char;
+pub mod config;
+pub mod files;
 pub mod inotify;
 pub mod nvidia;
 
@@ -42,6 +44,8 @@ pub enum Kind {
     ImexChannel,
     /// An NVIDIA GPU's PCI function for VFIO passthrough.
     Vfio,
+    /// An entry of a served directory (the files backend), of this type.
+    Entry(graft_record::nofollow::EntryType),
 }
 
 impl Kind {

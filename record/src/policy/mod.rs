@@ -73,6 +73,9 @@ const FORBIDDEN_DESTINATIONS: &[&str] = &["/proc", "/sys"];
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct InjectionPolicy {
     mount_roots: Vec<String>,
+    /// The operator's own roots (served directories): sources there are also checked on
+    /// the host when a container is created ([`InjectionPolicy::is_served`]).
+    served_roots: Vec<String>,
     hook_path: String,
 }
 
@@ -104,6 +107,7 @@ impl InjectionPolicy {
         roots.dedup();
         Ok(InjectionPolicy {
             mount_roots: roots,
+            served_roots: Vec::new(),
             hook_path: hook_path.to_string(),
         })
     }
@@ -122,6 +126,7 @@ impl InjectionPolicy {
             .map(|r| r.trim().to_string())
             .filter(|r| !r.is_empty())
             .collect();
+        let served = roots.clone();
         match nvidia_driver_root {
             Some(r) if r == Path::new("/") => {
                 roots.extend(NVIDIA_HOST_ROOTS.iter().map(|s| s.to_string()))
@@ -129,7 +134,23 @@ impl InjectionPolicy {
             Some(r) => roots.push(r.to_string_lossy().into_owned()),
             None => {}
         }
-        Self::new(state_dir, hook_path, &roots)
+        let mut policy = Self::new(state_dir, hook_path, &roots)?;
+        policy.served_roots = served;
+        Ok(policy)
+    }
+
+    /// Whether `source` is an entry of a served directory: under one of the operator's own
+    /// roots and not under a root graft itself provides (`/dev`, the state directory, the
+    /// NVIDIA driver's). Such entries are opened without following symlinks
+    /// ([`crate::nofollow`]) before a container gets them.
+    pub fn is_served(&self, source: &str) -> bool {
+        let own = |r: &&String| !self.served_roots.contains(r);
+        self.served_roots.iter().any(|r| is_under(source, r))
+            && !self
+                .mount_roots
+                .iter()
+                .filter(own)
+                .any(|r| is_under(source, r))
     }
 
     pub fn mount_roots(&self) -> &[String] {

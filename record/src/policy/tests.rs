@@ -183,3 +183,21 @@ fn params_copies_are_per_container() {
     assert!(params_copy_path(s, "").is_none());
     assert!(params_copy_path(s, "a/b").is_none());
 }
+
+#[test]
+fn served_entries_are_the_operators_roots_only() {
+    let p = InjectionPolicy::for_node(
+        Path::new("/var/lib/graft"),
+        DEFAULT_HOOK_PATH,
+        Some(Path::new("/")),
+        &[" /srv/files ".into(), "/".into(), String::new()],
+    )
+    .unwrap();
+    assert!(p.is_served("/srv/files/seat-a"));
+    assert!(p.is_served("/home/x"));
+    // What graft provides itself is not a served entry, even below an operator's `/`.
+    for own in ["/dev/fuse", "/var/lib/graft/x", "/usr/lib/libcuda.so.1"] {
+        assert!(!p.is_served(own), "{own}");
+    }
+    assert!(!policy().is_served("/run/nvidia/driver/usr/lib/x"));
+}

@@ -12,7 +12,8 @@
 //! gid = 20
 //! ```
 //!
-//! The config is re-read on every scan, so edits apply without a restart.
+//! The config (shared with the files backend: [`super::config`]) is re-read on every scan,
+//! so edits apply without a restart.
 
 use std::collections::BTreeMap;
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
@@ -22,18 +23,10 @@ use graft_record::{validate_edits, ContainerEdits, DeviceKind, DeviceNode, EnvVa
 use nix::sys::stat::{major, minor};
 use serde::Deserialize;
 
+use super::config::{load_config, ConfigAttribute};
 use super::{pcie_root, Attribute, Device, Discovery, Kind, PCIE_ROOT_ATTRIBUTE};
 use crate::error::{DriverError, Result};
 use crate::limits;
-
-pub const DEFAULT_CONFIG_PATH: &str = "/etc/graft/devices.toml";
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct CharConfig {
-    #[serde(default)]
-    pub devices: Vec<CharEntry>,
-}
 
 /// One `[[devices]]` entry.
 #[derive(Debug, Deserialize)]
@@ -57,47 +50,13 @@ pub struct CharEntry {
     pub env: BTreeMap<String, String>,
 }
 
-#[derive(Debug, Clone, Deserialize)]
-#[serde(untagged)]
-pub enum ConfigAttribute {
-    Bool(bool),
-    Int(i64),
-    String(String),
-    Version { version: String },
-}
-
-impl From<&ConfigAttribute> for Attribute {
-    fn from(a: &ConfigAttribute) -> Self {
-        match a {
-            ConfigAttribute::Bool(b) => Attribute::Bool(*b),
-            ConfigAttribute::Int(i) => Attribute::Int(*i),
-            ConfigAttribute::String(s) => Attribute::String(s.clone()),
-            ConfigAttribute::Version { version } => Attribute::Version(version.clone()),
-        }
-    }
-}
-
 impl CharEntry {
     fn is_glob(&self) -> bool {
         self.path.contains(['*', '?', '['])
     }
 }
 
-/// Reads and checks the config; every error names the entry and the field.
-pub fn load_config(path: &Path) -> Result<CharConfig> {
-    let err = |reason: String| DriverError::Config {
-        path: path.to_path_buf(),
-        reason,
-    };
-    let text = std::fs::read_to_string(path).map_err(|e| err(format!("cannot read: {e}")))?;
-    let config: CharConfig = toml::from_str(&text).map_err(|e| err(e.to_string()))?;
-    for (i, entry) in config.devices.iter().enumerate() {
-        check_entry(entry).map_err(|r| err(format!("devices[{i}] ({}): {r}", entry.path)))?;
-    }
-    Ok(config)
-}
-
-fn check_entry(e: &CharEntry) -> std::result::Result<(), String> {
+pub(crate) fn check_entry(e: &CharEntry) -> std::result::Result<(), String> {
     // Clean: `/dev/../etc` would leave /dev (and, with a glob, walk the whole host).
     if !e.path.starts_with("/dev/") || !graft_record::paths::is_clean_absolute(&e.path) {
         return Err("path: must be a clean path under /dev/ (no '..', '.' or '//')".into());

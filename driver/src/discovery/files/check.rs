@@ -1,0 +1,58 @@
+//! Prepare's second look at a served entry: between publishing and prepare the entry may
+//! have gone, or been replaced by a symlink or a device node. Such a claim is refused
+//! rather than given whatever the path now leads to. graft-nri looks a third time, when
+//! the container is created.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use graft_record::nofollow::open_entry;
+use graft_record::ContainerEdits;
+
+use crate::discovery::{Device, Kind};
+use crate::opaque::DeviceConfig;
+use crate::setup::{DeviceSetup, Setup, SetupError};
+
+/// The node's device setup, with served entries checked before the rest is planned.
+pub struct ServedEntries {
+    pub inner: Arc<dyn DeviceSetup>,
+    /// Where the host's root is visible here.
+    pub host_root: PathBuf,
+}
+
+impl DeviceSetup for ServedEntries {
+    fn plan(
+        &self,
+        device: &Device,
+        config: Option<&DeviceConfig>,
+    ) -> Result<Option<Setup>, SetupError> {
+        if let Kind::Entry(expected) = device.kind {
+            let changed = |reason: String| SetupError::EntryChanged {
+                device: device.name.clone(),
+                reason,
+            };
+            let Some(source) = device.edits.mounts.first().map(|m| m.source.as_str()) else {
+                return Err(changed("it has no mount".into()));
+            };
+            match open_entry(&self.host_root, source) {
+                Ok(e) if e.kind == expected => {}
+                Ok(e) => {
+                    return Err(changed(format!(
+                        "{source} was published as a {expected} and is now a {}",
+                        e.kind
+                    )))
+                }
+                Err(e) => return Err(changed(e.to_string())),
+            }
+        }
+        self.inner.plan(device, config)
+    }
+
+    fn apply(&self, setup: &Setup) -> Result<Option<ContainerEdits>, SetupError> {
+        self.inner.apply(setup)
+    }
+
+    fn undo(&self, setup: &Setup) -> Result<(), SetupError> {
+        self.inner.undo(setup)
+    }
+}

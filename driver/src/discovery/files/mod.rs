@@ -1,0 +1,437 @@
+//! The `files` backend: the entries of host directories as devices, one per file (or per
+//! subdirectory, or socket), bind-mounted into the containers of the claim that gets it. A
+//! licence file per seat, a pre-staged data shard, a scratch directory for one job.
+//!
+//! ```toml
+//! [[files]]
+//! dir = "/var/lib/graft-files/licences"   # must lie under --allowed-mount-roots
+//! entries = "files"                       # or "directories", "sockets"
+//! pattern = "*.lic"                       # optional: which names count (hidden ones never)
+//! container_path = "/etc/app/licence.lic" # optional: default, the entry's host path
+//! env = "LICENCE_FILE"                    # optional: default GRAFT_FILE_<DEVICE_NAME>
+//! read_write = false                      # default: read-only
+//! exec = false                            # default: noexec
+//! attributes = { type = "licence" }       # type is required
+//! ```
+//!
+//! An entry is served only if it, and every directory above it, is reached without a
+//! symlink ([`graft_record::nofollow`]): a symlink planted in a served directory is never
+//! published, and prepare (here, [`ServedEntries`]) and graft-nri check the entry again.
+
+mod check;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use graft_record::nofollow::{open_entry, EntryError, EntryType};
+use graft_record::paths::{is_clean_absolute, is_under};
+use graft_record::{validate_edits, ContainerEdits, EnvVar, Mount};
+use serde::Deserialize;
+
+pub use check::ServedEntries;
+
+use super::config::{load_config, ConfigAttribute};
+use super::{Attribute, Device, Discovery, Kind};
+use crate::error::{DriverError, Result};
+use crate::limits;
+
+/// A directory's size is the sum of its regular files' up to this many entries; beyond,
+/// it is not published (a walk must not stall a scan).
+const MAX_SIZE_WALK: usize = 10_000;
+/// What the backend adds to the configured attributes: path, entry.
+const OWN_ATTRIBUTES: usize = 2;
+/// Host directories a served directory may not be in: the kernel's, and device nodes
+/// (the char backend's).
+const NOT_SERVED: &[&str] = &["/proc", "/sys", "/dev"];
+
+/// Which entries of the directory are devices.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Entries {
+    #[default]
+    Files,
+    Directories,
+    Sockets,
+}
+
+impl Entries {
+    fn entry_type(self) -> EntryType {
+        match self {
+            Entries::Files => EntryType::File,
+            Entries::Directories => EntryType::Directory,
+            Entries::Sockets => EntryType::Socket,
+        }
+    }
+}
+
+/// One `[[files]]` entry.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FilesEntry {
+    /// The served directory, a host path without symlinks.
+    pub dir: String,
+    #[serde(default)]
+    pub entries: Entries,
+    /// A glob the entry names must match.
+    pub pattern: Option<String>,
+    /// Where the entry appears in the container. Default: its host path.
+    pub container_path: Option<String>,
+    /// The variable that tells the container where the entry is.
+    pub env: Option<String>,
+    /// Prepended to the device names (derived from the entry names).
+    pub name_prefix: Option<String>,
+    #[serde(default)]
+    pub read_write: bool,
+    #[serde(default)]
+    pub exec: bool,
+    #[serde(default)]
+    pub attributes: BTreeMap<String, ConfigAttribute>,
+}
+
+fn check_container_path(p: &str) -> std::result::Result<(), String> {
+    if !is_clean_absolute(p) || p == "/" || ["/proc", "/sys"].iter().any(|r| is_under(p, r)) {
+        return Err(format!(
+            "container_path {p:?}: must be a clean absolute path, not /, /proc or /sys"
+        ));
+    }
+    Ok(())
+}
+
+pub(crate) fn check_entry(e: &FilesEntry) -> std::result::Result<(), String> {
+    if !is_clean_absolute(&e.dir) || e.dir == "/" {
+        return Err(
+            "dir: must be a clean absolute path other than / (no '..', '.' or '//')".into(),
+        );
+    }
+    if let Some(r) = NOT_SERVED.iter().find(|r| is_under(&e.dir, r)) {
+        return Err(format!("dir: nothing under {r} is served"));
+    }
+    if let Some(p) = &e.pattern {
+        if p.contains('/') {
+            return Err("pattern: matches entry names, so it cannot contain '/'".into());
+        }
+        glob::Pattern::new(p).map_err(|err| format!("pattern: {err}"))?;
+    }
+    if let Some(cp) = &e.container_path {
+        check_container_path(cp)?;
+    }
+    if let Some(v) = &e.env {
+        graft_record::env::check_env("env", v, "/").map_err(|err| err.to_string())?;
+    }
+    if let Some(p) = &e.name_prefix {
+        limits::check_device_name(&format!("{p}x")).map_err(|r| format!("name_prefix: {r}"))?;
+    }
+    match e.attributes.get("type") {
+        Some(ConfigAttribute::String(_)) => {}
+        _ => {
+            return Err(
+                "attributes.type: required, a string naming what the entries are \
+                 (DeviceClasses select on it)"
+                    .into(),
+            )
+        }
+    }
+    for (k, v) in &e.attributes {
+        limits::check_attribute(k, &v.into()).map_err(|r| format!("attributes.{k}: {r}"))?;
+    }
+    // The size capacity counts too.
+    if e.attributes.len() + OWN_ATTRIBUTES + 1 > limits::MAX_ATTRIBUTES_AND_CAPACITY {
+        return Err(format!(
+            "attributes: at most {} may be configured",
+            limits::MAX_ATTRIBUTES_AND_CAPACITY - OWN_ATTRIBUTES - 1
+        ));
+    }
+    Ok(())
+}
+
+/// A device name from an entry name: `Seat_01.lic` becomes `seat-01-lic`. `None` when
+/// nothing is left or the result breaks the API's rules (too long).
+pub fn device_name(prefix: Option<&str>, entry: &str) -> std::result::Result<String, String> {
+    let mut name = prefix.unwrap_or_default().to_string();
+    for c in entry.chars() {
+        let c = c.to_ascii_lowercase();
+        if c.is_ascii_alphanumeric() {
+            name.push(c);
+        } else if !name.is_empty() && !name.ends_with('-') {
+            name.push('-');
+        }
+    }
+    let name = name.trim_end_matches('-').to_string();
+    limits::check_device_name(&name)?;
+    Ok(name)
+}
+
+/// `GRAFT_FILE_<NAME>`: the default variable, one per device so that two never clash.
+fn default_env(device: &str) -> String {
+    let mut v = String::from("GRAFT_FILE_");
+    v.extend(device.chars().map(|c| {
+        if c == '-' {
+            '_'
+        } else {
+            c.to_ascii_uppercase()
+        }
+    }));
+    v
+}
+
+pub struct FilesDiscovery {
+    config_path: PathBuf,
+    /// Where the host's root is visible here (`/`, or `/host`).
+    host_root: PathBuf,
+    /// The operator's allowed mount roots: graft-nri refuses mounts from anywhere else.
+    served_roots: Vec<String>,
+}
+
+impl FilesDiscovery {
+    /// Fails if the config is invalid now, or names a directory graft-nri would refuse.
+    pub fn new(config_path: PathBuf, host_root: PathBuf, served_roots: &[String]) -> Result<Self> {
+        let d = FilesDiscovery {
+            config_path,
+            host_root,
+            served_roots: served_roots
+                .iter()
+                .map(|r| r.trim().to_string())
+                .filter(|r| !r.is_empty())
+                .collect(),
+        };
+        d.load()?;
+        Ok(d)
+    }
+
+    fn load(&self) -> Result<Vec<FilesEntry>> {
+        let config = load_config(&self.config_path)?;
+        for (i, e) in config.files.iter().enumerate() {
+            if !self.served_roots.iter().any(|r| is_under(&e.dir, r)) {
+                return Err(DriverError::Config {
+                    path: self.config_path.clone(),
+                    reason: format!(
+                        "files[{i}] ({}): not under the allowed mount roots {:?}, so \
+                         graft-nri would refuse its mounts; add it (or a parent) to \
+                         GRAFT_ALLOWED_MOUNT_ROOTS of both graft-driver and graft-nri",
+                        e.dir, self.served_roots
+                    ),
+                });
+            }
+        }
+        Ok(config.files)
+    }
+
+    fn seen(&self, host_path: &str) -> PathBuf {
+        self.host_root.join(host_path.trim_start_matches('/'))
+    }
+
+    /// The devices of one `[[files]]` entry, in name order.
+    fn scan(&self, e: &FilesEntry) -> Vec<Device> {
+        match open_entry(&self.host_root, &e.dir) {
+            Ok(d) if d.kind == EntryType::Directory => {}
+            Ok(d) => {
+                tracing::warn!(dir = e.dir, found = %d.kind, "served directory is not a directory");
+                return Vec::new();
+            }
+            Err(err) if err.is_missing() => {
+                tracing::debug!(dir = e.dir, "served directory not present");
+                return Vec::new();
+            }
+            Err(err) => {
+                tracing::warn!(dir = e.dir, error = %err, "served directory refused");
+                return Vec::new();
+            }
+        }
+        let mut names: Vec<String> = match std::fs::read_dir(self.seen(&e.dir)) {
+            Ok(rd) => rd
+                .filter_map(|r| r.ok())
+                .filter_map(|entry| match entry.file_name().into_string() {
+                    Ok(n) => Some(n),
+                    Err(raw) => {
+                        tracing::warn!(dir = e.dir, name = ?raw, "entry name is not UTF-8; skipped");
+                        None
+                    }
+                })
+                .collect(),
+            Err(err) => {
+                tracing::warn!(dir = e.dir, error = %err, "cannot list served directory");
+                return Vec::new();
+            }
+        };
+        names.sort();
+        let pattern = e
+            .pattern
+            .as_deref()
+            .and_then(|p| glob::Pattern::new(p).ok());
+        let mut out: Vec<Device> = Vec::new();
+        for n in names {
+            if n.starts_with('.') || pattern.as_ref().is_some_and(|p| !p.matches(&n)) {
+                continue;
+            }
+            let Some(dev) = self.device_for(e, &n) else {
+                continue;
+            };
+            if out.iter().any(|d| d.name == dev.name) {
+                tracing::warn!(
+                    dir = e.dir,
+                    entry = n,
+                    name = dev.name,
+                    "duplicate device name; skipped"
+                );
+                continue;
+            }
+            out.push(dev);
+        }
+        out
+    }
+
+    fn device_for(&self, e: &FilesEntry, entry_name: &str) -> Option<Device> {
+        let host = format!("{}/{entry_name}", e.dir);
+        let want = e.entries.entry_type();
+        let found = match open_entry(&self.host_root, &host) {
+            Ok(f) => f,
+            Err(err @ (EntryError::Symlink { .. } | EntryError::Unsupported { .. })) => {
+                tracing::warn!(path = host, reason = %err, "entry not served");
+                return None;
+            }
+            Err(err) => {
+                tracing::debug!(path = host, error = %err, "entry gone");
+                return None;
+            }
+        };
+        if found.kind != want {
+            tracing::debug!(path = host, found = %found.kind, "entry of another type; skipped");
+            return None;
+        }
+        let name = match device_name(e.name_prefix.as_deref(), entry_name) {
+            Ok(n) => n,
+            Err(reason) => {
+                tracing::warn!(
+                    path = host,
+                    reason,
+                    "cannot name a device after this entry; skipped"
+                );
+                return None;
+            }
+        };
+        let mut attributes: BTreeMap<String, Attribute> = e
+            .attributes
+            .iter()
+            .map(|(k, v)| (k.clone(), v.into()))
+            .collect();
+        for (k, v) in [("path", &host), ("entry", &entry_name.to_string())] {
+            if v.len() <= limits::MAX_ATTRIBUTE_VALUE {
+                attributes.insert(k.into(), Attribute::String(v.clone()));
+            }
+        }
+        let size = match found.kind {
+            EntryType::File => Some(found.size),
+            EntryType::Directory => dir_size(&self.seen(&host)),
+            EntryType::Socket => None,
+        };
+        let capacity = size
+            .map(|s| BTreeMap::from([("size".to_string(), s.to_string())]))
+            .unwrap_or_default();
+
+        let destination = e.container_path.clone().unwrap_or_else(|| host.clone());
+        let mut options = vec![
+            "bind",
+            if e.read_write { "rw" } else { "ro" },
+            "nosuid",
+            "nodev",
+        ];
+        if !e.exec {
+            options.push("noexec");
+        }
+        let edits = ContainerEdits {
+            mounts: vec![Mount {
+                source: host.clone(),
+                destination: destination.clone(),
+                kind: "bind".into(),
+                options: options.into_iter().map(String::from).collect(),
+            }],
+            env: vec![EnvVar {
+                name: e.env.clone().unwrap_or_else(|| default_env(&name)),
+                value: destination,
+            }],
+            ..Default::default()
+        };
+        if let Err(err) = validate_edits(&host, &edits) {
+            tracing::warn!(path = host, error = %err, "entry's edits invalid; skipped");
+            return None;
+        }
+        Some(Device {
+            name,
+            kind: Kind::Entry(want),
+            attributes,
+            capacity,
+            edits,
+            optional_edits: Default::default(),
+        })
+    }
+}
+
+/// Bytes in the regular files below `dir`, symlinks not followed; `None` past
+/// [`MAX_SIZE_WALK`] entries or on an error.
+fn dir_size(dir: &Path) -> Option<u64> {
+    let mut total = 0u64;
+    let mut seen = 0usize;
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for entry in std::fs::read_dir(&d).ok()? {
+            seen += 1;
+            if seen > MAX_SIZE_WALK {
+                return None;
+            }
+            let entry = entry.ok()?;
+            let meta = entry.path().symlink_metadata().ok()?;
+            if meta.is_dir() {
+                stack.push(entry.path());
+            } else if meta.is_file() {
+                total = total.saturating_add(meta.len());
+            }
+        }
+    }
+    Some(total)
+}
+
+impl Discovery for FilesDiscovery {
+    fn name(&self) -> &'static str {
+        "files"
+    }
+
+    fn discover(&self) -> Result<Vec<Device>> {
+        let mut out: Vec<Device> = Vec::new();
+        for e in self.load()? {
+            for dev in self.scan(&e) {
+                if out.iter().any(|d| d.name == dev.name) {
+                    tracing::warn!(
+                        name = dev.name,
+                        dir = e.dir,
+                        "device name used by an earlier [[files]] entry; skipped"
+                    );
+                    continue;
+                }
+                out.push(dev);
+            }
+        }
+        Ok(out)
+    }
+
+    fn watch_paths(&self) -> Vec<PathBuf> {
+        let mut paths = vec![self.config_path.clone()];
+        if let Ok(files) = self.load() {
+            for e in files {
+                let seen = self.seen(&e.dir);
+                // The directory itself, and its parent so that it is seen to appear.
+                for p in [Some(seen.clone()), seen.parent().map(Path::to_path_buf)]
+                    .into_iter()
+                    .flatten()
+                {
+                    if !paths.contains(&p) {
+                        paths.push(p);
+                    }
+                }
+            }
+        }
+        paths
+    }
+}
+
+#[cfg(test)]
+mod tests;

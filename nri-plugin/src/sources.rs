@@ -1,0 +1,81 @@
+//! The last look at served entries before a container gets them: a mount whose source is
+//! an entry of a served directory ([`InjectionPolicy::is_served`]) must still be there and
+//! be reached without a symlink ([`graft_record::nofollow`]). A symlink planted since
+//! prepare, or an entry deleted from the host, refuses the container with the path and the
+//! reason instead of mounting whatever the path leads to now.
+
+use std::path::Path;
+
+use graft_record::nofollow::open_entry;
+use graft_record::InjectionPolicy;
+
+use crate::inject::Plan;
+
+/// Checks every served mount source of `plan`, as seen below `host_root`.
+pub fn check_served(plan: &Plan, policy: &InjectionPolicy, host_root: &Path) -> Result<(), String> {
+    for m in &plan.edits.mounts {
+        if !policy.is_served(&m.source) {
+            continue;
+        }
+        if let Err(e) = open_entry(host_root, &m.source) {
+            let claims: Vec<String> = plan.grants.iter().map(|g| g.claim.clone()).collect();
+            return Err(format!(
+                "the served entry for {} (claim {}) cannot be mounted: {e}",
+                m.destination,
+                claims.join(", ")
+            ));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::inject::Grant;
+    use graft_record::Mount;
+
+    fn plan(source: &str) -> Plan {
+        let mut p = Plan::default();
+        p.edits.mounts.push(Mount {
+            source: source.into(),
+            destination: "/etc/app/licence".into(),
+            kind: "bind".into(),
+            options: vec!["bind".into(), "ro".into(), "nosuid".into(), "nodev".into()],
+        });
+        p.grants.push(Grant {
+            claim: "default/lic".into(),
+            uid: "u".into(),
+            devices: vec!["seat-a".into()],
+        });
+        p
+    }
+
+    #[test]
+    fn symlinks_and_missing_entries_are_refused() {
+        let root = tempfile::tempdir().unwrap();
+        let lic = root.path().join("srv/lic");
+        std::fs::create_dir_all(&lic).unwrap();
+        std::fs::write(lic.join("seat-a"), "a").unwrap();
+        std::os::unix::fs::symlink("/etc/shadow", lic.join("seat-b")).unwrap();
+        let policy = InjectionPolicy::for_node(
+            Path::new("/var/lib/graft"),
+            graft_record::policy::DEFAULT_HOOK_PATH,
+            None,
+            &["/srv".into()],
+        )
+        .unwrap();
+        check_served(&plan("/srv/lic/seat-a"), &policy, root.path()).unwrap();
+        let err = check_served(&plan("/srv/lic/seat-b"), &policy, root.path()).unwrap_err();
+        assert!(
+            err.contains("/etc/app/licence")
+                && err.contains("default/lic")
+                && err.contains("symlink"),
+            "{err}"
+        );
+        let err = check_served(&plan("/srv/lic/gone"), &policy, root.path()).unwrap_err();
+        assert!(err.contains("/srv/lic/gone"), "{err}");
+        // Sources graft provides itself are not looked at here.
+        check_served(&plan("/dev/not-here"), &policy, root.path()).unwrap();
+    }
+}
