@@ -321,8 +321,11 @@ async fn main() -> anyhow::Result<()> {
     tokio::spawn(publisher.run(inv_rx));
 
     // Rescans: on changes in the watched directories, on request, and periodically.
-    let watch_paths: Vec<PathBuf> = backends.iter().flat_map(|b| b.watch_paths()).collect();
-    match inotify::spawn_watcher(&watch_paths, wake_tx) {
+    let backends = Arc::new(backends);
+    let watched = Arc::clone(&backends);
+    let watch_paths =
+        move || -> Vec<PathBuf> { watched.iter().flat_map(|b| b.watch_paths()).collect() };
+    match inotify::spawn_watcher(watch_paths, wake_tx) {
         Ok(n) => tracing::debug!(directories = n, "watching for device changes"),
         Err(e) => tracing::warn!(error = %e, "no change notification; periodic rescans only"),
     }
@@ -335,7 +338,16 @@ async fn main() -> anyhow::Result<()> {
                 _ = tokio::time::sleep(rescan_every) => {}
             }
             while wake_rx.try_recv().is_ok() {}
-            match discover_all(&backends) {
+            // Discovery reads sysfs and directories and may load NVML: a blocking thread.
+            let scan = Arc::clone(&backends);
+            let found = match tokio::task::spawn_blocking(move || discover_all(&scan)).await {
+                Ok(r) => r,
+                Err(e) => {
+                    tracing::error!(error = %e, "rescan failed internally; keeping the last inventory");
+                    continue;
+                }
+            };
+            match found {
                 Ok(devs) => {
                     rescan_core.set_inventory(&devs);
                     inv_tx.send_if_modified(|cur| {

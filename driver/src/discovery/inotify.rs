@@ -1,43 +1,31 @@
 //! Change notification for rescans: an inotify watch on each directory that holds a
-//! configured device or the config file. Events are coalesced into one wake-up; the
-//! periodic rescan covers whatever a watch misses (a directory created later).
+//! configured device, a served entry or the config file. Events are coalesced into one
+//! wake-up. After each, the watches are added again from the backends' current paths, so a
+//! directory that appears later (a served directory created after start) is watched from
+//! then on; the periodic rescan covers whatever is still missed.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use nix::errno::Errno;
 use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify};
 use tokio::sync::mpsc;
 
-/// Watches `paths` (a file is watched through its directory, since editors replace files)
-/// and sends on `tx` after any change. Returns how many directories are watched.
-pub fn spawn_watcher(paths: &[PathBuf], tx: mpsc::Sender<()>) -> std::io::Result<usize> {
+const MASK: AddWatchFlags = AddWatchFlags::IN_CREATE
+    .union(AddWatchFlags::IN_DELETE)
+    .union(AddWatchFlags::IN_MOVED_FROM)
+    .union(AddWatchFlags::IN_MOVED_TO)
+    .union(AddWatchFlags::IN_CLOSE_WRITE)
+    .union(AddWatchFlags::IN_ATTRIB);
+
+/// Watches the directories of `paths()` (a file is watched through its directory, since
+/// editors replace files) and sends on `tx` after any change. Returns how many directories
+/// are watched at first.
+pub fn spawn_watcher<F>(paths: F, tx: mpsc::Sender<()>) -> std::io::Result<usize>
+where
+    F: Fn() -> Vec<PathBuf> + Send + 'static,
+{
     let inotify = Inotify::init(InitFlags::IN_CLOEXEC)?;
-    let mask = AddWatchFlags::IN_CREATE
-        | AddWatchFlags::IN_DELETE
-        | AddWatchFlags::IN_MOVED_FROM
-        | AddWatchFlags::IN_MOVED_TO
-        | AddWatchFlags::IN_CLOSE_WRITE
-        | AddWatchFlags::IN_ATTRIB;
-    let mut watched = 0;
-    let mut seen = Vec::new();
-    for p in paths {
-        let dir = if p.is_dir() {
-            p.clone()
-        } else {
-            match p.parent() {
-                Some(d) => d.to_path_buf(),
-                None => continue,
-            }
-        };
-        if seen.contains(&dir) {
-            continue;
-        }
-        match inotify.add_watch(&dir, mask) {
-            Ok(_) => watched += 1,
-            Err(e) => tracing::debug!(dir = %dir.display(), error = %e, "cannot watch"),
-        }
-        seen.push(dir);
-    }
+    let watched = add_watches(&inotify, &paths());
     // Reads block, so they run on a thread of their own, never on the async runtime.
     std::thread::Builder::new()
         .name("graft-inotify".into())
@@ -50,6 +38,8 @@ pub fn spawn_watcher(paths: &[PathBuf], tx: mpsc::Sender<()>) -> std::io::Result
                     break;
                 }
             }
+            // Adding a watch that exists is a no-op; new directories get theirs.
+            add_watches(&inotify, &paths());
             // A full channel already holds a pending wake-up.
             if tx.try_send(()).is_err() && tx.is_closed() {
                 break;
@@ -58,9 +48,33 @@ pub fn spawn_watcher(paths: &[PathBuf], tx: mpsc::Sender<()>) -> std::io::Result
     Ok(watched)
 }
 
+fn add_watches(inotify: &Inotify, paths: &[PathBuf]) -> usize {
+    let mut seen: Vec<&Path> = Vec::new();
+    for p in paths {
+        let dir = if p.is_dir() {
+            p.as_path()
+        } else {
+            match p.parent() {
+                Some(d) => d,
+                None => continue,
+            }
+        };
+        if seen.contains(&dir) {
+            continue;
+        }
+        if let Err(e) = inotify.add_watch(dir, MASK) {
+            tracing::debug!(dir = %dir.display(), error = %e, "cannot watch");
+            continue;
+        }
+        seen.push(dir);
+    }
+    seen.len()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     #[test]
     fn a_change_in_a_watched_directory_wakes() {
@@ -68,12 +82,31 @@ mod tests {
         let config = dir.path().join("devices.toml");
         let (tx, mut rx) = mpsc::channel(1);
         // The file need not exist: its directory is watched.
+        let c = config.clone();
         assert_eq!(
-            spawn_watcher(&[config.clone(), config.clone()], tx).unwrap(),
+            spawn_watcher(move || vec![c.clone(), c.clone()], tx).unwrap(),
             1
         );
         std::fs::write(&config, "x").unwrap();
         let woke = rx.blocking_recv();
         assert_eq!(woke, Some(()));
+    }
+
+    #[test]
+    fn a_directory_that_appears_later_is_watched_from_then_on() {
+        let top = tempfile::tempdir().unwrap();
+        let served = top.path().join("licences");
+        let (tx, mut rx) = mpsc::channel(1);
+        let s = served.clone();
+        // The served directory is absent: only its parent is watched at first.
+        let n = spawn_watcher(move || vec![s.clone(), s.parent().unwrap().into()], tx).unwrap();
+        assert_eq!(n, 1);
+        std::fs::create_dir(&served).unwrap();
+        assert_eq!(rx.blocking_recv(), Some(()));
+        // Give the watcher its turn to add the new directory's watch.
+        std::thread::sleep(Duration::from_millis(200));
+        while rx.try_recv().is_ok() {}
+        std::fs::write(served.join("seat-1"), "1").unwrap();
+        assert_eq!(rx.blocking_recv(), Some(()));
     }
 }
