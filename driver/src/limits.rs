@@ -21,6 +21,22 @@ pub fn check_device_name(name: &str) -> Result<(), String> {
     }
 }
 
+/// The DNS-label form of free text, for names derived from paths: lowercased, each run of
+/// other characters one `-`, none at either end (`/dev/net/tun` is `dev-net-tun`,
+/// `Seat_01.lic` is `seat-01-lic`). It may still be too long or empty: check it.
+pub fn label_from(text: &str) -> String {
+    let mut name = String::with_capacity(text.len());
+    for c in text.chars() {
+        let c = c.to_ascii_lowercase();
+        if c.is_ascii_alphanumeric() {
+            name.push(c);
+        } else if !name.is_empty() && !name.ends_with('-') {
+            name.push('-');
+        }
+    }
+    name.trim_end_matches('-').to_string()
+}
+
 fn is_dns_label(s: &str) -> bool {
     !s.is_empty()
         && s.len() <= 63

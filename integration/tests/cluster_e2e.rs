@@ -303,7 +303,77 @@ fn pods_get_their_devices_on_a_real_cluster() -> anyhow::Result<()> {
     c.kubectl(&["delete", "pod", "after-restarts", "--wait=true"])?;
     wait_unprepared(&c)?;
 
+    licences_one_per_pod(&c)?;
     gpus_through_the_gpu_setup(&c)
+}
+
+/// The files backend as shipped (deploy/graft/40-configmap.yaml serves
+/// /var/lib/graft-files/licences, class licence.graft.dev): three licence files, three pods,
+/// each with a different one, read-only; a fourth pod waits for a free file; a symlink
+/// planted in the directory is never published.
+fn licences_one_per_pod(c: &Cluster) -> anyhow::Result<()> {
+    let dir = std::path::Path::new("/var/lib/graft-files/licences");
+    let _ = std::fs::remove_dir_all(dir);
+    // Created after graft started: the watch on its parent picks it up.
+    std::fs::create_dir_all(dir)?;
+    for n in 1..=3 {
+        std::fs::write(dir.join(format!("seat-{n}")), format!("licence-{n}\n"))?;
+    }
+    std::os::unix::fs::symlink("/etc/shadow", dir.join("seat-evil"))?;
+    let slices = || c.kubectl(&["get", "resourceslices", "-o", "json"]);
+    wait_until("the licence files were never published", || {
+        let s = slices()?;
+        Ok(["seat-1", "seat-2", "seat-3"]
+            .iter()
+            .all(|n| s.contains(&format!("\"{n}\""))))
+    })?;
+    ensure!(!slices()?.contains("seat-evil"), "a symlink was published");
+
+    let pod = |name: &str| {
+        device_pod(name, "licence.graft.dev", "/run/graft/licence").replace(
+            "stat -c '%n %t:%T %F' /run/graft/licence; dd if=/run/graft/licence of=/dev/null count=0 2>/dev/null && echo open-ok",
+            "echo $LICENCE_FILE=`cat $LICENCE_FILE`; echo x >> $LICENCE_FILE 2>/dev/null || echo write-refused; echo DONE",
+        )
+    };
+    let mut seen = Vec::new();
+    for name in ["lic-a", "lic-b", "lic-c"] {
+        c.apply(&pod(name))?;
+        c.wait_phase(name, "Running")?;
+        let log = wait_log(c, name, "app", "DONE")?;
+        ensure!(
+            log.contains("write-refused"),
+            "{name} could write its licence:\n{log}"
+        );
+        let got = log
+            .lines()
+            .find_map(|l| l.strip_prefix("/run/graft/licence="))
+            .with_context(|| format!("{name}: no licence in\n{log}"))?
+            .to_string();
+        ensure!(got.starts_with("licence-"), "{name}: {got}");
+        ensure!(!seen.contains(&got), "{name} got {got} too");
+        seen.push(got);
+        let other = wait_log(c, name, "other", "licence")?;
+        ensure!(other.contains("No such file"), "{name}/other: {other}");
+    }
+    c.apply(&pod("lic-d"))?;
+    std::thread::sleep(Duration::from_secs(5));
+    ensure!(
+        c.pod_phase("lic-d") == "Pending",
+        "a fourth pod ran with three licences"
+    );
+    c.kubectl(&["delete", "pod", "lic-b", "--wait=true"])?;
+    c.wait_phase("lic-d", "Running")?;
+    wait_log(c, "lic-d", "app", "licence-")?;
+    c.kubectl(&["delete", "pod", "lic-a", "lic-c", "lic-d", "--wait=true"])?;
+    wait_unprepared(c)?;
+    for n in 1..=3 {
+        ensure!(
+            std::fs::read_to_string(dir.join(format!("seat-{n}")))? == format!("licence-{n}\n"),
+            "seat-{n} changed"
+        );
+    }
+    std::fs::remove_dir_all(dir)?;
+    Ok(())
 }
 
 /// The GPU setup as shipped (deploy/gpu/: privileged graft-driver, the host's root at

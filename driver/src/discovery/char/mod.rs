@@ -97,17 +97,7 @@ pub(crate) fn check_entry(e: &CharEntry) -> std::result::Result<(), String> {
 
 /// The default device name for a host path: `/dev/net/tun` becomes `net-tun`.
 pub fn default_name(path: &str) -> String {
-    let rest = path.strip_prefix("/dev/").unwrap_or(path);
-    let mut name = String::with_capacity(rest.len());
-    for c in rest.chars() {
-        let c = c.to_ascii_lowercase();
-        if c.is_ascii_alphanumeric() {
-            name.push(c);
-        } else if !name.ends_with('-') {
-            name.push('-');
-        }
-    }
-    name.trim_matches('-').to_string()
+    limits::label_from(path.strip_prefix("/dev/").unwrap_or(path))
 }
 
 pub struct CharDiscovery {

@@ -144,19 +144,14 @@ pub(crate) fn check_entry(e: &FilesEntry) -> std::result::Result<(), String> {
     Ok(())
 }
 
-/// A device name from an entry name: `Seat_01.lic` becomes `seat-01-lic`. `None` when
+/// A device name from an entry name: `Seat_01.lic` becomes `seat-01-lic`; an error when
 /// nothing is left or the result breaks the API's rules (too long).
 pub fn device_name(prefix: Option<&str>, entry: &str) -> std::result::Result<String, String> {
-    let mut name = prefix.unwrap_or_default().to_string();
-    for c in entry.chars() {
-        let c = c.to_ascii_lowercase();
-        if c.is_ascii_alphanumeric() {
-            name.push(c);
-        } else if !name.is_empty() && !name.ends_with('-') {
-            name.push('-');
-        }
-    }
-    let name = name.trim_end_matches('-').to_string();
+    let name = format!(
+        "{}{}",
+        prefix.unwrap_or_default(),
+        limits::label_from(entry)
+    );
     limits::check_device_name(&name)?;
     Ok(name)
 }
