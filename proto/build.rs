@@ -47,6 +47,7 @@ fn kubelet() -> io::Result<()> {
         "kubelet/pluginregistration.proto",
         "kubelet/dra_v1.proto",
         "kubelet/dra_v1beta1.proto",
+        "kubelet/dra_health_v1alpha1.proto",
     ];
     for p in protos {
         println!("cargo:rerun-if-changed={p}");

@@ -19,6 +19,10 @@ use graft_driver::discovery::nvidia::vfio::Vfio;
 use graft_driver::discovery::nvidia::{NvidiaConfig, NvidiaDiscovery};
 use graft_driver::discovery::{discover_all, inotify, Discovery};
 use graft_driver::edge::{Edge, DEFAULT_MARGIN, KUBELET_DEADLINE};
+use graft_driver::health::classify::parse_xids;
+use graft_driver::health::monitor::{self, MonitorConfig};
+use graft_driver::health::taints::FatalEffect;
+use graft_driver::health::HealthReport;
 use graft_driver::hook_install::install;
 use graft_driver::plugin::{self, PluginPaths};
 use graft_driver::publisher::Publisher;
@@ -114,6 +118,24 @@ struct Args {
     deadline_margin_seconds: u64,
     #[arg(long, hide = true, default_value = graft_record::BOOT_ID_PATH)]
     boot_id_path: PathBuf,
+    /// XIDs that only mark a GPU degraded (a taint with effect None) instead of unhealthy,
+    /// comma separated; the default lists application errors (README: GPU health).
+    #[arg(
+        long,
+        env = "GRAFT_HEALTH_INFORMATIONAL_XIDS",
+        default_value = "13,31,43,45,68,94,109"
+    )]
+    health_informational_xids: String,
+    /// Seconds without new errors (and with NVML reaching the GPU) after which a condition
+    /// is cleared; 0 keeps it until graft-driver restarts.
+    #[arg(long, env = "GRAFT_HEALTH_RECOVERY_SECONDS", default_value_t = 300)]
+    health_recovery_seconds: u64,
+    /// The taint effect of an unhealthy device: NoSchedule, or NoExecute to evict its pods.
+    #[arg(long, env = "GRAFT_HEALTH_TAINT_EFFECT", default_value = "NoSchedule")]
+    health_taint_effect: FatalEffect,
+    /// Seconds between checks that NVML can still reach every GPU.
+    #[arg(long, env = "GRAFT_HEALTH_PROBE_SECONDS", default_value_t = 10)]
+    health_probe_seconds: u64,
     /// Test hook: SIGKILL this process at a step of the next prepare or unprepare.
     #[arg(long, hide = true, value_enum)]
     crash_at: Option<CrashPoint>,
@@ -180,11 +202,13 @@ fn nvidia_setup(
 type Backends = (
     Vec<Box<dyn Discovery>>,
     Option<Arc<std::sync::RwLock<String>>>,
+    Option<PathBuf>,
 );
 
 fn backends(args: &Args) -> anyhow::Result<Backends> {
     let mut out: Vec<Box<dyn Discovery>> = Vec::new();
     let mut smi = None;
+    let mut nvml = None;
     for name in &args.discovery {
         match name.trim() {
             "char" => out.push(Box::new(CharDiscovery::new(
@@ -200,6 +224,7 @@ fn backends(args: &Args) -> anyhow::Result<Backends> {
             "nvidia" => {
                 let d = NvidiaDiscovery::new(nvidia_config(args))?;
                 smi = Some(d.smi_path());
+                nvml = Some(d.nvml_path()?);
                 out.push(Box::new(d));
             }
             other => bail!("--discovery: unknown backend {other:?} (known: char, files, nvidia)"),
@@ -208,7 +233,7 @@ fn backends(args: &Args) -> anyhow::Result<Backends> {
     if out.is_empty() {
         bail!("--discovery: no backend selected");
     }
-    Ok((out, smi))
+    Ok((out, smi, nvml))
 }
 
 // Two workers whatever the node's core count: the driver's work is a few RPCs at a time, and
@@ -246,7 +271,9 @@ async fn main() -> anyhow::Result<()> {
     )
     .context("the injection policy (--nvidia-hook-path, --allowed-mount-roots)")?;
     tracing::info!(mount_roots = ?policy.mount_roots(), hook = policy.hook_path(), "injection policy");
-    let (backends, smi_path) = backends(&args)?;
+    let (backends, smi_path, nvml_lib) = backends(&args)?;
+    let informational_xids = parse_xids(&args.health_informational_xids)
+        .map_err(|e| anyhow::anyhow!("--health-informational-xids: {e}"))?;
     if nvidia {
         let source = match &args.hook_source {
             Some(s) => s.clone(),
@@ -312,13 +339,35 @@ async fn main() -> anyhow::Result<()> {
     edge.startup().await.context("settling the checkpoint")?;
 
     let (inv_tx, inv_rx) = tokio::sync::watch::channel(devices);
+    // Device health: NVML events for GPUs; without the nvidia backend every device stays
+    // healthy and the channel only feeds the kubelet's health stream.
+    let (health_tx, health_rx) = tokio::sync::watch::channel(HealthReport::default());
+    if let Some(lib) = nvml_lib {
+        let config = MonitorConfig {
+            nvml_lib: lib,
+            informational_xids,
+            quiet: (args.health_recovery_seconds > 0)
+                .then(|| Duration::from_secs(args.health_recovery_seconds)),
+            probe_every: Duration::from_secs(args.health_probe_seconds.max(1)),
+        };
+        monitor::spawn(config, inv_rx.clone(), health_tx.clone())
+            .context("starting the GPU health monitor")?;
+        tokio::spawn(graft_driver::health::events::run(
+            client.clone(),
+            args.node_name.clone(),
+            args.driver_name.clone(),
+            args.state_dir.clone(),
+            health_rx.clone(),
+        ));
+    }
     let publisher = Publisher::new(
         client,
         args.driver_name.clone(),
         args.node_name.clone(),
         started,
-    );
-    tokio::spawn(publisher.run(inv_rx));
+    )
+    .with_health(health_rx.clone(), args.health_taint_effect);
+    tokio::spawn(publisher.run(inv_rx.clone()));
 
     // Rescans: on changes in the watched directories, on request, and periodically.
     let backends = Arc::new(backends);
@@ -391,6 +440,13 @@ async fn main() -> anyhow::Result<()> {
         }
     };
     let state = Arc::new(Mutex::new(Default::default()));
-    plugin::serve(edge, &paths, state, shutdown).await?;
+    // Held until the end: without a monitor, the report stays live and empty.
+    let _health_tx = health_tx;
+    let feed = plugin::health::HealthFeed {
+        pool: args.node_name.clone(),
+        inventory: inv_rx,
+        health: health_rx,
+    };
+    plugin::serve(edge, &paths, state, Some(feed), shutdown).await?;
     Ok(())
 }

@@ -17,6 +17,8 @@ use tokio::sync::{mpsc, watch};
 
 use crate::discovery::Device;
 use crate::error::Result;
+use crate::health::taints::{FatalEffect, Tainting};
+use crate::health::HealthReport;
 use crate::slices::{desired_slices, publishable, NodeOwner};
 
 pub struct Publisher {
@@ -30,6 +32,13 @@ pub struct Publisher {
     last_generation: i64,
     started: Instant,
     resync: Duration,
+    /// Device health, published as taints.
+    health: Option<watch::Receiver<HealthReport>>,
+    fatal: FatalEffect,
+    /// False once the API server dropped the taints we wrote (its DRADeviceTaints feature
+    /// gate is off): from then on slices are compared and written without them, or every
+    /// reconcile would rewrite them forever.
+    taints_kept: bool,
 }
 
 impl Publisher {
@@ -43,6 +52,31 @@ impl Publisher {
             last_generation: 0,
             started,
             resync: Duration::from_secs(60),
+            health: None,
+            fatal: FatalEffect::NoSchedule,
+            taints_kept: true,
+        }
+    }
+
+    /// Publishes `health` as device taints, unhealthy devices with `fatal`.
+    pub fn with_health(
+        mut self,
+        health: watch::Receiver<HealthReport>,
+        fatal: FatalEffect,
+    ) -> Self {
+        self.health = Some(health);
+        self.fatal = fatal;
+        self
+    }
+
+    fn tainting(&self) -> Tainting {
+        match &self.health {
+            Some(h) if self.taints_kept => Tainting {
+                driver: self.driver.clone(),
+                fatal: self.fatal,
+                report: h.borrow().clone(),
+            },
+            _ => Tainting::none(&self.driver),
         }
     }
 
@@ -83,6 +117,7 @@ impl Publisher {
             }
             self.last_dropped = dropped;
         }
+        let taints = self.tainting();
         let api = self.api();
         let existing = api
             .list(&ListParams::default().fields(&self.selector()))
@@ -95,27 +130,36 @@ impl Publisher {
             .unwrap_or(0);
         if up_to_date(
             &existing,
-            &desired_slices(&self.driver, &owner, &ok, max_gen),
+            &desired_slices(&self.driver, &owner, &ok, max_gen, &taints),
         ) {
             return Ok(false);
         }
 
         let generation = max_gen.max(self.last_generation) + 1;
-        let desired = desired_slices(&self.driver, &owner, &ok, generation);
+        let desired = desired_slices(&self.driver, &owner, &ok, generation, &taints);
+        let mut dropped_taints = false;
         for mut slice in desired.iter().cloned() {
             let name = slice.metadata.name.clone().unwrap_or_default();
-            match existing
+            let written = match existing
                 .iter()
                 .find(|e| e.metadata.name.as_deref() == Some(&name))
             {
                 Some(e) => {
                     slice.metadata.resource_version = e.metadata.resource_version.clone();
-                    api.replace(&name, &PostParams::default(), &slice).await?;
+                    api.replace(&name, &PostParams::default(), &slice).await?
                 }
-                None => {
-                    api.create(&PostParams::default(), &slice).await?;
-                }
-            }
+                None => api.create(&PostParams::default(), &slice).await?,
+            };
+            dropped_taints |= count_taints(&slice) > count_taints(&written);
+        }
+        if dropped_taints && self.taints_kept {
+            tracing::warn!(
+                "the API server dropped the device taints graft wrote: enable the \
+                 DRADeviceTaints feature gate (kube-apiserver, kube-scheduler, \
+                 kube-controller-manager) for unhealthy devices to stop receiving pods; \
+                 until then health shows only in Events and pod status"
+            );
+            self.taints_kept = false;
         }
         for e in &existing {
             let name = e.metadata.name.clone().unwrap_or_default();
@@ -150,6 +194,7 @@ impl Publisher {
 
     /// Runs until the task is dropped.
     pub async fn run(mut self, mut inventory: watch::Receiver<Vec<Device>>) {
+        let mut health = self.health.clone();
         let (tx, mut events) = mpsc::channel::<()>(1);
         let api = self.api();
         let cfg = watcher::Config::default().fields(&self.selector());
@@ -201,6 +246,7 @@ impl Publisher {
             }
             tokio::select! {
                 r = inventory.changed() => if r.is_err() { return },
+                Ok(()) = changed(&mut health) => {}
                 _ = events.recv() => {
                     // Let a burst of events (a wipe deletes several slices) settle.
                     tokio::time::sleep(Duration::from_millis(50)).await;
@@ -210,6 +256,31 @@ impl Publisher {
             }
         }
     }
+}
+
+/// Resolves when the health report changes; never when there is none (or it is gone).
+async fn changed(
+    health: &mut Option<watch::Receiver<HealthReport>>,
+) -> std::result::Result<(), ()> {
+    match health {
+        Some(h) => match h.changed().await {
+            Ok(()) => Ok(()),
+            Err(_) => {
+                *health = None;
+                Err(())
+            }
+        },
+        None => std::future::pending().await,
+    }
+}
+
+fn count_taints(s: &ResourceSlice) -> usize {
+    s.spec
+        .devices
+        .iter()
+        .flatten()
+        .map(|d| d.taints.as_ref().map_or(0, Vec::len))
+        .sum()
 }
 
 fn up_to_date(existing: &[ResourceSlice], desired: &[ResourceSlice]) -> bool {

@@ -11,6 +11,7 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 
 use crate::discovery::{Attribute, Device};
+use crate::health::taints::Tainting;
 use crate::limits;
 
 /// The Node that owns the slices, so they go when it goes.
@@ -80,13 +81,14 @@ pub fn publishable(devices: &[Device]) -> (Vec<&Device>, Vec<(String, String)>) 
     (ok, dropped)
 }
 
-/// The desired slices for a pool generation. Empty when there are no devices: a pool
-/// without devices is simply not published.
+/// The desired slices for a pool generation, with each device's health taints. Empty when
+/// there are no devices: a pool without devices is simply not published.
 pub fn desired_slices(
     driver: &str,
     owner: &NodeOwner,
     devices: &[&Device],
     generation: i64,
+    taints: &Tainting,
 ) -> Vec<ResourceSlice> {
     let chunks: Vec<&[&Device]> = devices.chunks(limits::MAX_DEVICES_PER_SLICE).collect();
     let count = chunks.len() as i64;
@@ -114,7 +116,15 @@ pub fn desired_slices(
                     generation,
                     resource_slice_count: count,
                 },
-                devices: Some(chunk.iter().map(|d| api_device(d)).collect()),
+                devices: Some(
+                    chunk
+                        .iter()
+                        .map(|d| ApiDevice {
+                            taints: taints.for_device(&d.name),
+                            ..api_device(d)
+                        })
+                        .collect(),
+                ),
                 ..Default::default()
             },
         })
@@ -144,7 +154,7 @@ mod tests {
             name: "node1".into(),
             uid: "u".into(),
         };
-        let slices = desired_slices("graft.dev", &owner, &refs, 7);
+        let slices = desired_slices("graft.dev", &owner, &refs, 7, &Tainting::none("graft.dev"));
         assert_eq!(slices.len(), 3);
         let sizes: Vec<usize> = slices
             .iter()

@@ -5,6 +5,7 @@
 //! `mig-minors` and one capability file; a /sys with the GPUs' PCI functions, NUMA nodes
 //! and PCIe roots. Shaped like the fake library's 8 x H100.
 
+use std::io::Write;
 use std::os::unix::fs::{symlink, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -239,6 +240,30 @@ impl FakeNode {
             symlink(&dev, node.sys.join("bus/pci/devices").join(&bdf))?;
         }
         Ok(node)
+    }
+
+    /// The fake NVML's event feed, next to `libnvidia-ml.so.1` (format in
+    /// integration/fake-nvml/src/events.rs). [`FakeNode::create`] does not create it: an
+    /// absent file means no events and no lost GPU, and the first [`FakeNode::inject`]
+    /// creates it.
+    pub fn events_file(&self) -> PathBuf {
+        self.host.join(&LIB_DIR[1..]).join("fake-nvml-events")
+    }
+
+    /// Appends `line` (e.g. `3 xid 79`, `2 lost`) to [`FakeNode::events_file`] in one
+    /// write, so that the fake never sees part of it as a complete line.
+    pub fn inject(&self, line: &str) -> anyhow::Result<()> {
+        if line.contains('\n') {
+            bail!("one event line at a time: {line:?}");
+        }
+        let path = self.events_file();
+        let mut f = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)
+            .with_context(|| format!("{}", path.display()))?;
+        f.write_all(format!("{line}\n").as_bytes())
+            .with_context(|| format!("{}", path.display()))
     }
 
     /// What graft-driver asked nvidia-smi, one call a line.

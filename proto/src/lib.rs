@@ -58,3 +58,13 @@ pub mod dra {
         tonic::include_proto!("k8s.io.kubelet.pkg.apis.dra.v1beta1");
     }
 }
+
+/// The kubelet's DRA resource health stream (package `v1alpha1`, feature gate
+/// `ResourceHealthStatus`), served on the same socket as [`dra`].
+#[cfg(feature = "kubelet")]
+pub mod dra_health {
+    #[allow(clippy::all, missing_docs, unreachable_pub)]
+    pub mod v1alpha1 {
+        tonic::include_proto!("v1alpha1");
+    }
+}

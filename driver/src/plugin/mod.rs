@@ -3,6 +3,7 @@
 
 pub mod authority;
 pub mod dra;
+pub mod health;
 pub mod registration;
 pub mod socket;
 
@@ -11,6 +12,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use graft_proto::dra::{v1, v1beta1};
+use graft_proto::dra_health::v1alpha1::dra_resource_health_server::DraResourceHealthServer;
 use graft_proto::pluginregistration::registration_server::RegistrationServer;
 use tokio_stream::wrappers::UnixListenerStream;
 use tokio_stream::StreamExt;
@@ -49,11 +51,13 @@ fn fixed(
 }
 
 /// Serves both endpoints until `shutdown` resolves, then unlinks the registration socket
-/// first (the kubelet deregisters) and the DRA socket last.
+/// first (the kubelet deregisters) and the DRA socket last. With `health`, the DRA socket
+/// also answers the kubelet's resource health stream.
 pub async fn serve(
     edge: Arc<Edge>,
     paths: &PluginPaths,
     state: Arc<Mutex<RegistrationState>>,
+    health: Option<health::HealthFeed>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<()> {
     let dra_path =
@@ -75,10 +79,16 @@ pub async fn serve(
     // The DRA server is up before the kubelet can learn about it.
     let dra_service = dra::DraService::new(Arc::clone(&edge));
     let dra_beta = dra::DraService::new(Arc::clone(&edge));
+    // The kubelet opens the health stream on its own when its feature gate is on; without
+    // the service each try fails with Unimplemented, which it logs and retries every 5 s.
+    let health_service = health.map(|feed| {
+        DraResourceHealthServer::new(health::HealthService::new(feed, stop_rx.clone()))
+    });
     let dra_server = tokio::spawn(
         tonic::transport::Server::builder()
             .add_service(v1::dra_plugin_server::DraPluginServer::new(dra_service))
             .add_service(v1beta1::dra_plugin_server::DraPluginServer::new(dra_beta))
+            .add_optional_service(health_service)
             .serve_with_incoming_shutdown(fixed(dra_listener), stopped(stop_rx.clone())),
     );
     tracing::info!(path = %dra_path.display(), "DRA service listening");

@@ -10,7 +10,11 @@
 //! - no NVLink fabric, unless `GRAFT_FAKE_NVML_FABRIC=<32 hex digits>:<clique id>` is set,
 //!   in which case every GPU reports a completed fabric registration in that clique;
 //! - like the real library, it needs libpthread, libdl, libm and librt (build.rs), and
-//!   finds the CUDA driver version by loading `libcuda.so.1` by name.
+//!   finds the CUDA driver version by loading `libcuda.so.1` by name;
+//! - events (`nvmlEventSetCreate`, `nvmlDeviceRegisterEvents`,
+//!   `nvmlDeviceGetSupportedEventTypes`, `nvmlEventSetWait_v2`, `nvmlEventSetFree`) fed by
+//!   tests through the file `fake-nvml-events` next to the library, which can also mark a
+//!   GPU lost for `nvmlDeviceGetHandleByUUID` (format and limits in the `events` module).
 //!
 //! Anything else is not exported, which nvml-wrapper reports as a failed symbol load.
 
@@ -22,6 +26,7 @@ use std::ptr;
 
 use nvml_wrapper_sys::bindings::*;
 
+mod events;
 mod fabric;
 mod mig;
 
@@ -185,24 +190,6 @@ pub unsafe extern "C" fn nvmlDeviceGetHandleByIndex_v2(
         return INVALID_ARGUMENT;
     }
     put(device, handle_of_gpu(index as usize))
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn nvmlDeviceGetHandleByUUID(
-    uuid: *const c_char,
-    device: *mut nvmlDevice_t,
-) -> nvmlReturn_t {
-    if uuid.is_null() {
-        return INVALID_ARGUMENT;
-    }
-    let want = CStr::from_ptr(uuid).to_string_lossy();
-    if let Some(i) = (0..8).find(|&i| gpu_uuid(i) == want) {
-        return put(device, handle_of_gpu(i));
-    }
-    if let Some(i) = (0..MIGS.len()).find(|&i| mig_uuid(i) == want) {
-        return put(device, handle_of_mig(i));
-    }
-    NOT_FOUND
 }
 
 #[no_mangle]

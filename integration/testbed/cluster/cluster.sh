@@ -40,6 +40,10 @@ SERVICE_IP=10.0.0.1/32
 # Under pipefail, `cmd | grep -q` can fail when grep exits before cmd is done writing
 # (SIGPIPE): the checks below read all of cmd's output instead.
 BRIDGE=graft0
+# Alpha DRA features graft uses (Kubernetes 1.35): device taints for unhealthy GPUs
+# (API server, scheduler, and the controller manager's eviction for NoExecute), and the
+# kubelet's resource health in pod status (API server and kubelet).
+GATES=DRADeviceTaints=true,ResourceHealthStatus=true
 
 pidfile() { echo "$D/run/$1.pid"; }
 # The component's pid when it runs; a pid file left from before a reboot may name someone
@@ -106,7 +110,7 @@ up() {
     --service-cluster-ip-range=10.0.0.0/24 --kubelet-preferred-address-types=InternalIP \
     --service-account-issuer=https://kubernetes.default.svc \
     --service-account-key-file="$D/pki/sa.key" --service-account-signing-key-file="$D/pki/sa.key" \
-    --feature-gates=MutatingAdmissionPolicy=true \
+    --feature-gates="MutatingAdmissionPolicy=true,$GATES" \
     --runtime-config=admissionregistration.k8s.io/v1beta1=true --allow-privileged=true
 
   cat >"$D/admin.kubeconfig" <<KC
@@ -130,14 +134,15 @@ KC
 
   start kube-controller-manager kube-controller-manager --kubeconfig="$D/admin.kubeconfig" \
     --leader-elect=false --controllers='*' --root-ca-file="$D/pki/apiserver.crt" \
-    --service-account-private-key-file="$D/pki/sa.key" --use-service-account-credentials=false
+    --service-account-private-key-file="$D/pki/sa.key" --use-service-account-credentials=false \
+    --feature-gates="$GATES"
   cat >"$D/scheduler.yaml" <<SC
 apiVersion: kubescheduler.config.k8s.io/v1
 kind: KubeSchedulerConfiguration
 clientConnection: {kubeconfig: $D/admin.kubeconfig}
 leaderElection: {leaderElect: false}
 SC
-  start kube-scheduler kube-scheduler --config="$D/scheduler.yaml"
+  start kube-scheduler kube-scheduler --config="$D/scheduler.yaml" --feature-gates="$GATES"
 
   # Pods that do not use the host network get an address on a local bridge: containerd
   # wants an interface in the CNI result. Nothing is routed or masqueraded; pods reach the
@@ -191,6 +196,7 @@ oomScoreAdj: 0
 maxOpenFiles: 20000
 imageGCHighThresholdPercent: 100
 evictionHard: {nodefs.available: "0%", nodefs.inodesFree: "0%", imagefs.available: "0%"}
+featureGates: {ResourceHealthStatus: true}
 KL
   start kubelet kubelet --kubeconfig="$D/admin.kubeconfig" --config="$D/kubelet.yaml" \
     --hostname-override="$NODE"

@@ -1,0 +1,129 @@
+//! Health as DRA device taints on the published devices.
+//!
+//! An unhealthy device carries `<driver>/unhealthy=<reason>` with effect `NoSchedule` (or
+//! `NoExecute` when the operator wants running pods evicted); a degraded one carries
+//! `<driver>/degraded=<reason>` with effect `None`, which only shows. `timeAdded` is when
+//! the condition began, so that republishing an unchanged condition writes nothing.
+
+use k8s_openapi::api::resource::v1::DeviceTaint;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+use super::{Condition, HealthReport};
+
+/// The taint key for a condition of `driver`'s devices.
+pub fn taint_key(driver: &str, condition: Condition) -> String {
+    match condition {
+        Condition::Unhealthy => format!("{driver}/unhealthy"),
+        Condition::Degraded => format!("{driver}/degraded"),
+    }
+}
+
+/// What an unhealthy device's taint does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FatalEffect {
+    NoSchedule,
+    NoExecute,
+}
+
+impl std::str::FromStr for FatalEffect {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "NoSchedule" => Ok(FatalEffect::NoSchedule),
+            "NoExecute" => Ok(FatalEffect::NoExecute),
+            other => Err(format!(
+                "{other:?} is not a taint effect for unhealthy devices (NoSchedule or NoExecute)"
+            )),
+        }
+    }
+}
+
+/// Turns a health report into taints for one driver.
+#[derive(Debug, Clone)]
+pub struct Tainting {
+    pub driver: String,
+    pub fatal: FatalEffect,
+    pub report: HealthReport,
+}
+
+impl Tainting {
+    /// No taints at all.
+    pub fn none(driver: &str) -> Self {
+        Tainting {
+            driver: driver.to_string(),
+            fatal: FatalEffect::NoSchedule,
+            report: HealthReport::default(),
+        }
+    }
+
+    pub fn key(&self, condition: Condition) -> String {
+        taint_key(&self.driver, condition)
+    }
+
+    pub fn for_device(&self, name: &str) -> Option<Vec<DeviceTaint>> {
+        let h = self.report.get(name)?;
+        let effect = match (h.condition, self.fatal) {
+            (Condition::Degraded, _) => "None",
+            (Condition::Unhealthy, FatalEffect::NoSchedule) => "NoSchedule",
+            (Condition::Unhealthy, FatalEffect::NoExecute) => "NoExecute",
+        };
+        let secs = h
+            .since
+            .duration_since(std::time::SystemTime::UNIX_EPOCH)
+            .map(|d| d.as_secs() as i64)
+            .unwrap_or(0);
+        Some(vec![DeviceTaint {
+            key: self.key(h.condition),
+            value: Some(h.reason.clone()),
+            effect: effect.to_string(),
+            time_added: k8s_openapi::jiff::Timestamp::from_second(secs)
+                .ok()
+                .map(Time),
+        }])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::health::DeviceHealth;
+    use std::time::{Duration, SystemTime};
+
+    #[test]
+    fn unhealthy_and_degraded_taints() {
+        let mut t = Tainting::none("graft.dev");
+        assert!(t.for_device("gpu-2").is_none());
+        let since = SystemTime::UNIX_EPOCH + Duration::from_secs(1_790_000_000);
+        for (name, condition, reason) in [
+            ("gpu-2", Condition::Unhealthy, "xid-79"),
+            ("gpu-3", Condition::Degraded, "xid-13"),
+        ] {
+            t.report.devices.insert(
+                name.into(),
+                DeviceHealth {
+                    condition,
+                    reason: reason.into(),
+                    message: String::new(),
+                    since,
+                },
+            );
+        }
+        let u = &t.for_device("gpu-2").unwrap()[0];
+        assert_eq!(
+            (u.key.as_str(), u.value.as_deref(), u.effect.as_str()),
+            ("graft.dev/unhealthy", Some("xid-79"), "NoSchedule")
+        );
+        assert_eq!(
+            serde_json::to_value(u).unwrap()["timeAdded"],
+            "2026-09-21T12:53:20Z"
+        );
+        let d = &t.for_device("gpu-3").unwrap()[0];
+        assert_eq!(
+            (d.key.as_str(), d.effect.as_str()),
+            ("graft.dev/degraded", "None")
+        );
+        t.fatal = "NoExecute".parse().unwrap();
+        assert_eq!(t.for_device("gpu-2").unwrap()[0].effect, "NoExecute");
+        assert!("PreferNoSchedule".parse::<FatalEffect>().is_err());
+    }
+}

@@ -1,0 +1,384 @@
+//! NVML events fed by tests, and the "lost GPU" state.
+//!
+//! The feed is the text file `fake-nvml-events` in the directory of this library file, as
+//! the loader reports its path (the `libnvidia-ml.so.1` link and the file it names sit side
+//! by side in the fake driver root). Tests append lines; the library only ever reads it,
+//! since graft-driver may see the driver root read-only. One line each:
+//!
+//! ```text
+//! <gpu-index> xid <code>                  XidCriticalError, eventData = code
+//! <gpu-index> xid <code> gi <g> ci <c>    the same, attributed to that MIG GPU/compute instance
+//! <gpu-index> ecc-double-bit              DoubleBitEccError
+//! <gpu-index> ecc-single-bit              SingleBitEccError
+//! <gpu-index> unavailable                 GpuUnavailableError
+//! <gpu-index> recovery <action>           GpuRecoveryAction, eventData = action (0..=4, or any
+//!                                         other number, passed on as is)
+//! <gpu-index> lost                        not an event: the GPU is lost from now on
+//! <gpu-index> found                       not an event: the GPU is no longer lost
+//! ```
+//!
+//! `<gpu-index>` is 0..=7; `#` comments, blank and malformed lines are skipped. As with the
+//! real library, an event set sees only the events appended after its creation, and only
+//! those of the GPUs and types registered in it; a line is consumed once its newline is
+//! there. The file may be absent, and appear later.
+//!
+//! "Lost" is a simplification: only `nvmlDeviceGetHandleByUUID` reports it (for the GPU
+//! and its MIG devices); the by-index calls discovery makes keep working.
+
+use std::collections::HashMap;
+use std::ffi::{c_char, c_uint, c_ulonglong, c_void, CStr, OsStr};
+use std::fs::File;
+use std::io::{Read, Seek, SeekFrom};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{LazyLock, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use nvml_wrapper_sys::bindings::*;
+
+use super::*;
+
+const TIMEOUT: nvmlReturn_t = nvmlReturn_enum_NVML_ERROR_TIMEOUT;
+const GPU_IS_LOST: nvmlReturn_t = nvmlReturn_enum_NVML_ERROR_GPU_IS_LOST;
+
+const FILE_NAME: &str = "fake-nvml-events";
+/// How often a waiting set looks at the file again.
+const POLL: Duration = Duration::from_millis(20);
+/// Instance ids of an event not attributed to a MIG instance.
+const NO_INSTANCE: c_uint = 0xFFFF_FFFF;
+
+const XID: c_ulonglong = nvmlEventTypeXidCriticalError as c_ulonglong;
+const ECC_SINGLE: c_ulonglong = nvmlEventTypeSingleBitEccError as c_ulonglong;
+const ECC_DOUBLE: c_ulonglong = nvmlEventTypeDoubleBitEccError as c_ulonglong;
+const UNAVAILABLE: c_ulonglong = nvmlEventTypeGpuUnavailableError as c_ulonglong;
+const RECOVERY: c_ulonglong = nvmlEventTypeGpuRecoveryAction as c_ulonglong;
+/// What an H100 reports: the types above, plus PState and Clock (never fed).
+const SUPPORTED: c_ulonglong = XID
+    | ECC_SINGLE
+    | ECC_DOUBLE
+    | UNAVAILABLE
+    | RECOVERY
+    | nvmlEventTypePState as c_ulonglong
+    | nvmlEventTypeClock as c_ulonglong;
+
+struct SetState {
+    /// Where the unread part of the file starts.
+    offset: u64,
+    /// Registered event types, by GPU index.
+    registered: [c_ulonglong; 8],
+}
+
+/// Event sets by handle. Handles are numbers from `NEXT_SET`, never dereferenced.
+static SETS: LazyLock<Mutex<HashMap<usize, SetState>>> = LazyLock::new(Default::default);
+static NEXT_SET: AtomicUsize = AtomicUsize::new(1);
+
+#[derive(Debug, PartialEq)]
+enum Line {
+    Event {
+        gpu: usize,
+        kind: c_ulonglong,
+        data: c_ulonglong,
+        gi: c_uint,
+        ci: c_uint,
+    },
+    Lost(usize),
+    Found(usize),
+}
+
+fn parse(line: &str) -> Option<Line> {
+    let words: Vec<&str> = line.split_whitespace().collect();
+    let (gpu, rest) = words.split_first()?;
+    let gpu: usize = gpu.parse().ok().filter(|&g| g < 8)?;
+    let event = |kind, data, gi, ci| {
+        Some(Line::Event {
+            gpu,
+            kind,
+            data,
+            gi,
+            ci,
+        })
+    };
+    match rest {
+        ["xid", code] => event(XID, code.parse().ok()?, NO_INSTANCE, NO_INSTANCE),
+        ["xid", code, "gi", gi, "ci", ci] => {
+            event(XID, code.parse().ok()?, gi.parse().ok()?, ci.parse().ok()?)
+        }
+        ["ecc-double-bit"] => event(ECC_DOUBLE, 0, NO_INSTANCE, NO_INSTANCE),
+        ["ecc-single-bit"] => event(ECC_SINGLE, 0, NO_INSTANCE, NO_INSTANCE),
+        ["unavailable"] => event(UNAVAILABLE, 0, NO_INSTANCE, NO_INSTANCE),
+        ["recovery", action] => event(RECOVERY, action.parse().ok()?, NO_INSTANCE, NO_INSTANCE),
+        ["lost"] => Some(Line::Lost(gpu)),
+        ["found"] => Some(Line::Found(gpu)),
+        _ => None,
+    }
+}
+
+/// The feed's path: next to this library, as the loader names it (a relative name is taken
+/// against the working directory of the first call). `None` when the loader cannot say,
+/// which reads as an absent file.
+fn events_file() -> Option<&'static Path> {
+    static FILE: OnceLock<Option<PathBuf>> = OnceLock::new();
+    FILE.get_or_init(|| {
+        let own = nvmlEventSetCreate as unsafe extern "C" fn(*mut nvmlEventSet_t) -> nvmlReturn_t;
+        // SAFETY: an all-zero Dl_info is valid (null pointers, zero numbers).
+        let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
+        // SAFETY: dladdr only looks the address up (a function of this very library) and
+        // fills `info`, which is a live local.
+        if unsafe { libc::dladdr(own as *const c_void, &mut info) } == 0 || info.dli_fname.is_null()
+        {
+            return None;
+        }
+        // SAFETY: dli_fname is the loader's NUL-terminated name of this object, valid while
+        // the object is loaded, which it is while this code runs; it is copied at once.
+        let name = unsafe { CStr::from_ptr(info.dli_fname) };
+        let lib = std::path::absolute(Path::new(OsStr::from_bytes(name.to_bytes()))).ok()?;
+        Some(lib.parent()?.join(FILE_NAME))
+    })
+    .as_deref()
+}
+
+/// The complete lines of the file from `offset` on, each with the offset just past it.
+/// Nothing when the file is absent or unreadable.
+fn lines_from(path: &Path, offset: u64) -> Vec<(String, u64)> {
+    let mut buf = Vec::new();
+    let read = File::open(path).and_then(|mut f| {
+        f.seek(SeekFrom::Start(offset))?;
+        f.read_to_end(&mut buf)
+    });
+    if read.is_err() {
+        return Vec::new();
+    }
+    let mut lines = Vec::new();
+    let mut end = offset;
+    for chunk in buf.split_inclusive(|&b| b == b'\n') {
+        let Some(text) = chunk.strip_suffix(b"\n") else {
+            break; // still being written
+        };
+        end += chunk.len() as u64;
+        lines.push((String::from_utf8_lossy(text).into_owned(), end));
+    }
+    lines
+}
+
+/// Which GPUs are lost after the whole file.
+fn lost() -> [bool; 8] {
+    let mut lost = [false; 8];
+    let Some(path) = events_file() else {
+        return lost;
+    };
+    for (text, _) in lines_from(path, 0) {
+        let (gpu, now) = match parse(&text) {
+            Some(Line::Lost(gpu)) => (gpu, true),
+            Some(Line::Found(gpu)) => (gpu, false),
+            _ => continue,
+        };
+        if let Some(l) = lost.get_mut(gpu) {
+            *l = now;
+        }
+    }
+    lost
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetHandleByUUID(
+    uuid: *const c_char,
+    device: *mut nvmlDevice_t,
+) -> nvmlReturn_t {
+    if uuid.is_null() {
+        return INVALID_ARGUMENT;
+    }
+    let want = CStr::from_ptr(uuid).to_string_lossy();
+    let (gpu, handle) = if let Some(i) = (0..8).find(|&i| gpu_uuid(i) == want) {
+        (i, handle_of_gpu(i))
+    } else if let Some(m) = (0..MIGS.len()).find(|&m| mig_uuid(m) == want) {
+        (MIGS[m].parent, handle_of_mig(m))
+    } else {
+        return NOT_FOUND;
+    };
+    if lost()[gpu] {
+        return GPU_IS_LOST;
+    }
+    put(device, handle)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlEventSetCreate(set: *mut nvmlEventSet_t) -> nvmlReturn_t {
+    if set.is_null() {
+        return INVALID_ARGUMENT;
+    }
+    // Only what is appended from now on is seen; an absent file is read from its start.
+    let offset = events_file()
+        .and_then(|p| std::fs::metadata(p).ok())
+        .map_or(0, |m| m.len());
+    let id = NEXT_SET.fetch_add(1, Ordering::Relaxed);
+    let Ok(mut sets) = SETS.lock() else {
+        return UNKNOWN;
+    };
+    sets.insert(
+        id,
+        SetState {
+            offset,
+            registered: [0; 8],
+        },
+    );
+    put(set, ptr::without_provenance_mut(id))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlEventSetFree(set: nvmlEventSet_t) -> nvmlReturn_t {
+    let Ok(mut sets) = SETS.lock() else {
+        return UNKNOWN;
+    };
+    match sets.remove(&set.addr()) {
+        Some(_) => SUCCESS,
+        None => INVALID_ARGUMENT,
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetSupportedEventTypes(
+    device: nvmlDevice_t,
+    types: *mut c_ulonglong,
+) -> nvmlReturn_t {
+    match decode(device) {
+        Some(Handle::Gpu(_)) => put(types, SUPPORTED),
+        // Events are registered on the parent GPU and attributed to instances.
+        Some(Handle::Mig(_)) => NOT_SUPPORTED,
+        None => INVALID_ARGUMENT,
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceRegisterEvents(
+    device: nvmlDevice_t,
+    types: c_ulonglong,
+    set: nvmlEventSet_t,
+) -> nvmlReturn_t {
+    let gpu = match decode(device) {
+        Some(Handle::Gpu(i)) => i,
+        Some(Handle::Mig(_)) => return NOT_SUPPORTED,
+        None => return INVALID_ARGUMENT,
+    };
+    if types & SUPPORTED == 0 {
+        return NOT_SUPPORTED;
+    }
+    let Ok(mut sets) = SETS.lock() else {
+        return UNKNOWN;
+    };
+    match sets
+        .get_mut(&set.addr())
+        .and_then(|s| s.registered.get_mut(gpu))
+    {
+        Some(r) => {
+            *r |= types & SUPPORTED;
+            SUCCESS
+        }
+        None => INVALID_ARGUMENT,
+    }
+}
+
+/// The set's next event, consuming the lines up to it; `Ok(None)` when there is none yet.
+fn next_event(set: usize) -> Result<Option<nvmlEventData_t>, nvmlReturn_t> {
+    let mut sets = SETS.lock().map_err(|_| UNKNOWN)?;
+    let state = sets.get_mut(&set).ok_or(INVALID_ARGUMENT)?;
+    let Some(path) = events_file() else {
+        return Ok(None);
+    };
+    for (text, end) in lines_from(path, state.offset) {
+        state.offset = end;
+        let Some(Line::Event {
+            gpu,
+            kind,
+            data,
+            gi,
+            ci,
+        }) = parse(&text)
+        else {
+            continue;
+        };
+        if state.registered.get(gpu).is_some_and(|r| r & kind != 0) {
+            return Ok(Some(nvmlEventData_t {
+                device: handle_of_gpu(gpu),
+                eventType: kind,
+                eventData: data,
+                gpuInstanceId: gi,
+                computeInstanceId: ci,
+            }));
+        }
+    }
+    Ok(None)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn nvmlEventSetWait_v2(
+    set: nvmlEventSet_t,
+    data: *mut nvmlEventData_t,
+    timeoutms: c_uint,
+) -> nvmlReturn_t {
+    if data.is_null() {
+        return INVALID_ARGUMENT;
+    }
+    let deadline = Instant::now().checked_add(Duration::from_millis(timeoutms.into()));
+    loop {
+        match next_event(set.addr()) {
+            Ok(Some(event)) => return put(data, event),
+            Ok(None) => {}
+            Err(rc) => return rc,
+        }
+        let left = deadline.map_or(POLL, |d| d.saturating_duration_since(Instant::now()));
+        if left.is_zero() {
+            return TIMEOUT;
+        }
+        std::thread::sleep(left.min(POLL));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lines() {
+        let xid = |gpu, data, gi, ci| Line::Event {
+            gpu,
+            kind: XID,
+            data,
+            gi,
+            ci,
+        };
+        assert_eq!(
+            parse("3 xid 79"),
+            Some(xid(3, 79, NO_INSTANCE, NO_INSTANCE))
+        );
+        assert_eq!(parse(" 6  xid 31 gi 2 ci 0 "), Some(xid(6, 31, 2, 0)));
+        assert_eq!(parse("7 lost"), Some(Line::Lost(7)));
+        assert_eq!(parse("0 found"), Some(Line::Found(0)));
+        for bad in [
+            "",
+            "# 3 xid 79",
+            "8 xid 79",
+            "-1 xid 79",
+            "3 xid",
+            "3 xid 79 gi 2",
+            "3 xid x",
+            "3 recovery",
+            "3 lost now",
+            "3 ecc",
+        ] {
+            assert_eq!(parse(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn partial_lines() {
+        let dir = std::env::temp_dir().join(format!("fake-nvml-lines-{}", std::process::id()));
+        let _ = std::fs::create_dir_all(&dir);
+        let path = dir.join(FILE_NAME);
+        std::fs::write(&path, "0 lost\n1 xid 4").unwrap();
+        assert_eq!(lines_from(&path, 0), vec![("0 lost".to_string(), 7)]);
+        assert_eq!(lines_from(&path, 7), vec![]);
+        assert_eq!(lines_from(&dir.join("absent"), 0), vec![]);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
