@@ -115,7 +115,7 @@ mod tests {
         );
         assert_eq!(
             serde_json::to_value(u).unwrap()["timeAdded"],
-            "2026-09-21T12:53:20Z"
+            "2026-09-21T14:13:20Z"
         );
         let d = &t.for_device("gpu-3").unwrap()[0];
         assert_eq!(
