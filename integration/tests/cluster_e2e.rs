@@ -11,6 +11,9 @@ use std::time::{Duration, Instant};
 use anyhow::{ensure, Context};
 use graft_integration::cluster::{wait_until, Cluster, WAIT};
 
+#[path = "cluster_e2e/gpu_health.rs"]
+mod gpu_health;
+
 /// A pod whose container `app` uses one device of `class` (found at `path`) through a
 /// claim template; its two other containers have no claim.
 fn device_pod(name: &str, class: &str, path: &str) -> String {
@@ -385,7 +388,7 @@ fn licences_one_per_pod(c: &Cluster) -> anyhow::Result<()> {
 fn gpus_through_the_gpu_setup(c: &Cluster) -> anyhow::Result<()> {
     let fake = std::path::Path::new("/var/lib/graft-cluster/fake-nvidia");
     let _ = std::fs::remove_dir_all(fake);
-    graft_integration::fake_gpu::FakeNode::create(fake)?;
+    let node = graft_integration::fake_gpu::FakeNode::create(fake)?;
     c.deploy_graft_gpu(fake)?;
     wait_until("the GPUs were never published", || {
         Ok(c.kubectl(&["get", "resourceslices", "-o", "json"])?
@@ -424,7 +427,8 @@ fn gpus_through_the_gpu_setup(c: &Cluster) -> anyhow::Result<()> {
     ensure!(!other.contains("/dev/nvidiactl\n"), "{other}");
     c.kubectl(&["delete", "pod", "gpu", "--wait=true"])?;
     wait_unprepared(c)?;
-    Ok(())
+    gpu_health::gpu_health(c, &node)?;
+    wait_unprepared(c)
 }
 
 /// A claim named `shared` and two pods (`share-a`, `share-b`) that both use all of it.
