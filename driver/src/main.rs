@@ -18,6 +18,7 @@ use graft_driver::discovery::nvidia::vfio::Vfio;
 use graft_driver::discovery::nvidia::{NvidiaConfig, NvidiaDiscovery};
 use graft_driver::discovery::{discover_all, inotify, Discovery};
 use graft_driver::edge::{Edge, KUBELET_DEADLINE};
+use graft_driver::health::absent;
 use graft_driver::health::classify::parse_xids;
 use graft_driver::health::monitor::{self, MonitorConfig};
 use graft_driver::health::HealthReport;
@@ -126,6 +127,18 @@ fn backends(args: &Args) -> anyhow::Result<Backends> {
     Ok((out, smi, nvml))
 }
 
+/// Tells graft-nri which prepared devices the node no longer has (file I/O: a blocking
+/// thread). A failure is logged: the check it feeds only adds refusals.
+async fn refresh_absent(state_dir: PathBuf, devices: Vec<graft_driver::discovery::Device>) {
+    match tokio::task::spawn_blocking(move || absent::refresh(&state_dir, &devices)).await {
+        Ok(Ok(_)) => {}
+        Ok(Err(e)) => tracing::warn!(error = %e, "cannot write the list of absent devices"),
+        Err(e) => {
+            tracing::warn!(error = %e, "writing the list of absent devices failed internally")
+        }
+    }
+}
+
 // Two workers whatever the node's core count: the driver's work is a few RPCs at a time, and
 // per-core threads (and their malloc arenas) would only add memory.
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
@@ -227,6 +240,7 @@ async fn main() -> anyhow::Result<()> {
         KUBELET_DEADLINE - margin,
     ));
     edge.startup().await.context("settling the checkpoint")?;
+    refresh_absent(args.state_dir.clone(), devices.clone()).await;
 
     let (inv_tx, inv_rx) = tokio::sync::watch::channel(devices);
     // Device health: NVML events for GPUs; without the nvidia backend every device stays
@@ -269,6 +283,7 @@ async fn main() -> anyhow::Result<()> {
         Err(e) => tracing::warn!(error = %e, "no change notification; periodic rescans only"),
     }
     let rescan_core = Arc::clone(edge.core());
+    let rescan_state = args.state_dir.clone();
     let rescan_every = Duration::from_secs(args.rescan_seconds.max(1));
     tokio::spawn(async move {
         loop {
@@ -289,6 +304,7 @@ async fn main() -> anyhow::Result<()> {
             match found {
                 Ok(devs) => {
                     rescan_core.set_inventory(&devs);
+                    refresh_absent(rescan_state.clone(), devs.clone()).await;
                     inv_tx.send_if_modified(|cur| {
                         let changed = *cur != devs;
                         if changed {

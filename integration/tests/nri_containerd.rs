@@ -345,6 +345,33 @@ async fn scenario(version: Version) -> anyhow::Result<()> {
         cri.remove_pod(&pod).await?;
     }
 
+    // 2b. A device graft-driver found gone since the claim was prepared refuses the claim's
+    //     new containers; back, it no longer does.
+    let (pod_uid, claim_uid) = (uid("absent", "pod"), uid("absent", "claim"));
+    store.put_claim(&claim(&claim_uid, &pod_uid, "app", major, minor, &conf))?;
+    graft_record::absent::write_absent(&state, &["testdev-0".to_string()].into())?;
+    let pod = cri.run_pod("pod-absent", &pod_uid).await?;
+    match cri.create(&pod, "app", &script).await {
+        Ok(id) => bail!("a container needing an absent device was created: {id}"),
+        Err(status) => {
+            println!(
+                "[{}] absent device refused: {}",
+                version.label(),
+                status.message()
+            );
+            ensure!(
+                status.message().contains("device testdev-0 of claim")
+                    && status.message().contains("is gone from the node"),
+                "{}",
+                status.message()
+            );
+        }
+    }
+    graft_record::absent::write_absent(&state, &Default::default())?;
+    cri.create(&pod, "app", &script).await?;
+    cri.remove_pod(&pod).await?;
+    store.remove_claim(&claim_uid)?;
+
     // 3. containerd restarts: graft-nri reconnects, resynchronizes (finding nothing amiss
     //    with the running injected container), and injects the next container.
     let before = Instant::now();

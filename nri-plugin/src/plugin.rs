@@ -18,7 +18,7 @@ use crate::fault::FaultSwitch;
 use crate::guard::panic_message;
 use crate::inject::{plan, Plan};
 use crate::sdk::{ConnectionState, NriPlugin, Runtime};
-use crate::sources::check_served;
+use crate::sources::{check_present, check_served};
 
 /// Counters, for logs and tests.
 #[derive(Debug, Default)]
@@ -300,6 +300,7 @@ impl NriPlugin for GraftPlugin {
             let planned = plan(&claims, &pod_uid, &ctr_name, &policy).map_err(|e| e.to_string())?;
             if let Some(p) = &planned {
                 check_served(p, &policy, &host_root)?;
+                check_present(p, store.root())?;
             }
             Ok(planned)
         });

@@ -29,6 +29,29 @@ pub fn check_served(plan: &Plan, policy: &InjectionPolicy, host_root: &Path) -> 
     Ok(())
 }
 
+/// Refuses a plan that needs a device graft-driver found gone from the node since its claim
+/// was prepared (`graft_record::absent`, in the state directory `root`). An unreadable list
+/// is logged and not held against the container: it only adds to what the records allow.
+pub fn check_present(plan: &Plan, root: &Path) -> Result<(), String> {
+    let absent = match graft_record::absent::read_absent(root) {
+        Ok(a) => a,
+        Err(e) => {
+            tracing::warn!(error = %e, "the list of absent devices is unreadable; not checked");
+            return Ok(());
+        }
+    };
+    for g in &plan.grants {
+        if let Some(d) = g.devices.iter().find(|d| absent.contains(*d)) {
+            return Err(format!(
+                "device {d} of claim {} is gone from the node (graft-driver no longer finds \
+                 it); the container would start without it",
+                g.claim
+            ));
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -77,5 +100,27 @@ mod tests {
         assert!(err.contains("/srv/lic/gone"), "{err}");
         // Sources graft provides itself are not looked at here.
         check_served(&plan("/dev/not-here"), &policy, root.path()).unwrap();
+    }
+
+    #[test]
+    fn a_device_gone_from_the_node_refuses_the_container() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut p = Plan::default();
+        p.grants.push(Grant {
+            claim: "default/serial".into(),
+            uid: "u1".into(),
+            devices: vec!["serial-0".into()],
+        });
+        check_present(&p, dir.path()).unwrap();
+        let absent = std::collections::BTreeSet::from(["serial-0".to_string()]);
+        graft_record::absent::write_absent(dir.path(), &absent).unwrap();
+        let e = check_present(&p, dir.path()).unwrap_err();
+        assert!(
+            e.contains("device serial-0 of claim default/serial is gone"),
+            "{e}"
+        );
+        // Unreadable: logged, not held against the container.
+        std::fs::write(dir.path().join("absent-devices.json"), b"garbage").unwrap();
+        check_present(&p, dir.path()).unwrap();
     }
 }

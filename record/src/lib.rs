@@ -6,6 +6,7 @@
 //! prepare while no plugin is in place to inject. The format is versioned
 //! ([`FORMAT_VERSION`]); files are replaced atomically and durably.
 
+pub mod absent;
 pub mod atomic;
 pub mod env;
 mod error;

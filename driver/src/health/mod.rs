@@ -5,6 +5,7 @@
 //! The monitor publishes a [`HealthReport`] through a `tokio::sync::watch` channel. A
 //! device that is not in the report is healthy: only devices with something to say appear.
 
+pub mod absent;
 pub mod classify;
 pub mod events;
 pub mod monitor;

@@ -320,6 +320,22 @@ fn watch_events(
     }
 }
 
+/// One registration and one wait, for node checks: how many of the devices' GPUs NVML
+/// registered for events, out of how many, after a wait of `WAIT_MS` that must end in a
+/// timeout or an event. Never injects anything.
+pub fn check_events(lib: &std::path::Path, devices: &[Device]) -> Result<(usize, usize), String> {
+    let nvml = Nvml::builder()
+        .lib_path(OsStr::new(lib.as_os_str()))
+        .init()
+        .map_err(|e| format!("loading {}: {e}", lib.display()))?;
+    let uuids = gpu_uuids(devices);
+    let r = register(&nvml, &uuids).map_err(|e| format!("event set: {e}"))?;
+    match wait(&nvml, &r)? {
+        Waited::Lost => Err("NVML reports a GPU lost".into()),
+        Waited::Event { .. } | Waited::Nothing => Ok((r.handles.len(), uuids.len())),
+    }
+}
+
 /// Asks NVML for each GPU: lost ones become unhealthy, reachable ones may recover.
 fn probe(
     nvml: &Nvml,

@@ -17,6 +17,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use anyhow::{bail, Context};
+use graft_driver::discovery::nvidia::NvidiaDiscovery;
 use graft_record::RecordStore;
 
 use crate::records::one_device_claim;
@@ -159,6 +160,21 @@ pub async fn run(opts: &Options) -> anyhow::Result<Report> {
         true,
         format!("{} ({uuid}) of {} devices", dev.name, scan.devices.len()),
     );
+
+    // Health: the driver's NVML event registration and one wait, as graft-driver's health
+    // monitor does them (nothing is injected into a real GPU).
+    let health = NvidiaDiscovery::new(discover::config(opts))
+        .and_then(|d| d.nvml_path())
+        .map_err(|e| e.to_string())
+        .and_then(|lib| graft_driver::health::monitor::check_events(&lib, &scan.devices));
+    match health {
+        Ok((registered, gpus)) => r.check(
+            "NVML health events register and wait",
+            registered == gpus && gpus > 0,
+            format!("{registered} of {gpus} GPUs registered for XID, ECC, unavailable and recovery-action events"),
+        ),
+        Err(e) => r.check("NVML health events register and wait", false, e),
+    }
 
     let work = &opts.work_dir;
     let _ = std::fs::remove_dir_all(work);
