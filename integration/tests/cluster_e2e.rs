@@ -17,17 +17,9 @@ mod gpu_health;
 /// A pod whose container `app` uses one device of `class` (found at `path`) through a
 /// claim template; its two other containers have no claim.
 fn device_pod(name: &str, class: &str, path: &str) -> String {
-    format!(
-        r#"apiVersion: resource.k8s.io/v1
-kind: ResourceClaimTemplate
-metadata: {{name: {name}, namespace: default}}
-spec:
-  spec:
-    devices:
-      requests:
-      - name: dev
-        exactly: {{deviceClassName: {class}}}
----
+    claim_template(name, class, None)
+        + &format!(
+            r#"---
 apiVersion: v1
 kind: Pod
 metadata: {{name: {name}, namespace: default}}
@@ -48,6 +40,27 @@ spec:
     image: docker.io/library/busybox:test
     imagePullPolicy: Never
     command: ["/bin/sh", "-c", "ls {path} 2>&1; sleep 3600"]
+"#
+        )
+}
+
+/// A ResourceClaimTemplate `name` whose request `dev` asks for one device of `class`, only
+/// among those matching the CEL expression `cel` when given.
+fn claim_template(name: &str, class: &str, cel: Option<&str>) -> String {
+    let selectors = cel
+        .map(|e| format!("\n          selectors:\n          - cel: {{expression: '{e}'}}"))
+        .unwrap_or_default();
+    format!(
+        r#"apiVersion: resource.k8s.io/v1
+kind: ResourceClaimTemplate
+metadata: {{name: {name}, namespace: default}}
+spec:
+  spec:
+    devices:
+      requests:
+      - name: dev
+        exactly:
+          deviceClassName: {class}{selectors}
 "#
     )
 }

@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context};
+use graft_integration::cri::Pod;
 use graft_integration::mounts::Scratch;
 use graft_integration::records::{char_node, one_device_claim, ro_bind};
 use graft_integration::{Containerd, Cri, GraftNri, Testbed, Version};
@@ -154,6 +155,28 @@ fn mount_to<'a>(spec: &'a Spec, dest: &str) -> Option<&'a Mount> {
 /// The spec's annotation `key`, if set.
 fn annotation<'a>(spec: &'a Spec, key: &str) -> Option<&'a str> {
     spec.annotations().as_ref()?.get(key).map(String::as_str)
+}
+
+/// Creating container `app` in `pod` must be refused with a message holding every needle.
+async fn refused(
+    cri: &Cri,
+    pod: &Pod,
+    script: &str,
+    label: &str,
+    needles: &[&str],
+) -> anyhow::Result<()> {
+    match cri.create(pod, "app", script).await {
+        Ok(id) => bail!("{label}: the container must be refused, but {id} was created"),
+        Err(status) => {
+            println!("{label} refused: {}", status.message());
+            ensure!(
+                needles.iter().all(|n| status.message().contains(n)),
+                "{}",
+                status.message()
+            );
+            Ok(())
+        }
+    }
 }
 
 async fn scenario(version: Version) -> anyhow::Result<()> {
@@ -327,21 +350,8 @@ async fn scenario(version: Version) -> anyhow::Result<()> {
         store.put_claim(&claim(&claim_uid, &pod_uid, "app", major, minor, &conf))?;
         spoil(&state.join("claims").join(format!("{claim_uid}.json")));
         let pod = cri.run_pod(&format!("pod-{what}"), &pod_uid).await?;
-        match cri.create(&pod, "app", &script).await {
-            Ok(id) => bail!("a {what} record must refuse the container, but {id} was created"),
-            Err(status) => {
-                println!(
-                    "[{}] {what} record refused: {}",
-                    version.label(),
-                    status.message()
-                );
-                ensure!(
-                    status.message().contains("graft") && status.message().contains(expect),
-                    "{}",
-                    status.message()
-                );
-            }
-        }
+        let label = format!("[{}] {what} record", version.label());
+        refused(&cri, &pod, &script, &label, &["graft", expect]).await?;
         cri.remove_pod(&pod).await?;
     }
 
@@ -351,22 +361,9 @@ async fn scenario(version: Version) -> anyhow::Result<()> {
     store.put_claim(&claim(&claim_uid, &pod_uid, "app", major, minor, &conf))?;
     graft_record::absent::write_absent(&state, &["testdev-0".to_string()].into())?;
     let pod = cri.run_pod("pod-absent", &pod_uid).await?;
-    match cri.create(&pod, "app", &script).await {
-        Ok(id) => bail!("a container needing an absent device was created: {id}"),
-        Err(status) => {
-            println!(
-                "[{}] absent device refused: {}",
-                version.label(),
-                status.message()
-            );
-            ensure!(
-                status.message().contains("device testdev-0 of claim")
-                    && status.message().contains("is gone from the node"),
-                "{}",
-                status.message()
-            );
-        }
-    }
+    let label = format!("[{}] absent device", version.label());
+    let needles = ["device testdev-0 of claim", "is gone from the node"];
+    refused(&cri, &pod, &script, &label, &needles).await?;
     graft_record::absent::write_absent(&state, &Default::default())?;
     cri.create(&pod, "app", &script).await?;
     cri.remove_pod(&pod).await?;

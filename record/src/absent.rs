@@ -27,8 +27,12 @@ struct AbsentFile {
     devices: BTreeSet<String>,
 }
 
-/// Replaces the list (graft-driver).
+/// Replaces the list (graft-driver). An empty list is no file: graft-nri's check on every
+/// CreateContainer is then one failed open.
 pub fn write_absent(root: &Path, devices: &BTreeSet<String>) -> Result<()> {
+    if devices.is_empty() {
+        return atomic::remove_file(&root.join(ABSENT_FILE)).map(drop);
+    }
     let data = serde_json::to_vec(&AbsentFile {
         version: VERSION,
         devices: devices.clone(),
@@ -71,6 +75,9 @@ mod tests {
         let set = BTreeSet::from(["serial-0".to_string(), "seat-2".to_string()]);
         write_absent(dir.path(), &set).unwrap();
         assert_eq!(read_absent(dir.path()).unwrap(), set);
+        write_absent(dir.path(), &BTreeSet::new()).unwrap();
+        assert!(!dir.path().join(ABSENT_FILE).exists());
+        assert!(read_absent(dir.path()).unwrap().is_empty());
         std::fs::write(
             dir.path().join(ABSENT_FILE),
             b"{\"version\": 9, \"devices\": []}",

@@ -71,6 +71,24 @@ pub struct Device {
     pub optional_edits: BTreeMap<String, ContainerEdits>,
 }
 
+impl Device {
+    /// A string attribute's value.
+    pub fn string_attribute(&self, key: &str) -> Option<&str> {
+        match self.attributes.get(key) {
+            Some(Attribute::String(s)) => Some(s),
+            _ => None,
+        }
+    }
+
+    /// An integer attribute's value.
+    pub fn int_attribute(&self, key: &str) -> Option<i64> {
+        match self.attributes.get(key) {
+            Some(Attribute::Int(i)) => Some(*i),
+            _ => None,
+        }
+    }
+}
+
 /// A discovery backend.
 pub trait Discovery: Send + Sync {
     /// Short backend name for logs and errors.

@@ -24,7 +24,7 @@ use tokio::sync::watch;
 use super::classify::{classify, Signal, Verdict};
 use super::state::Tracker;
 use super::HealthReport;
-use crate::discovery::{Attribute, Device, Kind};
+use crate::discovery::{Device, Kind};
 
 /// The events graft acts on. Single-bit ECC errors are corrected by the hardware and come
 /// in storms; clock and power-state changes say nothing about health.
@@ -50,27 +50,30 @@ pub struct MonitorConfig {
     pub probe_every: Duration,
 }
 
+/// The UUID of the GPU a device is (part of): its own for a whole GPU or its passthrough
+/// function, its parent's for a MIG device.
+fn gpu_of(d: &Device) -> Option<&str> {
+    match d.kind {
+        Kind::Gpu | Kind::Vfio => d.string_attribute("uuid"),
+        Kind::Mig => d.string_attribute("parentUUID"),
+        _ => None,
+    }
+}
+
 /// The published devices a signal on GPU `uuid` lands on; `gi`/`ci` narrow it to one MIG
 /// GPU instance (and compute instance) when NVML attributed the event.
 pub fn targets(devices: &[Device], uuid: &str, gi: Option<u32>, ci: Option<u32>) -> Vec<String> {
-    let attr = |d: &Device, k: &str| match d.attributes.get(k) {
-        Some(Attribute::String(s)) => Some(s.clone()),
-        _ => None,
-    };
-    let int = |d: &Device, k: &str| match d.attributes.get(k) {
-        Some(Attribute::Int(i)) => u32::try_from(*i).ok(),
-        _ => None,
-    };
+    let id = |d: &Device, k: &str| d.int_attribute(k).and_then(|i| u32::try_from(i).ok());
     devices
         .iter()
+        .filter(|d| gpu_of(d) == Some(uuid))
         .filter(|d| match d.kind {
             Kind::Mig => {
-                attr(d, "parentUUID").as_deref() == Some(uuid)
-                    && gi.is_none_or(|g| int(d, "giID") == Some(g))
-                    && ci.is_none_or(|c| int(d, "ciID") == Some(c))
+                gi.is_none_or(|g| id(d, "giID") == Some(g))
+                    && ci.is_none_or(|c| id(d, "ciID") == Some(c))
             }
-            Kind::Gpu | Kind::Vfio => gi.is_none() && attr(d, "uuid").as_deref() == Some(uuid),
-            _ => false,
+            // An event NVML attributed to an instance is not the whole GPU's.
+            _ => gi.is_none(),
         })
         .map(|d| d.name.clone())
         .collect()
@@ -80,17 +83,7 @@ pub fn targets(devices: &[Device], uuid: &str, gi: Option<u32>, ci: Option<u32>)
 fn gpu_uuids(devices: &[Device]) -> BTreeSet<String> {
     devices
         .iter()
-        .filter_map(|d| {
-            let key = match d.kind {
-                Kind::Gpu | Kind::Vfio => "uuid",
-                Kind::Mig => "parentUUID",
-                _ => return None,
-            };
-            match d.attributes.get(key) {
-                Some(Attribute::String(s)) => Some(s.clone()),
-                _ => None,
-            }
-        })
+        .filter_map(|d| gpu_of(d).map(str::to_string))
         .collect()
 }
 
@@ -383,6 +376,7 @@ fn log_changes(before: &HealthReport, after: &HealthReport) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::discovery::Attribute;
 
     fn dev(name: &str, kind: Kind, attrs: &[(&str, Attribute)]) -> Device {
         Device {

@@ -12,20 +12,10 @@ use graft_integration::fake_gpu::FakeNode;
 /// A pod whose container uses the GPU at PCI address `bus` (a CEL selector on the
 /// published `pciBusID`).
 fn pinned_gpu_pod(name: &str, bus: &str) -> String {
-    format!(
-        r#"apiVersion: resource.k8s.io/v1
-kind: ResourceClaimTemplate
-metadata: {{name: {name}, namespace: default}}
-spec:
-  spec:
-    devices:
-      requests:
-      - name: gpu
-        exactly:
-          deviceClassName: gpu.graft.dev
-          selectors:
-          - cel: {{expression: 'device.attributes["graft.dev"].pciBusID == "{bus}"'}}
----
+    let cel = format!(r#"device.attributes["graft.dev"].pciBusID == "{bus}""#);
+    super::claim_template(name, "gpu.graft.dev", Some(&cel))
+        + &format!(
+            r#"---
 apiVersion: v1
 kind: Pod
 metadata: {{name: {name}, namespace: default}}
@@ -39,7 +29,7 @@ spec:
     command: ["/bin/sh", "-c", "echo started; sleep 3600"]
     resources: {{claims: [{{name: gpu}}]}}
 "#
-    )
+        )
 }
 
 /// The taints on `device` in graft's ResourceSlices, as `key=value:effect` lines.

@@ -106,9 +106,8 @@ impl DeviceSetup for FakeSetup {
         device: &Device,
         config: Option<&DeviceConfig>,
     ) -> Result<Option<Setup>, SetupError> {
-        let pci = match device.attributes.get("pciBusID") {
-            Some(Attribute::String(s)) => s.clone(),
-            _ => return Ok(None),
+        let Some(pci) = device.string_attribute("pciBusID").map(str::to_string) else {
+            return Ok(None);
         };
         let sharing = config.and_then(|c| c.sharing.as_ref());
         Ok(match (device.kind, sharing) {
