@@ -21,6 +21,23 @@ pub const UVM_MAJOR: u32 = 510;
 pub const CAPS_MAJOR: u32 = 235;
 pub const IMEX_MAJOR: u32 = 234;
 
+/// A GPU instance in the fake NVML's MIG state file, with the ids of its compute
+/// instances (format in integration/fake-nvml/src/mig/state.rs).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MigInstance {
+    /// NVML index of the GPU.
+    pub gpu: usize,
+    /// GPU instance id.
+    pub gi: u32,
+    /// GPU instance profile (an `NVML_GPU_INSTANCE_PROFILE_*` index).
+    pub profile: u32,
+    /// Placement: first memory slice, and how many.
+    pub start: u32,
+    pub size: u32,
+    /// Compute instance ids, ascending.
+    pub cis: Vec<u32>,
+}
+
 pub struct FakeNode {
     /// Stands in for the host's `/` (driver root `/` inside it).
     pub host: PathBuf,
@@ -264,6 +281,70 @@ impl FakeNode {
             .with_context(|| format!("{}", path.display()))?;
         f.write_all(format!("{line}\n").as_bytes())
             .with_context(|| format!("{}", path.display()))
+    }
+
+    /// The fake NVML's MIG configuration, next to `libnvidia-ml.so.1` (format in
+    /// integration/fake-nvml/src/mig/config.rs); absent until [`FakeNode::configure_mig`].
+    pub fn mig_config_file(&self) -> PathBuf {
+        self.host.join(&LIB_DIR[1..]).join("fake-nvml-mig")
+    }
+
+    /// Replaces the fake NVML's MIG configuration with `lines` (e.g. `"mig 5 on\nstate
+    /// <dir>/mig-state\n"`) in one rename: the library reads it on every call, and must
+    /// never see half of it.
+    pub fn configure_mig(&self, lines: &str) -> anyhow::Result<()> {
+        let path = self.mig_config_file();
+        let tmp = path.with_extension("tmp");
+        std::fs::write(&tmp, lines).with_context(|| format!("{}", tmp.display()))?;
+        std::fs::rename(&tmp, &path).with_context(|| format!("{}", path.display()))
+    }
+
+    /// The GPU and compute instances in a fake NVML MIG state file (the `state` path given
+    /// to [`FakeNode::configure_mig`]), by GPU then GI id. The library writes the file on
+    /// its first MIG call (with its initial instances: those of GPUs 6 and 7, where MIG is
+    /// on); until then, an absent file lists nothing.
+    pub fn mig_instances(state: &Path) -> anyhow::Result<Vec<MigInstance>> {
+        let text = match std::fs::read_to_string(state) {
+            Ok(text) => text,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(e).with_context(|| format!("{}", state.display())),
+        };
+        let mut out: Vec<MigInstance> = Vec::new();
+        for (n, line) in text.lines().enumerate() {
+            let line = line.split('#').next().unwrap_or_default();
+            let words: Vec<&str> = line.split_whitespace().collect();
+            let Some((kind, rest)) = words.split_first() else {
+                continue;
+            };
+            let bad = || format!("{} line {}: {line:?}", state.display(), n + 1);
+            let nums = rest
+                .iter()
+                .map(|w| w.parse::<u32>())
+                .collect::<Result<Vec<u32>, _>>()
+                .with_context(bad)?;
+            match (*kind, nums.as_slice()) {
+                ("gi", &[gpu, gi, profile, start, size]) => out.push(MigInstance {
+                    gpu: gpu as usize,
+                    gi,
+                    profile,
+                    start,
+                    size,
+                    cis: Vec::new(),
+                }),
+                ("ci", &[gpu, gi, ci, _profile, _start]) => out
+                    .iter_mut()
+                    .find(|m| m.gpu == gpu as usize && m.gi == gi)
+                    .with_context(|| format!("{}: compute instance of no GPU instance", bad()))?
+                    .cis
+                    .push(ci),
+                _ => bail!("{}", bad()),
+            }
+        }
+        out.sort_by_key(|m| (m.gpu, m.gi));
+        for m in &mut out {
+            m.cis.sort_unstable();
+        }
+        Ok(out)
     }
 
     /// What graft-driver asked nvidia-smi, one call a line.

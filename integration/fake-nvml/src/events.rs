@@ -26,10 +26,9 @@
 //! and its MIG devices); the by-index calls discovery makes keep working.
 
 use std::collections::HashMap;
-use std::ffi::{c_char, c_uint, c_ulonglong, c_void, CStr, OsStr};
+use std::ffi::{c_char, c_uint, c_ulonglong, CStr};
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
-use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{LazyLock, Mutex, OnceLock};
@@ -114,28 +113,11 @@ fn parse(line: &str) -> Option<Line> {
     }
 }
 
-/// The feed's path: next to this library, as the loader names it (a relative name is taken
-/// against the working directory of the first call). `None` when the loader cannot say,
-/// which reads as an absent file.
+/// The feed's path: next to this library. `None` when the loader cannot say where that
+/// is, which reads as an absent file.
 fn events_file() -> Option<&'static Path> {
     static FILE: OnceLock<Option<PathBuf>> = OnceLock::new();
-    FILE.get_or_init(|| {
-        let own = nvmlEventSetCreate as unsafe extern "C" fn(*mut nvmlEventSet_t) -> nvmlReturn_t;
-        // SAFETY: an all-zero Dl_info is valid (null pointers, zero numbers).
-        let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
-        // SAFETY: dladdr only looks the address up (a function of this very library) and
-        // fills `info`, which is a live local.
-        if unsafe { libc::dladdr(own as *const c_void, &mut info) } == 0 || info.dli_fname.is_null()
-        {
-            return None;
-        }
-        // SAFETY: dli_fname is the loader's NUL-terminated name of this object, valid while
-        // the object is loaded, which it is while this code runs; it is copied at once.
-        let name = unsafe { CStr::from_ptr(info.dli_fname) };
-        let lib = std::path::absolute(Path::new(OsStr::from_bytes(name.to_bytes()))).ok()?;
-        Some(lib.parent()?.join(FILE_NAME))
-    })
-    .as_deref()
+    FILE.get_or_init(|| beside_library(FILE_NAME)).as_deref()
 }
 
 /// The complete lines of the file from `offset` on, each with the offset just past it.
@@ -191,8 +173,19 @@ pub unsafe extern "C" fn nvmlDeviceGetHandleByUUID(
     let want = CStr::from_ptr(uuid).to_string_lossy();
     let (gpu, handle) = if let Some(i) = (0..8).find(|&i| gpu_uuid(i) == want) {
         (i, handle_of_gpu(i))
-    } else if let Some(m) = (0..MIGS.len()).find(|&m| mig_uuid(m) == want) {
-        (MIGS[m].parent, handle_of_mig(m))
+    } else if want.starts_with("MIG-") {
+        // Only the MIG devices that exist now.
+        let (config, state) = match mig::now() {
+            Ok(now) => now,
+            Err(rc) => return rc,
+        };
+        match (0..8)
+            .flat_map(|gpu| mig::devices_of(&config, &state, gpu))
+            .find(|&inst| mig_uuid(inst) == want)
+        {
+            Some(inst) => (inst.gpu, handle_of_mig(inst)),
+            None => return NOT_FOUND,
+        }
     } else {
         return NOT_FOUND;
     };

@@ -6,7 +6,10 @@
 //!
 //! - NVML indices 0..7 in PCI order, minor numbers deliberately different from the indices
 //!   (`MINORS`), so that code keyed by the wrong one shows up in tests;
-//! - MIG enabled on indices 6 and 7, with static GPU and compute instances;
+//! - MIG on indices 6 and 7, with preset instances; GPU and compute instances that callers
+//!   create and destroy through NVML's calls, under the real placement rules; the file
+//!   `fake-nvml-mig` next to the library sets MIG modes, the model (H100 80GB or A100
+//!   40GB), and a state file that processes share (see the `mig` module);
 //! - no NVLink fabric, unless `GRAFT_FAKE_NVML_FABRIC=<32 hex digits>:<clique id>` is set,
 //!   in which case every GPU reports a completed fabric registration in that clique;
 //! - like the real library, it needs libpthread, libdl, libm and librt (build.rs), and
@@ -21,16 +24,22 @@
 // Every export is a C entry point that dereferences caller pointers, as NVML's do.
 #![allow(clippy::missing_safety_doc)]
 
-use std::ffi::{c_char, c_int, c_uint, CStr};
+use std::ffi::{c_char, c_int, c_uint, c_void, CStr, OsStr};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
 use std::ptr;
+use std::sync::OnceLock;
 
 use nvml_wrapper_sys::bindings::*;
 
 mod events;
 mod fabric;
+mod handles;
 mod mig;
 
-use mig::MIGS;
+use handles::{decode, handle_of_gpu, handle_of_mig, Handle, Inst};
+use mig::config::model;
+use mig::mig_uuid;
 
 const SUCCESS: nvmlReturn_t = nvmlReturn_enum_NVML_SUCCESS;
 const INVALID_ARGUMENT: nvmlReturn_t = nvmlReturn_enum_NVML_ERROR_INVALID_ARGUMENT;
@@ -41,44 +50,45 @@ const UNKNOWN: nvmlReturn_t = nvmlReturn_enum_NVML_ERROR_UNKNOWN;
 
 pub const DRIVER_VERSION: &str = "580.95.05";
 const CUDA_DRIVER_VERSION: c_int = 13000;
-const GPU_NAME: &str = "NVIDIA H100 80GB HBM3";
-const GPU_MEMORY: u64 = 85_520_809_984;
 const PCI_BUSES: [u32; 8] = [0x18, 0x2a, 0x3a, 0x5d, 0x9a, 0xab, 0xba, 0xdb];
 const MINORS: [u32; 8] = [2, 3, 0, 1, 6, 7, 4, 5];
-const MIG_ENABLED: [bool; 8] = [false, false, false, false, false, false, true, true];
 
-/// Handles are addresses inside this table: 0..8 are GPUs, 8.. are MIG devices.
-static HANDLES: [u8; 8 + MIGS.len()] = [0; 8 + MIGS.len()];
-
-enum Handle {
-    Gpu(usize),
-    Mig(usize),
+/// `name` in the directory of this library file, as the loader reports its path (tests
+/// put the files that steer the fake next to the `libnvidia-ml.so.1` they load; a relative
+/// name is taken against the working directory of the first call). `None` when the loader
+/// cannot say.
+pub(crate) fn beside_library(name: &str) -> Option<PathBuf> {
+    static DIR: OnceLock<Option<PathBuf>> = OnceLock::new();
+    let dir = DIR.get_or_init(|| {
+        let own = nvmlInit_v2 as extern "C" fn() -> nvmlReturn_t;
+        // SAFETY: an all-zero Dl_info is valid (null pointers, zero numbers).
+        let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
+        // SAFETY: dladdr only looks the address up (a function of this very library) and
+        // fills `info`, which is a live local.
+        if unsafe { libc::dladdr(own as *const c_void, &mut info) } == 0 || info.dli_fname.is_null()
+        {
+            return None;
+        }
+        // SAFETY: dli_fname is the loader's NUL-terminated name of this object, valid while
+        // the object is loaded, which it is while this code runs; it is copied at once.
+        let name = unsafe { CStr::from_ptr(info.dli_fname) };
+        let lib = std::path::absolute(Path::new(OsStr::from_bytes(name.to_bytes()))).ok()?;
+        Some(lib.parent()?.to_path_buf())
+    });
+    Some(dir.as_deref()?.join(name))
 }
 
-fn handle_of_gpu(i: usize) -> nvmlDevice_t {
-    ptr::addr_of!(HANDLES[i]) as nvmlDevice_t
-}
-
-fn handle_of_mig(i: usize) -> nvmlDevice_t {
-    ptr::addr_of!(HANDLES[8 + i]) as nvmlDevice_t
-}
-
-fn decode(device: nvmlDevice_t) -> Option<Handle> {
-    let base = HANDLES.as_ptr() as usize;
-    let at = (device as usize).checked_sub(base)?;
-    match at {
-        0..=7 => Some(Handle::Gpu(at)),
-        n if n < HANDLES.len() => Some(Handle::Mig(n - 8)),
-        _ => None,
+/// The GPU behind a handle: its own index, or the parent of a MIG device that exists now.
+fn gpu_of(device: nvmlDevice_t) -> Result<usize, nvmlReturn_t> {
+    match decode(device) {
+        Some(Handle::Gpu(i)) => Ok(i),
+        Some(Handle::Mig(inst)) => mig::device(inst).map(|m| m.inst.gpu),
+        None => Err(INVALID_ARGUMENT),
     }
 }
 
 fn gpu_uuid(i: usize) -> String {
     format!("GPU-6a1f{i:04x}-93c1-4d4e-8f7b-0c5e2a9{i:05x}")
-}
-
-fn mig_uuid(i: usize) -> String {
-    format!("MIG-0d2b{i:04x}-51a0-5b7e-9c3d-7e11f4a{i:05x}")
 }
 
 fn bus_id(i: usize) -> String {
@@ -214,7 +224,11 @@ pub unsafe extern "C" fn nvmlDeviceGetIndex(
 ) -> nvmlReturn_t {
     match decode(device) {
         Some(Handle::Gpu(i)) => put(index, i as c_uint),
-        Some(Handle::Mig(i)) => put(index, i as c_uint),
+        // A MIG device's place among its GPU's.
+        Some(Handle::Mig(inst)) => match mig::device(inst) {
+            Ok(m) => put(index, m.position as c_uint),
+            Err(rc) => rc,
+        },
         None => INVALID_ARGUMENT,
     }
 }
@@ -227,7 +241,10 @@ pub unsafe extern "C" fn nvmlDeviceGetUUID(
 ) -> nvmlReturn_t {
     match decode(device) {
         Some(Handle::Gpu(i)) => write_str(&gpu_uuid(i), out, len),
-        Some(Handle::Mig(i)) => write_str(&mig_uuid(i), out, len),
+        Some(Handle::Mig(inst)) => match mig::device(inst) {
+            Ok(_) => write_str(&mig_uuid(inst), out, len),
+            Err(rc) => rc,
+        },
         None => INVALID_ARGUMENT,
     }
 }
@@ -239,24 +256,14 @@ pub unsafe extern "C" fn nvmlDeviceGetName(
     len: c_uint,
 ) -> nvmlReturn_t {
     match decode(device) {
-        Some(Handle::Gpu(_)) => write_str(GPU_NAME, out, len),
-        Some(Handle::Mig(i)) => {
-            let m = &MIGS[i];
-            let name = format!(
-                "{GPU_NAME} MIG {}g.{}gb",
-                m.gi_slices,
-                profile_gb(m.memory_mb)
-            );
-            write_str(&name, out, len)
-        }
+        Some(Handle::Gpu(_)) => write_str(model().name, out, len),
+        // As the real one: the GPU's name, then the compute instance profile's.
+        Some(Handle::Mig(inst)) => match mig::device(inst) {
+            Ok(m) => write_str(&format!("{} MIG {}", m.model.name, m.ci.name), out, len),
+            Err(rc) => rc,
+        },
         None => INVALID_ARGUMENT,
     }
-}
-
-fn profile_gb(memory_mb: u64) -> u64 {
-    let total_gib = GPU_MEMORY.div_ceil(1 << 30);
-    let eighths = (memory_mb << 20).saturating_mul(8).div_ceil(GPU_MEMORY);
-    (eighths * total_gib + 4) / 8
 }
 
 #[no_mangle]
@@ -264,9 +271,9 @@ pub unsafe extern "C" fn nvmlDeviceGetBrand(
     device: nvmlDevice_t,
     brand: *mut nvmlBrandType_t,
 ) -> nvmlReturn_t {
-    match decode(device) {
-        Some(_) => put(brand, nvmlBrandType_enum_NVML_BRAND_NVIDIA),
-        None => INVALID_ARGUMENT,
+    match gpu_of(device) {
+        Ok(_) => put(brand, nvmlBrandType_enum_NVML_BRAND_NVIDIA),
+        Err(rc) => rc,
     }
 }
 
@@ -275,9 +282,9 @@ pub unsafe extern "C" fn nvmlDeviceGetArchitecture(
     device: nvmlDevice_t,
     arch: *mut nvmlDeviceArchitecture_t,
 ) -> nvmlReturn_t {
-    match decode(device) {
-        Some(_) => put(arch, NVML_DEVICE_ARCH_HOPPER),
-        None => INVALID_ARGUMENT,
+    match gpu_of(device) {
+        Ok(_) => put(arch, model().architecture),
+        Err(rc) => rc,
     }
 }
 
@@ -287,13 +294,14 @@ pub unsafe extern "C" fn nvmlDeviceGetCudaComputeCapability(
     major: *mut c_int,
     minor: *mut c_int,
 ) -> nvmlReturn_t {
-    if decode(device).is_none() {
+    if let Err(rc) = gpu_of(device) {
+        return rc;
+    }
+    let (cc_major, cc_minor) = model().compute_capability;
+    if put(major, cc_major) != SUCCESS {
         return INVALID_ARGUMENT;
     }
-    if put(major, 9) != SUCCESS {
-        return INVALID_ARGUMENT;
-    }
-    put(minor, 0)
+    put(minor, cc_minor)
 }
 
 #[no_mangle]
@@ -304,7 +312,10 @@ pub unsafe extern "C" fn nvmlDeviceGetMinorNumber(
     match decode(device) {
         Some(Handle::Gpu(i)) => put(minor, MINORS[i]),
         // MIG devices have no device node of their own.
-        Some(Handle::Mig(_)) => NOT_SUPPORTED,
+        Some(Handle::Mig(inst)) => match mig::device(inst) {
+            Ok(_) => NOT_SUPPORTED,
+            Err(rc) => rc,
+        },
         None => INVALID_ARGUMENT,
     }
 }
@@ -314,10 +325,9 @@ pub unsafe extern "C" fn nvmlDeviceGetPciInfo_v3(
     device: nvmlDevice_t,
     pci: *mut nvmlPciInfo_t,
 ) -> nvmlReturn_t {
-    let i = match decode(device) {
-        Some(Handle::Gpu(i)) => i,
-        Some(Handle::Mig(i)) => MIGS[i].parent,
-        None => return INVALID_ARGUMENT,
+    let i = match gpu_of(device) {
+        Ok(i) => i,
+        Err(rc) => return rc,
     };
     if pci.is_null() {
         return INVALID_ARGUMENT;
@@ -326,7 +336,7 @@ pub unsafe extern "C" fn nvmlDeviceGetPciInfo_v3(
     info.domain = 0;
     info.bus = PCI_BUSES[i];
     info.device = 0;
-    info.pciDeviceId = 0x2330_10de;
+    info.pciDeviceId = model().pci_device_id;
     info.pciSubSystemId = 0x16c1_10de;
     let id = bus_id(i);
     for (dst, b) in info.busId.iter_mut().zip(id.bytes()) {
@@ -345,8 +355,11 @@ pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo_v2(
     mem: *mut nvmlMemory_v2_t,
 ) -> nvmlReturn_t {
     let total = match decode(device) {
-        Some(Handle::Gpu(_)) => GPU_MEMORY,
-        Some(Handle::Mig(i)) => MIGS[i].memory_mb << 20,
+        Some(Handle::Gpu(_)) => model().memory,
+        Some(Handle::Mig(inst)) => match mig::device(inst) {
+            Ok(m) => m.gi.memory_mb << 20,
+            Err(rc) => return rc,
+        },
         None => return INVALID_ARGUMENT,
     };
     if mem.is_null() {
