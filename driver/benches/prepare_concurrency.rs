@@ -68,6 +68,7 @@ fn device(name: &str, kind: Kind, minor: i64) -> Device {
             ..Default::default()
         },
         optional_edits: BTreeMap::new(),
+        consumes: None,
     }
 }
 

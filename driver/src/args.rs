@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use clap::Parser;
 use graft_driver::core::seams::CrashPoint;
 use graft_driver::discovery::config::DEFAULT_CONFIG_PATH;
+use graft_driver::discovery::nvidia::dynamic_mig::DynamicMig;
 use graft_driver::edge::DEFAULT_MARGIN;
 use graft_driver::health::taints::FatalEffect;
 
@@ -71,6 +72,12 @@ pub struct Args {
     /// Offer GPUs for VFIO passthrough (rebound to vfio-pci while prepared).
     #[arg(long, env = "GRAFT_NVIDIA_PASSTHROUGH")]
     pub nvidia_passthrough: bool,
+    /// MIG-enabled GPUs whose MIG instances graft makes itself when a claim is prepared
+    /// (dynamic MIG): `all`, `none`, or GPU UUIDs and NVML indices separated by commas. The
+    /// other MIG-enabled GPUs offer the instances their operator made (static MIG). graft
+    /// never changes a GPU's MIG mode.
+    #[arg(long, env = "GRAFT_NVIDIA_DYNAMIC_MIG", default_value = "none", value_parser = parse_dynamic_mig)]
+    pub nvidia_dynamic_mig: DynamicMig,
     /// Seconds to wait for a GPU to be free, and for a driver rebind to show.
     #[arg(long, env = "GRAFT_NVIDIA_VFIO_TIMEOUT", default_value_t = 60)]
     pub nvidia_vfio_timeout_seconds: u64,
@@ -118,4 +125,8 @@ pub struct Args {
     /// Test hook: SIGKILL this process at a step of the next prepare or unprepare.
     #[arg(long, hide = true, value_enum)]
     pub crash_at: Option<CrashPoint>,
+}
+
+fn parse_dynamic_mig(s: &str) -> Result<DynamicMig, String> {
+    DynamicMig::parse(s)
 }

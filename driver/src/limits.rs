@@ -5,6 +5,10 @@
 use crate::discovery::{Attribute, Device};
 
 pub const MAX_DEVICES_PER_SLICE: usize = 128;
+/// Once any device in a slice has taints or consumes counters.
+pub const MAX_DEVICES_PER_SLICE_WITH_TAINTS_OR_COUNTERS: usize = 64;
+pub const MAX_COUNTER_SETS_PER_SLICE: usize = 8;
+pub const MAX_COUNTERS_PER_SET: usize = 32;
 pub const MAX_ATTRIBUTES_AND_CAPACITY: usize = 32;
 pub const MAX_ID_LENGTH: usize = 32;
 pub const MAX_DOMAIN_LENGTH: usize = 63;
@@ -130,6 +134,29 @@ pub fn check_device(d: &Device) -> Result<(), String> {
     }
     for k in d.capacity.keys() {
         check_qualified_name(k).map_err(|r| format!("capacity {k}: {r}"))?;
+    }
+    if let Some(c) = &d.consumes {
+        if !is_dns_label(&c.set) {
+            return Err(format!("counter set {:?}: not a DNS label", c.set));
+        }
+        if c.totals.len() > MAX_COUNTERS_PER_SET {
+            return Err(format!(
+                "counter set {}: {} counters; at most {MAX_COUNTERS_PER_SET} are allowed",
+                c.set,
+                c.totals.len()
+            ));
+        }
+        for k in c.totals.keys() {
+            if !is_dns_label(k) {
+                return Err(format!("counter {k:?} of set {}: not a DNS label", c.set));
+            }
+        }
+        if let Some(k) = c.counters.keys().find(|k| !c.totals.contains_key(*k)) {
+            return Err(format!(
+                "consumes counter {k}, which set {} does not hold",
+                c.set
+            ));
+        }
     }
     Ok(())
 }

@@ -12,6 +12,7 @@ use graft_driver::core::Core;
 use graft_driver::discovery::char::CharDiscovery;
 use graft_driver::discovery::files::{FilesDiscovery, ServedEntries};
 use graft_driver::discovery::nvidia::driver_files::Roots;
+use graft_driver::discovery::nvidia::dynamic_mig::{DynamicMig, MigLedger, MigManager};
 use graft_driver::discovery::nvidia::hook_edits::HookConfig;
 use graft_driver::discovery::nvidia::setup::{ChrootSmi, NvidiaSetup};
 use graft_driver::discovery::nvidia::vfio::Vfio;
@@ -62,6 +63,7 @@ fn nvidia_config(args: &Args) -> NvidiaConfig {
         },
         imex_channels: args.nvidia_imex_channels,
         passthrough: args.nvidia_passthrough,
+        dynamic_mig: args.nvidia_dynamic_mig.clone(),
         roots,
     }
 }
@@ -71,6 +73,7 @@ fn nvidia_setup(
     config: &NvidiaConfig,
     smi: Arc<std::sync::RwLock<String>>,
     wake: tokio::sync::mpsc::Sender<()>,
+    mig: Option<MigManager>,
 ) -> NvidiaSetup {
     NvidiaSetup {
         vfio: Vfio {
@@ -86,6 +89,7 @@ fn nvidia_setup(
         rescan: Box::new(move || {
             let _ = wake.try_send(());
         }),
+        mig,
     }
 }
 
@@ -96,7 +100,7 @@ type Backends = (
     Option<PathBuf>,
 );
 
-fn backends(args: &Args) -> anyhow::Result<Backends> {
+fn backends(args: &Args, ledger: &MigLedger) -> anyhow::Result<Backends> {
     let mut out: Vec<Box<dyn Discovery>> = Vec::new();
     let mut smi = None;
     let mut nvml = None;
@@ -113,7 +117,7 @@ fn backends(args: &Args) -> anyhow::Result<Backends> {
                 &args.allowed_mount_roots,
             )?)),
             "nvidia" => {
-                let d = NvidiaDiscovery::new(nvidia_config(args))?;
+                let d = NvidiaDiscovery::new(nvidia_config(args))?.with_ledger(ledger.clone());
                 smi = Some(d.smi_path());
                 nvml = Some(d.nvml_path()?);
                 out.push(Box::new(d));
@@ -174,7 +178,22 @@ async fn main() -> anyhow::Result<()> {
     )
     .context("the injection policy (--nvidia-hook-path, --allowed-mount-roots)")?;
     tracing::info!(mount_roots = ?policy.mount_roots(), hook = policy.hook_path(), "injection policy");
-    let (backends, smi_path, nvml_lib) = backends(&args)?;
+    let mut core = Core::new(
+        &args.driver_name,
+        &args.node_name,
+        args.state_dir.clone(),
+        &boot_id,
+    )?
+    .with_policy(policy);
+    // The MIG instances graft made before a restart are its own, not the operator's: known
+    // before the first scan decides which placements to offer.
+    let ledger = MigLedger::default();
+    ledger.seed(
+        &core
+            .setups()
+            .context("reading the checkpoint's MIG instances")?,
+    );
+    let (backends, smi_path, nvml_lib) = backends(&args, &ledger)?;
     let informational_xids = parse_xids(&args.health_informational_xids)
         .map_err(|e| anyhow::anyhow!("--health-informational-xids: {e}"))?;
     if nvidia {
@@ -199,22 +218,24 @@ async fn main() -> anyhow::Result<()> {
         .context("no Kubernetes client configuration (in-cluster or KUBECONFIG)")?;
     // Rescan requests: from inotify, and from setups that change what the node offers.
     let (wake_tx, mut wake_rx) = tokio::sync::mpsc::channel(1);
-    let mut core = Core::new(
-        &args.driver_name,
-        &args.node_name,
-        args.state_dir.clone(),
-        &boot_id,
-    )?
-    .with_policy(policy);
     if let Some(point) = args.crash_at {
         core = core.with_crash_hook(Box::new(KillAt(point)));
     }
+    let mig = match (&nvml_lib, &args.nvidia_dynamic_mig) {
+        (Some(lib), d) if *d != DynamicMig::Off => Some(MigManager::new(
+            lib.clone(),
+            args.proc_root.clone(),
+            ledger.clone(),
+        )),
+        _ => None,
+    };
     let mut setup: Arc<dyn DeviceSetup> = match smi_path {
         Some(smi) => Arc::new(nvidia_setup(
             &args,
             &nvidia_config(&args),
             smi,
             wake_tx.clone(),
+            mig,
         )),
         None => Arc::new(NoSetup),
     };

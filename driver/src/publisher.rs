@@ -39,6 +39,10 @@ pub struct Publisher {
     /// gate is off): from then on slices are compared and written without them, or every
     /// reconcile would rewrite them forever.
     taints_kept: bool,
+    /// False once the API server dropped the counters we wrote (DRAPartitionableDevices
+    /// off): partitionable devices (dynamic MIG placements) are then not offered at all,
+    /// since without counters the scheduler would hand out overlapping ones.
+    counters_kept: bool,
 }
 
 impl Publisher {
@@ -55,6 +59,7 @@ impl Publisher {
             health: None,
             fatal: FatalEffect::NoSchedule,
             taints_kept: true,
+            counters_kept: true,
         }
     }
 
@@ -106,7 +111,10 @@ impl Publisher {
     /// One reconcile pass; true when it wrote anything.
     pub async fn reconcile(&mut self, devices: &[Device]) -> Result<bool> {
         let owner = self.owner().await?;
-        let (ok, dropped) = publishable(devices);
+        let (mut ok, dropped) = publishable(devices);
+        if !self.counters_kept {
+            ok.retain(|d| d.consumes.is_none());
+        }
         if dropped != self.last_dropped {
             for (name, reason) in &dropped {
                 tracing::warn!(
@@ -138,6 +146,7 @@ impl Publisher {
         let generation = max_gen.max(self.last_generation) + 1;
         let desired = desired_slices(&self.driver, &owner, &ok, generation, &taints);
         let mut dropped_taints = false;
+        let mut dropped_counters = false;
         for mut slice in desired.iter().cloned() {
             let name = slice.metadata.name.clone().unwrap_or_default();
             let written = match existing
@@ -151,6 +160,15 @@ impl Publisher {
                 None => api.create(&PostParams::default(), &slice).await?,
             };
             dropped_taints |= count_taints(&slice) > count_taints(&written);
+            dropped_counters |= count_counters(&slice) > count_counters(&written);
+        }
+        if dropped_counters && self.counters_kept {
+            tracing::error!(
+                "the API server dropped the counters graft wrote: enable the \
+                 DRAPartitionableDevices feature gate (kube-apiserver, kube-scheduler, \
+                 kubelet) for dynamic MIG; until then its placements are not offered"
+            );
+            self.counters_kept = false;
         }
         if dropped_taints && self.taints_kept {
             tracing::warn!(
@@ -283,6 +301,16 @@ fn count_taints(s: &ResourceSlice) -> usize {
         .sum()
 }
 
+fn count_counters(s: &ResourceSlice) -> usize {
+    s.spec.shared_counters.as_ref().map_or(0, Vec::len)
+        + s.spec
+            .devices
+            .iter()
+            .flatten()
+            .map(|d| d.consumes_counters.as_ref().map_or(0, Vec::len))
+            .sum::<usize>()
+}
+
 fn up_to_date(existing: &[ResourceSlice], desired: &[ResourceSlice]) -> bool {
     existing.len() == desired.len()
         && desired.iter().all(|d| {
@@ -293,6 +321,8 @@ fn up_to_date(existing: &[ResourceSlice], desired: &[ResourceSlice]) -> bool {
                     && e.metadata.owner_references == d.metadata.owner_references
                     && serde_json::to_value(&e.spec.devices).ok()
                         == serde_json::to_value(&d.spec.devices).ok()
+                    && serde_json::to_value(&e.spec.shared_counters).ok()
+                        == serde_json::to_value(&d.spec.shared_counters).ok()
             })
         })
 }

@@ -56,6 +56,9 @@ pub enum SetupError {
     /// A served entry is not what was published any more (gone, or now a symlink).
     #[error("device {device} cannot be served: {reason}")]
     EntryChanged { device: String, reason: String },
+    /// A MIG instance could not be made or removed.
+    #[error("{reason}")]
+    Mig { reason: String },
     #[error("no backend on this node sets devices up")]
     NoBackend,
 }
@@ -70,14 +73,45 @@ pub enum Setup {
     /// The GPU's compute time slice was set (0 Default, 1 Short, 2 Medium, 3 Long).
     #[serde(rename_all = "camelCase")]
     TimeSlice { pci_bus_id: String, interval: u32 },
+    /// A MIG GPU instance of `profile` at memory slices `start..start+size`, with one
+    /// compute instance over its `slices` compute slices, made on the GPU for the claim.
+    #[serde(rename_all = "camelCase")]
+    Mig {
+        gpu_uuid: String,
+        profile: u32,
+        start: u32,
+        size: u32,
+        slices: u32,
+    },
 }
 
 impl Setup {
-    pub fn pci_bus_id(&self) -> &str {
+    /// The PCI function a setup rebinds or reconfigures; `None` for one that acts inside
+    /// the GPU (MIG).
+    pub fn pci_bus_id(&self) -> Option<&str> {
         match self {
-            Setup::Vfio { pci_bus_id } | Setup::TimeSlice { pci_bus_id, .. } => pci_bus_id,
+            Setup::Vfio { pci_bus_id } | Setup::TimeSlice { pci_bus_id, .. } => Some(pci_bus_id),
+            Setup::Mig { .. } => None,
         }
     }
+}
+
+/// A device's edits with what its setup found at apply time: nodes and env of `add` replace
+/// those of the same path or name, the rest go first (a MIG instance's capability nodes, a
+/// VFIO group node).
+pub fn with_setup_edits(base: ContainerEdits, add: ContainerEdits) -> ContainerEdits {
+    let mut out = base;
+    out.device_nodes
+        .retain(|n| !add.device_nodes.iter().any(|a| a.path == n.path));
+    let mut nodes = add.device_nodes;
+    nodes.append(&mut out.device_nodes);
+    out.device_nodes = nodes;
+    out.env
+        .retain(|e| !add.env.iter().any(|a| a.name == e.name));
+    out.env.extend(add.env);
+    out.mounts.extend(add.mounts);
+    out.hooks.extend(add.hooks);
+    out
 }
 
 pub trait DeviceSetup: Send + Sync {
@@ -88,8 +122,9 @@ pub trait DeviceSetup: Send + Sync {
         device: &Device,
         config: Option<&DeviceConfig>,
     ) -> Result<Option<Setup>, SetupError>;
-    /// Does it. Returns edits that replace the device's own when only the setup can
-    /// know them (a VFIO group node exists once the function is bound). May take long (a
+    /// Does it. Returns edits to lay over the device's own ([`with_setup_edits`]) when only
+    /// the setup can know them (a VFIO group node exists once the function is bound, a MIG
+    /// instance's capability nodes once it is made). May take long (a
     /// GPU to be freed): callers run it on a blocking thread, outside any shared lock.
     fn apply(&self, setup: &Setup) -> Result<Option<ContainerEdits>, SetupError>;
     fn undo(&self, setup: &Setup) -> Result<(), SetupError>;

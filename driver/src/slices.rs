@@ -1,11 +1,14 @@
 //! Turning the node's devices into `resource.k8s.io/v1` ResourceSlices: one pool named
-//! after the node, split into slices of at most 128 devices, each owned by the Node.
+//! after the node, split into slices of at most 128 devices (64 once any device has taints
+//! or consumes counters), then the counter sets partitionable devices consume, in slices
+//! of their own (the API allows devices or counter sets in a slice, not both), at most 8
+//! sets each. Every slice is owned by the Node.
 
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::resource::v1::{
-    Device as ApiDevice, DeviceAttribute, DeviceCapacity, ResourcePool, ResourceSlice,
-    ResourceSliceSpec,
+    Counter, CounterSet, Device as ApiDevice, DeviceAttribute, DeviceCapacity,
+    DeviceCounterConsumption, ResourcePool, ResourceSlice, ResourceSliceSpec,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
@@ -64,8 +67,41 @@ pub fn api_device(d: &Device) -> ApiDevice {
                 })
                 .collect::<BTreeMap<_, _>>()
         }),
+        consumes_counters: d.consumes.as_ref().map(|c| {
+            vec![DeviceCounterConsumption {
+                counter_set: c.set.clone(),
+                counters: counters(&c.counters),
+            }]
+        }),
         ..Default::default()
     }
+}
+
+fn counters(m: &BTreeMap<String, i64>) -> BTreeMap<String, Counter> {
+    m.iter()
+        .map(|(k, v)| {
+            (
+                k.clone(),
+                Counter {
+                    value: Quantity(v.to_string()),
+                },
+            )
+        })
+        .collect()
+}
+
+/// The counter sets the devices consume, by name.
+fn counter_sets(devices: &[&Device]) -> Vec<CounterSet> {
+    let mut sets: BTreeMap<&str, &BTreeMap<String, i64>> = BTreeMap::new();
+    for c in devices.iter().filter_map(|d| d.consumes.as_ref()) {
+        sets.entry(&c.set).or_insert(&c.totals);
+    }
+    sets.into_iter()
+        .map(|(name, totals)| CounterSet {
+            name: name.to_string(),
+            counters: counters(totals),
+        })
+        .collect()
 }
 
 /// The devices that can be published, and the ones dropped with the reason.
@@ -90,12 +126,39 @@ pub fn desired_slices(
     generation: i64,
     taints: &Tainting,
 ) -> Vec<ResourceSlice> {
-    let chunks: Vec<&[&Device]> = devices.chunks(limits::MAX_DEVICES_PER_SLICE).collect();
-    let count = chunks.len() as i64;
-    chunks
+    let crowded = devices
         .iter()
+        .any(|d| d.consumes.is_some() || taints.for_device(&d.name).is_some());
+    let per_slice = if crowded {
+        limits::MAX_DEVICES_PER_SLICE_WITH_TAINTS_OR_COUNTERS
+    } else {
+        limits::MAX_DEVICES_PER_SLICE
+    };
+    let device_specs = devices.chunks(per_slice).map(|chunk| ResourceSliceSpec {
+        devices: Some(
+            chunk
+                .iter()
+                .map(|d| ApiDevice {
+                    taints: taints.for_device(&d.name),
+                    ..api_device(d)
+                })
+                .collect(),
+        ),
+        ..Default::default()
+    });
+    let sets = counter_sets(devices);
+    let set_specs = sets
+        .chunks(limits::MAX_COUNTER_SETS_PER_SLICE)
+        .map(|chunk| ResourceSliceSpec {
+            shared_counters: Some(chunk.to_vec()),
+            ..Default::default()
+        });
+    let specs: Vec<ResourceSliceSpec> = device_specs.chain(set_specs).collect();
+    let count = specs.len() as i64;
+    specs
+        .into_iter()
         .enumerate()
-        .map(|(i, chunk)| ResourceSlice {
+        .map(|(i, spec)| ResourceSlice {
             metadata: ObjectMeta {
                 name: Some(slice_name(&owner.name, driver, i)),
                 owner_references: Some(vec![OwnerReference {
@@ -116,16 +179,7 @@ pub fn desired_slices(
                     generation,
                     resource_slice_count: count,
                 },
-                devices: Some(
-                    chunk
-                        .iter()
-                        .map(|d| ApiDevice {
-                            taints: taints.for_device(&d.name),
-                            ..api_device(d)
-                        })
-                        .collect(),
-                ),
-                ..Default::default()
+                ..spec
             },
         })
         .collect()
@@ -143,6 +197,7 @@ mod tests {
             capacity: BTreeMap::new(),
             edits: Default::default(),
             optional_edits: Default::default(),
+            consumes: None,
         }
     }
 
@@ -171,6 +226,48 @@ mod tests {
         assert_eq!(
             slices[2].metadata.name.as_deref(),
             Some("node1-graft.dev-2")
+        );
+    }
+
+    #[test]
+    fn counter_sets_go_in_slices_of_their_own() {
+        let mut devs: Vec<Device> = (0..100).map(dev).collect();
+        for (i, d) in devs.iter_mut().enumerate() {
+            d.consumes = Some(crate::discovery::Consumption {
+                set: format!("gpu-{}-mig", i % 10),
+                totals: BTreeMap::from([("compute-slices".to_string(), 7)]),
+                counters: BTreeMap::from([("compute-slices".to_string(), 1)]),
+            });
+        }
+        let refs: Vec<&Device> = devs.iter().collect();
+        let owner = NodeOwner {
+            name: "node1".into(),
+            uid: "u".into(),
+        };
+        let slices = desired_slices("graft.dev", &owner, &refs, 1, &Tainting::none("graft.dev"));
+        // 100 devices in slices of 64, then 10 counter sets in slices of 8.
+        let shape: Vec<(usize, usize)> = slices
+            .iter()
+            .map(|s| {
+                (
+                    s.spec.devices.as_ref().map_or(0, Vec::len),
+                    s.spec.shared_counters.as_ref().map_or(0, Vec::len),
+                )
+            })
+            .collect();
+        assert_eq!(shape, [(64, 0), (36, 0), (0, 8), (0, 2)]);
+        assert!(slices.iter().all(|s| s.spec.pool.resource_slice_count == 4));
+        let d = &slices[0].spec.devices.as_ref().unwrap()[3];
+        let c = &d.consumes_counters.as_ref().unwrap()[0];
+        assert_eq!(c.counter_set, "gpu-3-mig");
+        assert_eq!(c.counters["compute-slices"].value.0, "1");
+        let set = &slices[2].spec.shared_counters.as_ref().unwrap()[0];
+        assert_eq!(
+            (
+                set.name.as_str(),
+                set.counters["compute-slices"].value.0.as_str()
+            ),
+            ("gpu-0-mig", "7")
         );
     }
 

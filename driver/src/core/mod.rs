@@ -158,6 +158,16 @@ impl Core {
         Ok(txn.get(uid).map_or(Stage::Absent, |e| e.state.into()))
     }
 
+    /// Every setup the checkpoint holds (what graft has done to devices, or was about to).
+    pub fn setups(&self) -> Result<Vec<crate::setup::Setup>> {
+        let txn = self.checkpoint.begin()?;
+        Ok(txn
+            .claims()
+            .values()
+            .flat_map(|e| e.devices.iter().filter_map(|d| d.setup.clone()))
+            .collect())
+    }
+
     /// The record graft-nri would read for a claim.
     pub fn record(&self, uid: &str) -> Result<Option<ClaimRecord>> {
         Ok(self.store.get_claim(uid)?)

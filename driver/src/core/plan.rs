@@ -231,8 +231,8 @@ fn same_function(
     b: &PreparedDevice,
 ) -> bool {
     let pci = |d: &PreparedDevice| -> Option<String> {
-        if let Some(s) = &d.setup {
-            return Some(s.pci_bus_id().to_string());
+        if let Some(pci) = d.setup.as_ref().and_then(|s| s.pci_bus_id()) {
+            return Some(pci.to_string());
         }
         match inventory.get(&d.device)?.attributes.get("pciBusID")? {
             Attribute::String(s) => Some(s.clone()),

@@ -183,7 +183,10 @@ impl Core {
                         if let Some(rec) =
                             plan.record.devices.iter_mut().find(|r| r.name == d.device)
                         {
-                            rec.edits = edits;
+                            rec.edits = crate::setup::with_setup_edits(
+                                std::mem::take(&mut rec.edits),
+                                edits,
+                            );
                         }
                     }
                     applied.push(s.clone());

@@ -69,6 +69,20 @@ pub struct Device {
     /// Edits added only when the claim's configuration asks for them by name (the NVIDIA
     /// driver capabilities beyond compute and utility: `graphics`, `video`, `display`).
     pub optional_edits: BTreeMap<String, ContainerEdits>,
+    /// Counters it takes from a counter set of the pool while allocated (a partitionable
+    /// device: a dynamic MIG placement); `None` for devices that stand alone.
+    pub consumes: Option<Consumption>,
+}
+
+/// A partitionable device's use of a shared counter set.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Consumption {
+    /// The counter set: a DNS label, unique in the pool.
+    pub set: String,
+    /// What the set holds in all; the same on every device that names the set.
+    pub totals: BTreeMap<String, i64>,
+    /// What this device takes from it.
+    pub counters: BTreeMap<String, i64>,
 }
 
 impl Device {

@@ -55,6 +55,7 @@ mod tests {
             capacity: Default::default(),
             edits: Default::default(),
             optional_edits: Default::default(),
+            consumes: None,
         }
     }
 

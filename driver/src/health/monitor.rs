@@ -389,6 +389,7 @@ mod tests {
             capacity: Default::default(),
             edits: Default::default(),
             optional_edits: Default::default(),
+            consumes: None,
         }
     }
 

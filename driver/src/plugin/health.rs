@@ -164,6 +164,7 @@ mod tests {
             capacity: BTreeMap::new(),
             edits: ContainerEdits::default(),
             optional_edits: BTreeMap::new(),
+            consumes: None,
         }
     }
 

@@ -55,6 +55,7 @@ pub fn config(opts: &Options) -> NvidiaConfig {
         },
         imex_channels: 0,
         passthrough: false,
+        dynamic_mig: Default::default(),
     }
 }
 

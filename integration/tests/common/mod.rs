@@ -24,14 +24,14 @@ pub fn as_driver_root(node: &FakeNode) -> Roots {
     }
 }
 
-/// The nvidia backend on the fake node, with graft-hook at `hook`.
-pub fn discovery(
+/// The nvidia backend's settings for the fake node, with graft-hook at `hook`.
+pub fn discovery_config(
     node: &FakeNode,
     roots: Roots,
     imex_channels: u32,
     hook: &str,
-) -> anyhow::Result<NvidiaDiscovery> {
-    Ok(NvidiaDiscovery::new(NvidiaConfig {
+) -> NvidiaConfig {
+    NvidiaConfig {
         roots,
         nvml_lib: None,
         proc_root: node.proc.clone(),
@@ -44,5 +44,21 @@ pub fn discovery(
         },
         imex_channels,
         passthrough: imex_channels > 0,
-    })?)
+        dynamic_mig: Default::default(),
+    }
+}
+
+/// The nvidia backend on the fake node, with graft-hook at `hook`.
+pub fn discovery(
+    node: &FakeNode,
+    roots: Roots,
+    imex_channels: u32,
+    hook: &str,
+) -> anyhow::Result<NvidiaDiscovery> {
+    Ok(NvidiaDiscovery::new(discovery_config(
+        node,
+        roots,
+        imex_channels,
+        hook,
+    ))?)
 }

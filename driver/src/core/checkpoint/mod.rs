@@ -27,7 +27,11 @@ use crate::error::{DriverError, Result};
 use super::keylocks::{KeyGuard, KeyLocks};
 pub use super::lifecycle::ClaimState;
 
-pub const CHECKPOINT_VERSION: u32 = 1;
+/// The newest schema this driver reads and writes. Version 2 added MIG instance setups
+/// (dynamic MIG); a file is written as version 1 while it holds none, so that an older
+/// driver rolled back onto the node still reads it.
+pub const CHECKPOINT_VERSION: u32 = 2;
+const OLDEST_VERSION: u32 = 1;
 const SLOTS: [&str; 2] = ["checkpoint-a.json", "checkpoint-b.json"];
 const LOCK_NAME: &str = "checkpoint.lock";
 /// How long a transaction waits for another one to finish.
@@ -67,6 +71,19 @@ struct OnDisk {
     boot_id: String,
     checksum: String,
     claims: BTreeMap<String, ClaimEntry>,
+}
+
+/// The oldest schema that holds `claims`.
+fn needed_version(claims: &BTreeMap<String, ClaimEntry>) -> u32 {
+    let mig = claims
+        .values()
+        .flat_map(|e| &e.devices)
+        .any(|d| matches!(d.setup, Some(crate::setup::Setup::Mig { .. })));
+    if mig {
+        2
+    } else {
+        OLDEST_VERSION
+    }
 }
 
 fn checksum(claims: &BTreeMap<String, ClaimEntry>) -> String {
@@ -210,8 +227,8 @@ impl Txn {
         };
         Ok(Some(match serde_json::from_slice::<OnDisk>(&data) {
             Err(e) => Err(format!("not a checkpoint: {e}")),
-            Ok(f) if f.version != CHECKPOINT_VERSION => Err(format!(
-                "schema version {} (this driver knows {CHECKPOINT_VERSION})",
+            Ok(f) if !(OLDEST_VERSION..=CHECKPOINT_VERSION).contains(&f.version) => Err(format!(
+                "schema version {} (this driver knows {OLDEST_VERSION} to {CHECKPOINT_VERSION})",
                 f.version
             )),
             Ok(f) if f.checksum != checksum(&f.claims) => Err("checksum mismatch".into()),
@@ -311,7 +328,7 @@ impl Txn {
     pub fn save(&mut self) -> Result<()> {
         let seq = self.seq + 1;
         let file = OnDisk {
-            version: CHECKPOINT_VERSION,
+            version: needed_version(&self.claims),
             seq,
             boot_id: self.boot_id.clone(),
             checksum: checksum(&self.claims),

@@ -99,3 +99,80 @@ fn second_instance_waits_for_the_lock() {
     drop(held);
     assert!(waiter.join().unwrap() >= Duration::from_millis(100));
 }
+
+/// The claims of a checkpoint as version 1 (before dynamic MIG) wrote them: a completed
+/// claim holding a GPU passed through with VFIO.
+const V1_CLAIMS: &str = r#"{"u1":{"state":"PrepareCompleted","namespace":"ns","name":"c","devices":[{"pool":"node1","device":"vfio-0000-18-00-0","requests":["gpu"],"setup":{"kind":"vfio","pciBusId":"0000:18:00.0"}}]}}"#;
+
+fn mig_entry() -> ClaimEntry {
+    ClaimEntry {
+        devices: vec![PreparedDevice {
+            device: "gpu-7-mig-3g-40gb-4".into(),
+            setup: Some(crate::setup::Setup::Mig {
+                gpu_uuid: "GPU-x".into(),
+                profile: 2,
+                start: 4,
+                size: 4,
+                slices: 3,
+            }),
+            ..entry(ClaimState::PrepareStarted).devices[0].clone()
+        }],
+        ..entry(ClaimState::PrepareStarted)
+    }
+}
+
+fn version_of(cp: &Checkpoint) -> u64 {
+    let newest = cp
+        .paths()
+        .iter()
+        .filter_map(|p| std::fs::read(p).ok())
+        .filter_map(|d| serde_json::from_slice::<serde_json::Value>(&d).ok())
+        .max_by_key(|v| v["seq"].as_u64())
+        .unwrap();
+    newest["version"].as_u64().unwrap()
+}
+
+#[test]
+fn a_version_1_file_is_read_and_stays_version_1_until_it_holds_a_mig_instance() {
+    let dir = tempfile::tempdir().unwrap();
+    let cp = Checkpoint::new(dir.path(), "b").unwrap();
+    let claims: BTreeMap<String, ClaimEntry> = serde_json::from_str(V1_CLAIMS).unwrap();
+    let file = format!(
+        r#"{{"version":1,"seq":3,"bootId":"b","checksum":"{}","claims":{V1_CLAIMS}}}"#,
+        checksum(&claims)
+    );
+    std::fs::write(&cp.paths()[0], file).unwrap();
+    let report = cp.open().unwrap();
+    assert!(report.quarantined.is_none());
+    let mut t = cp.begin().unwrap();
+    let e = t.get("u1").unwrap().clone();
+    assert_eq!(
+        e.devices[0].setup,
+        Some(crate::setup::Setup::Vfio {
+            pci_bus_id: "0000:18:00.0".into()
+        })
+    );
+    // Rewritten without a MIG instance: still version 1, which an older driver reads.
+    t.put("u2", entry(ClaimState::PrepareCompleted)).unwrap();
+    assert_eq!(version_of(&cp), 1);
+    // A MIG instance needs version 2; gone again, version 1.
+    t.put("u3", mig_entry()).unwrap();
+    assert_eq!(version_of(&cp), 2);
+    assert_eq!(t.get("u3").unwrap(), &mig_entry());
+    t.remove("u3").unwrap();
+    assert_eq!(version_of(&cp), 1);
+}
+
+#[test]
+fn a_newer_version_is_moved_aside_not_misread() {
+    let dir = tempfile::tempdir().unwrap();
+    let cp = Checkpoint::new(dir.path(), "b").unwrap();
+    let claims: BTreeMap<String, ClaimEntry> = serde_json::from_str(V1_CLAIMS).unwrap();
+    let file = format!(
+        r#"{{"version":3,"seq":1,"bootId":"b","checksum":"{}","claims":{V1_CLAIMS}}}"#,
+        checksum(&claims)
+    );
+    std::fs::write(&cp.paths()[0], file).unwrap();
+    let q = cp.open().unwrap().quarantined.unwrap();
+    assert!(q.reason.contains("schema version 3"), "{}", q.reason);
+}

@@ -121,7 +121,7 @@ impl DeviceSetup for FakeSetup {
     }
 
     fn apply(&self, setup: &Setup) -> Result<Option<ContainerEdits>, SetupError> {
-        let pci = setup.pci_bus_id().to_string();
+        let pci = setup.pci_bus_id().unwrap_or_default().to_string();
         let mut k = self.kernel();
         *k.running.entry(pci.clone()).or_default() += 1;
         k.most_on_one_device = k.most_on_one_device.max(k.running[&pci]);
@@ -150,7 +150,9 @@ impl DeviceSetup for FakeSetup {
     }
 
     fn undo(&self, setup: &Setup) -> Result<(), SetupError> {
-        self.kernel().applied.remove(setup.pci_bus_id());
+        self.kernel()
+            .applied
+            .remove(setup.pci_bus_id().unwrap_or_default());
         Ok(())
     }
 }
@@ -166,6 +168,7 @@ fn char_device(name: &str, minor: i64) -> Device {
             ..Default::default()
         },
         optional_edits: BTreeMap::new(),
+        consumes: None,
     }
 }
 

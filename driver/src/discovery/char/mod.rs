@@ -218,6 +218,7 @@ impl CharDiscovery {
             capacity: BTreeMap::new(),
             edits,
             optional_edits: Default::default(),
+            consumes: None,
         })
     }
 }

@@ -357,6 +357,7 @@ impl FilesDiscovery {
             capacity,
             edits,
             optional_edits: Default::default(),
+            consumes: None,
         })
     }
 }

@@ -28,6 +28,7 @@ pub(super) fn full_gpu(
         capacity,
         edits: edits::with_common(vec![edits::gpu_node(g.minor)], common),
         optional_edits: Default::default(),
+        consumes: None,
     }
 }
 

@@ -5,7 +5,11 @@
 //!
 //! - `gpu-<minor>`: a GPU whose MIG mode is off (a GPU with MIG on is only offered as its
 //!   MIG devices);
-//! - `gpu-<parent minor>-mig-<gi>-<ci>`: a MIG device;
+//! - `gpu-<parent minor>-mig-<gi>-<ci>`: a MIG device the node's operator made (static
+//!   MIG);
+//! - on a GPU graft partitions itself (dynamic MIG, [`partitions`]): one
+//!   `gpu-<minor>-mig-<profile>-<start>` per possible placement and the whole GPU, all
+//!   consuming the GPU's counter set `gpu-<minor>-mig`;
 //! - `imex-channel-<n>`: when the node's GPUs are registered in an NVLink fabric clique;
 //! - `vfio-<pci address>`: with passthrough on, every NVIDIA GPU function that has an IOMMU
 //!   group, bound to vfio-pci when prepared (see [`setup`]).
@@ -14,6 +18,7 @@ pub mod binaries;
 pub mod capabilities;
 pub mod config_files;
 pub mod driver_files;
+pub mod dynamic_mig;
 pub mod edits;
 pub mod elf;
 pub mod fields;
@@ -23,8 +28,10 @@ pub mod in_root;
 mod layouts;
 pub mod ldcache;
 pub mod libraries;
+pub mod mig_nvml;
 pub mod mount_roots;
 pub mod nvml;
+pub mod partitions;
 pub mod procfs;
 pub mod setup;
 pub mod vfio;
@@ -55,6 +62,8 @@ pub struct NvidiaConfig {
     pub imex_channels: u32,
     /// Offer GPUs for VFIO passthrough.
     pub passthrough: bool,
+    /// The MIG-enabled GPUs whose instances graft makes at prepare.
+    pub dynamic_mig: dynamic_mig::DynamicMig,
 }
 
 pub struct NvidiaDiscovery {
@@ -62,6 +71,8 @@ pub struct NvidiaDiscovery {
     /// The nvidia-smi the last scan chose, as a path inside the driver root, for the
     /// time-slicing setup (a layout's `/usr/bin/nvidia-smi` may be a wrapper script).
     smi: Arc<RwLock<String>>,
+    /// The MIG instances graft made (dynamic MIG), shared with the setup that makes them.
+    ledger: dynamic_mig::MigLedger,
 }
 
 fn fail(reason: impl Into<String>) -> DriverError {
@@ -77,6 +88,7 @@ impl NvidiaDiscovery {
         let d = NvidiaDiscovery {
             config,
             smi: Arc::new(RwLock::new("/usr/bin/nvidia-smi".into())),
+            ledger: dynamic_mig::MigLedger::default(),
         };
         d.nvml_path()?;
         Ok(d)
@@ -123,6 +135,12 @@ impl NvidiaDiscovery {
                 .collect::<Vec<_>>()
                 .join(", ")
         )))
+    }
+
+    /// Shares the record of graft's own MIG instances with the setup that makes them.
+    pub fn with_ledger(mut self, ledger: dynamic_mig::MigLedger) -> Self {
+        self.ledger = ledger;
+        self
     }
 
     /// Where the chosen nvidia-smi is (inside the driver root), kept current by each scan.
@@ -183,6 +201,31 @@ impl NvidiaDiscovery {
             }
             if let Some(clique) = &g.clique {
                 shared.insert("cliqueID".into(), Attribute::String(clique.clone()));
+            }
+            let dynamic = c.dynamic_mig.covers(g);
+            if dynamic && !g.mig_enabled {
+                tracing::warn!(
+                    gpu = g.uuid,
+                    index = g.index,
+                    "listed for dynamic MIG, but its MIG mode is off; offered as a whole GPU. \
+                     graft never changes the MIG mode: enable it (nvidia-smi -i <index> -mig 1, \
+                     with the GPU idle) and restart graft-driver"
+                );
+            }
+            if let (true, Some(layout)) = (dynamic && g.mig_enabled, &g.mig_layout) {
+                let owned = self.ledger.owned(&g.uuid);
+                out.extend(
+                    partitions::devices(g, layout, &owned, &shared, &common)
+                        .into_iter()
+                        .map(|d| Device {
+                            optional_edits: optional.clone(),
+                            ..d
+                        }),
+                );
+                continue;
+            }
+            if dynamic && g.mig_enabled {
+                tracing::warn!(gpu = g.uuid, "listed for dynamic MIG, but NVML gave no MIG profiles; offering its existing MIG devices");
             }
             if !g.mig_enabled {
                 out.push(Device {
@@ -251,6 +294,7 @@ impl NvidiaDiscovery {
                         ..Default::default()
                     },
                     optional_edits: Default::default(),
+                    consumes: None,
                 })
             })
             .collect()
@@ -305,6 +349,7 @@ impl NvidiaDiscovery {
                 common,
             ),
             optional_edits: Default::default(),
+            consumes: None,
         })
     }
 
@@ -351,6 +396,7 @@ impl NvidiaDiscovery {
                         ..Default::default()
                     },
                     optional_edits: Default::default(),
+                    consumes: None,
                 }
             })
             .collect())

@@ -17,6 +17,7 @@ use nvml_wrapper_sys::bindings::{
     NVML_GPU_FABRIC_STATE_COMPLETED,
 };
 
+use super::mig_nvml::{self, MigLayout};
 use crate::error::{DriverError, Result};
 
 /// Everything discovery needs from NVML, in plain data.
@@ -44,6 +45,9 @@ pub struct Gpu {
     pub pci_bus_id: String,
     pub mig_enabled: bool,
     pub migs: Vec<Mig>,
+    /// With MIG on: the GPU instance profiles, placements and instances, for dynamic MIG.
+    /// `None` when this NVML cannot tell (logged).
+    pub mig_layout: Option<MigLayout>,
     /// `<cluster uuid>.<clique id>` when the GPU is registered in an NVLink fabric.
     pub clique: Option<String>,
 }
@@ -153,7 +157,15 @@ fn read_gpu(nvml: &Nvml, d: &NvmlDevice<'_>, index: u32) -> Result<Gpu> {
     let architecture =
         raw_u32(nvml, handle, RawU32::Architecture).map(|a| architecture_name(a).to_string());
     let mut migs = Vec::new();
+    let mut mig_layout = None;
     if mig_enabled {
+        // SAFETY: a GPU handle of `nvml`, which outlives the call.
+        match unsafe { mig_nvml::read_layout(nvml, handle) } {
+            Ok(l) => mig_layout = Some(l),
+            Err(e) => {
+                tracing::warn!(gpu = index, error = %e, "cannot read the MIG profiles; dynamic MIG is off for this GPU")
+            }
+        }
         // MIG profile names are shares of the parent's memory.
         let parent_memory = memory_bytes.ok_or_else(|| err(&at("memory"), NvmlError::Unknown))?;
         let max = d.mig_device_count().map_err(|e| err(&at("MIG count"), e))?;
@@ -183,6 +195,7 @@ fn read_gpu(nvml: &Nvml, d: &NvmlDevice<'_>, index: u32) -> Result<Gpu> {
         pci_bus_id: sysfs_bus_id(&pci.bus_id),
         mig_enabled,
         migs,
+        mig_layout,
         clique: clique(nvml, handle),
     })
 }

@@ -71,6 +71,25 @@ pub struct NvidiaSetup {
     pub smi: Box<dyn Smi>,
     /// Asks for a rescan: a GPU back on nvidia may come back with another minor.
     pub rescan: Box<dyn Fn() + Send + Sync>,
+    /// Dynamic MIG: makes and removes instances; `None` when no GPU is partitioned by graft.
+    pub mig: Option<super::dynamic_mig::MigManager>,
+}
+
+/// A dynamic MIG placement's setup, from what discovery published about it.
+fn mig_setup(device: &Device) -> Option<Setup> {
+    let int = |k: &str| device.int_attribute(k).and_then(|v| u32::try_from(v).ok());
+    let slices = device
+        .consumes
+        .as_ref()
+        .and_then(|c| c.counters.get("compute-slices"))
+        .and_then(|&v| u32::try_from(v).ok())?;
+    Some(Setup::Mig {
+        gpu_uuid: device.string_attribute("parentUUID")?.to_string(),
+        profile: int("profileID")?,
+        start: int("placementStart")?,
+        size: int("placementSize")?,
+        slices,
+    })
 }
 
 fn text_attr<'a>(d: &'a Device, k: &str) -> Option<&'a str> {
@@ -104,6 +123,14 @@ fn stat_node(dev_root: &Path, rel: &str) -> Result<DeviceNode, SetupError> {
 }
 
 impl NvidiaSetup {
+    fn mig_manager(&self) -> Result<&super::dynamic_mig::MigManager, SetupError> {
+        self.mig.as_ref().ok_or_else(|| SetupError::Mig {
+            reason: "dynamic MIG is off on this node (--nvidia-dynamic-mig), yet a claim holds a \
+                     MIG instance graft made; turn it back on to remove the instance"
+                .into(),
+        })
+    }
+
     fn vfio_edits(&self, pci: &str) -> Result<ContainerEdits, SetupError> {
         let group = self
             .vfio
@@ -169,6 +196,16 @@ impl DeviceSetup for NvidiaSetup {
                 interval: s.interval().smi_value(),
             })),
             (Kind::Mig, _, Some(_)) => refuse("time-slicing applies to full GPUs, not MIG devices"),
+            (Kind::Mig, _, None)
+                if device.attributes.get("dynamic") == Some(&Attribute::Bool(true)) =>
+            {
+                match mig_setup(device) {
+                    Some(s) => Ok(Some(s)),
+                    None => refuse(
+                        "a dynamic MIG placement without its profile and placement attributes",
+                    ),
+                }
+            }
             (Kind::ImexChannel, _, Some(_)) => refuse("an IMEX channel cannot be time-sliced"),
             // A char device with sharing: refused by prepare, which says why.
             _ => Ok(None),
@@ -185,6 +222,16 @@ impl DeviceSetup for NvidiaSetup {
                 pci_bus_id,
                 interval,
             } => self.set_timeslice(pci_bus_id, *interval).map(|()| None),
+            Setup::Mig {
+                gpu_uuid,
+                profile,
+                start,
+                size,
+                slices,
+            } => self
+                .mig_manager()?
+                .create(gpu_uuid, *profile, *start, *size, *slices)
+                .map(Some),
         }
     }
 
@@ -196,6 +243,12 @@ impl DeviceSetup for NvidiaSetup {
                 Ok(())
             }
             Setup::TimeSlice { pci_bus_id, .. } => self.set_timeslice(pci_bus_id, 0),
+            Setup::Mig {
+                gpu_uuid,
+                profile,
+                start,
+                ..
+            } => self.mig_manager()?.destroy(gpu_uuid, *profile, *start),
         }
     }
 }
@@ -235,6 +288,7 @@ mod tests {
             capacity: BTreeMap::new(),
             edits: ContainerEdits::default(),
             optional_edits: Default::default(),
+            consumes: None,
         }
     }
 
@@ -249,6 +303,7 @@ mod tests {
             dev_root: dev.to_path_buf(),
             smi: Box::new(smi),
             rescan: Box::new(|| {}),
+            mig: None,
         }
     }
 
