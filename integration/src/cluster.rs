@@ -90,12 +90,14 @@ impl Cluster {
 
     /// Deploys the GPU setup (`deploy/gpu/`) instead, on the fake NVIDIA node laid out in
     /// `fake` (see `deploy-graft.sh`).
-    pub fn deploy_graft_gpu(&self, fake: &Path) -> anyhow::Result<()> {
+    /// `dynamic_mig`: the GPUs graft partitions itself (GRAFT_NVIDIA_DYNAMIC_MIG).
+    pub fn deploy_graft_gpu(&self, fake: &Path, dynamic_mig: &str) -> anyhow::Result<()> {
         let top = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
         run(Command::new("bash")
             .arg(self.scripts.join("deploy-graft.sh"))
             .arg(top.join("target/debug"))
-            .env("GRAFT_GPU_FAKE", fake))?;
+            .env("GRAFT_GPU_FAKE", fake)
+            .env("GRAFT_GPU_DYNAMIC_MIG", dynamic_mig))?;
         Ok(())
     }
 

@@ -11,6 +11,8 @@ use std::time::{Duration, Instant};
 use anyhow::{ensure, Context};
 use graft_integration::cluster::{wait_until, Cluster, WAIT};
 
+#[path = "cluster_e2e/dynamic_mig.rs"]
+mod dynamic_mig;
 #[path = "cluster_e2e/gpu_health.rs"]
 mod gpu_health;
 
@@ -402,7 +404,14 @@ fn gpus_through_the_gpu_setup(c: &Cluster) -> anyhow::Result<()> {
     let fake = std::path::Path::new("/var/lib/graft-cluster/fake-nvidia");
     let _ = std::fs::remove_dir_all(fake);
     let node = graft_integration::fake_gpu::FakeNode::create(fake)?;
-    c.deploy_graft_gpu(fake)?;
+    // The fake GPUs' MIG instances from an earlier run go with it.
+    let mig_state = std::path::Path::new(dynamic_mig::MIG_STATE);
+    if let Some(dir) = mig_state.parent() {
+        let _ = std::fs::remove_dir_all(dir);
+        std::fs::create_dir_all(dir)?;
+    }
+    node.configure_mig(&dynamic_mig::mig_config())?;
+    c.deploy_graft_gpu(fake, dynamic_mig::DYNAMIC_GPU)?;
     wait_until("the GPUs were never published", || {
         Ok(c.kubectl(&["get", "resourceslices", "-o", "json"])?
             .contains("\"gpu-2\""))
@@ -441,7 +450,8 @@ fn gpus_through_the_gpu_setup(c: &Cluster) -> anyhow::Result<()> {
     c.kubectl(&["delete", "pod", "gpu", "--wait=true"])?;
     wait_unprepared(c)?;
     gpu_health::gpu_health(c, &node)?;
-    wait_unprepared(c)
+    wait_unprepared(c)?;
+    dynamic_mig::dynamic_mig(c, &node)
 }
 
 /// A claim named `shared` and two pods (`share-a`, `share-b`) that both use all of it.
