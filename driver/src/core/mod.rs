@@ -158,13 +158,14 @@ impl Core {
         Ok(txn.get(uid).map_or(Stage::Absent, |e| e.state.into()))
     }
 
-    /// Every setup the checkpoint holds (what graft has done to devices, or was about to).
+    /// Every setup the checkpoint holds (what graft has done to devices, or was about to),
+    /// read before start-up settles it: nothing is moved aside or rebuilt here.
     pub fn setups(&self) -> Result<Vec<crate::setup::Setup>> {
-        let txn = self.checkpoint.begin()?;
-        Ok(txn
-            .claims()
-            .values()
-            .flat_map(|e| e.devices.iter().filter_map(|d| d.setup.clone()))
+        Ok(self
+            .checkpoint
+            .peek()?
+            .into_values()
+            .flat_map(|e| e.devices.into_iter().filter_map(|d| d.setup))
             .collect())
     }
 

@@ -203,6 +203,25 @@ impl Checkpoint {
     }
 }
 
+impl Checkpoint {
+    /// The claims of the newest valid slot of this boot, read without taking the lock and
+    /// without moving anything aside: start-up does that, and reports it, later.
+    pub fn peek(&self) -> Result<BTreeMap<String, ClaimEntry>> {
+        let mut best: Option<OnDisk> = None;
+        for path in self.paths() {
+            if let Some(Ok(f)) = Txn::read_slot(&path)? {
+                if best.as_ref().is_none_or(|b| f.seq > b.seq) {
+                    best = Some(f);
+                }
+            }
+        }
+        Ok(best
+            .filter(|f| f.boot_id == self.boot_id)
+            .map(|f| f.claims)
+            .unwrap_or_default())
+    }
+}
+
 /// A locked view of the checkpoint. Changes are durable once `save` returns.
 pub struct Txn {
     // Dropped in this order: the flock, then the local turn.

@@ -176,3 +176,26 @@ fn a_newer_version_is_moved_aside_not_misread() {
     let q = cp.open().unwrap().quarantined.unwrap();
     assert!(q.reason.contains("schema version 3"), "{}", q.reason);
 }
+
+#[test]
+fn a_peek_moves_nothing_aside() {
+    let dir = tempfile::tempdir().unwrap();
+    let cp = Checkpoint::new(dir.path(), "b").unwrap();
+    cp.begin()
+        .unwrap()
+        .put("u1", entry(ClaimState::PrepareCompleted))
+        .unwrap();
+    assert_eq!(cp.peek().unwrap().len(), 1);
+    assert!(Checkpoint::new(dir.path(), "other-boot")
+        .unwrap()
+        .peek()
+        .unwrap()
+        .is_empty());
+    // Damaged: the peek sees nothing, and start-up still finds (and reports) the damage.
+    for p in cp.paths().iter().filter(|p| p.exists()) {
+        std::fs::write(p, b"{\"version\": 1, \"cla").unwrap();
+    }
+    assert!(cp.peek().unwrap().is_empty());
+    let q = cp.open().unwrap().quarantined.unwrap();
+    assert!(q.reason.contains("not a checkpoint"), "{}", q.reason);
+}
