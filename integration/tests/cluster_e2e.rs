@@ -67,6 +67,27 @@ spec:
     )
 }
 
+/// A pod `name` whose one container `app` runs `command` with the claim `claim` made from
+/// the ResourceClaimTemplate of the same name as the pod.
+fn one_claim_pod(name: &str, claim: &str, command: &str) -> String {
+    format!(
+        r#"---
+apiVersion: v1
+kind: Pod
+metadata: {{name: {name}, namespace: default}}
+spec:
+  terminationGracePeriodSeconds: 1
+  resourceClaims: [{{name: {claim}, resourceClaimTemplateName: {name}}}]
+  containers:
+  - name: app
+    image: docker.io/library/busybox:test
+    imagePullPolicy: Never
+    command: ["/bin/sh", "-c", "{command}"]
+    resources: {{claims: [{{name: {claim}}}]}}
+"#
+    )
+}
+
 fn fuse_pod(name: &str) -> String {
     device_pod(name, "fuse.graft.dev", "/dev/fuse")
 }

@@ -26,21 +26,10 @@ fn mig_pod(name: &str, profile: &str) -> String {
         r#"device.attributes["graft.dev"].profile == "{profile}" && device.attributes["graft.dev"].parentIndex == {DYNAMIC_GPU}"#
     );
     super::claim_template(name, "mig.graft.dev", Some(&cel))
-        + &format!(
-            r#"---
-apiVersion: v1
-kind: Pod
-metadata: {{name: {name}, namespace: default}}
-spec:
-  terminationGracePeriodSeconds: 1
-  resourceClaims: [{{name: mig, resourceClaimTemplateName: {name}}}]
-  containers:
-  - name: app
-    image: docker.io/library/busybox:test
-    imagePullPolicy: Never
-    command: ["/bin/sh", "-c", "ls /dev/nvidia-caps/ /dev/ | grep nvidia; echo DONE; sleep 3600"]
-    resources: {{claims: [{{name: mig}}]}}
-"#
+        + &super::one_claim_pod(
+            name,
+            "mig",
+            "ls /dev/nvidia-caps/ /dev/ | grep nvidia; echo DONE; sleep 3600",
         )
 }
 

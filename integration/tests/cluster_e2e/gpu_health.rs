@@ -14,22 +14,7 @@ use graft_integration::fake_gpu::FakeNode;
 fn pinned_gpu_pod(name: &str, bus: &str) -> String {
     let cel = format!(r#"device.attributes["graft.dev"].pciBusID == "{bus}""#);
     super::claim_template(name, "gpu.graft.dev", Some(&cel))
-        + &format!(
-            r#"---
-apiVersion: v1
-kind: Pod
-metadata: {{name: {name}, namespace: default}}
-spec:
-  terminationGracePeriodSeconds: 1
-  resourceClaims: [{{name: gpu, resourceClaimTemplateName: {name}}}]
-  containers:
-  - name: app
-    image: docker.io/library/busybox:test
-    imagePullPolicy: Never
-    command: ["/bin/sh", "-c", "echo started; sleep 3600"]
-    resources: {{claims: [{{name: gpu}}]}}
-"#
-        )
+        + &super::one_claim_pod(name, "gpu", "echo started; sleep 3600")
 }
 
 /// The taints on `device` in graft's ResourceSlices, as `key=value:effect` lines.

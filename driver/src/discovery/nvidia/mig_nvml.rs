@@ -282,27 +282,8 @@ pub unsafe fn full_compute_instance(nvml: &Nvml, gi: nvmlGpuInstance_t, slices: 
         call: "compute instance profile for the GPU instance's slice count",
         code: nvmlReturn_enum_NVML_ERROR_NOT_SUPPORTED,
     })?;
-    let info = sym!(nvml, nvmlGpuInstanceGetComputeInstanceProfileInfoV);
-    let mut p: nvmlComputeInstanceProfileInfo_v2_t = std::mem::zeroed();
-    p.version = struct_version::<nvmlComputeInstanceProfileInfo_v2_t>(2);
-    check(
-        "nvmlGpuInstanceGetComputeInstanceProfileInfoV",
-        info(
-            gi,
-            index,
-            NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED,
-            &mut p,
-        ),
-    )?;
-    let list = sym!(nvml, nvmlGpuInstanceGetComputeInstances);
-    let mut buf: Vec<nvmlComputeInstance_t> =
-        vec![std::ptr::null_mut(); p.instanceCount.max(1) as usize];
-    let mut count: c_uint = buf.len() as c_uint;
-    check(
-        "nvmlGpuInstanceGetComputeInstances",
-        list(gi, p.id, buf.as_mut_ptr(), &mut count),
-    )?;
-    if let Some(&ci) = buf.first().filter(|_| count > 0) {
+    let p = ci_profile(nvml, gi, index)?;
+    if let Some(&ci) = compute_instances(nvml, gi, &p)?.first() {
         return ci_id(nvml, ci);
     }
     let create = sym!(nvml, nvmlGpuInstanceCreateComputeInstance);
@@ -321,34 +302,57 @@ unsafe fn ci_id(nvml: &Nvml, ci: nvmlComputeInstance_t) -> Call<u32> {
     Ok(info.id)
 }
 
+/// A compute instance profile of `gi` by NVML index.
+unsafe fn ci_profile(
+    nvml: &Nvml,
+    gi: nvmlGpuInstance_t,
+    index: u32,
+) -> Call<nvmlComputeInstanceProfileInfo_v2_t> {
+    let info = sym!(nvml, nvmlGpuInstanceGetComputeInstanceProfileInfoV);
+    let mut p: nvmlComputeInstanceProfileInfo_v2_t = std::mem::zeroed();
+    p.version = struct_version::<nvmlComputeInstanceProfileInfo_v2_t>(2);
+    check(
+        "nvmlGpuInstanceGetComputeInstanceProfileInfoV",
+        info(
+            gi,
+            index,
+            NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED,
+            &mut p,
+        ),
+    )?;
+    Ok(p)
+}
+
+/// The compute instances of `gi` with profile `p`.
+unsafe fn compute_instances(
+    nvml: &Nvml,
+    gi: nvmlGpuInstance_t,
+    p: &nvmlComputeInstanceProfileInfo_v2_t,
+) -> Call<Vec<nvmlComputeInstance_t>> {
+    let list = sym!(nvml, nvmlGpuInstanceGetComputeInstances);
+    let mut buf: Vec<nvmlComputeInstance_t> =
+        vec![std::ptr::null_mut(); p.instanceCount.max(1) as usize];
+    let mut count: c_uint = buf.len() as c_uint;
+    check(
+        "nvmlGpuInstanceGetComputeInstances",
+        list(gi, p.id, buf.as_mut_ptr(), &mut count),
+    )?;
+    buf.truncate(count as usize);
+    Ok(buf)
+}
+
 /// Destroys every compute instance of `gi`, then `gi`.
 ///
 /// # Safety
 /// `gi` must be a GPU instance handle of `nvml`.
 pub unsafe fn destroy_gi(nvml: &Nvml, gi: nvmlGpuInstance_t) -> Call<()> {
-    let info = sym!(nvml, nvmlGpuInstanceGetComputeInstanceProfileInfoV);
-    let list = sym!(nvml, nvmlGpuInstanceGetComputeInstances);
     let destroy_ci = sym!(nvml, nvmlComputeInstanceDestroy);
     for index in 0..nvml_wrapper_sys::bindings::NVML_COMPUTE_INSTANCE_PROFILE_COUNT {
-        let mut p: nvmlComputeInstanceProfileInfo_v2_t = std::mem::zeroed();
-        p.version = struct_version::<nvmlComputeInstanceProfileInfo_v2_t>(2);
-        if info(
-            gi,
-            index,
-            NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED,
-            &mut p,
-        ) != nvmlReturn_enum_NVML_SUCCESS
-        {
+        // Profiles larger than the GPU instance do not exist for it.
+        let Ok(p) = ci_profile(nvml, gi, index) else {
             continue;
-        }
-        let mut buf: Vec<nvmlComputeInstance_t> =
-            vec![std::ptr::null_mut(); p.instanceCount.max(1) as usize];
-        let mut count: c_uint = buf.len() as c_uint;
-        check(
-            "nvmlGpuInstanceGetComputeInstances",
-            list(gi, p.id, buf.as_mut_ptr(), &mut count),
-        )?;
-        for &ci in &buf[..(count as usize).min(buf.len())] {
+        };
+        for ci in compute_instances(nvml, gi, &p)? {
             let rc = destroy_ci(ci);
             if rc != nvmlReturn_enum_NVML_ERROR_NOT_FOUND {
                 check("nvmlComputeInstanceDestroy", rc)?;
@@ -357,26 +361,4 @@ pub unsafe fn destroy_gi(nvml: &Nvml, gi: nvmlGpuInstance_t) -> Call<()> {
     }
     let destroy = sym!(nvml, nvmlGpuInstanceDestroy);
     check("nvmlGpuInstanceDestroy", destroy(gi))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn names_lose_the_prefix_and_versions_carry_the_size() {
-        let mut raw = [0 as c_char; 96];
-        for (i, b) in b"MIG 1g.10gb+me".iter().enumerate() {
-            raw[i] = *b as c_char;
-        }
-        assert_eq!(c_name(&raw), "1g.10gb+me");
-        let v = struct_version::<nvmlGpuInstanceProfileInfo_v2_t>(2);
-        assert_eq!(v >> 24, 2);
-        assert_eq!(
-            (v & 0xff_ffff) as usize,
-            std::mem::size_of::<nvmlGpuInstanceProfileInfo_v2_t>()
-        );
-        assert_eq!(full_ci_profile_index(7), Some(4));
-        assert_eq!(full_ci_profile_index(5), None);
-    }
 }
