@@ -1,14 +1,16 @@
 //! A fake NVIDIA node on disk for GPU-less tests: a driver root holding the fake
 //! `libnvidia-ml.so.1` (integration/fake-nvml), the fake `libcuda.so.1`
-//! (integration/fake-cuda), dummy versioned driver libraries, a static fake nvidia-smi,
-//! firmware and the persistenced socket path; a /proc with the NVIDIA character majors,
-//! `mig-minors` and one capability file; a /sys with the GPUs' PCI functions, NUMA nodes
-//! and PCIe roots. Shaped like the fake library's 8 x H100.
+//! (integration/fake-cuda), dummy versioned driver libraries, static fakes of nvidia-smi
+//! and nvidia-cuda-mps-control, firmware and the persistenced socket path; a /proc with
+//! the NVIDIA character majors, `mig-minors` and one capability file; a /sys with the
+//! GPUs' PCI functions, NUMA nodes and PCIe roots. Shaped like the fake library's 8 x H100.
 
-use std::io::Write;
+use std::io::{Read, Write};
 use std::os::unix::fs::{symlink, PermissionsExt};
+use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::time::Duration;
 
 use anyhow::{bail, Context};
 
@@ -90,7 +92,23 @@ pub fn fake_cuda_lib() -> anyhow::Result<PathBuf> {
 /// ELF executable holding [`DRIVER_VERSION`], so that it runs chrooted into the fake root
 /// and in a busybox container alike.
 pub fn build_fake_nvidia_smi(out: &Path) -> anyhow::Result<()> {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("fake-nvml/nvidia-smi.c");
+    build_static_c("nvidia-smi.c", out)
+}
+
+/// Compiles the fake MPS control program (integration/fake-nvml/nvidia-cuda-mps-control.c)
+/// to `out`, as [`build_fake_nvidia_smi`] does nvidia-smi: `-d` starts a control daemon on
+/// `$CUDA_MPS_PIPE_DIRECTORY/control` that logs to `$CUDA_MPS_LOG_DIRECTORY/control.log`,
+/// and with no argument it sends stdin's commands to that daemon (see the source).
+pub fn build_fake_mps_control(out: &Path) -> anyhow::Result<()> {
+    build_static_c("nvidia-cuda-mps-control.c", out)
+}
+
+/// Compiles integration/fake-nvml/`src` with gcc -static to `out`, with [`DRIVER_VERSION`]
+/// as `DRIVER_VERSION`.
+fn build_static_c(src: &str, out: &Path) -> anyhow::Result<()> {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("fake-nvml")
+        .join(src);
     if let Some(d) = out.parent() {
         std::fs::create_dir_all(d)?;
     }
@@ -185,6 +203,10 @@ impl FakeNode {
         // graft-driver (which runs it chrooted into the driver root) and for containers.
         let smi = node.host.join("usr/bin/nvidia-smi");
         build_fake_nvidia_smi(&smi)?;
+        // nvidia-cuda-mps-control: a static stand-in for the MPS control daemon and its
+        // client, beside nvidia-smi.
+        let mps = node.mps_control_path();
+        build_fake_mps_control(&mps)?;
         std::fs::create_dir_all(node.host.join("bin"))?;
         std::fs::create_dir_all(node.host.join("var/log"))?;
         // A shell in the fake root, as driver roots have one.
@@ -192,6 +214,7 @@ impl FakeNode {
             "copying the static busybox (package busybox-static) as the fake root's shell",
         )?;
         std::fs::set_permissions(&smi, std::fs::Permissions::from_mode(0o755))?;
+        std::fs::set_permissions(&mps, std::fs::Permissions::from_mode(0o755))?;
         let fw = node
             .host
             .join(format!("lib/firmware/nvidia/{DRIVER_VERSION}"));
@@ -350,6 +373,36 @@ impl FakeNode {
     /// What graft-driver asked nvidia-smi, one call a line.
     pub fn smi_calls(&self) -> String {
         std::fs::read_to_string(self.host.join("var/log/fake-nvidia-smi.log")).unwrap_or_default()
+    }
+
+    /// The fake `nvidia-cuda-mps-control`, at `/usr/bin` in the driver root, as this host
+    /// sees it.
+    pub fn mps_control_path(&self) -> PathBuf {
+        self.host.join("usr/bin/nvidia-cuda-mps-control")
+    }
+
+    /// Whether an MPS control daemon (the fake's, or any speaking its protocol) answers
+    /// `get_server_list` on `<pipe_dir>/control`, as `echo get_server_list |
+    /// nvidia-cuda-mps-control` tells graft.
+    pub fn mps_daemon_running(pipe_dir: &Path) -> bool {
+        let ask = || -> std::io::Result<()> {
+            let mut s = UnixStream::connect(pipe_dir.join("control"))?;
+            s.set_read_timeout(Some(Duration::from_secs(5)))?;
+            s.set_write_timeout(Some(Duration::from_secs(5)))?;
+            s.write_all(b"get_server_list\n")?;
+            s.shutdown(std::net::Shutdown::Write)?;
+            // The daemon answers, then closes.
+            std::io::copy(&mut s.take(1 << 20), &mut std::io::sink())?;
+            Ok(())
+        };
+        ask().is_ok()
+    }
+
+    /// The fake MPS control daemon's log, `<log_dir>/control.log` (`log_dir` being its
+    /// `CUDA_MPS_LOG_DIRECTORY`): `[<unix time>] Startup CUDA_VISIBLE_DEVICES=<value>`,
+    /// `[<time>] Command <line>` and `[<time>] Shutdown` lines; empty when there is none.
+    pub fn mps_log(log_dir: &Path) -> String {
+        std::fs::read_to_string(log_dir.join("control.log")).unwrap_or_default()
     }
 
     pub fn gi_cap_minor(gpu_minor: u32, gi: u32) -> u32 {
