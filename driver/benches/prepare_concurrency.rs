@@ -39,7 +39,12 @@ impl NriGate for Ready {
 struct SlowVfio;
 
 impl DeviceSetup for SlowVfio {
-    fn plan(&self, d: &Device, _: Option<&DeviceConfig>) -> Result<Option<Setup>, SetupError> {
+    fn plan(
+        &self,
+        d: &Device,
+        _: Option<&DeviceConfig>,
+        _: &Allocated,
+    ) -> Result<Option<Setup>, SetupError> {
         Ok((d.kind == Kind::Vfio).then(|| Setup::Vfio {
             pci_bus_id: "0000:01:00.0".into(),
         }))
@@ -69,6 +74,7 @@ fn device(name: &str, kind: Kind, minor: i64) -> Device {
         },
         optional_edits: BTreeMap::new(),
         consumes: None,
+        shared: None,
     }
 }
 
@@ -85,6 +91,7 @@ fn claim(uid: &str, device: &str) -> ClaimInput {
             device: device.into(),
             share_id: None,
             admin_access: false,
+            consumed: Default::default(),
         }],
         configs: Vec::new(),
         pods: vec![PodUse {

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use clap::Parser;
 use graft_driver::core::seams::CrashPoint;
 use graft_driver::discovery::config::DEFAULT_CONFIG_PATH;
-use graft_driver::discovery::nvidia::dynamic_mig::DynamicMig;
+use graft_driver::discovery::nvidia::selection::GpuSelection;
 use graft_driver::edge::DEFAULT_MARGIN;
 use graft_driver::health::taints::FatalEffect;
 
@@ -76,8 +76,13 @@ pub struct Args {
     /// (dynamic MIG): `all`, `none`, or GPU UUIDs and NVML indices separated by commas. The
     /// other MIG-enabled GPUs offer the instances their operator made (static MIG). graft
     /// never changes a GPU's MIG mode.
-    #[arg(long, env = "GRAFT_NVIDIA_DYNAMIC_MIG", default_value = "none", value_parser = parse_dynamic_mig)]
-    pub nvidia_dynamic_mig: DynamicMig,
+    #[arg(long, env = "GRAFT_NVIDIA_DYNAMIC_MIG", default_value = "none", value_parser = parse_gpu_selection)]
+    pub nvidia_dynamic_mig: GpuSelection,
+    /// GPUs (MIG off) shared through NVIDIA MPS: several claims at once, each consuming a
+    /// compute percentage and memory through DRA consumable capacity, with one MPS control
+    /// daemon per GPU while any share is prepared. `all`, `none`, or UUIDs / indices.
+    #[arg(long, env = "GRAFT_NVIDIA_MPS", default_value = "none", value_parser = parse_gpu_selection)]
+    pub nvidia_mps: GpuSelection,
     /// Seconds to wait for a GPU to be free, and for a driver rebind to show.
     #[arg(long, env = "GRAFT_NVIDIA_VFIO_TIMEOUT", default_value_t = 60)]
     pub nvidia_vfio_timeout_seconds: u64,
@@ -127,6 +132,6 @@ pub struct Args {
     pub crash_at: Option<CrashPoint>,
 }
 
-fn parse_dynamic_mig(s: &str) -> Result<DynamicMig, String> {
-    DynamicMig::parse(s)
+fn parse_gpu_selection(s: &str) -> Result<GpuSelection, String> {
+    GpuSelection::parse(s)
 }

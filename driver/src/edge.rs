@@ -301,6 +301,12 @@ impl Edge {
                             device: r.device.clone(),
                             share_id: r.share_id.clone(),
                             admin_access: r.admin_access.unwrap_or(false),
+                            consumed: r
+                                .consumed_capacity
+                                .iter()
+                                .flatten()
+                                .map(|(k, q)| (k.clone(), q.0.clone()))
+                                .collect(),
                         })
                         .collect()
                 })

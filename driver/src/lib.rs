@@ -14,6 +14,7 @@ pub mod mapping;
 pub mod opaque;
 pub mod plugin;
 pub mod publisher;
+pub mod quantity;
 pub mod setup;
 pub mod slices;
 

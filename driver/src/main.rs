@@ -12,8 +12,10 @@ use graft_driver::core::Core;
 use graft_driver::discovery::char::CharDiscovery;
 use graft_driver::discovery::files::{FilesDiscovery, ServedEntries};
 use graft_driver::discovery::nvidia::driver_files::Roots;
-use graft_driver::discovery::nvidia::dynamic_mig::{DynamicMig, MigLedger, MigManager};
+use graft_driver::discovery::nvidia::dynamic_mig::{MigLedger, MigManager};
 use graft_driver::discovery::nvidia::hook_edits::HookConfig;
+use graft_driver::discovery::nvidia::mps::MpsManager;
+use graft_driver::discovery::nvidia::selection::GpuSelection;
 use graft_driver::discovery::nvidia::setup::{ChrootSmi, NvidiaSetup};
 use graft_driver::discovery::nvidia::vfio::Vfio;
 use graft_driver::discovery::nvidia::{NvidiaConfig, NvidiaDiscovery};
@@ -64,6 +66,7 @@ fn nvidia_config(args: &Args) -> NvidiaConfig {
         imex_channels: args.nvidia_imex_channels,
         passthrough: args.nvidia_passthrough,
         dynamic_mig: args.nvidia_dynamic_mig.clone(),
+        mps: args.nvidia_mps.clone(),
         roots,
     }
 }
@@ -74,6 +77,7 @@ fn nvidia_setup(
     smi: Arc<std::sync::RwLock<String>>,
     wake: tokio::sync::mpsc::Sender<()>,
     mig: Option<MigManager>,
+    mps: Option<MpsManager>,
 ) -> NvidiaSetup {
     NvidiaSetup {
         vfio: Vfio {
@@ -90,20 +94,25 @@ fn nvidia_setup(
             let _ = wake.try_send(());
         }),
         mig,
+        mps,
     }
 }
 
-/// The discovery backends, and where the nvidia backend keeps its chosen nvidia-smi.
-type Backends = (
-    Vec<Box<dyn Discovery>>,
-    Option<Arc<std::sync::RwLock<String>>>,
-    Option<PathBuf>,
-);
+/// The discovery backends, and what the nvidia backend found for its setups.
+struct Backends {
+    list: Vec<Box<dyn Discovery>>,
+    /// The chosen nvidia-smi (time-slicing).
+    smi: Option<Arc<std::sync::RwLock<String>>>,
+    nvml: Option<PathBuf>,
+    /// The driver root's nvidia-cuda-mps-control (MPS).
+    mps_control: Option<Arc<std::sync::RwLock<Option<PathBuf>>>>,
+}
 
 fn backends(args: &Args, ledger: &MigLedger) -> anyhow::Result<Backends> {
     let mut out: Vec<Box<dyn Discovery>> = Vec::new();
     let mut smi = None;
     let mut nvml = None;
+    let mut mps_control = None;
     for name in &args.discovery {
         match name.trim() {
             "char" => out.push(Box::new(CharDiscovery::new(
@@ -120,6 +129,7 @@ fn backends(args: &Args, ledger: &MigLedger) -> anyhow::Result<Backends> {
                 let d = NvidiaDiscovery::new(nvidia_config(args))?.with_ledger(ledger.clone());
                 smi = Some(d.smi_path());
                 nvml = Some(d.nvml_path()?);
+                mps_control = Some(d.mps_control_path());
                 out.push(Box::new(d));
             }
             other => bail!("--discovery: unknown backend {other:?} (known: char, files, nvidia)"),
@@ -128,7 +138,12 @@ fn backends(args: &Args, ledger: &MigLedger) -> anyhow::Result<Backends> {
     if out.is_empty() {
         bail!("--discovery: no backend selected");
     }
-    Ok((out, smi, nvml))
+    Ok(Backends {
+        list: out,
+        smi,
+        nvml,
+        mps_control,
+    })
 }
 
 /// Tells graft-nri which prepared devices the node no longer has (file I/O: a blocking
@@ -193,7 +208,12 @@ async fn main() -> anyhow::Result<()> {
             .setups()
             .context("reading the checkpoint's MIG instances")?,
     );
-    let (backends, smi_path, nvml_lib) = backends(&args, &ledger)?;
+    let Backends {
+        list: backends,
+        smi: smi_path,
+        nvml: nvml_lib,
+        mps_control,
+    } = backends(&args, &ledger)?;
     let informational_xids = parse_xids(&args.health_informational_xids)
         .map_err(|e| anyhow::anyhow!("--health-informational-xids: {e}"))?;
     if nvidia {
@@ -222,13 +242,22 @@ async fn main() -> anyhow::Result<()> {
         core = core.with_crash_hook(Box::new(KillAt(point)));
     }
     let mig = match (&nvml_lib, &args.nvidia_dynamic_mig) {
-        (Some(lib), d) if *d != DynamicMig::Off => Some(MigManager::new(
+        (Some(lib), d) if *d != GpuSelection::None => Some(MigManager::new(
             lib.clone(),
             args.proc_root.clone(),
             ledger.clone(),
         )),
         _ => None,
     };
+    let mps = match (&nvml_lib, mps_control, &args.nvidia_mps) {
+        (Some(lib), Some(control), m) if *m != GpuSelection::None => Some(MpsManager {
+            control,
+            lib_dir: lib.parent().map(PathBuf::from).unwrap_or_default(),
+            state_dir: args.state_dir.clone(),
+        }),
+        _ => None,
+    };
+    let mps_restore = mps.clone();
     let mut setup: Arc<dyn DeviceSetup> = match smi_path {
         Some(smi) => Arc::new(nvidia_setup(
             &args,
@@ -236,6 +265,7 @@ async fn main() -> anyhow::Result<()> {
             smi,
             wake_tx.clone(),
             mig,
+            mps,
         )),
         None => Arc::new(NoSetup),
     };
@@ -261,6 +291,17 @@ async fn main() -> anyhow::Result<()> {
         KUBELET_DEADLINE - margin,
     ));
     edge.startup().await.context("settling the checkpoint")?;
+    if let Some(m) = mps_restore {
+        // The daemons died with the previous container: one per GPU that still has
+        // prepared shares, none for the others.
+        // A failure leaves the other devices working; the next prepare of a share retries.
+        let setups = edge.core().setups()?;
+        match tokio::task::spawn_blocking(move || m.restore(&setups)).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => tracing::error!(error = %e, "restoring the MPS daemons"),
+            Err(e) => tracing::error!(error = %e, "restoring the MPS daemons panicked"),
+        }
+    }
     refresh_absent(args.state_dir.clone(), devices.clone()).await;
 
     let (inv_tx, inv_rx) = tokio::sync::watch::channel(devices);

@@ -43,6 +43,9 @@ pub struct Publisher {
     /// off): partitionable devices (dynamic MIG placements) are then not offered at all,
     /// since without counters the scheduler would hand out overlapping ones.
     counters_kept: bool,
+    /// False once the API server dropped `allowMultipleAllocations` (DRAConsumableCapacity
+    /// off): shared GPUs are then offered whole, one claim at a time.
+    shared_kept: bool,
 }
 
 impl Publisher {
@@ -60,6 +63,7 @@ impl Publisher {
             fatal: FatalEffect::NoSchedule,
             taints_kept: true,
             counters_kept: true,
+            shared_kept: true,
         }
     }
 
@@ -111,6 +115,20 @@ impl Publisher {
     /// One reconcile pass; true when it wrote anything.
     pub async fn reconcile(&mut self, devices: &[Device]) -> Result<bool> {
         let owner = self.owner().await?;
+        // Without the API server's consumable capacity, a shared device is offered whole.
+        let unshared: Vec<Device>;
+        let devices = if self.shared_kept {
+            devices
+        } else {
+            unshared = devices
+                .iter()
+                .map(|d| Device {
+                    shared: None,
+                    ..d.clone()
+                })
+                .collect();
+            &unshared
+        };
         let (mut ok, dropped) = publishable(devices);
         if !self.counters_kept {
             ok.retain(|d| d.consumes.is_none());
@@ -147,6 +165,7 @@ impl Publisher {
         let desired = desired_slices(&self.driver, &owner, &ok, generation, &taints);
         let mut dropped_taints = false;
         let mut dropped_counters = false;
+        let mut dropped_shared = false;
         for mut slice in desired.iter().cloned() {
             let name = slice.metadata.name.clone().unwrap_or_default();
             let written = match existing
@@ -161,6 +180,7 @@ impl Publisher {
             };
             dropped_taints |= count_taints(&slice) > count_taints(&written);
             dropped_counters |= count_counters(&slice) > count_counters(&written);
+            dropped_shared |= count_shared(&slice) > count_shared(&written);
         }
         if dropped_counters && self.counters_kept {
             tracing::error!(
@@ -169,6 +189,14 @@ impl Publisher {
                  kubelet) for dynamic MIG; until then its placements are not offered"
             );
             self.counters_kept = false;
+        }
+        if dropped_shared && self.shared_kept {
+            tracing::error!(
+                "the API server dropped allowMultipleAllocations: enable the \
+                 DRAConsumableCapacity feature gate (kube-apiserver, kube-scheduler, \
+                 kubelet) to share GPUs through MPS; until then they are offered whole"
+            );
+            self.shared_kept = false;
         }
         if dropped_taints && self.taints_kept {
             tracing::warn!(
@@ -299,6 +327,15 @@ fn count_taints(s: &ResourceSlice) -> usize {
         .flatten()
         .map(|d| d.taints.as_ref().map_or(0, Vec::len))
         .sum()
+}
+
+fn count_shared(s: &ResourceSlice) -> usize {
+    s.spec
+        .devices
+        .iter()
+        .flatten()
+        .filter(|d| d.allow_multiple_allocations == Some(true))
+        .count()
 }
 
 fn count_counters(s: &ResourceSlice) -> usize {

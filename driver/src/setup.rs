@@ -10,6 +10,7 @@ use std::time::Duration;
 use graft_record::ContainerEdits;
 use serde::{Deserialize, Serialize};
 
+use crate::core::input::Allocated;
 use crate::discovery::Device;
 use crate::opaque::DeviceConfig;
 
@@ -59,6 +60,9 @@ pub enum SetupError {
     /// A MIG instance could not be made or removed.
     #[error("{reason}")]
     Mig { reason: String },
+    /// The GPU's MPS control daemon could not be started or stopped, or a share is invalid.
+    #[error("MPS: {reason}")]
+    Mps { reason: String },
     #[error("no backend on this node sets devices up")]
     NoBackend,
 }
@@ -83,6 +87,18 @@ pub enum Setup {
         size: u32,
         slices: u32,
     },
+    /// A share of a GPU shared through MPS: the GPU's control daemon runs while any share
+    /// is prepared; `share` is the allocation's share id (`whole` without one), `compute`
+    /// the active thread percentage, `memory_mib` the pinned device memory limit.
+    #[serde(rename_all = "camelCase")]
+    Mps {
+        gpu_uuid: String,
+        minor: u32,
+        share: String,
+        compute: u32,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        memory_mib: Option<u64>,
+    },
 }
 
 impl Setup {
@@ -91,7 +107,7 @@ impl Setup {
     pub fn pci_bus_id(&self) -> Option<&str> {
         match self {
             Setup::Vfio { pci_bus_id } | Setup::TimeSlice { pci_bus_id, .. } => Some(pci_bus_id),
-            Setup::Mig { .. } => None,
+            Setup::Mig { .. } | Setup::Mps { .. } => None,
         }
     }
 }
@@ -115,12 +131,14 @@ pub fn with_setup_edits(base: ContainerEdits, add: ContainerEdits) -> ContainerE
 }
 
 pub trait DeviceSetup: Send + Sync {
-    /// What preparing `device` with `config` needs, or why it cannot be done. Called
-    /// before anything is written.
+    /// What preparing `device` with `config` for allocation `alloc` needs (a shared device's
+    /// setup depends on the share allocated), or why it cannot be done. Called before
+    /// anything is written.
     fn plan(
         &self,
         device: &Device,
         config: Option<&DeviceConfig>,
+        alloc: &Allocated,
     ) -> Result<Option<Setup>, SetupError>;
     /// Does it. Returns edits to lay over the device's own ([`with_setup_edits`]) when only
     /// the setup can know them (a VFIO group node exists once the function is bound, a MIG
@@ -138,6 +156,7 @@ impl DeviceSetup for NoSetup {
         &self,
         device: &Device,
         config: Option<&DeviceConfig>,
+        _: &Allocated,
     ) -> Result<Option<Setup>, SetupError> {
         if config.is_some_and(|c| c.sharing.is_some()) {
             return Err(SetupError::NotSupported {

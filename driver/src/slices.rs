@@ -7,8 +7,9 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::resource::v1::{
-    Counter, CounterSet, Device as ApiDevice, DeviceAttribute, DeviceCapacity,
-    DeviceCounterConsumption, ResourcePool, ResourceSlice, ResourceSliceSpec,
+    CapacityRequestPolicy, CapacityRequestPolicyRange, Counter, CounterSet, Device as ApiDevice,
+    DeviceAttribute, DeviceCapacity, DeviceCounterConsumption, ResourcePool, ResourceSlice,
+    ResourceSliceSpec,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
@@ -57,16 +58,26 @@ pub fn api_device(d: &Device) -> ApiDevice {
             d.capacity
                 .iter()
                 .map(|(k, v)| {
+                    let policy = d.shared.as_ref().and_then(|p| p.get(k));
                     (
                         k.clone(),
                         DeviceCapacity {
                             value: Quantity(v.clone()),
-                            ..Default::default()
+                            request_policy: policy.map(|p| CapacityRequestPolicy {
+                                default: Some(Quantity(p.default.clone())),
+                                valid_range: Some(CapacityRequestPolicyRange {
+                                    min: Quantity(p.min.clone()),
+                                    max: Some(Quantity(p.max.clone())),
+                                    step: Some(Quantity(p.step.clone())),
+                                }),
+                                ..Default::default()
+                            }),
                         },
                     )
                 })
                 .collect::<BTreeMap<_, _>>()
         }),
+        allow_multiple_allocations: d.shared.is_some().then_some(true),
         consumes_counters: d.consumes.as_ref().map(|c| {
             vec![DeviceCounterConsumption {
                 counter_set: c.set.clone(),
@@ -198,6 +209,7 @@ mod tests {
             edits: Default::default(),
             optional_edits: Default::default(),
             consumes: None,
+            shared: None,
         }
     }
 
@@ -227,6 +239,31 @@ mod tests {
             slices[2].metadata.name.as_deref(),
             Some("node1-graft.dev-2")
         );
+    }
+
+    #[test]
+    fn a_shared_device_allows_multiple_allocations_with_its_policies() {
+        let mut d = dev(0);
+        d.capacity.insert("compute".into(), "100".into());
+        d.shared = Some(BTreeMap::from([(
+            "compute".to_string(),
+            crate::discovery::CapacityPolicy {
+                default: "100".into(),
+                min: "1".into(),
+                max: "100".into(),
+                step: "1".into(),
+            },
+        )]));
+        let api = api_device(&d);
+        assert_eq!(api.allow_multiple_allocations, Some(true));
+        let p = api.capacity.unwrap()["compute"]
+            .request_policy
+            .clone()
+            .unwrap();
+        assert_eq!(p.default.unwrap().0, "100");
+        let r = p.valid_range.unwrap();
+        assert_eq!((r.min.0.as_str(), r.max.unwrap().0.as_str()), ("1", "100"));
+        assert_eq!(api_device(&dev(1)).allow_multiple_allocations, None);
     }
 
     #[test]

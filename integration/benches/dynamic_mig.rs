@@ -17,8 +17,9 @@ use graft_driver::core::input::{Allocated, ClaimId, ClaimInput};
 use graft_driver::core::seams::NriGate;
 use graft_driver::core::Core;
 use graft_driver::discovery::nvidia::driver_files::Roots;
-use graft_driver::discovery::nvidia::dynamic_mig::{DynamicMig, MigLedger, MigManager};
+use graft_driver::discovery::nvidia::dynamic_mig::{MigLedger, MigManager};
 use graft_driver::discovery::nvidia::hook_edits::HookConfig;
+use graft_driver::discovery::nvidia::selection::GpuSelection;
 use graft_driver::discovery::nvidia::setup::{NvidiaSetup, Smi};
 use graft_driver::discovery::nvidia::vfio::Vfio;
 use graft_driver::discovery::nvidia::{NvidiaConfig, NvidiaDiscovery};
@@ -57,6 +58,7 @@ fn claim(uid: &str, device: &str) -> ClaimInput {
             device: device.into(),
             share_id: None,
             admin_access: false,
+            consumed: Default::default(),
         }],
         configs: Vec::new(),
         pods: vec![PodUse {
@@ -116,7 +118,8 @@ fn main() -> anyhow::Result<()> {
         },
         imex_channels: 0,
         passthrough: false,
-        dynamic_mig: DynamicMig::parse("5").map_err(anyhow::Error::msg)?,
+        dynamic_mig: GpuSelection::parse("5").map_err(anyhow::Error::msg)?,
+        mps: GpuSelection::None,
     };
     let ledger = MigLedger::default();
     let discovery = NvidiaDiscovery::new(config)?.with_ledger(ledger.clone());
@@ -130,6 +133,7 @@ fn main() -> anyhow::Result<()> {
         dev_root: node.dev.clone(),
         smi: Box::new(NoSmi),
         rescan: Box::new(|| {}),
+        mps: None,
         mig: Some(MigManager::new(
             discovery.nvml_path()?,
             node.proc.clone(),

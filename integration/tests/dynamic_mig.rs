@@ -7,7 +7,8 @@ use std::collections::BTreeSet;
 use std::path::Path;
 use std::time::Duration;
 
-use graft_driver::discovery::nvidia::dynamic_mig::{DynamicMig, MigLedger, MigManager};
+use graft_driver::discovery::nvidia::dynamic_mig::{MigLedger, MigManager};
+use graft_driver::discovery::nvidia::selection::GpuSelection;
 use graft_driver::discovery::nvidia::setup::{NvidiaSetup, Smi};
 use graft_driver::discovery::nvidia::vfio::Vfio;
 use graft_driver::discovery::nvidia::NvidiaDiscovery;
@@ -51,7 +52,7 @@ fn node() -> Node {
 
 fn discovery(n: &Node, gpus: &str, ledger: &MigLedger) -> NvidiaDiscovery {
     let mut d = common::discovery_config(&n.node, common::as_host_root(&n.node), 0, "/bin/true");
-    d.dynamic_mig = DynamicMig::parse(gpus).unwrap();
+    d.dynamic_mig = GpuSelection::parse(gpus).unwrap();
     NvidiaDiscovery::new(d).unwrap().with_ledger(ledger.clone())
 }
 
@@ -65,6 +66,7 @@ fn setup(n: &Node, d: &NvidiaDiscovery, ledger: &MigLedger) -> NvidiaSetup {
         dev_root: n.node.dev.clone(),
         smi: Box::new(NoSmi),
         rescan: Box::new(|| {}),
+        mps: None,
         mig: Some(MigManager::new(
             d.nvml_path().unwrap(),
             n.node.proc.clone(),
@@ -123,7 +125,10 @@ fn a_partitioned_gpu_offers_every_placement_and_prepare_makes_the_instance() {
 
     let s = setup(&n, &d, &ledger);
     let by = |name: &str| devices.iter().find(|x| x.name == name).unwrap().clone();
-    let three = s.plan(&by("gpu-7-mig-3g-40gb-4"), None).unwrap().unwrap();
+    let three = s
+        .plan(&by("gpu-7-mig-3g-40gb-4"), None, &Default::default())
+        .unwrap()
+        .unwrap();
     assert!(
         matches!(
             three,
@@ -167,7 +172,10 @@ fn a_partitioned_gpu_offers_every_placement_and_prepare_makes_the_instance() {
     assert!(strange.contains("gpu-7-mig-4g-40gb-0"), "{strange:?}");
 
     // 7g.80gb collides with the 3g: refused by NVML, said clearly, nothing half made.
-    let seven = s.plan(&by("gpu-7-mig-7g-80gb-0"), None).unwrap().unwrap();
+    let seven = s
+        .plan(&by("gpu-7-mig-7g-80gb-0"), None, &Default::default())
+        .unwrap()
+        .unwrap();
     let err = s.apply(&seven).unwrap_err().to_string();
     assert!(err.contains("insufficient resources"), "{err}");
     assert_eq!(instances(&n.state, 5), [(2, 4)]);
@@ -178,7 +186,10 @@ fn a_partitioned_gpu_offers_every_placement_and_prepare_makes_the_instance() {
     assert!(instances(&n.state, 5).is_empty());
     // The operator's instances on GPU 6 are untouched throughout.
     assert_eq!(instances(&n.state, 6), [(2, 0), (2, 4)]);
-    let four = s.plan(&by("gpu-7-mig-4g-40gb-0"), None).unwrap().unwrap();
+    let four = s
+        .plan(&by("gpu-7-mig-4g-40gb-0"), None, &Default::default())
+        .unwrap()
+        .unwrap();
     s.apply(&four).unwrap();
     assert_eq!(instances(&n.state, 5), [(3, 0)]);
     s.undo(&four).unwrap();

@@ -25,7 +25,7 @@ impl std::fmt::Display for ClaimId {
 }
 
 /// One allocation result of this driver.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Allocated {
     /// The request's full name (`main/sub` for a subrequest).
     pub request: String,
@@ -33,6 +33,9 @@ pub struct Allocated {
     pub device: String,
     pub share_id: Option<String>,
     pub admin_access: bool,
+    /// Of a shared device (consumable capacity): what the allocation takes of each of its
+    /// capacities, as the scheduler rounded it (Kubernetes quantities).
+    pub consumed: std::collections::BTreeMap<String, String>,
 }
 
 /// A claim to prepare: its allocation (this driver's results only), the configuration

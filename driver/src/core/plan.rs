@@ -141,7 +141,7 @@ impl Core {
                     node: self.node_name.clone(),
                 })?;
             let config = opaque::resolve(&self.driver_name, &input.configs, &r.request)?;
-            let setup = self.setup.plan(dev, config.as_ref()).map_err(|source| {
+            let setup = self.setup.plan(dev, config.as_ref(), r).map_err(|source| {
                 ClaimError::SetupRefused {
                     request: r.request.clone(),
                     source,

@@ -72,6 +72,21 @@ pub struct Device {
     /// Counters it takes from a counter set of the pool while allocated (a partitionable
     /// device: a dynamic MIG placement); `None` for devices that stand alone.
     pub consumes: Option<Consumption>,
+    /// Set when several claims may be allocated the device at once, each consuming part of
+    /// its capacity (DRA consumable capacity: a GPU shared through MPS): how much of each
+    /// capacity a request may take.
+    pub shared: Option<BTreeMap<String, CapacityPolicy>>,
+}
+
+/// How a request consumes one capacity of a shared device (quantities as the API writes
+/// them): `default` when the request names none, otherwise rounded up to `min + n * step`
+/// and at most `max`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CapacityPolicy {
+    pub default: String,
+    pub min: String,
+    pub max: String,
+    pub step: String,
 }
 
 /// A partitionable device's use of a shared counter set.

@@ -56,6 +56,7 @@ mod tests {
             edits: Default::default(),
             optional_edits: Default::default(),
             consumes: None,
+            shared: None,
         }
     }
 

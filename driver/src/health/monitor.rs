@@ -390,6 +390,7 @@ mod tests {
             edits: Default::default(),
             optional_edits: Default::default(),
             consumes: None,
+            shared: None,
         }
     }
 

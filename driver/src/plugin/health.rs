@@ -165,6 +165,7 @@ mod tests {
             edits: ContainerEdits::default(),
             optional_edits: BTreeMap::new(),
             consumes: None,
+            shared: None,
         }
     }
 

@@ -56,6 +56,7 @@ pub fn config(opts: &Options) -> NvidiaConfig {
         imex_channels: 0,
         passthrough: false,
         dynamic_mig: Default::default(),
+        mps: Default::default(),
     }
 }
 

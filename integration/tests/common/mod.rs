@@ -45,6 +45,7 @@ pub fn discovery_config(
         imex_channels,
         passthrough: imex_channels > 0,
         dynamic_mig: Default::default(),
+        mps: Default::default(),
     }
 }
 

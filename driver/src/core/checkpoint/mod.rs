@@ -27,8 +27,8 @@ use crate::error::{DriverError, Result};
 use super::keylocks::{KeyGuard, KeyLocks};
 pub use super::lifecycle::ClaimState;
 
-/// The newest schema this driver reads and writes. Version 2 added MIG instance setups
-/// (dynamic MIG); a file is written as version 1 while it holds none, so that an older
+/// The newest schema this driver reads and writes. Version 2 added MIG instance and MPS
+/// share setups; a file is written as version 1 while it holds none, so that an older
 /// driver rolled back onto the node still reads it.
 pub const CHECKPOINT_VERSION: u32 = 2;
 const OLDEST_VERSION: u32 = 1;
@@ -75,10 +75,12 @@ struct OnDisk {
 
 /// The oldest schema that holds `claims`.
 fn needed_version(claims: &BTreeMap<String, ClaimEntry>) -> u32 {
-    let mig = claims
-        .values()
-        .flat_map(|e| &e.devices)
-        .any(|d| matches!(d.setup, Some(crate::setup::Setup::Mig { .. })));
+    let mig = claims.values().flat_map(|e| &e.devices).any(|d| {
+        matches!(
+            d.setup,
+            Some(crate::setup::Setup::Mig { .. } | crate::setup::Setup::Mps { .. })
+        )
+    });
     if mig {
         2
     } else {

@@ -105,6 +105,7 @@ impl DeviceSetup for FakeSetup {
         &self,
         device: &Device,
         config: Option<&DeviceConfig>,
+        _: &Allocated,
     ) -> Result<Option<Setup>, SetupError> {
         let Some(pci) = device.string_attribute("pciBusID").map(str::to_string) else {
             return Ok(None);
@@ -169,6 +170,7 @@ fn char_device(name: &str, minor: i64) -> Device {
         },
         optional_edits: BTreeMap::new(),
         consumes: None,
+        shared: None,
     }
 }
 
@@ -249,6 +251,7 @@ fn claim(uid: &str, devices: &[&str]) -> ClaimInput {
                 device: d.to_string(),
                 share_id: None,
                 admin_access: false,
+                consumed: Default::default(),
             })
             .collect(),
         configs: Vec::new(),

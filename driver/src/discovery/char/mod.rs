@@ -219,6 +219,7 @@ impl CharDiscovery {
             edits,
             optional_edits: Default::default(),
             consumes: None,
+            shared: None,
         })
     }
 }

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use graft_record::nofollow::open_entry;
 use graft_record::ContainerEdits;
 
+use crate::core::input::Allocated;
 use crate::discovery::{Device, Kind};
 use crate::opaque::DeviceConfig;
 use crate::setup::{DeviceSetup, Setup, SetupError};
@@ -25,6 +26,7 @@ impl DeviceSetup for ServedEntries {
         &self,
         device: &Device,
         config: Option<&DeviceConfig>,
+        alloc: &Allocated,
     ) -> Result<Option<Setup>, SetupError> {
         if let Kind::Entry(expected) = device.kind {
             let changed = |reason: String| SetupError::EntryChanged {
@@ -45,7 +47,7 @@ impl DeviceSetup for ServedEntries {
                 Err(e) => return Err(changed(e.to_string())),
             }
         }
-        self.inner.plan(device, config)
+        self.inner.plan(device, config, alloc)
     }
 
     fn apply(&self, setup: &Setup) -> Result<Option<ContainerEdits>, SetupError> {

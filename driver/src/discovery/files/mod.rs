@@ -358,6 +358,7 @@ impl FilesDiscovery {
             edits,
             optional_edits: Default::default(),
             consumes: None,
+            shared: None,
         })
     }
 }

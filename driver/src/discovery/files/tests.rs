@@ -198,23 +198,35 @@ fn prepare_refuses_an_entry_that_changed() {
         inner: std::sync::Arc::new(NoSetup),
         host_root: n.root.path().into(),
     };
-    assert!(check.plan(&devs[0], None).unwrap().is_none());
+    assert!(check
+        .plan(&devs[0], None, &Default::default())
+        .unwrap()
+        .is_none());
     let lic = n.root.path().join("srv/lic");
     // Swapped for a symlink to a secret.
     std::fs::remove_file(lic.join("seat-b.lic")).unwrap();
     symlink("/etc/shadow", lic.join("seat-b.lic")).unwrap();
-    let err = check.plan(&devs[1], None).unwrap_err().to_string();
+    let err = check
+        .plan(&devs[1], None, &Default::default())
+        .unwrap_err()
+        .to_string();
     assert!(
         err.contains("seat-b-lic") && err.contains("symlink"),
         "{err}"
     );
     // Gone.
     std::fs::remove_file(lic.join("seat-c.lic")).unwrap();
-    let err = check.plan(&devs[2], None).unwrap_err().to_string();
+    let err = check
+        .plan(&devs[2], None, &Default::default())
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("seat-c.lic"), "{err}");
     // Now a directory.
     std::fs::remove_file(lic.join("Seat_A.lic")).unwrap();
     std::fs::create_dir(lic.join("Seat_A.lic")).unwrap();
-    let err = check.plan(&devs[0], None).unwrap_err().to_string();
+    let err = check
+        .plan(&devs[0], None, &Default::default())
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("is now a directory"), "{err}");
 }

@@ -16,55 +16,8 @@ use nvml_wrapper::Nvml;
 
 use super::edits;
 use super::mig_nvml::{self, MigCallError};
-use super::nvml::Gpu;
 use super::procfs;
 use crate::setup::{Setup, SetupError};
-
-/// Which MIG-enabled GPUs graft partitions itself (`--nvidia-dynamic-mig`); the others
-/// keep the instances their operator made (static MIG).
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub enum DynamicMig {
-    #[default]
-    Off,
-    All,
-    /// By UUID or NVML index.
-    Gpus(BTreeSet<String>),
-}
-
-impl DynamicMig {
-    /// `""`/`none`, `all`, or GPU UUIDs and indices separated by commas.
-    pub fn parse(s: &str) -> Result<Self, String> {
-        let s = s.trim();
-        match s {
-            "" | "none" => return Ok(DynamicMig::Off),
-            "all" => return Ok(DynamicMig::All),
-            _ => {}
-        }
-        let mut gpus = BTreeSet::new();
-        for item in s.split(',').map(str::trim) {
-            let ok = item.parse::<u32>().is_ok()
-                || (item.starts_with("GPU-")
-                    && item.len() > 4
-                    && item[4..].chars().all(|c| c.is_ascii_hexdigit() || c == '-'));
-            if !ok {
-                return Err(format!(
-                    "{item:?} is neither a GPU index nor a GPU UUID (GPU-...); \
-                     give `all`, `none` or a comma-separated list"
-                ));
-            }
-            gpus.insert(item.to_string());
-        }
-        Ok(DynamicMig::Gpus(gpus))
-    }
-
-    pub fn covers(&self, g: &Gpu) -> bool {
-        match self {
-            DynamicMig::Off => false,
-            DynamicMig::All => true,
-            DynamicMig::Gpus(set) => set.contains(&g.uuid) || set.contains(&g.index.to_string()),
-        }
-    }
-}
 
 /// `(profile id, placement start)` of each GPU instance graft made on one GPU.
 pub type Placements = BTreeSet<(u32, u32)>;

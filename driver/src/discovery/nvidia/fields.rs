@@ -29,6 +29,7 @@ pub(super) fn full_gpu(
         edits: edits::with_common(vec![edits::gpu_node(g.minor)], common),
         optional_edits: Default::default(),
         consumes: None,
+        shared: None,
     }
 }
 

@@ -30,9 +30,11 @@ pub mod ldcache;
 pub mod libraries;
 pub mod mig_nvml;
 pub mod mount_roots;
+pub mod mps;
 pub mod nvml;
 pub mod partitions;
 pub mod procfs;
+pub mod selection;
 pub mod setup;
 pub mod vfio;
 
@@ -63,7 +65,9 @@ pub struct NvidiaConfig {
     /// Offer GPUs for VFIO passthrough.
     pub passthrough: bool,
     /// The MIG-enabled GPUs whose instances graft makes at prepare.
-    pub dynamic_mig: dynamic_mig::DynamicMig,
+    pub dynamic_mig: selection::GpuSelection,
+    /// The GPUs (MIG off) shared through MPS.
+    pub mps: selection::GpuSelection,
 }
 
 pub struct NvidiaDiscovery {
@@ -71,6 +75,9 @@ pub struct NvidiaDiscovery {
     /// The nvidia-smi the last scan chose, as a path inside the driver root, for the
     /// time-slicing setup (a layout's `/usr/bin/nvidia-smi` may be a wrapper script).
     smi: Arc<RwLock<String>>,
+    /// The driver root's nvidia-cuda-mps-control as this process runs it, kept current by
+    /// each scan, for the MPS daemons.
+    mps_control: Arc<RwLock<Option<PathBuf>>>,
     /// The MIG instances graft made (dynamic MIG), shared with the setup that makes them.
     ledger: dynamic_mig::MigLedger,
 }
@@ -88,6 +95,7 @@ impl NvidiaDiscovery {
         let d = NvidiaDiscovery {
             config,
             smi: Arc::new(RwLock::new("/usr/bin/nvidia-smi".into())),
+            mps_control: Arc::new(RwLock::new(None)),
             ledger: dynamic_mig::MigLedger::default(),
         };
         d.nvml_path()?;
@@ -143,6 +151,11 @@ impl NvidiaDiscovery {
         self
     }
 
+    /// Where the driver root's nvidia-cuda-mps-control is, kept current by each scan.
+    pub fn mps_control_path(&self) -> Arc<RwLock<Option<PathBuf>>> {
+        Arc::clone(&self.mps_control)
+    }
+
     /// Where the chosen nvidia-smi is (inside the driver root), kept current by each scan.
     pub fn smi_path(&self) -> Arc<RwLock<String>> {
         Arc::clone(&self.smi)
@@ -153,6 +166,11 @@ impl NvidiaDiscovery {
         let c = &self.config;
         let majors = procfs::read_char_majors(&c.proc_root)?;
         let files: DriverFiles = driver_files::find(&c.roots, &inv.driver_version)?;
+        if let Ok(mut cur) = self.mps_control.write() {
+            *cur = files
+                .binary("nvidia-cuda-mps-control")
+                .map(|b| c.roots.driver_visible(&b.path));
+        }
         if let (Some(smi), Ok(mut cur)) = (files.binary("nvidia-smi"), self.smi.write()) {
             *cur = smi.path.clone();
         }
@@ -228,11 +246,21 @@ impl NvidiaDiscovery {
                 tracing::warn!(gpu = g.uuid, "listed for dynamic MIG, but NVML gave no MIG profiles; offering its existing MIG devices");
             }
             if !g.mig_enabled {
-                out.push(Device {
+                let mut d = Device {
                     optional_edits: optional.clone(),
                     ..full_gpu(g, &shared, &common)
-                });
+                };
+                if c.mps.covers(g) {
+                    mps_shared(&mut d, g);
+                }
+                out.push(d);
                 continue;
+            }
+            if c.mps.covers(g) {
+                tracing::warn!(
+                    gpu = g.uuid,
+                    "listed for MPS, but its MIG mode is on; not shared through MPS"
+                );
             }
             for m in &g.migs {
                 out.push(Device {
@@ -295,6 +323,7 @@ impl NvidiaDiscovery {
                     },
                     optional_edits: Default::default(),
                     consumes: None,
+                    shared: None,
                 })
             })
             .collect()
@@ -350,6 +379,7 @@ impl NvidiaDiscovery {
             ),
             optional_edits: Default::default(),
             consumes: None,
+            shared: None,
         })
     }
 
@@ -397,10 +427,42 @@ impl NvidiaDiscovery {
                     },
                     optional_edits: Default::default(),
                     consumes: None,
+                    shared: None,
                 }
             })
             .collect())
     }
+}
+
+/// A whole GPU offered for sharing through MPS: several claims at once, each consuming a
+/// compute percentage and an amount of memory (DRA consumable capacity).
+fn mps_shared(d: &mut Device, g: &Gpu) {
+    d.attributes
+        .insert("sharing".into(), Attribute::String("mps".into()));
+    d.capacity.insert("compute".into(), "100".into());
+    let mut policies = BTreeMap::new();
+    policies.insert(
+        "compute".to_string(),
+        super::CapacityPolicy {
+            default: "100".into(),
+            min: "1".into(),
+            max: "100".into(),
+            step: "1".into(),
+        },
+    );
+    if let Some(bytes) = g.memory_bytes {
+        let all = fields::mebibytes(bytes);
+        policies.insert(
+            "memory".to_string(),
+            super::CapacityPolicy {
+                default: all.clone(),
+                min: "1Mi".into(),
+                max: all,
+                step: "1Mi".into(),
+            },
+        );
+    }
+    d.shared = Some(policies);
 }
 
 impl Discovery for NvidiaDiscovery {

@@ -167,6 +167,7 @@ pub fn devices(
                 edits: edits::with_common(vec![edits::gpu_node(g.minor)], common),
                 optional_edits: Default::default(),
                 consumes: Some(consumption(use_of(p, start, size))),
+                shared: None,
             });
         }
     }

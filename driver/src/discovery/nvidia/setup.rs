@@ -12,6 +12,7 @@ use graft_record::{ContainerEdits, DeviceKind, DeviceNode, EnvVar};
 use nix::sys::stat::{major, minor};
 
 use super::vfio::Vfio;
+use crate::core::input::Allocated;
 use crate::discovery::{Attribute, Device, Kind};
 use crate::opaque::DeviceConfig;
 use crate::setup::{DeviceSetup, Setup, SetupError};
@@ -73,6 +74,43 @@ pub struct NvidiaSetup {
     pub rescan: Box<dyn Fn() + Send + Sync>,
     /// Dynamic MIG: makes and removes instances; `None` when no GPU is partitioned by graft.
     pub mig: Option<super::dynamic_mig::MigManager>,
+    /// MPS: runs the shared GPUs' control daemons; `None` when no GPU is shared so.
+    pub mps: Option<super::mps::MpsManager>,
+}
+
+/// A share of an MPS GPU, from what the scheduler allocated: the compute percentage and
+/// memory it consumed (its defaults, the whole GPU, when the API server gave none).
+fn mps_setup(device: &Device, alloc: &Allocated) -> Result<Setup, &'static str> {
+    let uuid = device
+        .string_attribute("uuid")
+        .ok_or("an MPS GPU without its uuid attribute")?;
+    let minor = device
+        .int_attribute("minor")
+        .and_then(|m| u32::try_from(m).ok())
+        .ok_or("an MPS GPU without its minor attribute")?;
+    let compute = match alloc.consumed.get("compute") {
+        Some(q) => crate::quantity::parse(q)
+            .and_then(|v| u32::try_from(v).ok())
+            .filter(|v| (1..=100).contains(v))
+            .ok_or("consumed compute is not a whole percentage from 1 to 100")?,
+        None => 100,
+    };
+    let memory_mib = match alloc.consumed.get("memory") {
+        Some(q) => Some(
+            crate::quantity::parse(q)
+                .and_then(|b| u64::try_from(b >> 20).ok())
+                .filter(|&m| m > 0)
+                .ok_or("consumed memory is not a whole quantity of at least 1Mi")?,
+        ),
+        None => None,
+    };
+    Ok(Setup::Mps {
+        gpu_uuid: uuid.to_string(),
+        minor,
+        share: alloc.share_id.clone().unwrap_or_else(|| "whole".into()),
+        compute,
+        memory_mib,
+    })
 }
 
 /// A dynamic MIG placement's setup, from what discovery published about it.
@@ -123,6 +161,14 @@ fn stat_node(dev_root: &Path, rel: &str) -> Result<DeviceNode, SetupError> {
 }
 
 impl NvidiaSetup {
+    fn mps_manager(&self) -> Result<&super::mps::MpsManager, SetupError> {
+        self.mps.as_ref().ok_or_else(|| SetupError::Mps {
+            reason: "no GPU is shared through MPS on this node (--nvidia-mps), yet a claim \
+                     holds an MPS share; turn it back on to stop the daemon"
+                .into(),
+        })
+    }
+
     fn mig_manager(&self) -> Result<&super::dynamic_mig::MigManager, SetupError> {
         self.mig.as_ref().ok_or_else(|| SetupError::Mig {
             reason: "dynamic MIG is off on this node (--nvidia-dynamic-mig), yet a claim holds a \
@@ -177,6 +223,7 @@ impl DeviceSetup for NvidiaSetup {
         &self,
         device: &Device,
         config: Option<&DeviceConfig>,
+        alloc: &Allocated,
     ) -> Result<Option<Setup>, SetupError> {
         let sharing = config.and_then(|c| c.sharing.as_ref());
         let pci = text_attr(device, "pciBusID").map(str::to_string);
@@ -186,7 +233,15 @@ impl DeviceSetup for NvidiaSetup {
                 reason,
             })
         };
+        let mps = device.string_attribute("sharing") == Some("mps");
         match (device.kind, pci, sharing) {
+            (Kind::Gpu, _, Some(_)) if mps => {
+                refuse("this GPU is shared through MPS; time-slicing does not apply")
+            }
+            (Kind::Gpu, _, None) if mps => match mps_setup(device, alloc) {
+                Ok(s) => Ok(Some(s)),
+                Err(reason) => refuse(reason),
+            },
             (Kind::Vfio, Some(pci_bus_id), None) => Ok(Some(Setup::Vfio { pci_bus_id })),
             (Kind::Vfio, _, Some(_)) => {
                 refuse("a GPU passed through with VFIO cannot be time-sliced")
@@ -232,6 +287,16 @@ impl DeviceSetup for NvidiaSetup {
                 .mig_manager()?
                 .create(gpu_uuid, *profile, *start, *size, *slices)
                 .map(Some),
+            Setup::Mps {
+                gpu_uuid,
+                minor,
+                share,
+                compute,
+                memory_mib,
+            } => self
+                .mps_manager()?
+                .open_share(gpu_uuid, *minor, share, *compute, *memory_mib)
+                .map(Some),
         }
     }
 
@@ -249,6 +314,7 @@ impl DeviceSetup for NvidiaSetup {
                 start,
                 ..
             } => self.mig_manager()?.destroy(gpu_uuid, *profile, *start),
+            Setup::Mps { minor, share, .. } => self.mps_manager()?.close_share(*minor, share),
         }
     }
 }
@@ -289,6 +355,7 @@ mod tests {
             edits: ContainerEdits::default(),
             optional_edits: Default::default(),
             consumes: None,
+            shared: None,
         }
     }
 
@@ -304,6 +371,7 @@ mod tests {
             smi: Box::new(smi),
             rescan: Box::new(|| {}),
             mig: None,
+            mps: None,
         }
     }
 
@@ -318,7 +386,7 @@ mod tests {
                 "sharing":{"strategy":"TimeSlicing","timeSlicing":{"interval":"Long"}}}"#,
         );
         let plan = s
-            .plan(&device("gpu-2", "gpu"), Some(&long))
+            .plan(&device("gpu-2", "gpu"), Some(&long), &Default::default())
             .unwrap()
             .unwrap();
         assert_eq!(
@@ -339,13 +407,27 @@ mod tests {
             ]
         );
         let err = s
-            .plan(&device("gpu-4-mig-1-0", "mig"), Some(&long))
+            .plan(
+                &device("gpu-4-mig-1-0", "mig"),
+                Some(&long),
+                &Default::default(),
+            )
             .unwrap_err();
         assert!(err.to_string().contains("not MIG devices"), "{err}");
-        let err = s.plan(&device("vfio-x", "vfio"), Some(&long)).unwrap_err();
+        let err = s
+            .plan(&device("vfio-x", "vfio"), Some(&long), &Default::default())
+            .unwrap_err();
         assert!(err.to_string().contains("VFIO"), "{err}");
-        assert_eq!(s.plan(&device("gpu-2", "gpu"), None).unwrap(), None);
-        assert_eq!(s.plan(&device("fuse", "fuse"), Some(&long)).unwrap(), None);
+        assert_eq!(
+            s.plan(&device("gpu-2", "gpu"), None, &Default::default())
+                .unwrap(),
+            None
+        );
+        assert_eq!(
+            s.plan(&device("fuse", "fuse"), Some(&long), &Default::default())
+                .unwrap(),
+            None
+        );
     }
 
     #[test]
@@ -368,7 +450,11 @@ mod tests {
         }
         let s = setup(&k, dev.path(), Recorded::default());
         let plan = s
-            .plan(&device("vfio-0000-18-00-0", "vfio"), None)
+            .plan(
+                &device("vfio-0000-18-00-0", "vfio"),
+                None,
+                &Default::default(),
+            )
             .unwrap()
             .unwrap();
         let edits = s.apply(&plan).unwrap().unwrap();
