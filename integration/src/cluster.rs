@@ -90,14 +90,21 @@ impl Cluster {
 
     /// Deploys the GPU setup (`deploy/gpu/`) instead, on the fake NVIDIA node laid out in
     /// `fake` (see `deploy-graft.sh`).
-    /// `dynamic_mig`: the GPUs graft partitions itself (GRAFT_NVIDIA_DYNAMIC_MIG).
-    pub fn deploy_graft_gpu(&self, fake: &Path, dynamic_mig: &str) -> anyhow::Result<()> {
+    /// `dynamic_mig`: the GPUs graft partitions itself (GRAFT_NVIDIA_DYNAMIC_MIG); `mps`:
+    /// the GPUs it shares through MPS (GRAFT_NVIDIA_MPS).
+    pub fn deploy_graft_gpu(
+        &self,
+        fake: &Path,
+        dynamic_mig: &str,
+        mps: &str,
+    ) -> anyhow::Result<()> {
         let top = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
         run(Command::new("bash")
             .arg(self.scripts.join("deploy-graft.sh"))
             .arg(top.join("target/debug"))
             .env("GRAFT_GPU_FAKE", fake)
-            .env("GRAFT_GPU_DYNAMIC_MIG", dynamic_mig))?;
+            .env("GRAFT_GPU_DYNAMIC_MIG", dynamic_mig)
+            .env("GRAFT_GPU_MPS", mps))?;
         Ok(())
     }
 

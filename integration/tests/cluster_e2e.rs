@@ -15,6 +15,8 @@ use graft_integration::cluster::{wait_until, Cluster, WAIT};
 mod dynamic_mig;
 #[path = "cluster_e2e/gpu_health.rs"]
 mod gpu_health;
+#[path = "cluster_e2e/mps.rs"]
+mod mps;
 
 /// A pod whose container `app` uses one device of `class` (found at `path`) through a
 /// claim template; its two other containers have no claim.
@@ -432,7 +434,8 @@ fn gpus_through_the_gpu_setup(c: &Cluster) -> anyhow::Result<()> {
         std::fs::create_dir_all(dir)?;
     }
     node.configure_mig(&dynamic_mig::mig_config())?;
-    c.deploy_graft_gpu(fake, dynamic_mig::DYNAMIC_GPU)?;
+    let _ = std::fs::remove_dir_all("/var/lib/graft/mps");
+    c.deploy_graft_gpu(fake, dynamic_mig::DYNAMIC_GPU, mps::MPS_GPU)?;
     wait_until("the GPUs were never published", || {
         Ok(c.kubectl(&["get", "resourceslices", "-o", "json"])?
             .contains("\"gpu-2\""))
@@ -472,7 +475,8 @@ fn gpus_through_the_gpu_setup(c: &Cluster) -> anyhow::Result<()> {
     wait_unprepared(c)?;
     gpu_health::gpu_health(c, &node)?;
     wait_unprepared(c)?;
-    dynamic_mig::dynamic_mig(c, &node)
+    dynamic_mig::dynamic_mig(c, &node)?;
+    mps::mps(c)
 }
 
 /// A claim named `shared` and two pods (`share-a`, `share-b`) that both use all of it.

@@ -42,9 +42,10 @@ SERVICE_IP=10.0.0.1/32
 BRIDGE=graft0
 # Alpha DRA features graft uses (Kubernetes 1.35): device taints for unhealthy GPUs
 # (API server, scheduler, and the controller manager's eviction for NoExecute), and the
-# kubelet's resource health in pod status (API server and kubelet), and partitionable
-# devices for dynamic MIG (counter sets: API server and scheduler; the kubelet knows it too).
-GATES=DRADeviceTaints=true,ResourceHealthStatus=true,DRAPartitionableDevices=true
+# kubelet's resource health in pod status (API server and kubelet), partitionable devices
+# for dynamic MIG (counter sets: API server and scheduler) and consumable capacity for MPS
+# (shares of one device: API server, scheduler, kubelet).
+GATES=DRADeviceTaints=true,ResourceHealthStatus=true,DRAPartitionableDevices=true,DRAConsumableCapacity=true
 
 pidfile() { echo "$D/run/$1.pid"; }
 # The component's pid when it runs; a pid file left from before a reboot may name someone
@@ -197,7 +198,7 @@ oomScoreAdj: 0
 maxOpenFiles: 20000
 imageGCHighThresholdPercent: 100
 evictionHard: {nodefs.available: "0%", nodefs.inodesFree: "0%", imagefs.available: "0%"}
-featureGates: {ResourceHealthStatus: true, DRAPartitionableDevices: true}
+featureGates: {ResourceHealthStatus: true, DRAPartitionableDevices: true, DRAConsumableCapacity: true}
 KL
   start kubelet kubelet --kubeconfig="$D/admin.kubeconfig" --config="$D/kubelet.yaml" \
     --hostname-override="$NODE"

@@ -10,7 +10,8 @@
 # NVIDIA node (integration/src/fake_gpu.rs: DIR/host the driver root, DIR/proc and DIR/sys
 # what the kernel would show). Only values change, as a user's overlay would change them:
 # the driver root in both containers, and graft-driver's /proc and /sys (a real node's
-# come from its kernel). GRAFT_GPU_DYNAMIC_MIG sets GRAFT_NVIDIA_DYNAMIC_MIG (default none).
+# come from its kernel). GRAFT_GPU_DYNAMIC_MIG and GRAFT_GPU_MPS set GRAFT_NVIDIA_DYNAMIC_MIG
+# and GRAFT_NVIDIA_MPS (default none).
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 top=$(cd "$here/../../.." && pwd)
@@ -46,6 +47,8 @@ patches:
       - {op: replace, path: /spec/template/spec/containers/1/env/0/value, value: "$GRAFT_GPU_FAKE/host"}
       - {op: test, path: /spec/template/spec/containers/0/env/4/name, value: GRAFT_NVIDIA_DYNAMIC_MIG}
       - {op: replace, path: /spec/template/spec/containers/0/env/4/value, value: "${GRAFT_GPU_DYNAMIC_MIG:-none}"}
+      - {op: test, path: /spec/template/spec/containers/0/env/5/name, value: GRAFT_NVIDIA_MPS}
+      - {op: replace, path: /spec/template/spec/containers/0/env/5/value, value: "${GRAFT_GPU_MPS:-none}"}
 KUST
   source_dir=$k
 else
