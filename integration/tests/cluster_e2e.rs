@@ -90,6 +90,29 @@ spec:
     )
 }
 
+/// Deletes graft's pods and waits until the DaemonSet has them back: a graft-driver (and
+/// graft-nri) restart, with everything its container started gone with it.
+fn restart_graft(c: &Cluster) -> anyhow::Result<()> {
+    c.kubectl(&[
+        "-n",
+        "graft-system",
+        "delete",
+        "pod",
+        "-l",
+        "app.kubernetes.io/name=graft",
+        "--wait=true",
+    ])?;
+    c.kubectl(&[
+        "-n",
+        "graft-system",
+        "rollout",
+        "status",
+        "daemonset/graft",
+        "--timeout=120s",
+    ])?;
+    Ok(())
+}
+
 fn fuse_pod(name: &str) -> String {
     device_pod(name, "fuse.graft.dev", "/dev/fuse")
 }

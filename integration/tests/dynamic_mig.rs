@@ -5,15 +5,13 @@
 
 use std::collections::BTreeSet;
 use std::path::Path;
-use std::time::Duration;
 
 use graft_driver::discovery::nvidia::dynamic_mig::{MigLedger, MigManager};
 use graft_driver::discovery::nvidia::selection::GpuSelection;
-use graft_driver::discovery::nvidia::setup::{NvidiaSetup, Smi};
-use graft_driver::discovery::nvidia::vfio::Vfio;
+use graft_driver::discovery::nvidia::setup::NvidiaSetup;
 use graft_driver::discovery::nvidia::NvidiaDiscovery;
 use graft_driver::discovery::{Device, Discovery};
-use graft_driver::setup::{DeviceSetup, Setup, SetupError};
+use graft_driver::setup::{DeviceSetup, Setup};
 use graft_integration::fake_gpu::{FakeNode, MigInstance};
 
 mod common;
@@ -21,13 +19,6 @@ mod common;
 /// The fake library's MIG configuration is per node directory, but NVML handles are
 /// process-wide: one test at a time.
 static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-struct NoSmi;
-impl Smi for NoSmi {
-    fn run(&self, _: &[String]) -> Result<(), SetupError> {
-        Ok(())
-    }
-}
 
 struct Node {
     _dir: tempfile::TempDir,
@@ -57,22 +48,15 @@ fn discovery(n: &Node, gpus: &str, ledger: &MigLedger) -> NvidiaDiscovery {
 }
 
 fn setup(n: &Node, d: &NvidiaDiscovery, ledger: &MigLedger) -> NvidiaSetup {
-    NvidiaSetup {
-        vfio: Vfio {
-            sys: n.node.sys.clone(),
-            proc: n.node.proc.clone(),
-            timeout: Duration::ZERO,
-        },
-        dev_root: n.node.dev.clone(),
-        smi: Box::new(NoSmi),
-        rescan: Box::new(|| {}),
-        mps: None,
-        mig: Some(MigManager::new(
+    common::nvidia_setup(
+        &n.node,
+        Some(MigManager::new(
             d.nvml_path().unwrap(),
             n.node.proc.clone(),
             ledger.clone(),
         )),
-    }
+        None,
+    )
 }
 
 fn names(devices: &[Device], prefix: &str) -> BTreeSet<String> {

@@ -7,26 +7,16 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::time::Duration;
 
 use graft_driver::core::input::Allocated;
 use graft_driver::discovery::nvidia::mps::MpsManager;
 use graft_driver::discovery::nvidia::selection::GpuSelection;
-use graft_driver::discovery::nvidia::setup::{NvidiaSetup, Smi};
-use graft_driver::discovery::nvidia::vfio::Vfio;
 use graft_driver::discovery::nvidia::NvidiaDiscovery;
 use graft_driver::discovery::{Attribute, Discovery};
-use graft_driver::setup::{DeviceSetup, Setup, SetupError};
+use graft_driver::setup::{DeviceSetup, Setup};
 use graft_integration::fake_gpu::FakeNode;
 
 mod common;
-
-struct NoSmi;
-impl Smi for NoSmi {
-    fn run(&self, _: &[String]) -> Result<(), SetupError> {
-        Ok(())
-    }
-}
 
 fn share(id: &str, compute: &str, memory: &str) -> Allocated {
     Allocated {
@@ -99,18 +89,7 @@ fn shares_of_one_gpu_get_their_limits_and_one_daemon() {
     let gpu_dir = state.join("mps/gpu-2");
     let control = node.mps_control_path();
     let _quit = Quit(&control, &gpu_dir);
-    let s = NvidiaSetup {
-        vfio: Vfio {
-            sys: node.sys.clone(),
-            proc: node.proc.clone(),
-            timeout: Duration::ZERO,
-        },
-        dev_root: node.dev.clone(),
-        smi: Box::new(NoSmi),
-        rescan: Box::new(|| {}),
-        mig: None,
-        mps: Some(manager.clone()),
-    };
+    let s = common::nvidia_setup(&node, None, Some(manager.clone()));
     let a = s
         .plan(
             &gpu,

@@ -91,23 +91,7 @@ pub fn dynamic_mig(c: &Cluster, _node: &FakeNode) -> anyhow::Result<()> {
 
     // graft-driver restarts: its instances are still its own (offered, adopted, and
     // destroyed at unprepare), not the operator's.
-    c.kubectl(&[
-        "-n",
-        "graft-system",
-        "delete",
-        "pod",
-        "-l",
-        "app.kubernetes.io/name=graft",
-        "--wait=true",
-    ])?;
-    c.kubectl(&[
-        "-n",
-        "graft-system",
-        "rollout",
-        "status",
-        "daemonset/graft",
-        "--timeout=120s",
-    ])?;
+    super::restart_graft(c)?;
     wait_until(
         "gpu-7-mig-3g-40gb-4 not offered after graft-driver restarted",
         || Ok(published(c)?.contains("\"gpu-7-mig-3g-40gb-4\"")),

@@ -88,23 +88,7 @@ pub fn mps(c: &Cluster) -> anyhow::Result<()> {
     );
 
     // graft-driver restarts: the daemon died with its container and comes back, once.
-    c.kubectl(&[
-        "-n",
-        "graft-system",
-        "delete",
-        "pod",
-        "-l",
-        "app.kubernetes.io/name=graft",
-        "--wait=true",
-    ])?;
-    c.kubectl(&[
-        "-n",
-        "graft-system",
-        "rollout",
-        "status",
-        "daemonset/graft",
-        "--timeout=120s",
-    ])?;
+    super::restart_graft(c)?;
     wait_until("no MPS daemon after graft-driver restarted", || {
         Ok(running())
     })?;

@@ -3,8 +3,13 @@
 #![allow(dead_code)]
 
 use graft_driver::discovery::nvidia::driver_files::Roots;
+use graft_driver::discovery::nvidia::dynamic_mig::MigManager;
 use graft_driver::discovery::nvidia::hook_edits::HookConfig;
+use graft_driver::discovery::nvidia::mps::MpsManager;
+use graft_driver::discovery::nvidia::setup::{NvidiaSetup, Smi};
+use graft_driver::discovery::nvidia::vfio::Vfio;
 use graft_driver::discovery::nvidia::{NvidiaConfig, NvidiaDiscovery};
+use graft_driver::setup::SetupError;
 use graft_integration::fake_gpu::FakeNode;
 
 /// The fake tree seen as the host's `/` (as the DaemonSet sees the host at /host).
@@ -62,4 +67,33 @@ pub fn discovery(
         imex_channels,
         hook,
     ))?)
+}
+
+/// An nvidia-smi that is never needed (no time-slicing in these tests).
+pub struct NoSmi;
+
+impl Smi for NoSmi {
+    fn run(&self, _: &[String]) -> Result<(), SetupError> {
+        Ok(())
+    }
+}
+
+/// The nvidia backend's setup on the fake node, with the dynamic MIG and MPS managers given.
+pub fn nvidia_setup(
+    node: &FakeNode,
+    mig: Option<MigManager>,
+    mps: Option<MpsManager>,
+) -> NvidiaSetup {
+    NvidiaSetup {
+        vfio: Vfio {
+            sys: node.sys.clone(),
+            proc: node.proc.clone(),
+            timeout: std::time::Duration::ZERO,
+        },
+        dev_root: node.dev.clone(),
+        smi: Box::new(NoSmi),
+        rescan: Box::new(|| {}),
+        mig,
+        mps,
+    }
 }
