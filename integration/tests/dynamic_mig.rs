@@ -105,7 +105,11 @@ fn a_partitioned_gpu_offers_every_placement_and_prepare_makes_the_instance() {
         names(&devices, "gpu-4")
     );
     // GPU 7 (minor 5) is not listed: its operator's MIG devices as before.
-    assert!(names(&devices, "gpu-5-mig-1-0").len() == 1);
+    assert!(
+        names(&devices, "gpu-5-mig-1-0").len() == 1,
+        "{:?}",
+        names(&devices, "gpu-")
+    );
 
     let s = setup(&n, &d, &ledger);
     let by = |name: &str| devices.iter().find(|x| x.name == name).unwrap().clone();

@@ -474,7 +474,11 @@ impl Discovery for NvidiaDiscovery {
         let nvml = self.nvml_path()?;
         // NVML's own libcuda, beside it (the driver installs them together).
         let libcuda = nvml.with_file_name("libcuda.so.1");
-        let inv = nvml::read_inventory(&nvml, libcuda.exists().then_some(libcuda.as_path()))?;
+        let inv = nvml::read_inventory(
+            &nvml,
+            libcuda.exists().then_some(libcuda.as_path()),
+            &self.config.dynamic_mig,
+        )?;
         self.devices_from(&inv)
     }
 }

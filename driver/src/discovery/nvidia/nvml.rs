@@ -18,6 +18,7 @@ use nvml_wrapper_sys::bindings::{
 };
 
 use super::mig_nvml::{self, MigLayout};
+use super::selection::GpuSelection;
 use crate::error::{DriverError, Result};
 
 /// Everything discovery needs from NVML, in plain data.
@@ -92,7 +93,14 @@ fn optional<T>(what: &str, r: std::result::Result<T, NvmlError>) -> Option<T> {
 /// `libcuda` is the driver root's `libcuda.so.1`: NVML loads it by name to report the CUDA
 /// version, which a process whose loader does not search the driver root (graft-driver in
 /// its container) cannot find. Loaded here by full path first, it is found by its soname.
-pub fn read_inventory(lib: &Path, libcuda: Option<&Path>) -> Result<Inventory> {
+///
+/// MIG profiles and placements are read only for the GPUs in `partitioned` (dynamic MIG):
+/// a scan of a static-MIG node makes no MIG management calls.
+pub fn read_inventory(
+    lib: &Path,
+    libcuda: Option<&Path>,
+    partitioned: &GpuSelection,
+) -> Result<Inventory> {
     let nvml = Nvml::builder()
         .lib_path(OsStr::new(lib.as_os_str()))
         .init()
@@ -108,7 +116,7 @@ pub fn read_inventory(lib: &Path, libcuda: Option<&Path>) -> Result<Inventory> {
         let d = nvml
             .device_by_index(index)
             .map_err(|e| err(&format!("device {index}"), e))?;
-        gpus.push(read_gpu(&nvml, &d, index)?);
+        gpus.push(read_gpu(&nvml, &d, index, partitioned)?);
     }
     Ok(Inventory {
         driver_version,
@@ -136,7 +144,12 @@ fn preload(path: &Path) -> Option<libloading::os::unix::Library> {
     }
 }
 
-fn read_gpu(nvml: &Nvml, d: &NvmlDevice<'_>, index: u32) -> Result<Gpu> {
+fn read_gpu(
+    nvml: &Nvml,
+    d: &NvmlDevice<'_>,
+    index: u32,
+    partitioned: &GpuSelection,
+) -> Result<Gpu> {
     let at = |what: &str| format!("device {index} {what}");
     let uuid = d.uuid().map_err(|e| err(&at("uuid"), e))?;
     let minor = d.minor_number().map_err(|e| err(&at("minor number"), e))?;
@@ -158,7 +171,7 @@ fn read_gpu(nvml: &Nvml, d: &NvmlDevice<'_>, index: u32) -> Result<Gpu> {
         raw_u32(nvml, handle, RawU32::Architecture).map(|a| architecture_name(a).to_string());
     let mut migs = Vec::new();
     let mut mig_layout = None;
-    if mig_enabled {
+    if mig_enabled && partitioned.covers_gpu(&uuid, index) {
         // SAFETY: a GPU handle of `nvml`, which outlives the call.
         match unsafe { mig_nvml::read_layout(nvml, handle) } {
             Ok(l) => mig_layout = Some(l),
@@ -166,6 +179,8 @@ fn read_gpu(nvml: &Nvml, d: &NvmlDevice<'_>, index: u32) -> Result<Gpu> {
                 tracing::warn!(gpu = index, error = %e, "cannot read the MIG profiles; dynamic MIG is off for this GPU")
             }
         }
+    }
+    if mig_enabled {
         // MIG profile names are shares of the parent's memory.
         let parent_memory = memory_bytes.ok_or_else(|| err(&at("memory"), NvmlError::Unknown))?;
         let max = d.mig_device_count().map_err(|e| err(&at("MIG count"), e))?;
@@ -371,7 +386,12 @@ mod tests {
 
     #[test]
     fn a_missing_library_is_an_error_not_a_panic() {
-        let e = read_inventory(Path::new("/nonexistent/libnvidia-ml.so.1"), None).unwrap_err();
+        let e = read_inventory(
+            Path::new("/nonexistent/libnvidia-ml.so.1"),
+            None,
+            &GpuSelection::None,
+        )
+        .unwrap_err();
         assert!(
             e.to_string().contains("/nonexistent/libnvidia-ml.so.1"),
             "{e}"

@@ -42,10 +42,15 @@ impl GpuSelection {
     }
 
     pub fn covers(&self, g: &Gpu) -> bool {
+        self.covers_gpu(&g.uuid, g.index)
+    }
+
+    /// As [`GpuSelection::covers`], by the GPU's UUID and NVML index.
+    pub fn covers_gpu(&self, uuid: &str, index: u32) -> bool {
         match self {
             GpuSelection::None => false,
             GpuSelection::All => true,
-            GpuSelection::Gpus(set) => set.contains(&g.uuid) || set.contains(&g.index.to_string()),
+            GpuSelection::Gpus(set) => set.contains(uuid) || set.contains(&index.to_string()),
         }
     }
 }
