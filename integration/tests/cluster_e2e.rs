@@ -51,8 +51,22 @@ spec:
 /// A ResourceClaimTemplate `name` whose request `dev` asks for one device of `class`, only
 /// among those matching the CEL expression `cel` when given.
 fn claim_template(name: &str, class: &str, cel: Option<&str>) -> String {
+    claim_template_consuming(name, class, cel, None)
+}
+
+/// As [`claim_template`], the request also asking for part of the device's consumable
+/// capacity: `capacity` is the YAML map of `capacity.requests`.
+fn claim_template_consuming(
+    name: &str,
+    class: &str,
+    cel: Option<&str>,
+    capacity: Option<&str>,
+) -> String {
     let selectors = cel
         .map(|e| format!("\n          selectors:\n          - cel: {{expression: '{e}'}}"))
+        .unwrap_or_default();
+    let capacity = capacity
+        .map(|c| format!("\n          capacity: {{requests: {c}}}"))
         .unwrap_or_default();
     format!(
         r#"apiVersion: resource.k8s.io/v1
@@ -64,7 +78,7 @@ spec:
       requests:
       - name: dev
         exactly:
-          deviceClassName: {class}{selectors}
+          deviceClassName: {class}{selectors}{capacity}
 "#
     )
 }
@@ -90,6 +104,19 @@ spec:
     )
 }
 
+/// Waits until graft's DaemonSet has all its pods up to date and ready.
+fn rolled_out(c: &Cluster) -> anyhow::Result<()> {
+    c.kubectl(&[
+        "-n",
+        "graft-system",
+        "rollout",
+        "status",
+        "daemonset/graft",
+        "--timeout=120s",
+    ])?;
+    Ok(())
+}
+
 /// Deletes graft's pods and waits until the DaemonSet has them back: a graft-driver (and
 /// graft-nri) restart, with everything its container started gone with it.
 fn restart_graft(c: &Cluster) -> anyhow::Result<()> {
@@ -102,15 +129,7 @@ fn restart_graft(c: &Cluster) -> anyhow::Result<()> {
         "app.kubernetes.io/name=graft",
         "--wait=true",
     ])?;
-    c.kubectl(&[
-        "-n",
-        "graft-system",
-        "rollout",
-        "status",
-        "daemonset/graft",
-        "--timeout=120s",
-    ])?;
-    Ok(())
+    rolled_out(c)
 }
 
 fn fuse_pod(name: &str) -> String {
@@ -227,14 +246,7 @@ fn pods_get_their_devices_on_a_real_cluster() -> anyhow::Result<()> {
         "restart",
         "daemonset/graft",
     ])?;
-    c.kubectl(&[
-        "-n",
-        "graft-system",
-        "rollout",
-        "status",
-        "daemonset/graft",
-        "--timeout=120s",
-    ])?;
+    rolled_out(&c)?;
     ensure!(c.pod_phase("split") == "Running");
     c.kubectl(&["delete", "pod", "split", "--wait=true"])?;
     c.apply(&fuse_pod("after-roll"))?;

@@ -18,21 +18,11 @@ pub const MPS_GPU: &str = "4";
 const GPU_DIR: &str = "/var/lib/graft/mps/gpu-6";
 
 fn share_pod(name: &str, compute: u32, memory: &str) -> String {
-    format!(
-        r#"apiVersion: resource.k8s.io/v1
-kind: ResourceClaimTemplate
-metadata: {{name: {name}, namespace: default}}
-spec:
-  spec:
-    devices:
-      requests:
-      - name: gpu
-        exactly:
-          deviceClassName: gpu.graft.dev
-          selectors:
-          - cel: {{expression: 'device.attributes["graft.dev"].?sharing.orValue("") == "mps"'}}
-          capacity: {{requests: {{compute: "{compute}", memory: {memory}}}}}
-"#
+    super::claim_template_consuming(
+        name,
+        "gpu.graft.dev",
+        Some(r#"device.attributes["graft.dev"].?sharing.orValue("") == "mps""#),
+        Some(&format!(r#"{{compute: "{compute}", memory: {memory}}}"#)),
     ) + &super::one_claim_pod(
         name,
         "gpu",

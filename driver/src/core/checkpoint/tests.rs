@@ -121,6 +121,16 @@ fn mig_entry() -> ClaimEntry {
     }
 }
 
+/// `V1_CLAIMS` in slot a, under schema `version`, with a valid checksum.
+fn write_v1_claims(cp: &Checkpoint, version: u32) {
+    let claims: BTreeMap<String, ClaimEntry> = serde_json::from_str(V1_CLAIMS).unwrap();
+    let file = format!(
+        r#"{{"version":{version},"seq":3,"bootId":"b","checksum":"{}","claims":{V1_CLAIMS}}}"#,
+        checksum(&claims)
+    );
+    std::fs::write(&cp.paths()[0], file).unwrap();
+}
+
 fn version_of(cp: &Checkpoint) -> u64 {
     let newest = cp
         .paths()
@@ -136,12 +146,7 @@ fn version_of(cp: &Checkpoint) -> u64 {
 fn a_version_1_file_is_read_and_stays_version_1_until_it_holds_a_mig_instance() {
     let dir = tempfile::tempdir().unwrap();
     let cp = Checkpoint::new(dir.path(), "b").unwrap();
-    let claims: BTreeMap<String, ClaimEntry> = serde_json::from_str(V1_CLAIMS).unwrap();
-    let file = format!(
-        r#"{{"version":1,"seq":3,"bootId":"b","checksum":"{}","claims":{V1_CLAIMS}}}"#,
-        checksum(&claims)
-    );
-    std::fs::write(&cp.paths()[0], file).unwrap();
+    write_v1_claims(&cp, 1);
     let report = cp.open().unwrap();
     assert!(report.quarantined.is_none());
     let mut t = cp.begin().unwrap();
@@ -167,12 +172,7 @@ fn a_version_1_file_is_read_and_stays_version_1_until_it_holds_a_mig_instance() 
 fn a_newer_version_is_moved_aside_not_misread() {
     let dir = tempfile::tempdir().unwrap();
     let cp = Checkpoint::new(dir.path(), "b").unwrap();
-    let claims: BTreeMap<String, ClaimEntry> = serde_json::from_str(V1_CLAIMS).unwrap();
-    let file = format!(
-        r#"{{"version":3,"seq":1,"bootId":"b","checksum":"{}","claims":{V1_CLAIMS}}}"#,
-        checksum(&claims)
-    );
-    std::fs::write(&cp.paths()[0], file).unwrap();
+    write_v1_claims(&cp, 3);
     let q = cp.open().unwrap().quarantined.unwrap();
     assert!(q.reason.contains("schema version 3"), "{}", q.reason);
 }
