@@ -25,6 +25,10 @@ pub struct Args {
     /// State shared with graft-nri: records, the NRI status, the prepare checkpoint.
     #[arg(long, env = "GRAFT_STATE_DIR", default_value = graft_record::DEFAULT_STATE_DIR)]
     pub state_dir: PathBuf,
+    /// Log lines as `text` or `json` (one object per line; a claim's lines carry `claim`
+    /// and `claim_uid`).
+    #[arg(long, env = "GRAFT_LOG_FORMAT", value_enum, default_value = "text")]
+    pub log_format: crate::logging::LogFormat,
     /// This pod's UID: enables rolling updates with per-instance socket names.
     #[arg(long, env = "POD_UID")]
     pub pod_uid: Option<String>,

@@ -1,6 +1,5 @@
 //! `graft-driver`: the DRA kubelet plugin daemon.
 
-use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -34,6 +33,7 @@ use graft_record::InjectionPolicy;
 use tokio::signal::unix::{signal, SignalKind};
 
 mod args;
+mod logging;
 use args::Args;
 
 fn nvidia_config(args: &Args) -> NvidiaConfig {
@@ -172,14 +172,8 @@ async fn main() -> anyhow::Result<()> {
     // Everything graft creates (state, records, sockets) is root's alone; explicit modes
     // follow, this closes the window between creating and chmod.
     nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o077));
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
-        )
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal())
-        .init();
     let args = Args::parse();
+    logging::init(args.log_format);
     if let Err(r) = graft_driver::limits::check_qualified_name(&format!("{}/x", args.driver_name)) {
         bail!("--driver-name {:?}: {r}", args.driver_name);
     }

@@ -114,3 +114,47 @@ async fn failed_prepare_posts_prepare_failed_on_the_claim() -> anyhow::Result<()
         .is_empty());
     Ok(())
 }
+
+/// The first JSON line of `log` whose message is `message`.
+fn json_line(log: &str, message: &str) -> Option<serde_json::Value> {
+    log.lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .find(|v| v["message"] == message)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn json_logs_carry_the_claim() -> anyhow::Result<()> {
+    let mut node =
+        DraNode::start_with(cp(), "node-evt-json", DEVICES, &["--log-format", "json"]).await?;
+    let c = node.client.clone();
+    namespace(&c, "evt-json").await?;
+    let (_, claim) = claim_with_pod(&c, "evt-json", "c", "node-evt-json", "null").await?;
+    ensure!(prepare(&node, &[&claim]).await?[&uid(&claim)]
+        .error
+        .is_empty());
+    let log = node.driver.log_text();
+    for l in log.lines().filter(|l| !l.trim().is_empty()) {
+        serde_json::from_str::<serde_json::Value>(l)
+            .map_err(|e| anyhow::anyhow!("not JSON ({e}): {l}"))?;
+    }
+    let line = json_line(&log, "prepared").ok_or_else(|| anyhow::anyhow!("{log}"))?;
+    ensure!(line["span"]["claim"] == "evt-json/c", "{line}");
+    ensure!(line["span"]["claim_uid"] == uid(&claim).as_str(), "{line}");
+    ensure!(line["level"] == "INFO", "{line}");
+
+    // graft-nri, with its --log-file: JSON lines too.
+    node.nri.stop()?;
+    let log = node.path("logs/graft-nri-json.log");
+    let boot = node.boot_id_path.to_string_lossy().into_owned();
+    let mut nri = graft_integration::nri::GraftNri::start(
+        &node.containerd.nri_socket,
+        &node.state_dir,
+        &log,
+        &["--boot-id-path", &boot, "--log-format", "json"],
+    )?;
+    nri.wait_synchronized(WAIT)?;
+    let text = std::fs::read_to_string(&log)?;
+    ensure!(json_line(&text, "graft-nri starting").is_some(), "{text}");
+    nri.stop()?;
+    Ok(())
+}

@@ -12,6 +12,7 @@ use graft_record::policy::DEFAULT_HOOK_PATH;
 use graft_record::{
     read_boot_id, InjectionPolicy, RecordStore, StatusPublisher, BOOT_ID_PATH, DEFAULT_STATE_DIR,
 };
+use tracing_subscriber::fmt::writer::BoxMakeWriter;
 
 #[derive(Debug, Parser)]
 #[command(name = "graft-nri", version, about)]
@@ -56,6 +57,10 @@ struct Args {
     /// Log to this file instead of stderr (a pre-installed plugin's stderr is /dev/null).
     #[arg(long, env = "GRAFT_LOG_FILE")]
     log_file: Option<PathBuf>,
+    /// Log lines as `text` or `json` (one object per line; a container's lines carry `pod`,
+    /// `container` and `container_id`).
+    #[arg(long, env = "GRAFT_LOG_FORMAT", value_enum, default_value = "text")]
+    log_format: LogFormat,
     /// How long the runtime gets to stop an evicted container before graft says so and
     /// retries through a CreateContainer reply.
     #[arg(long, default_value_t = 5000, hide = true)]
@@ -69,7 +74,7 @@ fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     // Everything graft-nri creates in the state directory is root's alone.
     nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o077));
-    init_logging(args.log_file.as_deref())?;
+    init_logging(args.log_file.as_deref(), args.log_format)?;
     let transport = match std::env::var("NRI_PLUGIN_SOCKET") {
         Ok(fd) => Transport::PreInstalled(fd.parse().with_context(|| {
             format!("NRI_PLUGIN_SOCKET={fd:?} is not a file descriptor number")
@@ -176,22 +181,40 @@ async fn shutdown_signal() {
     }
 }
 
-fn init_logging(file: Option<&std::path::Path>) -> anyhow::Result<()> {
+/// `--log-format`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
+fn init_logging(file: Option<&std::path::Path>, format: LogFormat) -> anyhow::Result<()> {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_target(false);
-    match file {
+    let writer = match file {
         Some(path) => {
             let f = std::fs::OpenOptions::new()
                 .create(true)
                 .append(true)
                 .open(path)
                 .with_context(|| format!("opening log file {}", path.display()))?;
-            builder.with_ansi(false).with_writer(Arc::new(f)).init();
+            BoxMakeWriter::new(Arc::new(f))
         }
-        None => builder.with_writer(std::io::stderr).init(),
+        None => BoxMakeWriter::new(std::io::stderr),
+    };
+    let builder = builder.with_writer(writer);
+    match format {
+        LogFormat::Text => builder.with_ansi(file.is_none()).init(),
+        // The event's fields at the top level, the container's span under "span".
+        LogFormat::Json => builder
+            .json()
+            .flatten_event(true)
+            .with_current_span(true)
+            .with_span_list(false)
+            .init(),
     }
     Ok(())
 }

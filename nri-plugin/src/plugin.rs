@@ -10,6 +10,7 @@ use async_trait::async_trait;
 use graft_proto::nri::{self, ContainerState, Event};
 use graft_record::policy::params_copy_path;
 use graft_record::{InjectionPolicy, RecordStore, StatusPublisher};
+use tracing::Instrument;
 use ttrpc::Code;
 
 use crate::events::EventMask;
@@ -185,12 +186,17 @@ impl GraftPlugin {
         });
     }
 
-    fn refuse(&self, pod: &nri::PodSandbox, ctr: &nri::Container, why: String) -> ttrpc::Error {
+    /// Refuses a container; the message (which the kubelet shows on the pod) names the
+    /// pod's graft claims, when they could be read, and the reason.
+    fn refuse(
+        &self,
+        pod: &nri::PodSandbox,
+        ctr: &nri::Container,
+        claims: &[String],
+        why: String,
+    ) -> ttrpc::Error {
         self.stats.refused.fetch_add(1, Ordering::Relaxed);
-        let msg = format!(
-            "graft: refusing to create container {:?} of pod {}/{} ({}): {why}",
-            ctr.name, pod.namespace, pod.name, pod.uid
-        );
+        let msg = refusal_message(pod, &ctr.name, claims, &why);
         tracing::error!("{msg}");
         ttrpc::Error::RpcStatus(ttrpc::get_status(Code::FAILED_PRECONDITION, msg))
     }
@@ -281,52 +287,14 @@ impl NriPlugin for GraftPlugin {
         pod: nri::PodSandbox,
         ctr: nri::Container,
     ) -> ttrpc::Result<nri::CreateContainerResponse> {
-        // Reading and checking records is file I/O: it runs on a blocking thread, so that
-        // the SDK's deadline can answer for it if the disk hangs, and so that a panic in it
-        // comes back as an error for this container only.
-        let store = self.store.clone();
-        let policy = self.policy.clone();
-        let host_root = self.host_root.clone();
-        let (pod_uid, ctr_name) = (pod.uid.clone(), ctr.name.clone());
-        #[cfg(feature = "fault-injection")]
-        let fault = self.fault.clone();
-        let work = tokio::task::spawn_blocking(move || -> Result<Option<Plan>, String> {
-            #[cfg(feature = "fault-injection")]
-            fault.strike();
-            let claims = store.pod_claims(&pod_uid).map_err(|e| e.to_string())?;
-            if claims.is_empty() {
-                return Ok(None);
-            }
-            let planned = plan(&claims, &pod_uid, &ctr_name, &policy).map_err(|e| e.to_string())?;
-            if let Some(p) = &planned {
-                check_served(p, &policy, &host_root)?;
-                check_present(p, store.root())?;
-            }
-            Ok(planned)
-        });
-        let planned = match work.await {
-            Ok(r) => r.map_err(|why| self.refuse(&pod, &ctr, why))?,
-            Err(e) if e.is_panic() => {
-                let why = format!(
-                    "graft-nri failed internally ({}); refused rather than started without \
-                     its devices",
-                    panic_message(&*e.into_panic())
-                );
-                return Err(self.refuse(&pod, &ctr, why));
-            }
-            Err(e) => return Err(self.refuse(&pod, &ctr, format!("graft-nri: {e}"))),
-        };
-        let mut resp = nri::CreateContainerResponse::new();
-        if let Some(plan) = planned {
-            self.stats.injected.fetch_add(1, Ordering::Relaxed);
-            tracing::info!(
-                pod = %format!("{}/{}", pod.namespace, pod.name), container = %ctr.name,
-                devices = plan.edits.device_nodes.len(), injected = %plan.annotation(),
-                "injecting recorded devices"
-            );
-            resp.adjust = Some(plan.adjustment()).into();
-        }
-        Ok(resp)
+        // Every line about this container carries it (one small allocation per container).
+        let span = tracing::info_span!(
+            "container",
+            pod = %format_args!("{}/{}", pod.namespace, pod.name),
+            container = %ctr.name,
+            container_id = %ctr.id,
+        );
+        self.create_in_span(pod, ctr).instrument(span).await
     }
 
     async fn lifecycle(
@@ -363,6 +331,19 @@ impl NriPlugin for GraftPlugin {
     }
 }
 
+/// What the runtime (and so the kubelet's `Failed` event on the pod) gets for a refusal.
+fn refusal_message(pod: &nri::PodSandbox, ctr: &str, claims: &[String], why: &str) -> String {
+    let claims = match claims {
+        [] => String::new(),
+        [one] => format!(" with claim {one}"),
+        many => format!(" with claims {}", many.join(", ")),
+    };
+    format!(
+        "graft: refusing to create container {ctr:?} of pod {}/{} ({}){claims}: {why}",
+        pod.namespace, pod.name, pod.uid
+    )
+}
+
 /// Removes params copies (`nvidia/params.<id>` in the state directory) of containers the
 /// runtime no longer has.
 fn sweep_params_copies(state_dir: &std::path::Path, live: &std::collections::HashSet<String>) {
@@ -394,6 +375,71 @@ fn remove_if_present(path: &std::path::Path) {
 }
 
 impl GraftPlugin {
+    async fn create_in_span(
+        &self,
+        pod: nri::PodSandbox,
+        ctr: nri::Container,
+    ) -> ttrpc::Result<nri::CreateContainerResponse> {
+        // Reading and checking records is file I/O: it runs on a blocking thread, so that
+        // the SDK's deadline can answer for it if the disk hangs, and so that a panic in it
+        // comes back as an error for this container only.
+        let store = self.store.clone();
+        let policy = self.policy.clone();
+        let host_root = self.host_root.clone();
+        let (pod_uid, ctr_name) = (pod.uid.clone(), ctr.name.clone());
+        #[cfg(feature = "fault-injection")]
+        let fault = self.fault.clone();
+        let span = tracing::Span::current();
+        // Err: the pod's claims (`namespace/name`, when readable) and why it is refused.
+        type Refusal = (Vec<String>, String);
+        let work = tokio::task::spawn_blocking(move || -> Result<Option<Plan>, Refusal> {
+            let _span = span.enter();
+            #[cfg(feature = "fault-injection")]
+            fault.strike();
+            let claims = store
+                .pod_claims(&pod_uid)
+                .map_err(|e| (Vec::new(), e.to_string()))?;
+            if claims.is_empty() {
+                return Ok(None);
+            }
+            let names = || {
+                claims
+                    .iter()
+                    .map(|c| format!("{}/{}", c.claim.namespace, c.claim.name))
+                    .collect()
+            };
+            let planned = plan(&claims, &pod_uid, &ctr_name, &policy)
+                .map_err(|e| (names(), e.to_string()))?;
+            if let Some(p) = &planned {
+                check_served(p, &policy, &host_root).map_err(|e| (names(), e))?;
+                check_present(p, store.root()).map_err(|e| (names(), e))?;
+            }
+            Ok(planned)
+        });
+        let planned = match work.await {
+            Ok(r) => r.map_err(|(claims, why)| self.refuse(&pod, &ctr, &claims, why))?,
+            Err(e) if e.is_panic() => {
+                let why = format!(
+                    "graft-nri failed internally ({}); refused rather than started without \
+                     its devices",
+                    panic_message(&*e.into_panic())
+                );
+                return Err(self.refuse(&pod, &ctr, &[], why));
+            }
+            Err(e) => return Err(self.refuse(&pod, &ctr, &[], format!("graft-nri: {e}"))),
+        };
+        let mut resp = nri::CreateContainerResponse::new();
+        if let Some(plan) = planned {
+            self.stats.injected.fetch_add(1, Ordering::Relaxed);
+            tracing::info!(
+                devices = plan.edits.device_nodes.len(), injected = %plan.annotation(),
+                "injecting recorded devices"
+            );
+            resp.adjust = Some(plan.adjustment()).into();
+        }
+        Ok(resp)
+    }
+
     /// Marks the status file disconnected on a clean stop, so the driver stops preparing
     /// at once rather than when it notices the lock is gone.
     pub fn connection_state_stopped(&self) {

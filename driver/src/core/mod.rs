@@ -65,6 +65,16 @@ impl From<graft_record::RecordError> for CoreError {
 
 pub type CoreResult<T> = std::result::Result<T, CoreError>;
 
+/// The span of everything done for one claim: its lines carry `claim` (namespace/name) and
+/// `claim_uid`.
+pub fn claim_span(namespace: &str, name: &str, uid: &str) -> tracing::Span {
+    tracing::info_span!("claim", claim = %format_args!("{namespace}/{name}"), claim_uid = uid)
+}
+
+fn id_span(id: &ClaimId) -> tracing::Span {
+    claim_span(&id.namespace, &id.name, &id.uid)
+}
+
 pub struct Core {
     pub driver_name: String,
     pub node_name: String,

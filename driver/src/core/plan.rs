@@ -29,6 +29,10 @@ pub(super) struct Plan {
 }
 
 impl Plan {
+    pub fn span(&self) -> tracing::Span {
+        super::claim_span(&self.entry.namespace, &self.entry.name, &self.uid)
+    }
+
     pub fn device_names(&self) -> Vec<String> {
         self.entry
             .devices

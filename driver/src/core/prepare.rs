@@ -64,6 +64,7 @@ impl Core {
         {
             let mut txn = self.checkpoint.begin()?;
             for input in &mine {
+                let _span = super::id_span(&input.id).entered();
                 match self.plan_one(&mut txn, &inventory, input, &plans)? {
                     Ok(Planned::Done(devices)) => {
                         out.insert(input.id.uid.clone(), Ok(devices));
@@ -123,7 +124,8 @@ impl Core {
             match r? {
                 Ok(()) => done.push(plan),
                 Err(e) => {
-                    tracing::warn!(claim_uid = plan.uid, error = %e, "prepare failed");
+                    let _span = plan.span().entered();
+                    tracing::warn!(error = %e, "prepare failed");
                     out.insert(plan.uid.clone(), Err(e));
                 }
             }
@@ -150,9 +152,8 @@ impl Core {
         }
         self.crash.at(CrashPoint::AfterCompleted)?;
         for plan in done {
+            let _span = plan.span().entered();
             tracing::info!(
-                claim = format!("{}/{}", plan.entry.namespace, plan.entry.name),
-                uid = plan.uid,
                 devices = plan.entry.devices.len(),
                 pods = plan.record.pods.len(),
                 "prepared"
@@ -168,6 +169,7 @@ impl Core {
     /// a failure, what was done is undone and the claim's error returned; a crash point
     /// stops everything where it is.
     fn carry_out(&self, plan: &mut Plan, deadline: Instant) -> CoreResult<Outcome<()>> {
+        let _span = plan.span().entered();
         let names = plan.device_names();
         let _devices = match self.lock_devices(&plan.uid, &names, deadline) {
             Ok(g) => g,

@@ -22,9 +22,10 @@ impl Core {
     ) -> CoreResult<BTreeMap<String, Outcome<()>>> {
         let mut out = BTreeMap::new();
         for id in ids {
+            let _span = super::id_span(id).entered();
             let r = self.unprepare_one(id, Step::Unprepare, deadline)?;
             if let Err(e) = &r {
-                tracing::warn!(claim = %id, uid = id.uid, error = %e, "unprepare failed");
+                tracing::warn!(error = %e, "unprepare failed");
             }
             out.insert(id.uid.clone(), r.map(|_| ()));
         }
@@ -113,6 +114,7 @@ impl Core {
     pub fn roll_back_gone(&self, gone: &[ClaimId], deadline: Instant) -> CoreResult<usize> {
         let mut n = 0;
         for id in gone {
+            let _span = super::id_span(id).entered();
             match self.unprepare_one(id, Step::RollBack, deadline)? {
                 Ok(true) => n += 1,
                 Ok(false) => {}
