@@ -128,6 +128,10 @@ pub struct Args {
     /// The taint effect of an unhealthy device: NoSchedule, or NoExecute to evict its pods.
     #[arg(long, env = "GRAFT_HEALTH_TAINT_EFFECT", default_value = "NoSchedule")]
     pub health_taint_effect: FatalEffect,
+    /// How long graft-nri may be away before the Node gets an `NRIPluginNotConnected`
+    /// Event (a graft pod restart stays quiet).
+    #[arg(long, env = "GRAFT_NRI_EVENT_GRACE_SECONDS", default_value_t = 30)]
+    pub nri_event_grace_seconds: u64,
     /// Seconds between checks that NVML can still reach every GPU.
     #[arg(long, env = "GRAFT_HEALTH_PROBE_SECONDS", default_value_t = 10)]
     pub health_probe_seconds: u64,

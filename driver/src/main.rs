@@ -288,6 +288,13 @@ async fn main() -> anyhow::Result<()> {
         Edge::new(Arc::new(core), client.clone(), KUBELET_DEADLINE - margin)
             .with_events(events.clone()),
     );
+    tokio::spawn(graft_driver::events::nri::run(
+        events.clone(),
+        args.node_name.clone(),
+        args.state_dir.clone(),
+        boot_id.clone(),
+        Duration::from_secs(args.nri_event_grace_seconds),
+    ));
     edge.startup().await.context("settling the checkpoint")?;
     if let Some(m) = mps_restore {
         // The daemons died with the previous container: one per GPU that still has

@@ -158,3 +158,39 @@ async fn json_logs_carry_the_claim() -> anyhow::Result<()> {
     nri.stop()?;
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nri_outage_posts_one_node_event_and_its_end() -> anyhow::Result<()> {
+    let mut node = DraNode::start_with(
+        cp(),
+        "node-evt-nri",
+        DEVICES,
+        &["--nri-event-grace-seconds", "1"],
+    )
+    .await?;
+    let c = node.client.clone();
+    ensure!(events(&c, "", "node-evt-nri", "NRIPluginNotConnected")
+        .await?
+        .is_empty());
+    node.nri.stop()?;
+    let found = wait_events(&c, "", "node-evt-nri", "NRIPluginNotConnected").await?;
+    let ev = &found[0];
+    ensure!(ev.type_.as_deref() == Some("Warning"), "{ev:?}");
+    let r = ev.regarding.as_ref().unwrap();
+    ensure!(r.kind.as_deref() == Some("Node"), "{r:?}");
+    let note = ev.note.as_deref().unwrap_or_default();
+    ensure!(
+        note.contains("graft-nri") && note.contains("since"),
+        "{note}"
+    );
+    // Once per outage: several checks later, still one Event, never repeated as a series.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let found = events(&c, "", "node-evt-nri", "NRIPluginNotConnected").await?;
+    ensure!(found.len() == 1 && found[0].series.is_none(), "{found:?}");
+
+    node.nri.spawn()?;
+    node.nri.wait_synchronized(WAIT)?;
+    let back = wait_events(&c, "", "node-evt-nri", "NRIPluginConnected").await?;
+    ensure!(back[0].type_.as_deref() == Some("Normal"), "{back:?}");
+    Ok(())
+}
