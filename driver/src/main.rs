@@ -295,6 +295,10 @@ async fn main() -> anyhow::Result<()> {
         boot_id.clone(),
         Duration::from_secs(args.nri_event_grace_seconds),
     ));
+    tokio::spawn(graft_driver::events::refusals::run(
+        events.clone(),
+        args.state_dir.clone(),
+    ));
     edge.startup().await.context("settling the checkpoint")?;
     if let Some(m) = mps_restore {
         // The daemons died with the previous container: one per GPU that still has

@@ -194,3 +194,56 @@ async fn nri_outage_posts_one_node_event_and_its_end() -> anyhow::Result<()> {
     ensure!(back[0].type_.as_deref() == Some("Normal"), "{back:?}");
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn journaled_refusal_becomes_a_pod_event() -> anyhow::Result<()> {
+    use graft_record::refusals::{self, PodRef, Refusal};
+    let node = DraNode::start(cp(), "node-evt-ref", DEVICES).await?;
+    let c = node.client.clone();
+    namespace(&c, "evt-ref").await?;
+    let (p, _) = claim_with_pod(&c, "evt-ref", "gpu", "node-evt-ref", "null").await?;
+    // A hostile neighbour first: garbage, an oversized entry, a planted symlink.
+    let dir = refusals::journal_dir(&node.state_dir);
+    std::fs::write(dir.join("0000000000001-1.json"), b"{garbage")?;
+    std::fs::write(dir.join("0000000000002-1.json"), vec![b'x'; 10_000])?;
+    std::os::unix::fs::symlink("/etc/hostname", dir.join("0000000000003-1.json"))?;
+    let r = Refusal::new(
+        PodRef {
+            namespace: "evt-ref".into(),
+            name: p.metadata.name.clone().unwrap_or_default(),
+            uid: p.metadata.uid.clone().unwrap_or_default(),
+        },
+        "c",
+        "0123abcd",
+        &["evt-ref/gpu".into()],
+        "device null is no longer on this node",
+    );
+    refusals::append(&node.state_dir, &r)?;
+    let found = wait_events(&c, "evt-ref", "gpu-pod", "DeviceInjectionRefused").await?;
+    let ev = &found[0];
+    ensure!(ev.type_.as_deref() == Some("Warning"), "{ev:?}");
+    let reg = ev.regarding.as_ref().unwrap();
+    ensure!(
+        reg.kind.as_deref() == Some("Pod") && reg.uid == p.metadata.uid,
+        "{reg:?}"
+    );
+    let note = ev.note.as_deref().unwrap_or_default();
+    ensure!(
+        note.contains("evt-ref/gpu") && note.contains("no longer on this node"),
+        "{note}"
+    );
+    // Every entry is gone, the driver still runs and says why it skipped the bad ones.
+    let until = Instant::now() + WAIT;
+    while std::fs::read_dir(&dir)?.count() > 0 {
+        ensure!(Instant::now() < until, "journal not emptied");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let log = node.driver.log_text();
+    ensure!(
+        log.contains("entry skipped") && log.contains("symlink"),
+        "{log}"
+    );
+    ensure!(std::fs::read_to_string("/etc/hostname").is_ok());
+    ensure!(node.driver.pid().is_some());
+    Ok(())
+}

@@ -364,6 +364,29 @@ async fn scenario(version: Version) -> anyhow::Result<()> {
     let label = format!("[{}] absent device", version.label());
     let needles = ["device testdev-0 of claim", "is gone from the node"];
     refused(&cri, &pod, &script, &label, &needles).await?;
+    // The refusal is journaled for graft-driver's Event on the pod: pod, container, claim,
+    // reason, every field valid.
+    let until = Instant::now() + Duration::from_secs(5);
+    let entry = loop {
+        let all = graft_record::refusals::read_all(&state)?;
+        let mine = all.into_iter().filter_map(|e| e.refusal.ok());
+        if let Some(e) = mine.into_iter().find(|r| r.pod.uid == pod_uid) {
+            break e;
+        }
+        ensure!(Instant::now() < until, "{label}: no refusal journaled");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    ensure!(
+        entry.pod.name == "pod-absent"
+            && entry.pod.uid == pod_uid
+            && entry.container == "app"
+            && entry.claims.len() == 1
+            && entry.reason.contains("is gone from the node"),
+        "{entry:?}"
+    );
+    for e in graft_record::refusals::read_all(&state)? {
+        graft_record::refusals::remove(&state, &e.name)?;
+    }
     graft_record::absent::write_absent(&state, &Default::default())?;
     cri.create(&pod, "app", &script).await?;
     cri.remove_pod(&pod).await?;

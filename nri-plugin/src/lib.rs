@@ -11,5 +11,6 @@ pub mod guard;
 pub mod inject;
 pub mod mux;
 pub mod plugin;
+pub mod refusal;
 pub mod sdk;
 pub mod sources;

@@ -91,6 +91,10 @@ fn main() -> anyhow::Result<()> {
     }
     let store = RecordStore::open(&args.state_dir)
         .with_context(|| format!("opening state directory {}", args.state_dir.display()))?;
+    // Made here, so that a refusal never creates (and fsyncs) it on its way.
+    if let Err(e) = graft_record::refusals::create_dir(&args.state_dir) {
+        tracing::warn!(error = %e, "no refusal journal; refusals get no Event on the pod");
+    }
     let policy = InjectionPolicy::for_node(
         &args.state_dir,
         &args.hook_path,

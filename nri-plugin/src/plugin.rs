@@ -18,6 +18,7 @@ use crate::events::EventMask;
 use crate::fault::FaultSwitch;
 use crate::guard::panic_message;
 use crate::inject::{plan, Plan};
+use crate::refusal;
 use crate::sdk::{ConnectionState, NriPlugin, Runtime};
 use crate::sources::{check_present, check_served};
 
@@ -196,8 +197,9 @@ impl GraftPlugin {
         why: String,
     ) -> ttrpc::Error {
         self.stats.refused.fetch_add(1, Ordering::Relaxed);
-        let msg = refusal_message(pod, &ctr.name, claims, &why);
+        let msg = refusal::message(pod, &ctr.name, claims, &why);
         tracing::error!("{msg}");
+        refusal::journal(self.store.root().to_path_buf(), pod, ctr, claims, &why);
         ttrpc::Error::RpcStatus(ttrpc::get_status(Code::FAILED_PRECONDITION, msg))
     }
 }
@@ -329,19 +331,6 @@ impl NriPlugin for GraftPlugin {
         }
         Ok(())
     }
-}
-
-/// What the runtime (and so the kubelet's `Failed` event on the pod) gets for a refusal.
-fn refusal_message(pod: &nri::PodSandbox, ctr: &str, claims: &[String], why: &str) -> String {
-    let claims = match claims {
-        [] => String::new(),
-        [one] => format!(" with claim {one}"),
-        many => format!(" with claims {}", many.join(", ")),
-    };
-    format!(
-        "graft: refusing to create container {ctr:?} of pod {}/{} ({}){claims}: {why}",
-        pod.namespace, pod.name, pod.uid
-    )
 }
 
 /// Removes params copies (`nvidia/params.<id>` in the state directory) of containers the

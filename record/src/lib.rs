@@ -14,6 +14,7 @@ mod format;
 pub mod nofollow;
 pub mod paths;
 pub mod policy;
+pub mod refusals;
 mod status;
 mod store;
 mod validate;

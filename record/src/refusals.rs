@@ -1,0 +1,351 @@
+//! graft-nri's journal of refused containers, which graft-driver turns into Events on the
+//! pods (graft-nri makes no API calls).
+//!
+//! ```text
+//! <root>/refusals/                           0700
+//! <root>/refusals/<ms>-<seq>.json            one refusal each (0600, at most ENTRY_MAX bytes)
+//! ```
+//!
+//! graft-nri writes an entry on the refusal path only, without fsync (an Event lost to a
+//! crash is acceptable; a slow CreateContainer answer is not), and keeps at most
+//! [`COUNT_MAX`] entries, dropping the oldest. graft-driver reads, posts and deletes them.
+//! Anything in the directory is treated as hostile: entries are opened without following
+//! symlinks, read up to [`ENTRY_MAX`] bytes, and every field is validated.
+
+use std::fs::File;
+use std::io::{ErrorKind, Read, Write};
+use std::os::fd::{AsFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use nix::errno::Errno;
+use nix::fcntl::{openat, OFlag};
+use nix::sys::stat::{fstat, Mode, SFlag};
+use serde::{Deserialize, Serialize};
+
+use crate::atomic::{self, FILE_MODE};
+use crate::error::{InvalidRecord, RecordError, Result};
+use crate::validate::check_id;
+
+const DIR: &str = "refusals";
+const VERSION: u32 = 1;
+/// Largest entry, in bytes; a longer file is skipped (and removed) unread.
+pub const ENTRY_MAX: usize = 4096;
+/// Most entries kept; the oldest go first.
+pub const COUNT_MAX: usize = 64;
+/// Most bytes of a refusal's reason (cut at a character boundary).
+pub const REASON_MAX: usize = 1536;
+/// Most claims an entry names.
+pub const CLAIMS_MAX: usize = 16;
+
+/// A pod as the runtime names it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PodRef {
+    pub namespace: String,
+    pub name: String,
+    pub uid: String,
+}
+
+/// One refused container.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Refusal {
+    pub version: u32,
+    pub pod: PodRef,
+    pub container: String,
+    pub container_id: String,
+    /// The pod's graft claims (`namespace/name`), when they could be read.
+    #[serde(default)]
+    pub claims: Vec<String>,
+    pub reason: String,
+    /// Milliseconds since the epoch.
+    pub at_ms: u64,
+}
+
+impl Refusal {
+    /// A refusal now, its reason and claims cut to the bounds.
+    pub fn new(
+        pod: PodRef,
+        container: &str,
+        container_id: &str,
+        claims: &[String],
+        reason: &str,
+    ) -> Self {
+        Refusal {
+            version: VERSION,
+            pod,
+            container: container.to_string(),
+            container_id: container_id.to_string(),
+            claims: claims.iter().take(CLAIMS_MAX).cloned().collect(),
+            reason: cut(reason, REASON_MAX),
+            at_ms: SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map(|d| d.as_millis() as u64)
+                .unwrap_or(0),
+        }
+    }
+
+    /// Checks every field: what the driver posts comes from a file others could write.
+    pub fn validate(&self) -> Result<(), InvalidRecord> {
+        let bad = |field: &str, reason: String| InvalidRecord {
+            field: field.to_string(),
+            reason,
+        };
+        if self.version != VERSION {
+            return Err(bad("version", format!("unknown version {}", self.version)));
+        }
+        check_name("pod.namespace", &self.pod.namespace, 63, false)?;
+        check_name("pod.name", &self.pod.name, 253, true)?;
+        check_id("pod.uid", &self.pod.uid)?;
+        check_name("container", &self.container, 63, false)?;
+        if self.container_id.is_empty()
+            || self.container_id.len() > 128
+            || !self.container_id.bytes().all(|b| b.is_ascii_alphanumeric())
+        {
+            return Err(bad("container_id", "not a container id".into()));
+        }
+        if self.claims.len() > CLAIMS_MAX {
+            return Err(bad("claims", format!("more than {CLAIMS_MAX}")));
+        }
+        for c in &self.claims {
+            let (ns, name) = c
+                .split_once('/')
+                .ok_or_else(|| bad("claims", format!("{c:?} is not namespace/name")))?;
+            check_name("claims", ns, 63, false)?;
+            check_name("claims", name, 253, true)?;
+        }
+        if self.reason.len() > REASON_MAX || self.reason.chars().any(char::is_control) {
+            return Err(bad(
+                "reason",
+                format!("longer than {REASON_MAX} bytes or has control characters"),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// A Kubernetes name: a DNS label (`dots`: a DNS subdomain) of at most `max` bytes.
+fn check_name(field: &str, s: &str, max: usize, dots: bool) -> Result<(), InvalidRecord> {
+    let ok = !s.is_empty()
+        && s.len() <= max
+        && s.bytes().all(|b| {
+            b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || (dots && b == b'.')
+        })
+        && s.bytes().next().is_some_and(|b| b.is_ascii_alphanumeric())
+        && s.bytes().last().is_some_and(|b| b.is_ascii_alphanumeric());
+    if ok {
+        Ok(())
+    } else {
+        Err(InvalidRecord {
+            field: field.to_string(),
+            reason: format!("{:?} is not a Kubernetes name", cut(s, 80)),
+        })
+    }
+}
+
+/// `s` cut to at most `max` bytes at a character boundary, control characters replaced.
+fn cut(s: &str, max: usize) -> String {
+    let mut end = s.len().min(max);
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    s[..end]
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect()
+}
+
+pub fn journal_dir(root: &Path) -> PathBuf {
+    root.join(DIR)
+}
+
+/// Creates the journal directory ([`atomic::DIR_MODE`]) if nothing is at its name; whatever
+/// is there is left alone (never chmod-ed through a planted link) and checked at open.
+pub fn create_dir(root: &Path) -> Result<()> {
+    let dir = journal_dir(root);
+    match std::fs::symlink_metadata(&dir) {
+        Ok(_) => Ok(()),
+        Err(e) if e.kind() == ErrorKind::NotFound => atomic::create_dir(&dir),
+        Err(e) => Err(RecordError::io("stat", dir, e)),
+    }
+}
+
+/// Opens the journal directory itself without following a symlink.
+fn open_dir(dir: &Path) -> Result<OwnedFd> {
+    nix::fcntl::open(
+        dir,
+        OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|e| RecordError::io("open", dir, e.into()))
+}
+
+/// Whether `name` is one of the journal's entry names (`<digits>-<digits>.json`).
+fn is_entry_name(name: &str) -> bool {
+    name.strip_suffix(".json")
+        .and_then(|s| s.split_once('-'))
+        .is_some_and(|(a, b)| {
+            !a.is_empty()
+                && !b.is_empty()
+                && a.bytes().all(|c| c.is_ascii_digit())
+                && b.bytes().all(|c| c.is_ascii_digit())
+        })
+}
+
+/// The directory's entry names, sorted oldest first (names start with the time).
+fn names(dir: &Path) -> Result<Vec<String>> {
+    let mut out: Vec<String> = std::fs::read_dir(dir)
+        .map_err(|e| RecordError::io("read dir", dir, e))?
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    out.sort_by_key(|n| {
+        let (ms, seq) = n
+            .strip_suffix(".json")
+            .and_then(|s| s.split_once('-'))
+            .unwrap_or(("", ""));
+        (
+            ms.parse::<u64>().unwrap_or(0),
+            seq.parse::<u64>().unwrap_or(0),
+        )
+    });
+    Ok(out)
+}
+
+static SEQ: AtomicU64 = AtomicU64::new(0);
+
+/// Appends a refusal (graft-nri). No fsync; the oldest entries beyond [`COUNT_MAX`] go.
+pub fn append(root: &Path, refusal: &Refusal) -> Result<PathBuf> {
+    let dir = journal_dir(root);
+    create_dir(root)?;
+    let dfd = open_dir(&dir)?;
+    let mut data = serde_json::to_vec(refusal)
+        .map_err(|e| RecordError::io("encode", &dir, std::io::Error::other(e)))?;
+    if data.len() > ENTRY_MAX {
+        // Only a long pod name and many long claim names get here: drop the claims.
+        let mut r = refusal.clone();
+        r.claims.clear();
+        data = serde_json::to_vec(&r)
+            .map_err(|e| RecordError::io("encode", &dir, std::io::Error::other(e)))?;
+    }
+    let existing = names(&dir)?;
+    for old in existing
+        .iter()
+        .take((existing.len() + 1).saturating_sub(COUNT_MAX))
+    {
+        let _ = nix::unistd::unlinkat(&dfd, old.as_str(), nix::unistd::UnlinkatFlags::NoRemoveDir);
+    }
+    for _ in 0..8 {
+        let name = format!(
+            "{:013}-{}.json",
+            refusal.at_ms,
+            SEQ.fetch_add(1, Ordering::Relaxed)
+        );
+        let path = dir.join(&name);
+        let flags =
+            OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+        match openat(
+            &dfd,
+            name.as_str(),
+            flags,
+            Mode::from_bits_truncate(FILE_MODE),
+        ) {
+            Ok(fd) => {
+                File::from(fd)
+                    .write_all(&data)
+                    .map_err(|e| RecordError::io("write", &path, e))?;
+                return Ok(path);
+            }
+            // Taken (by a previous run's entry of the same millisecond): the next number.
+            Err(Errno::EEXIST) => continue,
+            Err(e) => return Err(RecordError::io("create", &path, e.into())),
+        }
+    }
+    Err(RecordError::io(
+        "create",
+        &dir,
+        std::io::Error::other("no free entry name"),
+    ))
+}
+
+/// One journal entry as the driver finds it.
+#[derive(Debug)]
+pub struct JournalEntry {
+    pub name: String,
+    /// The refusal, or why the entry is not one (to be logged and removed).
+    pub refusal: Result<Refusal, String>,
+}
+
+/// The journal's entries, oldest first, at most [`COUNT_MAX`] (graft-driver). A missing
+/// directory is an empty journal.
+pub fn read_all(root: &Path) -> Result<Vec<JournalEntry>> {
+    let dir = journal_dir(root);
+    let dfd = match open_dir(&dir) {
+        Ok(fd) => fd,
+        Err(RecordError::Io { source, .. }) if source.kind() == ErrorKind::NotFound => {
+            return Ok(Vec::new())
+        }
+        Err(e) => return Err(e),
+    };
+    Ok(names(&dir)?
+        .into_iter()
+        .take(COUNT_MAX)
+        .map(|name| {
+            let refusal = read_entry(&dfd, &name);
+            JournalEntry { name, refusal }
+        })
+        .collect())
+}
+
+fn read_entry(dfd: &impl AsFd, name: &str) -> Result<Refusal, String> {
+    if !is_entry_name(name) {
+        return Err("not a journal entry name".into());
+    }
+    let fd = openat(
+        dfd,
+        name,
+        OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|e| match e {
+        Errno::ELOOP => "a symlink; never followed".to_string(),
+        e => format!("cannot open: {e}"),
+    })?;
+    let st = fstat(&fd).map_err(|e| format!("cannot stat: {e}"))?;
+    if SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT != SFlag::S_IFREG {
+        return Err("not a regular file".into());
+    }
+    if st.st_size as u64 > ENTRY_MAX as u64 {
+        return Err(format!("{} bytes, more than {ENTRY_MAX}", st.st_size));
+    }
+    let mut data = Vec::with_capacity(ENTRY_MAX);
+    File::from(fd)
+        .take(ENTRY_MAX as u64 + 1)
+        .read_to_end(&mut data)
+        .map_err(|e| format!("cannot read: {e}"))?;
+    if data.len() > ENTRY_MAX {
+        return Err(format!("more than {ENTRY_MAX} bytes"));
+    }
+    let r: Refusal = serde_json::from_slice(&data).map_err(|e| format!("not a refusal: {e}"))?;
+    r.validate().map_err(|e| e.to_string())?;
+    Ok(r)
+}
+
+/// Removes an entry (a symlink is removed, not followed). A missing one is not an error.
+pub fn remove(root: &Path, name: &str) -> Result<()> {
+    let dir = journal_dir(root);
+    let dfd = open_dir(&dir)?;
+    match nix::unistd::unlinkat(&dfd, name, nix::unistd::UnlinkatFlags::NoRemoveDir) {
+        Ok(()) | Err(Errno::ENOENT) => Ok(()),
+        // A directory planted under an entry's name.
+        Err(Errno::EISDIR) => {
+            nix::unistd::unlinkat(&dfd, name, nix::unistd::UnlinkatFlags::RemoveDir)
+                .map_err(|e| RecordError::io("remove", dir.join(name), e.into()))
+        }
+        Err(e) => Err(RecordError::io("remove", dir.join(name), e.into())),
+    }
+}
+
+#[cfg(test)]
+#[path = "refusals_tests.rs"]
+mod tests;
