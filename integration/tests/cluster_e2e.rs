@@ -13,6 +13,8 @@ use graft_integration::cluster::{wait_until, Cluster, WAIT};
 
 #[path = "cluster_e2e/dynamic_mig.rs"]
 mod dynamic_mig;
+#[path = "cluster_e2e/events.rs"]
+mod events;
 #[path = "cluster_e2e/gpu_health.rs"]
 mod gpu_health;
 #[path = "cluster_e2e/mps.rs"]
@@ -379,6 +381,7 @@ fn pods_get_their_devices_on_a_real_cluster() -> anyhow::Result<()> {
     c.kubectl(&["delete", "pod", "after-restarts", "--wait=true"])?;
     wait_unprepared(&c)?;
 
+    events::graft_failures_show_in_describe(&c)?;
     licences_one_per_pod(&c)?;
     gpus_through_the_gpu_setup(&c)
 }

@@ -384,6 +384,15 @@ async fn scenario(version: Version) -> anyhow::Result<()> {
             && entry.reason.contains("is gone from the node"),
         "{entry:?}"
     );
+    // The log line carries the container's span.
+    let log = nri.log_text();
+    ensure!(
+        log.lines().any(|l| l.contains("refusing to create")
+            && l.contains("pod=default/pod-absent")
+            && l.contains("container=app")
+            && l.contains("container_id=")),
+        "{log}"
+    );
     for e in graft_record::refusals::read_all(&state)? {
         graft_record::refusals::remove(&state, &e.name)?;
     }
