@@ -17,7 +17,8 @@ use crate::events::EventMask;
 use crate::fault::FaultSwitch;
 use crate::guard::panic_message;
 use crate::inject::{plan, Plan};
-use crate::sdk::{ConnectionState, NriPlugin, Runtime};
+use crate::metrics::{NriMetrics, Refusal, RequestKind};
+use crate::sdk::{Answered, ConnectionState, NriPlugin, Request, Runtime};
 use crate::sources::{check_present, check_served};
 
 /// Counters, for logs and tests.
@@ -42,6 +43,7 @@ pub struct GraftPlugin {
     status: Mutex<StatusPublisher>,
     pending: Arc<Mutex<HashMap<String, PendingEviction>>>,
     stats: Arc<Stats>,
+    metrics: Arc<NriMetrics>,
     /// How long to wait for the runtime to stop an evicted container before saying so.
     eviction_grace: Duration,
     /// Where the host's root is visible (served entries are checked there).
@@ -59,6 +61,7 @@ impl GraftPlugin {
             status: Mutex::new(status),
             pending: Arc::new(Mutex::new(HashMap::new())),
             stats: Arc::new(Stats::default()),
+            metrics: Arc::new(NriMetrics::default()),
             eviction_grace: Duration::from_secs(5),
             host_root: PathBuf::from("/"),
             #[cfg(feature = "fault-injection")]
@@ -86,6 +89,16 @@ impl GraftPlugin {
 
     pub fn stats(&self) -> Arc<Stats> {
         self.stats.clone()
+    }
+
+    /// Counts into `metrics` (registered by the caller) instead of a private set.
+    pub fn with_metrics(mut self, metrics: Arc<NriMetrics>) -> Self {
+        self.metrics = metrics;
+        self
+    }
+
+    pub fn metrics(&self) -> Arc<NriMetrics> {
+        self.metrics.clone()
     }
 
     fn set_status(&self, change: impl FnOnce(&mut graft_record::NriStatus)) {
@@ -185,8 +198,15 @@ impl GraftPlugin {
         });
     }
 
-    fn refuse(&self, pod: &nri::PodSandbox, ctr: &nri::Container, why: String) -> ttrpc::Error {
+    fn refuse(
+        &self,
+        pod: &nri::PodSandbox,
+        ctr: &nri::Container,
+        kind: Refusal,
+        why: String,
+    ) -> ttrpc::Error {
         self.stats.refused.fetch_add(1, Ordering::Relaxed);
+        self.metrics.refused(kind);
         let msg = format!(
             "graft: refusing to create container {:?} of pod {}/{} ({}): {why}",
             ctr.name, pod.namespace, pod.name, pod.uid
@@ -207,6 +227,11 @@ impl NriPlugin for GraftPlugin {
     }
 
     fn connection_state(&self, state: ConnectionState) {
+        match &state {
+            ConnectionState::Configured(_) => self.metrics.configured(),
+            ConnectionState::Synchronized => self.metrics.synchronized(),
+            ConnectionState::Disconnected(_) => self.metrics.disconnected(),
+        }
         match state {
             ConnectionState::Configured(info) => self.set_status(|s| {
                 s.connected = true;
@@ -222,6 +247,18 @@ impl NriPlugin for GraftPlugin {
                 s.message = Some(reason);
             }),
         }
+    }
+
+    fn answered(&self, a: Answered) {
+        let kind = match a.request {
+            Request::Configure => RequestKind::Configure,
+            Request::Synchronize => RequestKind::Synchronize,
+            Request::CreateContainer => RequestKind::CreateContainer,
+            Request::Lifecycle(Event::STOP_CONTAINER) => RequestKind::StopContainer,
+            Request::Lifecycle(Event::REMOVE_CONTAINER) => RequestKind::RemoveContainer,
+            Request::Lifecycle(_) => RequestKind::Other,
+        };
+        self.metrics.observe(kind, a.elapsed, a.deadline_exceeded);
     }
 
     async fn synchronize(
@@ -248,6 +285,7 @@ impl NriPlugin for GraftPlugin {
         self.stats
             .uninjected_found
             .fetch_add(found.len() as u64, Ordering::Relaxed);
+        self.metrics.uninjected_found(found.len() as u64);
         self.stats
             .evictions_requested
             .fetch_add(found.len() as u64, Ordering::Relaxed);
@@ -290,35 +328,47 @@ impl NriPlugin for GraftPlugin {
         let (pod_uid, ctr_name) = (pod.uid.clone(), ctr.name.clone());
         #[cfg(feature = "fault-injection")]
         let fault = self.fault.clone();
-        let work = tokio::task::spawn_blocking(move || -> Result<Option<Plan>, String> {
-            #[cfg(feature = "fault-injection")]
-            fault.strike();
-            let claims = store.pod_claims(&pod_uid).map_err(|e| e.to_string())?;
-            if claims.is_empty() {
-                return Ok(None);
-            }
-            let planned = plan(&claims, &pod_uid, &ctr_name, &policy).map_err(|e| e.to_string())?;
-            if let Some(p) = &planned {
-                check_served(p, &policy, &host_root)?;
-                check_present(p, store.root())?;
-            }
-            Ok(planned)
-        });
+        let work =
+            tokio::task::spawn_blocking(move || -> Result<Option<Plan>, (Refusal, String)> {
+                #[cfg(feature = "fault-injection")]
+                fault.strike();
+                let claims = store
+                    .pod_claims(&pod_uid)
+                    .map_err(|e| (Refusal::RecordUnreadable, e.to_string()))?;
+                if claims.is_empty() {
+                    return Ok(None);
+                }
+                let planned = plan(&claims, &pod_uid, &ctr_name, &policy)
+                    .map_err(|e| (Refusal::RecordRejected, e.to_string()))?;
+                if let Some(p) = &planned {
+                    check_served(p, &policy, &host_root)
+                        .map_err(|e| (Refusal::SourceNotServed, e))?;
+                    check_present(p, store.root()).map_err(|e| (Refusal::DeviceAbsent, e))?;
+                }
+                Ok(planned)
+            });
         let planned = match work.await {
-            Ok(r) => r.map_err(|why| self.refuse(&pod, &ctr, why))?,
+            Ok(r) => r.map_err(|(kind, why)| self.refuse(&pod, &ctr, kind, why))?,
             Err(e) if e.is_panic() => {
                 let why = format!(
                     "graft-nri failed internally ({}); refused rather than started without \
                      its devices",
                     panic_message(&*e.into_panic())
                 );
-                return Err(self.refuse(&pod, &ctr, why));
+                return Err(self.refuse(&pod, &ctr, Refusal::Internal, why));
             }
-            Err(e) => return Err(self.refuse(&pod, &ctr, format!("graft-nri: {e}"))),
+            Err(e) => {
+                return Err(self.refuse(&pod, &ctr, Refusal::Internal, format!("graft-nri: {e}")))
+            }
         };
         let mut resp = nri::CreateContainerResponse::new();
-        if let Some(plan) = planned {
+        let Some(plan) = planned else {
+            self.metrics.skipped();
+            return Ok(resp);
+        };
+        {
             self.stats.injected.fetch_add(1, Ordering::Relaxed);
+            self.metrics.injected();
             tracing::info!(
                 pod = %format!("{}/{}", pod.namespace, pod.name), container = %ctr.name,
                 devices = plan.edits.device_nodes.len(), injected = %plan.annotation(),
@@ -397,6 +447,7 @@ impl GraftPlugin {
     /// Marks the status file disconnected on a clean stop, so the driver stops preparing
     /// at once rather than when it notices the lock is gone.
     pub fn connection_state_stopped(&self) {
+        self.metrics.disconnected();
         self.set_status(|s| {
             s.connected = false;
             s.synchronized = false;

@@ -33,10 +33,10 @@ pub struct Serving {
     pub tcp: watch::Receiver<Option<SocketAddr>>,
 }
 
-/// `""` (disabled), `:9477` (every IPv4 address), `127.0.0.1:9477`, `[::1]:9477`.
+/// `""` or `off` (disabled), `:9477` (every IPv4 address), `127.0.0.1:9477`, `[::1]:9477`.
 pub fn parse_addr(s: &str) -> Result<Option<SocketAddr>, TelemetryError> {
     let s = s.trim();
-    if s.is_empty() {
+    if s.is_empty() || s == "off" {
         return Ok(None);
     }
     let full = if s.starts_with(':') {
@@ -52,17 +52,22 @@ pub fn parse_addr(s: &str) -> Result<Option<SocketAddr>, TelemetryError> {
         })
 }
 
-/// Binds the Unix socket now (an error is returned: the probes depend on it) and the TCP
-/// address in the background, and serves both on the current tokio runtime.
+/// Binds the TCP address in the background and the Unix socket now (an error is returned,
+/// after the TCP address is under way: the probes depend on the socket), and serves both on the current tokio runtime.
 pub fn serve(endpoints: Endpoints, config: ServeConfig) -> Result<Serving, TelemetryError> {
+    let (tx, rx) = watch::channel(None);
+    if let Some(addr) = config.tcp {
+        tokio::spawn(bind_tcp_then_serve(
+            addr,
+            config.retry,
+            endpoints.clone(),
+            tx,
+        ));
+    }
     if let Some(path) = &config.unix {
         let listener = bind_unix(path)?;
         tracing::info!(path = %path.display(), "health socket listening");
-        tokio::spawn(accept_unix(listener, endpoints.clone()));
-    }
-    let (tx, rx) = watch::channel(None);
-    if let Some(addr) = config.tcp {
-        tokio::spawn(bind_tcp_then_serve(addr, config.retry, endpoints, tx));
+        tokio::spawn(accept_unix(listener, endpoints));
     }
     Ok(Serving { tcp: rx })
 }
@@ -75,11 +80,17 @@ fn bind_unix(path: &Path) -> Result<UnixListener, TelemetryError> {
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir).map_err(|e| err(format!("creating its directory: {e}")))?;
     }
-    // A socket left by this container's previous run (the directory outlives it); anything
-    // else at the path is not ours to remove.
+    // A socket left by this container's previous run (the directory outlives it) is
+    // replaced; one that answers belongs to a running instance, and anything else at the
+    // path is not ours to remove.
     match std::fs::symlink_metadata(path) {
-        Ok(m) if m.file_type().is_socket() => std::fs::remove_file(path)
-            .map_err(|e| err(format!("removing the previous socket: {e}")))?,
+        Ok(m) if m.file_type().is_socket() => {
+            if std::os::unix::net::UnixStream::connect(path).is_ok() {
+                return Err(err("another running instance serves it".into()));
+            }
+            std::fs::remove_file(path)
+                .map_err(|e| err(format!("removing the previous socket: {e}")))?
+        }
         Ok(_) => return Err(err("exists and is not a socket".into())),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
         Err(e) => return Err(err(e.to_string())),

@@ -144,6 +144,10 @@ async fn a_stale_socket_is_replaced_and_other_files_are_left_alone() {
     };
     serve(ep.clone(), cfg(&path)).unwrap();
     assert_eq!(get(&path, "/healthz").await.unwrap().0, 200);
+    // A live one is another instance's.
+    let e = serve(ep.clone(), cfg(&path)).err().unwrap().to_string();
+    assert!(e.contains("another running instance"), "{e}");
+    assert_eq!(get(&path, "/healthz").await.unwrap().0, 200);
     let file = dir.path().join("plain");
     std::fs::write(&file, "keep").unwrap();
     let e = serve(ep, cfg(&file)).err().unwrap().to_string();
@@ -234,6 +238,7 @@ fn probe_arguments() {
 #[test]
 fn addresses() {
     assert_eq!(parse_addr("").unwrap(), None);
+    assert_eq!(parse_addr("off").unwrap(), None);
     assert_eq!(
         parse_addr(":9477").unwrap(),
         Some("0.0.0.0:9477".parse().unwrap())
