@@ -17,6 +17,7 @@ use crate::core::input::{Allocated, ClaimError, ClaimInput};
 use crate::core::{Core, CoreError, CoreResult, PreparedDevice};
 use crate::error::DriverError;
 use crate::mapping::pod_use;
+use crate::metrics::DriverMetrics;
 
 pub use crate::core::input::ClaimId;
 
@@ -69,6 +70,7 @@ pub struct Edge {
     /// kubelet's retry gets this error rather than a new attempt that may outlast its call
     /// again (a VFIO bind timing out after 60 s would otherwise never be reported).
     late: Arc<Mutex<HashMap<String, (String, Instant)>>>,
+    metrics: Option<Arc<DriverMetrics>>,
 }
 
 impl Edge {
@@ -79,6 +81,28 @@ impl Edge {
             client,
             budget,
             late: Arc::default(),
+            metrics: None,
+        }
+    }
+
+    /// Counts each claim's prepare and unprepare into `metrics`.
+    pub fn with_metrics(mut self, metrics: Arc<DriverMetrics>) -> Self {
+        self.metrics = Some(metrics);
+        self
+    }
+
+    /// Each claim of a call that took `elapsed`, with its own result.
+    fn observe<T>(
+        &self,
+        out: &BTreeMap<String, ClaimOutcome<T>>,
+        elapsed: Duration,
+        record: fn(&DriverMetrics, bool, Duration),
+    ) {
+        if let Some(m) = &self.metrics {
+            for o in out.values() {
+                record(m, o.is_ok(), elapsed);
+            }
+            m.claims_changed();
         }
     }
 
@@ -146,6 +170,7 @@ impl Edge {
             local_us = fetched.elapsed().as_micros() as u64,
             "NodePrepareResources"
         );
+        self.observe(&out, started.elapsed(), DriverMetrics::prepared);
         Ok(out)
     }
 
@@ -191,7 +216,17 @@ impl Edge {
 
     /// Unprepare: one outcome per claim; an unknown claim is success.
     pub async fn unprepare(&self, ids: &[ClaimId]) -> BTreeMap<String, ClaimOutcome<()>> {
-        let deadline = Instant::now() + self.budget;
+        let started = Instant::now();
+        let out = self.unprepare_inner(ids, started + self.budget).await;
+        self.observe(&out, started.elapsed(), DriverMetrics::unprepared);
+        out
+    }
+
+    async fn unprepare_inner(
+        &self,
+        ids: &[ClaimId],
+        deadline: Instant,
+    ) -> BTreeMap<String, ClaimOutcome<()>> {
         let owned = ids.to_vec();
         match self
             .on_core(deadline, move |core| core.unprepare(&owned, deadline))
