@@ -18,6 +18,28 @@ pub fn metrics(socket: &Path) -> anyhow::Result<String> {
     }
 }
 
+/// `GET path` over TCP (a hostNetwork daemon's port on this node): status and body.
+pub fn tcp_get(addr: &str, path: &str) -> anyhow::Result<(u16, String)> {
+    use std::io::{Read, Write};
+    let addr: std::net::SocketAddr = addr.parse()?;
+    let mut s = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(5))
+        .with_context(|| format!("connecting to {addr}"))?;
+    s.set_read_timeout(Some(Duration::from_secs(10)))?;
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )?;
+    let mut raw = String::new();
+    s.take(4 << 20).read_to_string(&mut raw)?;
+    let (head, body) = raw.split_once("\r\n\r\n").context("incomplete answer")?;
+    let code = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .context("not an HTTP answer")?;
+    Ok((code, body.to_string()))
+}
+
 /// The value of one series, named with its labels as the text shows them
 /// (`graft_nri_containers_injected_total`, `x_count{event="create_container"}`).
 pub fn value(text: &str, series: &str) -> Option<f64> {
