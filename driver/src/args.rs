@@ -135,10 +135,27 @@ pub struct Args {
     /// Seconds between checks that NVML can still reach every GPU.
     #[arg(long, env = "GRAFT_HEALTH_PROBE_SECONDS", default_value_t = 10)]
     pub health_probe_seconds: u64,
+    /// Serve /metrics, /healthz and /readyz on this TCP address (`:9477`: every address;
+    /// empty or `off`: not at all). Bound as soon as it is free: during a rolling update the
+    /// instance being replaced holds it.
+    #[arg(long, env = "GRAFT_METRICS_ADDR", default_value = ":9477")]
+    pub metrics_addr: String,
+    /// Serve the same on this Unix socket, for this container's probes (`--probe`); empty:
+    /// not at all.
+    #[arg(long, env = "GRAFT_HEALTH_SOCKET", default_value = DEFAULT_HEALTH_SOCKET)]
+    pub health_socket: PathBuf,
+    /// Run as a probe instead: ask the health socket (`live`: /healthz, `ready`: /readyz)
+    /// and exit 0 when it answers 200, else 1 with the reason on stderr.
+    // Handled before the other arguments are parsed (see main); here for --help.
+    #[allow(dead_code)]
+    #[arg(long, value_parser = ["live", "ready"])]
+    pub probe: Option<String>,
     /// Test hook: SIGKILL this process at a step of the next prepare or unprepare.
     #[arg(long, hide = true, value_enum)]
     pub crash_at: Option<CrashPoint>,
 }
+
+pub const DEFAULT_HEALTH_SOCKET: &str = "/run/graft/driver.sock";
 
 fn parse_gpu_selection(s: &str) -> Result<GpuSelection, String> {
     GpuSelection::parse(s)

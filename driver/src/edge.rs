@@ -19,6 +19,7 @@ use crate::error::DriverError;
 use crate::events::claims::prepare_failed;
 use crate::events::Poster;
 use crate::mapping::pod_use;
+use crate::metrics::DriverMetrics;
 
 pub use crate::core::input::ClaimId;
 
@@ -73,6 +74,7 @@ pub struct Edge {
     late: Arc<Mutex<HashMap<String, (String, Instant)>>>,
     /// Where `PrepareFailed` Events go (none in tests without an API server to post to).
     events: Option<Poster>,
+    metrics: Option<Arc<DriverMetrics>>,
 }
 
 impl Edge {
@@ -84,6 +86,28 @@ impl Edge {
             budget,
             late: Arc::default(),
             events: None,
+            metrics: None,
+        }
+    }
+
+    /// Counts each claim's prepare and unprepare into `metrics`.
+    pub fn with_metrics(mut self, metrics: Arc<DriverMetrics>) -> Self {
+        self.metrics = Some(metrics);
+        self
+    }
+
+    /// Each claim of a call that took `elapsed`, with its own result.
+    fn observe<T>(
+        &self,
+        out: &BTreeMap<String, ClaimOutcome<T>>,
+        elapsed: Duration,
+        record: fn(&DriverMetrics, bool, Duration),
+    ) {
+        if let Some(m) = &self.metrics {
+            for o in out.values() {
+                record(m, o.is_ok(), elapsed);
+            }
+            m.claims_changed();
         }
     }
 
@@ -178,6 +202,7 @@ impl Edge {
             local_us = fetched.elapsed().as_micros() as u64,
             "NodePrepareResources"
         );
+        self.observe(&out, started.elapsed(), DriverMetrics::prepared);
         Ok(out)
     }
 
@@ -223,7 +248,17 @@ impl Edge {
 
     /// Unprepare: one outcome per claim; an unknown claim is success.
     pub async fn unprepare(&self, ids: &[ClaimId]) -> BTreeMap<String, ClaimOutcome<()>> {
-        let deadline = Instant::now() + self.budget;
+        let started = Instant::now();
+        let out = self.unprepare_inner(ids, started + self.budget).await;
+        self.observe(&out, started.elapsed(), DriverMetrics::unprepared);
+        out
+    }
+
+    async fn unprepare_inner(
+        &self,
+        ids: &[ClaimId],
+        deadline: Instant,
+    ) -> BTreeMap<String, ClaimOutcome<()>> {
         let owned = ids.to_vec();
         match self
             .on_core(deadline, move |core| core.unprepare(&owned, deadline))

@@ -12,6 +12,7 @@ pub mod health;
 pub mod hook_install;
 pub mod limits;
 pub mod mapping;
+pub mod metrics;
 pub mod opaque;
 pub mod plugin;
 pub mod publisher;

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use clap::Parser;
-use graft_driver::core::seams::KillAt;
+use graft_driver::core::seams::{KillAt, NriGate, StatusFile};
 use graft_driver::core::Core;
 use graft_driver::discovery::char::CharDiscovery;
 use graft_driver::discovery::files::{FilesDiscovery, ServedEntries};
@@ -26,6 +26,8 @@ use graft_driver::health::classify::parse_xids;
 use graft_driver::health::monitor::{self, MonitorConfig};
 use graft_driver::health::HealthReport;
 use graft_driver::hook_install::install;
+use graft_driver::metrics::DriverMetrics;
+use graft_driver::plugin::registration::RegistrationState;
 use graft_driver::plugin::{self, PluginPaths};
 use graft_driver::publisher::Publisher;
 use graft_driver::setup::{DeviceSetup, NoSetup};
@@ -33,6 +35,7 @@ use graft_record::InjectionPolicy;
 use tokio::signal::unix::{signal, SignalKind};
 
 mod args;
+mod endpoints;
 mod logging;
 use args::Args;
 
@@ -163,6 +166,14 @@ async fn refresh_absent(state_dir: PathBuf, devices: Vec<graft_driver::discovery
 // per-core threads (and their malloc arenas) would only add memory.
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> anyhow::Result<()> {
+    // A probe needs none of the daemon's settings: answered before they are parsed.
+    let argv: Vec<String> = std::env::args().collect();
+    if let Some(code) = graft_telemetry::probe::requested(&argv, args::DEFAULT_HEALTH_SOCKET) {
+        std::process::exit(code.unwrap_or_else(|e| {
+            eprintln!("{e}");
+            2
+        }));
+    }
     let started = Instant::now();
     // SAFETY: mallopt before any other thread exists; caps glibc's per-thread arenas, which
     // otherwise dominate a small daemon's RSS.
@@ -177,6 +188,14 @@ async fn main() -> anyhow::Result<()> {
     if let Err(r) = graft_driver::limits::check_qualified_name(&format!("{}/x", args.driver_name)) {
         bail!("--driver-name {:?}: {r}", args.driver_name);
     }
+    // Served from the start: liveness answers while discovery and start-up run.
+    let metrics = Arc::new(DriverMetrics::default());
+    let registration = Arc::new(Mutex::new(RegistrationState::default()));
+    endpoints::serve(
+        endpoints::endpoints(&metrics, registration.clone()),
+        graft_telemetry::parse_addr(&args.metrics_addr)?,
+        &args.health_socket,
+    );
 
     let boot_id = graft_record::read_boot_id(&args.boot_id_path)?;
     let nvidia = args.discovery.iter().any(|d| d.trim() == "nvidia");
@@ -286,7 +305,8 @@ async fn main() -> anyhow::Result<()> {
     ));
     let edge = Arc::new(
         Edge::new(Arc::new(core), client.clone(), KUBELET_DEADLINE - margin)
-            .with_events(events.clone()),
+            .with_events(events.clone())
+            .with_metrics(metrics.clone()),
     );
     tokio::spawn(graft_driver::events::nri::run(
         events.clone(),
@@ -312,6 +332,16 @@ async fn main() -> anyhow::Result<()> {
         }
     }
     refresh_absent(args.state_dir.clone(), devices.clone()).await;
+    let nri_status = StatusFile {
+        state_dir: args.state_dir.clone(),
+        boot_id: boot_id.clone(),
+    };
+    tokio::spawn(graft_driver::metrics::keep_counts(
+        metrics.clone(),
+        Arc::clone(edge.core()),
+        Arc::new(move || nri_status.ready().is_ok()),
+        Duration::from_secs(15),
+    ));
 
     let (inv_tx, inv_rx) = tokio::sync::watch::channel(devices);
     // Device health: NVML events for GPUs; without the nvidia backend every device stays
@@ -341,8 +371,14 @@ async fn main() -> anyhow::Result<()> {
         args.node_name.clone(),
         started,
     )
-    .with_health(health_rx.clone(), args.health_taint_effect);
+    .with_health(health_rx.clone(), args.health_taint_effect)
+    .with_metrics(metrics.clone());
     tokio::spawn(publisher.run(inv_rx.clone()));
+    tokio::spawn(graft_driver::metrics::watch_devices(
+        metrics,
+        inv_rx.clone(),
+        health_rx.clone(),
+    ));
 
     // Rescans: on changes in the watched directories, on request, and periodically.
     let backends = Arc::new(backends);
@@ -416,7 +452,6 @@ async fn main() -> anyhow::Result<()> {
             _ = int.recv() => {}
         }
     };
-    let state = Arc::new(Mutex::new(Default::default()));
     // Held until the end: without a monitor, the report stays live and empty.
     let _health_tx = health_tx;
     let feed = plugin::health::HealthFeed {
@@ -424,6 +459,6 @@ async fn main() -> anyhow::Result<()> {
         inventory: inv_rx,
         health: health_rx,
     };
-    plugin::serve(edge, &paths, state, Some(feed), shutdown).await?;
+    plugin::serve(edge, &paths, registration, Some(feed), shutdown).await?;
     Ok(())
 }

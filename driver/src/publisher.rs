@@ -19,6 +19,7 @@ use crate::discovery::Device;
 use crate::error::Result;
 use crate::health::taints::{FatalEffect, Tainting};
 use crate::health::HealthReport;
+use crate::metrics::DriverMetrics;
 use crate::slices::{desired_slices, publishable, NodeOwner};
 
 pub struct Publisher {
@@ -46,6 +47,7 @@ pub struct Publisher {
     /// False once the API server dropped `allowMultipleAllocations` (DRAConsumableCapacity
     /// off): shared GPUs are then offered whole, one claim at a time.
     shared_kept: bool,
+    metrics: Option<std::sync::Arc<DriverMetrics>>,
 }
 
 impl Publisher {
@@ -64,7 +66,14 @@ impl Publisher {
             taints_kept: true,
             counters_kept: true,
             shared_kept: true,
+            metrics: None,
         }
+    }
+
+    /// Counts reconciles (and notes the first success, for readiness) in `metrics`.
+    pub fn with_metrics(mut self, metrics: std::sync::Arc<DriverMetrics>) -> Self {
+        self.metrics = Some(metrics);
+        self
     }
 
     /// Publishes `health` as device taints, unhealthy devices with `fatal`.
@@ -266,6 +275,9 @@ impl Publisher {
             let devices = inventory.borrow_and_update().clone();
             let result = self.reconcile(&devices).await;
             drop(devices);
+            if let Some(m) = &self.metrics {
+                m.reconciled(result.as_ref().map(|w| *w).map_err(|_| ()));
+            }
             // A reconcile parses and builds every slice; hand those transient buffers back
             // to the OS rather than keep them as the daemon's idle footprint.
             // SAFETY: malloc_trim only releases free heap memory.

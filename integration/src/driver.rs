@@ -62,6 +62,11 @@ impl GraftDriver {
             .arg(&o.device_config)
             .arg("--boot-id-path")
             .arg(&o.boot_id_path)
+            // Its own socket, and a TCP port nothing else asks for.
+            .arg("--health-socket")
+            .arg(self.health_socket())
+            .arg("--metrics-addr")
+            .arg("127.0.0.1:0")
             .args(&o.extra)
             .env("KUBECONFIG", &o.kubeconfig)
             .env("RUST_LOG", "info,kube=warn,tower=warn,hyper=warn")
@@ -77,6 +82,16 @@ impl GraftDriver {
         }
         self.child = Some(cmd.spawn()?);
         Ok(())
+    }
+
+    /// Its metrics and probe socket (next to its log).
+    pub fn health_socket(&self) -> PathBuf {
+        self.opts.log.with_extension("sock")
+    }
+
+    /// Its metrics, read through the health socket.
+    pub fn metrics(&self) -> anyhow::Result<String> {
+        crate::scrape::metrics(&self.health_socket())
     }
 
     pub fn pid(&self) -> Option<u32> {

@@ -16,6 +16,7 @@ pub mod images;
 pub mod mounts;
 pub mod nri;
 pub mod records;
+pub mod scrape;
 pub mod testbed;
 pub mod unix;
 

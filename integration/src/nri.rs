@@ -46,6 +46,11 @@ impl GraftNri {
             .arg(&self.state_dir)
             .arg("--log-file")
             .arg(&self.log)
+            // Its own socket, and a TCP port nothing else asks for.
+            .arg("--health-socket")
+            .arg(self.health_socket())
+            .arg("--metrics-addr")
+            .arg("127.0.0.1:0")
             .args(&self.extra)
             .env("RUST_LOG", "info")
             .stdin(Stdio::null())
@@ -54,6 +59,16 @@ impl GraftNri {
             .spawn()?;
         self.child = Some(child);
         Ok(())
+    }
+
+    /// Its metrics and probe socket (next to its log).
+    pub fn health_socket(&self) -> PathBuf {
+        self.log.with_extension("sock")
+    }
+
+    /// Its metrics, read through the health socket.
+    pub fn metrics(&self) -> anyhow::Result<String> {
+        crate::scrape::metrics(&self.health_socket())
     }
 
     pub fn pid(&self) -> Option<u32> {

@@ -8,8 +8,9 @@
 
 use std::time::{Duration, Instant};
 
-use anyhow::{ensure, Context};
+use anyhow::{bail, ensure, Context};
 use graft_integration::cluster::{wait_until, Cluster, WAIT};
+use graft_integration::scrape;
 
 #[path = "cluster_e2e/dynamic_mig.rs"]
 mod dynamic_mig;
@@ -134,6 +135,47 @@ fn restart_graft(c: &Cluster) -> anyhow::Result<()> {
     rolled_out(c)
 }
 
+/// Every container of graft's pods is ready (its readiness probe passes).
+fn graft_ready(c: &Cluster) -> anyhow::Result<()> {
+    let jsonpath = "jsonpath={range .items[*].status.containerStatuses[*]}{.name}={.ready} {end}";
+    let mut last = String::new();
+    for _ in 0..60 {
+        last = c.kubectl(&[
+            "-n",
+            "graft-system",
+            "get",
+            "pods",
+            "-l",
+            "app.kubernetes.io/name=graft",
+            "-o",
+            jsonpath,
+        ])?;
+        if last.contains("graft-driver=true")
+            && last.contains("graft-nri=true")
+            && !last.contains("=false")
+        {
+            return Ok(());
+        }
+        std::thread::sleep(Duration::from_secs(1));
+    }
+    bail!("graft's containers are not all ready: {last}")
+}
+
+/// The metrics graft serves on this node's port (hostNetwork) once `series` is at least
+/// `min`: a new instance binds the port only when the old one has exited.
+fn scrape_at_least(port: u16, series: &str, min: f64) -> anyhow::Result<String> {
+    let mut last = String::new();
+    for _ in 0..60 {
+        match scrape::tcp_get(&format!("127.0.0.1:{port}"), "/metrics") {
+            Ok((200, m)) if scrape::value(&m, series).is_some_and(|v| v >= min) => return Ok(m),
+            Ok((_, m)) => last = m,
+            Err(e) => last = e.to_string(),
+        }
+        std::thread::sleep(Duration::from_secs(1));
+    }
+    bail!("{series} not at least {min} on port {port}:\n{last}")
+}
+
 fn fuse_pod(name: &str) -> String {
     device_pod(name, "fuse.graft.dev", "/dev/fuse")
 }
@@ -207,6 +249,24 @@ fn pods_get_their_devices_on_a_real_cluster() -> anyhow::Result<()> {
     );
     ensure!(spec["annotations"]["graft.dev/injected"].is_string());
 
+    // Both daemons passed their probes, and their metrics on the node's ports saw it.
+    graft_ready(&c)?;
+    let ok = r#"graft_driver_prepare_duration_seconds_count{result="ok"}"#;
+    let m = scrape_at_least(9477, ok, 1.0)?;
+    ensure!(
+        scrape::need(&m, "graft_driver_nri_plugin_connected")? == 1.0,
+        "{m}"
+    );
+    scrape_at_least(9477, "graft_driver_prepared_claims", 1.0)?;
+    let m = scrape_at_least(9478, "graft_nri_containers_injected_total", 1.0)?;
+    let created = r#"graft_nri_request_duration_seconds_count{event="create_container"}"#;
+    ensure!(scrape::need(&m, created)? >= 3.0, "{m}");
+    ensure!(
+        scrape::need(&m, "graft_nri_containers_skipped_total")? >= 2.0,
+        "{m}"
+    );
+    ensure!(scrape::need(&m, "graft_nri_synchronized")? == 1.0, "{m}");
+
     // A second pod for the only fuse device waits until the first is gone, then runs with it.
     c.apply(&fuse_pod("second"))?;
     std::thread::sleep(Duration::from_secs(5));
@@ -250,6 +310,11 @@ fn pods_get_their_devices_on_a_real_cluster() -> anyhow::Result<()> {
     ])?;
     rolled_out(&c)?;
     ensure!(c.pod_phase("split") == "Running");
+    // The new instances are ready and took the ports over: the new driver counts the
+    // running pod's claim from the checkpoint it inherited.
+    graft_ready(&c)?;
+    scrape_at_least(9477, "graft_driver_prepared_claims", 1.0)?;
+    scrape_at_least(9478, "graft_nri_synchronized", 1.0)?;
     c.kubectl(&["delete", "pod", "split", "--wait=true"])?;
     c.apply(&fuse_pod("after-roll"))?;
     c.wait_phase("after-roll", "Running")?;

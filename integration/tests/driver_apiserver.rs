@@ -15,6 +15,7 @@ use graft_integration::claims::{
     allocated_claim, claim_msg, claim_with_pod, namespace, pod, reserve_for, uid,
 };
 use graft_integration::dra_node::{prepare, unprepare, DraNode, DRIVER_NAME};
+use graft_integration::scrape;
 use graft_proto::dra::{v1, v1beta1};
 use graft_proto::pluginregistration::{InfoRequest, RegistrationStatus};
 use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceSlice};
@@ -126,12 +127,31 @@ async fn registration_and_sockets() -> anyhow::Result<()> {
         "{info:?}"
     );
 
+    // Not ready until the kubelet says it registered the plugin (alive all along).
+    let health = node.driver.health_socket();
+    let (code, why) = scrape::get(&health, "/readyz")?;
+    ensure!(
+        code == 503 && why.contains("not yet registered"),
+        "{code} {why}"
+    );
+    ensure!(scrape::get(&health, "/healthz")?.0 == 200);
+
     // Registered, then rejected: the rejection is surfaced.
     reg.notify_registration_status(RegistrationStatus {
         plugin_registered: true,
         error: String::new(),
     })
     .await?;
+    let ready = scrape::wait_ready(&health, Duration::from_secs(30))?;
+    ensure!(ready.contains("ResourceSlices published"), "{ready}");
+    let m = node.driver.metrics()?;
+    ensure!(m.contains("graft_driver_build_info{version="), "{m}");
+    let char_devices = "graft_driver_devices{class=\"char\",health=\"healthy\"}";
+    ensure!(scrape::need(&m, char_devices)? >= 2.0, "{m}");
+    ensure!(
+        scrape::need(&m, "graft_driver_slices_published_total")? >= 1.0,
+        "{m}"
+    );
     let rejected = reg
         .notify_registration_status(RegistrationStatus {
             plugin_registered: false,
@@ -143,6 +163,8 @@ async fn registration_and_sockets() -> anyhow::Result<()> {
         "a rejection must be answered with an error"
     );
     ensure!(node.driver.log_text().contains("rejected the registration"));
+    let (code, why) = scrape::get(&health, "/readyz")?;
+    ensure!(code == 503 && why.contains("rejected"), "{code} {why}");
 
     // Both service versions answer; an empty request gets an empty map.
     let empty = node
@@ -333,6 +355,15 @@ async fn prepare_maps_containers_and_is_idempotent() -> anyhow::Result<()> {
         .devices
         .iter()
         .all(|d| d.pool_name == "node-map" && d.cdi_device_ids.is_empty()));
+    // The metrics follow: the call timed, the claim and its record counted, graft-nri seen.
+    let m = wait_metric(&node, "graft_driver_prepared_claims", 1.0).await?;
+    let ok = "graft_driver_prepare_duration_seconds_count{result=\"ok\"}";
+    ensure!(scrape::need(&m, ok)? >= 1.0, "{m}");
+    ensure!(scrape::need(&m, "graft_driver_records")? == 1.0, "{m}");
+    ensure!(
+        scrape::need(&m, "graft_driver_nri_plugin_connected")? == 1.0,
+        "{m}"
+    );
 
     let rec = node.record(&uid(&claim))?.context("no record")?;
     let p1_uid = p1.metadata.uid.clone().unwrap_or_default();
@@ -413,7 +444,26 @@ async fn prepare_maps_containers_and_is_idempotent() -> anyhow::Result<()> {
     ensure!(node.checkpoint()?["claims"]
         .as_object()
         .is_some_and(|m| m.is_empty()));
+    let m = wait_metric(&node, "graft_driver_prepared_claims", 0.0).await?;
+    let ok = "graft_driver_unprepare_duration_seconds_count{result=\"ok\"}";
+    ensure!(scrape::need(&m, ok)? >= 2.0, "{m}");
+    ensure!(scrape::need(&m, "graft_driver_records")? == 0.0, "{m}");
     Ok(())
+}
+
+/// The metrics once `series` reads `want` (the counts are refreshed after each call).
+async fn wait_metric(node: &DraNode, series: &str, want: f64) -> anyhow::Result<String> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let m = node.driver.metrics()?;
+        if scrape::value(&m, series) == Some(want) {
+            return Ok(m);
+        }
+        if Instant::now() > deadline {
+            bail!("{series} is not {want}:\n{m}");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -9,7 +9,10 @@ use graft_driver::discovery::Discovery;
 use graft_driver::health::classify::default_informational;
 use graft_driver::health::monitor::{self, MonitorConfig};
 use graft_driver::health::{Condition, HealthReport};
+use graft_driver::metrics::{self, DriverMetrics};
 use graft_integration::fake_gpu::FakeNode;
+use graft_integration::scrape;
+use prometheus_client::registry::Registry;
 use tokio::sync::watch;
 
 mod common;
@@ -30,6 +33,26 @@ fn wait_for(
     bail!("{what}: not within 10 s; report: {:?}", rx.borrow())
 }
 
+/// Waits until the metrics show `series` at `want` (counters: at least).
+fn wait_metric(m: &DriverMetrics, series: &str, want: f64) -> anyhow::Result<()> {
+    let counter = series.contains("_total");
+    let mut registry = Registry::default();
+    m.register(&mut registry);
+    let start = Instant::now();
+    loop {
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry)?;
+        let v = scrape::value(&text, series);
+        if v == Some(want) || (counter && v.is_some_and(|v| v >= want)) {
+            return Ok(());
+        }
+        if start.elapsed() > Duration::from_secs(10) {
+            bail!("{series} is not {want}:\n{text}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 fn condition(r: &HealthReport, device: &str) -> Option<(Condition, String)> {
     r.get(device).map(|h| (h.condition, h.reason.clone()))
 }
@@ -47,6 +70,17 @@ fn events_taint_devices_and_recovery_clears_them() -> anyhow::Result<()> {
     let devices = d.discover()?;
     let (inv_tx, inv_rx) = watch::channel(devices.clone());
     let (tx, rx) = watch::channel(HealthReport::default());
+    // The driver's metrics follow the same channels.
+    let m = std::sync::Arc::new(DriverMetrics::default());
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()?;
+    rt.spawn(metrics::watch_devices(
+        m.clone(),
+        inv_rx.clone(),
+        rx.clone(),
+    ));
     monitor::spawn(
         MonitorConfig {
             nvml_lib: d.nvml_path()?,
@@ -83,6 +117,22 @@ fn events_taint_devices_and_recovery_clears_them() -> anyhow::Result<()> {
     ensure!(took < Duration::from_secs(2), "{took:?}");
     // Its passthrough function is the same GPU.
     assert!(rx.borrow().is_unhealthy("vfio-0000-18-00-0"));
+    // Counted per device: the GPU and its passthrough function.
+    wait_metric(
+        &m,
+        r#"graft_driver_health_events_total{kind="xid",xid="79"}"#,
+        2.0,
+    )?;
+    wait_metric(
+        &m,
+        r#"graft_driver_devices{class="gpu",health="unhealthy"}"#,
+        1.0,
+    )?;
+    wait_metric(
+        &m,
+        r#"graft_driver_devices{class="vfio",health="unhealthy"}"#,
+        1.0,
+    )?;
 
     // Attributed to GPU instance 1 of index 6 (minor 4): that instance's device only.
     node.inject("6 xid 48 gi 1 ci 0")?;
@@ -128,5 +178,20 @@ fn events_taint_devices_and_recovery_clears_them() -> anyhow::Result<()> {
             .collect(),
     );
     wait_for(&rx, "gpu-6 forgotten", |r| r.get("gpu-6").is_none())?;
+    wait_metric(
+        &m,
+        r#"graft_driver_health_events_total{kind="gpu-lost",xid=""}"#,
+        1.0,
+    )?;
+    wait_metric(
+        &m,
+        r#"graft_driver_health_events_total{kind="reset-required",xid=""}"#,
+        1.0,
+    )?;
+    wait_metric(
+        &m,
+        r#"graft_driver_devices{class="gpu",health="unhealthy"}"#,
+        0.0,
+    )?;
     Ok(())
 }

@@ -12,6 +12,7 @@ use anyhow::{bail, ensure, Context};
 use graft_integration::cri::Pod;
 use graft_integration::mounts::Scratch;
 use graft_integration::records::{char_node, one_device_claim, ro_bind};
+use graft_integration::scrape;
 use graft_integration::{Containerd, Cri, GraftNri, Testbed, Version};
 use graft_record::*;
 use k8s_cri::v1::ContainerState;
@@ -317,6 +318,25 @@ async fn scenario(version: Version) -> anyhow::Result<()> {
             && annotation(&plain_spec, INJECTED_ANNOTATION).is_none()
     );
 
+    // 1b. The metrics say so: one injected, the sidecar and the plain pod's container
+    //     skipped, each CreateContainer timed; synchronized and ready.
+    let m = nri.metrics()?;
+    ensure!(
+        scrape::need(&m, "graft_nri_containers_injected_total")? >= 1.0,
+        "{m}"
+    );
+    ensure!(
+        scrape::need(&m, "graft_nri_containers_skipped_total")? >= 2.0,
+        "{m}"
+    );
+    let created = "graft_nri_request_duration_seconds_count{event=\"create_container\"}";
+    ensure!(scrape::need(&m, created)? >= 3.0, "{m}");
+    ensure!(scrape::need(&m, "graft_nri_synchronized")? == 1.0, "{m}");
+    ensure!(scrape::need(&m, "graft_nri_connected")? == 1.0, "{m}");
+    ensure!(m.contains("graft_nri_build_info{version="), "{m}");
+    let ready = scrape::wait_ready(&nri.health_socket(), LONG)?;
+    ensure!(ready.contains("synchronized"), "{ready}");
+
     // 2. A corrupt, unknown-version or invalid record refuses the container, with a message
     //    naming the problem; the container never starts half-injected.
     let bad_cases: [(&str, Spoiler, &str); 3] = [
@@ -400,6 +420,19 @@ async fn scenario(version: Version) -> anyhow::Result<()> {
     cri.create(&pod, "app", &script).await?;
     cri.remove_pod(&pod).await?;
     store.remove_claim(&claim_uid)?;
+    let m = nri.metrics()?;
+    let refused = |reason: &str| {
+        scrape::need(
+            &m,
+            &format!("graft_nri_containers_refused_total{{reason=\"{reason}\"}}"),
+        )
+    };
+    ensure!(refused("device_absent")? >= 1.0, "{m}");
+    ensure!(
+        refused("record_unreadable")? + refused("record_rejected")? >= 3.0,
+        "{m}"
+    );
+    ensure!(refused("internal")? == 0.0, "{m}");
 
     // 3. containerd restarts: graft-nri reconnects, resynchronizes (finding nothing amiss
     //    with the running injected container), and injects the next container.
@@ -409,6 +442,11 @@ async fn scenario(version: Version) -> anyhow::Result<()> {
     ensure!(
         status.uninjected_found == 0,
         "an injected container must not be flagged: {status:?}"
+    );
+    let m = nri.metrics()?;
+    ensure!(
+        scrape::need(&m, "graft_nri_reconnects_total")? >= 1.0,
+        "{m}"
     );
     let cri = Cri::connect(&cd.socket, &dir.join("pods")).await?;
     let pod_d_uid = uid("d", "pod");
@@ -487,6 +525,24 @@ async fn scenario(version: Version) -> anyhow::Result<()> {
         "the injected container is left alone"
     );
 
+    // 5. A rolling update: the new instance waits for the old one's lock, and is ready
+    //    meanwhile (the node is served), saying so; once the old one exits it takes over.
+    let mut next = GraftNri::start(
+        &cd.nri_socket,
+        &state,
+        &dir.join("logs/graft-nri-next.log"),
+        &["--allowed-mount-roots", &roots],
+    )?;
+    let standby = scrape::wait_ready(&next.health_socket(), LONG)?;
+    ensure!(standby.contains("standby"), "{standby}");
+    next.wait_log("waiting for it to exit", LONG)?;
+    nri.stop()?;
+    next.wait_synchronized(LONG)?;
+    let ready = scrape::wait_ready(&next.health_socket(), LONG)?;
+    ensure!(!ready.contains("standby"), "{ready}");
+    ensure!(scrape::need(&next.metrics()?, "graft_nri_synchronized")? == 1.0);
+
+    drop(next);
     drop(nri);
     drop(cd);
     Ok(())

@@ -9,6 +9,7 @@ pub mod events;
 pub mod fault;
 pub mod guard;
 pub mod inject;
+pub mod metrics;
 pub mod mux;
 pub mod plugin;
 pub mod refusal;

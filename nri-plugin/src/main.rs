@@ -2,10 +2,12 @@
 //! creation, the devices graft-driver recorded for the container's pod.
 
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use anyhow::{bail, Context};
 use clap::Parser;
+use graft_nri::metrics::NriMetrics;
 use graft_nri::plugin::GraftPlugin;
 use graft_nri::sdk::{self, Options, Transport};
 use graft_record::policy::DEFAULT_HOOK_PATH;
@@ -13,6 +15,8 @@ use graft_record::{
     read_boot_id, InjectionPolicy, RecordStore, StatusPublisher, BOOT_ID_PATH, DEFAULT_STATE_DIR,
 };
 use tracing_subscriber::fmt::writer::BoxMakeWriter;
+
+mod health;
 
 #[derive(Debug, Parser)]
 #[command(name = "graft-nri", version, about)]
@@ -65,12 +69,37 @@ struct Args {
     /// retries through a CreateContainer reply.
     #[arg(long, default_value_t = 5000, hide = true)]
     eviction_grace_ms: u64,
+    /// Serve /metrics, /healthz and /readyz on this TCP address (`:9478`: every address;
+    /// empty or `off`: not at all). Bound as soon as it is free: during a rolling update the
+    /// instance being replaced holds it.
+    #[arg(long, env = "GRAFT_METRICS_ADDR", default_value = ":9478")]
+    metrics_addr: String,
+    /// Serve the same on this Unix socket, for this container's probes (`--probe`); empty:
+    /// not at all.
+    #[arg(long, env = "GRAFT_HEALTH_SOCKET", default_value = DEFAULT_HEALTH_SOCKET)]
+    health_socket: PathBuf,
+    /// Run as a probe instead: ask the health socket (`live`: /healthz, `ready`: /readyz)
+    /// and exit 0 when it answers 200, else 1 with the reason on stderr.
+    // Handled before the other arguments are parsed (see main); here for --help.
+    #[allow(dead_code)]
+    #[arg(long, value_parser = ["live", "ready"])]
+    probe: Option<String>,
     /// Where this boot's id is read from.
     #[arg(long, default_value = BOOT_ID_PATH, hide = true)]
     boot_id_path: PathBuf,
 }
 
+const DEFAULT_HEALTH_SOCKET: &str = "/run/graft/nri.sock";
+
 fn main() -> anyhow::Result<()> {
+    // A probe needs none of the daemon's settings: answered before they are parsed.
+    let argv: Vec<String> = std::env::args().collect();
+    if let Some(code) = graft_telemetry::probe::requested(&argv, DEFAULT_HEALTH_SOCKET) {
+        std::process::exit(code.unwrap_or_else(|e| {
+            eprintln!("{e}");
+            2
+        }));
+    }
     let args = Args::parse();
     // Everything graft-nri creates in the state directory is root's alone.
     nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o077));
@@ -106,17 +135,76 @@ fn main() -> anyhow::Result<()> {
     )?;
     tracing::info!(mount_roots = ?policy.mount_roots(), hook = policy.hook_path(), "injection policy");
     let boot_id = read_boot_id(&args.boot_id_path)?;
-    // During a rolling update the new instance starts beside the old one: wait for the old
-    // one to exit instead of failing, so the update can proceed (the DaemonSet only removes
-    // the old pod once the new one runs). Two instances must never inject at once.
-    let mut waiting = false;
-    let status = loop {
-        match StatusPublisher::acquire(
-            &args.state_dir,
-            &format!("{}-{}", args.index, args.name),
+    let metrics_addr = graft_telemetry::parse_addr(&args.metrics_addr)?;
+    let metrics = Arc::new(NriMetrics::default());
+    let holding = Arc::new(AtomicBool::new(false));
+
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    rt.block_on(async move {
+        tracing::info!(version = env!("CARGO_PKG_VERSION"), state_dir = %args.state_dir.display(), "graft-nri starting");
+        // From the start, so that probes answer while this instance waits for the lock.
+        let endpoints = health::endpoints(
+            &metrics,
+            holding.clone(),
+            args.state_dir.clone(),
             boot_id.clone(),
-        ) {
-            Ok(s) => break s,
+        );
+        health::serve(endpoints, metrics_addr, &args.health_socket);
+        let mut shutdown = std::pin::pin!(shutdown_signal());
+        let plugin_name = format!("{}-{}", args.index, args.name);
+        let status = tokio::select! {
+            s = acquire_status(&args.state_dir, &plugin_name, &boot_id) => s?,
+            _ = &mut shutdown => {
+                tracing::info!("stopping on signal while waiting for the running graft-nri");
+                return Ok(());
+            }
+        };
+        holding.store(true, Ordering::Relaxed);
+        let plugin = Arc::new(
+            GraftPlugin::new(store, status, policy)
+                .with_eviction_grace(std::time::Duration::from_millis(args.eviction_grace_ms))
+                .with_host_root(args.host_root.clone())
+                .with_metrics(metrics),
+        );
+        let run = sdk::run(plugin.clone(), opts);
+        tokio::select! {
+            r = run => r.context("NRI plugin stopped"),
+            _ = shutdown => {
+                tracing::info!("stopping on signal");
+                plugin.connection_state_stopped();
+                Ok(())
+            }
+        }
+    })
+}
+
+/// Takes the status lock. During a rolling update the new instance starts beside the old
+/// one: it waits for the old one to exit instead of failing, so the update can proceed (the
+/// DaemonSet only removes the old pod once the new one is ready). Two instances must never
+/// inject at once.
+async fn acquire_status(
+    state_dir: &std::path::Path,
+    plugin: &str,
+    boot_id: &str,
+) -> anyhow::Result<StatusPublisher> {
+    let mut waiting = false;
+    loop {
+        let (dir, name, boot) = (
+            state_dir.to_path_buf(),
+            plugin.to_string(),
+            boot_id.to_string(),
+        );
+        // Creating the lock and writing the status file are file I/O.
+        let tried =
+            tokio::task::spawn_blocking(move || StatusPublisher::acquire(&dir, &name, boot))
+                .await
+                .context("taking the status lock failed internally")?;
+        match tried {
+            Ok(s) => return Ok(s),
             Err(graft_record::RecordError::Io { source, .. })
                 if source.kind() == std::io::ErrorKind::WouldBlock =>
             {
@@ -126,34 +214,11 @@ fn main() -> anyhow::Result<()> {
                     );
                     waiting = true;
                 }
-                std::thread::sleep(std::time::Duration::from_millis(100));
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
             }
             Err(e) => return Err(e.into()),
         }
-    };
-    let plugin = Arc::new(
-        GraftPlugin::new(store, status, policy)
-            .with_eviction_grace(std::time::Duration::from_millis(args.eviction_grace_ms))
-            .with_host_root(args.host_root.clone()),
-    );
-
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .context("starting the async runtime")?;
-    rt.block_on(async move {
-        tracing::info!(version = env!("CARGO_PKG_VERSION"), state_dir = %args.state_dir.display(), "graft-nri starting");
-        let run = sdk::run(plugin.clone(), opts);
-        tokio::select! {
-            r = run => r.context("NRI plugin stopped"),
-            _ = shutdown_signal() => {
-                tracing::info!("stopping on signal");
-                plugin.connection_state_stopped();
-                Ok(())
-            }
-        }
-    })
+    }
 }
 
 /// Whoever can connect to the runtime's NRI socket can register a plugin and edit every

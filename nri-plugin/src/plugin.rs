@@ -18,8 +18,9 @@ use crate::events::EventMask;
 use crate::fault::FaultSwitch;
 use crate::guard::panic_message;
 use crate::inject::{plan, Plan};
+use crate::metrics::{NriMetrics, Refusal, RequestKind};
 use crate::refusal;
-use crate::sdk::{ConnectionState, NriPlugin, Runtime};
+use crate::sdk::{Answered, ConnectionState, NriPlugin, Request, Runtime};
 use crate::sources::{check_present, check_served};
 
 /// Counters, for logs and tests.
@@ -44,6 +45,7 @@ pub struct GraftPlugin {
     status: Mutex<StatusPublisher>,
     pending: Arc<Mutex<HashMap<String, PendingEviction>>>,
     stats: Arc<Stats>,
+    metrics: Arc<NriMetrics>,
     /// How long to wait for the runtime to stop an evicted container before saying so.
     eviction_grace: Duration,
     /// Where the host's root is visible (served entries are checked there).
@@ -61,6 +63,7 @@ impl GraftPlugin {
             status: Mutex::new(status),
             pending: Arc::new(Mutex::new(HashMap::new())),
             stats: Arc::new(Stats::default()),
+            metrics: Arc::new(NriMetrics::default()),
             eviction_grace: Duration::from_secs(5),
             host_root: PathBuf::from("/"),
             #[cfg(feature = "fault-injection")]
@@ -88,6 +91,16 @@ impl GraftPlugin {
 
     pub fn stats(&self) -> Arc<Stats> {
         self.stats.clone()
+    }
+
+    /// Counts into `metrics` (registered by the caller) instead of a private set.
+    pub fn with_metrics(mut self, metrics: Arc<NriMetrics>) -> Self {
+        self.metrics = metrics;
+        self
+    }
+
+    pub fn metrics(&self) -> Arc<NriMetrics> {
+        self.metrics.clone()
     }
 
     fn set_status(&self, change: impl FnOnce(&mut graft_record::NriStatus)) {
@@ -194,9 +207,11 @@ impl GraftPlugin {
         pod: &nri::PodSandbox,
         ctr: &nri::Container,
         claims: &[String],
+        kind: Refusal,
         why: String,
     ) -> ttrpc::Error {
         self.stats.refused.fetch_add(1, Ordering::Relaxed);
+        self.metrics.refused(kind);
         let msg = refusal::message(pod, &ctr.name, claims, &why);
         tracing::error!("{msg}");
         refusal::journal(self.store.root().to_path_buf(), pod, ctr, claims, &why);
@@ -215,6 +230,11 @@ impl NriPlugin for GraftPlugin {
     }
 
     fn connection_state(&self, state: ConnectionState) {
+        match &state {
+            ConnectionState::Configured(_) => self.metrics.configured(),
+            ConnectionState::Synchronized => self.metrics.synchronized(),
+            ConnectionState::Disconnected(_) => self.metrics.disconnected(),
+        }
         match state {
             ConnectionState::Configured(info) => self.set_status(|s| {
                 s.connected = true;
@@ -230,6 +250,18 @@ impl NriPlugin for GraftPlugin {
                 s.message = Some(reason);
             }),
         }
+    }
+
+    fn answered(&self, a: Answered) {
+        let kind = match a.request {
+            Request::Configure => RequestKind::Configure,
+            Request::Synchronize => RequestKind::Synchronize,
+            Request::CreateContainer => RequestKind::CreateContainer,
+            Request::Lifecycle(Event::STOP_CONTAINER) => RequestKind::StopContainer,
+            Request::Lifecycle(Event::REMOVE_CONTAINER) => RequestKind::RemoveContainer,
+            Request::Lifecycle(_) => RequestKind::Other,
+        };
+        self.metrics.observe(kind, a.elapsed, a.deadline_exceeded);
     }
 
     async fn synchronize(
@@ -256,6 +288,7 @@ impl NriPlugin for GraftPlugin {
         self.stats
             .uninjected_found
             .fetch_add(found.len() as u64, Ordering::Relaxed);
+        self.metrics.uninjected_found(found.len() as u64);
         self.stats
             .evictions_requested
             .fetch_add(found.len() as u64, Ordering::Relaxed);
@@ -379,15 +412,16 @@ impl GraftPlugin {
         #[cfg(feature = "fault-injection")]
         let fault = self.fault.clone();
         let span = tracing::Span::current();
-        // Err: the pod's claims (`namespace/name`, when readable) and why it is refused.
-        type Refusal = (Vec<String>, String);
-        let work = tokio::task::spawn_blocking(move || -> Result<Option<Plan>, Refusal> {
+        // Err: why it is refused (the metric's reason), the pod's claims (`namespace/name`,
+        // when readable) and the reason in words.
+        type Refused = (Refusal, Vec<String>, String);
+        let work = tokio::task::spawn_blocking(move || -> Result<Option<Plan>, Refused> {
             let _span = span.enter();
             #[cfg(feature = "fault-injection")]
             fault.strike();
             let claims = store
                 .pod_claims(&pod_uid)
-                .map_err(|e| (Vec::new(), e.to_string()))?;
+                .map_err(|e| (Refusal::RecordUnreadable, Vec::new(), e.to_string()))?;
             if claims.is_empty() {
                 return Ok(None);
             }
@@ -398,40 +432,55 @@ impl GraftPlugin {
                     .collect()
             };
             let planned = plan(&claims, &pod_uid, &ctr_name, &policy)
-                .map_err(|e| (names(), e.to_string()))?;
+                .map_err(|e| (Refusal::RecordRejected, names(), e.to_string()))?;
             if let Some(p) = &planned {
-                check_served(p, &policy, &host_root).map_err(|e| (names(), e))?;
-                check_present(p, store.root()).map_err(|e| (names(), e))?;
+                check_served(p, &policy, &host_root)
+                    .map_err(|e| (Refusal::SourceNotServed, names(), e))?;
+                check_present(p, store.root()).map_err(|e| (Refusal::DeviceAbsent, names(), e))?;
             }
             Ok(planned)
         });
         let planned = match work.await {
-            Ok(r) => r.map_err(|(claims, why)| self.refuse(&pod, &ctr, &claims, why))?,
+            Ok(r) => {
+                r.map_err(|(kind, claims, why)| self.refuse(&pod, &ctr, &claims, kind, why))?
+            }
             Err(e) if e.is_panic() => {
                 let why = format!(
                     "graft-nri failed internally ({}); refused rather than started without \
                      its devices",
                     panic_message(&*e.into_panic())
                 );
-                return Err(self.refuse(&pod, &ctr, &[], why));
+                return Err(self.refuse(&pod, &ctr, &[], Refusal::Internal, why));
             }
-            Err(e) => return Err(self.refuse(&pod, &ctr, &[], format!("graft-nri: {e}"))),
+            Err(e) => {
+                return Err(self.refuse(
+                    &pod,
+                    &ctr,
+                    &[],
+                    Refusal::Internal,
+                    format!("graft-nri: {e}"),
+                ))
+            }
         };
         let mut resp = nri::CreateContainerResponse::new();
-        if let Some(plan) = planned {
-            self.stats.injected.fetch_add(1, Ordering::Relaxed);
-            tracing::info!(
-                devices = plan.edits.device_nodes.len(), injected = %plan.annotation(),
-                "injecting recorded devices"
-            );
-            resp.adjust = Some(plan.adjustment()).into();
-        }
+        let Some(plan) = planned else {
+            self.metrics.skipped();
+            return Ok(resp);
+        };
+        self.stats.injected.fetch_add(1, Ordering::Relaxed);
+        self.metrics.injected();
+        tracing::info!(
+            devices = plan.edits.device_nodes.len(), injected = %plan.annotation(),
+            "injecting recorded devices"
+        );
+        resp.adjust = Some(plan.adjustment()).into();
         Ok(resp)
     }
 
     /// Marks the status file disconnected on a clean stop, so the driver stops preparing
     /// at once rather than when it notices the lock is gone.
     pub fn connection_state_stopped(&self) {
+        self.metrics.disconnected();
         self.set_status(|s| {
             s.connected = false;
             s.synchronized = false;

@@ -179,6 +179,18 @@ impl Core {
             .collect())
     }
 
+    /// Claims prepared (the checkpoint's completed entries) and records on disk, for the
+    /// metrics: a read of the checkpoint and a directory listing.
+    pub fn counts(&self) -> Result<(usize, usize)> {
+        let prepared = self
+            .checkpoint
+            .peek()?
+            .values()
+            .filter(|e| matches!(e.state, lifecycle::ClaimState::PrepareCompleted))
+            .count();
+        Ok((prepared, self.store.claim_uids()?.len()))
+    }
+
     /// The record graft-nri would read for a claim.
     pub fn record(&self, uid: &str) -> Result<Option<ClaimRecord>> {
         Ok(self.store.get_claim(uid)?)

@@ -2,7 +2,7 @@
 //! generic path for every lifecycle event, whichever RPC it arrives through.
 
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use graft_proto::nri::{self, Event};
@@ -10,7 +10,7 @@ use graft_proto::nri_ttrpc::{self, RuntimeClient};
 use ttrpc::r#async::TtrpcContext;
 use ttrpc::{Code, Error as TtrpcError};
 
-use super::{unimplemented, ConnectionState, NriPlugin, Runtime, RuntimeInfo};
+use super::{unimplemented, Answered, ConnectionState, NriPlugin, Request, Runtime, RuntimeInfo};
 use crate::events::{valid_events, EventMask};
 use crate::guard::{effective_deadline, guarded};
 
@@ -119,6 +119,17 @@ impl<P: NriPlugin> Dispatcher<P> {
         }
     }
 
+    /// Tells the plugin a request was answered.
+    fn answered<T>(&self, request: Request, started: Instant, result: &ttrpc::Result<T>) {
+        let deadline_exceeded = matches!(result,
+            Err(TtrpcError::RpcStatus(s)) if s.code() == Code::DEADLINE_EXCEEDED);
+        self.plugin.answered(Answered {
+            request,
+            elapsed: started.elapsed(),
+            deadline_exceeded,
+        });
+    }
+
     /// Every lifecycle event: refused as unimplemented unless subscribed, else handed to the
     /// plugin under the deadline and panic guard.
     async fn event(
@@ -131,8 +142,11 @@ impl<P: NriPlugin> Dispatcher<P> {
         if !self.subscribed(e) {
             return Err(unimplemented(method));
         }
+        let started = Instant::now();
         let what = describe(method, pod.as_ref(), ctr.as_ref());
-        guarded(&what, self.deadline(), self.plugin.lifecycle(e, pod, ctr)).await
+        let result = guarded(&what, self.deadline(), self.plugin.lifecycle(e, pod, ctr)).await;
+        self.answered(Request::Lifecycle(e), started, &result);
+        result
     }
 
     /// A dedicated lifecycle RPC: its event, answered with the (empty) default response.
@@ -201,6 +215,7 @@ plugin_service! {
             _ctx: &TtrpcContext,
             req: nri::ConfigureRequest,
         ) -> ttrpc::Result<nri::ConfigureResponse> {
+            let started = Instant::now();
             let valid = valid_events(&req.runtime_name, &req.runtime_version, &req.NRI_version);
             let mask = self.plugin.events().intersect(valid);
             if mask.is_empty() {
@@ -235,6 +250,7 @@ plugin_service! {
             }
             self.plugin
                 .connection_state(ConnectionState::Configured(info));
+            self.answered(Request::Configure, started, &Ok(()));
             Ok(nri::ConfigureResponse {
                 events: mask.0 as i32,
                 ..Default::default()
@@ -263,12 +279,15 @@ plugin_service! {
             };
             // No deadline below the runtime's: a slow Synchronize only delays readiness. A
             // panic still becomes an error reply rather than a dropped connection.
-            let update = guarded(
+            let started = Instant::now();
+            let result = guarded(
                 "Synchronize",
                 SYNCHRONIZE_DEADLINE,
                 self.plugin.synchronize(self.runtime(), pods, containers),
             )
-            .await?;
+            .await;
+            self.answered(Request::Synchronize, started, &result);
+            let update = result?;
             self.synced.send_replace(true);
             self.plugin.connection_state(ConnectionState::Synchronized);
             Ok(nri::SynchronizeResponse {
@@ -290,15 +309,18 @@ plugin_service! {
             if !self.subscribed(Event::CREATE_CONTAINER) {
                 return Err(unimplemented("CreateContainer"));
             }
+            let started = Instant::now();
             let pod = req.pod.unwrap_or_default();
             let ctr = req.container.unwrap_or_default();
             let what = describe("CreateContainer", Some(&pod), Some(&ctr));
-            guarded(
+            let result = guarded(
                 &what,
                 self.deadline(),
                 self.plugin.create_container(pod, ctr),
             )
-            .await
+            .await;
+            self.answered(Request::CreateContainer, started, &result);
+            result
         }
 
         async fn state_change(

@@ -47,6 +47,25 @@ pub enum ConnectionState {
     Disconnected(String),
 }
 
+/// A request from the runtime, for [`NriPlugin::answered`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Request {
+    Configure,
+    Synchronize,
+    CreateContainer,
+    /// Every other event, whichever RPC it came through.
+    Lifecycle(Event),
+}
+
+/// One request answered: which, how long it took, and whether its handler missed the
+/// deadline (and was refused for it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Answered {
+    pub request: Request,
+    pub elapsed: Duration,
+    pub deadline_exceeded: bool,
+}
+
 /// A handle on the runtime's side of the current connection, for unsolicited updates.
 ///
 /// Never await [`Runtime::update_containers`] inside an event handler: the runtime holds
@@ -92,6 +111,9 @@ pub trait NriPlugin: Send + Sync + 'static {
 
     /// Connection state changes, for status reporting.
     fn connection_state(&self, _state: ConnectionState) {}
+
+    /// Every request answered, for metrics. Called on the request's path: keep it cheap.
+    fn answered(&self, _answered: Answered) {}
 
     /// The runtime's full state after (re)connecting. Returned updates are applied by the
     /// runtime; anything else (evictions) goes through `runtime` from a spawned task.

@@ -1,0 +1,382 @@
+//! graft-driver's Prometheus metrics. Label values come from fixed sets (device classes,
+//! results, health event kinds, XIDs up to 4 digits), so the series stay few.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
+use tokio::sync::{watch, Notify};
+
+use crate::core::Core;
+use crate::discovery::{Device, Kind};
+use crate::health::HealthReport;
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ResultLabel {
+    result: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct DeviceLabels {
+    class: &'static str,
+    health: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct EventLabels {
+    kind: &'static str,
+    xid: String,
+}
+
+type Histograms = Family<ResultLabel, Histogram, fn() -> Histogram>;
+
+fn call_histogram() -> Histogram {
+    Histogram::new(graft_telemetry::request_buckets())
+}
+
+const CLASSES: [&str; 6] = ["char", "files", "gpu", "imex_channel", "mig", "vfio"];
+
+/// The `class` label of a device.
+pub fn class(kind: Kind) -> &'static str {
+    match kind {
+        Kind::Char => "char",
+        Kind::Entry(_) => "files",
+        Kind::Gpu => "gpu",
+        Kind::ImexChannel => "imex_channel",
+        Kind::Mig => "mig",
+        Kind::Vfio => "vfio",
+    }
+}
+
+pub struct DriverMetrics {
+    prepare: Histograms,
+    unprepare: Histograms,
+    prepared_claims: Gauge,
+    records: Gauge,
+    devices: Family<DeviceLabels, Gauge>,
+    health_events: Family<EventLabels, Counter>,
+    nri_connected: Gauge,
+    slices_published: Counter,
+    publish_errors: Counter,
+    /// Set once the first ResourceSlices are in place.
+    published: AtomicBool,
+    /// Woken after each prepare and unprepare: the counts are read again.
+    counts_changed: Notify,
+}
+
+impl Default for DriverMetrics {
+    fn default() -> Self {
+        let histograms = || -> Histograms {
+            let h: Histograms = Family::new_with_constructor(call_histogram as fn() -> Histogram);
+            for result in ["ok", "error"] {
+                let _ = h.get_or_create(&ResultLabel { result });
+            }
+            h
+        };
+        let devices = Family::<DeviceLabels, Gauge>::default();
+        for class in CLASSES {
+            for health in ["healthy", "unhealthy"] {
+                let _ = devices.get_or_create(&DeviceLabels { class, health });
+            }
+        }
+        DriverMetrics {
+            prepare: histograms(),
+            unprepare: histograms(),
+            prepared_claims: Gauge::default(),
+            records: Gauge::default(),
+            devices,
+            health_events: Family::default(),
+            nri_connected: Gauge::default(),
+            slices_published: Counter::default(),
+            publish_errors: Counter::default(),
+            published: AtomicBool::new(false),
+            counts_changed: Notify::new(),
+        }
+    }
+}
+
+impl DriverMetrics {
+    pub fn register(&self, r: &mut Registry) {
+        r.register(
+            "graft_driver_prepare_duration_seconds",
+            "Time to prepare a claim (the whole kubelet call it came in), by result",
+            self.prepare.clone(),
+        );
+        r.register(
+            "graft_driver_unprepare_duration_seconds",
+            "Time to unprepare a claim (the whole kubelet call it came in), by result",
+            self.unprepare.clone(),
+        );
+        r.register(
+            "graft_driver_prepared_claims",
+            "Claims prepared on this node (the checkpoint's completed entries)",
+            self.prepared_claims.clone(),
+        );
+        r.register(
+            "graft_driver_records",
+            "Claim records graft-nri injects from",
+            self.records.clone(),
+        );
+        r.register(
+            "graft_driver_devices",
+            "Devices published, by class and health",
+            self.devices.clone(),
+        );
+        r.register(
+            "graft_driver_health_events",
+            "Device health changes, by kind (xid, ecc-double-bit, gpu-lost, reset-required, recovered, other) and XID",
+            self.health_events.clone(),
+        );
+        r.register(
+            "graft_driver_nri_plugin_connected",
+            "1 while graft-nri's status file says connected and synchronized (prepares fail otherwise)",
+            self.nri_connected.clone(),
+        );
+        r.register(
+            "graft_driver_slices_published",
+            "ResourceSlice reconciles that wrote the node's slices",
+            self.slices_published.clone(),
+        );
+        r.register(
+            "graft_driver_slice_publish_errors",
+            "ResourceSlice reconciles that failed (retried with backoff)",
+            self.publish_errors.clone(),
+        );
+    }
+
+    /// One claim's prepare (`ok`: devices returned) that took `elapsed`.
+    pub fn prepared(&self, ok: bool, elapsed: Duration) {
+        observe(&self.prepare, ok, elapsed);
+    }
+
+    pub fn unprepared(&self, ok: bool, elapsed: Duration) {
+        observe(&self.unprepare, ok, elapsed);
+    }
+
+    /// Claims changed: the counts are read again soon.
+    pub fn claims_changed(&self) {
+        self.counts_changed.notify_one();
+    }
+
+    /// A reconcile's outcome (`Ok(true)`: it wrote slices).
+    pub fn reconciled(&self, outcome: Result<bool, ()>) {
+        match outcome {
+            Ok(wrote) => {
+                if wrote {
+                    self.slices_published.inc();
+                }
+                self.published.store(true, Ordering::Relaxed);
+            }
+            Err(()) => {
+                self.publish_errors.inc();
+            }
+        }
+    }
+
+    /// The first ResourceSlices are in place.
+    pub fn published(&self) -> bool {
+        self.published.load(Ordering::Relaxed)
+    }
+
+    fn set_devices(&self, devices: &[Device], health: &HealthReport) {
+        let mut counts: BTreeMap<(&'static str, &'static str), i64> = BTreeMap::new();
+        for d in devices {
+            let h = if health.is_unhealthy(&d.name) {
+                "unhealthy"
+            } else {
+                "healthy"
+            };
+            *counts.entry((class(d.kind), h)).or_default() += 1;
+        }
+        for class in CLASSES {
+            for health in ["healthy", "unhealthy"] {
+                let n = counts.get(&(class, health)).copied().unwrap_or(0);
+                self.devices
+                    .get_or_create(&DeviceLabels { class, health })
+                    .set(n);
+            }
+        }
+    }
+
+    /// Counts each device whose condition or reason changed from `before` to `now`.
+    fn count_health_events(&self, before: &HealthReport, now: &HealthReport) {
+        for (name, h) in &now.devices {
+            let same = before
+                .get(name)
+                .is_some_and(|b| b.condition == h.condition && b.reason == h.reason);
+            if !same {
+                self.health_events
+                    .get_or_create(&event_labels(&h.reason))
+                    .inc();
+            }
+        }
+        for name in before.devices.keys() {
+            if now.get(name).is_none() {
+                self.health_events
+                    .get_or_create(&EventLabels {
+                        kind: "recovered",
+                        xid: String::new(),
+                    })
+                    .inc();
+            }
+        }
+    }
+}
+
+fn observe(h: &Histograms, ok: bool, elapsed: Duration) {
+    let result = if ok { "ok" } else { "error" };
+    h.get_or_create(&ResultLabel { result })
+        .observe(elapsed.as_secs_f64());
+}
+
+/// A health reason as bounded labels: `xid-79` -> (xid, 79); known reasons as themselves.
+fn event_labels(reason: &str) -> EventLabels {
+    if let Some(n) = reason.strip_prefix("xid-") {
+        let xid = if !n.is_empty() && n.len() <= 4 && n.bytes().all(|b| b.is_ascii_digit()) {
+            n.to_string()
+        } else {
+            "other".into()
+        };
+        return EventLabels { kind: "xid", xid };
+    }
+    let kind = match reason {
+        "ecc-double-bit" => "ecc-double-bit",
+        "gpu-lost" => "gpu-lost",
+        "reset-required" => "reset-required",
+        _ => "other",
+    };
+    EventLabels {
+        kind,
+        xid: String::new(),
+    }
+}
+
+/// Keeps the device gauges and health event counts up to date with what the publisher
+/// publishes: the inventory and the health report.
+pub async fn watch_devices(
+    metrics: Arc<DriverMetrics>,
+    mut inventory: watch::Receiver<Vec<Device>>,
+    mut health: watch::Receiver<HealthReport>,
+) {
+    let mut last = HealthReport::default();
+    loop {
+        {
+            let devices = inventory.borrow_and_update();
+            let now = health.borrow_and_update();
+            metrics.count_health_events(&last, &now);
+            metrics.set_devices(&devices, &now);
+            last = now.clone();
+        }
+        tokio::select! {
+            r = inventory.changed() => if r.is_err() { return },
+            r = health.changed() => if r.is_err() { return },
+        }
+    }
+}
+
+/// Keeps the claim counts and graft-nri's state up to date: after each prepare and
+/// unprepare, and every `every`. File reads: on a blocking thread.
+pub async fn keep_counts(
+    metrics: Arc<DriverMetrics>,
+    core: Arc<Core>,
+    nri: Arc<dyn Fn() -> bool + Send + Sync>,
+    every: Duration,
+) {
+    loop {
+        let (c, n) = (core.clone(), nri.clone());
+        match tokio::task::spawn_blocking(move || (c.counts(), n())).await {
+            Ok((Ok((prepared, records)), connected)) => {
+                metrics.prepared_claims.set(prepared as i64);
+                metrics.records.set(records as i64);
+                metrics.nri_connected.set(connected as i64);
+            }
+            Ok((Err(e), connected)) => {
+                metrics.nri_connected.set(connected as i64);
+                tracing::debug!(error = %e, "cannot count claims for the metrics");
+            }
+            Err(e) => tracing::debug!(error = %e, "counting claims failed internally"),
+        }
+        tokio::select! {
+            _ = metrics.counts_changed.notified() => {}
+            _ = tokio::time::sleep(every) => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::health::{Condition, DeviceHealth};
+
+    fn text(m: &DriverMetrics) -> String {
+        let mut r = Registry::default();
+        m.register(&mut r);
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &r).unwrap();
+        out
+    }
+
+    fn unhealthy(reason: &str) -> DeviceHealth {
+        DeviceHealth {
+            condition: Condition::Unhealthy,
+            reason: reason.into(),
+            message: String::new(),
+            since: std::time::SystemTime::UNIX_EPOCH,
+        }
+    }
+
+    #[test]
+    fn health_events_have_bounded_labels() {
+        assert_eq!(event_labels("xid-79").xid, "79");
+        assert_eq!(event_labels("xid-79999").xid, "other");
+        assert_eq!(event_labels("xid-7a").xid, "other");
+        assert_eq!(event_labels("anything at all").kind, "other");
+        let m = DriverMetrics::default();
+        let mut now = HealthReport::default();
+        now.devices.insert("gpu-0".into(), unhealthy("xid-79"));
+        m.count_health_events(&HealthReport::default(), &now);
+        m.count_health_events(&now, &now);
+        m.count_health_events(&now, &HealthReport::default());
+        let t = text(&m);
+        assert!(
+            t.contains("graft_driver_health_events_total{kind=\"xid\",xid=\"79\"} 1"),
+            "{t}"
+        );
+        assert!(
+            t.contains("graft_driver_health_events_total{kind=\"recovered\",xid=\"\"} 1"),
+            "{t}"
+        );
+    }
+
+    #[test]
+    fn calls_and_publishing_are_counted() {
+        let m = DriverMetrics::default();
+        m.prepared(true, Duration::from_millis(5));
+        m.unprepared(false, Duration::from_millis(5));
+        assert!(!m.published());
+        m.reconciled(Err(()));
+        m.reconciled(Ok(true));
+        assert!(m.published());
+        let t = text(&m);
+        for want in [
+            "graft_driver_prepare_duration_seconds_count{result=\"ok\"} 1",
+            "graft_driver_prepare_duration_seconds_count{result=\"error\"} 0",
+            "graft_driver_unprepare_duration_seconds_count{result=\"error\"} 1",
+            "graft_driver_slices_published_total 1",
+            "graft_driver_slice_publish_errors_total 1",
+            "graft_driver_devices{class=\"gpu\",health=\"unhealthy\"} 0",
+            "graft_driver_prepared_claims 0",
+            "graft_driver_records 0",
+            "graft_driver_nri_plugin_connected 0",
+        ] {
+            assert!(t.contains(want), "{want} missing from\n{t}");
+        }
+    }
+}

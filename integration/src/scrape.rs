@@ -1,0 +1,80 @@
+//! The daemons' metrics and probe endpoints, read through their health sockets.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+
+/// `GET path` on a daemon's health socket: status and body.
+pub fn get(socket: &Path, path: &str) -> anyhow::Result<(u16, String)> {
+    graft_telemetry::probe::get(socket, path, Duration::from_secs(5)).map_err(anyhow::Error::msg)
+}
+
+/// The metrics text.
+pub fn metrics(socket: &Path) -> anyhow::Result<String> {
+    match get(socket, "/metrics")? {
+        (200, body) => Ok(body),
+        (code, body) => bail!("/metrics answered {code}: {body}"),
+    }
+}
+
+/// `GET path` over TCP (a hostNetwork daemon's port on this node): status and body.
+pub fn tcp_get(addr: &str, path: &str) -> anyhow::Result<(u16, String)> {
+    use std::io::{Read, Write};
+    let addr: std::net::SocketAddr = addr.parse()?;
+    let mut s = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(5))
+        .with_context(|| format!("connecting to {addr}"))?;
+    s.set_read_timeout(Some(Duration::from_secs(10)))?;
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )?;
+    let mut raw = String::new();
+    s.take(4 << 20).read_to_string(&mut raw)?;
+    let (head, body) = raw.split_once("\r\n\r\n").context("incomplete answer")?;
+    let code = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .context("not an HTTP answer")?;
+    Ok((code, body.to_string()))
+}
+
+/// The value of one series, named with its labels as the text shows them
+/// (`graft_nri_containers_injected_total`, `x_count{event="create_container"}`).
+pub fn value(text: &str, series: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+}
+
+/// [`value`], or an error that shows the text.
+pub fn need(text: &str, series: &str) -> anyhow::Result<f64> {
+    value(text, series).with_context(|| format!("{series} not in the metrics:\n{text}"))
+}
+
+/// Waits until /readyz answers 200; returns its body.
+pub fn wait_ready(socket: &Path, limit: Duration) -> anyhow::Result<String> {
+    let start = Instant::now();
+    loop {
+        let last = get(socket, "/readyz");
+        if let Ok((200, body)) = &last {
+            return Ok(body.clone());
+        }
+        if start.elapsed() > limit {
+            bail!("{} not ready after {limit:?}: {last:?}", socket.display());
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn series_values() {
+        let t = "a_total 3\na_count{event=\"x\"} 2\na_count{event=\"y\"} 5.5\n";
+        assert_eq!(super::value(t, "a_total"), Some(3.0));
+        assert_eq!(super::value(t, "a_count{event=\"y\"}"), Some(5.5));
+        assert_eq!(super::value(t, "a"), None);
+    }
+}

@@ -1,0 +1,122 @@
+//! graft-nri's metrics and probe endpoints, and what "ready" means for it.
+//!
+//! Ready: connected to the container runtime and synchronized with it. A standby instance
+//! (a rolling update started it beside the running one, and it waits for that one's lock)
+//! is ready when the running one says, in its status file, that it is connected and
+//! synchronized: the node is served, and this instance takes over when the other exits.
+//! Not ready while waiting would deadlock the update: the old pod is only deleted once the
+//! new one is ready.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use graft_nri::metrics::NriMetrics;
+use graft_record::{nri_readiness, NriReadiness};
+use graft_telemetry::{Endpoints, ServeConfig};
+use prometheus_client::registry::Registry;
+
+/// The endpoints; `holding` turns true once this instance holds the status lock.
+pub fn endpoints(
+    metrics: &Arc<NriMetrics>,
+    holding: Arc<AtomicBool>,
+    state_dir: PathBuf,
+    boot_id: String,
+) -> Endpoints {
+    let mut registry = Registry::default();
+    metrics.register(&mut registry);
+    graft_telemetry::register_build_info(
+        &mut registry,
+        "graft_nri_build_info",
+        env!("CARGO_PKG_VERSION"),
+    );
+    let m = metrics.clone();
+    let ready = move || {
+        if holding.load(Ordering::Relaxed) {
+            return own_readiness(&m);
+        }
+        standby_readiness(&state_dir, &boot_id)
+    };
+    Endpoints::new(registry, Arc::new(ready))
+}
+
+fn own_readiness(m: &NriMetrics) -> Result<String, String> {
+    if m.serving() {
+        Ok("ready: connected and synchronized with the container runtime".into())
+    } else {
+        Err("not ready: not connected and synchronized with the container runtime".into())
+    }
+}
+
+/// Another instance holds the lock: ready when it serves the node.
+fn standby_readiness(state_dir: &Path, boot_id: &str) -> Result<String, String> {
+    match nri_readiness(state_dir, boot_id) {
+        Ok(NriReadiness::Ready(st)) => Ok(format!(
+            "ready (standby): the running graft-nri (pid {}) is connected and synchronized; \
+             this instance takes over when it exits",
+            st.pid
+        )),
+        Ok(NriReadiness::NotReady(why)) => Err(format!(
+            "not ready (standby, waiting for the running graft-nri to exit): {why}"
+        )),
+        Err(e) => Err(format!("not ready (standby): {e}")),
+    }
+}
+
+/// Serves the endpoints; a socket that cannot be bound is logged (the probes will say so)
+/// and does not stop graft-nri.
+pub fn serve(endpoints: Endpoints, tcp: Option<SocketAddr>, socket: &Path) {
+    let config = ServeConfig {
+        tcp,
+        unix: (!socket.as_os_str().is_empty()).then(|| socket.to_path_buf()),
+        retry: Duration::from_secs(2),
+    };
+    if let Err(e) = graft_telemetry::serve(endpoints, config) {
+        tracing::error!(error = %e, "the health socket is not served; probes will fail");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use graft_record::StatusPublisher;
+
+    #[test]
+    fn a_standby_is_ready_while_the_running_instance_serves() {
+        let dir = tempfile::tempdir().unwrap();
+        let why = standby_readiness(dir.path(), "boot").unwrap_err();
+        assert!(why.contains("never run"), "{why}");
+        let mut running = StatusPublisher::acquire(dir.path(), "10-graft", "boot".into()).unwrap();
+        let why = standby_readiness(dir.path(), "boot").unwrap_err();
+        assert!(
+            why.contains("standby") && why.contains("not connected"),
+            "{why}"
+        );
+        running
+            .update(|s| {
+                s.connected = true;
+                s.synchronized = true;
+            })
+            .unwrap();
+        let ok = standby_readiness(dir.path(), "boot").unwrap();
+        assert!(ok.contains("standby") && ok.contains("takes over"), "{ok}");
+        // Gone (its lock with it): the standby must serve the node itself first.
+        drop(running);
+        let why = standby_readiness(dir.path(), "boot").unwrap_err();
+        assert!(why.contains("not running"), "{why}");
+    }
+
+    #[test]
+    fn the_lock_holder_is_ready_once_synchronized() {
+        let m = NriMetrics::default();
+        assert!(own_readiness(&m).is_err());
+        m.configured();
+        assert!(own_readiness(&m).is_err());
+        m.synchronized();
+        assert!(own_readiness(&m).is_ok());
+        m.disconnected();
+        assert!(own_readiness(&m).is_err());
+    }
+}

@@ -1,0 +1,141 @@
+//! The three endpoints and the HTTP/1.1 connection they are served on.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+
+use http_body_util::Full;
+use hyper::body::{Bytes, Incoming};
+use hyper::header::{HeaderValue, CONTENT_TYPE};
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use prometheus_client::registry::Registry;
+use tokio::io::{AsyncRead, AsyncWrite};
+
+pub const OPENMETRICS_CONTENT_TYPE: &str =
+    "application/openmetrics-text; version=1.0.0; charset=utf-8";
+const TEXT: &str = "text/plain; charset=utf-8";
+
+/// Headers beyond this are refused (431); hyper's smallest allowed buffer.
+pub(crate) const MAX_HEADER_BYTES: usize = 8192;
+/// A client must send its request headers within this.
+const HEADER_TIMEOUT: Duration = Duration::from_secs(5);
+/// No connection lives longer (keep-alive scrapers reconnect).
+const CONNECTION_LIMIT: Duration = Duration::from_secs(60);
+/// A readiness check that takes longer counts as not ready.
+const READY_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Whether the daemon is ready: `Ok(why)` or `Err(why not)`, one line each. It may read
+/// files: it runs on a blocking thread.
+pub type ReadyCheck = Arc<dyn Fn() -> Result<String, String> + Send + Sync>;
+
+/// What the server answers with.
+#[derive(Clone)]
+pub struct Endpoints {
+    registry: Arc<Registry>,
+    ready: ReadyCheck,
+}
+
+impl Endpoints {
+    pub fn new(registry: Registry, ready: ReadyCheck) -> Self {
+        Endpoints {
+            registry: Arc::new(registry),
+            ready,
+        }
+    }
+
+    /// The registry in OpenMetrics text.
+    pub fn encode(&self) -> Result<String, std::fmt::Error> {
+        let mut out = String::with_capacity(4096);
+        prometheus_client::encoding::text::encode(&mut out, &self.registry)?;
+        Ok(out)
+    }
+
+    /// The answer to one request: status, content type, body.
+    pub async fn answer(&self, method: &Method, path: &str) -> (StatusCode, &'static str, String) {
+        if method != Method::GET && method != Method::HEAD {
+            return (StatusCode::METHOD_NOT_ALLOWED, TEXT, "only GET\n".into());
+        }
+        match path {
+            "/metrics" => match self.encode() {
+                Ok(body) => (StatusCode::OK, OPENMETRICS_CONTENT_TYPE, body),
+                Err(_) => (
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    TEXT,
+                    "cannot encode metrics\n".into(),
+                ),
+            },
+            // Answering at all is the liveness signal: the runtime and this task run.
+            "/healthz" => (StatusCode::OK, TEXT, "ok\n".into()),
+            "/readyz" => {
+                let check = self.ready.clone();
+                let verdict = tokio::time::timeout(
+                    READY_TIMEOUT,
+                    tokio::task::spawn_blocking(move || check()),
+                )
+                .await;
+                match verdict {
+                    Ok(Ok(Ok(why))) => (StatusCode::OK, TEXT, line(&why)),
+                    Ok(Ok(Err(why))) => (StatusCode::SERVICE_UNAVAILABLE, TEXT, line(&why)),
+                    Ok(Err(_)) => (
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        TEXT,
+                        "readiness check failed internally\n".into(),
+                    ),
+                    Err(_) => (
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        TEXT,
+                        format!("readiness check not answered within {READY_TIMEOUT:?}\n"),
+                    ),
+                }
+            }
+            _ => (
+                StatusCode::NOT_FOUND,
+                TEXT,
+                "not found: try /metrics, /healthz, /readyz\n".into(),
+            ),
+        }
+    }
+
+    async fn handle(&self, req: Request<Incoming>) -> Response<Full<Bytes>> {
+        let (status, content_type, body) = self.answer(req.method(), req.uri().path()).await;
+        let mut resp = Response::new(Full::new(Bytes::from(body)));
+        *resp.status_mut() = status;
+        resp.headers_mut()
+            .insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
+        resp
+    }
+}
+
+/// One line, whatever the check said.
+fn line(s: &str) -> String {
+    let mut one: String = s
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect();
+    one.truncate(1024);
+    one.push('\n');
+    one
+}
+
+/// Serves HTTP/1.1 on one accepted connection until the client closes it, it misbehaves,
+/// or [`CONNECTION_LIMIT`] passes.
+pub(crate) async fn serve_connection<S>(endpoints: Endpoints, io: S)
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let service = hyper::service::service_fn(move |req| {
+        let ep = endpoints.clone();
+        async move { Ok::<_, Infallible>(ep.handle(req).await) }
+    });
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    builder
+        .timer(TokioTimer::new())
+        .header_read_timeout(HEADER_TIMEOUT)
+        .max_buf_size(MAX_HEADER_BYTES);
+    let conn = builder.serve_connection(TokioIo::new(io), service);
+    match tokio::time::timeout(CONNECTION_LIMIT, conn).await {
+        Ok(Ok(())) | Err(_) => {}
+        Ok(Err(e)) => tracing::debug!(error = %e, "metrics connection ended with an error"),
+    }
+}
