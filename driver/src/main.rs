@@ -332,7 +332,8 @@ async fn main() -> anyhow::Result<()> {
         args.node_name.clone(),
         started,
     )
-    .with_health(health_rx.clone(), args.health_taint_effect);
+    .with_health(health_rx.clone(), args.health_taint_effect)
+    .with_snapshot(args.state_dir.clone());
     tokio::spawn(publisher.run(inv_rx.clone()));
 
     // Rescans: on changes in the watched directories, on request, and periodically.

@@ -20,6 +20,7 @@ use crate::error::Result;
 use crate::health::taints::{FatalEffect, Tainting};
 use crate::health::HealthReport;
 use crate::slices::{desired_slices, publishable, NodeOwner};
+use crate::snapshot::{snapshot, SnapshotWriter};
 
 pub struct Publisher {
     client: kube::Client,
@@ -46,6 +47,8 @@ pub struct Publisher {
     /// False once the API server dropped `allowMultipleAllocations` (DRAConsumableCapacity
     /// off): shared GPUs are then offered whole, one claim at a time.
     shared_kept: bool,
+    /// Where what was published is left for graftctl, when set.
+    snapshot: Option<SnapshotWriter>,
 }
 
 impl Publisher {
@@ -64,6 +67,25 @@ impl Publisher {
             taints_kept: true,
             counters_kept: true,
             shared_kept: true,
+            snapshot: None,
+        }
+    }
+
+    /// Leaves what is published, with health, in `state_dir` for graftctl.
+    pub fn with_snapshot(mut self, state_dir: std::path::PathBuf) -> Self {
+        self.snapshot = Some(SnapshotWriter::new(state_dir));
+        self
+    }
+
+    async fn note_published(&mut self, ok: &[&Device]) {
+        let report = self
+            .health
+            .as_ref()
+            .map(|h| h.borrow().clone())
+            .unwrap_or_default();
+        let snap = snapshot(&self.driver, &self.node, ok, &self.last_dropped, &report);
+        if let Some(w) = &mut self.snapshot {
+            w.published(snap).await;
         }
     }
 
@@ -158,6 +180,7 @@ impl Publisher {
             &existing,
             &desired_slices(&self.driver, &owner, &ok, max_gen, &taints),
         ) {
+            self.note_published(&ok).await;
             return Ok(false);
         }
 
@@ -229,6 +252,7 @@ impl Publisher {
             }
         }
         self.last_generation = generation;
+        self.note_published(&ok).await;
         tracing::info!(
             generation,
             slices = desired.len(),

@@ -15,6 +15,8 @@ use graft_integration::cluster::{wait_until, Cluster, WAIT};
 mod dynamic_mig;
 #[path = "cluster_e2e/gpu_health.rs"]
 mod gpu_health;
+#[path = "cluster_e2e/graftctl.rs"]
+mod graftctl;
 #[path = "cluster_e2e/mps.rs"]
 mod mps;
 
@@ -204,6 +206,8 @@ fn pods_get_their_devices_on_a_real_cluster() -> anyhow::Result<()> {
         "{spec}"
     );
     ensure!(spec["annotations"]["graft.dev/injected"].is_string());
+    // An operator's view of it, from graft's pod.
+    graftctl::shows_fuse_pod(&c, "first")?;
 
     // A second pod for the only fuse device waits until the first is gone, then runs with it.
     c.apply(&fuse_pod("second"))?;

@@ -8,10 +8,12 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use graft_proto::nri::{self, ContainerState, Event};
+use graft_record::containers::{prune_entries, remove_entry};
 use graft_record::policy::params_copy_path;
 use graft_record::{InjectionPolicy, RecordStore, StatusPublisher};
 use ttrpc::Code;
 
+use crate::entries;
 use crate::events::EventMask;
 #[cfg(feature = "fault-injection")]
 use crate::fault::FaultSwitch;
@@ -233,7 +235,12 @@ impl NriPlugin for GraftPlugin {
         let started = Instant::now();
         let live = containers.iter().map(|c| c.id.clone()).collect();
         let state_dir = self.store.root().to_path_buf();
-        tokio::task::spawn_blocking(move || sweep_params_copies(&state_dir, &live));
+        tokio::task::spawn_blocking(move || {
+            sweep_params_copies(&state_dir, &live);
+            if let Err(e) = prune_entries(&state_dir, &live) {
+                tracing::warn!(error = %e, "cannot prune graftctl's container entries");
+            }
+        });
         let found = self.find_uninjected(&pods, &containers);
         tracing::info!(
             pods = pods.len(),
@@ -288,6 +295,7 @@ impl NriPlugin for GraftPlugin {
         let policy = self.policy.clone();
         let host_root = self.host_root.clone();
         let (pod_uid, ctr_name) = (pod.uid.clone(), ctr.name.clone());
+        let (ctr_id, pod_ns, pod_name) = (ctr.id.clone(), pod.namespace.clone(), pod.name.clone());
         #[cfg(feature = "fault-injection")]
         let fault = self.fault.clone();
         let work = tokio::task::spawn_blocking(move || -> Result<Option<Plan>, String> {
@@ -301,6 +309,14 @@ impl NriPlugin for GraftPlugin {
             if let Some(p) = &planned {
                 check_served(p, &policy, &host_root)?;
                 check_present(p, store.root())?;
+                let target = entries::Target {
+                    container_id: &ctr_id,
+                    container: &ctr_name,
+                    pod_uid: &pod_uid,
+                    pod_namespace: &pod_ns,
+                    pod_name: &pod_name,
+                };
+                entries::leave(store.root(), &target, p, &claims);
             }
             Ok(planned)
         });
@@ -345,6 +361,12 @@ impl NriPlugin for GraftPlugin {
                 tracing::info!(container = %ctr.id, "evicted container has stopped");
             }
             if event == Event::REMOVE_CONTAINER {
+                let (root, id) = (self.store.root().to_path_buf(), ctr.id.clone());
+                tokio::task::spawn_blocking(move || {
+                    if let Err(e) = remove_entry(&root, &id) {
+                        tracing::warn!(container = %id, error = %e, "cannot remove the graftctl entry");
+                    }
+                });
                 // graft-hook unlinks its per-container copies once they are mounted; this
                 // removes any a failed hook left behind.
                 if let Some(copy) = params_copy_path(self.store.root(), &ctr.id) {
