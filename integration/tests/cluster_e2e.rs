@@ -13,6 +13,8 @@ use graft_integration::cluster::{wait_until, Cluster, WAIT};
 
 #[path = "cluster_e2e/dynamic_mig.rs"]
 mod dynamic_mig;
+#[path = "cluster_e2e/extended_resource.rs"]
+mod extended_resource;
 #[path = "cluster_e2e/gpu_health.rs"]
 mod gpu_health;
 #[path = "cluster_e2e/graftctl.rs"]
@@ -224,6 +226,9 @@ fn pods_get_their_devices_on_a_real_cluster() -> anyhow::Result<()> {
     c.kubectl(&["delete", "pod", "second", "--wait=true"])?;
     wait_unprepared(&c)?;
     c.wait_gone("pod", "second")?;
+
+    // A device-plugin-style request (resources.limits) through the class's extendedResourceName.
+    extended_resource::fuse_by_limit(&c)?;
 
     // One claim, two requests split over two containers; an init container uses one of
     // them; a third container has none.
