@@ -19,6 +19,7 @@ pub mod publisher;
 pub mod quantity;
 pub mod setup;
 pub mod slices;
+pub mod snapshot;
 
 pub use error::{DriverError, Result};
 

@@ -372,7 +372,8 @@ async fn main() -> anyhow::Result<()> {
         started,
     )
     .with_health(health_rx.clone(), args.health_taint_effect)
-    .with_metrics(metrics.clone());
+    .with_metrics(metrics.clone())
+    .with_snapshot(args.state_dir.clone());
     tokio::spawn(publisher.run(inv_rx.clone()));
     tokio::spawn(graft_driver::metrics::watch_devices(
         metrics,

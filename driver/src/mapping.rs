@@ -6,7 +6,10 @@
 //! A pod names the claim in `spec.resourceClaims` (directly, or through a template whose
 //! generated name is in `status.resourceClaimStatuses`); a container takes part of it
 //! through `resources.claims[]`: everything when no request is named, otherwise the
-//! devices allocated for that request. Init containers count like any other.
+//! devices allocated for that request. Init containers count like any other. A claim the
+//! scheduler made for a pod's extended resources (`resources.limits: {graft.dev/fuse: 1}`)
+//! is named in the pod's `status.extendedResourceClaimStatus` instead, with the requests
+//! of each container (`container-<i>-request-<j>`).
 
 use graft_record::{ContainerRecord, PodRecord};
 use k8s_openapi::api::core::v1::{Container, Pod};
@@ -84,6 +87,9 @@ fn container_use(c: &Container, names: &[&str]) -> ContainerUse {
 
 /// How `pod` uses the claim called `claim_name`, or `None` when it does not reference it.
 pub fn pod_use(pod: &Pod, claim_name: &str) -> Option<PodUse> {
+    if let Some(u) = extended_resource_use(pod, claim_name) {
+        return Some(u);
+    }
     let names = pod_claim_names(pod, claim_name);
     if names.is_empty() {
         return None;
@@ -99,6 +105,40 @@ pub fn pod_use(pod: &Pod, claim_name: &str) -> Option<PodUse> {
             .flatten()
             .chain(spec.containers.iter())
             .map(|c| container_use(c, &names))
+            .collect(),
+    })
+}
+
+/// How `pod` uses the claim the scheduler made for its extended resources (DeviceClass
+/// `extendedResourceName`; `resources.limits: {graft.dev/fuse: 1}`), if `claim_name` is that
+/// claim: the pod's status maps each container to the claim's requests for it. The pod
+/// spec names no such claim.
+fn extended_resource_use(pod: &Pod, claim_name: &str) -> Option<PodUse> {
+    let ext = pod
+        .status
+        .as_ref()?
+        .extended_resource_claim_status
+        .as_ref()
+        .filter(|e| e.resource_claim_name == claim_name)?;
+    let spec = pod.spec.as_ref()?;
+    Some(PodUse {
+        uid: pod.metadata.uid.clone().unwrap_or_default(),
+        namespace: pod.metadata.namespace.clone().unwrap_or_default(),
+        name: pod.metadata.name.clone().unwrap_or_default(),
+        containers: spec
+            .init_containers
+            .iter()
+            .flatten()
+            .chain(spec.containers.iter())
+            .map(|c| ContainerUse {
+                name: c.name.clone(),
+                requests: ext
+                    .request_mappings
+                    .iter()
+                    .filter(|m| m.container_name == c.name && !m.request_name.is_empty())
+                    .map(|m| Some(m.request_name.clone()))
+                    .collect(),
+            })
             .collect(),
     })
 }
@@ -190,6 +230,57 @@ mod tests {
             ]
         );
         assert!(pod_use(&p, "someone-else").is_none());
+    }
+
+    /// A claim the scheduler made for `resources.limits: {graft.dev/fuse: 1}`: no
+    /// resourceClaims in the spec, the mapping in the status, one request per container.
+    #[test]
+    fn extended_resource_claim_from_the_status() {
+        let p = pod(serde_json::json!({
+            "metadata": {"name": "p", "namespace": "ns", "uid": "pod-1"},
+            "spec": {"containers": [
+                {"name": "app", "resources": {"limits": {"graft.dev/fuse": "1"}}},
+                {"name": "plain"},
+                {"name": "also", "resources": {"limits": {"graft.dev/fuse": "1"}}}
+            ]},
+            "status": {"extendedResourceClaimStatus": {
+                "resourceClaimName": "p-extended-resources-x7k2",
+                "requestMappings": [
+                    {"containerName": "app", "resourceName": "graft.dev/fuse",
+                     "requestName": "container-0-request-0"},
+                    {"containerName": "also", "resourceName": "graft.dev/fuse",
+                     "requestName": "container-2-request-0"}
+                ]
+            }}
+        }));
+        let (r0, r2) = (
+            vec!["container-0-request-0".to_string()],
+            vec!["container-2-request-0".to_string()],
+        );
+        let devices = [
+            ClaimDevice {
+                name: "fuse",
+                requests: &r0,
+            },
+            ClaimDevice {
+                name: "fuse-b",
+                requests: &r2,
+            },
+        ];
+        let u = pod_use(&p, "p-extended-resources-x7k2").unwrap();
+        let rec = pod_record(&u, &devices);
+        let got: Vec<(&str, Vec<&str>)> = rec
+            .containers
+            .iter()
+            .map(|c| {
+                (
+                    c.name.as_str(),
+                    c.devices.iter().map(String::as_str).collect(),
+                )
+            })
+            .collect();
+        assert_eq!(got, vec![("app", vec!["fuse"]), ("also", vec!["fuse-b"])]);
+        assert!(pod_use(&p, "another-claim").is_none());
     }
 
     #[test]

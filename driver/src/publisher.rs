@@ -21,6 +21,7 @@ use crate::health::taints::{FatalEffect, Tainting};
 use crate::health::HealthReport;
 use crate::metrics::DriverMetrics;
 use crate::slices::{desired_slices, publishable, NodeOwner};
+use crate::snapshot::{snapshot, SnapshotWriter};
 
 pub struct Publisher {
     client: kube::Client,
@@ -48,6 +49,8 @@ pub struct Publisher {
     /// off): shared GPUs are then offered whole, one claim at a time.
     shared_kept: bool,
     metrics: Option<std::sync::Arc<DriverMetrics>>,
+    /// Where what was published is left for graftctl, when set.
+    snapshot: Option<SnapshotWriter>,
 }
 
 impl Publisher {
@@ -67,6 +70,25 @@ impl Publisher {
             counters_kept: true,
             shared_kept: true,
             metrics: None,
+            snapshot: None,
+        }
+    }
+
+    /// Leaves what is published, with health, in `state_dir` for graftctl.
+    pub fn with_snapshot(mut self, state_dir: std::path::PathBuf) -> Self {
+        self.snapshot = Some(SnapshotWriter::new(state_dir));
+        self
+    }
+
+    async fn note_published(&mut self, ok: &[&Device]) {
+        let report = self
+            .health
+            .as_ref()
+            .map(|h| h.borrow().clone())
+            .unwrap_or_default();
+        let snap = snapshot(&self.driver, &self.node, ok, &self.last_dropped, &report);
+        if let Some(w) = &mut self.snapshot {
+            w.published(snap).await;
         }
     }
 
@@ -167,6 +189,7 @@ impl Publisher {
             &existing,
             &desired_slices(&self.driver, &owner, &ok, max_gen, &taints),
         ) {
+            self.note_published(&ok).await;
             return Ok(false);
         }
 
@@ -238,6 +261,7 @@ impl Publisher {
             }
         }
         self.last_generation = generation;
+        self.note_published(&ok).await;
         tracing::info!(
             generation,
             slices = desired.len(),

@@ -16,8 +16,12 @@ use graft_integration::scrape;
 mod dynamic_mig;
 #[path = "cluster_e2e/events.rs"]
 mod events;
+#[path = "cluster_e2e/extended_resource.rs"]
+mod extended_resource;
 #[path = "cluster_e2e/gpu_health.rs"]
 mod gpu_health;
+#[path = "cluster_e2e/graftctl.rs"]
+mod graftctl;
 #[path = "cluster_e2e/mps.rs"]
 mod mps;
 
@@ -248,6 +252,8 @@ fn pods_get_their_devices_on_a_real_cluster() -> anyhow::Result<()> {
         "{spec}"
     );
     ensure!(spec["annotations"]["graft.dev/injected"].is_string());
+    // An operator's view of it, from graft's pod.
+    graftctl::shows_fuse_pod(&c, "first")?;
 
     // Both daemons passed their probes, and their metrics on the node's ports saw it.
     graft_ready(&c)?;
@@ -282,6 +288,9 @@ fn pods_get_their_devices_on_a_real_cluster() -> anyhow::Result<()> {
     c.kubectl(&["delete", "pod", "second", "--wait=true"])?;
     wait_unprepared(&c)?;
     c.wait_gone("pod", "second")?;
+
+    // A device-plugin-style request (resources.limits) through the class's extendedResourceName.
+    extended_resource::fuse_by_limit(&c)?;
 
     // One claim, two requests split over two containers; an init container uses one of
     // them; a third container has none.

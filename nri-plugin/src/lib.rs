@@ -4,6 +4,7 @@
 //! plugin SDK usable on its own. [`inject`] and [`plugin`] are graft: they read the records
 //! the driver wrote and turn them into container adjustments.
 
+pub mod entries;
 pub mod events;
 #[cfg(feature = "fault-injection")]
 pub mod fault;

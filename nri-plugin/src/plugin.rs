@@ -8,11 +8,13 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use graft_proto::nri::{self, ContainerState, Event};
+use graft_record::containers::{prune_entries, remove_entry};
 use graft_record::policy::params_copy_path;
 use graft_record::{InjectionPolicy, RecordStore, StatusPublisher};
 use tracing::Instrument;
 use ttrpc::Code;
 
+use crate::entries;
 use crate::events::EventMask;
 #[cfg(feature = "fault-injection")]
 use crate::fault::FaultSwitch;
@@ -273,7 +275,12 @@ impl NriPlugin for GraftPlugin {
         let started = Instant::now();
         let live = containers.iter().map(|c| c.id.clone()).collect();
         let state_dir = self.store.root().to_path_buf();
-        tokio::task::spawn_blocking(move || sweep_params_copies(&state_dir, &live));
+        tokio::task::spawn_blocking(move || {
+            sweep_params_copies(&state_dir, &live);
+            if let Err(e) = prune_entries(&state_dir, &live) {
+                tracing::warn!(error = %e, "cannot prune graftctl's container entries");
+            }
+        });
         let found = self.find_uninjected(&pods, &containers);
         tracing::info!(
             pods = pods.len(),
@@ -348,6 +355,12 @@ impl NriPlugin for GraftPlugin {
                 tracing::info!(container = %ctr.id, "evicted container has stopped");
             }
             if event == Event::REMOVE_CONTAINER {
+                let (root, id) = (self.store.root().to_path_buf(), ctr.id.clone());
+                tokio::task::spawn_blocking(move || {
+                    if let Err(e) = remove_entry(&root, &id) {
+                        tracing::warn!(container = %id, error = %e, "cannot remove the graftctl entry");
+                    }
+                });
                 // graft-hook unlinks its per-container copies once they are mounted; this
                 // removes any a failed hook left behind.
                 if let Some(copy) = params_copy_path(self.store.root(), &ctr.id) {
@@ -409,6 +422,7 @@ impl GraftPlugin {
         let policy = self.policy.clone();
         let host_root = self.host_root.clone();
         let (pod_uid, ctr_name) = (pod.uid.clone(), ctr.name.clone());
+        let (ctr_id, pod_ns, pod_name) = (ctr.id.clone(), pod.namespace.clone(), pod.name.clone());
         #[cfg(feature = "fault-injection")]
         let fault = self.fault.clone();
         let span = tracing::Span::current();
@@ -437,6 +451,14 @@ impl GraftPlugin {
                 check_served(p, &policy, &host_root)
                     .map_err(|e| (Refusal::SourceNotServed, names(), e))?;
                 check_present(p, store.root()).map_err(|e| (Refusal::DeviceAbsent, names(), e))?;
+                let target = entries::Target {
+                    container_id: &ctr_id,
+                    container: &ctr_name,
+                    pod_uid: &pod_uid,
+                    pod_namespace: &pod_ns,
+                    pod_name: &pod_name,
+                };
+                entries::leave(store.root(), &target, p, &claims);
             }
             Ok(planned)
         });

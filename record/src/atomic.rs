@@ -52,6 +52,28 @@ pub fn write_file_mode(path: &Path, data: &[u8], mode: u32) -> Result<()> {
     sync_dir(dir)
 }
 
+/// Atomic but not durable: readers see the old file or the new one, and a crash may lose
+/// the new one. For diagnostics written on a hot path.
+pub fn replace_file(path: &Path, data: &[u8]) -> Result<()> {
+    let dir = path.parent().ok_or_else(|| {
+        RecordError::io("write", path, std::io::Error::other("no parent directory"))
+    })?;
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy())
+        .unwrap_or_default();
+    let mut tmp = tempfile::Builder::new()
+        .prefix(&format!(".{name}.tmp."))
+        .permissions(fs::Permissions::from_mode(FILE_MODE))
+        .tempfile_in(dir)
+        .map_err(|e| RecordError::io("create a temp file in", dir, e))?;
+    tmp.write_all(data)
+        .map_err(|e| RecordError::io("write", tmp.path(), e))?;
+    tmp.persist(path)
+        .map_err(|e| RecordError::io("rename", path, e.error))?;
+    Ok(())
+}
+
 /// Opens (creating it [`FILE_MODE`]) a lock file read-only: flock needs no write access, and a
 /// daemon holding no file open for writing lets the state directory be remounted read-only.
 pub fn open_lock(path: &Path) -> Result<File> {

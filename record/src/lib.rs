@@ -8,12 +8,15 @@
 
 pub mod absent;
 pub mod atomic;
+pub mod containers;
+pub mod devices;
 pub mod env;
 mod error;
 mod format;
 pub mod nofollow;
 pub mod paths;
 pub mod policy;
+pub mod read;
 pub mod refusals;
 mod status;
 mod store;
@@ -23,10 +26,10 @@ pub use error::{InvalidRecord, RecordError, Result};
 pub use format::*;
 pub use policy::InjectionPolicy;
 pub use status::{
-    nri_readiness, plugin_alive, read_boot_id, NriReadiness, NriStatus, StatusPublisher,
-    BOOT_ID_PATH,
+    nri_readiness, plugin_alive, read_boot_id, read_status, NriReadiness, NriStatus,
+    StatusPublisher, BOOT_ID_PATH,
 };
-pub use store::{parse_record, RecordStore, DEFAULT_STATE_DIR};
+pub use store::{claim_file_uids, parse_record, read_claim_file, RecordStore, DEFAULT_STATE_DIR};
 pub use validate::{validate_edits, validate_record};
 
 /// Annotation graft adds to every container it injects into: a JSON list of the claims and

@@ -176,6 +176,21 @@ pub fn nri_readiness(root: &Path, boot_id: &str) -> Result<NriReadiness> {
     Ok(NriReadiness::Ready(status))
 }
 
+/// The status file as it is, read as one trusting nothing there would: no symlink, a size
+/// cap (graftctl). `None` when graft-nri never ran.
+pub fn read_status(root: &Path) -> Result<Option<NriStatus>> {
+    let path = root.join(STATUS_FILE);
+    let Some(data) = crate::read::read_state_file(&path, crate::read::SMALL_FILE_CAP)? else {
+        return Ok(None);
+    };
+    serde_json::from_slice(&data)
+        .map(Some)
+        .map_err(|e| RecordError::Corrupt {
+            path,
+            reason: e.to_string(),
+        })
+}
+
 /// Whether some process holds the plugin's liveness lock.
 pub fn plugin_alive(root: &Path) -> Result<bool> {
     let lock_path = root.join(LOCK_FILE);

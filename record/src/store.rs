@@ -257,7 +257,33 @@ pub(crate) fn read_record(path: &Path) -> Result<Option<ClaimRecord>> {
         Err(e) if e.kind() == ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(RecordError::io("read", path, e)),
     };
-    let rec = parse_record(path, &data)?;
+    parse_stored(path, &data).map(Some)
+}
+
+/// Reads claim `uid`'s record below state directory `root` without writing anything, as
+/// one trusting nothing there would: no symlink, a size cap (graftctl). `None` if absent.
+pub fn read_claim_file(root: &Path, uid: &str) -> Result<Option<ClaimRecord>> {
+    check_id("claim uid", uid).map_err(|source| RecordError::Rejected {
+        claim: uid.to_string(),
+        source,
+    })?;
+    let path = root.join("claims").join(format!("{uid}.json"));
+    match crate::read::read_state_file(&path, crate::read::SMALL_FILE_CAP)? {
+        Some(data) => parse_stored(&path, &data).map(Some),
+        None => Ok(None),
+    }
+}
+
+/// UIDs of the claim records below state directory `root`, sorted, without writing.
+pub fn claim_file_uids(root: &Path) -> Result<Vec<String>> {
+    Ok(crate::read::list_names(&root.join("claims"))?
+        .into_iter()
+        .filter_map(|n| n.strip_suffix(".json").map(str::to_string))
+        .collect())
+}
+
+fn parse_stored(path: &Path, data: &[u8]) -> Result<ClaimRecord> {
+    let rec = parse_record(path, data)?;
     // A record lives under its claim's UID: one named otherwise was not put there by the
     // store, and would shadow or duplicate another claim.
     let stem = path
@@ -277,7 +303,7 @@ pub(crate) fn read_record(path: &Path) -> Result<Option<ClaimRecord>> {
             },
         });
     }
-    Ok(Some(rec))
+    Ok(rec)
 }
 
 /// Parses record bytes, telling a record of another version apart from a corrupt one.

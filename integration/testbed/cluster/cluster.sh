@@ -44,8 +44,10 @@ BRIDGE=graft0
 # (API server, scheduler, and the controller manager's eviction for NoExecute), and the
 # kubelet's resource health in pod status (API server and kubelet), partitionable devices
 # for dynamic MIG (counter sets: API server and scheduler) and consumable capacity for MPS
-# (shares of one device: API server, scheduler, kubelet).
-GATES=DRADeviceTaints=true,ResourceHealthStatus=true,DRAPartitionableDevices=true,DRAConsumableCapacity=true
+# (shares of one device: API server, scheduler, kubelet), and extended-resource mapping
+# (resources.limits served by a DeviceClass's extendedResourceName: API server, scheduler,
+# kubelet).
+GATES=DRADeviceTaints=true,ResourceHealthStatus=true,DRAPartitionableDevices=true,DRAConsumableCapacity=true,DRAExtendedResource=true
 
 pidfile() { echo "$D/run/$1.pid"; }
 # The component's pid when it runs; a pid file left from before a reboot may name someone
@@ -198,7 +200,8 @@ oomScoreAdj: 0
 maxOpenFiles: 20000
 imageGCHighThresholdPercent: 100
 evictionHard: {nodefs.available: "0%", nodefs.inodesFree: "0%", imagefs.available: "0%"}
-featureGates: {ResourceHealthStatus: true, DRAPartitionableDevices: true, DRAConsumableCapacity: true}
+featureGates: {ResourceHealthStatus: true, DRAPartitionableDevices: true, DRAConsumableCapacity: true,
+  DRAExtendedResource: true}
 KL
   start kubelet kubelet --kubeconfig="$D/admin.kubeconfig" --config="$D/kubelet.yaml" \
     --hostname-override="$NODE"

@@ -1,0 +1,73 @@
+//! Leaves, for each container graft injected into, an entry saying what it got and from
+//! which records (`graftctl explain` reads it). Diagnostics: a failure is logged, never
+//! turned into a refusal.
+
+use std::path::Path;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use graft_record::containers::{
+    write_entry, AppliedEdits, ContainerEntry, PodRef, RecordRef, CONTAINER_ENTRY_VERSION,
+};
+use graft_record::ClaimRecord;
+
+use crate::inject::Plan;
+
+/// Whom the entry is about.
+pub struct Target<'a> {
+    pub container_id: &'a str,
+    pub container: &'a str,
+    pub pod_uid: &'a str,
+    pub pod_namespace: &'a str,
+    pub pod_name: &'a str,
+}
+
+/// The entry for `plan`, built from the records it came from.
+pub fn entry(target: &Target<'_>, plan: &Plan, claims: &[ClaimRecord]) -> ContainerEntry {
+    let records = plan
+        .grants
+        .iter()
+        .map(|g| {
+            let rec = claims.iter().find(|c| c.claim.uid == g.uid);
+            let mut requests: Vec<String> = rec
+                .into_iter()
+                .flat_map(|r| r.devices.iter())
+                .filter(|d| g.devices.contains(&d.name))
+                .flat_map(|d| d.requests.iter().cloned())
+                .collect();
+            requests.sort();
+            requests.dedup();
+            RecordRef {
+                claim_uid: g.uid.clone(),
+                namespace: rec.map(|r| r.claim.namespace.clone()).unwrap_or_default(),
+                name: rec.map(|r| r.claim.name.clone()).unwrap_or_default(),
+                record: format!("claims/{}.json", g.uid),
+                requests,
+                devices: g.devices.clone(),
+            }
+        })
+        .collect();
+    ContainerEntry {
+        version: CONTAINER_ENTRY_VERSION,
+        id: target.container_id.to_string(),
+        pod: PodRef {
+            uid: target.pod_uid.to_string(),
+            namespace: target.pod_namespace.to_string(),
+            name: target.pod_name.to_string(),
+        },
+        container: target.container.to_string(),
+        injected_ms: SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_millis() as u64)
+            .unwrap_or(0),
+        records,
+        edits: AppliedEdits::from_edits(&plan.edits),
+    }
+}
+
+/// Writes the entry; logs why not when it cannot.
+pub fn leave(root: &Path, target: &Target<'_>, plan: &Plan, claims: &[ClaimRecord]) {
+    if let Err(e) = write_entry(root, &entry(target, plan, claims)) {
+        tracing::warn!(container = target.container_id, error = %e,
+            "cannot write the container's graftctl entry");
+    }
+}

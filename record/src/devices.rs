@@ -1,0 +1,151 @@
+//! What graft-driver last published on this node, with each device's health, for graftctl:
+//!
+//! ```text
+//! <root>/devices.json   DeviceSnapshot (atomic replace), rewritten when it changes
+//! ```
+//!
+//! Diagnostics only: no daemon reads it back.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::atomic;
+use crate::error::{RecordError, Result};
+use crate::read::{read_state_file, LARGE_FILE_CAP};
+
+/// Version of the snapshot format.
+pub const DEVICES_VERSION: u32 = 1;
+const FILE: &str = "devices.json";
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DeviceSnapshot {
+    pub version: u32,
+    /// The DRA driver name (`graft.dev`).
+    pub driver: String,
+    pub node: String,
+    /// graft-driver's version and process id.
+    pub driver_version: String,
+    pub pid: u32,
+    /// When this snapshot was written (milliseconds since the epoch).
+    pub updated_ms: u64,
+    /// The devices in the node's ResourceSlices, by name.
+    pub devices: Vec<PublishedDevice>,
+    /// Devices found but not published (outside the API's limits), with why.
+    #[serde(default)]
+    pub unpublished: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PublishedDevice {
+    pub name: String,
+    /// The pool (the node's name).
+    pub pool: String,
+    /// The `type` attribute: the shipped DeviceClass `<type>.graft.dev` selects on it.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// Every attribute, as text.
+    pub attributes: BTreeMap<String, String>,
+    /// Device nodes a container receives (`/dev/fuse`, `/dev/nvidia0`).
+    #[serde(default)]
+    pub device_nodes: Vec<String>,
+    /// Several claims may hold it at once (a shared GPU).
+    #[serde(default)]
+    pub shared: bool,
+    /// `None` when healthy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub health: Option<Health>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Health {
+    /// `Unhealthy` or `Degraded`.
+    pub condition: String,
+    pub reason: String,
+    pub message: String,
+    pub since_ms: u64,
+}
+
+fn path(root: &Path) -> PathBuf {
+    root.join(FILE)
+}
+
+/// Replaces the snapshot (graft-driver). Durable is not needed, atomic is.
+pub fn write_snapshot(root: &Path, snapshot: &DeviceSnapshot) -> Result<()> {
+    let data = serde_json::to_vec_pretty(snapshot).map_err(|e| RecordError::Corrupt {
+        path: path(root),
+        reason: format!("cannot encode: {e}"),
+    })?;
+    atomic::replace_file(&path(root), &data)
+}
+
+/// Reads the snapshot; `None` when graft-driver has not written one.
+pub fn read_snapshot(root: &Path) -> Result<Option<DeviceSnapshot>> {
+    let p = path(root);
+    let Some(data) = read_state_file(&p, LARGE_FILE_CAP)? else {
+        return Ok(None);
+    };
+    let snap: DeviceSnapshot = serde_json::from_slice(&data).map_err(|e| {
+        // A snapshot of another version is said to be one, not corrupt.
+        match serde_json::from_slice::<serde_json::Value>(&data)
+            .ok()
+            .and_then(|v| v.get("version").and_then(|v| v.as_u64()))
+        {
+            Some(v) if v != DEVICES_VERSION as u64 => RecordError::UnknownVersion {
+                path: p.clone(),
+                version: v,
+                supported: DEVICES_VERSION,
+            },
+            _ => RecordError::Corrupt {
+                path: p.clone(),
+                reason: e.to_string(),
+            },
+        }
+    })?;
+    if snap.version != DEVICES_VERSION {
+        return Err(RecordError::UnknownVersion {
+            path: p,
+            version: snap.version as u64,
+            supported: DEVICES_VERSION,
+        });
+    }
+    Ok(Some(snap))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trip_and_versions() {
+        let d = tempfile::tempdir().unwrap();
+        assert!(read_snapshot(d.path()).unwrap().is_none());
+        let snap = DeviceSnapshot {
+            version: DEVICES_VERSION,
+            driver: "graft.dev".into(),
+            node: "n".into(),
+            driver_version: "0.1.0".into(),
+            pid: 7,
+            updated_ms: 1,
+            devices: vec![PublishedDevice {
+                name: "fuse".into(),
+                pool: "n".into(),
+                kind: "fuse".into(),
+                attributes: BTreeMap::from([("type".into(), "fuse".into())]),
+                device_nodes: vec!["/dev/fuse".into()],
+                shared: false,
+                health: None,
+            }],
+            unpublished: BTreeMap::new(),
+        };
+        write_snapshot(d.path(), &snap).unwrap();
+        assert_eq!(read_snapshot(d.path()).unwrap().unwrap(), snap);
+        std::fs::write(d.path().join(FILE), br#"{"version": 2}"#).unwrap();
+        let e = read_snapshot(d.path()).unwrap_err().to_string();
+        assert!(e.contains("unknown version 2"), "{e}");
+    }
+}
