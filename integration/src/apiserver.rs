@@ -94,8 +94,8 @@ impl ControlPlane {
                 .arg("--anonymous-auth=false")
                 .arg("--authorization-mode=RBAC")
                 .arg("--service-cluster-ip-range=10.0.0.0/24")
-                // deploy/optional/ uses the MutatingAdmissionPolicy API (beta, off by default).
-                .arg("--feature-gates=MutatingAdmissionPolicy=true")
+                // deploy/optional/ uses the MutatingAdmissionPolicy API at v1beta1, which
+                // 1.34 and 1.35 serve (off by default); GA (v1, no gate) from 1.36.
                 .arg("--runtime-config=admissionregistration.k8s.io/v1beta1=true")
                 // deploy/gpu/'s graft-driver is privileged.
                 .arg("--allow-privileged=true")

@@ -1,5 +1,5 @@
-//! The single-node cluster of `integration/testbed/cluster/`, with graft deployed from
-//! `deploy/` as a DaemonSet, driven through kubectl and crictl.
+//! The single-node cluster of `integration/testbed/cluster/`, with graft installed from
+//! its Helm chart (`deploy/helm/graft`) as a DaemonSet, driven through kubectl and crictl.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -78,8 +78,8 @@ impl Cluster {
         Ok(())
     }
 
-    /// (Re)deploys graft from `deploy/graft/` with the debug binaries; returns once its
-    /// ResourceSlice is published.
+    /// (Re)installs graft from the chart with its default values (what `deploy/graft/`
+    /// holds) and the debug binaries; returns once its ResourceSlice is published.
     pub fn deploy_graft(&self) -> anyhow::Result<()> {
         let top = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
         run(Command::new("bash")
@@ -88,8 +88,8 @@ impl Cluster {
         Ok(())
     }
 
-    /// Deploys the GPU setup (`deploy/gpu/`) instead, on the fake NVIDIA node laid out in
-    /// `fake` (see `deploy-graft.sh`).
+    /// Installs the GPU setup (`values-gpu.yaml`, what `deploy/gpu/` holds) instead, on the
+    /// fake NVIDIA node laid out in `fake` (see `deploy-graft.sh`).
     /// `dynamic_mig`: the GPUs graft partitions itself (GRAFT_NVIDIA_DYNAMIC_MIG); `mps`:
     /// the GPUs it shares through MPS (GRAFT_NVIDIA_MPS).
     pub fn deploy_graft_gpu(

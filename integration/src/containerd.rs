@@ -17,6 +17,8 @@ use crate::testbed::Testbed;
 pub enum Version {
     /// containerd 2.2.x, built from the Go module proxy.
     V2_2,
+    /// containerd 2.4.x, built from the Go module proxy: the cluster's runtime.
+    V2_4,
     /// containerd 1.7.24 from Debian trixie.
     V1_7,
 }
@@ -25,13 +27,16 @@ impl Version {
     pub fn label(self) -> &'static str {
         match self {
             Version::V2_2 => "containerd-2.2",
+            Version::V2_4 => "containerd-2.4",
             Version::V1_7 => "containerd-1.7",
         }
     }
 }
 
-/// The pause image the sandbox uses; imported under exactly this name.
-pub const PAUSE_IMAGE: &str = "registry.k8s.io/pause:3.10.1";
+/// The pause image the sandbox uses; imported under exactly this name from [`PAUSE_TAR`].
+pub const PAUSE_IMAGE: &str = "registry.k8s.io/pause:3.10.2";
+/// The image tar `integration/testbed/build-images.sh` writes for [`PAUSE_IMAGE`].
+pub const PAUSE_TAR: &str = "pause-3.10.2.tar";
 /// Bounds each crictl call: a wedged runtime fails the call instead of hanging the test.
 /// Generous, since removing a pod stops its containers first.
 const CRICTL_TIMEOUT: &str = "30s";
@@ -67,6 +72,7 @@ impl Containerd {
     ) -> anyhow::Result<Self> {
         let bin_dir = match version {
             Version::V2_2 => tb.containerd_2.clone(),
+            Version::V2_4 => tb.containerd_24.clone(),
             Version::V1_7 => tb.containerd_17.clone(),
         };
         // Short paths: unix socket paths are limited to 108 bytes.
@@ -98,7 +104,7 @@ impl Containerd {
         };
         fs::write(dir.join("config.toml"), c.config())?;
         c.spawn()?;
-        for image in ["pause.tar", "busybox.tar"] {
+        for image in [PAUSE_TAR, "busybox.tar"] {
             c.ctr(&["images", "import", &tb.images.join(image).to_string_lossy()])?;
         }
         Ok(c)
@@ -107,7 +113,8 @@ impl Containerd {
     fn config(&self) -> String {
         let d = self.dir.display();
         match self.version {
-            Version::V2_2 => format!(
+            // 2.4 reads version 3 as it is: version 4 moved only the restart monitor.
+            Version::V2_2 | Version::V2_4 => format!(
                 r#"version = 3
 root = "{d}/root"
 state = "{d}/state"

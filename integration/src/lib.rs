@@ -1,6 +1,6 @@
-//! The testbed: real containerd (2.2.x and 1.7.24), runc, crictl, etcd and kube-apiserver
-//! from the cache that `integration/testbed/setup.sh` fills, driven from Rust through CRI,
-//! the Kubernetes API and the kubelet plugin sockets.
+//! The testbed: real containerd (2.4.x, 2.2.x and 1.7.24), runc, crictl, helm, etcd and
+//! kube-apiserver from the cache that `integration/testbed/setup.sh` fills, driven from Rust
+//! through CRI, the Kubernetes API and the kubelet plugin sockets.
 
 pub mod apiserver;
 pub mod claims;

@@ -13,7 +13,12 @@ pub struct Testbed {
     /// environment; for the hostile-image tests.
     pub old_runc_dir: PathBuf,
     pub crictl: PathBuf,
+    /// helm, for the chart in deploy/helm/graft.
+    pub helm: PathBuf,
+    /// containerd 2.2.x.
     pub containerd_2: PathBuf,
+    /// containerd 2.4.x.
+    pub containerd_24: PathBuf,
     pub containerd_17: PathBuf,
     pub images: PathBuf,
     /// Kubernetes binaries and etcd.
@@ -54,7 +59,9 @@ impl Testbed {
             runc_dir: runc.parent().map(Path::to_path_buf).unwrap_or_default(),
             old_runc_dir: old_runc.parent().map(Path::to_path_buf).unwrap_or_default(),
             crictl: get("GRAFT_CRICTL")?,
+            helm: get("GRAFT_HELM")?,
             containerd_2: get("GRAFT_CONTAINERD_2")?,
+            containerd_24: get("GRAFT_CONTAINERD_24")?,
             containerd_17: get("GRAFT_CONTAINERD_17")?,
             images: get("GRAFT_IMAGES")?,
             k8s: get("GRAFT_K8S")?,

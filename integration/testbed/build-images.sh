@@ -6,7 +6,11 @@ set -euo pipefail
 out=$1
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 BUSYBOX_REF=${BUSYBOX_REF:-docker.io/library/busybox:test}
-PAUSE_REF=${PAUSE_REF:-registry.k8s.io/pause:3.10.1}
+# The sandbox image of Kubernetes 1.37 (kubeadm) and containerd 2.4's default. The kubelet
+# names none; every containerd config in the testbed pins this one. The tar carries the tag
+# in its name so that a cache built for another tag keeps working beside it.
+PAUSE_TAG=${PAUSE_TAG:-3.10.2}
+PAUSE_REF=registry.k8s.io/pause:$PAUSE_TAG
 mkdir -p "$out"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
@@ -29,5 +33,5 @@ pr="$work/pause-root"
 mkdir -p "$pr"
 gcc -static -Os -o "$pr/pause" "$here/pause.c"
 strip "$pr/pause"
-make_image "$PAUSE_REF" "$pr" '{"Entrypoint":["/pause"]}' "$out/pause.tar"
+make_image "$PAUSE_REF" "$pr" '{"Entrypoint":["/pause"]}' "$out/pause-$PAUSE_TAG.tar"
 echo "$BUSYBOX_REF $PAUSE_REF" >"$out/refs"

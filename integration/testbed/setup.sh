@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs the testbed's real components into a cache directory outside the repo and
-# reuses them on later runs. Nothing here is a stand-in: containerd, runc, crictl,
+# reuses them on later runs. Nothing here is a stand-in: containerd, runc, crictl, helm,
 # Kubernetes and etcd are built from the Go module proxy; busybox and the older containerd
 # come from Debian.
 #
@@ -11,12 +11,17 @@ set -euo pipefail
 
 CACHE=${GRAFT_CACHE:-$HOME/.cache/graft-testbed}
 CONTAINERD2_VERSION=${CONTAINERD2_VERSION:-v2.2.7}
+# The newest containerd line: the cluster's runtime, and a third line for the NRI tests.
+CONTAINERD24_VERSION=${CONTAINERD24_VERSION:-v2.4.2}
 CONTAINERD17_DEB_VERSION=${CONTAINERD17_DEB_VERSION:-1.7.24~ds1-6+deb13u1}
 RUNC_VERSION=${RUNC_VERSION:-v1.3.6}
 # The newest runc whose createContainer hooks inherit the container's environment when the
 # hook sets none (fixed in 1.3.0): the hostile-image tests run graft against it too.
 RUNC_OLD_VERSION=${RUNC_OLD_VERSION:-v1.2.7}
 CRICTL_VERSION=${CRICTL_VERSION:-v1.36.0}
+# Installs graft on the testbed's cluster from deploy/helm/graft, and renders the plain
+# manifests in deploy/ from it (deploy/helm/generate.sh).
+HELM_VERSION=${HELM_VERSION:-v4.3.1}
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 mkdir -p "$CACHE"/{bin,go,gocache,images,deb,stamps}
@@ -41,18 +46,24 @@ apt_install() {
 apt_install libseccomp-dev pkg-config busybox-static libc6-dev gcc protobuf-compiler jq openssl \
   containernetworking-plugins
 
-# containerd 2.2.x: plain `go install` works from v2.2.1 on (no replace/exclude in go.mod).
+# containerd 2.2.x and 2.4.x: plain `go install` works from v2.2.1 on (no replace/exclude
+# in go.mod).
+build_containerd() { # version
+  local dir="$CACHE/bin/containerd-$1"
+  [ -x "$dir/containerd-shim-runc-v2" ] && return 0
+  log "building containerd $1 (takes a few minutes on a cold cache)"
+  mkdir -p "$dir"
+  GOBIN="$dir" CGO_ENABLED=1 go install -tags urfave_cli_no_docs \
+    -ldflags "-X github.com/containerd/containerd/v2/version.Version=$1" \
+    "github.com/containerd/containerd/v2/cmd/containerd@$1" \
+    "github.com/containerd/containerd/v2/cmd/ctr@$1"
+  GOBIN="$dir" CGO_ENABLED=0 go install -tags "urfave_cli_no_docs no_grpc" \
+    "github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2@$1"
+}
 c2="$CACHE/bin/containerd-$CONTAINERD2_VERSION"
-if [ ! -x "$c2/containerd-shim-runc-v2" ]; then
-  log "building containerd $CONTAINERD2_VERSION (takes a few minutes on a cold cache)"
-  mkdir -p "$c2"
-  GOBIN="$c2" CGO_ENABLED=1 go install -tags urfave_cli_no_docs \
-    -ldflags "-X github.com/containerd/containerd/v2/version.Version=$CONTAINERD2_VERSION" \
-    "github.com/containerd/containerd/v2/cmd/containerd@$CONTAINERD2_VERSION" \
-    "github.com/containerd/containerd/v2/cmd/ctr@$CONTAINERD2_VERSION"
-  GOBIN="$c2" CGO_ENABLED=0 go install -tags "urfave_cli_no_docs no_grpc" \
-    "github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2@$CONTAINERD2_VERSION"
-fi
+c24="$CACHE/bin/containerd-$CONTAINERD24_VERSION"
+build_containerd "$CONTAINERD2_VERSION"
+build_containerd "$CONTAINERD24_VERSION"
 
 # runc with seccomp, as containerd's Makefile builds it.
 if [ ! -x "$CACHE/bin/runc" ]; then
@@ -77,6 +88,15 @@ if [ ! -x "$CACHE/bin/crictl" ]; then
   (cd "$crisrc" && CGO_ENABLED=0 go build -mod=mod -trimpath \
     -ldflags "-X sigs.k8s.io/cri-tools/pkg/version.Version=${CRICTL_VERSION#v}" \
     -o "$CACHE/bin/crictl" ./cmd/crictl)
+fi
+
+helm="$CACHE/bin/helm-$HELM_VERSION"
+if [ ! -x "$helm/helm" ]; then
+  log "building helm $HELM_VERSION"
+  mkdir -p "$helm"
+  GOBIN="$helm" CGO_ENABLED=0 go install \
+    -ldflags "-X helm.sh/helm/v4/internal/version.version=$HELM_VERSION" \
+    "helm.sh/helm/v4/cmd/helm@$HELM_VERSION"
 fi
 
 # containerd 1.7.24 from Debian trixie, downloaded and unpacked only: installing it would
@@ -137,7 +157,9 @@ if [ "$(cat "$k8s/.stamp" 2>/dev/null)" != "$k8s_stamp" ]; then
 fi
 
 # OCI images built by hand from the static busybox and a tiny pause binary.
-if [ ! -s "$CACHE/images/busybox.tar" ] || [ ! -s "$CACHE/images/pause.tar" ] \
+# The pause tar is named after its tag (build-images.sh), so a tag change builds a new one.
+pause_tag=$(sed -n 's/^PAUSE_TAG=\${PAUSE_TAG:-\(.*\)}$/\1/p' "$here/build-images.sh")
+if [ ! -s "$CACHE/images/busybox.tar" ] || [ ! -s "$CACHE/images/pause-$pause_tag.tar" ] \
    || [ "$here/build-images.sh" -nt "$CACHE/images/busybox.tar" ]; then
   log "building OCI image tars"
   bash "$here/build-images.sh" "$CACHE/images"
@@ -148,7 +170,9 @@ GRAFT_CACHE=$CACHE
 GRAFT_RUNC=$CACHE/bin/runc
 GRAFT_RUNC_OLD=$runc_old/runc
 GRAFT_CRICTL=$CACHE/bin/crictl
+GRAFT_HELM=$helm/helm
 GRAFT_CONTAINERD_2=$c2
+GRAFT_CONTAINERD_24=$c24
 GRAFT_CONTAINERD_17=$c17
 GRAFT_IMAGES=$CACHE/images
 GRAFT_K8S=$k8s

@@ -460,10 +460,10 @@ fn pods_get_their_devices_on_a_real_cluster() -> anyhow::Result<()> {
     gpus_through_the_gpu_setup(&c)
 }
 
-/// The files backend as shipped (deploy/graft/40-configmap.yaml serves
-/// /var/lib/graft-files/licences, class licence.graft.dev): three licence files, three pods,
-/// each with a different one, read-only; a fourth pod waits for a free file; a symlink
-/// planted in the directory is never published.
+/// The files backend as shipped (the chart's devicesToml, deploy/graft/40-configmap.yaml,
+/// serves /var/lib/graft-files/licences, class licence.graft.dev): three licence files,
+/// three pods, each with a different one, read-only; a fourth pod waits for a free file; a
+/// symlink planted in the directory is never published.
 fn licences_one_per_pod(c: &Cluster) -> anyhow::Result<()> {
     let dir = std::path::Path::new("/var/lib/graft-files/licences");
     let _ = std::fs::remove_dir_all(dir);
@@ -529,8 +529,8 @@ fn licences_one_per_pod(c: &Cluster) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The GPU setup as shipped (deploy/gpu/: privileged graft-driver, the host's root at
-/// /host, the nvidia backend) on a node whose NVIDIA driver is the fake one: the fake
+/// The GPU setup as shipped (the chart with values-gpu.yaml, deploy/gpu/: privileged
+/// graft-driver, the host's root at /host, the nvidia backend) on a node whose NVIDIA driver is the fake one: the fake
 /// libnvidia-ml needs what the real one needs (libpthread, libdl, libm, librt) and loads
 /// libcuda by name, so the image and the DaemonSet are tested as a real node uses them.
 /// A pod's GPU container runs the driver's nvidia-smi and sees its libraries; its sibling

@@ -116,7 +116,12 @@ async fn registration_and_sockets() -> anyhow::Result<()> {
         "{info:?}"
     );
     ensure!(
-        info.supported_versions == ["v1.DRAPlugin", "v1beta1.DRAPlugin"],
+        info.supported_versions
+            == [
+                "v1.DRAPlugin",
+                "v1beta1.DRAPlugin",
+                "v1alpha1.DRAResourceHealth"
+            ],
         "{info:?}"
     );
     ensure!(

@@ -1,4 +1,4 @@
-//! graft-nri against real containerd 2.2.x and 1.7.24: containers get exactly what their
+//! graft-nri against real containerd 2.4.x, 2.2.x and 1.7.24: containers get exactly what their
 //! pod's records say, nothing more, and never start half-injected.
 //!
 //! Needs the testbed (`integration/testbed/setup.sh`) and the workspace binaries
@@ -33,6 +33,12 @@ const DEV_IN_CONTAINER: &str = "/dev/graft-test0";
 async fn nri_containerd_2_2() {
     let _g = SERIAL.lock().await;
     scenario(Version::V2_2).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nri_containerd_2_4() {
+    let _g = SERIAL.lock().await;
+    scenario(Version::V2_4).await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

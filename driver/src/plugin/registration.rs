@@ -10,8 +10,14 @@ use graft_proto::pluginregistration::{
 use tonic::{Request, Response, Status};
 
 pub const DRA_PLUGIN_TYPE: &str = "DRAPlugin";
-/// The services graft offers, most preferred first: the kubelet picks the first it knows.
-pub const SUPPORTED_VERSIONS: [&str; 2] = ["v1.DRAPlugin", "v1beta1.DRAPlugin"];
+/// The gRPC services graft offers, most preferred first: the kubelet picks the first
+/// DRAPlugin it knows, and from 1.37 on streams device health only from a plugin that lists
+/// a DRAResourceHealth service here (1.35 asks every plugin, and ignores the entry).
+pub const SUPPORTED_VERSIONS: [&str; 3] = [
+    "v1.DRAPlugin",
+    "v1beta1.DRAPlugin",
+    "v1alpha1.DRAResourceHealth",
+];
 
 /// The kubelet's last verdict, kept for logs and health checks.
 #[derive(Debug, Clone, Default)]

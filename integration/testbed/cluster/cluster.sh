@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # A real single-node Kubernetes on this machine, from the testbed's cached builds:
-# etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubelet and containerd 2.2
+# etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubelet and containerd 2.4
 # (NRI on its default socket), all with cgroupfs and without systemd.
 #
 #   cluster.sh up      start everything (idempotent) and wait until the node is Ready
@@ -31,7 +31,7 @@ load_env() {
   env_file=$(bash "$here/../setup.sh")
   # shellcheck disable=SC1090
   source "$env_file"
-  export PATH="$GRAFT_CONTAINERD_2:$(dirname "$GRAFT_RUNC"):$GRAFT_K8S:$PATH"
+  export PATH="$GRAFT_CONTAINERD_24:$(dirname "$GRAFT_RUNC"):$GRAFT_K8S:$PATH"
 }
 
 # Shared directories the cluster uses; `down` removes only those `up` created.
@@ -40,14 +40,15 @@ SERVICE_IP=10.0.0.1/32
 # Under pipefail, `cmd | grep -q` can fail when grep exits before cmd is done writing
 # (SIGPIPE): the checks below read all of cmd's output instead.
 BRIDGE=graft0
-# Alpha DRA features graft uses (Kubernetes 1.35): device taints for unhealthy GPUs
-# (API server, scheduler, and the controller manager's eviction for NoExecute), and the
-# kubelet's resource health in pod status (API server and kubelet), partitionable devices
-# for dynamic MIG (counter sets: API server and scheduler) and consumable capacity for MPS
-# (shares of one device: API server, scheduler, kubelet), and extended-resource mapping
-# (resources.limits served by a DeviceClass's extendedResourceName: API server, scheduler,
-# kubelet).
-GATES=DRADeviceTaints=true,ResourceHealthStatus=true,DRAPartitionableDevices=true,DRAConsumableCapacity=true,DRAExtendedResource=true
+# DRA features graft uses beyond the core: device taints for unhealthy GPUs (GA in
+# Kubernetes 1.37, so no gate), extended-resource mapping for pods written for device
+# plugins (GA in 1.37 as well), the kubelet's resource health in pod status (API server and
+# kubelet), partitionable devices for dynamic MIG (API server and scheduler) and consumable
+# capacity for MPS (API server, scheduler, kubelet). Beta and on by default since 1.36; set
+# anyway, so that the testbed says what graft needs. A gate that is GA and locked must not be
+# set to anything but its default, and a removed one stops the component: drop them here
+# when they graduate.
+GATES=ResourceHealthStatus=true,DRAPartitionableDevices=true,DRAConsumableCapacity=true
 
 pidfile() { echo "$D/run/$1.pid"; }
 # The component's pid when it runs; a pid file left from before a reboot may name someone
@@ -114,7 +115,7 @@ up() {
     --service-cluster-ip-range=10.0.0.0/24 --kubelet-preferred-address-types=InternalIP \
     --service-account-issuer=https://kubernetes.default.svc \
     --service-account-key-file="$D/pki/sa.key" --service-account-signing-key-file="$D/pki/sa.key" \
-    --feature-gates="MutatingAdmissionPolicy=true,$GATES" \
+    --feature-gates="$GATES" \
     --runtime-config=admissionregistration.k8s.io/v1beta1=true --allow-privileged=true
 
   cat >"$D/admin.kubeconfig" <<KC
@@ -173,7 +174,7 @@ state = "$R/containerd"
 [plugins.'io.containerd.nri.v1.nri'.default_validator]
   enable = true
 [plugins.'io.containerd.cri.v1.images'.pinned_images]
-  sandbox = "registry.k8s.io/pause:3.10.1"
+  sandbox = "registry.k8s.io/pause:3.10.2"
 [plugins.'io.containerd.cri.v1.runtime']
   restrict_oom_score_adj = true
 [plugins.'io.containerd.cri.v1.runtime'.cni]
@@ -200,8 +201,7 @@ oomScoreAdj: 0
 maxOpenFiles: 20000
 imageGCHighThresholdPercent: 100
 evictionHard: {nodefs.available: "0%", nodefs.inodesFree: "0%", imagefs.available: "0%"}
-featureGates: {ResourceHealthStatus: true, DRAPartitionableDevices: true, DRAConsumableCapacity: true,
-  DRAExtendedResource: true}
+featureGates: {ResourceHealthStatus: true, DRAPartitionableDevices: true, DRAConsumableCapacity: true}
 KL
   start kubelet kubelet --kubeconfig="$D/admin.kubeconfig" --config="$D/kubelet.yaml" \
     --hostname-override="$NODE"

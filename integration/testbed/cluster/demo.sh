@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# README command one: builds graft, brings the single-node testbed cluster up, deploys
-# graft from deploy/ as a DaemonSet, runs the example pod (deploy/examples/fuse-pod.yaml),
-# and shows what its containers see and what graft injected. The cluster stays up; see the
-# last lines for kubectl and tear-down.
+# README command one: builds graft, brings the single-node testbed cluster up, installs
+# graft from its Helm chart (deploy/helm/graft) as a DaemonSet, runs the example pod
+# (deploy/examples/fuse-pod.yaml), and shows what its containers see and what graft
+# injected. The cluster stays up; see the last lines for kubectl and tear-down.
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 top=$(cd "$here/../../.." && pwd)
@@ -21,7 +21,7 @@ env_file=$(bash integration/testbed/setup.sh)
 # shellcheck disable=SC1090
 source "$env_file"
 export PATH="$GRAFT_K8S:$PATH"
-say "deploying graft from deploy/graft/"
+say "installing graft from deploy/helm/graft (helm upgrade --install)"
 bash "$here/deploy-graft.sh"
 
 say "running deploy/examples/fuse-pod.yaml"

@@ -1,17 +1,18 @@
 #!/usr/bin/env bash
 # Deploys graft onto the testbed cluster the way a user would: builds the image from the
 # workspace binaries (deploy/image/build.sh), imports it into the node's containerd, and
-# applies deploy/graft/ (kubectl kustomize) unchanged except for the image reference, then
-# deploy/optional/. Waits until graft-driver has published the node's ResourceSlice.
+# installs the chart deploy/helm/graft (helm upgrade --install) with values only: the image,
+# and the optional admission policy on. Waits until graft-driver has published the node's
+# ResourceSlice.
 #
 #   deploy-graft.sh [BIN_DIR]      default: target/debug
 #
-# GRAFT_GPU_FAKE=DIR deploys deploy/gpu/ instead, on a node without a GPU: DIR holds a fake
-# NVIDIA node (integration/src/fake_gpu.rs: DIR/host the driver root, DIR/proc and DIR/sys
-# what the kernel would show). Only values change, as a user's overlay would change them:
-# the driver root in both containers, and graft-driver's /proc and /sys (a real node's
-# come from its kernel). GRAFT_GPU_DYNAMIC_MIG and GRAFT_GPU_MPS set GRAFT_NVIDIA_DYNAMIC_MIG
-# and GRAFT_NVIDIA_MPS (default none).
+# GRAFT_GPU_FAKE=DIR installs it with values-gpu.yaml instead (deploy/gpu), on a node
+# without a GPU: DIR holds a fake NVIDIA node (integration/src/fake_gpu.rs: DIR/host the
+# driver root, DIR/proc and DIR/sys what the kernel would show). Only values change, as a
+# user's would: the driver root, and graft-driver's /proc and /sys (a real node's come from
+# its kernel). GRAFT_GPU_DYNAMIC_MIG and GRAFT_GPU_MPS set nvidia.dynamicMig and nvidia.mps
+# (default none).
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 top=$(cd "$here/../../.." && pwd)
@@ -21,7 +22,7 @@ D=${GRAFT_CLUSTER_DIR:-/var/lib/graft-cluster}
 env_file=$(bash "$here/../setup.sh")
 # shellcheck disable=SC1090
 source "$env_file"
-export PATH="$GRAFT_CONTAINERD_2:$GRAFT_K8S:$PATH" KUBECONFIG="$D/admin.kubeconfig"
+export PATH="$GRAFT_CONTAINERD_24:$GRAFT_K8S:$(dirname "$GRAFT_HELM"):$PATH" KUBECONFIG="$D/admin.kubeconfig"
 log() { echo "[deploy-graft] $*" >&2; }
 
 tar="$D/graft-image.tar"
@@ -29,35 +30,20 @@ tar="$D/graft-image.tar"
 case "$bin" in */release) hook=$(bash "$top/hooks/build-static.sh" --release) ;; *) hook=$(bash "$top/hooks/build-static.sh") ;; esac
 HOOK_BIN=$hook bash "$top/deploy/image/build.sh" "$bin" "$tar" "$IMAGE" >/dev/null
 ctr -a /run/graft-cluster/containerd.sock -n k8s.io images import "$tar" >/dev/null 2>&1
-if [ -n "${GRAFT_GPU_FAKE:-}" ]; then
-  k=$(mktemp -d)
-  trap 'rm -rf "$k"' EXIT
-  # A kustomization of our own on top of deploy/gpu, as a user would write one.
-  cat >"$k/kustomization.yaml" <<KUST
-apiVersion: kustomize.config.k8s.io/v1beta1
-kind: Kustomization
-resources:
-  - $(realpath --relative-to="$k" "$top/deploy/gpu")
-patches:
-  - target: {kind: DaemonSet, name: graft}
-    patch: |-
-      - {op: replace, path: /spec/template/spec/containers/0/env/1/value, value: "$GRAFT_GPU_FAKE/host"}
-      - {op: add, path: /spec/template/spec/containers/0/env/-, value: {name: GRAFT_PROC_ROOT, value: "/host$GRAFT_GPU_FAKE/proc"}}
-      - {op: add, path: /spec/template/spec/containers/0/env/-, value: {name: GRAFT_SYSFS_ROOT, value: "/host$GRAFT_GPU_FAKE/sys"}}
-      - {op: replace, path: /spec/template/spec/containers/1/env/0/value, value: "$GRAFT_GPU_FAKE/host"}
-      - {op: test, path: /spec/template/spec/containers/0/env/4/name, value: GRAFT_NVIDIA_DYNAMIC_MIG}
-      - {op: replace, path: /spec/template/spec/containers/0/env/4/value, value: "${GRAFT_GPU_DYNAMIC_MIG:-none}"}
-      - {op: test, path: /spec/template/spec/containers/0/env/5/name, value: GRAFT_NVIDIA_MPS}
-      - {op: replace, path: /spec/template/spec/containers/0/env/5/value, value: "${GRAFT_GPU_MPS:-none}"}
-KUST
-  source_dir=$k
-else
-  source_dir=$top/deploy/graft
-fi
-kubectl kustomize "$source_dir" | sed "s#image: ghcr.io/graft-dev/graft:.*#image: $IMAGE#" \
-  | kubectl apply -f - >&2
+chart=$top/deploy/helm/graft
 # The testbed serves the MutatingAdmissionPolicy API and runs NRI's default validator.
-kubectl apply -f "$top/deploy/optional/" >&2
+values=(--set image.repository="${IMAGE%:*}" --set image.tag="${IMAGE##*:}"
+        --set requireGraftNri.enabled=true)
+if [ -n "${GRAFT_GPU_FAKE:-}" ]; then
+  values+=(-f "$chart/values-gpu.yaml" --set nvidia.driverRoot="$GRAFT_GPU_FAKE/host"
+           --set nvidia.dynamicMig="${GRAFT_GPU_DYNAMIC_MIG:-none}"
+           --set nvidia.mps="${GRAFT_GPU_MPS:-none}"
+           --set-json "driverExtraEnv=[{\"name\":\"GRAFT_PROC_ROOT\",\"value\":\"/host$GRAFT_GPU_FAKE/proc\"},{\"name\":\"GRAFT_SYSFS_ROOT\",\"value\":\"/host$GRAFT_GPU_FAKE/sys\"}]")
+fi
+# --reset-values: each deployment says all of its values (a GPU one after a plain one, and
+# back).
+helm upgrade --install graft "$chart" --namespace graft-system --create-namespace \
+  --reset-values "${values[@]}" >&2
 # A new image under the same tag: restart the pods so they run it.
 kubectl -n graft-system rollout restart daemonset/graft >&2
 kubectl -n graft-system rollout status daemonset/graft --timeout=120s >&2

@@ -1,0 +1,164 @@
+//! The Helm chart (deploy/helm/graft) is the one source of the plain manifests: deploy/graft,
+//! deploy/gpu and deploy/optional are what it renders, and its values do what they say.
+//!
+//! Needs the testbed's helm (`integration/testbed/setup.sh`). The cluster tests install the
+//! chart itself; driver_apiserver's dry run checks the rendered manifests against a real
+//! API server.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{ensure, Context};
+use graft_integration::Testbed;
+
+fn top() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+fn chart() -> PathBuf {
+    top().join("deploy/helm/graft")
+}
+
+/// `helm template` of the chart with these arguments.
+fn render(tb: &Testbed, args: &[&str]) -> anyhow::Result<String> {
+    let out = Command::new(&tb.helm)
+        .args(["template", "graft"])
+        .arg(chart())
+        .args(["--namespace", "graft-system"])
+        .args(args)
+        .output()
+        .context("running helm")?;
+    ensure!(
+        out.status.success(),
+        "helm template {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(String::from_utf8(out.stdout)?)
+}
+
+#[test]
+fn plain_manifests_are_what_the_chart_renders() -> anyhow::Result<()> {
+    let tb = Testbed::load()?;
+    let out = Command::new("bash")
+        .arg(top().join("deploy/helm/generate.sh"))
+        .arg("--check")
+        .env("HELM", &tb.helm)
+        .output()?;
+    ensure!(
+        out.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(())
+}
+
+#[test]
+fn chart_lints() -> anyhow::Result<()> {
+    let tb = Testbed::load()?;
+    for values in [&[][..], &["-f", "values-gpu.yaml"][..]] {
+        let out = Command::new(&tb.helm)
+            .arg("lint")
+            .arg(chart())
+            .args(values)
+            .current_dir(chart())
+            .output()?;
+        ensure!(
+            out.status.success(),
+            "helm lint {values:?}: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    Ok(())
+}
+
+#[test]
+fn values_reach_the_daemonset() -> anyhow::Result<()> {
+    let tb = Testbed::load()?;
+    // Defaults: no GPU mode, nothing privileged, no namespace object (helm makes it).
+    let plain = render(&tb, &[])?;
+    ensure!(plain.contains("value: char,files\n"), "{plain}");
+    ensure!(!plain.contains("privileged: true"), "{plain}");
+    ensure!(!plain.contains("kind: Namespace"), "{plain}");
+    ensure!(!plain.contains("MutatingAdmissionPolicy"), "{plain}");
+
+    let gpu = render(
+        &tb,
+        &[
+            "-f",
+            &chart().join("values-gpu.yaml").to_string_lossy(),
+            "--set",
+            "nvidia.driverRoot=/run/nvidia/driver",
+            "--set",
+            "nvidia.mps=all",
+            "--set",
+            "nriSocket=/run/containerd/nri/nri.sock",
+            "--set",
+            "logLevel=debug",
+            "--set",
+            "backends.files=false",
+            "--set",
+            "deviceClasses={graft.dev,gpu.graft.dev}",
+        ],
+    )?;
+    for want in [
+        "value: char,nvidia\n",
+        "privileged: true",
+        "name: GRAFT_NVIDIA_DRIVER_ROOT\n              value: /run/nvidia/driver",
+        "name: GRAFT_NVIDIA_MPS\n              value: \"all\"",
+        "\"--socket\", \"/run/containerd/nri/nri.sock\"",
+        "hostPath: {path: /run/containerd/nri, type: DirectoryOrCreate}",
+        "value: \"debug\"",
+        "limits:\n              memory: 256Mi",
+        "name: gpu.graft.dev",
+    ] {
+        ensure!(gpu.contains(want), "{want:?} missing from:\n{gpu}");
+    }
+    // The driver root goes to both containers: graft-nri allows mounts from it.
+    ensure!(
+        gpu.matches("value: /run/nvidia/driver").count() == 2,
+        "{gpu}"
+    );
+    ensure!(!gpu.contains("name: fuse.graft.dev"), "{gpu}");
+    // Without a backend there is nothing to run: the chart refuses.
+    ensure!(render(
+        &tb,
+        &[
+            "--set",
+            "backends.char=false",
+            "--set",
+            "backends.files=false"
+        ]
+    )
+    .is_err());
+    Ok(())
+}
+
+#[test]
+fn admission_policy_version() -> anyhow::Result<()> {
+    let tb = Testbed::load()?;
+    let kind = |v: &str| {
+        format!("apiVersion: admissionregistration.k8s.io/{v}\nkind: MutatingAdmissionPolicy\n")
+    };
+    let on = ["--set", "requireGraftNri.enabled=true"];
+    // A cluster that does not serve v1 (1.34, 1.35; helm template assumes none does).
+    let beta = render(&tb, &on)?;
+    ensure!(beta.contains(&kind("v1beta1")), "{beta}");
+    // One that does (1.36 and later): helm install asks it.
+    let mut args = on.to_vec();
+    args.extend([
+        "--api-versions",
+        "admissionregistration.k8s.io/v1/MutatingAdmissionPolicy",
+    ]);
+    let ga = render(&tb, &args)?;
+    ensure!(ga.contains(&kind("v1")), "{ga}");
+    // The value overrides what the cluster says.
+    args.extend([
+        "--set",
+        "requireGraftNri.apiVersion=admissionregistration.k8s.io/v1beta1",
+    ]);
+    let pinned = render(&tb, &args)?;
+    ensure!(pinned.contains(&kind("v1beta1")), "{pinned}");
+    Ok(())
+}
