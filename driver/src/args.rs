@@ -28,7 +28,7 @@ pub struct Args {
     /// Log lines as `text` or `json` (one object per line; a claim's lines carry `claim`
     /// and `claim_uid`).
     #[arg(long, env = "GRAFT_LOG_FORMAT", value_enum, default_value = "text")]
-    pub log_format: crate::logging::LogFormat,
+    pub log_format: graft_telemetry::logs::LogFormat,
     /// This pod's UID: enables rolling updates with per-instance socket names.
     #[arg(long, env = "POD_UID")]
     pub pod_uid: Option<String>,

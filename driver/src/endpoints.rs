@@ -2,14 +2,11 @@
 //! with the kubelet and the node's first ResourceSlices published. Liveness is the server
 //! answering at all: it does not depend on the API server.
 
-use std::net::SocketAddr;
-use std::path::Path;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use graft_driver::metrics::DriverMetrics;
 use graft_driver::plugin::registration::RegistrationState;
-use graft_telemetry::{Endpoints, ServeConfig};
+use graft_telemetry::Endpoints;
 use prometheus_client::registry::Registry;
 
 pub fn endpoints(
@@ -48,19 +45,6 @@ fn readiness(registration: &RegistrationState, published: bool) -> Result<String
         (RegistrationState::Rejected(why), _) => Err(format!(
             "not ready: the kubelet rejected the registration: {why}"
         )),
-    }
-}
-
-/// Serves the endpoints; a socket that cannot be bound is logged (the probes will say so)
-/// and does not stop the driver.
-pub fn serve(endpoints: Endpoints, tcp: Option<SocketAddr>, socket: &Path) {
-    let config = ServeConfig {
-        tcp,
-        unix: (!socket.as_os_str().is_empty()).then(|| socket.to_path_buf()),
-        retry: Duration::from_secs(2),
-    };
-    if let Err(e) = graft_telemetry::serve(endpoints, config) {
-        tracing::error!(error = %e, "the health socket is not served; probes will fail");
     }
 }
 

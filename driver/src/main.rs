@@ -1,5 +1,6 @@
 //! `graft-driver`: the DRA kubelet plugin daemon.
 
+use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -33,10 +34,10 @@ use graft_driver::publisher::Publisher;
 use graft_driver::setup::{DeviceSetup, NoSetup};
 use graft_record::InjectionPolicy;
 use tokio::signal::unix::{signal, SignalKind};
+use tracing_subscriber::fmt::writer::BoxMakeWriter;
 
 mod args;
 mod endpoints;
-mod logging;
 use args::Args;
 
 fn nvidia_config(args: &Args) -> NvidiaConfig {
@@ -184,14 +185,18 @@ async fn main() -> anyhow::Result<()> {
     // follow, this closes the window between creating and chmod.
     nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o077));
     let args = Args::parse();
-    logging::init(args.log_format);
+    graft_telemetry::logs::init(
+        args.log_format,
+        BoxMakeWriter::new(std::io::stderr),
+        std::io::stderr().is_terminal(),
+    );
     if let Err(r) = graft_driver::limits::check_qualified_name(&format!("{}/x", args.driver_name)) {
         bail!("--driver-name {:?}: {r}", args.driver_name);
     }
     // Served from the start: liveness answers while discovery and start-up run.
     let metrics = Arc::new(DriverMetrics::default());
     let registration = Arc::new(Mutex::new(RegistrationState::default()));
-    endpoints::serve(
+    graft_telemetry::serve_or_log(
         endpoints::endpoints(&metrics, registration.clone()),
         graft_telemetry::parse_addr(&args.metrics_addr)?,
         &args.health_socket,

@@ -7,15 +7,13 @@
 //! Not ready while waiting would deadlock the update: the old pod is only deleted once the
 //! new one is ready.
 
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
 
 use graft_nri::metrics::NriMetrics;
 use graft_record::{nri_readiness, NriReadiness};
-use graft_telemetry::{Endpoints, ServeConfig};
+use graft_telemetry::Endpoints;
 use prometheus_client::registry::Registry;
 
 /// The endpoints; `holding` turns true once this instance holds the status lock.
@@ -62,19 +60,6 @@ fn standby_readiness(state_dir: &Path, boot_id: &str) -> Result<String, String> 
             "not ready (standby, waiting for the running graft-nri to exit): {why}"
         )),
         Err(e) => Err(format!("not ready (standby): {e}")),
-    }
-}
-
-/// Serves the endpoints; a socket that cannot be bound is logged (the probes will say so)
-/// and does not stop graft-nri.
-pub fn serve(endpoints: Endpoints, tcp: Option<SocketAddr>, socket: &Path) {
-    let config = ServeConfig {
-        tcp,
-        unix: (!socket.as_os_str().is_empty()).then(|| socket.to_path_buf()),
-        retry: Duration::from_secs(2),
-    };
-    if let Err(e) = graft_telemetry::serve(endpoints, config) {
-        tracing::error!(error = %e, "the health socket is not served; probes will fail");
     }
 }
 

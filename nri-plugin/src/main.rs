@@ -14,6 +14,7 @@ use graft_record::policy::DEFAULT_HOOK_PATH;
 use graft_record::{
     read_boot_id, InjectionPolicy, RecordStore, StatusPublisher, BOOT_ID_PATH, DEFAULT_STATE_DIR,
 };
+use graft_telemetry::logs::LogFormat;
 use tracing_subscriber::fmt::writer::BoxMakeWriter;
 
 mod health;
@@ -153,7 +154,7 @@ fn main() -> anyhow::Result<()> {
             args.state_dir.clone(),
             boot_id.clone(),
         );
-        health::serve(endpoints, metrics_addr, &args.health_socket);
+        graft_telemetry::serve_or_log(endpoints, metrics_addr, &args.health_socket);
         let mut shutdown = std::pin::pin!(shutdown_signal());
         let plugin_name = format!("{}-{}", args.index, args.name);
         let status = tokio::select! {
@@ -250,19 +251,7 @@ async fn shutdown_signal() {
     }
 }
 
-/// `--log-format`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-enum LogFormat {
-    Text,
-    Json,
-}
-
 fn init_logging(file: Option<&std::path::Path>, format: LogFormat) -> anyhow::Result<()> {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_target(false);
     let writer = match file {
         Some(path) => {
             let f = std::fs::OpenOptions::new()
@@ -274,16 +263,6 @@ fn init_logging(file: Option<&std::path::Path>, format: LogFormat) -> anyhow::Re
         }
         None => BoxMakeWriter::new(std::io::stderr),
     };
-    let builder = builder.with_writer(writer);
-    match format {
-        LogFormat::Text => builder.with_ansi(file.is_none()).init(),
-        // The event's fields at the top level, the container's span under "span".
-        LogFormat::Json => builder
-            .json()
-            .flatten_event(true)
-            .with_current_span(true)
-            .with_span_list(false)
-            .init(),
-    }
+    graft_telemetry::logs::init(format, writer, file.is_none());
     Ok(())
 }

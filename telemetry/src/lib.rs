@@ -11,13 +11,14 @@
 mod error;
 mod http;
 mod listen;
+pub mod logs;
 pub mod probe;
 
 pub use prometheus_client;
 
 pub use error::TelemetryError;
 pub use http::{Endpoints, ReadyCheck, OPENMETRICS_CONTENT_TYPE};
-pub use listen::{parse_addr, serve, ServeConfig, Serving};
+pub use listen::{parse_addr, serve, serve_or_log, ServeConfig, Serving};
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::family::Family;

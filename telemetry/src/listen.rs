@@ -52,6 +52,20 @@ pub fn parse_addr(s: &str) -> Result<Option<SocketAddr>, TelemetryError> {
         })
 }
 
+/// How the daemons serve: on `tcp` (retried every 2 s while another instance holds it) and
+/// on the probe socket (an empty path: none). A socket that cannot be bound is logged, not
+/// fatal: the daemon's real work goes on, and the probes say what is wrong.
+pub fn serve_or_log(endpoints: Endpoints, tcp: Option<SocketAddr>, socket: &Path) {
+    let config = ServeConfig {
+        tcp,
+        unix: (!socket.as_os_str().is_empty()).then(|| socket.to_path_buf()),
+        retry: Duration::from_secs(2),
+    };
+    if let Err(e) = serve(endpoints, config) {
+        tracing::error!(error = %e, "the health socket is not served; probes will fail");
+    }
+}
+
 /// Binds the TCP address in the background and the Unix socket now (an error is returned,
 /// after the TCP address is under way: the probes depend on the socket), and serves both on the current tokio runtime.
 pub fn serve(endpoints: Endpoints, config: ServeConfig) -> Result<Serving, TelemetryError> {
