@@ -57,6 +57,16 @@ impl Cri {
 
     /// A host-network pod, as the testbed machine needs (no CNI).
     pub async fn run_pod(&self, name: &str, uid: &str) -> anyhow::Result<Pod> {
+        self.run_pod_annotated(name, uid, &[]).await
+    }
+
+    /// [`Cri::run_pod`] with pod annotations (which NRI plugins see on every container).
+    pub async fn run_pod_annotated(
+        &self,
+        name: &str,
+        uid: &str,
+        annotations: &[(&str, &str)],
+    ) -> anyhow::Result<Pod> {
         let log_dir = self.log_root.join(uid);
         std::fs::create_dir_all(&log_dir)?;
         let config = PodSandboxConfig {
@@ -68,6 +78,10 @@ impl Cri {
             }),
             hostname: String::new(),
             log_directory: log_dir.to_string_lossy().into_owned(),
+            annotations: annotations
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
             linux: Some(LinuxPodSandboxConfig {
                 security_context: Some(LinuxSandboxSecurityContext {
                     namespace_options: Some(NamespaceOption {
