@@ -65,9 +65,9 @@ pub fn entry(target: &Target<'_>, plan: &Plan, claims: &[ClaimRecord]) -> Contai
 }
 
 /// Writes the entry; logs why not when it cannot.
-pub fn leave(root: &Path, target: &Target<'_>, plan: &Plan, claims: &[ClaimRecord]) {
-    if let Err(e) = write_entry(root, &entry(target, plan, claims)) {
-        tracing::warn!(container = target.container_id, error = %e,
+pub fn leave(root: &Path, entry: &ContainerEntry) {
+    if let Err(e) = write_entry(root, entry) {
+        tracing::warn!(container = %entry.id, error = %e,
             "cannot write the container's graftctl entry");
     }
 }

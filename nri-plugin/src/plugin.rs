@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use graft_proto::nri::{self, ContainerState, Event};
-use graft_record::containers::{prune_entries, remove_entry};
+use graft_record::containers::{prune_entries, remove_entry, ContainerEntry};
 use graft_record::policy::params_copy_path;
 use graft_record::{InjectionPolicy, RecordStore, StatusPublisher};
 use tracing::Instrument;
@@ -429,28 +429,30 @@ impl GraftPlugin {
         // Err: why it is refused (the metric's reason), the pod's claims (`namespace/name`,
         // when readable) and the reason in words.
         type Refused = (Refusal, Vec<String>, String);
-        let work = tokio::task::spawn_blocking(move || -> Result<Option<Plan>, Refused> {
-            let _span = span.enter();
-            #[cfg(feature = "fault-injection")]
-            fault.strike();
-            let claims = store
-                .pod_claims(&pod_uid)
-                .map_err(|e| (Refusal::RecordUnreadable, Vec::new(), e.to_string()))?;
-            if claims.is_empty() {
-                return Ok(None);
-            }
-            let names = || {
-                claims
-                    .iter()
-                    .map(|c| format!("{}/{}", c.claim.namespace, c.claim.name))
-                    .collect()
-            };
-            let planned = plan(&claims, &pod_uid, &ctr_name, &policy)
-                .map_err(|e| (Refusal::RecordRejected, names(), e.to_string()))?;
-            if let Some(p) = &planned {
-                check_served(p, &policy, &host_root)
+        // Ok: the plan, with graftctl's entry for it (written after the answer, below).
+        let work = tokio::task::spawn_blocking(
+            move || -> Result<Option<(Plan, ContainerEntry)>, Refused> {
+                let _span = span.enter();
+                #[cfg(feature = "fault-injection")]
+                fault.strike();
+                let claims = store
+                    .pod_claims(&pod_uid)
+                    .map_err(|e| (Refusal::RecordUnreadable, Vec::new(), e.to_string()))?;
+                if claims.is_empty() {
+                    return Ok(None);
+                }
+                let names = || {
+                    claims
+                        .iter()
+                        .map(|c| format!("{}/{}", c.claim.namespace, c.claim.name))
+                        .collect()
+                };
+                let planned = plan(&claims, &pod_uid, &ctr_name, &policy)
+                    .map_err(|e| (Refusal::RecordRejected, names(), e.to_string()))?;
+                let Some(p) = planned else { return Ok(None) };
+                check_served(&p, &policy, &host_root)
                     .map_err(|e| (Refusal::SourceNotServed, names(), e))?;
-                check_present(p, store.root()).map_err(|e| (Refusal::DeviceAbsent, names(), e))?;
+                check_present(&p, store.root()).map_err(|e| (Refusal::DeviceAbsent, names(), e))?;
                 let target = entries::Target {
                     container_id: &ctr_id,
                     container: &ctr_name,
@@ -458,10 +460,10 @@ impl GraftPlugin {
                     pod_namespace: &pod_ns,
                     pod_name: &pod_name,
                 };
-                entries::leave(store.root(), &target, p, &claims);
-            }
-            Ok(planned)
-        });
+                let entry = entries::entry(&target, &p, &claims);
+                Ok(Some((p, entry)))
+            },
+        );
         let planned = match work.await {
             Ok(r) => {
                 r.map_err(|(kind, claims, why)| self.refuse(&pod, &ctr, &claims, kind, why))?
@@ -485,7 +487,7 @@ impl GraftPlugin {
             }
         };
         let mut resp = nri::CreateContainerResponse::new();
-        let Some(plan) = planned else {
+        let Some((plan, entry)) = planned else {
             self.metrics.skipped();
             return Ok(resp);
         };
@@ -496,6 +498,9 @@ impl GraftPlugin {
             "injecting recorded devices"
         );
         resp.adjust = Some(plan.adjustment()).into();
+        // graftctl's entry is diagnostics: written beside the answer, not before it.
+        let root = self.store.root().to_path_buf();
+        tokio::task::spawn_blocking(move || entries::leave(&root, &entry));
         Ok(resp)
     }
 
