@@ -26,6 +26,31 @@ pub fn write_file(path: &Path, data: &[u8]) -> Result<()> {
 
 /// [`write_file`] with the new file's mode given.
 pub fn write_file_mode(path: &Path, data: &[u8], mode: u32) -> Result<()> {
+    let (dir, tmp) = temp_beside(path, data, mode)?;
+    // Data and size; the rename and the directory fsync carry the rest.
+    tmp.as_file()
+        .sync_data()
+        .map_err(|e| RecordError::io("fsync", tmp.path(), e))?;
+    tmp.persist(path)
+        .map_err(|e| RecordError::io("rename", path, e.error))?;
+    sync_dir(dir)
+}
+
+/// Atomic but not durable: readers see the old file or the new one, and a crash may lose
+/// the new one. For diagnostics written on a hot path.
+pub fn replace_file(path: &Path, data: &[u8]) -> Result<()> {
+    let (_, tmp) = temp_beside(path, data, FILE_MODE)?;
+    tmp.persist(path)
+        .map_err(|e| RecordError::io("rename", path, e.error))?;
+    Ok(())
+}
+
+/// `data` in a new temp file in `path`'s directory, to be renamed over `path`.
+fn temp_beside<'p>(
+    path: &'p Path,
+    data: &[u8],
+    mode: u32,
+) -> Result<(&'p Path, tempfile::NamedTempFile)> {
     let dir = path.parent().ok_or_else(|| {
         RecordError::io("write", path, std::io::Error::other("no parent directory"))
     })?;
@@ -43,35 +68,7 @@ pub fn write_file_mode(path: &Path, data: &[u8], mode: u32) -> Result<()> {
         .map_err(|e| RecordError::io("create a temp file in", dir, e))?;
     tmp.write_all(data)
         .map_err(|e| RecordError::io("write", tmp.path(), e))?;
-    // Data and size; the rename and the directory fsync carry the rest.
-    tmp.as_file()
-        .sync_data()
-        .map_err(|e| RecordError::io("fsync", tmp.path(), e))?;
-    tmp.persist(path)
-        .map_err(|e| RecordError::io("rename", path, e.error))?;
-    sync_dir(dir)
-}
-
-/// Atomic but not durable: readers see the old file or the new one, and a crash may lose
-/// the new one. For diagnostics written on a hot path.
-pub fn replace_file(path: &Path, data: &[u8]) -> Result<()> {
-    let dir = path.parent().ok_or_else(|| {
-        RecordError::io("write", path, std::io::Error::other("no parent directory"))
-    })?;
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy())
-        .unwrap_or_default();
-    let mut tmp = tempfile::Builder::new()
-        .prefix(&format!(".{name}.tmp."))
-        .permissions(fs::Permissions::from_mode(FILE_MODE))
-        .tempfile_in(dir)
-        .map_err(|e| RecordError::io("create a temp file in", dir, e))?;
-    tmp.write_all(data)
-        .map_err(|e| RecordError::io("write", tmp.path(), e))?;
-    tmp.persist(path)
-        .map_err(|e| RecordError::io("rename", path, e.error))?;
-    Ok(())
+    Ok((dir, tmp))
 }
 
 /// Opens (creating it [`FILE_MODE`]) a lock file read-only: flock needs no write access, and a

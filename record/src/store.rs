@@ -22,6 +22,7 @@ use serde::Deserialize;
 use crate::atomic;
 use crate::error::{RecordError, Result};
 use crate::format::{ClaimRecord, FORMAT_VERSION};
+use crate::read::list_names;
 use crate::validate::{check_id, validate_record};
 
 /// Default state directory shared by the two daemons.
@@ -147,7 +148,7 @@ impl RecordStore {
     /// UIDs of every stored claim, in no particular order.
     pub fn claim_uids(&self) -> Result<Vec<String>> {
         let mut out = Vec::new();
-        for name in list_dir(&self.claims)? {
+        for name in list_names(&self.claims)? {
             if let Some(uid) = name.strip_suffix(".json") {
                 if !uid.starts_with('.') {
                     out.push(uid.to_string());
@@ -197,8 +198,8 @@ impl RecordStore {
     pub fn repair_index(&self) -> Result<usize> {
         let _lock = self.writer_lock()?;
         let mut changed = 0;
-        for pod_uid in list_dir(&self.pods)? {
-            for claim_uid in list_dir(&self.pods.join(&pod_uid))? {
+        for pod_uid in list_names(&self.pods)? {
+            for claim_uid in list_names(&self.pods.join(&pod_uid))? {
                 if !self.claim_path(&claim_uid).exists() {
                     self.unindex(&pod_uid, &claim_uid)?;
                     changed += 1;
@@ -224,7 +225,7 @@ impl RecordStore {
 
     fn indexed_pods_of(&self, claim_uid: &str) -> Result<Vec<String>> {
         let mut out = Vec::new();
-        for pod_uid in list_dir(&self.pods)? {
+        for pod_uid in list_names(&self.pods)? {
             if self.pods.join(&pod_uid).join(claim_uid).exists() {
                 out.push(pod_uid);
             }
@@ -346,23 +347,4 @@ pub fn parse_record(path: &Path, data: &[u8]) -> Result<ClaimRecord> {
         source,
     })?;
     Ok(rec)
-}
-
-/// Visible entry names of a directory; a missing directory is empty.
-fn list_dir(dir: &Path) -> Result<Vec<String>> {
-    let rd = match fs::read_dir(dir) {
-        Ok(rd) => rd,
-        Err(e) if e.kind() == ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => return Err(RecordError::io("read dir", dir, e)),
-    };
-    let mut out = Vec::new();
-    for entry in rd {
-        let entry = entry.map_err(|e| RecordError::io("read dir", dir, e))?;
-        if let Some(name) = entry.file_name().to_str() {
-            if !name.starts_with('.') {
-                out.push(name.to_string());
-            }
-        }
-    }
-    Ok(out)
 }
