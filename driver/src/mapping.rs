@@ -94,6 +94,11 @@ pub fn pod_use(pod: &Pod, claim_name: &str) -> Option<PodUse> {
     if names.is_empty() {
         return None;
     }
+    pod_use_with(pod, |c| container_use(c, &names))
+}
+
+/// The pod with `usage` of each container, init containers first.
+fn pod_use_with(pod: &Pod, usage: impl Fn(&Container) -> ContainerUse) -> Option<PodUse> {
     let spec = pod.spec.as_ref()?;
     Some(PodUse {
         uid: pod.metadata.uid.clone().unwrap_or_default(),
@@ -104,7 +109,7 @@ pub fn pod_use(pod: &Pod, claim_name: &str) -> Option<PodUse> {
             .iter()
             .flatten()
             .chain(spec.containers.iter())
-            .map(|c| container_use(c, &names))
+            .map(usage)
             .collect(),
     })
 }
@@ -120,25 +125,13 @@ fn extended_resource_use(pod: &Pod, claim_name: &str) -> Option<PodUse> {
         .extended_resource_claim_status
         .as_ref()
         .filter(|e| e.resource_claim_name == claim_name)?;
-    let spec = pod.spec.as_ref()?;
-    Some(PodUse {
-        uid: pod.metadata.uid.clone().unwrap_or_default(),
-        namespace: pod.metadata.namespace.clone().unwrap_or_default(),
-        name: pod.metadata.name.clone().unwrap_or_default(),
-        containers: spec
-            .init_containers
+    pod_use_with(pod, |c| ContainerUse {
+        name: c.name.clone(),
+        requests: ext
+            .request_mappings
             .iter()
-            .flatten()
-            .chain(spec.containers.iter())
-            .map(|c| ContainerUse {
-                name: c.name.clone(),
-                requests: ext
-                    .request_mappings
-                    .iter()
-                    .filter(|m| m.container_name == c.name && !m.request_name.is_empty())
-                    .map(|m| Some(m.request_name.clone()))
-                    .collect(),
-            })
+            .filter(|m| m.container_name == c.name && !m.request_name.is_empty())
+            .map(|m| Some(m.request_name.clone()))
             .collect(),
     })
 }
