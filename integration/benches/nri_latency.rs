@@ -12,7 +12,8 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use graft_integration::records::{char_node, one_device_claim};
+use graft_integration::bench::{numbered_claim, pct, rss_kib};
+use graft_integration::records::char_node;
 use graft_integration::{Containerd, Cri, GraftNri, Testbed, Version};
 use graft_nri::plugin::GraftPlugin;
 use graft_nri::sdk::NriPlugin;
@@ -29,15 +30,7 @@ fn claim(i: usize, pod_uid: &str, containers: &[String]) -> ClaimRecord {
         }],
         ..Default::default()
     };
-    let names: Vec<&str> = containers.iter().map(String::as_str).collect();
-    one_device_claim(
-        &format!("claim-{i:05}"),
-        &format!("claim-{i}"),
-        pod_uid,
-        &names,
-        "dev-0",
-        edits,
-    )
+    numbered_claim(i, pod_uid, containers, edits)
 }
 
 fn plugin_with_claims(dir: &Path, n: usize) -> GraftPlugin {
@@ -52,11 +45,6 @@ fn plugin_with_claims(dir: &Path, n: usize) -> GraftPlugin {
         graft_record::InjectionPolicy::new(dir, graft_record::policy::DEFAULT_HOOK_PATH, &[])
             .unwrap();
     GraftPlugin::new(store, status, policy)
-}
-
-fn pct(sorted: &[Duration], p: f64) -> Duration {
-    let idx = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[idx.min(sorted.len() - 1)]
 }
 
 fn us(d: Duration) -> f64 {
@@ -182,18 +170,6 @@ fn synchronize_side() {
         us(pct(&times, 0.5)) / 1000.0,
         us(*times.last().unwrap()) / 1000.0
     );
-}
-
-fn rss_kib(pid: u32) -> (u64, u64) {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    let get = |k: &str| {
-        text.lines()
-            .find(|l| l.starts_with(k))
-            .and_then(|l| l.split_whitespace().nth(1))
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0)
-    };
-    (get("VmRSS:"), get("VmHWM:"))
 }
 
 async fn cri_side() -> anyhow::Result<()> {

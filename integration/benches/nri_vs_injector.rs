@@ -19,7 +19,8 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
-use graft_integration::records::{char_node, one_device_claim};
+use graft_integration::bench::{numbered_claim, pct, rss_kib};
+use graft_integration::records::char_node;
 use graft_integration::{Containerd, Cri, GraftNri, Testbed, Version};
 use graft_record::{ClaimRecord, ContainerEdits, RecordStore};
 
@@ -36,15 +37,7 @@ fn claim(i: usize, pod_uid: &str, containers: &[String]) -> ClaimRecord {
         device_nodes: vec![char_node(DEVICE, 1, 3, 0o666)],
         ..Default::default()
     };
-    let names: Vec<&str> = containers.iter().map(String::as_str).collect();
-    one_device_claim(
-        &format!("claim-{i:05}"),
-        &format!("claim-{i}"),
-        pod_uid,
-        &names,
-        "dev-0",
-        edits,
-    )
+    numbered_claim(i, pod_uid, containers, edits)
 }
 
 /// containerd's device-injector as a child process, stopped on drop.
@@ -94,23 +87,6 @@ impl Drop for Injector {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
-}
-
-fn rss_kib(pid: u32) -> (u64, u64) {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    let get = |k: &str| {
-        text.lines()
-            .find(|l| l.starts_with(k))
-            .and_then(|l| l.split_whitespace().nth(1))
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0)
-    };
-    (get("VmRSS:"), get("VmHWM:"))
-}
-
-fn pct(sorted: &[Duration], p: f64) -> Duration {
-    let idx = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[idx.min(sorted.len() - 1)]
 }
 
 fn ms(d: Duration) -> f64 {

@@ -3,6 +3,7 @@
 //! through CRI, the Kubernetes API and the kubelet plugin sockets.
 
 pub mod apiserver;
+pub mod bench;
 pub mod claims;
 pub mod cluster;
 pub mod containerd;
