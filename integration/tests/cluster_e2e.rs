@@ -165,19 +165,36 @@ fn graft_ready(c: &Cluster) -> anyhow::Result<()> {
     bail!("graft's containers are not all ready: {last}")
 }
 
-/// The metrics graft serves on this node's port (hostNetwork) once `series` is at least
-/// `min`: a new instance binds the port only when the old one has exited.
-fn scrape_at_least(port: u16, series: &str, min: f64) -> anyhow::Result<String> {
+/// The metrics graft serves on this node's port (hostNetwork) once every `(series, min)`
+/// holds: a new instance binds the port only when the old one has exited. A failure names
+/// the series that fell short.
+fn scrape_at_least(port: u16, want: &[(&str, f64)]) -> anyhow::Result<String> {
     let mut last = String::new();
+    let mut short = Vec::new();
     for _ in 0..60 {
         match scrape::tcp_get(&format!("127.0.0.1:{port}"), "/metrics") {
-            Ok((200, m)) if scrape::value(&m, series).is_some_and(|v| v >= min) => return Ok(m),
-            Ok((_, m)) => last = m,
+            Ok((200, m)) => {
+                short = want
+                    .iter()
+                    .filter(|(s, min)| !scrape::value(&m, s).is_some_and(|v| v >= *min))
+                    .map(|(s, min)| format!("{s} >= {min} (is {:?})", scrape::value(&m, s)))
+                    .collect();
+                if short.is_empty() {
+                    return Ok(m);
+                }
+                last = m;
+            }
+            Ok((code, m)) => last = format!("HTTP {code}: {m}"),
             Err(e) => last = e.to_string(),
         }
         std::thread::sleep(Duration::from_secs(1));
     }
-    bail!("{series} not at least {min} on port {port}:\n{last}")
+    let head: Vec<&str> = last.lines().take(40).collect();
+    bail!(
+        "port {port} after 60 s: not {}; last answer:\n{}",
+        short.join(", "),
+        head.join("\n")
+    )
 }
 
 fn fuse_pod(name: &str) -> String {
@@ -258,20 +275,24 @@ fn pods_get_their_devices_on_a_real_cluster() -> anyhow::Result<()> {
     // Both daemons passed their probes, and their metrics on the node's ports saw it.
     graft_ready(&c)?;
     let ok = r#"graft_driver_prepare_duration_seconds_count{result="ok"}"#;
-    let m = scrape_at_least(9477, ok, 1.0)?;
-    ensure!(
-        scrape::need(&m, "graft_driver_nri_plugin_connected")? == 1.0,
-        "{m}"
-    );
-    scrape_at_least(9477, "graft_driver_prepared_claims", 1.0)?;
-    let m = scrape_at_least(9478, "graft_nri_containers_injected_total", 1.0)?;
+    scrape_at_least(
+        9477,
+        &[
+            (ok, 1.0),
+            ("graft_driver_nri_plugin_connected", 1.0),
+            ("graft_driver_prepared_claims", 1.0),
+        ],
+    )?;
     let created = r#"graft_nri_request_duration_seconds_count{event="create_container"}"#;
-    ensure!(scrape::need(&m, created)? >= 3.0, "{m}");
-    ensure!(
-        scrape::need(&m, "graft_nri_containers_skipped_total")? >= 2.0,
-        "{m}"
-    );
-    ensure!(scrape::need(&m, "graft_nri_synchronized")? == 1.0, "{m}");
+    scrape_at_least(
+        9478,
+        &[
+            ("graft_nri_containers_injected_total", 1.0),
+            (created, 3.0),
+            ("graft_nri_containers_skipped_total", 2.0),
+            ("graft_nri_synchronized", 1.0),
+        ],
+    )?;
 
     // A second pod for the only fuse device waits until the first is gone, then runs with it.
     c.apply(&fuse_pod("second"))?;
@@ -322,8 +343,8 @@ fn pods_get_their_devices_on_a_real_cluster() -> anyhow::Result<()> {
     // The new instances are ready and took the ports over: the new driver counts the
     // running pod's claim from the checkpoint it inherited.
     graft_ready(&c)?;
-    scrape_at_least(9477, "graft_driver_prepared_claims", 1.0)?;
-    scrape_at_least(9478, "graft_nri_synchronized", 1.0)?;
+    scrape_at_least(9477, &[("graft_driver_prepared_claims", 1.0)])?;
+    scrape_at_least(9478, &[("graft_nri_synchronized", 1.0)])?;
     c.kubectl(&["delete", "pod", "split", "--wait=true"])?;
     c.apply(&fuse_pod("after-roll"))?;
     c.wait_phase("after-roll", "Running")?;

@@ -94,6 +94,20 @@ wait_for() { # what, seconds, command...
   log "timed out waiting for $what; logs in $D/logs"; return 1
 }
 
+# Containers that outlived this cluster's containerd (a stop that timed out) keep running
+# under their shims; a hostNetwork one (graft's daemons) would hold its ports into the next
+# cluster. Only shims of this cluster's socket are touched: killing a container's init ends
+# its PID namespace, then the shim goes.
+sweep_shims() {
+  local shim n=0
+  for shim in $(pgrep -f -- "-address $R/containerd.sock( |$)" || true); do
+    pkill -9 -P "$shim" 2>/dev/null || true
+    kill -9 "$shim" 2>/dev/null || true
+    n=$((n + 1))
+  done
+  if [ "$n" -gt 0 ]; then log "killed $n container shim(s) left over from a cluster on $R"; fi
+}
+
 up() {
   load_env
   mkdir -p "$D"
@@ -227,6 +241,7 @@ down() {
     done
   fi
   stop containerd
+  sweep_shims
   if created "addr $SERVICE_IP"; then ip addr del "$SERVICE_IP" dev lo 2>/dev/null || true; fi
   if created "link $BRIDGE"; then ip link del "$BRIDGE" 2>/dev/null || true; fi
   # Volumes the kubelet mounted (tmpfs for service account tokens), deepest first.
