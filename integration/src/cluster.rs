@@ -35,6 +35,13 @@ pub fn run(cmd: &mut Command) -> anyhow::Result<String> {
 
 impl Cluster {
     pub fn up() -> anyhow::Result<Self> {
+        let top = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        Self::up_with(&top.join("target/debug"), None)
+    }
+
+    /// [`Cluster::up`] with graft from the binaries in `bin` and, if given, `devices_toml`
+    /// as its devices config (see [`Cluster::deploy_graft_with`]).
+    pub fn up_with(bin: &Path, devices_toml: Option<&Path>) -> anyhow::Result<Self> {
         let tb = Testbed::load()?;
         let top = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
         let scripts = top.join("integration/testbed/cluster");
@@ -66,7 +73,7 @@ impl Cluster {
             endpoint: "unix:///run/graft-cluster/containerd.sock".into(),
             scripts,
         };
-        c.deploy_graft()?;
+        c.deploy_graft_with(bin, devices_toml)?;
         Ok(c)
     }
 
@@ -82,10 +89,26 @@ impl Cluster {
     /// holds) and the debug binaries; returns once its ResourceSlice is published.
     pub fn deploy_graft(&self) -> anyhow::Result<()> {
         let top = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-        run(Command::new("bash")
-            .arg(self.scripts.join("deploy-graft.sh"))
-            .arg(top.join("target/debug")))?;
+        self.deploy_graft_with(&top.join("target/debug"), None)
+    }
+
+    /// (Re)installs graft from the binaries in `bin` (the benchmarks use the release
+    /// build), with `devices_toml` as the chart's devicesToml value if given.
+    pub fn deploy_graft_with(&self, bin: &Path, devices_toml: Option<&Path>) -> anyhow::Result<()> {
+        let mut cmd = Command::new("bash");
+        cmd.arg(self.scripts.join("deploy-graft.sh")).arg(bin);
+        if let Some(toml) = devices_toml {
+            cmd.env("GRAFT_DEVICES_TOML", toml);
+        }
+        run(&mut cmd)?;
         Ok(())
+    }
+
+    /// A client with the cluster's admin credentials.
+    pub async fn client(&self) -> anyhow::Result<kube::Client> {
+        let kc = kube::config::Kubeconfig::read_from(&self.kubeconfig)?;
+        let cfg = kube::Config::from_custom_kubeconfig(kc, &Default::default()).await?;
+        Ok(kube::Client::try_from(cfg)?)
     }
 
     /// Installs the GPU setup (`values-gpu.yaml`, what `deploy/gpu/` holds) instead, on the

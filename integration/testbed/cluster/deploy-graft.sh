@@ -12,7 +12,8 @@
 # driver root, DIR/proc and DIR/sys what the kernel would show). Only values change, as a
 # user's would: the driver root, and graft-driver's /proc and /sys (a real node's come from
 # its kernel). GRAFT_GPU_DYNAMIC_MIG and GRAFT_GPU_MPS set nvidia.dynamicMig and nvidia.mps
-# (default none).
+# (default none). GRAFT_DEVICES_TOML=FILE sets the devicesToml value from FILE (the
+# benchmarks' many devices).
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 top=$(cd "$here/../../.." && pwd)
@@ -39,6 +40,9 @@ if [ -n "${GRAFT_GPU_FAKE:-}" ]; then
            --set nvidia.dynamicMig="${GRAFT_GPU_DYNAMIC_MIG:-none}"
            --set nvidia.mps="${GRAFT_GPU_MPS:-none}"
            --set-json "driverExtraEnv=[{\"name\":\"GRAFT_PROC_ROOT\",\"value\":\"/host$GRAFT_GPU_FAKE/proc\"},{\"name\":\"GRAFT_SYSFS_ROOT\",\"value\":\"/host$GRAFT_GPU_FAKE/sys\"}]")
+fi
+if [ -n "${GRAFT_DEVICES_TOML:-}" ]; then
+  values+=(--set-file devicesToml="$GRAFT_DEVICES_TOML")
 fi
 # --reset-values: each deployment says all of its values (a GPU one after a plain one, and
 # back).
