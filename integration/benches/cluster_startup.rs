@@ -1,124 +1,337 @@
-//! Pod startup latency on the single-node cluster with graft deployed: creation (the API
-//! create returning) to phase Running (polled every 10 ms), for a pod whose container
-//! claims one device through a ResourceClaimTemplate against an identical pod without a
-//! claim. 30 of each, interleaved, alternating which goes first. The node has one fuse
-//! device, so every pod is deleted (and its claim gone) before the next starts.
+//! Pod start-up on the single-node cluster, side by side: a pod whose container claims a
+//! graft device (fuse, injected by graft-nri), a pod that claims a device of the DRA test
+//! driver Kubernetes ships for its own end-to-end tests (injected by containerd through
+//! CDI), and a pod without a claim. Creation to Ready, timed from the API server's watch
+//! events as they arrive (`pod_clock`). The kinds take turns round by round, rotating which
+//! goes first; each pod is deleted, and its claim unprepared, before the next starts (the
+//! node has one fuse device).
 //!
-//! Run: `cargo build --workspace --bins && cargo bench -p graft-integration --bench cluster_startup`
-//! (graft runs from the debug binaries, as in the tests.)
+//! Run: `cargo build --release --workspace --bins && cargo bench -p graft-integration --bench cluster_startup`
+//! (graft from the release binaries; the test driver is built by
+//! `integration/testbed/build-dra-test-driver.sh`). GRAFT_BENCH_ROUNDS: pods of each kind (30).
 
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{ensure, Context};
+use graft_integration::bench::pct;
 use graft_integration::cluster::Cluster;
-use k8s_openapi::api::core::v1::Pod;
-use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceClaimTemplate};
+use graft_integration::pod_clock::PodClock;
+use graft_integration::scrape;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::resource::v1::{
+    DeviceClass, ResourceClaim, ResourceClaimTemplate, ResourceSlice,
+};
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use serde_json::json;
 
-const ROUNDS: usize = 30;
+const TEST_DRIVER: &str = "test-driver.cdi.k8s.io";
+const LABEL: &str = "graft-bench=startup";
 
-fn pct(v: &mut [f64], p: f64) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    v[(((v.len() - 1) as f64) * p).round() as usize]
+#[derive(Clone, Copy, PartialEq)]
+enum Kind {
+    Plain,
+    Graft,
+    Cdi,
 }
 
-fn pod(name: &str, with_claim: bool) -> anyhow::Result<Pod> {
+impl Kind {
+    fn name(self) -> &'static str {
+        match self {
+            Kind::Plain => "plain",
+            Kind::Graft => "graft",
+            Kind::Cdi => "cdi",
+        }
+    }
+    fn template(self) -> Option<&'static str> {
+        match self {
+            Kind::Plain => None,
+            Kind::Graft => Some("bench-graft"),
+            Kind::Cdi => Some("bench-cdi"),
+        }
+    }
+}
+
+fn pod(name: &str, kind: Kind) -> anyhow::Result<Pod> {
     let mut spec = json!({
         "terminationGracePeriodSeconds": 0,
         "containers": [{"name": "app", "image": "docker.io/library/busybox:test",
                         "imagePullPolicy": "Never", "command": ["/bin/sleep", "3600"]}]
     });
-    if with_claim {
-        spec["resourceClaims"] =
-            json!([{"name": "dev", "resourceClaimTemplateName": "bench-fuse"}]);
+    if let Some(t) = kind.template() {
+        spec["resourceClaims"] = json!([{"name": "dev", "resourceClaimTemplateName": t}]);
         spec["containers"][0]["resources"] = json!({"claims": [{"name": "dev"}]});
     }
-    Ok(serde_json::from_value(
-        json!({"metadata": {"name": name, "namespace": "default"}, "spec": spec}),
-    )?)
+    Ok(serde_json::from_value(json!({
+        "metadata": {"name": name, "namespace": "default",
+                     "labels": {"graft-bench": "startup"}},
+        "spec": spec
+    }))?)
 }
 
-async fn start_once(client: &kube::Client, name: &str, with_claim: bool) -> anyhow::Result<f64> {
-    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
-    let claims: Api<ResourceClaim> = Api::namespaced(client.clone(), "default");
-    pods.create(&PostParams::default(), &pod(name, with_claim)?)
-        .await?;
-    let t = Instant::now();
-    loop {
-        let p = pods.get(name).await?;
-        if p.status.and_then(|s| s.phase).as_deref() == Some("Running") {
-            break;
+/// The DRA test driver as a kubelet plugin on this node, stopped (SIGTERM, so that it
+/// removes its sockets) when dropped.
+struct TestDriver(Child);
+
+impl TestDriver {
+    fn start(bin: &Path, kubeconfig: &Path, node: &str, log: &Path) -> anyhow::Result<Self> {
+        // It makes the plugins directory but not its own socket directory in it.
+        std::fs::create_dir_all(format!("/var/lib/kubelet/plugins/{TEST_DRIVER}"))?;
+        let out = std::fs::File::create(log)?;
+        let child = Command::new(bin)
+            .arg("--kubeconfig")
+            .arg(kubeconfig)
+            .args(["kubelet-plugin", "--node-name", node, "--num-devices", "8"])
+            .stdout(out.try_clone()?)
+            .stderr(out)
+            .stdin(Stdio::null())
+            .spawn()
+            .with_context(|| format!("starting {}", bin.display()))?;
+        Ok(Self(child))
+    }
+}
+
+impl Drop for TestDriver {
+    fn drop(&mut self) {
+        let pid = nix::unistd::Pid::from_raw(self.0.id() as i32);
+        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+        let _ = self.0.wait();
+    }
+}
+
+fn build_test_driver(top: &Path) -> anyhow::Result<PathBuf> {
+    let out = Command::new("bash")
+        .arg(top.join("integration/testbed/build-dra-test-driver.sh"))
+        .stderr(Stdio::inherit())
+        .output()?;
+    ensure!(out.status.success(), "build-dra-test-driver.sh failed");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let path = text.lines().last().context("the build printed no path")?;
+    Ok(PathBuf::from(path.trim()))
+}
+
+async fn create<K>(api: &Api<K>, obj: serde_json::Value) -> anyhow::Result<()>
+where
+    K: kube::Resource
+        + Clone
+        + k8s_openapi::serde::de::DeserializeOwned
+        + k8s_openapi::serde::Serialize
+        + std::fmt::Debug,
+{
+    let obj: K = serde_json::from_value(obj)?;
+    api.create(&PostParams::default(), &obj).await?;
+    Ok(())
+}
+
+/// Fields drop in this order: the watch ends before the cluster goes.
+struct Bench {
+    clock: PodClock,
+    client: kube::Client,
+    cluster: Cluster,
+}
+
+impl Bench {
+    /// One pod of `kind`: creation to Ready; then deleted, and waited out with its claim.
+    async fn start_once(&self, name: &str, kind: Kind) -> anyhow::Result<Duration> {
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), "default");
+        let claims: Api<ResourceClaim> = Api::namespaced(self.client.clone(), "default");
+        pods.create(&PostParams::default(), &pod(name, kind)?)
+            .await?;
+        let took = self
+            .clock
+            .wait_ready(name, Duration::from_secs(120))
+            .await
+            .with_context(|| self.cluster.dra_state())?;
+        pods.delete(name, &DeleteParams::default()).await?;
+        // Gone from the API and unprepared: until then graft refuses the only fuse device
+        // to the next claim, and the kubelet's retry backoff would be measured instead.
+        let prepared = || {
+            std::fs::read_dir("/var/lib/graft/claims")
+                .map(|d| d.count())
+                .unwrap_or(0)
+        };
+        let start = Instant::now();
+        while pods.get_opt(name).await?.is_some()
+            || !claims.list(&ListParams::default()).await?.items.is_empty()
+            || prepared() != 0
+        {
+            ensure!(
+                start.elapsed() < Duration::from_secs(120),
+                "{name} not gone"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        ensure!(t.elapsed() < Duration::from_secs(120), "{name} never ran");
-        tokio::time::sleep(Duration::from_millis(10)).await;
+        Ok(took)
     }
-    let ms = t.elapsed().as_secs_f64() * 1e3;
-    pods.delete(name, &DeleteParams::default()).await?;
-    // Gone from the API and unprepared by the kubelet: until then graft refuses the device
-    // to the next claim, and the kubelet's retry backoff would be measured instead.
-    let prepared = || {
-        std::fs::read_dir("/var/lib/graft/claims")
-            .map(|d| d.count())
-            .unwrap_or(0)
-    };
-    while pods.get_opt(name).await?.is_some()
-        || !claims.list(&ListParams::default()).await?.items.is_empty()
-        || prepared() != 0
-    {
-        tokio::time::sleep(Duration::from_millis(50)).await;
+
+    /// The first pod of each kind proves its injection: the device node for graft, the
+    /// CDI spec's variable for the test driver.
+    async fn check_injected(&self, name: &str, kind: Kind) -> anyhow::Result<()> {
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), "default");
+        pods.create(&PostParams::default(), &pod(name, kind)?)
+            .await?;
+        self.clock
+            .wait_ready(name, Duration::from_secs(120))
+            .await
+            .with_context(|| self.cluster.dra_state())?;
+        let spec = self.cluster.runtime_spec(name, "app")?;
+        let has_fuse = spec["linux"]["devices"]
+            .as_array()
+            .is_some_and(|d| d.iter().any(|d| d["path"] == "/dev/fuse"));
+        let has_cdi_env = spec["process"]["env"].as_array().is_some_and(|e| {
+            e.iter()
+                .any(|v| v.as_str().is_some_and(|v| v.starts_with("claim_")))
+        });
+        match kind {
+            Kind::Graft => ensure!(has_fuse && !has_cdi_env, "graft pod: {spec}"),
+            Kind::Cdi => ensure!(has_cdi_env && !has_fuse, "CDI pod: {spec}"),
+            Kind::Plain => ensure!(!has_fuse && !has_cdi_env, "plain pod: {spec}"),
+        }
+        pods.delete(name, &DeleteParams::default()).await?;
+        while pods.get_opt(name).await?.is_some() {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        Ok(())
     }
-    Ok(ms)
+}
+
+async fn setup(client: &kube::Client) -> anyhow::Result<()> {
+    let classes: Api<DeviceClass> = Api::all(client.clone());
+    if classes.get_opt("cdi-test").await?.is_none() {
+        create(&classes, json!({
+            "metadata": {"name": "cdi-test"},
+            "spec": {"selectors": [{"cel": {"expression": format!("device.driver == '{TEST_DRIVER}'")}}]}
+        }))
+        .await?;
+    }
+    let templates: Api<ResourceClaimTemplate> = Api::namespaced(client.clone(), "default");
+    for (name, class) in [("bench-graft", "fuse.graft.dev"), ("bench-cdi", "cdi-test")] {
+        if templates.get_opt(name).await?.is_none() {
+            create(
+                &templates,
+                json!({
+                    "metadata": {"name": name, "namespace": "default"},
+                    "spec": {"spec": {"devices": {"requests": [
+                        {"name": "dev", "exactly": {"deviceClassName": class}}]}}}
+                }),
+            )
+            .await?;
+        }
+    }
+    // The test driver has published its devices.
+    let slices: Api<ResourceSlice> = Api::all(client.clone());
+    let lp = ListParams::default().fields(&format!("spec.driver={TEST_DRIVER}"));
+    let start = Instant::now();
+    while slices.list(&lp).await?.items.is_empty() {
+        ensure!(
+            start.elapsed() < Duration::from_secs(60),
+            "the DRA test driver published no ResourceSlice"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    Ok(())
+}
+
+fn row(kind: &str, v: &mut [Duration]) -> String {
+    v.sort();
+    let ms = |d: Duration| d.as_secs_f64() * 1e3;
+    let mean = v.iter().map(|d| ms(*d)).sum::<f64>() / v.len() as f64;
+    format!(
+        "| {kind} | {} | {:.0} | {:.0} | {:.0} | {:.0} |",
+        v.len(),
+        ms(pct(v, 0.5)),
+        ms(pct(v, 0.9)),
+        ms(pct(v, 1.0)),
+        mean
+    )
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> anyhow::Result<()> {
-    let cluster = Cluster::up()?;
-    let kc = kube::config::Kubeconfig::read_from(&cluster.kubeconfig)?;
-    let cfg = kube::Config::from_custom_kubeconfig(kc, &Default::default()).await?;
-    let client = kube::Client::try_from(cfg)?;
-    let templates: Api<ResourceClaimTemplate> = Api::namespaced(client.clone(), "default");
-    if templates.get_opt("bench-fuse").await?.is_none() {
-        let t: ResourceClaimTemplate = serde_json::from_value(json!({
-            "metadata": {"name": "bench-fuse", "namespace": "default"},
-            "spec": {"spec": {"devices": {"requests": [
-                {"name": "dev", "exactly": {"deviceClassName": "fuse.graft.dev"}}]}}}
-        }))?;
-        templates.create(&PostParams::default(), &t).await?;
-    }
-    // Warm-up: one of each.
-    start_once(&client, "warm-claim", true).await?;
-    start_once(&client, "warm-plain", false).await?;
+    let rounds: usize = std::env::var("GRAFT_BENCH_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(30);
+    let top = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let release = top.join("target/release");
+    ensure!(
+        release.join("graft-driver").exists() && release.join("graft-nri").exists(),
+        "build graft first: cargo build --release --workspace --bins"
+    );
+    let test_driver = build_test_driver(&top)?;
+    let cluster = Cluster::up_with(&release, None)?;
+    let client = cluster.client().await?;
+    let nodes: Api<Node> = Api::all(client.clone());
+    let node = nodes
+        .list(&ListParams::default())
+        .await?
+        .items
+        .first()
+        .and_then(|n| n.metadata.name.clone())
+        .context("no node")?;
+    let log = top.join("target/dra-test-driver.log");
+    let driver = TestDriver::start(&test_driver, &cluster.kubeconfig, &node, &log)?;
+    setup(&client).await?;
+    let clock = PodClock::start(client.clone(), "default", LABEL).await?;
+    let bench = Bench {
+        clock,
+        client,
+        cluster,
+    };
 
-    let (mut with, mut without) = (Vec::new(), Vec::new());
-    for i in 0..ROUNDS {
-        let claim_first = i % 2 == 0;
-        for with_claim in [claim_first, !claim_first] {
-            let name = format!("{}-{i}", if with_claim { "claim" } else { "plain" });
-            let ms = start_once(&client, &name, with_claim).await.context(name)?;
-            if with_claim {
-                with.push(ms)
-            } else {
-                without.push(ms)
-            }
+    let kinds = [Kind::Plain, Kind::Graft, Kind::Cdi];
+    for k in kinds {
+        bench
+            .check_injected(&format!("check-{}", k.name()), k)
+            .await
+            .with_context(|| format!("test driver log: {}", log.display()))?;
+    }
+    let prepare = || -> anyhow::Result<Vec<(f64, f64)>> {
+        let (_, m) = scrape::tcp_get("127.0.0.1:9477", "/metrics")?;
+        let name = "graft_driver_prepare_duration_seconds";
+        Ok(scrape::buckets(&m, name, "result=\"ok\""))
+    };
+    let before = prepare()?;
+    let mut took: [Vec<Duration>; 3] = Default::default();
+    for i in 0..rounds {
+        for j in 0..3 {
+            let k = (i + j) % 3;
+            let name = format!("{}-{i}", kinds[k].name());
+            took[k].push(bench.start_once(&name, kinds[k]).await.context(name)?);
         }
     }
-    let (w50, w90, wmax) = (
-        pct(&mut with, 0.5),
-        pct(&mut with, 0.9),
-        pct(&mut with, 1.0),
+
+    let after = prepare()?;
+    let p50 = |v: &mut Vec<Duration>| {
+        v.sort();
+        pct(v, 0.5).as_secs_f64()
+    };
+    let (plain, graft, cdi) = (
+        p50(&mut took[0].clone()),
+        p50(&mut took[1].clone()),
+        p50(&mut took[2].clone()),
     );
-    let (o50, o90, omax) = (
-        pct(&mut without, 0.5),
-        pct(&mut without, 0.9),
-        pct(&mut without, 1.0),
+    println!("pod creation to Ready (watch events), {rounds} pods of each kind, taking turns");
+    println!("| pod | pods | p50 ms | p90 ms | max ms | mean ms |");
+    println!("|---|---|---|---|---|---|");
+    println!("{}", row("no claim", &mut took[0]));
+    println!("{}", row("graft claim (fuse, NRI)", &mut took[1]));
+    println!("{}", row("DRA test driver claim (CDI)", &mut took[2]));
+    println!(
+        "median ratios: graft/no claim {:.2}, CDI driver/no claim {:.2}, graft/CDI driver {:.2}",
+        graft / plain,
+        cdi / plain,
+        graft / cdi
     );
-    println!("pod creation to Running, {ROUNDS} pods each, interleaved");
-    println!("| pod | p50 ms | p90 ms | max ms |");
-    println!("|---|---|---|---|");
-    println!("| one-device claim | {w50:.0} | {w90:.0} | {wmax:.0} |");
-    println!("| no claim | {o50:.0} | {o90:.0} | {omax:.0} |");
-    println!("median ratio claim/no claim: {:.2}", w50 / o50);
-    drop(cluster);
+    let q = |p| scrape::quantile(&before, &after, p).map_or(f64::NAN, |s| s * 1e3);
+    println!(
+        "graft-driver NodePrepareResources over the rounds (its histogram): p50 {:.1} ms, p99 {:.1} ms",
+        q(0.5),
+        q(0.99)
+    );
+    // The plugin goes before the cluster it is registered with.
+    drop(driver);
+    drop(bench);
     Ok(())
 }

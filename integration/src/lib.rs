@@ -16,6 +16,7 @@ pub mod hostile;
 pub mod images;
 pub mod mounts;
 pub mod nri;
+pub mod pod_clock;
 pub mod records;
 pub mod scrape;
 pub mod testbed;
