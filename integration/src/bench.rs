@@ -1,4 +1,4 @@
-//! What the NRI benchmarks share: percentiles of sorted timings, a process's memory, and
+//! What the benchmarks share: percentiles of sorted timings, a process's memory and CPU, and
 //! the claims they record on the node.
 
 use std::time::Duration;
@@ -42,4 +42,36 @@ pub fn numbered_claim(
         "dev-0",
         edits,
     )
+}
+
+/// The newest process named exactly `name` on this machine.
+pub fn pid_of(name: &str) -> Option<u32> {
+    let out = std::process::Command::new("pgrep")
+        .args(["-n", "-x", name])
+        .output()
+        .ok()?;
+    String::from_utf8_lossy(&out.stdout).trim().parse().ok()
+}
+
+/// CPU time `pid` has used so far, user and system (0 when unreadable).
+pub fn cpu_time(pid: u32) -> Duration {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // Fields after the command name, which is in parentheses and may hold spaces:
+    // utime and stime are the 14th and 15th of the line, 12th and 13th after it.
+    let ticks: u64 = stat
+        .rsplit_once(')')
+        .map(|(_, rest)| {
+            rest.split_whitespace()
+                .skip(11)
+                .take(2)
+                .filter_map(|v| v.parse::<u64>().ok())
+                .sum()
+        })
+        .unwrap_or(0);
+    let hz = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
+        .ok()
+        .flatten()
+        .filter(|&h| h > 0)
+        .unwrap_or(100) as u64;
+    Duration::from_nanos(ticks.saturating_mul(1_000_000_000) / hz)
 }

@@ -68,8 +68,82 @@ pub fn wait_ready(socket: &Path, limit: Duration) -> anyhow::Result<String> {
     }
 }
 
+/// The cumulative buckets `(le, count)` of histogram `name` whose labels include `label`
+/// (`result="ok"`), in the order the text lists them (ascending `le`).
+pub fn buckets(text: &str, name: &str, label: &str) -> Vec<(f64, f64)> {
+    let prefix = format!("{name}_bucket{{");
+    text.lines()
+        .filter_map(|l| {
+            let rest = l.strip_prefix(&prefix)?;
+            let (labels, value) = rest.split_once("} ")?;
+            if !labels.split(',').any(|x| x == label) {
+                return None;
+            }
+            let le = labels
+                .split(',')
+                .find_map(|x| x.strip_prefix("le=\""))?
+                .trim_end_matches('"');
+            let le = if le == "+Inf" {
+                f64::INFINITY
+            } else {
+                le.parse().ok()?
+            };
+            Some((le, value.split_whitespace().next()?.parse().ok()?))
+        })
+        .collect()
+}
+
+/// The `q` quantile (0..=1) of what a histogram counted between two scrapes, interpolated
+/// within its bucket the way Prometheus' `histogram_quantile` does; `None` when nothing
+/// was counted. Its resolution is the bucket's width: read it as "at most the bound".
+pub fn quantile(before: &[(f64, f64)], after: &[(f64, f64)], q: f64) -> Option<f64> {
+    let delta: Vec<(f64, f64)> = after
+        .iter()
+        .map(|&(le, n)| {
+            let was = before.iter().find(|b| b.0 == le).map_or(0.0, |b| b.1);
+            (le, n - was)
+        })
+        .collect();
+    let total = delta.last()?.1;
+    if total <= 0.0 {
+        return None;
+    }
+    let rank = q * total;
+    let (mut lower, mut below) = (0.0, 0.0);
+    for (le, cum) in delta {
+        if cum >= rank {
+            if le.is_infinite() {
+                return Some(lower);
+            }
+            let inside = cum - below;
+            let frac = if inside > 0.0 {
+                (rank - below) / inside
+            } else {
+                1.0
+            };
+            return Some(lower + (le - lower) * frac);
+        }
+        (lower, below) = (le, cum);
+    }
+    Some(lower)
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn histogram_quantiles() {
+        let t = "h_bucket{result=\"ok\",le=\"0.01\"} 1\nh_bucket{result=\"ok\",le=\"0.1\"} 3\n\
+                 h_bucket{result=\"ok\",le=\"+Inf\"} 4\nh_bucket{result=\"err\",le=\"0.01\"} 9\n";
+        let after = super::buckets(t, "h", "result=\"ok\"");
+        assert_eq!(after, vec![(0.01, 1.0), (0.1, 3.0), (f64::INFINITY, 4.0)]);
+        let before = vec![(0.01, 1.0), (0.1, 1.0), (f64::INFINITY, 1.0)];
+        // Since `before`: two in (0.01, 0.1], one above.
+        let p50 = super::quantile(&before, &after, 0.5).unwrap();
+        assert!((p50 - 0.0775).abs() < 1e-9, "{p50}");
+        assert_eq!(super::quantile(&before, &after, 0.99), Some(0.1));
+        assert_eq!(super::quantile(&after, &after, 0.5), None);
+    }
+
     #[test]
     fn series_values() {
         let t = "a_total 3\na_count{event=\"x\"} 2\na_count{event=\"y\"} 5.5\n";
