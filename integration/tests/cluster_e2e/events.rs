@@ -110,6 +110,8 @@ pub fn graft_failures_show_in_describe(c: &Cluster) -> anyhow::Result<()> {
             "DeviceInjectionRefused",
             &format!("default/{claim}"),
             "outside the allowed roots",
+            // The kubelet's own event follows graft-nri's; waited for, not raced.
+            "refusing to create container",
         ],
     );
     // Restored before anything else, so that the unprepare finds graft's own record.
