@@ -38,32 +38,37 @@ pub fn validate_record(rec: &ClaimRecord) -> Result<(), InvalidRecord> {
         validate_edits(&format!("{at}({}).edits", dev.name), &dev.edits)?;
     }
 
+    // Field labels are built only on error: a record may list hundreds of containers, and
+    // graft-nri validates every record it reads.
     let mut pods = HashSet::new();
     for (i, pod) in rec.pods.iter().enumerate() {
-        let at = format!("pods[{i}]");
-        check_id(&format!("{at}.uid"), &pod.uid)?;
+        let at = || format!("pods[{i}]");
+        check_id("", &pod.uid).map_err(|e| bad(format!("{}.uid", at()), e.reason))?;
         if !pods.insert(pod.uid.as_str()) {
             return Err(bad(
-                format!("{at}.uid"),
+                format!("{}.uid", at()),
                 format!("pod {} listed twice", pod.uid),
             ));
         }
         let mut ctrs = HashSet::new();
         for (j, ctr) in pod.containers.iter().enumerate() {
-            let cat = format!("{at}.containers[{j}]");
+            let cat = || format!("{}.containers[{j}]", at());
             if ctr.name.is_empty() {
-                return Err(bad(format!("{cat}.name"), "empty container name".into()));
+                return Err(bad(
+                    format!("{}.name", cat()),
+                    "empty container name".into(),
+                ));
             }
             if !ctrs.insert(ctr.name.as_str()) {
                 return Err(bad(
-                    format!("{cat}.name"),
+                    format!("{}.name", cat()),
                     format!("container {:?} listed twice", ctr.name),
                 ));
             }
             for d in &ctr.devices {
                 if !names.contains(d.as_str()) {
                     return Err(bad(
-                        format!("{cat}({}).devices", ctr.name),
+                        format!("{}({}).devices", cat(), ctr.name),
                         format!("names device {d:?}, which the claim does not hold"),
                     ));
                 }

@@ -175,7 +175,14 @@ fn invalid_requests_are_refused_naming_the_field() {
         ),
         (
             |r| r.pods[0].containers[0].devices = vec!["nope".into()],
-            "devices",
+            "pods[0].containers[0](a).devices",
+        ),
+        (
+            |r| {
+                let again = r.pods[0].containers[0].clone();
+                r.pods[0].containers.push(again)
+            },
+            "pods[0].containers[1].name",
         ),
         (|r| r.pods[0].uid = "../etc".into(), "pods[0].uid"),
         (|r| r.claim.uid = "a/b".into(), "claim.uid"),
