@@ -3,15 +3,17 @@
 //!
 //! Three containerd 2.2 instances on the same machine: one without any plugin, one with
 //! graft-nri, one with device-injector (built by integration/testbed/build-nri-plugins.sh).
-//! Each runs one pod with the same config and annotations, in which the bench creates the
-//! same containers, round-robin across the three (the first side rotates each round). Both
-//! plugins inject the same char device node into every container: graft-nri from a claim
-//! record (999 other claims on the node), device-injector from the pod annotation. Reports
-//! CRI CreateContainer p50/p99 per side, each plugin's overhead over none, and both plugins'
-//! resident memory after the run; fails if either plugin did not inject.
+//! Each runs pods of five containers with the same config and annotations, in which the
+//! bench creates the same containers, round-robin across the three (the first side rotates
+//! each round). Both plugins inject the same char device node into every container:
+//! graft-nri from the pod's claim record (999 other claims on the node), device-injector
+//! from the pod annotation. Reports CRI CreateContainer p50/p99 per side, each plugin's
+//! overhead over none, and both plugins' resident memory after the run; fails if either
+//! plugin did not inject.
 //!
 //! Run: cargo build --release --workspace --bins && cargo bench -p graft-integration --bench nri_vs_injector
-//! GRAFT_BENCH_ROUNDS (default 250) sets the measured containers per side.
+//! GRAFT_BENCH_ROUNDS (default 250) sets the measured containers per side,
+//! GRAFT_BENCH_PER_POD (default 5) the containers per pod.
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -31,6 +33,10 @@ const INJECTOR_ANNOTATION: (&str, &str) = (
     "- {path: /dev/graft-bench0, type: c, major: 1, minor: 3, file_mode: 438}",
 );
 const WARMUP: usize = 10;
+/// Containers per pod (GRAFT_BENCH_PER_POD): a pod's claim record names each container
+/// that uses the claim, and graft-nri reads that record on every CreateContainer, so the
+/// pods are kept the size of real ones (one pod of 260 containers makes a 7.6 KiB record).
+const PER_POD: usize = 5;
 
 fn claim(i: usize, pod_uid: &str, containers: &[String]) -> ClaimRecord {
     let edits = ContainerEdits {
@@ -112,10 +118,15 @@ struct Side {
     last_id: String,
 }
 
-async fn side(label: &'static str, cd: Containerd, uid: &str, base: &Path) -> anyhow::Result<Side> {
+/// UID of the `n`th bench pod of a side.
+fn pod_uid(label: &str, n: usize) -> String {
+    format!("bench-pod-{label}-{n:03}")
+}
+
+async fn side(label: &'static str, cd: Containerd, base: &Path) -> anyhow::Result<Side> {
     let cri = Cri::connect(&cd.socket, &base.join(label).join("pods")).await?;
     let pod = cri
-        .run_pod_annotated("bench", uid, &[INJECTOR_ANNOTATION])
+        .run_pod_annotated("bench", &pod_uid(label, 0), &[INJECTOR_ANNOTATION])
         .await?;
     Ok(Side {
         label,
@@ -127,11 +138,27 @@ async fn side(label: &'static str, cd: Containerd, uid: &str, base: &Path) -> an
     })
 }
 
+impl Side {
+    /// Moves on to the side's `n`th pod (not timed).
+    async fn next_pod(&mut self, n: usize) -> anyhow::Result<()> {
+        self.pod = self
+            .cri
+            .run_pod_annotated("bench", &pod_uid(self.label, n), &[INJECTOR_ANNOTATION])
+            .await?;
+        Ok(())
+    }
+}
+
 async fn run() -> anyhow::Result<()> {
     let rounds: usize = std::env::var("GRAFT_BENCH_ROUNDS")
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(250);
+    let per_pod: usize = std::env::var("GRAFT_BENCH_PER_POD")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .filter(|&n| n > 0)
+        .unwrap_or(PER_POD);
     let tb = Testbed::load()?;
     let base = PathBuf::from(format!("/tmp/graft-bvi-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&base);
@@ -140,14 +167,16 @@ async fn run() -> anyhow::Result<()> {
     let cd_inj = Containerd::start(&tb, Version::V2_2, &base.join("injector"))?;
     let cd_version = cd_none.crictl(&["version"])?;
 
-    // Container names are the same on every side; graft's claim names all of them.
+    // Container names are the same on every side; each graft pod's claim names its own.
     let names: Vec<String> = (0..WARMUP + rounds).map(|i| format!("c{i}")).collect();
     let state = base.join("graft/graft-state");
     let store = RecordStore::open(&state)?;
     for i in 1..1000 {
         store.put_claim(&claim(i, &format!("other-pod-{i:05}"), &["app".into()]))?;
     }
-    store.put_claim(&claim(0, "bench-pod-graft", &names))?;
+    for (n, chunk) in names.chunks(per_pod).enumerate() {
+        store.put_claim(&claim(1000 + n, &pod_uid("graft-nri", n), chunk))?;
+    }
     let mut graft = GraftNri::start(
         &cd_graft.nri_socket,
         &state,
@@ -158,9 +187,9 @@ async fn run() -> anyhow::Result<()> {
     let injector = Injector::start(&cd_inj.nri_socket, &base.join("injector/logs/injector.log"))?;
 
     let mut sides = [
-        side("none", cd_none, "bench-pod-none", &base).await?,
-        side("graft-nri", cd_graft, "bench-pod-graft", &base).await?,
-        side("device-injector", cd_inj, "bench-pod-injector", &base).await?,
+        side("none", cd_none, &base).await?,
+        side("graft-nri", cd_graft, &base).await?,
+        side("device-injector", cd_inj, &base).await?,
     ];
     // Warm-up: image unpack, snapshotter, first NRI calls; also waits until the injector
     // has registered (it connects on its own schedule).
@@ -181,6 +210,11 @@ async fn run() -> anyhow::Result<()> {
     }
 
     for (i, name) in names.iter().enumerate() {
+        if i > 0 && i % per_pod == 0 {
+            for s in sides.iter_mut() {
+                s.next_pod(i / per_pod).await?;
+            }
+        }
         for k in 0..3 {
             let s = &mut sides[(i + k) % 3];
             let t = Instant::now();
@@ -223,7 +257,7 @@ async fn run() -> anyhow::Result<()> {
         "containerd: {}",
         cd_version.split_whitespace().collect::<Vec<_>>().join(" ")
     );
-    println!("{rounds} measured containers per side after {WARMUP} warm-up, round-robin; injections logged: graft-nri {graft_count}, device-injector {inj_count}; device in the spec checked\n");
+    println!("{rounds} measured containers per side after {WARMUP} warm-up, round-robin, {per_pod} per pod; injections logged: graft-nri {graft_count}, device-injector {inj_count}; device in the spec checked\n");
     println!("| | p50 ms | p99 ms | max ms | p50 over none ms | p99 over none ms |");
     println!("|---|---|---|---|---|---|");
     let mut over = Vec::new();
