@@ -123,11 +123,19 @@ fn pod_uid(label: &str, n: usize) -> String {
     format!("bench-pod-{label}-{n:03}")
 }
 
+/// The side's `n`th pod, with the injector's annotation on every side.
+async fn start_pod(
+    cri: &Cri,
+    label: &str,
+    n: usize,
+) -> anyhow::Result<graft_integration::cri::Pod> {
+    cri.run_pod_annotated("bench", &pod_uid(label, n), &[INJECTOR_ANNOTATION])
+        .await
+}
+
 async fn side(label: &'static str, cd: Containerd, base: &Path) -> anyhow::Result<Side> {
     let cri = Cri::connect(&cd.socket, &base.join(label).join("pods")).await?;
-    let pod = cri
-        .run_pod_annotated("bench", &pod_uid(label, 0), &[INJECTOR_ANNOTATION])
-        .await?;
+    let pod = start_pod(&cri, label, 0).await?;
     Ok(Side {
         label,
         cd,
@@ -141,10 +149,7 @@ async fn side(label: &'static str, cd: Containerd, base: &Path) -> anyhow::Resul
 impl Side {
     /// Moves on to the side's `n`th pod (not timed).
     async fn next_pod(&mut self, n: usize) -> anyhow::Result<()> {
-        self.pod = self
-            .cri
-            .run_pod_annotated("bench", &pod_uid(self.label, n), &[INJECTOR_ANNOTATION])
-            .await?;
+        self.pod = start_pod(&self.cri, self.label, n).await?;
         Ok(())
     }
 }

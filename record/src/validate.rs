@@ -38,12 +38,12 @@ pub fn validate_record(rec: &ClaimRecord) -> Result<(), InvalidRecord> {
         validate_edits(&format!("{at}({}).edits", dev.name), &dev.edits)?;
     }
 
-    // Field labels are built only on error: a record may list hundreds of containers, and
+    // Container labels are built only on error: a pod may list many containers, and
     // graft-nri validates every record it reads.
     let mut pods = HashSet::new();
     for (i, pod) in rec.pods.iter().enumerate() {
         let at = || format!("pods[{i}]");
-        check_id("", &pod.uid).map_err(|e| bad(format!("{}.uid", at()), e.reason))?;
+        check_id(&format!("{}.uid", at()), &pod.uid)?;
         if !pods.insert(pod.uid.as_str()) {
             return Err(bad(
                 format!("{}.uid", at()),
