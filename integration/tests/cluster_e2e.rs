@@ -9,161 +9,18 @@
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context};
+use graft_integration::cluster::workloads::{
+    device_pod, graft_ready, one_claim_pod, rolled_out, wait_log, wait_unprepared,
+};
 use graft_integration::cluster::{wait_until, Cluster, WAIT};
 use graft_integration::scrape;
 
-#[path = "cluster_e2e/dynamic_mig.rs"]
-mod dynamic_mig;
 #[path = "cluster_e2e/events.rs"]
 mod events;
 #[path = "cluster_e2e/extended_resource.rs"]
 mod extended_resource;
-#[path = "cluster_e2e/gpu_health.rs"]
-mod gpu_health;
 #[path = "cluster_e2e/graftctl.rs"]
 mod graftctl;
-#[path = "cluster_e2e/mps.rs"]
-mod mps;
-
-/// A pod whose container `app` uses one device of `class` (found at `path`) through a
-/// claim template; its two other containers have no claim.
-fn device_pod(name: &str, class: &str, path: &str) -> String {
-    claim_template(name, class, None)
-        + &format!(
-            r#"---
-apiVersion: v1
-kind: Pod
-metadata: {{name: {name}, namespace: default}}
-spec:
-  terminationGracePeriodSeconds: 1
-  resourceClaims: [{{name: dev, resourceClaimTemplateName: {name}}}]
-  containers:
-  - name: app
-    image: docker.io/library/busybox:test
-    imagePullPolicy: Never
-    command: ["/bin/sh", "-c", "stat -c '%n %t:%T %F' {path}; dd if={path} of=/dev/null count=0 2>/dev/null && echo open-ok; sleep 3600"]
-    resources: {{claims: [{{name: dev}}]}}
-  - name: other
-    image: docker.io/library/busybox:test
-    imagePullPolicy: Never
-    command: ["/bin/sh", "-c", "ls {path} 2>&1; sleep 3600"]
-  - name: third
-    image: docker.io/library/busybox:test
-    imagePullPolicy: Never
-    command: ["/bin/sh", "-c", "ls {path} 2>&1; sleep 3600"]
-"#
-        )
-}
-
-/// A ResourceClaimTemplate `name` whose request `dev` asks for one device of `class`, only
-/// among those matching the CEL expression `cel` when given.
-fn claim_template(name: &str, class: &str, cel: Option<&str>) -> String {
-    claim_template_consuming(name, class, cel, None)
-}
-
-/// As [`claim_template`], the request also asking for part of the device's consumable
-/// capacity: `capacity` is the YAML map of `capacity.requests`.
-fn claim_template_consuming(
-    name: &str,
-    class: &str,
-    cel: Option<&str>,
-    capacity: Option<&str>,
-) -> String {
-    let selectors = cel
-        .map(|e| format!("\n          selectors:\n          - cel: {{expression: '{e}'}}"))
-        .unwrap_or_default();
-    let capacity = capacity
-        .map(|c| format!("\n          capacity: {{requests: {c}}}"))
-        .unwrap_or_default();
-    format!(
-        r#"apiVersion: resource.k8s.io/v1
-kind: ResourceClaimTemplate
-metadata: {{name: {name}, namespace: default}}
-spec:
-  spec:
-    devices:
-      requests:
-      - name: dev
-        exactly:
-          deviceClassName: {class}{selectors}{capacity}
-"#
-    )
-}
-
-/// A pod `name` whose one container `app` runs `command` with the claim `claim` made from
-/// the ResourceClaimTemplate of the same name as the pod.
-fn one_claim_pod(name: &str, claim: &str, command: &str) -> String {
-    format!(
-        r#"---
-apiVersion: v1
-kind: Pod
-metadata: {{name: {name}, namespace: default}}
-spec:
-  terminationGracePeriodSeconds: 1
-  resourceClaims: [{{name: {claim}, resourceClaimTemplateName: {name}}}]
-  containers:
-  - name: app
-    image: docker.io/library/busybox:test
-    imagePullPolicy: Never
-    command: ["/bin/sh", "-c", "{command}"]
-    resources: {{claims: [{{name: {claim}}}]}}
-"#
-    )
-}
-
-/// Waits until graft's DaemonSet has all its pods up to date and ready.
-fn rolled_out(c: &Cluster) -> anyhow::Result<()> {
-    c.kubectl(&[
-        "-n",
-        "graft-system",
-        "rollout",
-        "status",
-        "daemonset/graft",
-        "--timeout=120s",
-    ])?;
-    Ok(())
-}
-
-/// Deletes graft's pods and waits until the DaemonSet has them back: a graft-driver (and
-/// graft-nri) restart, with everything its container started gone with it.
-fn restart_graft(c: &Cluster) -> anyhow::Result<()> {
-    c.kubectl(&[
-        "-n",
-        "graft-system",
-        "delete",
-        "pod",
-        "-l",
-        "app.kubernetes.io/name=graft",
-        "--wait=true",
-    ])?;
-    rolled_out(c)
-}
-
-/// Every container of graft's pods is ready (its readiness probe passes).
-fn graft_ready(c: &Cluster) -> anyhow::Result<()> {
-    let jsonpath = "jsonpath={range .items[*].status.containerStatuses[*]}{.name}={.ready} {end}";
-    let mut last = String::new();
-    for _ in 0..60 {
-        last = c.kubectl(&[
-            "-n",
-            "graft-system",
-            "get",
-            "pods",
-            "-l",
-            "app.kubernetes.io/name=graft",
-            "-o",
-            jsonpath,
-        ])?;
-        if last.contains("graft-driver=true")
-            && last.contains("graft-nri=true")
-            && !last.contains("=false")
-        {
-            return Ok(());
-        }
-        std::thread::sleep(Duration::from_secs(1));
-    }
-    bail!("graft's containers are not all ready: {last}")
-}
 
 /// The metrics graft serves on this node's port (hostNetwork) once every `(series, min)`
 /// holds: a new instance binds the port only when the old one has exited. A failure names
@@ -199,45 +56,6 @@ fn scrape_at_least(port: u16, want: &[(&str, f64)]) -> anyhow::Result<String> {
 
 fn fuse_pod(name: &str) -> String {
     device_pod(name, "fuse.graft.dev", "/dev/fuse")
-}
-
-fn logs(c: &Cluster, pod: &str, ctr: &str) -> String {
-    c.kubectl(&["logs", pod, "-c", ctr]).unwrap_or_default()
-}
-
-fn wait_log(c: &Cluster, pod: &str, ctr: &str, needle: &str) -> anyhow::Result<String> {
-    let start = Instant::now();
-    loop {
-        let l = logs(c, pod, ctr);
-        if l.contains(needle) {
-            return Ok(l);
-        }
-        ensure!(
-            start.elapsed() < WAIT,
-            "{pod}/{ctr} log lacks {needle:?}:\n{l}"
-        );
-        std::thread::sleep(Duration::from_millis(250));
-    }
-}
-
-/// Until no claim is left in the API and graft holds no record: the kubelet unprepares a
-/// deleted pod's claims a little after the API forgets them.
-fn wait_unprepared(c: &Cluster) -> anyhow::Result<()> {
-    let start = Instant::now();
-    loop {
-        let claims = c.kubectl(&["get", "resourceclaims", "-o", "name"])?;
-        let records = std::fs::read_dir("/var/lib/graft/claims")
-            .map(|d| d.count())
-            .unwrap_or(0);
-        if claims.trim().is_empty() && records == 0 {
-            return Ok(());
-        }
-        ensure!(
-            start.elapsed() < WAIT,
-            "claims {claims:?} / {records} records left behind"
-        );
-        std::thread::sleep(Duration::from_millis(250));
-    }
 }
 
 #[test]
@@ -477,8 +295,7 @@ fn pods_get_their_devices_on_a_real_cluster() -> anyhow::Result<()> {
     wait_unprepared(&c)?;
 
     events::graft_failures_show_in_describe(&c)?;
-    licences_one_per_pod(&c)?;
-    gpus_through_the_gpu_setup(&c)
+    licences_one_per_pod(&c)
 }
 
 /// The files backend as shipped (the chart's devicesToml, deploy/graft/40-configmap.yaml,
@@ -548,68 +365,6 @@ fn licences_one_per_pod(c: &Cluster) -> anyhow::Result<()> {
     }
     std::fs::remove_dir_all(dir)?;
     Ok(())
-}
-
-/// The GPU setup as shipped (the chart with values-gpu.yaml, deploy/gpu/: privileged
-/// graft-driver, the host's root at /host, the nvidia backend) on a node whose NVIDIA driver is the fake one: the fake
-/// libnvidia-ml needs what the real one needs (libpthread, libdl, libm, librt) and loads
-/// libcuda by name, so the image and the DaemonSet are tested as a real node uses them.
-/// A pod's GPU container runs the driver's nvidia-smi and sees its libraries; its sibling
-/// containers see nothing.
-fn gpus_through_the_gpu_setup(c: &Cluster) -> anyhow::Result<()> {
-    let fake = std::path::Path::new("/var/lib/graft-cluster/fake-nvidia");
-    let _ = std::fs::remove_dir_all(fake);
-    let node = graft_integration::fake_gpu::FakeNode::create(fake)?;
-    // The fake GPUs' MIG instances from an earlier run go with it.
-    let mig_state = std::path::Path::new(dynamic_mig::MIG_STATE);
-    if let Some(dir) = mig_state.parent() {
-        let _ = std::fs::remove_dir_all(dir);
-        std::fs::create_dir_all(dir)?;
-    }
-    node.configure_mig(&dynamic_mig::mig_config())?;
-    let _ = std::fs::remove_dir_all("/var/lib/graft/mps");
-    c.deploy_graft_gpu(fake, dynamic_mig::DYNAMIC_GPU, mps::MPS_GPU)?;
-    wait_until("the GPUs were never published", || {
-        Ok(c.kubectl(&["get", "resourceslices", "-o", "json"])?
-            .contains("\"gpu-2\""))
-    })?;
-    let sc = c.kubectl(&[
-        "-n",
-        "graft-system",
-        "get",
-        "daemonset",
-        "graft",
-        "-o",
-        "jsonpath={.spec.template.spec.containers[0].securityContext.privileged}",
-    ])?;
-    ensure!(sc == "true", "graft-driver is not privileged: {sc:?}");
-
-    let pod = device_pod("gpu", "gpu.graft.dev", "/dev/nvidiactl").replace(
-        "stat -c '%n %t:%T %F' /dev/nvidiactl; dd if=/dev/nvidiactl of=/dev/null count=0 2>/dev/null && echo open-ok",
-        "ls /dev/ | grep nvidia; /usr/bin/nvidia-smi -L; readlink /usr/lib/x86_64-linux-gnu/libcuda.so.1; echo DONE",
-    );
-    c.apply(&pod)?;
-    c.wait_phase("gpu", "Running")?;
-    let log = wait_log(c, "gpu", "app", "DONE")?;
-    for want in [
-        "nvidiactl",
-        "nvidia-uvm",
-        "fake nvidia-smi -L",
-        "libcuda.so.580.95.05",
-    ] {
-        ensure!(
-            log.contains(want),
-            "{want:?} not in the GPU container's log:\n{log}"
-        );
-    }
-    let other = wait_log(c, "gpu", "other", "No such file")?;
-    ensure!(!other.contains("/dev/nvidiactl\n"), "{other}");
-    c.kubectl(&["delete", "pod", "gpu", "--wait=true"])?;
-    wait_unprepared(c)?;
-    gpu_health::gpu_health(c, &node)?;
-    wait_unprepared(c)?;
-    dynamic_mig::dynamic_mig(c, &node)?;
-    mps::mps(c)
 }
 
 /// A claim named `shared` and two pods (`share-a`, `share-b`) that both use all of it.

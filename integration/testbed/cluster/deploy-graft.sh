@@ -13,7 +13,8 @@
 # user's would: the driver root, and graft-driver's /proc and /sys (a real node's come from
 # its kernel). GRAFT_GPU_DYNAMIC_MIG and GRAFT_GPU_MPS set nvidia.dynamicMig and nvidia.mps
 # (default none). GRAFT_DEVICES_TOML=FILE sets the devicesToml value from FILE (the
-# benchmarks' many devices).
+# benchmarks' many devices). GRAFT_HELM_ARGS: more helm arguments, one per line, after
+# those (a test's own values).
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 top=$(cd "$here/../../.." && pwd)
@@ -43,6 +44,11 @@ if [ -n "${GRAFT_GPU_FAKE:-}" ]; then
 fi
 if [ -n "${GRAFT_DEVICES_TOML:-}" ]; then
   values+=(--set-file devicesToml="$GRAFT_DEVICES_TOML")
+fi
+if [ -n "${GRAFT_HELM_ARGS:-}" ]; then
+  while IFS= read -r arg; do
+    [ -n "$arg" ] && values+=("$arg")
+  done <<<"$GRAFT_HELM_ARGS"
 fi
 # --reset-values: each deployment says all of its values (a GPU one after a plain one, and
 # back).

@@ -8,16 +8,9 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::{ensure, Context};
-use graft_integration::cluster::{wait_until, Cluster};
+use graft_integration::cluster::{wait_until, workloads, Cluster};
 use graft_integration::fake_gpu::FakeNode;
 
-/// Where the fake NVML keeps its MIG instances: a path graft-driver's container can write
-/// (its state directory is the same host path inside), standing in for the GPU's own.
-pub const MIG_STATE: &str = "/var/lib/graft/fake-nvml/mig-state";
-/// What the fake NVML is told before graft starts: GPU 5 has MIG on, no instances.
-pub fn mig_config() -> String {
-    format!("mig 5 on\nstate {MIG_STATE}\n")
-}
 /// The GPU graft partitions, as --nvidia-dynamic-mig takes it.
 pub const DYNAMIC_GPU: &str = "5";
 
@@ -25,8 +18,8 @@ fn mig_pod(name: &str, profile: &str) -> String {
     let cel = format!(
         r#"device.attributes["graft.dev"].profile == "{profile}" && device.attributes["graft.dev"].parentIndex == {DYNAMIC_GPU}"#
     );
-    super::claim_template(name, "mig.graft.dev", Some(&cel))
-        + &super::one_claim_pod(
+    workloads::claim_template(name, "mig.graft.dev", Some(&cel))
+        + &workloads::one_claim_pod(
             name,
             "mig",
             "ls /dev/nvidia-caps/ /dev/ | grep nvidia; echo DONE; sleep 3600",
@@ -35,11 +28,13 @@ fn mig_pod(name: &str, profile: &str) -> String {
 
 /// The fake GPU's instances on the dynamic GPU, as `(profile name, start)`.
 fn instances() -> anyhow::Result<Vec<(u32, u32)>> {
-    Ok(FakeNode::mig_instances(Path::new(MIG_STATE))?
-        .into_iter()
-        .filter(|i| i.gpu.to_string() == DYNAMIC_GPU)
-        .map(|i| (i.profile, i.start))
-        .collect())
+    Ok(
+        FakeNode::mig_instances(Path::new(graft_integration::cluster::gpu::MIG_STATE))?
+            .into_iter()
+            .filter(|i| i.gpu.to_string() == DYNAMIC_GPU)
+            .map(|i| (i.profile, i.start))
+            .collect(),
+    )
 }
 
 fn published(c: &Cluster) -> anyhow::Result<String> {
@@ -70,7 +65,7 @@ pub fn dynamic_mig(c: &Cluster, _node: &FakeNode) -> anyhow::Result<()> {
     c.apply(&mig_pod("mig-a", "3g.40gb"))?;
     c.wait_phase("mig-a", "Running")?;
     for pod in ["mig-a", "mig-b"] {
-        let log = super::wait_log(c, pod, "app", "DONE")?;
+        let log = workloads::wait_log(c, pod, "app", "DONE")?;
         ensure!(
             log.matches("nvidia-cap").count() >= 2 && log.contains("nvidia7"),
             "{pod} lacks its MIG capability nodes or its GPU's node:\n{log}"
@@ -91,7 +86,7 @@ pub fn dynamic_mig(c: &Cluster, _node: &FakeNode) -> anyhow::Result<()> {
 
     // graft-driver restarts: its instances are still its own (offered, adopted, and
     // destroyed at unprepare), not the operator's.
-    super::restart_graft(c)?;
+    workloads::restart_graft(c)?;
     wait_until(
         "gpu-7-mig-3g-40gb-4 not offered after graft-driver restarted",
         || Ok(published(c)?.contains("\"gpu-7-mig-3g-40gb-4\"")),
@@ -103,7 +98,7 @@ pub fn dynamic_mig(c: &Cluster, _node: &FakeNode) -> anyhow::Result<()> {
     let have = instances()?;
     ensure!(have == [(P_7G, 0)], "instances with the 7g pod: {have:?}");
     c.kubectl(&["delete", "pod", "mig-c", "--wait=true"])?;
-    super::wait_unprepared(c)?;
+    workloads::wait_unprepared(c)?;
     wait_until(
         "MIG instances left after every claim was unprepared",
         || Ok(instances()?.is_empty()),

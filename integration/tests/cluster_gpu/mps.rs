@@ -9,7 +9,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use anyhow::{ensure, Context};
-use graft_integration::cluster::{wait_until, Cluster};
+use graft_integration::cluster::{wait_until, workloads, Cluster};
 use graft_integration::fake_gpu::FakeNode;
 
 /// The GPU shared through MPS, as --nvidia-mps takes it, and its directory in graft's
@@ -18,12 +18,12 @@ pub const MPS_GPU: &str = "4";
 const GPU_DIR: &str = "/var/lib/graft/mps/gpu-6";
 
 fn share_pod(name: &str, compute: u32, memory: &str) -> String {
-    super::claim_template_consuming(
+    workloads::claim_template_consuming(
         name,
         "gpu.graft.dev",
         Some(r#"device.attributes["graft.dev"].?sharing.orValue("") == "mps""#),
         Some(&format!(r#"{{compute: "{compute}", memory: {memory}}}"#)),
-    ) + &super::one_claim_pod(
+    ) + &workloads::one_claim_pod(
         name,
         "gpu",
         "env | grep CUDA_MPS | sort; ls /tmp/nvidia-mps; echo DONE; sleep 3600",
@@ -51,7 +51,7 @@ pub fn mps(c: &Cluster) -> anyhow::Result<()> {
     c.wait_phase("mps-a", "Running")?;
     c.wait_phase("mps-b", "Running")?;
     for (pod, compute, mib) in [("mps-a", 40, 30 * 1024), ("mps-b", 60, 40 * 1024)] {
-        let log = super::wait_log(c, pod, "app", "DONE")?;
+        let log = workloads::wait_log(c, pod, "app", "DONE")?;
         for want in [
             format!("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE={compute}"),
             format!("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0={mib}M"),
@@ -78,7 +78,7 @@ pub fn mps(c: &Cluster) -> anyhow::Result<()> {
     );
 
     // graft-driver restarts: the daemon died with its container and comes back, once.
-    super::restart_graft(c)?;
+    workloads::restart_graft(c)?;
     wait_until("no MPS daemon after graft-driver restarted", || {
         Ok(running())
     })?;
@@ -98,7 +98,7 @@ pub fn mps(c: &Cluster) -> anyhow::Result<()> {
     c.wait_phase("mps-c", "Running")
         .context("the 50 % share did not run once there was room")?;
     c.kubectl(&["delete", "pod", "mps-c", "--wait=true"])?;
-    super::wait_unprepared(c)?;
+    workloads::wait_unprepared(c)?;
     wait_until("the MPS daemon outlived the last share", || Ok(!running()))?;
     ensure!(daemon_log().contains("Shutdown"), "{}", daemon_log());
     Ok(())

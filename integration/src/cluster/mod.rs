@@ -11,11 +11,15 @@ use serde_json::Value;
 
 use crate::testbed::Testbed;
 
+pub mod gpu;
+pub mod workloads;
+
 pub const WAIT: Duration = Duration::from_secs(120);
 
 pub struct Cluster {
     scripts: PathBuf,
     kubectl: PathBuf,
+    helm: PathBuf,
     crictl: PathBuf,
     pub kubeconfig: PathBuf,
     endpoint: String,
@@ -68,6 +72,7 @@ impl Cluster {
             .arg("up"))?;
         let c = Cluster {
             kubectl: tb.k8s.join("kubectl"),
+            helm: tb.helm.clone(),
             crictl: tb.crictl.clone(),
             kubeconfig: PathBuf::from("/var/lib/graft-cluster/admin.kubeconfig"),
             endpoint: "unix:///run/graft-cluster/containerd.sock".into(),
@@ -111,24 +116,12 @@ impl Cluster {
         Ok(kube::Client::try_from(cfg)?)
     }
 
-    /// Installs the GPU setup (`values-gpu.yaml`, what `deploy/gpu/` holds) instead, on the
-    /// fake NVIDIA node laid out in `fake` (see `deploy-graft.sh`).
-    /// `dynamic_mig`: the GPUs graft partitions itself (GRAFT_NVIDIA_DYNAMIC_MIG); `mps`:
-    /// the GPUs it shares through MPS (GRAFT_NVIDIA_MPS).
-    pub fn deploy_graft_gpu(
-        &self,
-        fake: &Path,
-        dynamic_mig: &str,
-        mps: &str,
-    ) -> anyhow::Result<()> {
-        let top = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-        run(Command::new("bash")
-            .arg(self.scripts.join("deploy-graft.sh"))
-            .arg(top.join("target/debug"))
-            .env("GRAFT_GPU_FAKE", fake)
-            .env("GRAFT_GPU_DYNAMIC_MIG", dynamic_mig)
-            .env("GRAFT_GPU_MPS", mps))?;
-        Ok(())
+    /// helm with the cluster's admin credentials.
+    pub fn helm(&self, args: &[&str]) -> anyhow::Result<String> {
+        run(Command::new(&self.helm)
+            .arg("--kubeconfig")
+            .arg(&self.kubeconfig)
+            .args(args))
     }
 
     pub fn kubectl(&self, args: &[&str]) -> anyhow::Result<String> {

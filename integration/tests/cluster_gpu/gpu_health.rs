@@ -6,6 +6,7 @@
 use std::time::{Duration, Instant};
 
 use anyhow::{ensure, Context};
+use graft_integration::cluster::workloads::{self, events, taints};
 use graft_integration::cluster::{wait_until, Cluster};
 use graft_integration::fake_gpu::FakeNode;
 
@@ -13,31 +14,8 @@ use graft_integration::fake_gpu::FakeNode;
 /// published `pciBusID`).
 fn pinned_gpu_pod(name: &str, bus: &str) -> String {
     let cel = format!(r#"device.attributes["graft.dev"].pciBusID == "{bus}""#);
-    super::claim_template(name, "gpu.graft.dev", Some(&cel))
-        + &super::one_claim_pod(name, "gpu", "echo started; sleep 3600")
-}
-
-/// The taints on `device` in graft's ResourceSlices, as `key=value:effect` lines.
-fn taints(c: &Cluster, device: &str) -> anyhow::Result<String> {
-    let json = c.kubectl(&["get", "resourceslices", "-o", "json"])?;
-    let v: serde_json::Value = serde_json::from_str(&json)?;
-    let mut out = String::new();
-    for s in v["items"].as_array().into_iter().flatten() {
-        for d in s["spec"]["devices"].as_array().into_iter().flatten() {
-            if d["name"] != device {
-                continue;
-            }
-            for t in d["taints"].as_array().into_iter().flatten() {
-                out += &format!(
-                    "{}={}:{}\n",
-                    t["key"].as_str().unwrap_or(""),
-                    t["value"].as_str().unwrap_or(""),
-                    t["effect"].as_str().unwrap_or("")
-                );
-            }
-        }
-    }
-    Ok(out)
+    workloads::claim_template(name, "gpu.graft.dev", Some(&cel))
+        + &workloads::one_claim_pod(name, "gpu", "echo started; sleep 3600")
 }
 
 /// The health the kubelet shows for the pod's allocated devices.
@@ -48,19 +26,6 @@ fn pod_device_health(c: &Cluster, pod: &str) -> anyhow::Result<String> {
         pod,
         "-o",
         "jsonpath={.status.containerStatuses[*].allocatedResourcesStatus[*].resources[*]}",
-    ])
-}
-
-fn events(c: &Cluster, reason: &str) -> anyhow::Result<String> {
-    c.kubectl(&[
-        "get",
-        "events.events.k8s.io",
-        "-A",
-        "--field-selector",
-        &format!("reason={reason}"),
-        "-o",
-        "custom-columns=KIND:.regarding.kind,NAME:.regarding.name,NOTE:.note",
-        "--no-headers",
     ])
 }
 
@@ -144,18 +109,9 @@ pub fn gpu_health(c: &Cluster, node: &FakeNode) -> anyhow::Result<()> {
             && recovered.contains("gpu-3 is healthy again"),
         "{recovered}"
     );
-    let restarts = c
-        .kubectl(&[
-            "-n",
-            "graft-system",
-            "get",
-            "pods",
-            "-o",
-            "jsonpath={.items[*].status.containerStatuses[*].restartCount}",
-        ])
-        .context("graft's restart counts")?;
+    let restarts = workloads::graft_restarts(c).context("graft's restart counts")?;
     ensure!(
-        restarts.split_whitespace().all(|n| n == "0"),
+        restarts.split_whitespace().all(|n| n.ends_with("=0")),
         "graft restarted: {restarts}"
     );
     c.kubectl(&["delete", "pod", "holder", "waits", "--wait=true"])?;

@@ -1,0 +1,175 @@
+//! The GPU tests' cluster: one testbed cluster per test binary, shared by its tests one at
+//! a time, with graft installed from the chart in GPU mode (values-gpu.yaml) on the fake
+//! NVIDIA node. Every test starts from a fresh install: no pods or claims left, graft
+//! uninstalled, a new fake node (events, MIG state, lost GPUs) and none of graft's GPU
+//! state (MPS, health), then graft installed with the test's values. The cluster is taken
+//! down when the test process exits (GRAFT_KEEP_CLUSTER=1 keeps it).
+
+use std::path::Path;
+use std::process::Command;
+use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::time::{Duration, Instant};
+
+use anyhow::{ensure, Context};
+
+use super::{run, wait_until, Cluster};
+use crate::fake_gpu::FakeNode;
+
+/// Where the fake NVIDIA node lives on the host (graft-driver sees it below /host).
+pub const FAKE_DIR: &str = "/var/lib/graft-cluster/fake-nvidia";
+/// Where the fake NVML keeps its MIG instances: a path graft-driver's container can write
+/// (its state directory is the same host path inside), standing in for the GPU's own.
+pub const MIG_STATE: &str = "/var/lib/graft/fake-nvml/mig-state";
+/// The namespaces GPU tests put pods in (besides `default`); made at the first install.
+pub const NAMESPACES: [&str; 2] = ["a", "b"];
+/// graft's state a fresh install must not find: what GPU work left behind.
+const GPU_STATE: [&str; 3] = [
+    "/var/lib/graft/mps",
+    "/var/lib/graft/health",
+    "/var/lib/graft/fake-nvml",
+];
+
+/// graft's values for a GPU test, beyond values-gpu.yaml and the fake node's driver root.
+#[derive(Debug, Clone)]
+pub struct GpuValues {
+    /// nvidia.dynamicMig.
+    pub dynamic_mig: String,
+    /// nvidia.mps.
+    pub mps: String,
+    /// More `helm` arguments (`--set`, `--set-json`), in order.
+    pub helm: Vec<String>,
+}
+
+impl Default for GpuValues {
+    fn default() -> Self {
+        GpuValues {
+            dynamic_mig: "none".into(),
+            mps: "none".into(),
+            helm: Vec::new(),
+        }
+    }
+}
+
+pub struct GpuBed {
+    pub cluster: Cluster,
+    pub node: FakeNode,
+}
+
+static BED: OnceLock<Mutex<Option<GpuBed>>> = OnceLock::new();
+
+extern "C" fn take_down() {
+    if let Some(m) = BED.get() {
+        // Dropping the cluster takes it down (see Cluster's Drop).
+        let bed = m.lock().unwrap_or_else(|p| p.into_inner()).take();
+        drop(bed);
+    }
+}
+
+/// The shared bed, locked for one test; the cluster comes up on first use.
+pub fn bed() -> anyhow::Result<MutexGuard<'static, Option<GpuBed>>> {
+    let m = BED.get_or_init(|| Mutex::new(None));
+    // A test that failed while holding it leaves a cluster that the next test reinstalls.
+    let mut guard = m.lock().unwrap_or_else(|p| p.into_inner());
+    if guard.is_none() {
+        let cluster = Cluster::up()?;
+        for ns in NAMESPACES {
+            cluster.apply(&format!(
+                "apiVersion: v1\nkind: Namespace\nmetadata: {{name: {ns}}}\n"
+            ))?;
+        }
+        let node = FakeNode::create(Path::new(FAKE_DIR))?;
+        *guard = Some(GpuBed { cluster, node });
+        // SAFETY: registers a plain extern "C" function with no arguments, as atexit
+        // requires; it runs once when the test process exits normally.
+        unsafe {
+            libc::atexit(take_down);
+        }
+    }
+    Ok(guard)
+}
+
+/// Runs one GPU test on the shared bed.
+pub fn with_bed<T>(test: impl FnOnce(&mut GpuBed) -> anyhow::Result<T>) -> anyhow::Result<T> {
+    let mut guard = bed()?;
+    let bed = guard.as_mut().context("the GPU bed is gone")?;
+    test(bed)
+}
+
+impl GpuBed {
+    /// A fresh install: what earlier tests left is removed, the fake node is made anew and
+    /// handed to `before_start` (a GPU lost before graft starts, MIG state), then graft is
+    /// installed with `values`. Returns once graft has published its ResourceSlices.
+    pub fn fresh(
+        &mut self,
+        values: &GpuValues,
+        before_start: impl FnOnce(&FakeNode) -> anyhow::Result<()>,
+    ) -> anyhow::Result<()> {
+        let c = &self.cluster;
+        for ns in ["default", NAMESPACES[0], NAMESPACES[1]] {
+            c.kubectl(&["-n", ns, "delete", "pods", "--all", "--wait=true"])?;
+            c.kubectl(&["-n", ns, "delete", "resourceclaims", "--all", "--wait=true"])?;
+            c.kubectl(&[
+                "-n",
+                ns,
+                "delete",
+                "resourceclaimtemplates",
+                "--all",
+                "--wait=true",
+            ])?;
+        }
+        super::workloads::wait_unprepared(c)?;
+        c.uninstall_graft()?;
+        for dir in GPU_STATE {
+            match std::fs::remove_dir_all(dir) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(e).with_context(|| format!("removing {dir}")),
+            }
+        }
+        std::fs::create_dir_all(Path::new(MIG_STATE).parent().context("MIG state dir")?)?;
+        self.node = FakeNode::create(Path::new(FAKE_DIR))?;
+        self.node.configure_mig(&format!("state {MIG_STATE}\n"))?;
+        before_start(&self.node)?;
+        c.deploy_graft_gpu_values(Path::new(FAKE_DIR), values)
+    }
+}
+
+impl Cluster {
+    /// Removes graft's release and waits until none of its pods is left.
+    pub fn uninstall_graft(&self) -> anyhow::Result<()> {
+        let listed = self.helm(&["list", "-n", "graft-system", "-q"])?;
+        if listed.lines().any(|l| l.trim() == "graft") {
+            self.helm(&["uninstall", "graft", "-n", "graft-system", "--wait"])?;
+        }
+        let start = Instant::now();
+        loop {
+            let pods = self.kubectl(&["-n", "graft-system", "get", "pods", "-o", "name"])?;
+            if pods.trim().is_empty() {
+                return Ok(());
+            }
+            ensure!(
+                start.elapsed() < super::WAIT,
+                "graft's pods outlived its uninstall: {pods}"
+            );
+            std::thread::sleep(Duration::from_millis(500));
+        }
+    }
+
+    /// Installs graft in GPU mode on the fake node at `fake` with `values`.
+    pub fn deploy_graft_gpu_values(&self, fake: &Path, values: &GpuValues) -> anyhow::Result<()> {
+        let top = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        run(Command::new("bash")
+            .arg(self.scripts.join("deploy-graft.sh"))
+            .arg(top.join("target/debug"))
+            .env("GRAFT_GPU_FAKE", fake)
+            .env("GRAFT_GPU_DYNAMIC_MIG", &values.dynamic_mig)
+            .env("GRAFT_GPU_MPS", &values.mps)
+            .env("GRAFT_HELM_ARGS", values.helm.join("\n")))?;
+        wait_until("the GPUs were never published", || {
+            Ok(self
+                .kubectl(&["get", "resourceslices", "-o", "json"])?
+                .contains("\"gpu-"))
+        })?;
+        Ok(())
+    }
+}

@@ -1,0 +1,297 @@
+//! What the cluster tests run and wait for: pods and claim templates as YAML, and the waits
+//! that read the cluster (logs, claims unprepared, graft rolled out), shared by the test
+//! binaries that use the testbed cluster.
+
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, ensure};
+
+use super::{Cluster, WAIT};
+
+/// The test image: the testbed's static busybox.
+pub const BUSYBOX: &str = "docker.io/library/busybox:test";
+
+/// A ResourceClaimTemplate `name` in `namespace` whose request `dev` asks for one device of
+/// `class`, only among those matching the CEL expression `cel` when given, and for part of
+/// a shared device's consumable capacity when `capacity` (the YAML map of
+/// `capacity.requests`) is given.
+pub fn claim_template_in(
+    namespace: &str,
+    name: &str,
+    class: &str,
+    cel: Option<&str>,
+    capacity: Option<&str>,
+) -> String {
+    let selectors = cel
+        .map(|e| format!("\n          selectors:\n          - cel: {{expression: '{e}'}}"))
+        .unwrap_or_default();
+    let capacity = capacity
+        .map(|c| format!("\n          capacity: {{requests: {c}}}"))
+        .unwrap_or_default();
+    format!(
+        r#"apiVersion: resource.k8s.io/v1
+kind: ResourceClaimTemplate
+metadata: {{name: {name}, namespace: {namespace}}}
+spec:
+  spec:
+    devices:
+      requests:
+      - name: dev
+        exactly:
+          deviceClassName: {class}{selectors}{capacity}
+"#
+    )
+}
+
+/// [`claim_template_in`] in namespace `default`, without consumable capacity.
+pub fn claim_template(name: &str, class: &str, cel: Option<&str>) -> String {
+    claim_template_in("default", name, class, cel, None)
+}
+
+/// [`claim_template_in`] in namespace `default`.
+pub fn claim_template_consuming(
+    name: &str,
+    class: &str,
+    cel: Option<&str>,
+    capacity: Option<&str>,
+) -> String {
+    claim_template_in("default", name, class, cel, capacity)
+}
+
+/// A pod `name` in `namespace` whose one container `app` (image `image`) runs `command`
+/// with the claim `claim` made from the ResourceClaimTemplate of the same name as the pod.
+pub fn one_claim_pod_in(
+    namespace: &str,
+    name: &str,
+    claim: &str,
+    image: &str,
+    command: &str,
+) -> String {
+    format!(
+        r#"---
+apiVersion: v1
+kind: Pod
+metadata: {{name: {name}, namespace: {namespace}}}
+spec:
+  terminationGracePeriodSeconds: 1
+  resourceClaims: [{{name: {claim}, resourceClaimTemplateName: {name}}}]
+  containers:
+  - name: app
+    image: {image}
+    imagePullPolicy: Never
+    command: ["/bin/sh", "-c", "{command}"]
+    resources: {{claims: [{{name: {claim}}}]}}
+"#
+    )
+}
+
+/// [`one_claim_pod_in`] in namespace `default` with busybox.
+pub fn one_claim_pod(name: &str, claim: &str, command: &str) -> String {
+    one_claim_pod_in("default", name, claim, BUSYBOX, command)
+}
+
+/// A pod whose container `app` uses one device of `class` (found at `path`) through a
+/// claim template; its two other containers have no claim.
+pub fn device_pod(name: &str, class: &str, path: &str) -> String {
+    claim_template(name, class, None)
+        + &format!(
+            r#"---
+apiVersion: v1
+kind: Pod
+metadata: {{name: {name}, namespace: default}}
+spec:
+  terminationGracePeriodSeconds: 1
+  resourceClaims: [{{name: dev, resourceClaimTemplateName: {name}}}]
+  containers:
+  - name: app
+    image: {BUSYBOX}
+    imagePullPolicy: Never
+    command: ["/bin/sh", "-c", "stat -c '%n %t:%T %F' {path}; dd if={path} of=/dev/null count=0 2>/dev/null && echo open-ok; sleep 3600"]
+    resources: {{claims: [{{name: dev}}]}}
+  - name: other
+    image: {BUSYBOX}
+    imagePullPolicy: Never
+    command: ["/bin/sh", "-c", "ls {path} 2>&1; sleep 3600"]
+  - name: third
+    image: {BUSYBOX}
+    imagePullPolicy: Never
+    command: ["/bin/sh", "-c", "ls {path} 2>&1; sleep 3600"]
+"#
+        )
+}
+
+/// A pod's container log, empty when it cannot be read (yet).
+pub fn logs(c: &Cluster, pod: &str, ctr: &str) -> String {
+    c.kubectl(&["logs", pod, "-c", ctr]).unwrap_or_default()
+}
+
+/// As [`logs`] for a pod of `namespace`.
+pub fn logs_in(c: &Cluster, namespace: &str, pod: &str, ctr: &str) -> String {
+    c.kubectl(&["-n", namespace, "logs", pod, "-c", ctr])
+        .unwrap_or_default()
+}
+
+/// Waits until the container's log holds `needle`; returns the log.
+pub fn wait_log(c: &Cluster, pod: &str, ctr: &str, needle: &str) -> anyhow::Result<String> {
+    wait_log_in(c, "default", pod, ctr, needle)
+}
+
+/// As [`wait_log`] for a pod of `namespace`.
+pub fn wait_log_in(
+    c: &Cluster,
+    namespace: &str,
+    pod: &str,
+    ctr: &str,
+    needle: &str,
+) -> anyhow::Result<String> {
+    let start = Instant::now();
+    loop {
+        let l = logs_in(c, namespace, pod, ctr);
+        if l.contains(needle) {
+            return Ok(l);
+        }
+        ensure!(
+            start.elapsed() < WAIT,
+            "{namespace}/{pod}/{ctr} log lacks {needle:?}:\n{l}"
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
+
+/// Until no claim is left in the API and graft holds no record: the kubelet unprepares a
+/// deleted pod's claims a little after the API forgets them.
+pub fn wait_unprepared(c: &Cluster) -> anyhow::Result<()> {
+    let start = Instant::now();
+    loop {
+        let claims = c.kubectl(&["get", "resourceclaims", "-A", "-o", "name"])?;
+        let records = std::fs::read_dir("/var/lib/graft/claims")
+            .map(|d| d.count())
+            .unwrap_or(0);
+        if claims.trim().is_empty() && records == 0 {
+            return Ok(());
+        }
+        ensure!(
+            start.elapsed() < WAIT,
+            "claims {claims:?} / {records} records left behind"
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
+
+/// Waits until graft's DaemonSet has all its pods up to date and ready.
+pub fn rolled_out(c: &Cluster) -> anyhow::Result<()> {
+    c.kubectl(&[
+        "-n",
+        "graft-system",
+        "rollout",
+        "status",
+        "daemonset/graft",
+        "--timeout=120s",
+    ])?;
+    Ok(())
+}
+
+/// Deletes graft's pods and waits until the DaemonSet has them back: a graft-driver (and
+/// graft-nri) restart, with everything its container started gone with it.
+pub fn restart_graft(c: &Cluster) -> anyhow::Result<()> {
+    c.kubectl(&[
+        "-n",
+        "graft-system",
+        "delete",
+        "pod",
+        "-l",
+        "app.kubernetes.io/name=graft",
+        "--wait=true",
+    ])?;
+    rolled_out(c)
+}
+
+/// Every container of graft's pods is ready (its readiness probe passes).
+pub fn graft_ready(c: &Cluster) -> anyhow::Result<()> {
+    let jsonpath = "jsonpath={range .items[*].status.containerStatuses[*]}{.name}={.ready} {end}";
+    let mut last = String::new();
+    for _ in 0..60 {
+        last = c.kubectl(&[
+            "-n",
+            "graft-system",
+            "get",
+            "pods",
+            "-l",
+            "app.kubernetes.io/name=graft",
+            "-o",
+            jsonpath,
+        ])?;
+        if last.contains("graft-driver=true")
+            && last.contains("graft-nri=true")
+            && !last.contains("=false")
+        {
+            return Ok(());
+        }
+        std::thread::sleep(Duration::from_secs(1));
+    }
+    bail!("graft's containers are not all ready: {last}")
+}
+
+/// The restart counts of every container in graft-system, as `pod/container=N` words.
+pub fn graft_restarts(c: &Cluster) -> anyhow::Result<String> {
+    c.kubectl(&[
+        "-n",
+        "graft-system",
+        "get",
+        "pods",
+        "-o",
+        "jsonpath={range .items[*]}{range .status.containerStatuses[*]}{.name}={.restartCount} {end}{end}",
+    ])
+}
+
+/// Events (events.k8s.io) of `reason` in every namespace, one `KIND NAME NOTE` line each.
+pub fn events(c: &Cluster, reason: &str) -> anyhow::Result<String> {
+    c.kubectl(&[
+        "get",
+        "events.events.k8s.io",
+        "-A",
+        "--field-selector",
+        &format!("reason={reason}"),
+        "-o",
+        "custom-columns=KIND:.regarding.kind,NAME:.regarding.name,NOTE:.note",
+        "--no-headers",
+    ])
+}
+
+/// The taints on `device` in graft's ResourceSlices, as `key=value:effect` lines.
+pub fn taints(c: &Cluster, device: &str) -> anyhow::Result<String> {
+    let json = c.kubectl(&["get", "resourceslices", "-o", "json"])?;
+    let v: serde_json::Value = serde_json::from_str(&json)?;
+    let mut out = String::new();
+    for s in v["items"].as_array().into_iter().flatten() {
+        for d in s["spec"]["devices"].as_array().into_iter().flatten() {
+            if d["name"] != device {
+                continue;
+            }
+            for t in d["taints"].as_array().into_iter().flatten() {
+                out += &format!(
+                    "{}={}:{}\n",
+                    t["key"].as_str().unwrap_or(""),
+                    t["value"].as_str().unwrap_or(""),
+                    t["effect"].as_str().unwrap_or("")
+                );
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// The names of the devices in graft's ResourceSlices.
+pub fn published_devices(c: &Cluster) -> anyhow::Result<Vec<String>> {
+    let json = c.kubectl(&["get", "resourceslices", "-o", "json"])?;
+    let v: serde_json::Value = serde_json::from_str(&json)?;
+    let mut out: Vec<String> = v["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|s| s["spec"]["devices"].as_array().cloned().unwrap_or_default())
+        .filter_map(|d| d["name"].as_str().map(str::to_string))
+        .collect();
+    out.sort();
+    Ok(out)
+}

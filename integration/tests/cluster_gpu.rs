@@ -1,0 +1,87 @@
+//! GPUs end to end on the testbed's single-node cluster, through the chart in GPU mode
+//! (values-gpu.yaml, deploy/gpu) on a node whose NVIDIA driver is the fake one
+//! (integration/fake-nvml, fake-cuda and the static stand-ins of nvidia-smi and
+//! nvidia-cuda-mps-control): the fake libnvidia-ml needs what the real one needs
+//! (libpthread, libdl, libm, librt) and loads libcuda by name, so the image and the
+//! DaemonSet are tested as a real node uses them.
+//!
+//! The tests share one cluster (integration/src/cluster/gpu.rs) and run one at a time, each
+//! on a fresh install of graft with its own values. Needs root, the testbed and the
+//! workspace binaries, as cluster_e2e does.
+
+use anyhow::ensure;
+use graft_integration::cluster::gpu::{with_bed, GpuValues, MIG_STATE};
+use graft_integration::cluster::workloads::{device_pod, wait_log, wait_unprepared};
+
+#[path = "cluster_gpu/dynamic_mig.rs"]
+mod dynamic_mig;
+#[path = "cluster_gpu/gpu_health.rs"]
+mod gpu_health;
+#[path = "cluster_gpu/mps.rs"]
+mod mps;
+
+/// A pod's GPU container runs the driver's nvidia-smi and sees its libraries; its sibling
+/// containers see nothing. Then health events taint and untaint GPUs, and graft partitions
+/// a MIG GPU itself (dynamic MIG).
+#[test]
+fn gpus_through_the_gpu_setup() -> anyhow::Result<()> {
+    with_bed(|bed| {
+        let values = GpuValues {
+            dynamic_mig: dynamic_mig::DYNAMIC_GPU.into(),
+            ..Default::default()
+        };
+        bed.fresh(&values, |node| {
+            node.configure_mig(&format!("mig 5 on\nstate {MIG_STATE}\n"))
+        })?;
+        let c = &bed.cluster;
+        let sc = c.kubectl(&[
+            "-n",
+            "graft-system",
+            "get",
+            "daemonset",
+            "graft",
+            "-o",
+            "jsonpath={.spec.template.spec.containers[0].securityContext.privileged}",
+        ])?;
+        ensure!(sc == "true", "graft-driver is not privileged: {sc:?}");
+
+        let pod = device_pod("gpu", "gpu.graft.dev", "/dev/nvidiactl").replace(
+            "stat -c '%n %t:%T %F' /dev/nvidiactl; dd if=/dev/nvidiactl of=/dev/null count=0 2>/dev/null && echo open-ok",
+            "ls /dev/ | grep nvidia; /usr/bin/nvidia-smi -L; readlink /usr/lib/x86_64-linux-gnu/libcuda.so.1; echo DONE",
+        );
+        c.apply(&pod)?;
+        c.wait_phase("gpu", "Running")?;
+        let log = wait_log(c, "gpu", "app", "DONE")?;
+        for want in [
+            "nvidiactl",
+            "nvidia-uvm",
+            "fake nvidia-smi -L",
+            "libcuda.so.580.95.05",
+        ] {
+            ensure!(
+                log.contains(want),
+                "{want:?} not in the GPU container's log:\n{log}"
+            );
+        }
+        let other = wait_log(c, "gpu", "other", "No such file")?;
+        ensure!(!other.contains("/dev/nvidiactl\n"), "{other}");
+        c.kubectl(&["delete", "pod", "gpu", "--wait=true"])?;
+        wait_unprepared(c)?;
+        gpu_health::gpu_health(c, &bed.node)?;
+        wait_unprepared(c)?;
+        dynamic_mig::dynamic_mig(c, &bed.node)
+    })
+}
+
+/// GPU sharing through MPS with per-share limits (consumable capacity).
+#[test]
+fn mps_shares_a_gpu_with_limits() -> anyhow::Result<()> {
+    with_bed(|bed| {
+        let values = GpuValues {
+            mps: mps::MPS_GPU.into(),
+            ..Default::default()
+        };
+        bed.fresh(&values, |_| Ok(()))?;
+        mps::mps(&bed.cluster)
+    })
+}
