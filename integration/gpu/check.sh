@@ -2,7 +2,7 @@
 # graft on a node with an NVIDIA GPU, end to end, repeatably. Run as root:
 #
 #   bash integration/gpu/check.sh [--driver-root /] [--report FILE] [--rounds 30]
-#                                 [--bin-dir DIR] [--keep]
+#                                 [--bin-dir DIR] [--keep] [--no-cluster]
 #
 # (--proc-root, --sys-root and --dev-root point discovery elsewhere, for a fake node.)
 #
@@ -12,7 +12,12 @@
 # probe (integration/gpu/probe.c) with the host's C compiler, and runs graft-gpu-check:
 # graft-driver's discovery on the node; a private containerd with graft-nri; a pod whose
 # container `gpu` is given the first full GPU and whose container `sibling` gets nothing;
-# nvidia-smi -L / -q, the probe and /dev in each; and the start-up cost of the GPU.
+# nvidia-smi -L / -q, the probe and /dev in each; and the start-up cost of the GPU. Then
+# (unless --no-cluster) the cluster stage, as users deploy graft: the testbed's single-node
+# Kubernetes on this node, graft installed from deploy/helm/graft with values-gpu.yaml and
+# this driver root, a pod whose claimed container runs the probe beside a sibling without
+# the claim, graft-driver's NVML health registration, and two MPS shares of the GPU
+# running the probe side by side with their limits (NVIDIA's nvidia-cuda-mps-control).
 # The markdown report goes to --report, or stdout. Exit status: 0 every check passed,
 # 1 a check failed, 2 the check could not run.
 #
@@ -34,6 +39,7 @@ report=
 rounds=30
 bin_dir=
 keep=
+cluster=--cluster
 roots=()
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -42,6 +48,7 @@ while [ $# -gt 0 ]; do
     --rounds) rounds=${2:?--rounds needs a number}; shift 2 ;;
     --bin-dir) bin_dir=${2:?--bin-dir needs a directory}; shift 2 ;;
     --keep) keep=1; shift ;;
+    --no-cluster) cluster=; shift ;;
     --proc-root | --sys-root | --dev-root) roots+=("$1" "${2:?$1 needs a directory}"); shift 2 ;;
     -h | --help) usage; exit 0 ;;
     *) usage >&2; die "unknown argument: $1" ;;
@@ -80,6 +87,10 @@ cc -O2 -Wall -o "$work/graft-cuda-probe" integration/gpu/probe.c -ldl
 args=(--driver-root "$driver_root" --hook "$hook" --probe "$work/graft-cuda-probe" --rounds "$rounds")
 [ -z "$report" ] || args+=(--report "$report")
 [ -z "$keep" ] || args+=(--keep)
+if [ -n "$cluster" ]; then
+  [ -z "$bin_dir" ] || die "the cluster stage installs graft's image from the release build: drop --bin-dir, or add --no-cluster"
+  args+=("$cluster")
+fi
 args+=(${roots[@]+"${roots[@]}"})
 log "graft-gpu-check ${args[*]}"
 set +e

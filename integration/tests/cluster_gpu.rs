@@ -85,3 +85,46 @@ fn mps_shares_a_gpu_with_limits() -> anyhow::Result<()> {
         mps::mps(&bed.cluster)
     })
 }
+
+/// integration/gpu/check.sh's cluster stage on the fake node, as CI can run it: the check's
+/// image (busybox, this host's glibc, the CUDA probe) in the cluster, graft from the chart,
+/// a claimed container running nvidia-smi and the probe beside a sibling without the
+/// claim, health registration, two MPS shares side by side.
+#[test]
+fn the_gpu_checks_cluster_stage_passes_on_the_fake_node() -> anyhow::Result<()> {
+    use graft_integration::cluster::gpu::{fresh_install, GpuBed, FAKE_DIR};
+    use graft_integration::gpu_check::{self, cluster, discover, image, report::Report};
+    with_bed(|bed| {
+        let GpuBed { cluster: c, node } = bed;
+        let work = tempfile::tempdir()?;
+        let probe = work.path().join("graft-cuda-probe");
+        gpu_check::compile_probe(&probe)?;
+        let built = image::build(&work.path().join("image"), &probe, &node.host)?;
+        cluster::import_image(&built.tar)?;
+        let fake = std::path::Path::new(FAKE_DIR);
+        let mut opts = gpu_check::Options::node(probe.clone(), probe.clone());
+        opts.driver_root = fake.join("host");
+        opts.proc_root = fake.join("proc");
+        opts.sys_root = fake.join("sys");
+        opts.dev_root = fake.join("host/dev");
+        let scan = discover::scan(&opts);
+        let dev = discover::pick(&scan.devices)
+            .cloned()
+            .ok_or_else(|| anyhow::anyhow!("no GPU on the fake node: {:?}", scan.error))?;
+        let mut deploy = |v: &GpuValues| fresh_install(c, node, v, |_| Ok(()));
+        let mut r = Report::default();
+        cluster::run(c, &mut deploy, &dev, cluster::gpu_index(&dev), &mut r)?;
+        let md = r.markdown();
+        ensure!(r.passed(), "the cluster stage failed:\n{md}");
+        for want in [
+            "PASS: cluster: the CUDA probe passes",
+            "PASS: cluster: the sibling container sees no GPU",
+            "PASS: cluster: graft-driver watches NVML health events of every GPU",
+            "PASS: cluster: MPS share of 40 % runs CUDA with its limits",
+            "PASS: cluster: MPS share of 60 % runs CUDA with its limits",
+        ] {
+            ensure!(md.contains(want), "{want:?} not in\n{md}");
+        }
+        Ok(())
+    })
+}

@@ -43,6 +43,12 @@ struct Args {
     /// Keep the scratch directory (containerd, graft-nri and container logs).
     #[arg(long)]
     keep: bool,
+    /// Also run the cluster stage: the testbed's single-node Kubernetes on this node, graft
+    /// installed from its chart with the GPU values, pods with claims (the CUDA probe, a
+    /// sibling without the claim, two MPS shares), health events registered. graft's
+    /// binaries come from this program's directory (the release build).
+    #[arg(long)]
+    cluster: bool,
 }
 
 fn hook(arg: Option<PathBuf>) -> anyhow::Result<PathBuf> {
@@ -76,6 +82,10 @@ async fn run(args: Args) -> anyhow::Result<bool> {
     opts.dev_root = args.dev_root;
     opts.rounds = args.rounds;
     opts.keep = args.keep;
+    if args.cluster {
+        let exe = std::env::current_exe()?;
+        opts.cluster = exe.parent().map(PathBuf::from);
+    }
     // Lets the fake node's tests make the fake libcuda fail; meaningless on a real node.
     if let Ok(v) = std::env::var("GRAFT_FAKE_CUDA_FAIL") {
         opts.probe_env.push(("GRAFT_FAKE_CUDA_FAIL".into(), v));

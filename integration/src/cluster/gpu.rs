@@ -50,6 +50,15 @@ impl Default for GpuValues {
     }
 }
 
+/// Whose NVIDIA driver graft is installed on.
+#[derive(Debug, Clone, Copy)]
+pub enum GpuNode<'a> {
+    /// The fake node at this directory (integration/src/fake_gpu.rs).
+    Fake(&'a Path),
+    /// This node's real driver, at this driver root (`/`, `/run/nvidia/driver`).
+    Driver(&'a Path),
+}
+
 pub struct GpuBed {
     pub cluster: Cluster,
     pub node: FakeNode,
@@ -114,34 +123,43 @@ impl GpuBed {
         values: &GpuValues,
         before_start: impl FnOnce(&FakeNode) -> anyhow::Result<()>,
     ) -> anyhow::Result<()> {
-        let c = &self.cluster;
-        for ns in ["default", NAMESPACES[0], NAMESPACES[1]] {
-            c.kubectl(&["-n", ns, "delete", "pods", "--all", "--wait=true"])?;
-            c.kubectl(&["-n", ns, "delete", "resourceclaims", "--all", "--wait=true"])?;
-            c.kubectl(&[
-                "-n",
-                ns,
-                "delete",
-                "resourceclaimtemplates",
-                "--all",
-                "--wait=true",
-            ])?;
-        }
-        super::workloads::wait_unprepared(c)?;
-        c.uninstall_graft()?;
-        for dir in GPU_STATE {
-            match std::fs::remove_dir_all(dir) {
-                Ok(()) => {}
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(e) => return Err(e).with_context(|| format!("removing {dir}")),
-            }
-        }
-        std::fs::create_dir_all(Path::new(MIG_STATE).parent().context("MIG state dir")?)?;
-        self.node = new_fake_node()?;
-        self.node.configure_mig(&format!("state {MIG_STATE}\n"))?;
-        before_start(&self.node)?;
-        c.deploy_graft_gpu_values(Path::new(FAKE_DIR), values)
+        fresh_install(&self.cluster, &mut self.node, values, before_start)
     }
+}
+
+/// [`GpuBed::fresh`] on the bed's parts, for callers that hold the cluster elsewhere too.
+pub fn fresh_install(
+    c: &Cluster,
+    node: &mut FakeNode,
+    values: &GpuValues,
+    before_start: impl FnOnce(&FakeNode) -> anyhow::Result<()>,
+) -> anyhow::Result<()> {
+    for ns in ["default", NAMESPACES[0], NAMESPACES[1]] {
+        c.kubectl(&["-n", ns, "delete", "pods", "--all", "--wait=true"])?;
+        c.kubectl(&["-n", ns, "delete", "resourceclaims", "--all", "--wait=true"])?;
+        c.kubectl(&[
+            "-n",
+            ns,
+            "delete",
+            "resourceclaimtemplates",
+            "--all",
+            "--wait=true",
+        ])?;
+    }
+    super::workloads::wait_unprepared(c)?;
+    c.uninstall_graft()?;
+    for dir in GPU_STATE {
+        match std::fs::remove_dir_all(dir) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e).with_context(|| format!("removing {dir}")),
+        }
+    }
+    std::fs::create_dir_all(Path::new(MIG_STATE).parent().context("MIG state dir")?)?;
+    *node = new_fake_node()?;
+    node.configure_mig(&format!("state {MIG_STATE}\n"))?;
+    before_start(node)?;
+    c.deploy_graft_gpu_values(Path::new(FAKE_DIR), values)
 }
 
 impl Cluster {
@@ -165,13 +183,29 @@ impl Cluster {
         }
     }
 
-    /// Installs graft in GPU mode on the fake node at `fake` with `values`.
+    /// Installs graft in GPU mode on the fake node at `fake` with `values`, from the debug
+    /// build.
     pub fn deploy_graft_gpu_values(&self, fake: &Path, values: &GpuValues) -> anyhow::Result<()> {
         let top = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        self.deploy_graft_gpu(&top.join("target/debug"), GpuNode::Fake(fake), values)
+    }
+
+    /// Installs graft from the binaries in `bin` in GPU mode (values-gpu.yaml) with
+    /// `values`, on `node`; returns once it has published a GPU.
+    pub fn deploy_graft_gpu(
+        &self,
+        bin: &Path,
+        node: GpuNode<'_>,
+        values: &GpuValues,
+    ) -> anyhow::Result<()> {
+        let (var, dir) = match node {
+            GpuNode::Fake(d) => ("GRAFT_GPU_FAKE", d),
+            GpuNode::Driver(d) => ("GRAFT_GPU_DRIVER_ROOT", d),
+        };
         run(Command::new("bash")
             .arg(self.scripts.join("deploy-graft.sh"))
-            .arg(top.join("target/debug"))
-            .env("GRAFT_GPU_FAKE", fake)
+            .arg(bin)
+            .env(var, dir)
             .env("GRAFT_GPU_DYNAMIC_MIG", &values.dynamic_mig)
             .env("GRAFT_GPU_MPS", &values.mps)
             .env("GRAFT_HELM_ARGS", values.helm.join("\n")))?;

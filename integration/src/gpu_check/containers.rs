@@ -18,7 +18,8 @@ pub struct Section {
 
 const BEGIN: &str = "### BEGIN ";
 const END: &str = "### END ";
-const DONE: &str = "### DONE";
+/// The last line a container logs: every command ran.
+pub const DONE: &str = "### DONE";
 
 /// What `gpu` runs: the driver's tool, the probe, and what /dev holds.
 pub fn gpu_commands() -> Vec<(&'static str, String)> {
@@ -46,7 +47,8 @@ pub fn sibling_commands() -> Vec<(&'static str, String)> {
     ]
 }
 
-fn script(commands: &[(&str, String)]) -> String {
+/// A shell script running `commands`, each between markers that [`parse`] reads back.
+pub fn script(commands: &[(&str, String)]) -> String {
     let mut s = String::new();
     for (title, cmd) in commands {
         s.push_str(&format!(

@@ -6,6 +6,7 @@
 //! the GPU at container start. It reads the GPU and never changes its settings: the only
 //! nvidia-smi calls are `-L` and `-q`, inside the container.
 
+pub mod cluster;
 pub mod containers;
 pub mod discover;
 pub mod image;
@@ -42,6 +43,9 @@ pub struct Options {
     pub probe_env: Vec<(String, String)>,
     /// Keep the work directory even when every check passed.
     pub keep: bool,
+    /// Run the cluster stage ([`cluster`]) with graft's binaries from this directory (the
+    /// release build): the testbed's Kubernetes, graft from its chart.
+    pub cluster: Option<PathBuf>,
 }
 
 impl Options {
@@ -58,6 +62,7 @@ impl Options {
             rounds: 30,
             probe_env: Vec::new(),
             keep: false,
+            cluster: None,
         }
     }
 }
@@ -135,6 +140,25 @@ fn smi_value(run: &report::Run, key: &str) -> Option<String> {
         .find(|l| l.trim_start().starts_with(key))
         .and_then(|l| l.split_once(':'))
         .map(|(_, v)| v.trim().to_string())
+}
+
+/// The cluster stage on this node's driver: a cluster up, graft installed from the chart,
+/// the check's image imported, pods run; the cluster is taken down after.
+fn cluster_stage(
+    opts: &Options,
+    bin: &Path,
+    image_tar: &Path,
+    dev: &graft_driver::discovery::Device,
+    r: &mut Report,
+) -> anyhow::Result<()> {
+    cluster::preflight()?;
+    let c = crate::cluster::Cluster::up_with(bin, None)?;
+    cluster::import_image(image_tar)?;
+    let root = opts.driver_root.clone();
+    let mut deploy = |v: &crate::cluster::gpu::GpuValues| {
+        c.deploy_graft_gpu(bin, crate::cluster::gpu::GpuNode::Driver(&root), v)
+    };
+    cluster::run(&c, &mut deploy, dev, cluster::gpu_index(dev), r)
 }
 
 /// Runs the whole check. Failed checks are in the report; an error means the check could
@@ -241,8 +265,8 @@ pub async fn run(opts: &Options) -> anyhow::Result<Report> {
     )
     .await
     .map_err(|e| format!("{e:#}"));
-    report::check_gpu(&mut r, &gpu, &dev);
-    report::check_sibling(&mut r, &sibling);
+    report::check_gpu(&mut r, "", &gpu, &dev);
+    report::check_sibling(&mut r, "", &sibling);
     r.containers.push((
         format!("Container `gpu` (given {}, {uuid})", dev.name),
         report::container_body(&gpu),
@@ -301,6 +325,12 @@ pub async fn run(opts: &Options) -> anyhow::Result<Report> {
     let _ = cri.remove_pod(&pod).await;
     nri.stop()?;
     cd.teardown();
+    if let Some(bin) = &opts.cluster {
+        progress("cluster stage: the testbed's Kubernetes, graft from its chart (values-gpu.yaml)");
+        if let Err(e) = cluster_stage(opts, bin, &built.tar, &dev, &mut r) {
+            r.check("the cluster stage runs", false, format!("{e:#}"));
+        }
+    }
     if r.passed() && !opts.keep && !crate::mounts::mounted_under(work) {
         let _ = std::fs::remove_dir_all(work);
     } else {

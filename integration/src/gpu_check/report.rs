@@ -150,8 +150,10 @@ fn same_version(a: &str, b: &str) -> bool {
     !norm(a).is_empty() && norm(a) == norm(b)
 }
 
-/// The `gpu` container's checks.
-pub fn check_gpu(r: &mut Report, run: &Run, dev: &Device) {
+/// The `gpu` container's checks, their names after `stage` (`""`, `"cluster: "`).
+pub fn check_gpu(r: &mut Report, stage: &str, run: &Run, dev: &Device) {
+    let mut check =
+        |name: &str, pass: bool, detail: String| r.check(&format!("{stage}{name}"), pass, detail);
     let sections = match run {
         Ok(s) => s.clone(),
         Err(e) => {
@@ -161,14 +163,14 @@ pub fn check_gpu(r: &mut Report, run: &Run, dev: &Device) {
                 "the CUDA probe passes",
                 "no /dev/nvidia* node graft did not inject",
             ] {
-                r.check(name, false, format!("the gpu container did not run: {e}"));
+                check(name, false, format!("the gpu container did not run: {e}"));
             }
             return;
         }
     };
     let uuid = attr(dev, "uuid");
     let l = section(&sections, "nvidia-smi -L");
-    r.check(
+    check(
         "nvidia-smi -L lists the GPU's UUID",
         !uuid.is_empty() && l.rc == Some(0) && l.output.contains(&uuid),
         format!("{uuid}, exit {}", rc(&l)),
@@ -184,7 +186,7 @@ pub fn check_gpu(r: &mut Report, run: &Run, dev: &Device) {
         .unwrap_or_default();
     let found = attr(dev, "driverVersion");
     let version_ok = !shown.is_empty() && (found.is_empty() || same_version(&shown, &found));
-    r.check(
+    check(
         "nvidia-smi -q shows the driver version",
         q.rc == Some(0) && version_ok,
         format!("Driver Version {shown:?}, discovery {found:?}"),
@@ -197,7 +199,7 @@ pub fn check_gpu(r: &mut Report, run: &Run, dev: &Device) {
         .find(|l| l.starts_with("PROBE "))
         .unwrap_or("no PROBE line")
         .to_string();
-    r.check(
+    check(
         "the CUDA probe passes",
         p.rc == Some(0) && verdict.starts_with("PROBE PASS"),
         verdict,
@@ -216,7 +218,7 @@ pub fn check_gpu(r: &mut Report, run: &Run, dev: &Device) {
         .copied()
         .filter(|p| !p.is_empty() && !injected.contains(p))
         .collect();
-    r.check(
+    check(
         "no /dev/nvidia* node graft did not inject",
         nodes.rc == Some(0) && extra.is_empty(),
         if extra.is_empty() {
@@ -227,9 +229,10 @@ pub fn check_gpu(r: &mut Report, run: &Run, dev: &Device) {
     );
 }
 
-/// The `sibling` container's check: no device node, no working nvidia-smi or CUDA.
-pub fn check_sibling(r: &mut Report, run: &Run) {
-    let name = "the sibling container sees no GPU";
+/// The `sibling` container's check: no device node, no working nvidia-smi or CUDA; its name
+/// after `stage`.
+pub fn check_sibling(r: &mut Report, stage: &str, run: &Run) {
+    let name = &format!("{stage}the sibling container sees no GPU");
     let sections = match run {
         Ok(s) => s,
         Err(e) => {

@@ -12,7 +12,9 @@
 # driver root, DIR/proc and DIR/sys what the kernel would show). Only values change, as a
 # user's would: the driver root, and graft-driver's /proc and /sys (a real node's come from
 # its kernel). GRAFT_GPU_DYNAMIC_MIG and GRAFT_GPU_MPS set nvidia.dynamicMig and nvidia.mps
-# (default none). GRAFT_DEVICES_TOML=FILE sets the devicesToml value from FILE (the
+# (default none). GRAFT_GPU_DRIVER_ROOT=DIR installs it with values-gpu.yaml on this node's
+# real NVIDIA driver at DIR (`/`, `/run/nvidia/driver`): integration/gpu/check.sh on a GPU
+# node. GRAFT_DEVICES_TOML=FILE sets the devicesToml value from FILE (the
 # benchmarks' many devices). GRAFT_HELM_ARGS: more helm arguments, one per line, after
 # those (a test's own values).
 set -euo pipefail
@@ -41,6 +43,11 @@ if [ -n "${GRAFT_GPU_FAKE:-}" ]; then
            --set nvidia.dynamicMig="${GRAFT_GPU_DYNAMIC_MIG:-none}"
            --set nvidia.mps="${GRAFT_GPU_MPS:-none}"
            --set-json "driverExtraEnv=[{\"name\":\"GRAFT_PROC_ROOT\",\"value\":\"/host$GRAFT_GPU_FAKE/proc\"},{\"name\":\"GRAFT_SYSFS_ROOT\",\"value\":\"/host$GRAFT_GPU_FAKE/sys\"}]")
+fi
+if [ -n "${GRAFT_GPU_DRIVER_ROOT:-}" ]; then
+  values+=(-f "$chart/values-gpu.yaml" --set nvidia.driverRoot="$GRAFT_GPU_DRIVER_ROOT"
+           --set nvidia.dynamicMig="${GRAFT_GPU_DYNAMIC_MIG:-none}"
+           --set nvidia.mps="${GRAFT_GPU_MPS:-none}")
 fi
 if [ -n "${GRAFT_DEVICES_TOML:-}" ]; then
   values+=(--set-file devicesToml="$GRAFT_DEVICES_TOML")
