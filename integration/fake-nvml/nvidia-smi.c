@@ -274,19 +274,26 @@ static int query(int only) {
 }
 
 /* A setting's targets, a bit each: one GPU, or all of them. */
-static unsigned targets_of(int only) {
-    if (only >= 0) return 1u << only;
-    return (1u << GPUS) - 1;
-}
+static unsigned targets_of(int only) { return only >= 0 ? 1u << only : (1u << GPUS) - 1; }
 
-static int insufficient(const char *what, unsigned targets) {
+/* Prints `<what> for GPU <bus id><end>` for each target, and `done` after them. */
+static int report(unsigned targets, const char *what, const char *end, const char *done) {
     for (unsigned i = 0; i < GPUS; i++) {
         if (!(targets & (1u << i))) continue;
         char bus[32];
         bus_id(i, bus, sizeof bus);
-        printf("Unable to set %s for GPU %s: Insufficient Permissions\n", what, bus);
+        printf("%s for GPU %s%s\n", what, bus, end);
     }
-    printf("Terminating early due to previous errors.\n");
+    if (done) printf("%s\n", done);
+    return 0;
+}
+
+/* A setting needs root, as the real tool's do. */
+static int insufficient(const char *what, unsigned targets) {
+    char unable[64];
+    snprintf(unable, sizeof unable, "Unable to set %s", what);
+    report(targets, unable, ": Insufficient Permissions",
+           "Terminating early due to previous errors.");
     return 4;
 }
 
@@ -302,14 +309,8 @@ static int set_persistence(int only, const char *value) {
                strerror(errno));
         return 255;
     }
-    for (unsigned i = 0; i < GPUS; i++) {
-        if (!(targets & (1u << i))) continue;
-        char bus[32];
-        bus_id(i, bus, sizeof bus);
-        printf("%s persistence mode for GPU %s.\n", on ? "Enabled" : "Disabled", bus);
-    }
-    printf("All done.\n");
-    return 0;
+    return report(targets, on ? "Enabled persistence mode" : "Disabled persistence mode", ".",
+                  "All done.");
 }
 
 static int set_compute_mode(int only, const char *value) {
@@ -322,27 +323,18 @@ static int set_compute_mode(int only, const char *value) {
     if (mode < 0) return invalid();
     unsigned targets = targets_of(only);
     if (geteuid() != 0) return insufficient("compute mode", targets);
-    for (unsigned i = 0; i < GPUS; i++) {
-        if (!(targets & (1u << i))) continue;
-        char bus[32];
-        bus_id(i, bus, sizeof bus);
-        printf("Set compute mode to %s for GPU %s.\n", NAMES[mode], bus);
-    }
-    printf("All done.\n");
-    return 0;
+    char set[64];
+    snprintf(set, sizeof set, "Set compute mode to %s", NAMES[mode]);
+    return report(targets, set, ".", "All done.");
 }
 
 static int set_timeslice(int only, const char *value) {
     if (strlen(value) != 1 || value[0] < '0' || value[0] > '3') return invalid();
     unsigned targets = targets_of(only);
     if (geteuid() != 0) return insufficient("the timeslice", targets);
-    for (unsigned i = 0; i < GPUS; i++) {
-        if (!(targets & (1u << i))) continue;
-        char bus[32];
-        bus_id(i, bus, sizeof bus);
-        printf("Set timeslice to %s for GPU %s.\n", value, bus);
-    }
-    return 0;
+    char set[32];
+    snprintf(set, sizeof set, "Set timeslice to %s", value);
+    return report(targets, set, ".", NULL);
 }
 
 /* `--name=value` or `<short>|--name value`: the value, or NULL when argv[*k] is not this

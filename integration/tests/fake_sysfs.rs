@@ -18,14 +18,23 @@ use nvml_wrapper::Nvml;
 
 /// The driver root's nvidia-smi, chrooted into it as graft-driver runs it.
 fn smi(node: &FakeNode, args: &[&str]) -> anyhow::Result<Output> {
+    smi_as(node, args, None)
+}
+
+/// As [`smi`], as user `uid` when given.
+fn smi_as(node: &FakeNode, args: &[&str], uid: Option<u32>) -> anyhow::Result<Output> {
     let root = node.host.clone();
     let mut cmd = Command::new("/usr/bin/nvidia-smi");
     cmd.args(args);
-    // SAFETY: chroot and chdir are async-signal-safe; nothing else runs before exec.
+    // SAFETY: chroot, chdir and setuid are async-signal-safe; nothing else runs before exec.
     unsafe {
         cmd.pre_exec(move || {
             std::os::unix::fs::chroot(&root)?;
-            std::env::set_current_dir("/")
+            std::env::set_current_dir("/")?;
+            if let Some(uid) = uid {
+                nix::unistd::setuid(nix::unistd::Uid::from_raw(uid))?;
+            }
+            Ok(())
         });
     }
     cmd.output().context("running the fake nvidia-smi")
@@ -188,6 +197,14 @@ fn nvidia_smi_refuses_what_it_does_not_know() -> anyhow::Result<()> {
         let (c, out) = code(bad)?;
         ensure!(c == want && out.contains(msg), "{bad:?}: {c} {out}");
     }
+    // Settings need root.
+    let o = smi_as(&node, &["-i", "0000:18:00.0", "-pm", "0"], Some(65534))?;
+    let out = stdout(&o);
+    ensure!(
+        o.status.code() == Some(4) && out.contains("Insufficient Permissions"),
+        "{out}"
+    );
+    ensure!(fake_sysfs::persistence(&node)? == [true; 8]);
     let log = node.smi_calls();
     ensure!(log.lines().count() == 12, "{log}");
     Ok(())
