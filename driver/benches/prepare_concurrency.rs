@@ -45,9 +45,7 @@ impl DeviceSetup for SlowVfio {
         _: Option<&DeviceConfig>,
         _: &Allocated,
     ) -> Result<Option<Setup>, SetupError> {
-        Ok((d.kind == Kind::Vfio).then(|| Setup::Vfio {
-            pci_bus_id: "0000:01:00.0".into(),
-        }))
+        Ok((d.kind == Kind::Vfio).then(|| Setup::vfio("0000:01:00.0")))
     }
     fn apply(&self, _: &Setup) -> Result<Option<ContainerEdits>, SetupError> {
         std::thread::sleep(SLOW);

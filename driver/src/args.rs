@@ -96,6 +96,10 @@ pub struct Args {
     /// tests on nodes without the NVIDIA kernel module point it at a fake one.
     #[arg(long, env = "GRAFT_PROC_ROOT", hide = true, default_value = "/proc")]
     pub proc_root: PathBuf,
+    /// The host's /dev as this process sees it (default: `dev` below the host root); tests
+    /// on nodes without the devices point it at a fake one.
+    #[arg(long, env = "GRAFT_DEV_ROOT", hide = true)]
+    pub dev_root: Option<PathBuf>,
     /// Where the host's root is visible: configured device paths are looked up below it
     /// (the DaemonSet mounts the host's /dev at /host/dev) and published as host paths.
     #[arg(long, env = "GRAFT_HOST_ROOT", default_value = "/")]

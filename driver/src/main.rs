@@ -17,6 +17,9 @@ use graft_driver::discovery::nvidia::hook_edits::HookConfig;
 use graft_driver::discovery::nvidia::mps::MpsManager;
 use graft_driver::discovery::nvidia::selection::GpuSelection;
 use graft_driver::discovery::nvidia::setup::{ChrootSmi, NvidiaSetup};
+use graft_driver::discovery::nvidia::vfio::persistence::{
+    NvmlPersistence, PersistenceMode, Untouched,
+};
 use graft_driver::discovery::nvidia::vfio::Vfio;
 use graft_driver::discovery::nvidia::{NvidiaConfig, NvidiaDiscovery};
 use graft_driver::discovery::{discover_all, inotify, Discovery};
@@ -62,7 +65,10 @@ fn nvidia_config(args: &Args) -> NvidiaConfig {
         nvml_lib: args.nvidia_nvml_lib.clone(),
         proc_root: args.proc_root.clone(),
         sys_root: args.sysfs_root.clone(),
-        dev_root: roots.visible(std::path::Path::new("/dev")),
+        dev_root: args
+            .dev_root
+            .clone()
+            .unwrap_or_else(|| roots.visible(std::path::Path::new("/dev"))),
         hook: HookConfig {
             path: args.nvidia_hook_path.clone(),
             ldconfig,
@@ -83,6 +89,7 @@ fn nvidia_setup(
     wake: tokio::sync::mpsc::Sender<()>,
     mig: Option<MigManager>,
     mps: Option<MpsManager>,
+    persistence: Box<dyn PersistenceMode>,
 ) -> NvidiaSetup {
     NvidiaSetup {
         vfio: Vfio {
@@ -95,6 +102,7 @@ fn nvidia_setup(
             root: config.roots.visible(&config.roots.driver),
             path: smi,
         }),
+        persistence,
         rescan: Box::new(move || {
             let _ = wake.try_send(());
         }),
@@ -276,6 +284,11 @@ async fn main() -> anyhow::Result<()> {
         }),
         _ => None,
     };
+    // Persistence mode is turned off and on around passthrough only.
+    let persistence: Box<dyn PersistenceMode> = match (&nvml_lib, args.nvidia_passthrough) {
+        (Some(lib), true) => Box::new(NvmlPersistence { lib: lib.clone() }),
+        _ => Box::new(Untouched),
+    };
     let mps_restore = mps.clone();
     let mut setup: Arc<dyn DeviceSetup> = match smi_path {
         Some(smi) => Arc::new(nvidia_setup(
@@ -285,6 +298,7 @@ async fn main() -> anyhow::Result<()> {
             wake_tx.clone(),
             mig,
             mps,
+            persistence,
         )),
         None => Arc::new(NoSetup),
     };

@@ -43,6 +43,32 @@ pub enum SetupError {
     /// The function has no IOMMU group, so VFIO cannot hand it out.
     #[error("{pci} has no IOMMU group")]
     NoIommuGroup { pci: String },
+    /// A function of the GPU's IOMMU group cannot be passed through with it.
+    #[error(
+        "{pci} cannot be passed through: {peer}, in the same IOMMU group {group}, {reason}; \
+         VFIO hands out whole groups"
+    )]
+    GroupPeer {
+        pci: String,
+        group: u32,
+        peer: String,
+        reason: String,
+    },
+    /// Another prepared claim holds a device on a function passthrough would take (or
+    /// has taken it for its own passthrough).
+    #[error(
+        "PCI function {function} is held by claim {holder} through device {holder_device}, \
+         and passthrough takes a GPU's whole IOMMU group; retried until that claim is gone"
+    )]
+    FunctionHeld {
+        function: String,
+        /// `namespace/name (uid)`.
+        holder: String,
+        holder_device: String,
+    },
+    /// Persistence mode could not be read or set.
+    #[error("persistence mode of GPU {pci}: {reason}")]
+    Persistence { pci: String, reason: String },
     /// Where a device node should be, something else is.
     #[error("{path} is not a character device")]
     NotCharDevice { path: PathBuf },
@@ -71,9 +97,19 @@ pub enum SetupError {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "camelCase")]
 pub enum Setup {
-    /// The PCI function was rebound from nvidia to vfio-pci.
+    /// The PCI function was rebound from nvidia to vfio-pci, with the other functions of
+    /// its IOMMU group (`peers`): VFIO hands out whole groups.
     #[serde(rename_all = "camelCase")]
-    Vfio { pci_bus_id: String },
+    Vfio {
+        pci_bus_id: String,
+        /// Its persistence mode was on: turned off before the unbind (nvidia-persistenced
+        /// holds an open GPU, which the nvidia driver will not let go) and back on once the
+        /// GPU is on nvidia again.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        persistence: bool,
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        peers: Vec<VfioPeer>,
+    },
     /// The GPU's compute time slice was set (0 Default, 1 Short, 2 Medium, 3 Long).
     #[serde(rename_all = "camelCase")]
     TimeSlice { pci_bus_id: String, interval: u32 },
@@ -101,13 +137,50 @@ pub enum Setup {
     },
 }
 
+/// Another function of a passed-through GPU's IOMMU group, moved to vfio-pci with it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct VfioPeer {
+    pub pci_bus_id: String,
+    /// The driver it was bound to, which unprepare binds it back to; `None`: unbound.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub driver: Option<String>,
+    /// A GPU on nvidia whose persistence mode was on, as for the GPU itself.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub persistence: bool,
+}
+
 impl Setup {
+    /// VFIO passthrough of `pci_bus_id` alone: no group peers, persistence mode off.
+    pub fn vfio(pci_bus_id: impl Into<String>) -> Setup {
+        Setup::Vfio {
+            pci_bus_id: pci_bus_id.into(),
+            persistence: false,
+            peers: Vec::new(),
+        }
+    }
+
     /// The PCI function a setup rebinds or reconfigures; `None` for one that acts inside
     /// the GPU (MIG).
     pub fn pci_bus_id(&self) -> Option<&str> {
         match self {
-            Setup::Vfio { pci_bus_id } | Setup::TimeSlice { pci_bus_id, .. } => Some(pci_bus_id),
+            Setup::Vfio { pci_bus_id, .. } | Setup::TimeSlice { pci_bus_id, .. } => {
+                Some(pci_bus_id)
+            }
             Setup::Mig { .. } | Setup::Mps { .. } => None,
+        }
+    }
+
+    /// The PCI functions passthrough takes from the host while it is prepared: the GPU and
+    /// its IOMMU group peers. Empty for other setups.
+    pub fn passed_through(&self) -> Vec<&str> {
+        match self {
+            Setup::Vfio {
+                pci_bus_id, peers, ..
+            } => std::iter::once(pci_bus_id.as_str())
+                .chain(peers.iter().map(|p| p.pci_bus_id.as_str()))
+                .collect(),
+            _ => Vec::new(),
         }
     }
 }

@@ -132,6 +132,7 @@ fn main() -> anyhow::Result<()> {
         },
         dev_root: node.dev.clone(),
         smi: Box::new(NoSmi),
+        persistence: Box::new(graft_driver::discovery::nvidia::vfio::persistence::Untouched),
         rescan: Box::new(|| {}),
         mps: None,
         mig: Some(MigManager::new(

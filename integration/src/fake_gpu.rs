@@ -40,6 +40,7 @@ pub struct MigInstance {
     pub cis: Vec<u32>,
 }
 
+#[derive(Clone)]
 pub struct FakeNode {
     /// Stands in for the host's `/` (driver root `/` inside it).
     pub host: PathBuf,
@@ -266,8 +267,9 @@ impl FakeNode {
             write(&dev.join("class"), "0x030200\n")?;
             write(&dev.join("device"), "0x2330\n")?;
             let group = node.sys.join(format!("kernel/iommu_groups/{}", 40 + i));
-            std::fs::create_dir_all(&group)?;
+            std::fs::create_dir_all(group.join("devices"))?;
             symlink(&group, dev.join("iommu_group"))?;
+            symlink(&dev, group.join("devices").join(&bdf))?;
             std::fs::create_dir_all(node.sys.join("bus/pci/drivers/nvidia"))?;
             symlink(node.sys.join("bus/pci/drivers/nvidia"), dev.join("driver"))?;
             write(

@@ -19,6 +19,8 @@ mod dynamic_mig;
 mod gpu_health;
 #[path = "cluster_gpu/mps.rs"]
 mod mps;
+#[path = "cluster_gpu/vfio.rs"]
+mod vfio;
 
 /// A pod's GPU container runs the driver's nvidia-smi and sees its libraries; its sibling
 /// containers see nothing. Then health events taint and untaint GPUs, and graft partitions
@@ -126,5 +128,16 @@ fn the_gpu_checks_cluster_stage_passes_on_the_fake_node() -> anyhow::Result<()> 
             ensure!(md.contains(want), "{want:?} not in\n{md}");
         }
         Ok(())
+    })
+}
+
+/// VFIO passthrough turned on by the chart's value: a GPU and its IOMMU group peer bound to
+/// vfio-pci and back, persistence mode off meanwhile, and a claim whose group peer another
+/// claim holds refused until that claim is gone.
+#[test]
+fn vfio_through_the_chart() -> anyhow::Result<()> {
+    with_bed(|bed| {
+        bed.fresh(&vfio::values(), vfio::before_start)?;
+        vfio::vfio(&bed.cluster, &bed.node)
     })
 }

@@ -162,3 +162,47 @@ fn admission_policy_version() -> anyhow::Result<()> {
     ensure!(pinned.contains(&kind("v1beta1")), "{pinned}");
     Ok(())
 }
+
+/// VFIO passthrough is off as shipped, with sysfs read-only; turned on, it mounts writable
+/// exactly the two sysfs paths a rebind writes. Extra volumes and mounts go after the
+/// chart's own.
+#[test]
+fn passthrough_makes_only_the_binding_paths_writable() -> anyhow::Result<()> {
+    let tb = Testbed::load()?;
+    let values_gpu = chart().join("values-gpu.yaml");
+    let gpu = ["-f", values_gpu.to_str().context("path")?];
+    let off = render(&tb, &gpu)?;
+    ensure!(
+        off.contains("name: GRAFT_NVIDIA_PASSTHROUGH\n              value: \"false\""),
+        "{off}"
+    );
+    ensure!(!off.contains("/sys/devices}"), "{off}");
+    let mut args = gpu.to_vec();
+    args.extend([
+        "--set",
+        "nvidia.passthrough.enabled=true",
+        "--set",
+        "nvidia.passthrough.timeoutSeconds=20",
+        "--set-json",
+        r#"driverExtraVolumes=[{"name":"extra","hostPath":{"path":"/opt/x"}}]"#,
+        "--set-json",
+        r#"driverExtraVolumeMounts=[{"name":"extra","mountPath":"/host/opt/x"}]"#,
+    ]);
+    let on = render(&tb, &args)?;
+    for want in [
+        "name: GRAFT_NVIDIA_PASSTHROUGH\n              value: \"true\"",
+        "name: GRAFT_NVIDIA_VFIO_TIMEOUT\n              value: \"20\"",
+        "- {name: host-sys, mountPath: /sys, readOnly: true}\n            # Passthrough writes these (see the top of this file).\n            - {name: host-pci-drivers, mountPath: /sys/bus/pci/drivers}\n            - {name: host-devices, mountPath: /sys/devices}\n",
+        "hostPath: {path: /sys/bus/pci/drivers, type: Directory}",
+        "hostPath: {path: /sys/devices, type: Directory}",
+        "- {name: run-graft, mountPath: /run/graft}\n            - mountPath: /host/opt/x\n              name: extra\n",
+        "emptyDir: {sizeLimit: 1Mi}\n        - hostPath:\n            path: /opt/x\n          name: extra\n",
+    ] {
+        ensure!(on.contains(want), "{want:?} missing from:\n{on}");
+    }
+    // Only graft-driver: graft-nri's mounts stay as they were.
+    ensure!(on.matches("/sys/devices}").count() == 1, "{on}");
+    // Without GPU mode there is nothing to pass through: the chart refuses.
+    ensure!(render(&tb, &["--set", "nvidia.passthrough.enabled=true"]).is_err());
+    Ok(())
+}

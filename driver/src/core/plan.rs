@@ -186,19 +186,30 @@ impl Core {
                 if other_uid == &id.uid {
                     continue;
                 }
-                let clash = other.devices.iter().any(|o| {
-                    (o.device == p.device
+                let holder = || format!("{}/{}", other.namespace, other.name);
+                for o in &other.devices {
+                    if o.device == p.device
                         && o.pool == p.pool
                         && !o.admin_access
-                        && !(o.share_id.is_some() && p.share_id.is_some()))
-                        || same_function(inventory, o, p)
-                });
-                if clash {
-                    return Err(ClaimError::AlreadyPrepared {
-                        device: p.device.clone(),
-                        holder: format!("{}/{}", other.namespace, other.name),
-                        holder_uid: other_uid.clone(),
-                    });
+                        && !(o.share_id.is_some() && p.share_id.is_some())
+                    {
+                        return Err(ClaimError::AlreadyPrepared {
+                            device: p.device.clone(),
+                            holder: holder(),
+                            holder_uid: other_uid.clone(),
+                        });
+                    }
+                    if let Some(clash) = contested(inventory, o, p) {
+                        return Err(clash.refusal(p, o, holder(), other_uid));
+                    }
+                }
+            }
+        }
+        // Nor within the claim: a GPU passed through cannot also be one of its GPUs.
+        for (i, p) in planned.iter().enumerate() {
+            for o in &planned[i + 1..] {
+                if let Some(clash) = contested(inventory, o, p) {
+                    return Err(clash.refusal(p, o, format!("{id}"), &id.uid));
                 }
             }
         }
@@ -227,24 +238,80 @@ impl Core {
     }
 }
 
-/// Whether two prepared devices use the same PCI function in ways that exclude each other:
-/// a function handed over for passthrough is not also a GPU or MIG device.
-fn same_function(
+/// The PCI functions a prepared device uses: those its passthrough takes from the host (the
+/// GPU and the rest of its IOMMU group), or its GPU's.
+fn functions(inventory: &BTreeMap<String, Device>, d: &PreparedDevice) -> Vec<String> {
+    if let Some(s) = &d.setup {
+        let taken = s.passed_through();
+        if !taken.is_empty() {
+            return taken.into_iter().map(String::from).collect();
+        }
+        if let Some(pci) = s.pci_bus_id() {
+            return vec![pci.to_string()];
+        }
+    }
+    match inventory
+        .get(&d.device)
+        .and_then(|dev| dev.attributes.get("pciBusID"))
+    {
+        Some(Attribute::String(s)) => vec![s.clone()],
+        _ => Vec::new(),
+    }
+}
+
+/// Two prepared devices that need one PCI function, where one passes it through: `function`,
+/// and whether it is both devices' own (the same GPU offered twice) rather than one's group
+/// peer.
+struct Contested {
+    function: String,
+    same_gpu: bool,
+}
+
+/// The one rule for passthrough against every other use of a function: a function a
+/// passthrough takes from the host (a GPU, or a peer in its IOMMU group) goes to no other
+/// device while it is prepared, whichever claim came first.
+fn contested(
     inventory: &BTreeMap<String, Device>,
     a: &PreparedDevice,
     b: &PreparedDevice,
-) -> bool {
-    let pci = |d: &PreparedDevice| -> Option<String> {
-        if let Some(pci) = d.setup.as_ref().and_then(|s| s.pci_bus_id()) {
-            return Some(pci.to_string());
-        }
-        match inventory.get(&d.device)?.attributes.get("pciBusID")? {
-            Attribute::String(s) => Some(s.clone()),
-            _ => None,
-        }
-    };
+) -> Option<Contested> {
     let vfio = |d: &PreparedDevice| matches!(d.setup, Some(Setup::Vfio { .. }));
-    a.device != b.device && (vfio(a) || vfio(b)) && pci(a).is_some() && pci(a) == pci(b)
+    if a.device == b.device || !(vfio(a) || vfio(b)) {
+        return None;
+    }
+    let (fa, fb) = (functions(inventory, a), functions(inventory, b));
+    let function = fb.iter().find(|f| fa.contains(f))?.clone();
+    Some(Contested {
+        same_gpu: fa.first() == Some(&function) && fb.first() == Some(&function),
+        function,
+    })
+}
+
+impl Contested {
+    /// Why `p` is refused while `o`, of claim `holder`, is prepared.
+    fn refusal(
+        self,
+        p: &PreparedDevice,
+        o: &PreparedDevice,
+        holder: String,
+        holder_uid: &str,
+    ) -> ClaimError {
+        if self.same_gpu {
+            return ClaimError::AlreadyPrepared {
+                device: p.device.clone(),
+                holder,
+                holder_uid: holder_uid.to_string(),
+            };
+        }
+        ClaimError::Setup {
+            device: p.device.clone(),
+            source: crate::setup::SetupError::FunctionHeld {
+                function: self.function,
+                holder: format!("{holder} ({holder_uid})"),
+                holder_device: o.device.clone(),
+            },
+        }
+    }
 }
 
 /// The device's edits with the claim's configuration on top. Configuration may add

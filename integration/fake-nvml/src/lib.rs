@@ -36,6 +36,7 @@ mod events;
 mod fabric;
 mod handles;
 mod mig;
+mod persistence;
 
 use handles::{decode, handle_of_gpu, handle_of_mig, Handle, Inst};
 use mig::config::model;

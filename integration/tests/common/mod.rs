@@ -92,6 +92,7 @@ pub fn nvidia_setup(
         },
         dev_root: node.dev.clone(),
         smi: Box::new(NoSmi),
+        persistence: Box::new(graft_driver::discovery::nvidia::vfio::persistence::Untouched),
         rescan: Box::new(|| {}),
         mig,
         mps,

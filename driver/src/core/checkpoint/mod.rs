@@ -28,9 +28,10 @@ use super::keylocks::{KeyGuard, KeyLocks};
 pub use super::lifecycle::ClaimState;
 
 /// The newest schema this driver reads and writes. Version 2 added MIG instance and MPS
-/// share setups; a file is written as version 1 while it holds none, so that an older
-/// driver rolled back onto the node still reads it.
-pub const CHECKPOINT_VERSION: u32 = 2;
+/// share setups; version 3 a VFIO setup's IOMMU group peers and persistence mode, which an
+/// older driver would not put back. A file is written as the oldest version that holds its
+/// claims, so that an older driver rolled back onto the node still reads it when it can.
+pub const CHECKPOINT_VERSION: u32 = 3;
 const OLDEST_VERSION: u32 = 1;
 const SLOTS: [&str; 2] = ["checkpoint-a.json", "checkpoint-b.json"];
 const LOCK_NAME: &str = "checkpoint.lock";
@@ -75,13 +76,20 @@ struct OnDisk {
 
 /// The oldest schema that holds `claims`.
 fn needed_version(claims: &BTreeMap<String, ClaimEntry>) -> u32 {
-    let mig = claims.values().flat_map(|e| &e.devices).any(|d| {
-        matches!(
-            d.setup,
-            Some(crate::setup::Setup::Mig { .. } | crate::setup::Setup::Mps { .. })
-        )
+    use crate::setup::Setup;
+    let setups = || {
+        claims
+            .values()
+            .flat_map(|e| &e.devices)
+            .flat_map(|d| &d.setup)
+    };
+    let group = setups().any(|s| {
+        matches!(s, Setup::Vfio { persistence, peers, .. } if *persistence || !peers.is_empty())
     });
-    if mig {
+    let mig = setups().any(|s| matches!(s, Setup::Mig { .. } | Setup::Mps { .. }));
+    if group {
+        3
+    } else if mig {
         2
     } else {
         OLDEST_VERSION

@@ -153,9 +153,7 @@ fn a_version_1_file_is_read_and_stays_version_1_until_it_holds_a_mig_instance() 
     let e = t.get("u1").unwrap().clone();
     assert_eq!(
         e.devices[0].setup,
-        Some(crate::setup::Setup::Vfio {
-            pci_bus_id: "0000:18:00.0".into()
-        })
+        Some(crate::setup::Setup::vfio("0000:18:00.0"))
     );
     // Rewritten without a MIG instance: still version 1, which an older driver reads.
     t.put("u2", entry(ClaimState::PrepareCompleted)).unwrap();
@@ -166,15 +164,42 @@ fn a_version_1_file_is_read_and_stays_version_1_until_it_holds_a_mig_instance() 
     assert_eq!(t.get("u3").unwrap(), &mig_entry());
     t.remove("u3").unwrap();
     assert_eq!(version_of(&cp), 1);
+    // A VFIO setup with IOMMU group peers or persistence mode to restore needs version 3,
+    // and reads back whole.
+    t.put("u4", group_entry()).unwrap();
+    assert_eq!(version_of(&cp), 3);
+    let again = cp.peek().unwrap();
+    assert_eq!(again["u4"], group_entry());
+    t.remove("u4").unwrap();
+    assert_eq!(version_of(&cp), 1);
+}
+
+fn group_entry() -> ClaimEntry {
+    ClaimEntry {
+        devices: vec![PreparedDevice {
+            setup: Some(crate::setup::Setup::Vfio {
+                pci_bus_id: "0000:18:00.0".into(),
+                persistence: true,
+                peers: vec![crate::setup::VfioPeer {
+                    pci_bus_id: "0000:18:00.1".into(),
+                    driver: Some("snd_hda_intel".into()),
+                    persistence: false,
+                }],
+            }),
+            ..entry(ClaimState::PrepareCompleted).devices[0].clone()
+        }],
+        ..entry(ClaimState::PrepareCompleted)
+    }
 }
 
 #[test]
 fn a_newer_version_is_moved_aside_not_misread() {
     let dir = tempfile::tempdir().unwrap();
     let cp = Checkpoint::new(dir.path(), "b").unwrap();
-    write_v1_claims(&cp, 3);
+    write_v1_claims(&cp, CHECKPOINT_VERSION + 1);
     let q = cp.open().unwrap().quarantined.unwrap();
-    assert!(q.reason.contains("schema version 3"), "{}", q.reason);
+    let want = format!("schema version {}", CHECKPOINT_VERSION + 1);
+    assert!(q.reason.contains(&want), "{}", q.reason);
 }
 
 #[test]

@@ -5,6 +5,7 @@
 
 mod concurrency;
 mod crashes;
+mod groups;
 mod operations;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -19,7 +20,7 @@ use super::{Core, CoreError, PreparedDevice};
 use crate::discovery::{Attribute, Device, Kind};
 use crate::mapping::{ContainerUse, PodUse};
 use crate::opaque::DeviceConfig;
-use crate::setup::{DeviceSetup, Setup, SetupError};
+use crate::setup::{DeviceSetup, Setup, SetupError, VfioPeer};
 
 const NODE: &str = "node-a";
 const BOOT: &str = "boot-1";
@@ -112,7 +113,22 @@ impl DeviceSetup for FakeSetup {
         };
         let sharing = config.and_then(|c| c.sharing.as_ref());
         Ok(match (device.kind, sharing) {
-            (Kind::Vfio, _) => Some(Setup::Vfio { pci_bus_id: pci }),
+            // Its IOMMU group peers, as the test inventory lists them.
+            (Kind::Vfio, _) => Some(Setup::Vfio {
+                pci_bus_id: pci,
+                persistence: false,
+                peers: device
+                    .string_attribute("iommuGroupPeers")
+                    .unwrap_or_default()
+                    .split(',')
+                    .filter(|p| !p.is_empty())
+                    .map(|p| VfioPeer {
+                        pci_bus_id: p.into(),
+                        driver: None,
+                        persistence: false,
+                    })
+                    .collect(),
+            }),
             (Kind::Gpu, Some(s)) => Some(Setup::TimeSlice {
                 pci_bus_id: pci,
                 interval: s.interval().smi_value(),
@@ -182,8 +198,17 @@ fn pci_device(name: &str, kind: Kind, pci: &str) -> Device {
     d
 }
 
+/// A GPU offered for passthrough with the other functions of its IOMMU group.
+fn grouped(name: &str, pci: &str, peers: &str) -> Device {
+    let mut d = pci_device(name, Kind::Vfio, pci);
+    d.attributes
+        .insert("iommuGroupPeers".into(), Attribute::String(peers.into()));
+    d
+}
+
 /// The node: two char devices, two GPUs offered for passthrough, and GPU 0 also offered
-/// whole (same PCI function as vfio-0).
+/// whole (same PCI function as vfio-0); GPUs 3 and 4 share an IOMMU group with 3's audio
+/// function, and GPU 4 is offered whole too.
 fn inventory() -> Vec<Device> {
     vec![
         char_device("fuse", 229),
@@ -191,6 +216,9 @@ fn inventory() -> Vec<Device> {
         pci_device("vfio-0", Kind::Vfio, "0000:01:00.0"),
         pci_device("vfio-1", Kind::Vfio, "0000:02:00.0"),
         pci_device("gpu-0", Kind::Gpu, "0000:01:00.0"),
+        grouped("vfio-3", "0000:03:00.0", "0000:03:00.1,0000:04:00.0"),
+        grouped("vfio-4", "0000:04:00.0", "0000:03:00.0,0000:03:00.1"),
+        pci_device("gpu-4", Kind::Gpu, "0000:04:00.0"),
     ]
 }
 

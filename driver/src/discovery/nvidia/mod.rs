@@ -293,6 +293,11 @@ impl NvidiaDiscovery {
                 attributes.insert("pciBusID".into(), Attribute::String(f.bdf.clone()));
                 attributes.insert("iommuGroup".into(), Attribute::Int(group.into()));
                 attributes.insert("pciDeviceID".into(), Attribute::String(f.device_id.clone()));
+                // Passed through with it (README: VFIO passthrough).
+                let peers = vfio::group::peers_attribute(&f.group_peers);
+                if !peers.is_empty() {
+                    attributes.insert("iommuGroupPeers".into(), Attribute::String(peers));
+                }
                 let dir = c.sys_root.join("bus/pci/devices").join(&f.bdf);
                 if let Some(root) = pcie_root(&c.sys_root, &dir) {
                     attributes.insert(PCIE_ROOT_ATTRIBUTE.into(), Attribute::String(root));

@@ -1,16 +1,14 @@
 //! The nvidia backend's node-side setup: rebinding a GPU to vfio-pci for passthrough (and
-//! back), and time-slicing through nvidia-smi (NVML has no call for the compute time slice).
+//! back; [`super::vfio`]), and time-slicing through nvidia-smi (NVML has no call for the
+//! compute time slice).
 
-use std::os::unix::fs::FileTypeExt;
-use std::os::unix::fs::MetadataExt;
 use std::os::unix::process::CommandExt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
-use std::time::{Duration, Instant};
 
-use graft_record::{ContainerEdits, DeviceKind, DeviceNode, EnvVar};
-use nix::sys::stat::{major, minor};
+use graft_record::ContainerEdits;
 
+use super::vfio::persistence::PersistenceMode;
 use super::vfio::Vfio;
 use crate::core::input::Allocated;
 use crate::discovery::{Attribute, Device, Kind};
@@ -70,6 +68,8 @@ pub struct NvidiaSetup {
     /// The host's /dev as this process sees it.
     pub dev_root: PathBuf,
     pub smi: Box<dyn Smi>,
+    /// Reads and restores GPUs' persistence mode around passthrough.
+    pub persistence: Box<dyn PersistenceMode>,
     /// Asks for a rescan: a GPU back on nvidia may come back with another minor.
     pub rescan: Box<dyn Fn() + Send + Sync>,
     /// Dynamic MIG: makes and removes instances; `None` when no GPU is partitioned by graft.
@@ -137,29 +137,6 @@ fn text_attr<'a>(d: &'a Device, k: &str) -> Option<&'a str> {
     }
 }
 
-/// A char device node as it is on the host, read with stat.
-fn stat_node(dev_root: &Path, rel: &str) -> Result<DeviceNode, SetupError> {
-    let p = dev_root.join(rel);
-    let md = std::fs::metadata(&p).map_err(|source| SetupError::Io {
-        op: "stat".into(),
-        path: p.clone(),
-        source,
-    })?;
-    if !md.file_type().is_char_device() {
-        return Err(SetupError::NotCharDevice { path: p });
-    }
-    let rdev = md.rdev();
-    Ok(DeviceNode {
-        path: format!("/dev/{rel}"),
-        kind: DeviceKind::Char,
-        major: i64::try_from(major(rdev)).unwrap_or(i64::MAX),
-        minor: i64::try_from(minor(rdev)).unwrap_or(i64::MAX),
-        file_mode: Some(md.mode() & 0o777),
-        uid: None,
-        gid: None,
-    })
-}
-
 impl NvidiaSetup {
     fn mps_manager(&self) -> Result<&super::mps::MpsManager, SetupError> {
         self.mps.as_ref().ok_or_else(|| SetupError::Mps {
@@ -174,32 +151,6 @@ impl NvidiaSetup {
             reason: "dynamic MIG is off on this node (--nvidia-dynamic-mig), yet a claim holds a \
                      MIG instance graft made; turn it back on to remove the instance"
                 .into(),
-        })
-    }
-
-    fn vfio_edits(&self, pci: &str) -> Result<ContainerEdits, SetupError> {
-        let group = self
-            .vfio
-            .iommu_group(pci)
-            .ok_or_else(|| SetupError::NoIommuGroup {
-                pci: pci.to_string(),
-            })?;
-        // vfio-pci creates the group node when it binds; give udev/devtmpfs a moment.
-        let start = Instant::now();
-        let node = loop {
-            match stat_node(&self.dev_root, &format!("vfio/{group}")) {
-                Ok(n) => break n,
-                Err(e) if start.elapsed() >= self.vfio.timeout => return Err(e),
-                Err(_) => std::thread::sleep(Duration::from_millis(50)),
-            }
-        };
-        Ok(ContainerEdits {
-            device_nodes: vec![stat_node(&self.dev_root, "vfio/vfio")?, node],
-            env: vec![EnvVar {
-                name: "NVIDIA_VISIBLE_DEVICES".into(),
-                value: "void".into(),
-            }],
-            ..Default::default()
         })
     }
 
@@ -242,7 +193,7 @@ impl DeviceSetup for NvidiaSetup {
                 Ok(s) => Ok(Some(s)),
                 Err(reason) => refuse(reason),
             },
-            (Kind::Vfio, Some(pci_bus_id), None) => Ok(Some(Setup::Vfio { pci_bus_id })),
+            (Kind::Vfio, Some(pci), None) => self.plan_vfio(&pci).map(Some),
             (Kind::Vfio, _, Some(_)) => {
                 refuse("a GPU passed through with VFIO cannot be time-sliced")
             }
@@ -269,10 +220,7 @@ impl DeviceSetup for NvidiaSetup {
 
     fn apply(&self, setup: &Setup) -> Result<Option<ContainerEdits>, SetupError> {
         match setup {
-            Setup::Vfio { pci_bus_id } => {
-                self.vfio.rebind(pci_bus_id, "vfio-pci")?;
-                self.vfio_edits(pci_bus_id).map(Some)
-            }
+            Setup::Vfio { .. } => self.apply_vfio(setup).map(Some),
             Setup::TimeSlice {
                 pci_bus_id,
                 interval,
@@ -302,11 +250,7 @@ impl DeviceSetup for NvidiaSetup {
 
     fn undo(&self, setup: &Setup) -> Result<(), SetupError> {
         match setup {
-            Setup::Vfio { pci_bus_id } => {
-                self.vfio.rebind(pci_bus_id, "nvidia")?;
-                (self.rescan)();
-                Ok(())
-            }
+            Setup::Vfio { .. } => self.undo_vfio(setup),
             Setup::TimeSlice { pci_bus_id, .. } => self.set_timeslice(pci_bus_id, 0),
             Setup::Mig {
                 gpu_uuid,
@@ -324,7 +268,9 @@ mod tests {
     use super::*;
     use crate::discovery::nvidia::vfio::tests::{FakeKernel, BDF};
     use std::collections::BTreeMap;
+    use std::path::Path;
     use std::sync::{Arc, Mutex};
+    use std::time::Duration;
 
     #[derive(Default, Clone)]
     struct Recorded(Arc<Mutex<Vec<String>>>);
@@ -369,6 +315,7 @@ mod tests {
             vfio: k.vfio(Duration::from_secs(5)),
             dev_root: dev.to_path_buf(),
             smi: Box::new(smi),
+            persistence: Box::new(crate::discovery::nvidia::vfio::persistence::Untouched),
             rescan: Box::new(|| {}),
             mig: None,
             mps: None,
@@ -428,50 +375,5 @@ mod tests {
                 .unwrap(),
             None
         );
-    }
-
-    #[test]
-    fn vfio_binds_and_hands_out_the_group_node() {
-        if !nix::unistd::geteuid().is_root() {
-            eprintln!("skipped: mknod needs root");
-            return;
-        }
-        let k = FakeKernel::start(false);
-        let dev = tempfile::tempdir().unwrap();
-        std::fs::create_dir_all(dev.path().join("vfio")).unwrap();
-        for (name, major, minor) in [("vfio/vfio", 10, 196), ("vfio/41", 511, 0)] {
-            nix::sys::stat::mknod(
-                &dev.path().join(name),
-                nix::sys::stat::SFlag::S_IFCHR,
-                nix::sys::stat::Mode::from_bits_truncate(0o666),
-                nix::sys::stat::makedev(major, minor),
-            )
-            .unwrap_or_else(|e| panic!("mknod {name}: {e}"));
-        }
-        let s = setup(&k, dev.path(), Recorded::default());
-        let plan = s
-            .plan(
-                &device("vfio-0000-18-00-0", "vfio"),
-                None,
-                &Default::default(),
-            )
-            .unwrap()
-            .unwrap();
-        let edits = s.apply(&plan).unwrap().unwrap();
-        let nodes: Vec<(String, i64, i64)> = edits
-            .device_nodes
-            .iter()
-            .map(|n| (n.path.clone(), n.major, n.minor))
-            .collect();
-        assert_eq!(
-            nodes,
-            vec![
-                ("/dev/vfio/vfio".into(), 10, 196),
-                ("/dev/vfio/41".into(), 511, 0)
-            ]
-        );
-        assert_eq!(s.vfio.driver(BDF).as_deref(), Some("vfio-pci"));
-        s.undo(&plan).unwrap();
-        assert_eq!(s.vfio.driver(BDF).as_deref(), Some("nvidia"));
     }
 }
