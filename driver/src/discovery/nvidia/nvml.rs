@@ -3,9 +3,11 @@
 //! fabric info, brand and architecture as raw numbers) go through its raw bindings, and
 //! only after checking that the symbol was found, since those bindings panic otherwise.
 //!
-//! What identifies a GPU (index, UUID, minor, PCI address) is required; every other value
-//! is an attribute, and one that cannot be read is logged and left out rather than failing
-//! the whole scan.
+//! What identifies a GPU (index, UUID, minor, PCI address) and its MIG devices is required:
+//! a GPU where one of those reads fails (NVML says `GPU_IS_LOST` for a GPU that fell off the
+//! bus) is set aside in [`Inventory::failed`] with the error, and the scan goes on with the
+//! others. Every other value is an attribute, and one that cannot be read is logged and left
+//! out.
 
 use std::ffi::{c_uint, OsStr};
 use std::path::Path;
@@ -29,6 +31,20 @@ pub struct Inventory {
     /// NVML's integer form, e.g. 13000 for 13.0; `None` when NVML could not tell.
     pub cuda_driver_version: Option<i32>,
     pub gpus: Vec<Gpu>,
+    /// The GPUs NVML counts but could not read, by index.
+    pub failed: Vec<FailedGpu>,
+}
+
+/// A GPU NVML counts but could not read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FailedGpu {
+    pub index: u32,
+    /// When NVML gave it before the failing read.
+    pub uuid: Option<String>,
+    /// The read and NVML's error, e.g. `device 3: GPU is lost`.
+    pub error: String,
+    /// NVML said `GPU_IS_LOST`: fallen off the bus or otherwise inaccessible.
+    pub lost: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -67,6 +83,23 @@ pub struct Mig {
     pub encoders: u32,
     pub jpeg_engines: u32,
     pub ofa_engines: u32,
+}
+
+/// A failed read of one GPU: its UUID when known.
+struct GpuError {
+    uuid: Option<String>,
+    error: String,
+    lost: bool,
+}
+
+impl GpuError {
+    fn nvml(uuid: Option<&str>, what: &str, e: NvmlError) -> Self {
+        GpuError {
+            uuid: uuid.map(str::to_string),
+            lost: matches!(e, NvmlError::GpuLost),
+            error: format!("{what}: {e}"),
+        }
+    }
 }
 
 fn err(what: &str, e: NvmlError) -> DriverError {
@@ -112,16 +145,36 @@ pub fn read_inventory(
     let cuda_driver_version = optional("CUDA driver version", nvml.sys_cuda_driver_version());
     let count = nvml.device_count().map_err(|e| err("device count", e))?;
     let mut gpus = Vec::with_capacity(count as usize);
+    let mut failed = Vec::new();
     for index in 0..count {
-        let d = nvml
+        let read = nvml
             .device_by_index(index)
-            .map_err(|e| err(&format!("device {index}"), e))?;
-        gpus.push(read_gpu(&nvml, &d, index, partitioned)?);
+            .map_err(|e| GpuError::nvml(None, &format!("device {index}"), e))
+            .and_then(|d| read_gpu(&nvml, &d, index, partitioned));
+        match read {
+            Ok(g) => gpus.push(g),
+            Err(e) => {
+                tracing::warn!(
+                    index,
+                    uuid = e.uuid,
+                    lost = e.lost,
+                    error = e.error,
+                    "NVML cannot read this GPU; the others are read on"
+                );
+                failed.push(FailedGpu {
+                    index,
+                    uuid: e.uuid,
+                    error: e.error,
+                    lost: e.lost,
+                });
+            }
+        }
     }
     Ok(Inventory {
         driver_version,
         cuda_driver_version,
         gpus,
+        failed,
     })
 }
 
@@ -149,11 +202,12 @@ fn read_gpu(
     d: &NvmlDevice<'_>,
     index: u32,
     partitioned: &GpuSelection,
-) -> Result<Gpu> {
+) -> std::result::Result<Gpu, GpuError> {
     let at = |what: &str| format!("device {index} {what}");
-    let uuid = d.uuid().map_err(|e| err(&at("uuid"), e))?;
-    let minor = d.minor_number().map_err(|e| err(&at("minor number"), e))?;
-    let pci = d.pci_info().map_err(|e| err(&at("PCI info"), e))?;
+    let uuid = d.uuid().map_err(|e| GpuError::nvml(None, &at("uuid"), e))?;
+    let fail = |what: &str, e| GpuError::nvml(Some(&uuid), &at(what), e);
+    let minor = d.minor_number().map_err(|e| fail("minor number", e))?;
+    let pci = d.pci_info().map_err(|e| fail("PCI info", e))?;
     let name = optional(&at("name"), d.name());
     let memory_bytes = optional(&at("memory"), d.memory_info()).map(|m| m.total);
     let compute_capability = optional(&at("compute capability"), d.cuda_compute_capability())
@@ -162,7 +216,7 @@ fn read_gpu(
         Ok(m) => m.current == 1,
         // GPUs without MIG support say so; that is not an error.
         Err(NvmlError::NotSupported) | Err(NvmlError::FailedToLoadSymbol(_)) => false,
-        Err(e) => return Err(err(&at("MIG mode"), e)),
+        Err(e) => return Err(fail("MIG mode", e)),
     };
     // SAFETY (for the raw calls below): the handle is valid while `nvml` lives.
     let handle = unsafe { d.handle() };
@@ -182,19 +236,17 @@ fn read_gpu(
     }
     if mig_enabled {
         // MIG profile names are shares of the parent's memory.
-        let parent_memory = memory_bytes.ok_or_else(|| err(&at("memory"), NvmlError::Unknown))?;
-        let max = d.mig_device_count().map_err(|e| err(&at("MIG count"), e))?;
+        let parent_memory = memory_bytes.ok_or_else(|| fail("memory", NvmlError::Unknown))?;
+        let max = d.mig_device_count().map_err(|e| fail("MIG count", e))?;
         for i in 0..max {
             let m = match d.mig_device_by_index(i) {
                 Ok(m) => m,
                 Err(NvmlError::NotFound) | Err(NvmlError::InvalidArg) => continue,
-                Err(e) => return Err(err(&at(&format!("MIG device {i}")), e)),
+                Err(e) => return Err(fail(&format!("MIG device {i}"), e)),
             };
             migs.push(
-                read_mig(nvml, &m, parent_memory).map_err(|e| DriverError::Discovery {
-                    backend: "nvidia",
-                    reason: format!("device {index} MIG device {i}: {e}"),
-                })?,
+                read_mig(nvml, &m, parent_memory)
+                    .map_err(|(what, e)| fail(&format!("MIG device {i} {what}"), e))?,
             );
         }
     }
@@ -215,15 +267,24 @@ fn read_gpu(
     })
 }
 
-fn read_mig(nvml: &Nvml, m: &NvmlDevice<'_>, parent_memory: u64) -> Result<Mig, String> {
-    let uuid = m.uuid().map_err(|e| format!("uuid: {e}"))?;
-    let a = m.attributes().map_err(|e| format!("attributes: {e}"))?;
+/// A MIG device's identity and size; a failed read as (what, NVML's error).
+fn read_mig(
+    nvml: &Nvml,
+    m: &NvmlDevice<'_>,
+    parent_memory: u64,
+) -> std::result::Result<Mig, (&'static str, NvmlError)> {
+    let uuid = m.uuid().map_err(|e| ("uuid", e))?;
+    let a = m.attributes().map_err(|e| ("attributes", e))?;
     // SAFETY: valid handle while `nvml` lives.
     let handle = unsafe { m.handle() };
-    let gi = raw_u32(nvml, handle, RawU32::GpuInstanceId)
-        .ok_or("no GPU instance id (nvmlDeviceGetGpuInstanceId)")?;
-    let ci = raw_u32(nvml, handle, RawU32::ComputeInstanceId)
-        .ok_or("no compute instance id (nvmlDeviceGetComputeInstanceId)")?;
+    let gi = raw_u32(nvml, handle, RawU32::GpuInstanceId).ok_or((
+        "GPU instance id (nvmlDeviceGetGpuInstanceId)",
+        NvmlError::Unknown,
+    ))?;
+    let ci = raw_u32(nvml, handle, RawU32::ComputeInstanceId).ok_or((
+        "compute instance id (nvmlDeviceGetComputeInstanceId)",
+        NvmlError::Unknown,
+    ))?;
     Ok(Mig {
         uuid,
         gi,
