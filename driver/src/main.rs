@@ -375,6 +375,8 @@ async fn main() -> anyhow::Result<()> {
             quiet: (args.health_recovery_seconds > 0)
                 .then(|| Duration::from_secs(args.health_recovery_seconds)),
             probe_every: Duration::from_secs(args.health_probe_seconds.max(1)),
+            state_dir: args.state_dir.clone(),
+            boot_id: boot_id.clone(),
         };
         monitor::spawn(config, inv_rx.clone(), health_tx.clone())
             .context("starting the GPU health monitor")?;

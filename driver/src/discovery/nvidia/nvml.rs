@@ -19,6 +19,7 @@ use nvml_wrapper_sys::bindings::{
     NVML_GPU_FABRIC_STATE_COMPLETED,
 };
 
+use super::fields::{architecture_name, brand_name};
 use super::mig_nvml::{self, MigLayout};
 use super::selection::GpuSelection;
 use crate::error::{DriverError, Result};
@@ -385,77 +386,6 @@ fn clique(nvml: &Nvml, handle: nvmlDevice_t) -> Option<String> {
     ))
 }
 
-fn brand_name(b: u32) -> &'static str {
-    match b {
-        1 => "Quadro",
-        2 => "Tesla",
-        3 => "NVS",
-        4 => "GRID",
-        5 => "GeForce",
-        6 => "Titan",
-        7 => "NvidiaVApps",
-        8 => "NvidiaVPC",
-        9 => "NvidiaVCS",
-        10 => "NvidiaVWS",
-        11 => "NvidiaCloudGaming",
-        12 => "QuadroRTX",
-        13 => "NvidiaRTX",
-        14 => "Nvidia",
-        15 => "GeForceRTX",
-        16 => "TitanRTX",
-        _ => "Unknown",
-    }
-}
-
-fn architecture_name(a: u32) -> &'static str {
-    match a {
-        2 => "Kepler",
-        3 => "Maxwell",
-        4 => "Pascal",
-        5 => "Volta",
-        6 => "Turing",
-        7 => "Ampere",
-        8 => "Ada Lovelace",
-        9 => "Hopper",
-        10 => "Blackwell",
-        _ => "Unknown",
-    }
-}
-
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn profile_names_follow_nvml() {
-        let h100 = 85_520_809_984;
-        assert_eq!(profile_name(1, 1, 9_856, h100), "1g.10gb");
-        assert_eq!(profile_name(2, 2, 19_968, h100), "2g.20gb");
-        assert_eq!(profile_name(3, 3, 40_192, h100), "3g.40gb");
-        assert_eq!(profile_name(4, 4, 40_192, h100), "4g.40gb");
-        assert_eq!(profile_name(7, 7, 80_896, h100), "7g.80gb");
-        assert_eq!(profile_name(3, 1, 40_192, h100), "1c.3g.40gb");
-        let a100_40 = 42_949_672_960;
-        assert_eq!(profile_name(1, 1, 4_864, a100_40), "1g.5gb");
-    }
-
-    #[test]
-    fn bus_ids_in_sysfs_form() {
-        assert_eq!(sysfs_bus_id("00000000:1A:00.0"), "0000:1a:00.0");
-        assert_eq!(sysfs_bus_id("0000:1a:00.0"), "0000:1a:00.0");
-    }
-
-    #[test]
-    fn a_missing_library_is_an_error_not_a_panic() {
-        let e = read_inventory(
-            Path::new("/nonexistent/libnvidia-ml.so.1"),
-            None,
-            &GpuSelection::None,
-        )
-        .unwrap_err();
-        assert!(
-            e.to_string().contains("/nonexistent/libnvidia-ml.so.1"),
-            "{e}"
-        );
-    }
-}
+#[path = "nvml_tests.rs"]
+mod tests;
