@@ -77,7 +77,7 @@ pub fn bed() -> anyhow::Result<MutexGuard<'static, Option<GpuBed>>> {
                 "apiVersion: v1\nkind: Namespace\nmetadata: {{name: {ns}}}\n"
             ))?;
         }
-        let node = FakeNode::create(Path::new(FAKE_DIR))?;
+        let node = new_fake_node()?;
         *guard = Some(GpuBed { cluster, node });
         // SAFETY: registers a plain extern "C" function with no arguments, as atexit
         // requires; it runs once when the test process exits normally.
@@ -86,6 +86,16 @@ pub fn bed() -> anyhow::Result<MutexGuard<'static, Option<GpuBed>>> {
         }
     }
     Ok(guard)
+}
+
+/// A new fake node at [`FAKE_DIR`], not one laid over what an earlier test or run left.
+fn new_fake_node() -> anyhow::Result<FakeNode> {
+    match std::fs::remove_dir_all(FAKE_DIR) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e).with_context(|| format!("removing {FAKE_DIR}")),
+    }
+    FakeNode::create(Path::new(FAKE_DIR))
 }
 
 /// Runs one GPU test on the shared bed.
@@ -127,7 +137,7 @@ impl GpuBed {
             }
         }
         std::fs::create_dir_all(Path::new(MIG_STATE).parent().context("MIG state dir")?)?;
-        self.node = FakeNode::create(Path::new(FAKE_DIR))?;
+        self.node = new_fake_node()?;
         self.node.configure_mig(&format!("state {MIG_STATE}\n"))?;
         before_start(&self.node)?;
         c.deploy_graft_gpu_values(Path::new(FAKE_DIR), values)
