@@ -318,7 +318,11 @@ fn a_lost_gpu_leaves_the_other_devices_published() -> anyhow::Result<()> {
     ensure!(u.len() == 1, "{u:?}");
     assert_eq!(u[0].reason, "GpuUnavailable");
     ensure!(
-        u[0].message.contains("NVML index 1") && u[0].message.contains("left out"),
+        u[0].message.contains("NVML index 1")
+            && u[0]
+                .message
+                .contains("fell off the bus (NVML_ERROR_GPU_IS_LOST)")
+            && u[0].message.contains("left out"),
         "{}",
         u[0].message
     );

@@ -50,9 +50,11 @@ pub fn a_lost_gpu_at_start(c: &Cluster, node: &FakeNode) -> anyhow::Result<()> {
         "the lost GPU is published: {devices:?}"
     );
     wait_until("no GpuUnavailable Event on the Node", || {
-        Ok(events(c, "GpuUnavailable")?
-            .lines()
-            .any(|l| l.starts_with("Node") && l.contains("NVML index 1") && l.contains("lost")))
+        Ok(events(c, "GpuUnavailable")?.lines().any(|l| {
+            l.starts_with("Node")
+                && l.contains("NVML index 1")
+                && l.contains("NVML_ERROR_GPU_IS_LOST")
+        }))
     })?;
     no_restarts(c)?;
 

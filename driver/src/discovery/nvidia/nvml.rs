@@ -95,10 +95,17 @@ struct GpuError {
 
 impl GpuError {
     fn nvml(uuid: Option<&str>, what: &str, e: NvmlError) -> Self {
+        let lost = matches!(e, NvmlError::GpuLost);
+        // NVML's code too, which is what its documentation and the forums name.
+        let code = if lost {
+            " (NVML_ERROR_GPU_IS_LOST)"
+        } else {
+            ""
+        };
         GpuError {
             uuid: uuid.map(str::to_string),
-            lost: matches!(e, NvmlError::GpuLost),
-            error: format!("{what}: {e}"),
+            lost,
+            error: format!("{what}: {e}{code}"),
         }
     }
 }
