@@ -319,9 +319,7 @@ fn a_lost_gpu_leaves_the_other_devices_published() -> anyhow::Result<()> {
     assert_eq!(u[0].reason, "GpuUnavailable");
     ensure!(
         u[0].message.contains("NVML index 1")
-            && u[0]
-                .message
-                .contains("fell off the bus (NVML_ERROR_GPU_IS_LOST)")
+            && u[0].message.contains("(NVML_ERROR_GPU_IS_LOST)")
             && u[0].message.contains("left out"),
         "{}",
         u[0].message
@@ -385,9 +383,11 @@ fn an_instance_event_lands_on_its_dynamic_placement() -> anyhow::Result<()> {
     registered(&node, &rx)?;
     node.inject(&format!("5 xid 48 gi {} ci 0", info.id))?;
     node.inject("5 recovery 1")?;
-    wait_for(&rx, "the placement holding the instance", |r| {
-        r.is_unhealthy("gpu-7-mig-3g-40gb-4")
-    })?;
+    wait_for(
+        &rx,
+        "the placement holding the instance, then the GPU",
+        |r| r.is_unhealthy("gpu-7-mig-3g-40gb-4") && r.is_unhealthy("gpu-7-mig-3g-40gb-0"),
+    )?;
     // The recovery action is the whole GPU's: it lands on every device of it.
     let r = rx.borrow().clone();
     assert_eq!(
