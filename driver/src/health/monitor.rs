@@ -42,15 +42,35 @@ pub struct MonitorConfig {
     pub boot_id: String,
 }
 
-/// Starts the monitor thread. It ends when every receiver of `out` is gone.
+/// Starts the monitor thread. It ends when every receiver of `out` is gone. The conditions
+/// kept from before are in `out` when this returns, so that nothing published after it
+/// (ResourceSlices, the kubelet's stream) shows a kept condition's device healthy first.
 pub fn spawn(
     config: MonitorConfig,
-    inventory: watch::Receiver<Vec<Device>>,
+    mut inventory: watch::Receiver<Vec<Device>>,
     out: watch::Sender<HealthReport>,
 ) -> std::io::Result<std::thread::JoinHandle<()>> {
+    let mut tracker = Tracker::new(config.quiet, config.probe_every, &config.boot_id);
+    match store::load(&config.state_dir) {
+        Ok(kept) => {
+            if !kept.is_empty() {
+                tracing::info!(
+                    devices = kept.len(),
+                    "GPU health: conditions kept from before"
+                );
+            }
+            tracker.restore(kept);
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "GPU health: the kept conditions are unreadable; starting without")
+        }
+    }
+    let devices = inventory.borrow_and_update().clone();
+    let names: BTreeSet<&str> = devices.iter().map(|d| d.name.as_str()).collect();
+    out.send_replace(tracker.report(|n| names.contains(n)));
     std::thread::Builder::new()
         .name("gpu-health".into())
-        .spawn(move || run(config, inventory, out))
+        .spawn(move || run(config, tracker, devices, inventory, out))
 }
 
 /// The tracker, what it publishes to, and the devices it reports on.
@@ -106,33 +126,17 @@ impl Health<'_> {
 
 fn run(
     config: MonitorConfig,
+    tracker: Tracker,
+    devices: Vec<Device>,
     mut inventory: watch::Receiver<Vec<Device>>,
     out: watch::Sender<HealthReport>,
 ) {
-    let mut tracker = Tracker::new(config.quiet, config.probe_every, &config.boot_id);
-    match store::load(&config.state_dir) {
-        Ok(kept) => {
-            if !kept.is_empty() {
-                tracing::info!(
-                    devices = kept.len(),
-                    "GPU health: conditions kept from before"
-                );
-            }
-            tracker.restore(kept);
-        }
-        Err(e) => {
-            tracing::warn!(error = %e, "GPU health: the kept conditions are unreadable; starting without")
-        }
-    }
-    let devices = inventory.borrow_and_update().clone();
     let mut health = Health {
         config: &config,
         tracker,
         out: &out,
         devices,
     };
-    // What was kept holds from the start, until the first probe says otherwise.
-    health.publish();
     while !out.is_closed() {
         match Nvml::builder()
             .lib_path(OsStr::new(config.nvml_lib.as_os_str()))
