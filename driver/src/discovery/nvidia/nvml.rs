@@ -162,7 +162,8 @@ pub fn read_inventory(
         match read {
             Ok(g) => gpus.push(g),
             Err(e) => {
-                tracing::warn!(
+                // Reported (once, with what becomes of its devices) by `unread`.
+                tracing::debug!(
                     index,
                     uuid = e.uuid,
                     lost = e.lost,

@@ -64,19 +64,18 @@ impl Unread {
                     f.error
                 ),
             };
-            tracing::warn!(
-                index = f.index,
-                uuid = f.uuid,
-                kept = kept.is_some(),
-                "{message}"
-            );
             report.push(Unavailable {
                 key: format!("nvidia-gpu-index-{}", f.index),
                 reason: REASON,
                 message,
             });
         }
-        *self.last.lock().unwrap_or_else(|p| p.into_inner()) = report;
+        let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
+        // Logged when it is new: a failing GPU is rescanned every few seconds.
+        for u in report.iter().filter(|u| !last.contains(u)) {
+            tracing::warn!(key = u.key, "{}", u.message);
+        }
+        *last = report;
         out
     }
 
