@@ -125,8 +125,9 @@ pub struct Args {
         default_value = "13,31,43,45,68,94,109"
     )]
     pub health_informational_xids: String,
-    /// Seconds without new errors (and with NVML reaching the GPU) after which a condition
-    /// is cleared; 0 keeps it until graft-driver restarts.
+    /// Seconds without new events after which a degraded condition (an informational XID)
+    /// clears; 0 keeps it until a reset. Unhealthy conditions never clear on time: only
+    /// when NVML's recovery action reads none and a probe of the GPU passes.
     #[arg(long, env = "GRAFT_HEALTH_RECOVERY_SECONDS", default_value_t = 300)]
     pub health_recovery_seconds: u64,
     /// The taint effect of an unhealthy device: NoSchedule, or NoExecute to evict its pods.

@@ -1,10 +1,13 @@
 //! graft-driver's metrics and probe endpoints, and what "ready" means for it: registered
-//! with the kubelet and the node's first ResourceSlices published. Liveness is the server
-//! answering at all: it does not depend on the API server.
+//! with the kubelet and the node's first ResourceSlices published. A failing discovery
+//! backend does not make it unready (the node still serves the others' devices, and its
+//! own last ones): the body names it. Liveness is the server answering at all: it does not
+//! depend on the API server.
 
 use std::sync::{Arc, Mutex};
 
-use graft_driver::metrics::DriverMetrics;
+use graft_driver::discovery::report::seconds_since;
+use graft_driver::metrics::{DriverMetrics, FailingBackend};
 use graft_driver::plugin::registration::RegistrationState;
 use graft_telemetry::Endpoints;
 use prometheus_client::registry::Registry;
@@ -26,16 +29,31 @@ pub fn endpoints(
             .lock()
             .map(|s| s.clone())
             .unwrap_or_else(|p| p.into_inner().clone());
-        readiness(&state, m.published())
+        readiness(&state, m.published(), &m.failing_backends())
     };
     Endpoints::new(registry, Arc::new(ready))
 }
 
-fn readiness(registration: &RegistrationState, published: bool) -> Result<String, String> {
+fn readiness(
+    registration: &RegistrationState,
+    published: bool,
+    failing: &[FailingBackend],
+) -> Result<String, String> {
     match (registration, published) {
-        (RegistrationState::Registered, true) => {
+        (RegistrationState::Registered, true) if failing.is_empty() => {
             Ok("ready: registered with the kubelet; ResourceSlices published".into())
         }
+        (RegistrationState::Registered, true) => Ok(format!(
+            "ready: registered with the kubelet; ResourceSlices published; discovery failing: {}",
+            failing
+                .iter()
+                .map(|(name, since, error)| format!(
+                    "{name} for {} s ({error})",
+                    seconds_since(*since)
+                ))
+                .collect::<Vec<_>>()
+                .join("; ")
+        )),
         (RegistrationState::Registered, false) => {
             Err("not ready: the node's ResourceSlices are not yet published".into())
         }
@@ -54,10 +72,28 @@ mod tests {
 
     #[test]
     fn ready_once_registered_and_published() {
-        assert!(readiness(&RegistrationState::Pending, true).is_err());
-        assert!(readiness(&RegistrationState::Registered, false).is_err());
-        assert!(readiness(&RegistrationState::Registered, true).is_ok());
-        let why = readiness(&RegistrationState::Rejected("old kubelet".into()), true);
+        assert!(readiness(&RegistrationState::Pending, true, &[]).is_err());
+        assert!(readiness(&RegistrationState::Registered, false, &[]).is_err());
+        assert!(readiness(&RegistrationState::Registered, true, &[]).is_ok());
+        let why = readiness(
+            &RegistrationState::Rejected("old kubelet".into()),
+            true,
+            &[],
+        );
         assert!(why.unwrap_err().contains("old kubelet"));
+    }
+
+    #[test]
+    fn ready_with_a_failing_backend_named() {
+        let failing = [(
+            "nvidia",
+            std::time::SystemTime::now(),
+            "nvidia discovery: NVML not found".to_string(),
+        )];
+        let body = readiness(&RegistrationState::Registered, true, &failing).unwrap();
+        assert!(
+            body.ends_with("discovery failing: nvidia for 0 s (nvidia discovery: NVML not found)"),
+            "{body}"
+        );
     }
 }

@@ -11,6 +11,7 @@ use graft_driver::core::seams::{KillAt, NriGate, StatusFile};
 use graft_driver::core::Core;
 use graft_driver::discovery::char::CharDiscovery;
 use graft_driver::discovery::files::{FilesDiscovery, ServedEntries};
+use graft_driver::discovery::inventory::Inventory;
 use graft_driver::discovery::nvidia::driver_files::Roots;
 use graft_driver::discovery::nvidia::dynamic_mig::{MigLedger, MigManager};
 use graft_driver::discovery::nvidia::hook_edits::HookConfig;
@@ -22,7 +23,7 @@ use graft_driver::discovery::nvidia::vfio::persistence::{
 };
 use graft_driver::discovery::nvidia::vfio::Vfio;
 use graft_driver::discovery::nvidia::{NvidiaConfig, NvidiaDiscovery};
-use graft_driver::discovery::{discover_all, inotify, Discovery};
+use graft_driver::discovery::{inotify, report, Discovery};
 use graft_driver::edge::{Edge, KUBELET_DEADLINE};
 use graft_driver::events::Poster;
 use graft_driver::health::absent;
@@ -116,6 +117,7 @@ struct Backends {
     list: Vec<Box<dyn Discovery>>,
     /// The chosen nvidia-smi (time-slicing).
     smi: Option<Arc<std::sync::RwLock<String>>>,
+    /// None without the nvidia backend, or when NVML was not found at start.
     nvml: Option<PathBuf>,
     /// The driver root's nvidia-cuda-mps-control (MPS).
     mps_control: Option<Arc<std::sync::RwLock<Option<PathBuf>>>>,
@@ -139,9 +141,14 @@ fn backends(args: &Args, ledger: &MigLedger) -> anyhow::Result<Backends> {
                 &args.allowed_mount_roots,
             )?)),
             "nvidia" => {
-                let d = NvidiaDiscovery::new(nvidia_config(args))?.with_ledger(ledger.clone());
+                // Without NVML the backend fails its scans (reported, retried) rather than
+                // graft-driver crash-looping; the other backends serve meanwhile.
+                let d = NvidiaDiscovery::unchecked(nvidia_config(args)).with_ledger(ledger.clone());
                 smi = Some(d.smi_path());
-                nvml = Some(d.nvml_path()?);
+                nvml = d
+                    .nvml_path()
+                    .inspect_err(|e| tracing::error!(error = %e, "NVML not found"))
+                    .ok();
                 mps_control = Some(d.mps_control_path());
                 out.push(Box::new(d));
             }
@@ -257,8 +264,16 @@ async fn main() -> anyhow::Result<()> {
             replaced = installed.changed, "graft-hook verified"
         );
     }
-    let devices = discover_all(&backends).context("initial discovery")?;
+    // Never fatal: a failing backend is reported and retried, the others are published.
+    let mut inventory = Inventory::new(&backends);
+    let first_scan = inventory.scan(&backends, std::time::SystemTime::now());
+    report::record(&first_scan, &inventory, &metrics);
+    let devices = inventory.devices().to_vec();
     tracing::info!(devices = devices.len(), "discovered devices");
+    // NVML missing at start leaves GPU health, MIG and MPS unstarted: once it is there,
+    // graft-driver restarts (once, cleanly) to start them.
+    let nvml_missing = nvidia && nvml_lib.is_none();
+    let restart = Arc::new(tokio::sync::Notify::new());
 
     let client = kube::Client::try_default()
         .await
@@ -322,6 +337,7 @@ async fn main() -> anyhow::Result<()> {
         client.clone(),
         &args.node_name,
     ));
+    report::post(&first_scan.changes, &events, &args.node_name);
     let edge = Arc::new(
         Edge::new(Arc::new(core), client.clone(), KUBELET_DEADLINE - margin)
             .with_events(events.clone())
@@ -373,6 +389,8 @@ async fn main() -> anyhow::Result<()> {
             quiet: (args.health_recovery_seconds > 0)
                 .then(|| Duration::from_secs(args.health_recovery_seconds)),
             probe_every: Duration::from_secs(args.health_probe_seconds.max(1)),
+            state_dir: args.state_dir.clone(),
+            boot_id: boot_id.clone(),
         };
         monitor::spawn(config, inv_rx.clone(), health_tx.clone())
             .context("starting the GPU health monitor")?;
@@ -395,7 +413,7 @@ async fn main() -> anyhow::Result<()> {
     .with_snapshot(args.state_dir.clone());
     tokio::spawn(publisher.run(inv_rx.clone()));
     tokio::spawn(graft_driver::metrics::watch_devices(
-        metrics,
+        metrics.clone(),
         inv_rx.clone(),
         health_rx.clone(),
     ));
@@ -412,37 +430,55 @@ async fn main() -> anyhow::Result<()> {
     let rescan_core = Arc::clone(edge.core());
     let rescan_state = args.state_dir.clone();
     let rescan_every = Duration::from_secs(args.rescan_seconds.max(1));
+    // While a backend fails or a GPU is left out, sooner.
+    let retry_every = rescan_every.min(Duration::from_secs(5));
+    let (rescan_events, rescan_node) = (events.clone(), args.node_name.clone());
+    let rescan_metrics = metrics.clone();
+    let rescan_restart = Arc::clone(&restart);
+    let inventory = Arc::new(Mutex::new(inventory));
     tokio::spawn(async move {
         loop {
+            let degraded = inventory.lock().map(|i| i.degraded()).unwrap_or(true);
             tokio::select! {
                 _ = wake_rx.recv() => tokio::time::sleep(Duration::from_millis(100)).await,
-                _ = tokio::time::sleep(rescan_every) => {}
+                _ = tokio::time::sleep(if degraded { retry_every } else { rescan_every }) => {}
             }
             while wake_rx.try_recv().is_ok() {}
             // Discovery reads sysfs and directories and may load NVML: a blocking thread.
-            let scan = Arc::clone(&backends);
-            let found = match tokio::task::spawn_blocking(move || discover_all(&scan)).await {
+            let (scan, inv) = (Arc::clone(&backends), Arc::clone(&inventory));
+            let found = tokio::task::spawn_blocking(move || {
+                let mut inv = inv.lock().unwrap_or_else(|p| p.into_inner());
+                let s = inv.scan(&scan, std::time::SystemTime::now());
+                (s, inv.devices().to_vec(), inv.up())
+            })
+            .await;
+            let (scanned, devs, up) = match found {
                 Ok(r) => r,
                 Err(e) => {
                     tracing::error!(error = %e, "rescan failed internally; keeping the last inventory");
                     continue;
                 }
             };
-            match found {
-                Ok(devs) => {
-                    rescan_core.set_inventory(&devs);
-                    refresh_absent(rescan_state.clone(), devs.clone()).await;
-                    inv_tx.send_if_modified(|cur| {
-                        let changed = *cur != devs;
-                        if changed {
-                            tracing::info!(devices = devs.len(), "device inventory changed");
-                            *cur = devs;
-                        }
-                        changed
-                    });
-                }
-                Err(e) => tracing::error!(error = %e, "rescan failed; keeping the last inventory"),
+            if let Ok(inv) = inventory.lock() {
+                report::record(&scanned, &inv, &rescan_metrics);
             }
+            report::post(&scanned.changes, &rescan_events, &rescan_node);
+            if nvml_missing && up.iter().any(|&(b, ok)| b == "nvidia" && ok) {
+                tracing::warn!(
+                    "NVML is there now: graft-driver restarts to start GPU health, MIG and MPS"
+                );
+                rescan_restart.notify_one();
+            }
+            rescan_core.set_inventory(&devs);
+            refresh_absent(rescan_state.clone(), devs.clone()).await;
+            inv_tx.send_if_modified(|cur| {
+                let changed = *cur != devs;
+                if changed {
+                    tracing::info!(devices = devs.len(), "device inventory changed");
+                    *cur = devs;
+                }
+                changed
+            });
         }
     });
 
@@ -470,6 +506,7 @@ async fn main() -> anyhow::Result<()> {
         tokio::select! {
             _ = term.recv() => {}
             _ = int.recv() => {}
+            _ = restart.notified() => {}
         }
     };
     // Held until the end: without a monitor, the report stays live and empty.

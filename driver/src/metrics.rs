@@ -3,8 +3,8 @@
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -28,6 +28,14 @@ struct DeviceLabels {
     class: &'static str,
     health: &'static str,
 }
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct BackendLabel {
+    backend: &'static str,
+}
+
+/// A failing discovery backend, for the readiness body: name, since when, last error.
+pub type FailingBackend = (&'static str, SystemTime, String);
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct EventLabels {
@@ -69,6 +77,9 @@ pub struct DriverMetrics {
     published: AtomicBool,
     /// Woken after each prepare and unprepare: the counts are read again.
     counts_changed: Notify,
+    discovery_up: Family<BackendLabel, Gauge>,
+    discovery_failures: Family<BackendLabel, Counter>,
+    failing_backends: Mutex<Vec<FailingBackend>>,
 }
 
 impl Default for DriverMetrics {
@@ -98,6 +109,9 @@ impl Default for DriverMetrics {
             publish_errors: Counter::default(),
             published: AtomicBool::new(false),
             counts_changed: Notify::new(),
+            discovery_up: Family::default(),
+            discovery_failures: Family::default(),
+            failing_backends: Mutex::new(Vec::new()),
         }
     }
 }
@@ -149,6 +163,52 @@ impl DriverMetrics {
             "ResourceSlice reconciles that failed (retried with backoff)",
             self.publish_errors.clone(),
         );
+        r.register(
+            "graft_driver_discovery_backend_up",
+            "1 while the discovery backend's last scan worked; 0 while it fails (its last devices stay published)",
+            self.discovery_up.clone(),
+        );
+        r.register(
+            "graft_driver_discovery_failures",
+            "Discovery scans that failed, by backend",
+            self.discovery_failures.clone(),
+        );
+    }
+
+    /// A discovery pass: each backend's state, the backends that failed this time, and
+    /// those failing now (named by the readiness body).
+    pub fn discovery_scanned(
+        &self,
+        up: &[(&'static str, bool)],
+        failed: &[&'static str],
+        failing: Vec<FailingBackend>,
+    ) {
+        for &(backend, ok) in up {
+            self.discovery_up
+                .get_or_create(&BackendLabel { backend })
+                .set(ok as i64);
+            // Present from the first scan, so that a rate has a start.
+            let _ = self
+                .discovery_failures
+                .get_or_create(&BackendLabel { backend });
+        }
+        for &backend in failed {
+            self.discovery_failures
+                .get_or_create(&BackendLabel { backend })
+                .inc();
+        }
+        *self
+            .failing_backends
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = failing;
+    }
+
+    /// The discovery backends failing now.
+    pub fn failing_backends(&self) -> Vec<FailingBackend> {
+        self.failing_backends
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 
     /// One claim's prepare (`ok`: devices returned) that took `elapsed`.
@@ -353,6 +413,36 @@ mod tests {
             t.contains("graft_driver_health_events_total{kind=\"recovered\",xid=\"\"} 1"),
             "{t}"
         );
+    }
+
+    #[test]
+    fn discovery_backends() {
+        let m = DriverMetrics::default();
+        let since = SystemTime::UNIX_EPOCH;
+        let failing = vec![("nvidia", since, "NVML not found".to_string())];
+        m.discovery_scanned(
+            &[("char", true), ("nvidia", false)],
+            &["nvidia"],
+            failing.clone(),
+        );
+        m.discovery_scanned(
+            &[("char", true), ("nvidia", false)],
+            &["nvidia"],
+            failing.clone(),
+        );
+        let t = text(&m);
+        for want in [
+            "graft_driver_discovery_backend_up{backend=\"char\"} 1",
+            "graft_driver_discovery_backend_up{backend=\"nvidia\"} 0",
+            "graft_driver_discovery_failures_total{backend=\"nvidia\"} 2",
+            "graft_driver_discovery_failures_total{backend=\"char\"} 0",
+        ] {
+            assert!(t.contains(want), "{want} missing from\n{t}");
+        }
+        assert_eq!(m.failing_backends(), failing);
+        m.discovery_scanned(&[("char", true), ("nvidia", true)], &[], vec![]);
+        assert!(text(&m).contains("graft_driver_discovery_backend_up{backend=\"nvidia\"} 1"));
+        assert!(m.failing_backends().is_empty());
     }
 
     #[test]

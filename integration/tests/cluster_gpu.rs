@@ -17,6 +17,8 @@ use graft_integration::cluster::workloads::{device_pod, wait_log, wait_unprepare
 mod dynamic_mig;
 #[path = "cluster_gpu/gpu_health.rs"]
 mod gpu_health;
+#[path = "cluster_gpu/health.rs"]
+mod health;
 #[path = "cluster_gpu/mps.rs"]
 mod mps;
 #[path = "cluster_gpu/vfio.rs"]
@@ -140,4 +142,18 @@ fn vfio_through_the_chart() -> anyhow::Result<()> {
         bed.fresh(&vfio::values(), vfio::before_start)?;
         vfio::vfio(&bed.cluster, &bed.node)
     })
+}
+
+/// A GPU lost before graft-driver starts: the rest is published, graft-driver starts once,
+/// and the GPU is published healthy when it returns.
+#[test]
+fn a_lost_gpu_at_start_leaves_the_rest_published() -> anyhow::Result<()> {
+    health::lost_gpu_test()
+}
+
+/// XID 79 with a reset required stays tainted past the recovery window and across a
+/// graft-driver restart, and clears once the driver says nothing needs doing.
+#[test]
+fn fatal_xid_waits_for_recovery() -> anyhow::Result<()> {
+    health::fatal_xid_test()
 }

@@ -242,43 +242,171 @@ fn events_appended_after_creation_are_delivered() -> anyhow::Result<()> {
 }
 
 #[test]
-fn lost_gpus() -> anyhow::Result<()> {
+fn lost_gpus_fail_every_per_device_call() -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
     let (node, nvml) = load(dir.path())?;
     let uuid = |i| -> anyhow::Result<String> { Ok(nvml.device_by_index(i)?.uuid()?) };
     let (gpu2, gpu3) = (uuid(2)?, uuid(3)?);
-    let mig6 = nvml.device_by_index(6)?.mig_device_by_index(0)?.uuid()?;
+    let mig6 = nvml.device_by_index(6)?.mig_device_by_index(0)?;
+    let mig6_uuid = mig6.uuid()?;
     let mig7 = nvml.device_by_index(7)?.mig_device_by_index(0)?.uuid()?;
     let lost = |u: &str| matches!(nvml.device_by_uuid(u), Err(NvmlError::GpuLost));
-    for u in [&gpu2, &gpu3, &mig6, &mig7] {
+    for u in [&gpu2, &gpu3, &mig6_uuid, &mig7] {
         nvml.device_by_uuid(u.as_str())?;
     }
     assert!(matches!(
         nvml.device_by_uuid("GPU-00000000-0000-0000-0000-000000000000"),
         Err(NvmlError::NotFound)
     ));
+    // Handles taken before the GPU was lost.
+    let before = nvml.device_by_index(2)?;
+    let set = before.register_events(EventTypes::CRITICAL_XID_ERROR, nvml.create_event_set()?)?;
 
-    let set = nvml
-        .device_by_index(2)?
-        .register_events(EventTypes::all(), nvml.create_event_set()?)?;
     node.inject("2 lost")?;
     node.inject("3 lost please")?;
     assert!(lost(&gpu2));
     assert!(!lost(&gpu3), "a malformed line changes nothing");
-    // The simplification: by index, discovery still sees it.
-    nvml.device_by_index(2)?;
-    // Not an event.
-    assert_timeout(&set, 100);
+    // Every lookup and every call on an old handle; the count still includes it.
+    assert_eq!(nvml.device_count()?, 8);
+    assert!(matches!(nvml.device_by_index(2), Err(NvmlError::GpuLost)));
+    assert!(matches!(
+        nvml.device_by_pci_bus_id("00000000:3A:00.0"),
+        Err(NvmlError::GpuLost)
+    ));
+    assert!(matches!(before.uuid(), Err(NvmlError::GpuLost)));
+    assert!(matches!(before.minor_number(), Err(NvmlError::GpuLost)));
+    assert!(matches!(before.pci_info(), Err(NvmlError::GpuLost)));
+    assert!(matches!(before.memory_info(), Err(NvmlError::GpuLost)));
+    assert!(matches!(before.mig_mode(), Err(NvmlError::GpuLost)));
+    assert!(matches!(
+        before.supported_event_types(),
+        Err(NvmlError::GpuLost)
+    ));
+    // An event set holding it: what was queued first, then GPU_IS_LOST.
+    node.inject("2 xid 79")?;
+    let ev = set.wait(2000)?;
+    assert_eq!(ev.event_data, Some(XidError::Value(79)));
+    assert!(matches!(set.wait(100), Err(NvmlError::GpuLost)));
+    // The other GPUs are untouched.
+    nvml.device_by_index(3)?.uuid()?;
 
     node.inject("6 lost")?;
-    assert!(lost(&mig6), "a lost parent's MIG devices are lost");
+    assert!(lost(&mig6_uuid), "a lost parent's MIG devices are lost");
+    assert!(matches!(mig6.uuid(), Err(NvmlError::GpuLost)));
+    assert!(matches!(mig6.attributes(), Err(NvmlError::GpuLost)));
     assert!(!lost(&mig7));
+    // GPU and compute instance handles of it too.
+    // SAFETY: the handle is live; the out pointer a live local.
+    let mut gi = std::ptr::null_mut();
+    let rc = unsafe {
+        nvml.lib()
+            .nvmlDeviceGetGpuInstanceById(nvml.device_by_index(7)?.handle(), 1, &mut gi)
+    };
+    assert_eq!(rc, nvmlReturn_enum_NVML_SUCCESS);
+    node.inject("7 lost")?;
+    // SAFETY: as above; the info is a live local.
+    let mut info: nvmlGpuInstanceInfo_t = unsafe { std::mem::zeroed() };
+    let rc = unsafe { nvml.lib().nvmlGpuInstanceGetInfo(gi, &mut info) };
+    assert_eq!(rc, nvmlReturn_enum_NVML_ERROR_GPU_IS_LOST);
+    node.inject("7 found")?;
+    // SAFETY: as above.
+    let rc = unsafe { nvml.lib().nvmlGpuInstanceGetInfo(gi, &mut info) };
+    assert_eq!(rc, nvmlReturn_enum_NVML_SUCCESS);
 
+    // Found again: the last line for each GPU wins.
     node.inject("2 found")?;
     assert_eq!(nvml.device_by_uuid(gpu2.as_str())?.uuid()?, gpu2);
-    assert!(lost(&mig6));
+    assert_eq!(before.uuid()?, gpu2);
+    assert!(lost(&mig6_uuid));
     node.inject("6 found")?;
-    nvml.device_by_uuid(mig6.as_str())?;
+    nvml.device_by_uuid(mig6_uuid.as_str())?;
+    Ok(())
+}
+
+/// `nvmlDeviceGetFieldValues` for the recovery action, raw (nvml-wrapper's field ids stop
+/// before it): the value and its own status.
+fn recovery_action(nvml: &Nvml, index: u32, field: u32) -> anyhow::Result<(nvmlReturn_t, u32)> {
+    let dev = nvml.device_by_index(index)?;
+    // SAFETY: an all-zero field value is valid; the handle is live; one value, one entry.
+    let mut v: nvmlFieldValue_t = unsafe { std::mem::zeroed() };
+    v.fieldId = field;
+    let rc = unsafe { nvml.lib().nvmlDeviceGetFieldValues(dev.handle(), 1, &mut v) };
+    ensure!(rc == nvmlReturn_enum_NVML_SUCCESS, "field values: {rc}");
+    // SAFETY: the fake fills uiVal (NVML_VALUE_TYPE_UNSIGNED_INT) when it succeeds.
+    Ok((v.nvmlReturn, unsafe { v.value.uiVal }))
+}
+
+/// `nvmlDeviceGetRemappedRows`: (uncorrectable, pending, failed) or the call's error.
+fn remapped(nvml: &Nvml, index: u32) -> anyhow::Result<Result<(u32, u32, u32), nvmlReturn_t>> {
+    let dev = nvml.device_by_index(index)?;
+    let (mut c, mut u, mut p, mut f) = (0, 0, 0, 0);
+    // SAFETY: live handle, live out pointers.
+    let rc = unsafe {
+        nvml.lib()
+            .nvmlDeviceGetRemappedRows(dev.handle(), &mut c, &mut u, &mut p, &mut f)
+    };
+    Ok(if rc == nvmlReturn_enum_NVML_SUCCESS {
+        Ok((u, p, f))
+    } else {
+        Err(rc)
+    })
+}
+
+#[test]
+fn recovery_action_remapped_rows_and_retired_pages() -> anyhow::Result<()> {
+    use nvml_wrapper_sys::bindings::field_id::*;
+    let dir = tempfile::tempdir()?;
+    let (node, nvml) = load(dir.path())?;
+    let field = NVML_FI_DEV_GET_GPU_RECOVERY_ACTION;
+    assert_eq!(
+        recovery_action(&nvml, 1, field)?,
+        (nvmlReturn_enum_NVML_SUCCESS, 0)
+    );
+    node.inject("1 recovery 1")?;
+    node.inject("2 recovery 2")?;
+    assert_eq!(
+        recovery_action(&nvml, 1, field)?,
+        (nvmlReturn_enum_NVML_SUCCESS, 1)
+    );
+    assert_eq!(recovery_action(&nvml, 2, field)?.1, 2);
+    node.inject("1 recovery 0")?;
+    assert_eq!(recovery_action(&nvml, 1, field)?.1, 0);
+    // Another field: the value says it is not supported, the call succeeds.
+    assert_eq!(
+        recovery_action(&nvml, 1, NVML_FI_DEV_ECC_CURRENT)?.0,
+        nvmlReturn_enum_NVML_ERROR_NOT_SUPPORTED
+    );
+
+    assert_eq!(remapped(&nvml, 1)?, Ok((0, 0, 0)));
+    node.inject("1 remap-pending")?;
+    assert_eq!(remapped(&nvml, 1)?, Ok((1, 1, 0)));
+    node.inject("1 remap-failed")?;
+    assert_eq!(remapped(&nvml, 1)?, Ok((1, 0, 1)));
+    node.inject("1 remap-clear")?;
+    assert_eq!(remapped(&nvml, 1)?, Ok((0, 0, 0)));
+    // MIG on with instances (GPU 6): not supported, as the reference notes.
+    assert_eq!(
+        remapped(&nvml, 6)?,
+        Err(nvmlReturn_enum_NVML_ERROR_NOT_SUPPORTED)
+    );
+    // Hopper remaps rows instead of retiring pages.
+    assert!(matches!(
+        nvml.device_by_index(1)?.are_pages_pending_retired(),
+        Err(NvmlError::NotSupported)
+    ));
+
+    // A lost GPU fails them all.
+    let gpu = nvml.device_by_index(3)?;
+    node.inject("3 lost")?;
+    let mut v: nvmlFieldValue_t = unsafe { std::mem::zeroed() };
+    v.fieldId = field;
+    // SAFETY: live handle, one live value.
+    let rc = unsafe { nvml.lib().nvmlDeviceGetFieldValues(gpu.handle(), 1, &mut v) };
+    assert_eq!(rc, nvmlReturn_enum_NVML_ERROR_GPU_IS_LOST);
+    assert!(matches!(
+        gpu.are_pages_pending_retired(),
+        Err(NvmlError::GpuLost)
+    ));
     Ok(())
 }
 

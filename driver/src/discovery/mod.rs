@@ -7,7 +7,9 @@ pub mod char;
 pub mod config;
 pub mod files;
 pub mod inotify;
+pub mod inventory;
 pub mod nvidia;
+pub mod report;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -118,38 +120,33 @@ impl Device {
     }
 }
 
+/// A part of the node a backend could not offer as it should at its last scan (a GPU NVML
+/// cannot read), reported once when it appears.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unavailable {
+    /// Stable while it lasts: the same part on the next scan has the same key.
+    pub key: String,
+    /// The Event reason, e.g. `GpuUnavailable`.
+    pub reason: &'static str,
+    /// One line for people: what, why, and what graft does about it.
+    pub message: String,
+}
+
 /// A discovery backend.
 pub trait Discovery: Send + Sync {
     /// Short backend name for logs and errors.
     fn name(&self) -> &'static str;
-    /// The devices present now. Called at start and on every rescan.
+    /// The devices present now. Called at start and on every rescan. An error means the
+    /// whole scan failed: the backend's last devices stay published (see [`inventory`]).
     fn discover(&self) -> Result<Vec<Device>>;
     /// Paths whose changes should trigger a rescan (device directories, config files).
     fn watch_paths(&self) -> Vec<PathBuf> {
         Vec::new()
     }
-}
-
-/// Runs every backend and checks that device names do not collide across them.
-pub fn discover_all(backends: &[Box<dyn Discovery>]) -> Result<Vec<Device>> {
-    let mut all: Vec<Device> = Vec::new();
-    let mut owner: BTreeMap<String, &'static str> = BTreeMap::new();
-    for b in backends {
-        for d in b.discover()? {
-            if let Some(prev) = owner.insert(d.name.clone(), b.name()) {
-                return Err(crate::error::DriverError::Discovery {
-                    backend: b.name(),
-                    reason: format!(
-                        "device name {:?} is also used by the {prev} backend",
-                        d.name
-                    ),
-                });
-            }
-            all.push(d);
-        }
+    /// What the last [`Discovery::discover`] could not offer, though the scan went on.
+    fn unavailable(&self) -> Vec<Unavailable> {
+        Vec::new()
     }
-    all.sort_by(|a, b| a.name.cmp(&b.name));
-    Ok(all)
 }
 
 /// The `pci<domain>:<bus>` root of the PCI device behind a sysfs device link, if any:

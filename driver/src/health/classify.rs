@@ -81,6 +81,14 @@ pub enum Signal {
     RecoveryAction(u64),
     /// NVML answers "GPU is lost" for it.
     Lost,
+    /// NVML answers the probe's reads with another error.
+    Unreachable,
+    /// A row remapping waits for a GPU reset (NVML's remapped rows, Ampere and later).
+    RowRemapPending,
+    /// A row remapping failed (NVML's remapped rows): the memory cannot be repaired in place.
+    RowRemapFailed,
+    /// Pages wait to be retired at the next reboot (NVML's retired pages, before Ampere).
+    PagesPendingRetirement,
 }
 
 /// A signal's meaning: a condition with its reason and message, or "healthy again".
@@ -127,6 +135,22 @@ pub fn classify(signal: Signal, informational: &BTreeSet<u64>) -> Verdict {
         Signal::Lost => fatal(
             "gpu-lost".into(),
             "NVML reports the GPU lost (fallen off the bus or otherwise inaccessible)".into(),
+        ),
+        Signal::Unreachable => fatal(
+            "nvml-error".into(),
+            "NVML cannot read the GPU (graft-driver's log has the error)".into(),
+        ),
+        Signal::RowRemapPending => fatal(
+            "row-remap-pending".into(),
+            "a memory row remapping is pending: it takes effect at the next GPU reset".into(),
+        ),
+        Signal::RowRemapFailed => fatal(
+            "row-remap-failure".into(),
+            "a memory row remapping failed: the GPU's memory cannot be repaired in place".into(),
+        ),
+        Signal::PagesPendingRetirement => fatal(
+            "page-retirement-pending".into(),
+            "memory pages are pending retirement: they are retired at the next reboot".into(),
         ),
         Signal::RecoveryAction(0) => Verdict::Recovered,
         Signal::RecoveryAction(a) => {
@@ -224,12 +248,21 @@ mod tests {
             panic!()
         };
         assert_eq!(reason, "reset-required");
-        assert!(matches!(
-            classify(Signal::Lost, &info),
-            Verdict::Condition {
-                condition: Condition::Unhealthy,
-                ..
-            }
-        ));
+        for (signal, want) in [
+            (Signal::Lost, "gpu-lost"),
+            (Signal::Unreachable, "nvml-error"),
+            (Signal::RowRemapPending, "row-remap-pending"),
+            (Signal::RowRemapFailed, "row-remap-failure"),
+            (Signal::PagesPendingRetirement, "page-retirement-pending"),
+        ] {
+            assert!(matches!(
+                classify(signal, &info),
+                Verdict::Condition {
+                    condition: Condition::Unhealthy,
+                    reason,
+                    ..
+                } if reason == want
+            ));
+        }
     }
 }

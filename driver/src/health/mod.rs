@@ -9,8 +9,12 @@ pub mod absent;
 pub mod classify;
 pub mod events;
 pub mod monitor;
+pub mod nvml_events;
+pub mod probe;
 pub mod state;
+pub mod store;
 pub mod taints;
+pub mod targets;
 
 use std::collections::BTreeMap;
 use std::time::SystemTime;

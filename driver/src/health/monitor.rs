@@ -1,115 +1,148 @@
-//! The GPU health monitor: one blocking thread that registers NVML events for every GPU
-//! the node publishes, waits for them, probes each GPU now and then, and publishes the
-//! resulting [`HealthReport`].
+//! The GPU health monitor: one blocking thread that watches NVML events for every GPU the
+//! node publishes ([`super::nvml_events`]), probes each GPU at start, every probe interval
+//! and after a recovery-action event ([`super::probe`]), keeps each device's condition
+//! ([`super::state`]) across restarts ([`super::store`]), and publishes the resulting
+//! [`HealthReport`].
 //!
-//! Events are registered on whole GPUs (NVML does not take MIG device handles); an event
-//! NVML attributes to a GPU instance lands on that instance's MIG devices only, any other
-//! on every device of the GPU (the whole GPU, its MIG devices, its passthrough function).
+//! An event NVML attributes to a GPU instance lands on the devices of that instance
+//! ([`super::targets`]): for a dynamic-MIG GPU the monitor asks NVML which profile and
+//! placement the instance has, since placement devices carry no instance id.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::ffi::OsStr;
 use std::path::PathBuf;
 use std::time::{Duration, Instant, SystemTime};
 
-use nvml_wrapper::error::NvmlError;
-use nvml_wrapper::{EventSet, Nvml};
-use nvml_wrapper_sys::bindings::{
-    nvmlDevice_t, nvmlEventData_t, nvmlEventTypeDoubleBitEccError, nvmlEventTypeGpuRecoveryAction,
-    nvmlEventTypeGpuUnavailableError, nvmlEventTypeXidCriticalError,
-    nvmlReturn_enum_NVML_ERROR_GPU_IS_LOST, nvmlReturn_enum_NVML_ERROR_TIMEOUT,
-    nvmlReturn_enum_NVML_SUCCESS,
-};
+use nvml_wrapper::Nvml;
+use nvml_wrapper_sys::bindings::nvmlDevice_t;
 use tokio::sync::watch;
 
-use super::classify::{classify, Signal, Verdict};
+use super::classify::{classify, Verdict};
+pub use super::nvml_events::check_events;
+use super::nvml_events::{register, wait, Registered, Waited, WAIT_MS};
+use super::probe::{self, Check};
 use super::state::Tracker;
-use super::HealthReport;
-use crate::discovery::{Device, Kind};
-
-/// The events graft acts on. Single-bit ECC errors are corrected by the hardware and come
-/// in storms; clock and power-state changes say nothing about health.
-const WANTED: u64 = (nvmlEventTypeXidCriticalError
-    | nvmlEventTypeDoubleBitEccError
-    | nvmlEventTypeGpuUnavailableError
-    | nvmlEventTypeGpuRecoveryAction) as u64;
-
-/// How long one wait for events blocks: also how soon inventory changes are noticed.
-const WAIT_MS: u32 = 500;
-
-/// NVML's "no instance" in event data.
-const NO_INSTANCE: u32 = u32::MAX;
+use super::targets::{gpu_uuids, targets, Instance};
+use super::{store, HealthReport};
+use crate::discovery::nvidia::mig_nvml;
+use crate::discovery::Device;
 
 #[derive(Debug, Clone)]
 pub struct MonitorConfig {
     /// libnvidia-ml.so.1 as this process loads it.
     pub nvml_lib: PathBuf,
     pub informational_xids: BTreeSet<u64>,
-    /// See [`Tracker::new`].
+    /// How long a degraded device must be quiet to clear; `None`: only a reset clears it.
     pub quiet: Option<Duration>,
-    /// How often every GPU is asked whether NVML can still reach it.
+    /// How often every GPU is probed.
     pub probe_every: Duration,
+    /// graft's state directory: the conditions are kept below it.
+    pub state_dir: PathBuf,
+    /// This boot's id: a condition from another boot has seen a reset.
+    pub boot_id: String,
 }
 
-/// The UUID of the GPU a device is (part of): its own for a whole GPU or its passthrough
-/// function, its parent's for a MIG device.
-fn gpu_of(d: &Device) -> Option<&str> {
-    match d.kind {
-        Kind::Gpu | Kind::Vfio => d.string_attribute("uuid"),
-        Kind::Mig => d.string_attribute("parentUUID"),
-        _ => None,
-    }
-}
-
-/// The published devices a signal on GPU `uuid` lands on; `gi`/`ci` narrow it to one MIG
-/// GPU instance (and compute instance) when NVML attributed the event.
-pub fn targets(devices: &[Device], uuid: &str, gi: Option<u32>, ci: Option<u32>) -> Vec<String> {
-    let id = |d: &Device, k: &str| d.int_attribute(k).and_then(|i| u32::try_from(i).ok());
-    devices
-        .iter()
-        .filter(|d| gpu_of(d) == Some(uuid))
-        .filter(|d| match d.kind {
-            Kind::Mig => {
-                gi.is_none_or(|g| id(d, "giID") == Some(g))
-                    && ci.is_none_or(|c| id(d, "ciID") == Some(c))
-            }
-            // An event NVML attributed to an instance is not the whole GPU's.
-            _ => gi.is_none(),
-        })
-        .map(|d| d.name.clone())
-        .collect()
-}
-
-/// The GPUs (by UUID) behind the published devices.
-fn gpu_uuids(devices: &[Device]) -> BTreeSet<String> {
-    devices
-        .iter()
-        .filter_map(|d| gpu_of(d).map(str::to_string))
-        .collect()
-}
-
-/// Starts the monitor thread. It ends when every receiver of `out` is gone.
+/// Starts the monitor thread. It ends when every receiver of `out` is gone. The conditions
+/// kept from before are in `out` when this returns, so that nothing published after it
+/// (ResourceSlices, the kubelet's stream) shows a kept condition's device healthy first.
 pub fn spawn(
     config: MonitorConfig,
-    inventory: watch::Receiver<Vec<Device>>,
+    mut inventory: watch::Receiver<Vec<Device>>,
     out: watch::Sender<HealthReport>,
 ) -> std::io::Result<std::thread::JoinHandle<()>> {
+    let mut tracker = Tracker::new(config.quiet, config.probe_every, &config.boot_id);
+    match store::load(&config.state_dir) {
+        Ok(kept) => {
+            if !kept.is_empty() {
+                tracing::info!(
+                    devices = kept.len(),
+                    "GPU health: conditions kept from before"
+                );
+            }
+            tracker.restore(kept);
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "GPU health: the kept conditions are unreadable; starting without")
+        }
+    }
+    let devices = inventory.borrow_and_update().clone();
+    let names: BTreeSet<&str> = devices.iter().map(|d| d.name.as_str()).collect();
+    out.send_replace(tracker.report(|n| names.contains(n)));
     std::thread::Builder::new()
         .name("gpu-health".into())
-        .spawn(move || run(config, inventory, out))
+        .spawn(move || run(config, tracker, devices, inventory, out))
+}
+
+/// The tracker, what it publishes to, and the devices it reports on.
+struct Health<'a> {
+    config: &'a MonitorConfig,
+    tracker: Tracker,
+    out: &'a watch::Sender<HealthReport>,
+    devices: Vec<Device>,
+}
+
+impl Health<'_> {
+    /// Publishes (and saves) the report when it changed.
+    fn publish(&mut self) {
+        let names: BTreeSet<&str> = self.devices.iter().map(|d| d.name.as_str()).collect();
+        let report = self.tracker.report(|n| names.contains(n));
+        if *self.out.borrow() == report {
+            return;
+        }
+        log_changes(&self.out.borrow(), &report);
+        self.out.send_replace(report);
+        if let Err(e) = store::save(&self.config.state_dir, self.tracker.entries()) {
+            tracing::warn!(error = %e, "GPU health: cannot keep the conditions for a restart");
+        }
+    }
+
+    /// Applies a probe of GPU `uuid` to its devices.
+    fn apply(&mut self, uuid: &str, check: &Check, prompt: bool) {
+        let now = SystemTime::now();
+        let names = targets(&self.devices, uuid, None);
+        for signal in &check.findings {
+            if let Verdict::Condition {
+                condition,
+                reason,
+                message,
+            } = classify(*signal, &self.config.informational_xids)
+            {
+                for t in &names {
+                    self.tracker
+                        .observe(t, condition, &reason, &message, now, false);
+                }
+            }
+        }
+        if check.unknown {
+            return;
+        }
+        for t in &names {
+            if self.tracker.probed(t, check.probed, now, prompt) {
+                tracing::info!(device = t, gpu = uuid, "GPU health: the GPU is fine again");
+            }
+        }
+    }
 }
 
 fn run(
     config: MonitorConfig,
+    tracker: Tracker,
+    devices: Vec<Device>,
     mut inventory: watch::Receiver<Vec<Device>>,
     out: watch::Sender<HealthReport>,
 ) {
-    let mut tracker = Tracker::new(config.quiet);
+    let mut health = Health {
+        config: &config,
+        tracker,
+        out: &out,
+        devices,
+    };
     while !out.is_closed() {
         match Nvml::builder()
             .lib_path(OsStr::new(config.nvml_lib.as_os_str()))
             .init()
         {
-            Ok(nvml) => watch_events(&config, &nvml, &mut inventory, &out, &mut tracker),
+            Ok(nvml) => watch_events(&nvml, &mut inventory, &mut health),
             Err(e) => tracing::warn!(
                 lib = %config.nvml_lib.display(), error = %e,
                 "GPU health: cannot load NVML; trying again in 30 s"
@@ -121,120 +154,30 @@ fn run(
     }
 }
 
-/// The GPUs registered in one event set, by raw handle.
-struct Registered<'n> {
-    set: EventSet<'n>,
-    handles: BTreeMap<usize, String>,
-}
-
-fn register<'n>(nvml: &'n Nvml, uuids: &BTreeSet<String>) -> Result<Registered<'n>, NvmlError> {
-    let set = nvml.create_event_set()?;
-    let reg = nvml
-        .lib()
-        .nvmlDeviceRegisterEvents
-        .as_ref()
-        .map_err(|_| NvmlError::FailedToLoadSymbol("nvmlDeviceRegisterEvents".into()))?;
-    let mut handles = BTreeMap::new();
-    for uuid in uuids {
-        let d = match nvml.device_by_uuid(uuid.as_str()) {
-            Ok(d) => d,
-            Err(e) => {
-                tracing::warn!(gpu = uuid, error = %e, "GPU health: no NVML handle; its events are not watched");
-                continue;
-            }
-        };
-        let types = supported_types(nvml, &d).unwrap_or(WANTED) & WANTED;
-        // SAFETY: the handle and the set are live NVML objects of this library instance;
-        // registering does not take ownership of either. Called raw because the wrapper's
-        // version consumes the set on failure, which would drop every GPU's registration.
-        let rc = unsafe { reg(d.handle(), types, set.handle()) };
-        if rc != nvmlReturn_enum_NVML_SUCCESS {
-            tracing::warn!(
-                gpu = uuid,
-                code = rc,
-                "GPU health: NVML refused event registration; this GPU is only probed"
-            );
-            continue;
+/// The profile and placement start of GPU instance `gi` on `device`, for dynamic MIG.
+fn placement(nvml: &Nvml, device: nvmlDevice_t, gi: u32) -> Option<(u32, u32)> {
+    // SAFETY: `device` is the GPU handle NVML put in the event, valid while `nvml` lives.
+    match unsafe { mig_nvml::gi_placement(nvml, device, gi) } {
+        Ok(p) => Some(p),
+        Err(e) => {
+            tracing::debug!(gi, error = %e, "GPU health: no placement for the instance");
+            None
         }
-        // SAFETY: the raw handle is only compared with event data, never dereferenced here.
-        handles.insert(unsafe { d.handle() } as usize, uuid.clone());
     }
-    tracing::info!(gpus = handles.len(), "GPU health: watching NVML events");
-    Ok(Registered { set, handles })
-}
-
-/// The event types NVML supports on `d`, raw: the wrapper drops bits it does not know
-/// (GPU-unavailable and recovery-action among them).
-fn supported_types(nvml: &Nvml, d: &nvml_wrapper::Device<'_>) -> Option<u64> {
-    let f = nvml.lib().nvmlDeviceGetSupportedEventTypes.as_ref().ok()?;
-    let mut types: u64 = 0;
-    // SAFETY: symbol resolved; live handle; valid out pointer.
-    let rc = unsafe { f(d.handle(), &mut types) };
-    (rc == nvmlReturn_enum_NVML_SUCCESS).then_some(types)
-}
-
-enum Waited {
-    Event {
-        uuid: String,
-        signal: Signal,
-        gi: Option<u32>,
-        ci: Option<u32>,
-    },
-    Nothing,
-    Lost,
-}
-
-fn wait(nvml: &Nvml, r: &Registered<'_>) -> Result<Waited, String> {
-    let f = nvml
-        .lib()
-        .nvmlEventSetWait_v2
-        .as_ref()
-        .map_err(|_| "nvmlEventSetWait_v2 is missing".to_string())?;
-    // SAFETY: zeroed plain C struct, filled by NVML; the set is live for this call.
-    let mut data: nvmlEventData_t = unsafe { std::mem::zeroed() };
-    let rc = unsafe { f(r.set.handle(), &mut data, WAIT_MS) };
-    match rc {
-        x if x == nvmlReturn_enum_NVML_SUCCESS => {}
-        x if x == nvmlReturn_enum_NVML_ERROR_TIMEOUT => return Ok(Waited::Nothing),
-        x if x == nvmlReturn_enum_NVML_ERROR_GPU_IS_LOST => return Ok(Waited::Lost),
-        x => return Err(format!("NVML event wait failed with code {x}")),
-    }
-    let Some(uuid) = r.handles.get(&(data.device as nvmlDevice_t as usize)) else {
-        return Ok(Waited::Nothing);
-    };
-    let t = data.eventType;
-    let signal = if t & u64::from(nvmlEventTypeXidCriticalError) != 0 {
-        Signal::Xid(data.eventData)
-    } else if t & u64::from(nvmlEventTypeDoubleBitEccError) != 0 {
-        Signal::DoubleBitEcc
-    } else if t & u64::from(nvmlEventTypeGpuUnavailableError) != 0 {
-        Signal::Unavailable
-    } else if t & u64::from(nvmlEventTypeGpuRecoveryAction) != 0 {
-        Signal::RecoveryAction(data.eventData)
-    } else {
-        return Ok(Waited::Nothing);
-    };
-    let id = |v: u32| (v != NO_INSTANCE).then_some(v);
-    Ok(Waited::Event {
-        uuid: uuid.clone(),
-        signal,
-        gi: id(data.gpuInstanceId),
-        ci: id(data.computeInstanceId),
-    })
 }
 
 /// Runs until `out` has no receivers (returns) or NVML stops working (returns; the caller
 /// loads it again).
 fn watch_events(
-    config: &MonitorConfig,
     nvml: &Nvml,
     inventory: &mut watch::Receiver<Vec<Device>>,
-    out: &watch::Sender<HealthReport>,
-    tracker: &mut Tracker,
+    health: &mut Health<'_>,
 ) {
-    let mut devices = inventory.borrow_and_update().clone();
-    let mut uuids = gpu_uuids(&devices);
-    let mut registered = match register(nvml, &uuids) {
+    let config = health.config;
+    let mut uuids = gpu_uuids(&health.devices);
+    // The GPUs the set was asked to watch (NVML may have refused some).
+    let mut asked = uuids.clone();
+    let mut registered: Registered<'_> = match register(nvml, &asked) {
         Ok(r) => r,
         Err(e) => {
             tracing::warn!(error = %e, "GPU health: cannot create an NVML event set");
@@ -243,50 +186,59 @@ fn watch_events(
     };
     let mut last_probe: Option<Instant> = None;
     let mut failures = 0u32;
-    while !out.is_closed() {
-        let mut changed = false;
+    while !health.out.is_closed() {
         if inventory.has_changed().unwrap_or(false) {
-            devices = inventory.borrow_and_update().clone();
-            let now_uuids = gpu_uuids(&devices);
+            health.devices = inventory.borrow_and_update().clone();
+            let names: BTreeSet<&str> = health.devices.iter().map(|d| d.name.as_str()).collect();
+            health.tracker.prune(|n| names.contains(n));
+            let now_uuids = gpu_uuids(&health.devices);
             if now_uuids != uuids {
                 uuids = now_uuids;
-                match register(nvml, &uuids) {
-                    Ok(r) => registered = r,
-                    Err(e) => {
-                        tracing::warn!(error = %e, "GPU health: cannot create an NVML event set");
-                        return;
-                    }
-                }
+                // New GPUs are probed at once.
+                last_probe = None;
             }
-            changed |= tracker.retain(|n| devices.iter().any(|d| d.name == n));
         }
         let mut probe_now = false;
         match wait(nvml, &registered) {
             Ok(Waited::Event {
                 uuid,
+                device,
                 signal,
                 gi,
                 ci,
             }) => {
                 failures = 0;
-                let verdict = classify(signal, &config.informational_xids);
-                if verdict == Verdict::Recovered {
-                    // A GPU the driver calls fine may have been lost: see that NVML
-                    // reaches it before believing it.
-                    let one = BTreeSet::from([uuid.clone()]);
-                    changed |= probe(nvml, config, &devices, &one, tracker);
-                }
-                let now = SystemTime::now();
-                for t in targets(&devices, &uuid, gi, ci) {
-                    tracing::warn!(
-                        device = t,
-                        gpu = uuid,
-                        ?signal,
-                        ?gi,
-                        ?ci,
-                        "GPU health event"
-                    );
-                    changed |= tracker.observe(&t, &verdict, now);
+                match classify(signal, &config.informational_xids) {
+                    // The driver says nothing needs doing: see that the GPU is fine.
+                    Verdict::Recovered => {
+                        let check = probe::check(nvml, &uuid);
+                        health.apply(&uuid, &check, true);
+                    }
+                    Verdict::Condition {
+                        condition,
+                        reason,
+                        message,
+                    } => {
+                        let at = gi.map(|gi| Instance {
+                            gi,
+                            ci,
+                            placement: placement(nvml, device, gi),
+                        });
+                        let now = SystemTime::now();
+                        for t in targets(&health.devices, &uuid, at.as_ref()) {
+                            tracing::warn!(
+                                device = t,
+                                gpu = uuid,
+                                ?signal,
+                                ?gi,
+                                ?ci,
+                                "GPU health event"
+                            );
+                            health
+                                .tracker
+                                .observe(&t, condition, &reason, &message, now, true);
+                        }
+                    }
                 }
             }
             Ok(Waited::Nothing) => failures = 0,
@@ -302,62 +254,32 @@ fn watch_events(
         }
         if probe_now || last_probe.is_none_or(|t| t.elapsed() >= config.probe_every) {
             last_probe = Some(Instant::now());
-            changed |= probe(nvml, config, &devices, &uuids, tracker);
-        }
-        changed |= tracker.tick(SystemTime::now());
-        if changed {
-            let report = tracker.report();
-            log_changes(&out.borrow(), &report);
-            out.send_replace(report);
-        }
-    }
-}
-
-/// One registration and one wait, for node checks: how many of the devices' GPUs NVML
-/// registered for events, out of how many, after a wait of `WAIT_MS` that must end in a
-/// timeout or an event. Never injects anything.
-pub fn check_events(lib: &std::path::Path, devices: &[Device]) -> Result<(usize, usize), String> {
-    let nvml = Nvml::builder()
-        .lib_path(OsStr::new(lib.as_os_str()))
-        .init()
-        .map_err(|e| format!("loading {}: {e}", lib.display()))?;
-    let uuids = gpu_uuids(devices);
-    let r = register(&nvml, &uuids).map_err(|e| format!("event set: {e}"))?;
-    match wait(&nvml, &r)? {
-        Waited::Lost => Err("NVML reports a GPU lost".into()),
-        Waited::Event { .. } | Waited::Nothing => Ok((r.handles.len(), uuids.len())),
-    }
-}
-
-/// Asks NVML for each GPU: lost ones become unhealthy, reachable ones may recover.
-fn probe(
-    nvml: &Nvml,
-    config: &MonitorConfig,
-    devices: &[Device],
-    uuids: &BTreeSet<String>,
-    tracker: &mut Tracker,
-) -> bool {
-    let now = SystemTime::now();
-    let lost = classify(Signal::Lost, &config.informational_xids);
-    let mut changed = false;
-    for uuid in uuids {
-        let targets = targets(devices, uuid, None, None);
-        match nvml.device_by_uuid(uuid.as_str()) {
-            Err(NvmlError::GpuLost) => {
-                for t in &targets {
-                    changed |= tracker.observe(t, &lost, now);
+            let mut reached = BTreeSet::new();
+            for uuid in &uuids {
+                let check = probe::check(nvml, uuid);
+                if check.reached {
+                    reached.insert(uuid.clone());
                 }
+                health.apply(uuid, &check, false);
             }
-            // Other errors (a GPU bound to vfio-pci is invisible to NVML) say nothing.
-            Err(_) => {}
-            Ok(_) => {
-                for t in &targets {
-                    tracker.reachable(t, now);
+            // Watch what NVML reaches: a lost GPU out of the set, one back in it.
+            if reached != asked {
+                asked = reached;
+                match register(nvml, &asked) {
+                    Ok(r) => registered = r,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "GPU health: cannot create an NVML event set");
+                        return;
+                    }
                 }
+            } else if probe_now {
+                // NVML says lost, the probe finds nothing: do not spin on it.
+                std::thread::sleep(Duration::from_millis(WAIT_MS.into()));
             }
         }
+        health.tracker.tick(SystemTime::now());
+        health.publish();
     }
-    changed
 }
 
 fn log_changes(before: &HealthReport, after: &HealthReport) {
@@ -370,74 +292,5 @@ fn log_changes(before: &HealthReport, after: &HealthReport) {
         if after.get(name).is_none() {
             tracing::info!(device = name, "device healthy again");
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::discovery::Attribute;
-
-    fn dev(name: &str, kind: Kind, attrs: &[(&str, Attribute)]) -> Device {
-        Device {
-            name: name.into(),
-            kind,
-            attributes: attrs
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.clone()))
-                .collect(),
-            capacity: Default::default(),
-            edits: Default::default(),
-            optional_edits: Default::default(),
-            consumes: None,
-            shared: None,
-        }
-    }
-
-    #[test]
-    fn signals_land_on_the_gpu_its_mig_devices_and_its_passthrough_function() {
-        let s = |v: &str| Attribute::String(v.into());
-        let devices = vec![
-            dev("gpu-2", Kind::Gpu, &[("uuid", s("GPU-a"))]),
-            dev("gpu-3", Kind::Gpu, &[("uuid", s("GPU-b"))]),
-            dev("vfio-0000-18-00-0", Kind::Vfio, &[("uuid", s("GPU-a"))]),
-            dev(
-                "gpu-4-mig-1-0",
-                Kind::Mig,
-                &[
-                    ("parentUUID", s("GPU-c")),
-                    ("giID", Attribute::Int(1)),
-                    ("ciID", Attribute::Int(0)),
-                ],
-            ),
-            dev(
-                "gpu-4-mig-2-0",
-                Kind::Mig,
-                &[
-                    ("parentUUID", s("GPU-c")),
-                    ("giID", Attribute::Int(2)),
-                    ("ciID", Attribute::Int(0)),
-                ],
-            ),
-            dev("fuse", Kind::Char, &[("uuid", s("GPU-a"))]),
-        ];
-        assert_eq!(
-            targets(&devices, "GPU-a", None, None),
-            ["gpu-2", "vfio-0000-18-00-0"]
-        );
-        assert_eq!(
-            targets(&devices, "GPU-c", None, None),
-            ["gpu-4-mig-1-0", "gpu-4-mig-2-0"]
-        );
-        assert_eq!(targets(&devices, "GPU-c", Some(2), None), ["gpu-4-mig-2-0"]);
-        assert_eq!(
-            targets(&devices, "GPU-c", Some(2), Some(1)),
-            Vec::<String>::new()
-        );
-        assert!(targets(&devices, "GPU-z", None, None).is_empty());
-        assert_eq!(
-            gpu_uuids(&devices).into_iter().collect::<Vec<_>>(),
-            ["GPU-a", "GPU-b", "GPU-c"]
-        );
     }
 }

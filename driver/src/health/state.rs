@@ -1,116 +1,162 @@
-//! Per-device health over time: conditions set by events, and cleared again when the device
-//! has been quiet long enough and NVML can reach it (or the driver says nothing needs
-//! doing). Pure logic with the clock passed in, so tests need not wait.
+//! Per-device health over time. Pure logic with the clock passed in, so tests need not wait.
+//!
+//! - A condition comes from an event or from what a probe of the GPU found; a worse one
+//!   replaces a milder one, an equal one keeps the first reason (the root cause stays
+//!   visible) and only counts as a new event.
+//! - **Unhealthy never clears on time.** It clears when a probe of its GPU passes (NVML
+//!   reaches it, its memory reads, nothing pending or failed) and NVML's recovery action
+//!   reads `NONE`: at once after a recovery-action event saying so, at a probe tick once
+//!   the driver had a probe interval since the condition's last event to post an action (a
+//!   tick right after an XID must not beat the driver's own recovery action). Where the
+//!   driver cannot tell the recovery action (older drivers), only a reset can clear it: the
+//!   node's boot differs from the one the condition was last seen in, and the probe passes.
+//! - **Degraded** (informational XIDs) clears after a quiet time without new events; with
+//!   none configured, as an unhealthy condition whose driver cannot tell the action.
+//! - Devices no longer published keep their conditions (not reported) until they come back
+//!   or the node reboots; entries come and go with [`super::store`].
 
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
 
-use super::classify::Verdict;
-use super::{whole_seconds, DeviceHealth, HealthReport};
+use super::{whole_seconds, Condition, DeviceHealth, HealthReport};
 
-struct Entry {
-    health: DeviceHealth,
-    last_event: SystemTime,
-    /// NVML cannot reach the device: no quiet time clears it until it can.
-    lost: bool,
+/// One device's condition and what clearing it depends on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Entry {
+    pub health: DeviceHealth,
+    /// The last event of it (probe findings do not count: they repeat every tick).
+    pub last_event: SystemTime,
+    /// The node's boot it was last seen in.
+    pub boot_id: String,
+}
+
+/// NVML's recovery action for a GPU, as a probe read it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Action {
+    Read(u64),
+    /// This driver has no such field.
+    NotSupported,
+    /// The read failed.
+    Failed,
+}
+
+/// What a probe of one GPU says about clearing its devices' conditions (the conditions it
+/// found are observed separately).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Probed {
+    /// NVML reached the GPU and every read that applies to it passed.
+    pub passes: bool,
+    pub action: Action,
 }
 
 /// Health of the devices something has been said about.
 pub struct Tracker {
-    /// How long a device must be free of new events before its condition is cleared;
-    /// `None` keeps conditions until graft-driver restarts (NVIDIA's device plugin's way).
+    /// How long a degraded device must be free of new events before it clears; `None`:
+    /// only a reset clears it.
     quiet: Option<Duration>,
+    /// How long after a condition's last event a probe tick may clear it.
+    settle: Duration,
+    boot_id: String,
     entries: BTreeMap<String, Entry>,
 }
 
 impl Tracker {
-    pub fn new(quiet: Option<Duration>) -> Self {
+    pub fn new(quiet: Option<Duration>, settle: Duration, boot_id: &str) -> Self {
         Tracker {
             quiet,
+            settle,
+            boot_id: boot_id.to_string(),
             entries: BTreeMap::new(),
         }
     }
 
-    /// Applies a verdict about `device`; true when its published health changed.
-    pub fn observe(&mut self, device: &str, verdict: &Verdict, now: SystemTime) -> bool {
-        match verdict {
-            Verdict::Recovered => match self.entries.get(device) {
-                Some(e) if !e.lost => {
-                    self.entries.remove(device);
-                    true
+    /// Conditions kept from an earlier run of graft-driver (see [`super::store`]).
+    pub fn restore(&mut self, entries: BTreeMap<String, Entry>) {
+        self.entries = entries;
+    }
+
+    pub fn entries(&self) -> &BTreeMap<String, Entry> {
+        &self.entries
+    }
+
+    /// Sets (or confirms) a condition on `device`; `event` when an NVML event said it, not a
+    /// probe. True when the device's published health changed.
+    pub fn observe(
+        &mut self,
+        device: &str,
+        condition: Condition,
+        reason: &str,
+        message: &str,
+        now: SystemTime,
+        event: bool,
+    ) -> bool {
+        let fresh = || DeviceHealth {
+            condition,
+            reason: reason.to_string(),
+            message: message.to_string(),
+            since: whole_seconds(now),
+        };
+        match self.entries.get_mut(device) {
+            Some(e) => {
+                if event {
+                    e.last_event = now;
                 }
-                _ => false,
-            },
-            Verdict::Condition {
-                condition,
-                reason,
-                message,
-            } => {
-                let lost = reason == "gpu-lost";
-                match self.entries.get_mut(device) {
-                    Some(e) => {
-                        e.last_event = now;
-                        e.lost |= lost;
-                        // A worse condition replaces a milder one; an equal or milder
-                        // one only keeps the device from recovering.
-                        if *condition > e.health.condition
-                            || (*condition == e.health.condition && e.health.reason != *reason)
-                        {
-                            let since = if *condition > e.health.condition {
-                                whole_seconds(now)
-                            } else {
-                                e.health.since
-                            };
-                            e.health = DeviceHealth {
-                                condition: *condition,
-                                reason: reason.clone(),
-                                message: message.clone(),
-                                since,
-                            };
-                            return true;
-                        }
-                        false
-                    }
-                    None => {
-                        self.entries.insert(
-                            device.to_string(),
-                            Entry {
-                                health: DeviceHealth {
-                                    condition: *condition,
-                                    reason: reason.clone(),
-                                    message: message.clone(),
-                                    since: whole_seconds(now),
-                                },
-                                last_event: now,
-                                lost,
-                            },
-                        );
-                        true
-                    }
+                e.boot_id.clone_from(&self.boot_id);
+                if condition > e.health.condition {
+                    e.health = fresh();
+                    return true;
                 }
+                false
+            }
+            None => {
+                self.entries.insert(
+                    device.to_string(),
+                    Entry {
+                        health: fresh(),
+                        // A finding of a probe has no event to settle after.
+                        last_event: if event { now } else { SystemTime::UNIX_EPOCH },
+                        boot_id: self.boot_id.clone(),
+                    },
+                );
+                true
             }
         }
     }
 
-    /// NVML reached `device` again: it may recover once quiet.
-    pub fn reachable(&mut self, device: &str, now: SystemTime) {
-        if let Some(e) = self.entries.get_mut(device) {
-            if e.lost {
-                e.lost = false;
-                // The quiet time starts now: a GPU back on the bus has not proven itself yet.
-                e.last_event = now;
-            }
+    /// A probe of `device`'s GPU; `prompt` when a recovery-action event asked for it. Clears
+    /// the device's condition when the GPU is fine; true when it did.
+    pub fn probed(&mut self, device: &str, p: Probed, now: SystemTime, prompt: bool) -> bool {
+        let Some(e) = self.entries.get(device) else {
+            return false;
+        };
+        let reset = e.boot_id != self.boot_id;
+        let settled = prompt
+            || now
+                .duration_since(e.last_event)
+                .is_ok_and(|d| d >= self.settle);
+        let clears = p.passes
+            && match e.health.condition {
+                Condition::Degraded => self.quiet.is_none() && reset,
+                Condition::Unhealthy => match p.action {
+                    Action::Read(0) => settled,
+                    Action::NotSupported => reset,
+                    Action::Read(_) | Action::Failed => false,
+                },
+            };
+        if clears {
+            self.entries.remove(device);
         }
+        clears
     }
 
-    /// Clears conditions whose quiet time has passed; true when any did.
+    /// Clears degraded conditions whose quiet time has passed; true when any did.
     pub fn tick(&mut self, now: SystemTime) -> bool {
         let Some(quiet) = self.quiet else {
             return false;
         };
         let before = self.entries.len();
         self.entries.retain(|_, e| {
-            e.lost
+            e.health.condition != Condition::Degraded
                 || now
                     .duration_since(e.last_event)
                     .map(|d| d < quiet)
@@ -119,18 +165,23 @@ impl Tracker {
         self.entries.len() != before
     }
 
-    /// Forgets devices that are no longer published.
-    pub fn retain(&mut self, published: impl Fn(&str) -> bool) -> bool {
+    /// Forgets the conditions of devices no longer published that date from an earlier
+    /// boot: whatever they were, a reboot reset them, and the device is not there to say.
+    pub fn prune(&mut self, published: impl Fn(&str) -> bool) -> bool {
         let before = self.entries.len();
-        self.entries.retain(|name, _| published(name));
+        let boot = &self.boot_id;
+        self.entries
+            .retain(|name, e| published(name) || e.boot_id == *boot);
         self.entries.len() != before
     }
 
-    pub fn report(&self) -> HealthReport {
+    /// The health of the published devices.
+    pub fn report(&self, published: impl Fn(&str) -> bool) -> HealthReport {
         HealthReport {
             devices: self
                 .entries
                 .iter()
+                .filter(|(k, _)| published(k))
                 .map(|(k, e)| (k.clone(), e.health.clone()))
                 .collect(),
         }
@@ -138,65 +189,5 @@ impl Tracker {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::health::classify::{classify, default_informational, Signal};
-    use crate::health::Condition;
-
-    fn at(s: u64) -> SystemTime {
-        SystemTime::UNIX_EPOCH + Duration::from_millis(s * 1000 + 300)
-    }
-
-    fn v(s: Signal) -> Verdict {
-        classify(s, &default_informational())
-    }
-
-    #[test]
-    fn fatal_then_quiet_recovers() {
-        let mut t = Tracker::new(Some(Duration::from_secs(10)));
-        assert!(t.observe("gpu-2", &v(Signal::Xid(48)), at(100)));
-        let h = t.report().devices["gpu-2"].clone();
-        assert_eq!(h.condition, Condition::Unhealthy);
-        assert_eq!(h.reason, "xid-48");
-        // Whole seconds: a taint's timeAdded.
-        assert_eq!(h.since, SystemTime::UNIX_EPOCH + Duration::from_secs(100));
-        // The same error again restarts the quiet time but changes nothing published.
-        assert!(!t.observe("gpu-2", &v(Signal::Xid(48)), at(105)));
-        assert!(!t.tick(at(114)));
-        assert!(t.tick(at(115)));
-        assert!(t.report().devices.is_empty());
-    }
-
-    #[test]
-    fn worse_replaces_milder_and_milder_does_not_downgrade() {
-        let mut t = Tracker::new(Some(Duration::from_secs(10)));
-        assert!(t.observe("gpu-2", &v(Signal::Xid(13)), at(1)));
-        assert_eq!(t.report().devices["gpu-2"].condition, Condition::Degraded);
-        assert!(t.observe("gpu-2", &v(Signal::Xid(79)), at(2)));
-        assert_eq!(t.report().devices["gpu-2"].condition, Condition::Unhealthy);
-        assert!(!t.observe("gpu-2", &v(Signal::Xid(13)), at(3)));
-        assert_eq!(t.report().devices["gpu-2"].reason, "xid-79");
-    }
-
-    #[test]
-    fn a_lost_gpu_waits_to_be_reachable_then_quiet() {
-        let mut t = Tracker::new(Some(Duration::from_secs(5)));
-        assert!(t.observe("gpu-0", &v(Signal::Lost), at(0)));
-        assert!(!t.tick(at(100)));
-        assert!(!t.observe("gpu-0", &v(Signal::RecoveryAction(0)), at(100)));
-        t.reachable("gpu-0", at(100));
-        assert!(!t.tick(at(104)));
-        assert!(t.tick(at(105)));
-    }
-
-    #[test]
-    fn recovery_action_none_clears_at_once_and_sticky_never_ticks() {
-        let mut t = Tracker::new(None);
-        t.observe("gpu-1", &v(Signal::RecoveryAction(1)), at(0));
-        assert!(!t.tick(at(1_000_000)));
-        assert!(t.observe("gpu-1", &v(Signal::RecoveryAction(0)), at(1)));
-        assert!(t.report().devices.is_empty());
-        t.observe("gpu-1", &v(Signal::Xid(79)), at(0));
-        assert!(t.retain(|n| n != "gpu-1"));
-    }
-}
+#[path = "state_tests.rs"]
+mod tests;

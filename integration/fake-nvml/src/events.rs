@@ -1,4 +1,4 @@
-//! NVML events fed by tests, and the "lost GPU" state.
+//! NVML events fed by tests, and the lines that set a GPU's health state.
 //!
 //! The feed is the text file `fake-nvml-events` in the directory of this library file, as
 //! the loader reports its path (the `libnvidia-ml.so.1` link and the file it names sit side
@@ -12,18 +12,20 @@
 //! <gpu-index> ecc-single-bit              SingleBitEccError
 //! <gpu-index> unavailable                 GpuUnavailableError
 //! <gpu-index> recovery <action>           GpuRecoveryAction, eventData = action (0..=4, or any
-//!                                         other number, passed on as is)
+//!                                         other number, passed on as is); also the GPU's
+//!                                         recovery action field from now on
 //! <gpu-index> lost                        not an event: the GPU is lost from now on
 //! <gpu-index> found                       not an event: the GPU is no longer lost
+//! <gpu-index> remap-pending               not an event: a row remapping waits for a reset
+//! <gpu-index> remap-failed                not an event: a row remapping failed
+//! <gpu-index> remap-clear                 not an event: neither
 //! ```
 //!
 //! `<gpu-index>` is 0..=7; `#` comments, blank and malformed lines are skipped. As with the
 //! real library, an event set sees only the events appended after its creation, and only
 //! those of the GPUs and types registered in it; a line is consumed once its newline is
-//! there. The file may be absent, and appear later.
-//!
-//! "Lost" is a simplification: only `nvmlDeviceGetHandleByUUID` reports it (for the GPU
-//! and its MIG devices); the by-index calls discovery makes keep working.
+//! there. The file may be absent, and appear later. What the state lines (and the last
+//! `recovery` line) mean for the NVML calls is in the `health` module.
 
 use std::collections::HashMap;
 use std::ffi::{c_char, c_uint, c_ulonglong, CStr};
@@ -39,7 +41,7 @@ use nvml_wrapper_sys::bindings::*;
 use super::*;
 
 const TIMEOUT: nvmlReturn_t = nvmlReturn_enum_NVML_ERROR_TIMEOUT;
-const GPU_IS_LOST: nvmlReturn_t = nvmlReturn_enum_NVML_ERROR_GPU_IS_LOST;
+use crate::health::{self, GPU_IS_LOST};
 
 const FILE_NAME: &str = "fake-nvml-events";
 /// How often a waiting set looks at the file again.
@@ -51,7 +53,7 @@ const XID: c_ulonglong = nvmlEventTypeXidCriticalError as c_ulonglong;
 const ECC_SINGLE: c_ulonglong = nvmlEventTypeSingleBitEccError as c_ulonglong;
 const ECC_DOUBLE: c_ulonglong = nvmlEventTypeDoubleBitEccError as c_ulonglong;
 const UNAVAILABLE: c_ulonglong = nvmlEventTypeGpuUnavailableError as c_ulonglong;
-const RECOVERY: c_ulonglong = nvmlEventTypeGpuRecoveryAction as c_ulonglong;
+pub(crate) const RECOVERY: c_ulonglong = nvmlEventTypeGpuRecoveryAction as c_ulonglong;
 /// What an H100 reports: the types above, plus PState and Clock (never fed).
 const SUPPORTED: c_ulonglong = XID
     | ECC_SINGLE
@@ -72,8 +74,17 @@ struct SetState {
 static SETS: LazyLock<Mutex<HashMap<usize, SetState>>> = LazyLock::new(Default::default);
 static NEXT_SET: AtomicUsize = AtomicUsize::new(1);
 
+/// A GPU's row remapping, as the last `remap-*` line set it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) enum Remap {
+    #[default]
+    Clear,
+    Pending,
+    Failed,
+}
+
 #[derive(Debug, PartialEq)]
-enum Line {
+pub(crate) enum Line {
     Event {
         gpu: usize,
         kind: c_ulonglong,
@@ -83,9 +94,10 @@ enum Line {
     },
     Lost(usize),
     Found(usize),
+    Remap(usize, Remap),
 }
 
-fn parse(line: &str) -> Option<Line> {
+pub(crate) fn parse(line: &str) -> Option<Line> {
     let words: Vec<&str> = line.split_whitespace().collect();
     let (gpu, rest) = words.split_first()?;
     let gpu: usize = gpu.parse().ok().filter(|&g| g < 8)?;
@@ -109,6 +121,9 @@ fn parse(line: &str) -> Option<Line> {
         ["recovery", action] => event(RECOVERY, action.parse().ok()?, NO_INSTANCE, NO_INSTANCE),
         ["lost"] => Some(Line::Lost(gpu)),
         ["found"] => Some(Line::Found(gpu)),
+        ["remap-pending"] => Some(Line::Remap(gpu, Remap::Pending)),
+        ["remap-failed"] => Some(Line::Remap(gpu, Remap::Failed)),
+        ["remap-clear"] => Some(Line::Remap(gpu, Remap::Clear)),
         _ => None,
     }
 }
@@ -143,23 +158,12 @@ fn lines_from(path: &Path, offset: u64) -> Vec<(String, u64)> {
     lines
 }
 
-/// Which GPUs are lost after the whole file.
-fn lost() -> [bool; 8] {
-    let mut lost = [false; 8];
-    let Some(path) = events_file() else {
-        return lost;
-    };
-    for (text, _) in lines_from(path, 0) {
-        let (gpu, now) = match parse(&text) {
-            Some(Line::Lost(gpu)) => (gpu, true),
-            Some(Line::Found(gpu)) => (gpu, false),
-            _ => continue,
-        };
-        if let Some(l) = lost.get_mut(gpu) {
-            *l = now;
-        }
+/// Every complete line of the file; none when it is absent or unreadable.
+pub(crate) fn all_lines() -> Vec<String> {
+    match events_file() {
+        Some(path) => lines_from(path, 0).into_iter().map(|(t, _)| t).collect(),
+        None => Vec::new(),
     }
-    lost
 }
 
 #[no_mangle]
@@ -189,7 +193,7 @@ pub unsafe extern "C" fn nvmlDeviceGetHandleByUUID(
     } else {
         return NOT_FOUND;
     };
-    if lost()[gpu] {
+    if health::lost(gpu) {
         return GPU_IS_LOST;
     }
     put(device, handle)
@@ -234,6 +238,9 @@ pub unsafe extern "C" fn nvmlDeviceGetSupportedEventTypes(
     device: nvmlDevice_t,
     types: *mut c_ulonglong,
 ) -> nvmlReturn_t {
+    if let Err(rc) = health::reachable(device) {
+        return rc;
+    }
     match decode(device) {
         Some(Handle::Gpu(_)) => put(types, SUPPORTED),
         // Events are registered on the parent GPU and attributed to instances.
@@ -248,6 +255,9 @@ pub unsafe extern "C" fn nvmlDeviceRegisterEvents(
     types: c_ulonglong,
     set: nvmlEventSet_t,
 ) -> nvmlReturn_t {
+    if let Err(rc) = health::reachable(device) {
+        return rc;
+    }
     let gpu = match decode(device) {
         Some(Handle::Gpu(i)) => i,
         Some(Handle::Mig(_)) => return NOT_SUPPORTED,
@@ -300,6 +310,10 @@ fn next_event(set: usize) -> Result<Option<nvmlEventData_t>, nvmlReturn_t> {
             }));
         }
     }
+    // Queued events first; then a lost GPU in the set fails the wait (see `health`).
+    if health::any_lost(&state.registered) {
+        return Err(GPU_IS_LOST);
+    }
     Ok(None)
 }
 
@@ -347,6 +361,12 @@ mod tests {
         assert_eq!(parse(" 6  xid 31 gi 2 ci 0 "), Some(xid(6, 31, 2, 0)));
         assert_eq!(parse("7 lost"), Some(Line::Lost(7)));
         assert_eq!(parse("0 found"), Some(Line::Found(0)));
+        assert_eq!(
+            parse("5 remap-pending"),
+            Some(Line::Remap(5, Remap::Pending))
+        );
+        assert_eq!(parse("5 remap-failed"), Some(Line::Remap(5, Remap::Failed)));
+        assert_eq!(parse("5 remap-clear"), Some(Line::Remap(5, Remap::Clear)));
         for bad in [
             "",
             "# 3 xid 79",
@@ -358,6 +378,8 @@ mod tests {
             "3 recovery",
             "3 lost now",
             "3 ecc",
+            "3 remap",
+            "3 remap-pending now",
         ] {
             assert_eq!(parse(bad), None, "{bad:?}");
         }

@@ -24,6 +24,9 @@ pub unsafe extern "C" fn nvmlDeviceGetGpuFabricInfo(
     device: nvmlDevice_t,
     info: *mut nvmlGpuFabricInfo_t,
 ) -> nvmlReturn_t {
+    if let Err(rc) = crate::health::reachable(device) {
+        return rc;
+    }
     let Some(Handle::Gpu(_)) = decode(device) else {
         return INVALID_ARGUMENT;
     };

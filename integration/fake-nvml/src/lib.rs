@@ -16,8 +16,10 @@
 //!   finds the CUDA driver version by loading `libcuda.so.1` by name;
 //! - events (`nvmlEventSetCreate`, `nvmlDeviceRegisterEvents`,
 //!   `nvmlDeviceGetSupportedEventTypes`, `nvmlEventSetWait_v2`, `nvmlEventSetFree`) fed by
-//!   tests through the file `fake-nvml-events` next to the library, which can also mark a
-//!   GPU lost for `nvmlDeviceGetHandleByUUID` (format and limits in the `events` module).
+//!   tests through the file `fake-nvml-events` next to the library (format in the `events`
+//!   module), which also sets each GPU's health: lost (every per-device call fails with
+//!   `GPU_IS_LOST`), its recovery action (`nvmlDeviceGetFieldValues`) and row remapping
+//!   (`nvmlDeviceGetRemappedRows`); see the `health` module.
 //!
 //! Anything else is not exported, which nvml-wrapper reports as a failed symbol load.
 
@@ -35,6 +37,7 @@ use nvml_wrapper_sys::bindings::*;
 mod events;
 mod fabric;
 mod handles;
+mod health;
 mod mig;
 mod persistence;
 
@@ -200,6 +203,9 @@ pub unsafe extern "C" fn nvmlDeviceGetHandleByIndex_v2(
     if index >= 8 {
         return INVALID_ARGUMENT;
     }
+    if let Err(rc) = health::reachable_gpu(index as usize) {
+        return rc;
+    }
     put(device, handle_of_gpu(index as usize))
 }
 
@@ -213,7 +219,10 @@ pub unsafe extern "C" fn nvmlDeviceGetHandleByPciBusId_v2(
     }
     let want = CStr::from_ptr(bus).to_string_lossy().to_ascii_uppercase();
     match (0..8).find(|&i| bus_id(i) == want || bus_id(i)[4..] == want) {
-        Some(i) => put(device, handle_of_gpu(i)),
+        Some(i) => match health::reachable_gpu(i) {
+            Ok(()) => put(device, handle_of_gpu(i)),
+            Err(rc) => rc,
+        },
         None => NOT_FOUND,
     }
 }
@@ -223,6 +232,9 @@ pub unsafe extern "C" fn nvmlDeviceGetIndex(
     device: nvmlDevice_t,
     index: *mut c_uint,
 ) -> nvmlReturn_t {
+    if let Err(rc) = health::reachable(device) {
+        return rc;
+    }
     match decode(device) {
         Some(Handle::Gpu(i)) => put(index, i as c_uint),
         // A MIG device's place among its GPU's.
@@ -240,6 +252,9 @@ pub unsafe extern "C" fn nvmlDeviceGetUUID(
     out: *mut c_char,
     len: c_uint,
 ) -> nvmlReturn_t {
+    if let Err(rc) = health::reachable(device) {
+        return rc;
+    }
     match decode(device) {
         Some(Handle::Gpu(i)) => write_str(&gpu_uuid(i), out, len),
         Some(Handle::Mig(inst)) => match mig::device(inst) {
@@ -256,6 +271,9 @@ pub unsafe extern "C" fn nvmlDeviceGetName(
     out: *mut c_char,
     len: c_uint,
 ) -> nvmlReturn_t {
+    if let Err(rc) = health::reachable(device) {
+        return rc;
+    }
     match decode(device) {
         Some(Handle::Gpu(_)) => write_str(model().name, out, len),
         // As the real one: the GPU's name, then the compute instance profile's.
@@ -272,6 +290,9 @@ pub unsafe extern "C" fn nvmlDeviceGetBrand(
     device: nvmlDevice_t,
     brand: *mut nvmlBrandType_t,
 ) -> nvmlReturn_t {
+    if let Err(rc) = health::reachable(device) {
+        return rc;
+    }
     match gpu_of(device) {
         Ok(_) => put(brand, nvmlBrandType_enum_NVML_BRAND_NVIDIA),
         Err(rc) => rc,
@@ -283,6 +304,9 @@ pub unsafe extern "C" fn nvmlDeviceGetArchitecture(
     device: nvmlDevice_t,
     arch: *mut nvmlDeviceArchitecture_t,
 ) -> nvmlReturn_t {
+    if let Err(rc) = health::reachable(device) {
+        return rc;
+    }
     match gpu_of(device) {
         Ok(_) => put(arch, model().architecture),
         Err(rc) => rc,
@@ -295,6 +319,9 @@ pub unsafe extern "C" fn nvmlDeviceGetCudaComputeCapability(
     major: *mut c_int,
     minor: *mut c_int,
 ) -> nvmlReturn_t {
+    if let Err(rc) = health::reachable(device) {
+        return rc;
+    }
     if let Err(rc) = gpu_of(device) {
         return rc;
     }
@@ -310,6 +337,9 @@ pub unsafe extern "C" fn nvmlDeviceGetMinorNumber(
     device: nvmlDevice_t,
     minor: *mut c_uint,
 ) -> nvmlReturn_t {
+    if let Err(rc) = health::reachable(device) {
+        return rc;
+    }
     match decode(device) {
         Some(Handle::Gpu(i)) => put(minor, MINORS[i]),
         // MIG devices have no device node of their own.
@@ -326,6 +356,9 @@ pub unsafe extern "C" fn nvmlDeviceGetPciInfo_v3(
     device: nvmlDevice_t,
     pci: *mut nvmlPciInfo_t,
 ) -> nvmlReturn_t {
+    if let Err(rc) = health::reachable(device) {
+        return rc;
+    }
     let i = match gpu_of(device) {
         Ok(i) => i,
         Err(rc) => return rc,
@@ -355,6 +388,9 @@ pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo_v2(
     device: nvmlDevice_t,
     mem: *mut nvmlMemory_v2_t,
 ) -> nvmlReturn_t {
+    if let Err(rc) = health::reachable(device) {
+        return rc;
+    }
     let total = match decode(device) {
         Some(Handle::Gpu(_)) => model().memory,
         Some(Handle::Mig(inst)) => match mig::device(inst) {
@@ -379,6 +415,9 @@ pub unsafe extern "C" fn nvmlDeviceGetNumaNodeId(
     _device: nvmlDevice_t,
     _node: *mut c_uint,
 ) -> nvmlReturn_t {
+    if let Err(rc) = health::reachable(_device) {
+        return rc;
+    }
     // As on PCIe-attached GPUs: the host NUMA node comes from sysfs.
     NOT_SUPPORTED
 }

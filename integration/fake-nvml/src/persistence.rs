@@ -142,6 +142,8 @@ fn store(gpu: usize, on: bool) -> Result<(), nvmlReturn_t> {
 }
 
 fn gpu_only(device: nvmlDevice_t) -> Result<usize, nvmlReturn_t> {
+    // A lost GPU fails every per-device call (see health.rs).
+    crate::health::reachable(device)?;
     match handles::decode(device) {
         Some(handles::Handle::Gpu(i)) => Ok(i),
         _ => Err(INVALID_ARGUMENT),

@@ -1,6 +1,7 @@
 //! GPU health on the cluster, with the GPU setup as shipped and NVML events fed through
-//! the fake library: a fatal XID taints the GPU in the ResourceSlice, a pod asking for that
-//! GPU waits, a running pod's status and Events say its GPU went bad, and the driver's
+//! the fake library: a fatal XID taints the GPU in the ResourceSlice (the GPU then falls off
+//! the bus: it stays published, tainted), a pod asking for that GPU waits, a running pod's
+//! status and Events say its GPU went bad, and the GPU back on the bus with the driver's
 //! "no action needed" brings both GPUs back without restarting anything.
 
 use std::time::{Duration, Instant};
@@ -72,9 +73,10 @@ pub fn gpu_health(c: &Cluster, node: &FakeNode) -> anyhow::Result<()> {
         }))
     })?;
 
-    // The running pod's GPU reports a double-bit ECC error: the pod keeps running, and
-    // its status and Events say what happened.
+    // The running pod's GPU reports a double-bit ECC error, and the driver asks for a
+    // reset: the pod keeps running, and its status and Events say what happened.
     node.inject("1 ecc-double-bit")?;
+    node.inject("1 recovery 1")?;
     wait_until("the holder's status never showed its GPU unhealthy", || {
         Ok(pod_device_health(c, "holder")?.contains("Unhealthy"))
     })?;

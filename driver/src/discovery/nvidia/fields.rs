@@ -60,6 +60,45 @@ pub fn semver(v: &str) -> Option<String> {
     }
 }
 
+/// NVML's brand numbers (`nvmlBrandType_t`) as names.
+pub(super) fn brand_name(b: u32) -> &'static str {
+    match b {
+        1 => "Quadro",
+        2 => "Tesla",
+        3 => "NVS",
+        4 => "GRID",
+        5 => "GeForce",
+        6 => "Titan",
+        7 => "NvidiaVApps",
+        8 => "NvidiaVPC",
+        9 => "NvidiaVCS",
+        10 => "NvidiaVWS",
+        11 => "NvidiaCloudGaming",
+        12 => "QuadroRTX",
+        13 => "NvidiaRTX",
+        14 => "Nvidia",
+        15 => "GeForceRTX",
+        16 => "TitanRTX",
+        _ => "Unknown",
+    }
+}
+
+/// NVML's architecture numbers (`nvmlDeviceArchitecture_t`) as names.
+pub(super) fn architecture_name(a: u32) -> &'static str {
+    match a {
+        2 => "Kepler",
+        3 => "Maxwell",
+        4 => "Pascal",
+        5 => "Volta",
+        6 => "Turing",
+        7 => "Ampere",
+        8 => "Ada Lovelace",
+        9 => "Hopper",
+        10 => "Blackwell",
+        _ => "Unknown",
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -216,6 +216,19 @@ unsafe fn gi_info(nvml: &Nvml, gi: nvmlGpuInstance_t) -> Call<(nvmlDevice_t, GiI
     ))
 }
 
+/// The profile id and placement start of GPU instance `id` (what a dynamic-MIG placement
+/// device is named by), for the events NVML attributes to an instance.
+///
+/// # Safety
+/// As [`read_layout`].
+pub unsafe fn gi_placement(nvml: &Nvml, device: nvmlDevice_t, id: u32) -> Call<(u32, u32)> {
+    let f = sym!(nvml, nvmlDeviceGetGpuInstanceById);
+    let mut gi: nvmlGpuInstance_t = std::ptr::null_mut();
+    check("nvmlDeviceGetGpuInstanceById", f(device, id, &mut gi))?;
+    let (_, info) = gi_info(nvml, gi)?;
+    Ok((info.profile, info.start))
+}
+
 /// The compute instance profile that spans a whole GPU instance of `slices` slices.
 fn full_ci_profile_index(slices: u32) -> Option<u32> {
     use nvml_wrapper_sys::bindings::*;

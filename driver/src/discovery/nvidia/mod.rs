@@ -10,9 +10,13 @@
 //! - on a GPU graft partitions itself (dynamic MIG, [`partitions`]): one
 //!   `gpu-<minor>-mig-<profile>-<start>` per possible placement and the whole GPU, all
 //!   consuming the GPU's counter set `gpu-<minor>-mig`;
-//! - `imex-channel-<n>`: when the node's GPUs are registered in an NVLink fabric clique;
+//! - `imex-channel-<n>`: when the node's GPUs are registered in one NVLink fabric clique
+//!   ([`imex`]);
 //! - `vfio-<pci address>`: with passthrough on, every NVIDIA GPU function that has an IOMMU
 //!   group, bound to vfio-pci when prepared (see [`setup`]).
+//!
+//! A GPU NVML cannot read, or whose devices cannot be built, is set aside without failing
+//! the scan ([`unread`]).
 
 pub mod binaries;
 pub mod capabilities;
@@ -23,6 +27,7 @@ pub mod edits;
 pub mod elf;
 pub mod fields;
 pub mod hook_edits;
+pub mod imex;
 pub mod in_root;
 #[cfg(test)]
 mod layouts;
@@ -33,9 +38,11 @@ pub mod mount_roots;
 pub mod mps;
 pub mod nvml;
 pub mod partitions;
+mod per_gpu;
 pub mod procfs;
 pub mod selection;
 pub mod setup;
+pub mod unread;
 pub mod vfio;
 
 use std::collections::BTreeMap;
@@ -45,9 +52,11 @@ use std::sync::{Arc, RwLock};
 use super::{pcie_root, Attribute, Device, Discovery, Kind, PCIE_ROOT_ATTRIBUTE};
 use crate::error::{DriverError, Result};
 use driver_files::{DriverFiles, Roots};
-use fields::{full_gpu, mebibytes, numa_node, semver};
+use fields::{numa_node, semver};
 use hook_edits::HookConfig;
-use nvml::{Gpu, Inventory};
+use nvml::{FailedGpu, Gpu, Inventory};
+use per_gpu::Common;
+use unread::{GpuDevices, Unread};
 
 /// The backend's settings; paths as documented on each field.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -80,6 +89,17 @@ pub struct NvidiaDiscovery {
     mps_control: Arc<RwLock<Option<PathBuf>>>,
     /// The MIG instances graft made (dynamic MIG), shared with the setup that makes them.
     ledger: dynamic_mig::MigLedger,
+    /// GPUs a scan could not read.
+    unread: Unread,
+}
+
+/// What a scan made of an inventory, before [`Unread`] settles the GPUs it could not read.
+pub struct Built {
+    pub gpus: Vec<GpuDevices>,
+    /// Not of one GPU: IMEX channels, passthrough functions.
+    pub node: Vec<Device>,
+    /// Those NVML could not read, and those whose devices could not be built.
+    pub failed: Vec<FailedGpu>,
 }
 
 fn fail(reason: impl Into<String>) -> DriverError {
@@ -90,16 +110,23 @@ fn fail(reason: impl Into<String>) -> DriverError {
 }
 
 impl NvidiaDiscovery {
-    /// Checks that NVML loads, so that a misconfigured node fails at start.
+    /// Checks that NVML is there, so that a misconfigured node fails at start.
     pub fn new(config: NvidiaConfig) -> Result<Self> {
-        let d = NvidiaDiscovery {
+        let d = Self::unchecked(config);
+        d.nvml_path()?;
+        Ok(d)
+    }
+
+    /// Without the check: NVML is looked for at each scan, which fails until it is there
+    /// (graft-driver reports the backend failing rather than crash-looping).
+    pub fn unchecked(config: NvidiaConfig) -> Self {
+        NvidiaDiscovery {
             config,
             smi: Arc::new(RwLock::new("/usr/bin/nvidia-smi".into())),
             mps_control: Arc::new(RwLock::new(None)),
             ledger: dynamic_mig::MigLedger::default(),
-        };
-        d.nvml_path()?;
-        Ok(d)
+            unread: Unread::default(),
+        }
     }
 
     /// libnvidia-ml.so.1 as this process can load it.
@@ -161,8 +188,9 @@ impl NvidiaDiscovery {
         Arc::clone(&self.smi)
     }
 
-    /// Turns an inventory into devices. Separate from NVML so that tests can feed it.
-    pub fn devices_from(&self, inv: &Inventory) -> Result<Vec<Device>> {
+    /// Turns an inventory into devices, each GPU's apart. Separate from NVML so that tests
+    /// can feed it.
+    pub fn devices_from(&self, inv: &Inventory) -> Result<Built> {
         let c = &self.config;
         let majors = procfs::read_char_majors(&c.proc_root)?;
         let files: DriverFiles = driver_files::find(&c.roots, &inv.driver_version)?;
@@ -176,104 +204,43 @@ impl NvidiaDiscovery {
         }
         let has_modeset = c.dev_root.join("nvidia-modeset").exists();
         mount_roots::warn_outside(&c.roots, &files, &mount_roots::extra_roots_from_env());
-        let common = edits::common(&c.roots, &files, &majors, has_modeset, &c.hook);
-        let optional = edits::optional(&c.roots, &files);
-        let driver_version = semver(&inv.driver_version)
-            .ok_or_else(|| fail(format!("driver version {:?}", inv.driver_version)))?;
-        let cuda_version = inv
-            .cuda_driver_version
-            .map(|v| format!("{}.{}.0", v / 1000, (v % 1000) / 10));
-        let mut out = Vec::new();
+        let common = Common {
+            edits: edits::common(&c.roots, &files, &majors, has_modeset, &c.hook),
+            optional: edits::optional(&c.roots, &files),
+            driver_version: semver(&inv.driver_version)
+                .ok_or_else(|| fail(format!("driver version {:?}", inv.driver_version)))?,
+            cuda_version: inv
+                .cuda_driver_version
+                .map(|v| format!("{}.{}.0", v / 1000, (v % 1000) / 10)),
+            majors,
+        };
+        let mut built = Built {
+            gpus: Vec::new(),
+            node: Vec::new(),
+            failed: inv.failed.clone(),
+        };
         for g in &inv.gpus {
-            // Values NVML could not read are left out (logged by the NVML reader).
-            let mut shared = BTreeMap::new();
-            for (k, v) in [
-                ("productName", &g.name),
-                ("brand", &g.brand),
-                ("architecture", &g.architecture),
-            ] {
-                if let Some(v) = v {
-                    shared.insert(k.to_string(), Attribute::String(v.clone()));
-                }
-            }
-            if let Some((major, minor)) = g.compute_capability {
-                shared.insert(
-                    "cudaComputeCapability".into(),
-                    Attribute::Version(format!("{major}.{minor}.0")),
-                );
-            }
-            shared.insert(
-                "driverVersion".into(),
-                Attribute::Version(driver_version.clone()),
-            );
-            if let Some(v) = &cuda_version {
-                shared.insert("cudaDriverVersion".into(), Attribute::Version(v.clone()));
-            }
-            shared.insert("pciBusID".into(), Attribute::String(g.pci_bus_id.clone()));
-            let pci_dir = c.sys_root.join("bus/pci/devices").join(&g.pci_bus_id);
-            if let Some(root) = pcie_root(&c.sys_root, &pci_dir) {
-                shared.insert(PCIE_ROOT_ATTRIBUTE.into(), Attribute::String(root));
-            }
-            if let Some(numa) = numa_node(&pci_dir) {
-                shared.insert("numaNode".into(), Attribute::Int(numa));
-            }
-            if let Some(clique) = &g.clique {
-                shared.insert("cliqueID".into(), Attribute::String(clique.clone()));
-            }
-            let dynamic = c.dynamic_mig.covers(g);
-            if dynamic && !g.mig_enabled {
-                tracing::warn!(
-                    gpu = g.uuid,
-                    index = g.index,
-                    "listed for dynamic MIG, but its MIG mode is off; offered as a whole GPU. \
-                     graft never changes the MIG mode: enable it (nvidia-smi -i <index> -mig 1, \
-                     with the GPU idle) and restart graft-driver"
-                );
-            }
-            if let (true, Some(layout)) = (dynamic && g.mig_enabled, &g.mig_layout) {
-                let owned = self.ledger.owned(&g.uuid);
-                out.extend(
-                    partitions::devices(g, layout, &owned, &shared, &common)
-                        .into_iter()
-                        .map(|d| Device {
-                            optional_edits: optional.clone(),
-                            ..d
-                        }),
-                );
-                continue;
-            }
-            if dynamic && g.mig_enabled {
-                tracing::warn!(gpu = g.uuid, "listed for dynamic MIG, but NVML gave no MIG profiles; offering its existing MIG devices");
-            }
-            if !g.mig_enabled {
-                let mut d = Device {
-                    optional_edits: optional.clone(),
-                    ..full_gpu(g, &shared, &common)
-                };
-                if c.mps.covers(g) {
-                    mps_shared(&mut d, g);
-                }
-                out.push(d);
-                continue;
-            }
-            if c.mps.covers(g) {
-                tracing::warn!(
-                    gpu = g.uuid,
-                    "listed for MPS, but its MIG mode is on; not shared through MPS"
-                );
-            }
-            for m in &g.migs {
-                out.push(Device {
-                    optional_edits: optional.clone(),
-                    ..self.mig_device(g, m, &shared, &common, &majors)?
-                });
+            match self.gpu_devices(g, &common) {
+                Ok(devices) => built.gpus.push(GpuDevices {
+                    index: g.index,
+                    uuid: g.uuid.clone(),
+                    devices,
+                }),
+                Err(e) => built.failed.push(FailedGpu {
+                    index: g.index,
+                    uuid: Some(g.uuid.clone()),
+                    error: e.to_string(),
+                    lost: false,
+                }),
             }
         }
-        out.extend(self.imex_channels(inv, &majors)?);
+        built
+            .node
+            .extend(imex::channels(inv, &common.majors, c.imex_channels));
         if c.passthrough {
-            out.extend(self.vfio_devices(inv));
+            built.node.extend(self.vfio_devices(inv));
         }
-        Ok(out)
+        Ok(built)
     }
 
     /// NVIDIA functions with an IOMMU group; the GPU's NVML data when it is bound to nvidia.
@@ -333,110 +300,6 @@ impl NvidiaDiscovery {
             })
             .collect()
     }
-
-    fn mig_device(
-        &self,
-        g: &Gpu,
-        m: &nvml::Mig,
-        shared: &BTreeMap<String, Attribute>,
-        common: &graft_record::ContainerEdits,
-        majors: &BTreeMap<String, u32>,
-    ) -> Result<Device> {
-        let caps_major = *majors
-            .get("nvidia-caps")
-            .ok_or_else(|| fail("MIG is enabled but /proc/devices has no nvidia-caps entry"))?;
-        let proc = &self.config.proc_root;
-        let gi_cap = procfs::mig_access_cap(proc, g.minor, m.gi, None)?;
-        let ci_cap = procfs::mig_access_cap(proc, g.minor, m.gi, Some(m.ci))?;
-        let mut attributes = shared.clone();
-        attributes.insert("type".into(), Attribute::String("mig".into()));
-        attributes.insert("uuid".into(), Attribute::String(m.uuid.clone()));
-        attributes.insert("parentUUID".into(), Attribute::String(g.uuid.clone()));
-        attributes.insert("parentMinor".into(), Attribute::Int(g.minor.into()));
-        attributes.insert("parentIndex".into(), Attribute::Int(g.index.into()));
-        attributes.insert("profile".into(), Attribute::String(m.profile.clone()));
-        attributes.insert("giID".into(), Attribute::Int(m.gi.into()));
-        attributes.insert("ciID".into(), Attribute::Int(m.ci.into()));
-        let mut capacity = BTreeMap::new();
-        capacity.insert("memory".into(), mebibytes(m.memory_bytes));
-        for (k, v) in [
-            ("multiprocessors", m.multiprocessors),
-            ("copyEngines", m.copy_engines),
-            ("decoders", m.decoders),
-            ("encoders", m.encoders),
-            ("jpegEngines", m.jpeg_engines),
-            ("ofaEngines", m.ofa_engines),
-        ] {
-            capacity.insert(k.to_string(), v.to_string());
-        }
-        Ok(Device {
-            kind: Kind::Mig,
-            name: format!("gpu-{}-mig-{}-{}", g.minor, m.gi, m.ci),
-            attributes,
-            capacity,
-            edits: edits::with_common(
-                vec![
-                    edits::gpu_node(g.minor),
-                    edits::cap_node(caps_major, gi_cap),
-                    edits::cap_node(caps_major, ci_cap),
-                ],
-                common,
-            ),
-            optional_edits: Default::default(),
-            consumes: None,
-            shared: None,
-        })
-    }
-
-    /// IMEX channels, when every GPU that is in a clique is in the same one.
-    fn imex_channels(
-        &self,
-        inv: &Inventory,
-        majors: &BTreeMap<String, u32>,
-    ) -> Result<Vec<Device>> {
-        let cliques: std::collections::BTreeSet<&String> =
-            inv.gpus.iter().filter_map(|g| g.clique.as_ref()).collect();
-        let Some(clique) = cliques.first() else {
-            return Ok(Vec::new());
-        };
-        if cliques.len() > 1 {
-            return Err(fail(format!(
-                "GPUs report different fabric cliques ({}); IMEX channels need one",
-                cliques
-                    .iter()
-                    .map(|s| s.as_str())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            )));
-        }
-        let Some(&major) = majors.get("nvidia-caps-imex-channels") else {
-            return Err(fail(
-                "the node is in a fabric clique but /proc/devices has no \
-                 nvidia-caps-imex-channels entry",
-            ));
-        };
-        Ok((0..self.config.imex_channels)
-            .map(|n| {
-                let mut attributes = BTreeMap::new();
-                attributes.insert("type".into(), Attribute::String("imex-channel".into()));
-                attributes.insert("channel".into(), Attribute::Int(n.into()));
-                attributes.insert("cliqueID".into(), Attribute::String((*clique).clone()));
-                Device {
-                    kind: Kind::ImexChannel,
-                    name: format!("imex-channel-{n}"),
-                    attributes,
-                    capacity: BTreeMap::new(),
-                    edits: graft_record::ContainerEdits {
-                        device_nodes: vec![edits::imex_node(major, n)],
-                        ..Default::default()
-                    },
-                    optional_edits: Default::default(),
-                    consumes: None,
-                    shared: None,
-                }
-            })
-            .collect())
-    }
 }
 
 /// A whole GPU offered for sharing through MPS: several claims at once, each consuming a
@@ -484,6 +347,13 @@ impl Discovery for NvidiaDiscovery {
             libcuda.exists().then_some(libcuda.as_path()),
             &self.config.dynamic_mig,
         )?;
-        self.devices_from(&inv)
+        let built = self.devices_from(&inv)?;
+        let mut devices = self.unread.settle(built.gpus, &built.failed);
+        devices.extend(built.node);
+        Ok(devices)
+    }
+
+    fn unavailable(&self) -> Vec<super::Unavailable> {
+        self.unread.unavailable()
     }
 }

@@ -3,9 +3,11 @@
 //! fabric info, brand and architecture as raw numbers) go through its raw bindings, and
 //! only after checking that the symbol was found, since those bindings panic otherwise.
 //!
-//! What identifies a GPU (index, UUID, minor, PCI address) is required; every other value
-//! is an attribute, and one that cannot be read is logged and left out rather than failing
-//! the whole scan.
+//! What identifies a GPU (index, UUID, minor, PCI address) and its MIG devices is required:
+//! a GPU where one of those reads fails (NVML says `GPU_IS_LOST` for a GPU that fell off the
+//! bus) is set aside in [`Inventory::failed`] with the error, and the scan goes on with the
+//! others. Every other value is an attribute, and one that cannot be read is logged and left
+//! out.
 
 use std::ffi::{c_uint, OsStr};
 use std::path::Path;
@@ -17,6 +19,7 @@ use nvml_wrapper_sys::bindings::{
     NVML_GPU_FABRIC_STATE_COMPLETED,
 };
 
+use super::fields::{architecture_name, brand_name};
 use super::mig_nvml::{self, MigLayout};
 use super::selection::GpuSelection;
 use crate::error::{DriverError, Result};
@@ -29,6 +32,20 @@ pub struct Inventory {
     /// NVML's integer form, e.g. 13000 for 13.0; `None` when NVML could not tell.
     pub cuda_driver_version: Option<i32>,
     pub gpus: Vec<Gpu>,
+    /// The GPUs NVML counts but could not read, by index.
+    pub failed: Vec<FailedGpu>,
+}
+
+/// A GPU NVML counts but could not read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FailedGpu {
+    pub index: u32,
+    /// When NVML gave it before the failing read.
+    pub uuid: Option<String>,
+    /// The read and NVML's error, e.g. `device 3: GPU is lost`.
+    pub error: String,
+    /// NVML said `GPU_IS_LOST`: fallen off the bus or otherwise inaccessible.
+    pub lost: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -67,6 +84,30 @@ pub struct Mig {
     pub encoders: u32,
     pub jpeg_engines: u32,
     pub ofa_engines: u32,
+}
+
+/// A failed read of one GPU: its UUID when known.
+struct GpuError {
+    uuid: Option<String>,
+    error: String,
+    lost: bool,
+}
+
+impl GpuError {
+    fn nvml(uuid: Option<&str>, what: &str, e: NvmlError) -> Self {
+        let lost = matches!(e, NvmlError::GpuLost);
+        // NVML's code too, which is what its documentation and the forums name.
+        let code = if lost {
+            " (NVML_ERROR_GPU_IS_LOST)"
+        } else {
+            ""
+        };
+        GpuError {
+            uuid: uuid.map(str::to_string),
+            lost,
+            error: format!("{what}: {e}{code}"),
+        }
+    }
 }
 
 fn err(what: &str, e: NvmlError) -> DriverError {
@@ -112,16 +153,37 @@ pub fn read_inventory(
     let cuda_driver_version = optional("CUDA driver version", nvml.sys_cuda_driver_version());
     let count = nvml.device_count().map_err(|e| err("device count", e))?;
     let mut gpus = Vec::with_capacity(count as usize);
+    let mut failed = Vec::new();
     for index in 0..count {
-        let d = nvml
+        let read = nvml
             .device_by_index(index)
-            .map_err(|e| err(&format!("device {index}"), e))?;
-        gpus.push(read_gpu(&nvml, &d, index, partitioned)?);
+            .map_err(|e| GpuError::nvml(None, &format!("device {index}"), e))
+            .and_then(|d| read_gpu(&nvml, &d, index, partitioned));
+        match read {
+            Ok(g) => gpus.push(g),
+            Err(e) => {
+                // Reported (once, with what becomes of its devices) by `unread`.
+                tracing::debug!(
+                    index,
+                    uuid = e.uuid,
+                    lost = e.lost,
+                    error = e.error,
+                    "NVML cannot read this GPU; the others are read on"
+                );
+                failed.push(FailedGpu {
+                    index,
+                    uuid: e.uuid,
+                    error: e.error,
+                    lost: e.lost,
+                });
+            }
+        }
     }
     Ok(Inventory {
         driver_version,
         cuda_driver_version,
         gpus,
+        failed,
     })
 }
 
@@ -149,11 +211,12 @@ fn read_gpu(
     d: &NvmlDevice<'_>,
     index: u32,
     partitioned: &GpuSelection,
-) -> Result<Gpu> {
+) -> std::result::Result<Gpu, GpuError> {
     let at = |what: &str| format!("device {index} {what}");
-    let uuid = d.uuid().map_err(|e| err(&at("uuid"), e))?;
-    let minor = d.minor_number().map_err(|e| err(&at("minor number"), e))?;
-    let pci = d.pci_info().map_err(|e| err(&at("PCI info"), e))?;
+    let uuid = d.uuid().map_err(|e| GpuError::nvml(None, &at("uuid"), e))?;
+    let fail = |what: &str, e| GpuError::nvml(Some(&uuid), &at(what), e);
+    let minor = d.minor_number().map_err(|e| fail("minor number", e))?;
+    let pci = d.pci_info().map_err(|e| fail("PCI info", e))?;
     let name = optional(&at("name"), d.name());
     let memory_bytes = optional(&at("memory"), d.memory_info()).map(|m| m.total);
     let compute_capability = optional(&at("compute capability"), d.cuda_compute_capability())
@@ -162,7 +225,7 @@ fn read_gpu(
         Ok(m) => m.current == 1,
         // GPUs without MIG support say so; that is not an error.
         Err(NvmlError::NotSupported) | Err(NvmlError::FailedToLoadSymbol(_)) => false,
-        Err(e) => return Err(err(&at("MIG mode"), e)),
+        Err(e) => return Err(fail("MIG mode", e)),
     };
     // SAFETY (for the raw calls below): the handle is valid while `nvml` lives.
     let handle = unsafe { d.handle() };
@@ -182,19 +245,17 @@ fn read_gpu(
     }
     if mig_enabled {
         // MIG profile names are shares of the parent's memory.
-        let parent_memory = memory_bytes.ok_or_else(|| err(&at("memory"), NvmlError::Unknown))?;
-        let max = d.mig_device_count().map_err(|e| err(&at("MIG count"), e))?;
+        let parent_memory = memory_bytes.ok_or_else(|| fail("memory", NvmlError::Unknown))?;
+        let max = d.mig_device_count().map_err(|e| fail("MIG count", e))?;
         for i in 0..max {
             let m = match d.mig_device_by_index(i) {
                 Ok(m) => m,
                 Err(NvmlError::NotFound) | Err(NvmlError::InvalidArg) => continue,
-                Err(e) => return Err(err(&at(&format!("MIG device {i}")), e)),
+                Err(e) => return Err(fail(&format!("MIG device {i}"), e)),
             };
             migs.push(
-                read_mig(nvml, &m, parent_memory).map_err(|e| DriverError::Discovery {
-                    backend: "nvidia",
-                    reason: format!("device {index} MIG device {i}: {e}"),
-                })?,
+                read_mig(nvml, &m, parent_memory)
+                    .map_err(|(what, e)| fail(&format!("MIG device {i} {what}"), e))?,
             );
         }
     }
@@ -215,15 +276,24 @@ fn read_gpu(
     })
 }
 
-fn read_mig(nvml: &Nvml, m: &NvmlDevice<'_>, parent_memory: u64) -> Result<Mig, String> {
-    let uuid = m.uuid().map_err(|e| format!("uuid: {e}"))?;
-    let a = m.attributes().map_err(|e| format!("attributes: {e}"))?;
+/// A MIG device's identity and size; a failed read as (what, NVML's error).
+fn read_mig(
+    nvml: &Nvml,
+    m: &NvmlDevice<'_>,
+    parent_memory: u64,
+) -> std::result::Result<Mig, (&'static str, NvmlError)> {
+    let uuid = m.uuid().map_err(|e| ("uuid", e))?;
+    let a = m.attributes().map_err(|e| ("attributes", e))?;
     // SAFETY: valid handle while `nvml` lives.
     let handle = unsafe { m.handle() };
-    let gi = raw_u32(nvml, handle, RawU32::GpuInstanceId)
-        .ok_or("no GPU instance id (nvmlDeviceGetGpuInstanceId)")?;
-    let ci = raw_u32(nvml, handle, RawU32::ComputeInstanceId)
-        .ok_or("no compute instance id (nvmlDeviceGetComputeInstanceId)")?;
+    let gi = raw_u32(nvml, handle, RawU32::GpuInstanceId).ok_or((
+        "GPU instance id (nvmlDeviceGetGpuInstanceId)",
+        NvmlError::Unknown,
+    ))?;
+    let ci = raw_u32(nvml, handle, RawU32::ComputeInstanceId).ok_or((
+        "compute instance id (nvmlDeviceGetComputeInstanceId)",
+        NvmlError::Unknown,
+    ))?;
     Ok(Mig {
         uuid,
         gi,
@@ -324,77 +394,6 @@ fn clique(nvml: &Nvml, handle: nvmlDevice_t) -> Option<String> {
     ))
 }
 
-fn brand_name(b: u32) -> &'static str {
-    match b {
-        1 => "Quadro",
-        2 => "Tesla",
-        3 => "NVS",
-        4 => "GRID",
-        5 => "GeForce",
-        6 => "Titan",
-        7 => "NvidiaVApps",
-        8 => "NvidiaVPC",
-        9 => "NvidiaVCS",
-        10 => "NvidiaVWS",
-        11 => "NvidiaCloudGaming",
-        12 => "QuadroRTX",
-        13 => "NvidiaRTX",
-        14 => "Nvidia",
-        15 => "GeForceRTX",
-        16 => "TitanRTX",
-        _ => "Unknown",
-    }
-}
-
-fn architecture_name(a: u32) -> &'static str {
-    match a {
-        2 => "Kepler",
-        3 => "Maxwell",
-        4 => "Pascal",
-        5 => "Volta",
-        6 => "Turing",
-        7 => "Ampere",
-        8 => "Ada Lovelace",
-        9 => "Hopper",
-        10 => "Blackwell",
-        _ => "Unknown",
-    }
-}
-
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn profile_names_follow_nvml() {
-        let h100 = 85_520_809_984;
-        assert_eq!(profile_name(1, 1, 9_856, h100), "1g.10gb");
-        assert_eq!(profile_name(2, 2, 19_968, h100), "2g.20gb");
-        assert_eq!(profile_name(3, 3, 40_192, h100), "3g.40gb");
-        assert_eq!(profile_name(4, 4, 40_192, h100), "4g.40gb");
-        assert_eq!(profile_name(7, 7, 80_896, h100), "7g.80gb");
-        assert_eq!(profile_name(3, 1, 40_192, h100), "1c.3g.40gb");
-        let a100_40 = 42_949_672_960;
-        assert_eq!(profile_name(1, 1, 4_864, a100_40), "1g.5gb");
-    }
-
-    #[test]
-    fn bus_ids_in_sysfs_form() {
-        assert_eq!(sysfs_bus_id("00000000:1A:00.0"), "0000:1a:00.0");
-        assert_eq!(sysfs_bus_id("0000:1a:00.0"), "0000:1a:00.0");
-    }
-
-    #[test]
-    fn a_missing_library_is_an_error_not_a_panic() {
-        let e = read_inventory(
-            Path::new("/nonexistent/libnvidia-ml.so.1"),
-            None,
-            &GpuSelection::None,
-        )
-        .unwrap_err();
-        assert!(
-            e.to_string().contains("/nonexistent/libnvidia-ml.so.1"),
-            "{e}"
-        );
-    }
-}
+#[path = "nvml_tests.rs"]
+mod tests;

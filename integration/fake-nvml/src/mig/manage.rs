@@ -72,6 +72,9 @@ pub unsafe extern "C" fn nvmlDeviceGetGpuInstanceProfileInfoV(
     profile: c_uint,
     info: *mut nvmlGpuInstanceProfileInfo_v2_t,
 ) -> nvmlReturn_t {
+    if let Err(rc) = crate::health::reachable(device) {
+        return rc;
+    }
     code((|| {
         // MIG mode does not matter: the profiles are the GPU's.
         let (_, config) = gpu_config(device)?;
@@ -110,6 +113,9 @@ pub unsafe extern "C" fn nvmlDeviceGetGpuInstancePossiblePlacements_v2(
     placements: *mut nvmlGpuInstancePlacement_t,
     count: *mut c_uint,
 ) -> nvmlReturn_t {
+    if let Err(rc) = crate::health::reachable(device) {
+        return rc;
+    }
     code((|| {
         let (_, config) = gpu_config(device)?;
         let p = rules::gi_profile(config.model, profile)?;
@@ -135,6 +141,9 @@ pub unsafe extern "C" fn nvmlDeviceCreateGpuInstanceWithPlacement(
     placement: *const nvmlGpuInstancePlacement_t,
     gi: *mut nvmlGpuInstance_t,
 ) -> nvmlReturn_t {
+    if let Err(rc) = crate::health::reachable(device) {
+        return rc;
+    }
     code((|| {
         let (gpu, config) = mig_gpu(device)?;
         // Checked first: an instance the caller cannot be told of must not be made.
@@ -156,6 +165,9 @@ pub unsafe extern "C" fn nvmlDeviceGetGpuInstances(
     gis: *mut nvmlGpuInstance_t,
     count: *mut c_uint,
 ) -> nvmlReturn_t {
+    if let Err(rc) = crate::health::reachable(device) {
+        return rc;
+    }
     code((|| {
         let (gpu, config) = mig_gpu(device)?;
         let p = rules::gi_profile(config.model, profile)?;
@@ -175,6 +187,9 @@ pub unsafe extern "C" fn nvmlDeviceGetGpuInstanceById(
     id: c_uint,
     gi: *mut nvmlGpuInstance_t,
 ) -> nvmlReturn_t {
+    if let Err(rc) = crate::health::reachable(device) {
+        return rc;
+    }
     code((|| {
         let (gpu, config) = mig_gpu(device)?;
         state::read(&config)?.gi(gpu, id).ok_or(NOT_FOUND)?;
@@ -187,6 +202,9 @@ pub unsafe extern "C" fn nvmlGpuInstanceGetInfo(
     gi: nvmlGpuInstance_t,
     info: *mut nvmlGpuInstanceInfo_t,
 ) -> nvmlReturn_t {
+    if let Err(rc) = crate::health::reachable_gi(gi) {
+        return rc;
+    }
     code((|| {
         let (_, _, g) = gi_now(gi)?;
         Ok(put(
@@ -206,6 +224,9 @@ pub unsafe extern "C" fn nvmlGpuInstanceGetInfo(
 
 #[no_mangle]
 pub unsafe extern "C" fn nvmlGpuInstanceDestroy(gi: nvmlGpuInstance_t) -> nvmlReturn_t {
+    if let Err(rc) = crate::health::reachable_gi(gi) {
+        return rc;
+    }
     code((|| {
         let (config, _, g) = gi_now(gi)?;
         state::change(&config, |s| rules::destroy_gi(s, g.gpu, g.id))?;
@@ -220,6 +241,9 @@ pub unsafe extern "C" fn nvmlGpuInstanceGetComputeInstanceProfileInfoV(
     eng_profile: c_uint,
     info: *mut nvmlComputeInstanceProfileInfo_v2_t,
 ) -> nvmlReturn_t {
+    if let Err(rc) = crate::health::reachable_gi(gi) {
+        return rc;
+    }
     code((|| {
         let (config, _, g) = gi_now(gi)?;
         if info.is_null() || eng_profile != NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED {
@@ -255,6 +279,9 @@ pub unsafe extern "C" fn nvmlGpuInstanceCreateComputeInstance(
     profile: c_uint,
     ci: *mut nvmlComputeInstance_t,
 ) -> nvmlReturn_t {
+    if let Err(rc) = crate::health::reachable_gi(gi) {
+        return rc;
+    }
     code((|| {
         let (config, _, g) = gi_now(gi)?;
         if ci.is_null() {
@@ -281,6 +308,9 @@ pub unsafe extern "C" fn nvmlGpuInstanceGetComputeInstances(
     cis: *mut nvmlComputeInstance_t,
     count: *mut c_uint,
 ) -> nvmlReturn_t {
+    if let Err(rc) = crate::health::reachable_gi(gi) {
+        return rc;
+    }
     code((|| {
         let (config, state, g) = gi_now(gi)?;
         let p = rules::ci_profile(config.model, &g, profile)?;
@@ -305,6 +335,9 @@ pub unsafe extern "C" fn nvmlComputeInstanceGetInfo_v2(
     ci: nvmlComputeInstance_t,
     info: *mut nvmlComputeInstanceInfo_t,
 ) -> nvmlReturn_t {
+    if let Err(rc) = crate::health::reachable_ci(ci) {
+        return rc;
+    }
     code((|| {
         let inst = decode_ci(ci).ok_or(INVALID_ARGUMENT)?;
         let (config, state, g) = gi_now(handle_of_gi(inst.gpu, inst.gi))?;
@@ -328,6 +361,9 @@ pub unsafe extern "C" fn nvmlComputeInstanceGetInfo_v2(
 
 #[no_mangle]
 pub unsafe extern "C" fn nvmlComputeInstanceDestroy(ci: nvmlComputeInstance_t) -> nvmlReturn_t {
+    if let Err(rc) = crate::health::reachable_ci(ci) {
+        return rc;
+    }
     code((|| {
         let inst = decode_ci(ci).ok_or(INVALID_ARGUMENT)?;
         let (config, _, _) = gi_now(handle_of_gi(inst.gpu, inst.gi))?;

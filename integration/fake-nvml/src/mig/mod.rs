@@ -111,6 +111,9 @@ pub unsafe extern "C" fn nvmlDeviceGetMigMode(
     current: *mut c_uint,
     pending: *mut c_uint,
 ) -> nvmlReturn_t {
+    if let Err(rc) = crate::health::reachable(device) {
+        return rc;
+    }
     let (i, config) = match gpu_config(device) {
         Ok(c) => c,
         Err(rc) => return rc,
@@ -127,6 +130,9 @@ pub unsafe extern "C" fn nvmlDeviceGetMaxMigDeviceCount(
     device: nvmlDevice_t,
     count: *mut c_uint,
 ) -> nvmlReturn_t {
+    if let Err(rc) = crate::health::reachable(device) {
+        return rc;
+    }
     match gpu_config(device) {
         Ok((i, config)) if config.mig[i] => put(count, 7),
         Ok(_) => put(count, 0),
@@ -140,6 +146,9 @@ pub unsafe extern "C" fn nvmlDeviceGetMigDeviceHandleByIndex(
     index: c_uint,
     mig: *mut nvmlDevice_t,
 ) -> nvmlReturn_t {
+    if let Err(rc) = crate::health::reachable(device) {
+        return rc;
+    }
     code((|| {
         let (parent, config) = gpu_config(device)?;
         if !config.mig[parent] {
@@ -161,6 +170,9 @@ pub unsafe extern "C" fn nvmlDeviceIsMigDeviceHandle(
     device: nvmlDevice_t,
     is_mig: *mut c_uint,
 ) -> nvmlReturn_t {
+    if let Err(rc) = crate::health::reachable(device) {
+        return rc;
+    }
     if let Err(rc) = config::load() {
         return rc;
     }
@@ -177,6 +189,9 @@ pub unsafe extern "C" fn nvmlDeviceGetDeviceHandleFromMigDeviceHandle(
     device: nvmlDevice_t,
     parent: *mut nvmlDevice_t,
 ) -> nvmlReturn_t {
+    if let Err(rc) = crate::health::reachable(device) {
+        return rc;
+    }
     match decode(device) {
         Some(Handle::Mig(inst)) => match self::device(inst) {
             Ok(m) => put(parent, handle_of_gpu(m.inst.gpu)),
@@ -203,6 +218,9 @@ pub unsafe extern "C" fn nvmlDeviceGetGpuInstanceId(
     device: nvmlDevice_t,
     id: *mut c_uint,
 ) -> nvmlReturn_t {
+    if let Err(rc) = crate::health::reachable(device) {
+        return rc;
+    }
     mig_id(device, id, |i| i.gi)
 }
 
@@ -211,6 +229,9 @@ pub unsafe extern "C" fn nvmlDeviceGetComputeInstanceId(
     device: nvmlDevice_t,
     id: *mut c_uint,
 ) -> nvmlReturn_t {
+    if let Err(rc) = crate::health::reachable(device) {
+        return rc;
+    }
     mig_id(device, id, |i| i.ci)
 }
 
@@ -219,6 +240,9 @@ pub unsafe extern "C" fn nvmlDeviceGetAttributes_v2(
     device: nvmlDevice_t,
     attrs: *mut nvmlDeviceAttributes_t,
 ) -> nvmlReturn_t {
+    if let Err(rc) = crate::health::reachable(device) {
+        return rc;
+    }
     // A MIG device has its compute instance's SMs, and shares its GPU instance's engines
     // and memory; a full GPU has the model's.
     let a = match decode(device) {
