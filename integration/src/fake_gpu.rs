@@ -1,7 +1,8 @@
 //! A fake NVIDIA node on disk for GPU-less tests: a driver root holding the fake
 //! `libnvidia-ml.so.1` (integration/fake-nvml), the fake `libcuda.so.1`
-//! (integration/fake-cuda), dummy versioned driver libraries, static fakes of nvidia-smi
-//! and nvidia-cuda-mps-control, firmware and the persistenced socket path; a /proc with
+//! (integration/fake-cuda), dummy versioned driver libraries, static fakes of nvidia-smi,
+//! nvidia-cuda-mps-control and nvidia-cuda-mps-server, firmware, the persistenced socket
+//! path and the `tmp` and `proc` mount points a driver root has; a /proc with
 //! the NVIDIA character majors, `mig-minors` and one capability file; a /sys with the
 //! GPUs' PCI functions, NUMA nodes and PCIe roots. Shaped like the fake library's 8 x H100.
 
@@ -102,6 +103,12 @@ pub fn build_fake_nvidia_smi(out: &Path) -> anyhow::Result<()> {
 /// and with no argument it sends stdin's commands to that daemon (see the source).
 pub fn build_fake_mps_control(out: &Path) -> anyhow::Result<()> {
     build_static_c("nvidia-cuda-mps-control.c", out)
+}
+
+/// Compiles the fake MPS server (integration/fake-nvml/nvidia-cuda-mps-server.c), which the
+/// fake control daemon starts from PATH, to `out`.
+pub fn build_fake_mps_server(out: &Path) -> anyhow::Result<()> {
+    build_static_c("nvidia-cuda-mps-server.c", out)
 }
 
 /// Compiles integration/fake-nvml/`src` with gcc -static to `out`, with [`DRIVER_VERSION`]
@@ -208,6 +215,13 @@ impl FakeNode {
         // client, beside nvidia-smi.
         let mps = node.mps_control_path();
         build_fake_mps_control(&mps)?;
+        let mps_server = node.host.join("usr/bin/nvidia-cuda-mps-server");
+        build_fake_mps_server(&mps_server)?;
+        std::fs::set_permissions(&mps_server, std::fs::Permissions::from_mode(0o755))?;
+        // Mount points graft-mps's sandbox needs in a driver root, as a real root has them.
+        for d in ["tmp", "proc"] {
+            std::fs::create_dir_all(node.host.join(d))?;
+        }
         std::fs::create_dir_all(node.host.join("bin"))?;
         std::fs::create_dir_all(node.host.join("var/log"))?;
         // A shell in the fake root, as driver roots have one.
@@ -402,9 +416,16 @@ impl FakeNode {
 
     /// The fake MPS control daemon's log, `<log_dir>/control.log` (`log_dir` being its
     /// `CUDA_MPS_LOG_DIRECTORY`): `[<unix time>] Startup CUDA_VISIBLE_DEVICES=<value>`,
-    /// `[<time>] Command <line>` and `[<time>] Shutdown` lines; empty when there is none.
+    /// `[<time>] Command <line>`, `Server ...`, `Client ...` and `[<time>] Shutdown` lines
+    /// (integration/fake-nvml/nvidia-cuda-mps-control.c); empty when there is none.
     pub fn mps_log(log_dir: &Path) -> String {
         std::fs::read_to_string(log_dir.join("control.log")).unwrap_or_default()
+    }
+
+    /// The fake MPS servers' log, `<log_dir>/server.log`: each client's effective limits
+    /// (integration/fake-nvml/nvidia-cuda-mps-server.c); empty when there is none.
+    pub fn mps_server_log(log_dir: &Path) -> String {
+        std::fs::read_to_string(log_dir.join("server.log")).unwrap_or_default()
     }
 
     pub fn gi_cap_minor(gpu_minor: u32, gi: u32) -> u32 {

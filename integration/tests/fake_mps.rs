@@ -1,7 +1,9 @@
 //! The fake node's `nvidia-cuda-mps-control`
-//! (integration/fake-nvml/nvidia-cuda-mps-control.c): `-d` starts one control daemon per
-//! pipe directory, the client mode talks to it and tells whether one runs, `quit` stops
-//! it; and graft's binary discovery accepts it as a binary of the fake driver.
+//! (integration/fake-nvml/nvidia-cuda-mps-control.c): `-d` and `-f` start one control
+//! daemon per pipe directory and refuse a second one or a pipe directory they cannot use,
+//! the client mode talks to it and tells whether one runs, `quit` stops it; and graft's
+//! binary discovery accepts it and the server as binaries of the fake driver. Servers and
+//! clients: fake_mps_clients.rs.
 //!
 //! Needs gcc and the static glibc (FakeNode builds its fakes), nothing else: no root, no
 //! GPU.
@@ -249,7 +251,7 @@ fn daemon_starts_answers_and_quits() {
          bogus 1\n",
     );
     assert!(out.status.success(), "{}", text(&out));
-    assert_eq!(stdout(&out), "100.0\n25\n25\nUnknown command\n");
+    assert_eq!(stdout(&out), "100.0\n25\n25.0\nUnknown command\n");
     let log = mps.log();
     for cmd in [
         "get_server_list",
@@ -311,6 +313,8 @@ fn daemons_on_two_pipe_directories_run_at_once() {
     assert_eq!(stdout(&out), "50\n", "{}", text(&out));
     let out = b.client("get_default_active_thread_percentage\n");
     assert_eq!(stdout(&out), "100.0\n", "{}", text(&out));
+    let out = a.client("get_default_active_thread_percentage\n");
+    assert_eq!(stdout(&out), "50.0\n", "{}", text(&out));
 
     // Quitting one leaves the other.
     let out = a.client("quit\n");
@@ -344,6 +348,63 @@ fn a_stale_socket_does_not_stop_a_daemon() {
 }
 
 #[test]
+fn foreground_daemon_and_unusable_pipe_directories() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = FakeNode::create(dir.path()).unwrap();
+    let mps = Mps::new(&node, dir.path(), "mps", "GPU-f");
+    // -f: the daemon is the process started, as graft-mps runs it.
+    let mut fg = Command::new(&mps.bin)
+        .arg("-f")
+        .env("CUDA_MPS_PIPE_DIRECTORY", &mps.pipe)
+        .env("CUDA_MPS_LOG_DIRECTORY", &mps.log)
+        .stdin(Stdio::null())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    while !mps.running() {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "-f never listened"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(mps.pid(), Some(Pid::from_raw(fg.id() as i32)));
+    // A second one, either way, is refused.
+    for flag in ["-d", "-f"] {
+        let out = mps.run(&[flag], "");
+        assert_eq!(out.status.code(), Some(1), "{flag}: {}", text(&out));
+        assert!(stderr(&out).contains("already running"), "{}", text(&out));
+    }
+    assert!(mps.client("quit\n").status.success());
+    let status = fg.wait().unwrap();
+    assert!(status.success(), "{status}");
+
+    // A pipe directory that is a file, or that the daemon cannot write: refused.
+    let file = Mps::new(&node, dir.path(), "file", "GPU-f");
+    std::fs::create_dir_all(file.pipe.parent().unwrap()).unwrap();
+    std::fs::write(&file.pipe, "").unwrap();
+    let out = file.run(&["-d"], "");
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(stderr(&out).contains("Not a directory"), "{}", text(&out));
+    if !nix::unistd::geteuid().is_root() {
+        let ro = Mps::new(&node, dir.path(), "ro", "GPU-f");
+        std::fs::create_dir_all(&ro.pipe).unwrap();
+        std::fs::set_permissions(
+            &ro.pipe,
+            std::os::unix::fs::PermissionsExt::from_mode(0o555),
+        )
+        .unwrap();
+        let out = ro.run(&["-d"], "");
+        assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+        assert!(
+            stderr(&out).contains("cannot use pipe directory"),
+            "{}",
+            text(&out)
+        );
+    }
+}
+
+#[test]
 fn binary_discovery_accepts_the_fake() {
     let dir = tempfile::tempdir().unwrap();
     let node = FakeNode::create(dir.path()).unwrap();
@@ -359,6 +420,14 @@ fn binary_discovery_accepts_the_fake() {
         assert_eq!(mps.len(), 1, "{:?}", files.binaries);
         assert_eq!(mps[0].path, "/usr/bin/nvidia-cuda-mps-control");
         assert_eq!(mps[0].capability, Capability::Compute);
+        assert!(
+            files
+                .binaries
+                .iter()
+                .any(|b| b.destination == "/usr/bin/nvidia-cuda-mps-server"),
+            "{:?}",
+            files.binaries
+        );
         assert!(
             files
                 .binaries

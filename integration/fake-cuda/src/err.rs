@@ -8,6 +8,7 @@ pub type CuResult<T> = Result<T, i32>;
 
 pub const SUCCESS: i32 = 0;
 pub const INVALID_VALUE: i32 = 1;
+pub const OUT_OF_MEMORY: i32 = 2;
 pub const NOT_INITIALIZED: i32 = 3;
 pub const NO_DEVICE: i32 = 100;
 pub const INVALID_DEVICE: i32 = 101;
@@ -18,6 +19,7 @@ pub const INVALID_HANDLE: i32 = 400;
 pub const NOT_FOUND: i32 = 500;
 pub const ILLEGAL_ADDRESS: i32 = 700;
 pub const NOT_SUPPORTED: i32 = 801;
+pub const MPS_CONNECTION_FAILED: i32 = 805;
 pub const UNKNOWN: i32 = 999;
 
 const TABLE: &[(i32, &CStr, &CStr)] = &[
@@ -27,6 +29,7 @@ const TABLE: &[(i32, &CStr, &CStr)] = &[
         c"CUDA_ERROR_INVALID_VALUE",
         c"invalid argument",
     ),
+    (OUT_OF_MEMORY, c"CUDA_ERROR_OUT_OF_MEMORY", c"out of memory"),
     (
         NOT_INITIALIZED,
         c"CUDA_ERROR_NOT_INITIALIZED",
@@ -76,6 +79,11 @@ const TABLE: &[(i32, &CStr, &CStr)] = &[
         NOT_SUPPORTED,
         c"CUDA_ERROR_NOT_SUPPORTED",
         c"operation not supported",
+    ),
+    (
+        MPS_CONNECTION_FAILED,
+        c"CUDA_ERROR_MPS_CONNECTION_FAILED",
+        c"MPS client failed to connect to the MPS control daemon or the MPS server",
     ),
     (
         UNKNOWN,

@@ -8,6 +8,9 @@
 //!   sees those whose `/dev/nvidia<minor>` it may open, and none without `/dev/nvidiactl`
 //!   (so a container graft did not give a GPU sees none, as with the real driver);
 //! - `cuModuleLoadData` accepts only PTX text with the probe's `graft_vadd` entry;
+//! - under MPS (a control daemon on `$CUDA_MPS_PIPE_DIRECTORY`) cuInit connects as an MPS
+//!   client and allocations beyond the pinned memory limit the server gave fail with
+//!   CUDA_ERROR_OUT_OF_MEMORY (mps.rs);
 //! - `GRAFT_FAKE_CUDA_FAIL` set (non-empty, not `0`) makes `cuInit` fail, so that tests see
 //!   a failing probe;
 //! - like the real library it needs libpthread, libdl, libm and librt (build.rs).
@@ -18,6 +21,7 @@
 mod devices;
 mod err;
 mod kernel;
+mod mps;
 mod state;
 
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
@@ -61,7 +65,21 @@ pub extern "C" fn cuInit(flags: c_uint) -> c_int {
     if found.is_empty() {
         return NO_DEVICE;
     }
+    // Once per process, as the driver connects to MPS once.
+    let connected = state::with(|s| s.devices.is_some());
+    let client = if connected {
+        None
+    } else {
+        match mps::connect() {
+            Ok(c) => c,
+            Err(e) => return e,
+        }
+    };
     state::with(|s| {
+        if s.devices.is_none() {
+            s.pinned_limit = client.as_ref().and_then(|c| c.pinned_limit);
+            s.mps = client;
+        }
         s.devices.get_or_insert(found);
     });
     SUCCESS

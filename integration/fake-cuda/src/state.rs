@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::sync::{Mutex, MutexGuard};
 
 use crate::err::CuResult;
-use crate::err::{INVALID_CONTEXT, INVALID_HANDLE, INVALID_VALUE, NOT_INITIALIZED};
+use crate::err::{INVALID_CONTEXT, INVALID_HANDLE, INVALID_VALUE, NOT_INITIALIZED, OUT_OF_MEMORY};
 
 /// Handle tags, so that a handle of one kind is never taken for another.
 const CTX_TAG: u64 = 0xc7c7 << 32;
@@ -36,6 +36,10 @@ pub struct State {
     /// The GPUs cuInit found (NVML indices); `None` before a successful cuInit.
     pub devices: Option<Vec<usize>>,
     pub current: Option<u64>,
+    /// The MPS server this process is a client of, if any.
+    pub mps: Option<crate::mps::Client>,
+    /// Device bytes this process may hold (the MPS server's pinned memory limit).
+    pub pinned_limit: Option<u64>,
     next_id: u64,
     next_addr: u64,
     contexts: BTreeMap<u64, usize>,
@@ -134,6 +138,13 @@ impl State {
         let ctx = self.ctx()?;
         if size == 0 {
             return Err(INVALID_VALUE);
+        }
+        let held: usize = self.memory.values().map(|a| a.bytes.len()).sum();
+        if self
+            .pinned_limit
+            .is_some_and(|l| (held as u64).saturating_add(size as u64) > l)
+        {
+            return Err(OUT_OF_MEMORY);
         }
         if self.next_addr == 0 {
             self.next_addr = HEAP_BASE;
