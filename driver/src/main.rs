@@ -119,15 +119,12 @@ struct Backends {
     smi: Option<Arc<std::sync::RwLock<String>>>,
     /// None without the nvidia backend, or when NVML was not found at start.
     nvml: Option<PathBuf>,
-    /// The driver root's nvidia-cuda-mps-control (MPS).
-    mps_control: Option<Arc<std::sync::RwLock<Option<PathBuf>>>>,
 }
 
 fn backends(args: &Args, ledger: &MigLedger) -> anyhow::Result<Backends> {
     let mut out: Vec<Box<dyn Discovery>> = Vec::new();
     let mut smi = None;
     let mut nvml = None;
-    let mut mps_control = None;
     for name in &args.discovery {
         match name.trim() {
             "char" => out.push(Box::new(CharDiscovery::new(
@@ -149,7 +146,6 @@ fn backends(args: &Args, ledger: &MigLedger) -> anyhow::Result<Backends> {
                     .nvml_path()
                     .inspect_err(|e| tracing::error!(error = %e, "NVML not found"))
                     .ok();
-                mps_control = Some(d.mps_control_path());
                 out.push(Box::new(d));
             }
             other => bail!("--discovery: unknown backend {other:?} (known: char, files, nvidia)"),
@@ -162,7 +158,6 @@ fn backends(args: &Args, ledger: &MigLedger) -> anyhow::Result<Backends> {
         list: out,
         smi,
         nvml,
-        mps_control,
     })
 }
 
@@ -246,7 +241,6 @@ async fn main() -> anyhow::Result<()> {
         list: backends,
         smi: smi_path,
         nvml: nvml_lib,
-        mps_control,
     } = backends(&args, &ledger)?;
     let informational_xids = parse_xids(&args.health_informational_xids)
         .map_err(|e| anyhow::anyhow!("--health-informational-xids: {e}"))?;
@@ -291,14 +285,11 @@ async fn main() -> anyhow::Result<()> {
         )),
         _ => None,
     };
-    let mps = match (&nvml_lib, mps_control, &args.nvidia_mps) {
-        (Some(lib), Some(control), m) if *m != GpuSelection::None => Some(MpsManager {
-            control,
-            lib_dir: lib.parent().map(PathBuf::from).unwrap_or_default(),
-            state_dir: args.state_dir.clone(),
-        }),
-        _ => None,
-    };
+    // The daemons are graft-mps's (its own DaemonSet); graft-driver marks the shares.
+    let mps = (nvml_lib.is_some() && args.nvidia_mps != GpuSelection::None).then(|| MpsManager {
+        state_dir: args.state_dir.clone(),
+        wait: graft_driver::discovery::nvidia::mps::DEFAULT_WAIT,
+    });
     // Persistence mode is turned off and on around passthrough only.
     let persistence: Box<dyn PersistenceMode> = match (&nvml_lib, args.nvidia_passthrough) {
         (Some(lib), true) => Box::new(NvmlPersistence { lib: lib.clone() }),
@@ -356,14 +347,14 @@ async fn main() -> anyhow::Result<()> {
     ));
     edge.startup().await.context("settling the checkpoint")?;
     if let Some(m) = mps_restore {
-        // The daemons died with the previous container: one per GPU that still has
-        // prepared shares, none for the others.
-        // A failure leaves the other devices working; the next prepare of a share retries.
-        let setups = edge.core().setups()?;
-        match tokio::task::spawn_blocking(move || m.restore(&setups)).await {
+        // graft-mps serves the shares marked: exactly the checkpoint's. A failure leaves the
+        // other devices working; the next prepare or unprepare of a share corrects its own.
+        let core = Arc::clone(edge.core());
+        let setups = move || core.setups().map_err(|e| e.to_string());
+        match tokio::task::spawn_blocking(move || m.restore(setups)).await {
             Ok(Ok(())) => {}
-            Ok(Err(e)) => tracing::error!(error = %e, "restoring the MPS daemons"),
-            Err(e) => tracing::error!(error = %e, "restoring the MPS daemons panicked"),
+            Ok(Err(e)) => tracing::error!(error = %e, "restoring the MPS shares"),
+            Err(e) => tracing::error!(error = %e, "restoring the MPS shares panicked"),
         }
     }
     refresh_absent(args.state_dir.clone(), devices.clone()).await;

@@ -123,9 +123,11 @@ pub enum Setup {
         size: u32,
         slices: u32,
     },
-    /// A share of a GPU shared through MPS: the GPU's control daemon runs while any share
-    /// is prepared; `share` is the allocation's share id (`whole` without one), `compute`
-    /// the active thread percentage, `memory_mib` the pinned device memory limit.
+    /// A share of a GPU shared through MPS (graft_driver::mps): graft-mps runs the GPU's
+    /// control daemon for one namespace while any of its shares is prepared; `share` is the
+    /// allocation's share id (`whole` without one), `compute` the active thread percentage,
+    /// `memory_mib` the pinned device memory limit. `namespace` and `claim_uid` are the
+    /// claim's (stamped by the core, [`Setup::for_claim`]; empty in older checkpoints).
     #[serde(rename_all = "camelCase")]
     Mps {
         gpu_uuid: String,
@@ -134,6 +136,10 @@ pub enum Setup {
         compute: u32,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         memory_mib: Option<u64>,
+        #[serde(default)]
+        namespace: String,
+        #[serde(default)]
+        claim_uid: String,
     },
 }
 
@@ -157,6 +163,30 @@ impl Setup {
             pci_bus_id: pci_bus_id.into(),
             persistence: false,
             peers: Vec::new(),
+        }
+    }
+
+    /// The setup as done for the claim `namespace`/`claim_uid`: backends plan from the
+    /// device alone, and an MPS share needs its claim's namespace (one per GPU at a time).
+    pub fn for_claim(self, namespace: &str, claim_uid: &str) -> Setup {
+        match self {
+            Setup::Mps {
+                gpu_uuid,
+                minor,
+                share,
+                compute,
+                memory_mib,
+                ..
+            } => Setup::Mps {
+                gpu_uuid,
+                minor,
+                share,
+                compute,
+                memory_mib,
+                namespace: namespace.to_string(),
+                claim_uid: claim_uid.to_string(),
+            },
+            other => other,
         }
     }
 

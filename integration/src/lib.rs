@@ -11,6 +11,7 @@ pub mod cri;
 pub mod dra_node;
 pub mod driver;
 pub mod fake_gpu;
+pub mod fake_mps;
 pub mod fake_sysfs;
 pub mod gpu_check;
 pub mod hostile;

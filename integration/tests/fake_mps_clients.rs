@@ -9,71 +9,17 @@
 //! Needs root (servers run as other UIDs; each process gets a /dev of its own holding the
 //! fake GPU's nodes, which the fakes need as the real ones do), gcc and cc.
 
-mod common;
-
-use std::ffi::CString;
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::os::unix::fs::PermissionsExt;
-use std::os::unix::net::UnixStream;
-use std::os::unix::process::CommandExt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use graft_integration::fake_gpu::{FakeNode, LIB_DIR};
+use graft_integration::fake_mps::{attach, with_gpu_dev};
 use graft_integration::gpu_check::compile_probe;
 
 const OTHER_UID: u32 = 1000;
-
-/// Runs `cmd` as `uid` in a mount namespace of its own whose /dev holds null and the fake
-/// GPU's nodes (nvidiactl, nvidia0): what the fakes need, without touching the host's /dev.
-fn with_gpu_dev(cmd: &mut Command, uid: u32) -> &mut Command {
-    let paths = ["/dev/null", "/dev/nvidiactl", "/dev/nvidia0"].map(|p| CString::new(p).unwrap());
-    let devs = [(1u32, 3u32), (195, 255), (195, 0)];
-    // SAFETY: only unshare, mount and mknod run between fork and exec, all async-signal-safe
-    // system calls on strings made before the fork.
-    unsafe {
-        cmd.pre_exec(move || {
-            use nix::mount::{mount, MsFlags};
-            nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNS)?;
-            mount(
-                None::<&str>,
-                "/",
-                None::<&str>,
-                MsFlags::MS_REC | MsFlags::MS_PRIVATE,
-                None::<&str>,
-            )?;
-            mount(
-                Some("tmpfs"),
-                "/dev",
-                Some("tmpfs"),
-                MsFlags::empty(),
-                Some("mode=0755"),
-            )?;
-            for (p, (major, minor)) in paths.iter().zip(devs) {
-                if libc::mknod(
-                    p.as_ptr(),
-                    libc::S_IFCHR | 0o666,
-                    libc::makedev(major, minor),
-                ) != 0
-                {
-                    return Err(std::io::Error::last_os_error());
-                }
-                libc::chmod(p.as_ptr(), 0o666);
-            }
-            // After the mounts, which need root (Command::uid would come before them).
-            if uid != 0
-                && (libc::setgroups(0, std::ptr::null()) != 0
-                    || libc::setgid(uid) != 0
-                    || libc::setuid(uid) != 0)
-            {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
-    cmd
-}
 
 struct Bed {
     _dir: tempfile::TempDir,
@@ -105,7 +51,7 @@ impl Bed {
             daemon: None,
         };
         let mut cmd = bed.mps(&["-f"]);
-        let child = with_gpu_dev(&mut cmd, 0)
+        let child = with_gpu_dev(&mut cmd, 0, None, None)
             .stdin(Stdio::null())
             .spawn()
             .unwrap();
@@ -157,7 +103,7 @@ impl Bed {
             .envs(env.iter().copied())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
-        with_gpu_dev(&mut c, uid);
+        with_gpu_dev(&mut c, uid, None, None);
         c
     }
 
@@ -183,25 +129,6 @@ impl Drop for Bed {
             let _ = d.wait();
         }
     }
-}
-
-/// A client of this process's UID (root) by the fakes' protocol, connected while it lives.
-fn attach(pipe: &Path) -> UnixStream {
-    let mut control = UnixStream::connect(pipe.join("control")).unwrap();
-    control.write_all(b"graft-fake-mps-client\n").unwrap();
-    let mut answer = String::new();
-    BufReader::new(&control).read_line(&mut answer).unwrap();
-    let pid = answer
-        .trim()
-        .strip_prefix("server ")
-        .expect(&answer)
-        .to_string();
-    let mut server = UnixStream::connect(pipe.join(format!("mps-server-{pid}"))).unwrap();
-    server.write_all(b"attach - -\n").unwrap();
-    let mut limits = String::new();
-    BufReader::new(&server).read_line(&mut limits).unwrap();
-    assert!(limits.starts_with("limits "), "{limits}");
-    server
 }
 
 fn passed(out: &Output) -> bool {
@@ -301,7 +228,7 @@ fn servers_per_uid_with_server_side_limits() {
 
     // A client of another UID while a root client is connected: queued, then served by a
     // server of its own UID once the root client is done.
-    let held = attach(&bed.pipe);
+    let held = attach(&bed.pipe).unwrap();
     let mut other = bed.probe(OTHER_UID, &[]).spawn().unwrap();
     let start = Instant::now();
     while !bed

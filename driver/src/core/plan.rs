@@ -145,12 +145,14 @@ impl Core {
                     node: self.node_name.clone(),
                 })?;
             let config = opaque::resolve(&self.driver_name, &input.configs, &r.request)?;
-            let setup = self.setup.plan(dev, config.as_ref(), r).map_err(|source| {
-                ClaimError::SetupRefused {
+            let setup = self
+                .setup
+                .plan(dev, config.as_ref(), r)
+                .map_err(|source| ClaimError::SetupRefused {
                     request: r.request.clone(),
                     source,
-                }
-            })?;
+                })?
+                .map(|s| s.for_claim(&id.namespace, &id.uid));
             if setup.is_none() && config.as_ref().is_some_and(|c| c.sharing.is_some()) {
                 return Err(ClaimError::CannotShare {
                     request: r.request.clone(),

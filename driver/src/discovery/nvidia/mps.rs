@@ -1,334 +1,380 @@
-//! GPUs shared through NVIDIA MPS: one control daemon per shared GPU, started by the first
-//! prepared share and stopped with the last, its pipe, log and shared-memory directories
-//! private to graft under `<state>/mps/gpu-<minor>/` (never the host's own MPS, never
-//! another GPU's). Each prepared share is a marker file in `clients/`, so what runs is
-//! always derivable from disk: a driver restart (which takes the daemon down with its
-//! container) starts it again for the shares the checkpoint holds, once.
-//!
-//! The daemon is the driver root's `nvidia-cuda-mps-control`, run in graft-driver's
-//! container with an explicit environment (the GPU by UUID, the directories, the driver's
-//! library directory) and in a mount namespace of its own whose `/dev/shm` is the GPU's
-//! shared-memory directory, which clients get as their `/dev/shm` too.
+//! GPUs shared through MPS, graft-driver's side (the design is in graft_driver::mps): a
+//! prepared share is a marker file graft-mps serves; prepare refuses a share whose GPU
+//! serves another namespace (MPS cannot keep two apart), waits until graft-mps reports the
+//! tenancy ready with this share's limits counted, and hands the containers the tenancy's
+//! pipe directory and shared memory. graft-driver starts no daemon and reads nothing a
+//! tenant can write.
 
-use std::collections::{BTreeMap, BTreeSet};
-use std::io::Write;
-use std::os::unix::process::CommandExt;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::fs::File;
+use std::os::fd::AsRawFd;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
 
 use graft_record::{ContainerEdits, EnvVar, Mount};
 
 use super::edits::IPC_MOUNT_OPTIONS;
+use crate::mps::{self, GpuPaths, Phase, ShareMarker, CLIENT_PIPE_DIR};
 use crate::setup::{Setup, SetupError};
 
-/// Where a client finds the daemon: the CUDA default, so images need no setting.
-pub const CLIENT_PIPE_DIR: &str = "/tmp/nvidia-mps";
+/// How long prepare waits for graft-mps by default: well within the kubelet's deadline.
+pub const DEFAULT_WAIT: Duration = Duration::from_secs(20);
+/// How long prepare waits for another prepare of the same GPU.
+const LOCK_WAIT: Duration = Duration::from_secs(10);
 
 #[derive(Debug, Clone)]
 pub struct MpsManager {
-    /// `nvidia-cuda-mps-control` as this process can run it; `None` when the driver root
-    /// has none (kept current by discovery).
-    pub control: std::sync::Arc<std::sync::RwLock<Option<PathBuf>>>,
-    /// The driver's library directory as this process sees it (libcuda for the server).
-    pub lib_dir: PathBuf,
-    /// graft's state directory: the same path on the host and here.
+    /// graft's state directory: the same host path in graft-driver's and graft-mps's pods.
     pub state_dir: PathBuf,
+    /// How long a prepare waits for graft-mps to report the share served.
+    pub wait: Duration,
 }
 
-fn io(op: &str, path: &Path, source: std::io::Error) -> SetupError {
-    SetupError::Io {
-        op: op.to_string(),
-        path: path.to_path_buf(),
-        source,
+/// One share as its setup names it.
+pub struct Share<'a> {
+    pub gpu_uuid: &'a str,
+    pub minor: u32,
+    pub share: &'a str,
+    pub compute: u32,
+    pub memory_mib: Option<u64>,
+    pub namespace: &'a str,
+    pub claim_uid: &'a str,
+}
+
+impl<'a> Share<'a> {
+    /// The share of an MPS setup; `None` for other setups.
+    pub fn of(s: &'a Setup) -> Option<Share<'a>> {
+        match s {
+            Setup::Mps {
+                gpu_uuid,
+                minor,
+                share,
+                compute,
+                memory_mib,
+                namespace,
+                claim_uid,
+            } => Some(Share {
+                gpu_uuid,
+                minor: *minor,
+                share,
+                compute: *compute,
+                memory_mib: *memory_mib,
+                namespace,
+                claim_uid,
+            }),
+            _ => None,
+        }
+    }
+
+    /// Its marker's name: the share id; a whole-GPU allocation (no share id) by claim.
+    fn marker(&self) -> Result<String, SetupError> {
+        let id = match (self.share, self.claim_uid) {
+            ("whole", uid) if !uid.is_empty() => format!("whole-{uid}"),
+            (share, _) => share.to_string(),
+        };
+        if mps::valid_share(&id) {
+            Ok(id)
+        } else {
+            Err(err(format!("share id {id:?} is not a UUID")))
+        }
+    }
+
+    fn content(&self) -> ShareMarker {
+        ShareMarker {
+            namespace: self.namespace.to_string(),
+            claim_uid: self.claim_uid.to_string(),
+            compute: self.compute,
+            memory_mib: self.memory_mib,
+            minor: self.minor,
+        }
     }
 }
 
-fn mps(reason: impl Into<String>) -> SetupError {
+fn err(reason: impl Into<String>) -> SetupError {
     SetupError::Mps {
         reason: reason.into(),
     }
 }
 
-/// A share's marker name: its share id (a UUID the API server checked), or `whole`.
-fn marker(share: &str) -> Result<&str, SetupError> {
-    if !share.is_empty()
-        && share.len() <= 64
-        && share.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
-    {
-        Ok(share)
-    } else {
-        Err(mps(format!("share id {share:?} is not a UUID")))
-    }
+fn io(op: &str, path: &std::path::Path, e: impl std::fmt::Display) -> SetupError {
+    err(format!("{op} {}: {e}", path.display()))
 }
 
 impl MpsManager {
-    fn gpu_dir(&self, minor: u32) -> PathBuf {
-        self.state_dir.join("mps").join(format!("gpu-{minor}"))
+    fn gpu(&self, uuid: &str) -> Result<GpuPaths, SetupError> {
+        GpuPaths::new(&self.state_dir, uuid).ok_or_else(|| err(format!("GPU UUID {uuid:?}")))
     }
 
-    fn control(&self) -> Result<PathBuf, SetupError> {
-        self.control
-            .read()
-            .ok()
-            .and_then(|c| c.clone())
-            .ok_or_else(|| {
-                mps("the driver root has no nvidia-cuda-mps-control of the running driver's version")
-            })
-    }
-
-    /// The control program with only what it needs in its environment.
-    fn command(&self, uuid: Option<&str>, minor: u32) -> Result<Command, SetupError> {
-        let dir = self.gpu_dir(minor);
-        let mut c = Command::new(self.control()?);
-        c.env_clear()
-            .env("PATH", "/usr/bin:/bin")
-            .env("LD_LIBRARY_PATH", &self.lib_dir)
-            .env("CUDA_MPS_PIPE_DIRECTORY", dir.join("pipe"))
-            .env("CUDA_MPS_LOG_DIRECTORY", dir.join("log"));
-        if let Some(u) = uuid {
-            c.env("CUDA_VISIBLE_DEVICES", u);
-        }
-        Ok(c)
-    }
-
-    /// Sends one command to the GPU's daemon; `Ok(false)` when none answers.
-    fn ask(&self, minor: u32, line: &str) -> Result<bool, SetupError> {
-        let control = self.control()?;
-        let mut child = self
-            .command(None, minor)?
-            .stdin(Stdio::piped())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .map_err(|e| io("running", &control, e))?;
-        if let Some(mut stdin) = child.stdin.take() {
-            // A daemon that is not there makes the client exit before reading.
-            let _ = writeln!(stdin, "{line}");
-        }
-        let status = child.wait().map_err(|e| io("waiting for", &control, e))?;
-        Ok(status.success())
-    }
-
-    fn running(&self, minor: u32) -> Result<bool, SetupError> {
-        self.ask(minor, "get_server_list")
-    }
-
-    /// Starts the GPU's daemon unless one answers already.
-    fn ensure_running(&self, uuid: &str, minor: u32) -> Result<(), SetupError> {
-        if self.running(minor)? {
-            return Ok(());
-        }
-        let dir = self.gpu_dir(minor);
-        for sub in ["pipe", "log", "shm", "clients"] {
-            let p = dir.join(sub);
-            std::fs::create_dir_all(&p).map_err(|e| io("creating", &p, e))?;
-        }
-        let shm = dir.join("shm");
-        let control = self.control()?;
-        let mut cmd = self.command(Some(uuid), minor)?;
-        cmd.arg("-d")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped());
-        // SAFETY: between fork and exec only unshare and mount run, both async-signal-safe
-        // system calls; the paths were built before the fork.
-        unsafe {
-            cmd.pre_exec(move || {
-                use nix::mount::{mount, MsFlags};
-                nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNS)?;
-                mount(
-                    None::<&str>,
-                    "/",
-                    None::<&str>,
-                    MsFlags::MS_REC | MsFlags::MS_PRIVATE,
-                    None::<&str>,
-                )?;
-                mount(
-                    Some(&shm),
-                    "/dev/shm",
-                    None::<&str>,
-                    MsFlags::MS_BIND,
-                    None::<&str>,
-                )?;
-                Ok(())
-            });
-        }
-        let out = cmd.output().map_err(|e| io("starting", &control, e))?;
-        if !out.status.success() {
-            return Err(mps(format!(
-                "nvidia-cuda-mps-control -d for GPU {uuid} failed ({}): {}",
-                out.status,
-                String::from_utf8_lossy(&out.stderr).trim()
-            )));
-        }
-        tracing::info!(gpu = uuid, minor, dir = %dir.display(), "MPS control daemon started");
-        Ok(())
-    }
-
-    fn stop(&self, minor: u32) -> Result<(), SetupError> {
-        if self.running(minor)? {
-            let pid = std::fs::read_to_string(
-                self.gpu_dir(minor).join("pipe/nvidia-cuda-mps-control.pid"),
-            )
-            .ok()
-            .and_then(|p| p.trim().parse::<i32>().ok());
-            self.ask(minor, "quit")?;
-            if let Some(pid) = pid {
-                reap(pid);
+    /// The GPU's lock, held across a namespace check and the marker it allows: prepares
+    /// of one GPU (also those of a surge pod during a rollout) take turns.
+    fn lock(&self, gpu: &GpuPaths) -> Result<File, SetupError> {
+        let root = mps::root(&self.state_dir);
+        graft_record::atomic::create_dir(&root).map_err(|e| err(e.to_string()))?;
+        let f = graft_record::atomic::open_lock(&gpu.lock()).map_err(|e| err(e.to_string()))?;
+        let start = Instant::now();
+        loop {
+            // SAFETY: flock on a descriptor this function owns; released when it is closed.
+            if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+                return Ok(f);
             }
-            tracing::info!(minor, "MPS control daemon stopped");
+            let e = std::io::Error::last_os_error();
+            if e.raw_os_error() != Some(libc::EWOULDBLOCK) || start.elapsed() >= LOCK_WAIT {
+                return Err(io("lock", &gpu.lock(), e));
+            }
+            std::thread::sleep(Duration::from_millis(20));
         }
-        Ok(())
     }
 
-    /// A share prepared: its marker, the daemon, and what its containers get.
-    pub fn open_share(
-        &self,
-        uuid: &str,
-        minor: u32,
-        share: &str,
-        compute: u32,
-        memory_mib: Option<u64>,
-    ) -> Result<ContainerEdits, SetupError> {
-        let clients = self.gpu_dir(minor).join("clients");
-        std::fs::create_dir_all(&clients).map_err(|e| io("creating", &clients, e))?;
-        let m = clients.join(marker(share)?);
-        std::fs::write(&m, uuid).map_err(|e| io("writing", &m, e))?;
-        self.ensure_running(uuid, minor)?;
-        let dir = self.gpu_dir(minor);
-        let bind = |from: &str, to: &str| Mount {
-            source: dir.join(from).to_string_lossy().into_owned(),
-            destination: to.to_string(),
-            kind: "bind".into(),
-            options: IPC_MOUNT_OPTIONS.iter().map(|s| s.to_string()).collect(),
-        };
-        let env = |name: &str, value: String| EnvVar {
-            name: name.into(),
-            value,
-        };
-        let mut e = ContainerEdits {
-            mounts: vec![bind("pipe", CLIENT_PIPE_DIR), bind("shm", "/dev/shm")],
-            env: vec![
-                env("CUDA_MPS_PIPE_DIRECTORY", CLIENT_PIPE_DIR.into()),
-                env("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", compute.to_string()),
-            ],
-            ..Default::default()
-        };
-        if let Some(mib) = memory_mib {
-            // The container sees one GPU: ordinal 0.
-            e.env
-                .push(env("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT", format!("0={mib}M")));
-        }
-        Ok(e)
-    }
-
-    /// A share unprepared: its marker goes, and with the last one the daemon.
-    pub fn close_share(&self, minor: u32, share: &str) -> Result<(), SetupError> {
-        let clients = self.gpu_dir(minor).join("clients");
-        let m = clients.join(marker(share)?);
-        match std::fs::remove_file(&m) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(io("removing", &m, e)),
-        }
-        if markers(&clients).is_empty() {
-            self.stop(minor)?;
-        }
-        Ok(())
-    }
-
-    /// At start: markers made to match the checkpoint's shares, a daemon for every GPU that
-    /// has shares (the last one died with graft-driver's container) and none for the others.
-    pub fn restore(&self, setups: &[Setup]) -> Result<(), SetupError> {
-        let mut wanted: BTreeMap<u32, (String, BTreeSet<String>)> = BTreeMap::new();
-        for s in setups {
-            if let Setup::Mps {
-                gpu_uuid,
-                minor,
-                share,
-                ..
-            } = s
+    /// A share prepared: checked against the GPU's namespace, marked, served by graft-mps.
+    pub fn open_share(&self, s: &Share) -> Result<ContainerEdits, SetupError> {
+        let gpu = self.gpu(s.gpu_uuid)?;
+        let id = s.marker()?;
+        {
+            let _lock = self.lock(&gpu)?;
+            if let Some((_, other)) = mps::read_shares(&gpu)
+                .into_iter()
+                .find(|(other, m)| m.namespace != s.namespace && other != &id)
             {
-                wanted
-                    .entry(*minor)
-                    .or_insert_with(|| (gpu_uuid.clone(), BTreeSet::new()))
-                    .1
-                    .insert(share.clone());
+                return Err(err(format!(
+                    "GPU {} is shared through MPS with namespace {:?} now, and MPS cannot keep \
+                     two namespaces apart on one GPU (they would share its server, pipe \
+                     directory and /dev/shm): this share of namespace {:?} is prepared once \
+                     {:?} holds no share of it any more",
+                    s.gpu_uuid, other.namespace, s.namespace, other.namespace
+                )));
+            }
+            graft_record::atomic::create_dir(&gpu.shares()).map_err(|e| err(e.to_string()))?;
+            let bytes = serde_json::to_vec(&s.content()).map_err(|e| err(e.to_string()))?;
+            graft_record::atomic::write_file(&gpu.share(&id), &bytes)
+                .map_err(|e| err(e.to_string()))?;
+        }
+        match self.wait_served(&gpu, s.namespace, &id) {
+            Ok(generation) => Ok(edits(&gpu, generation, s)),
+            Err(e) => {
+                // Not served: the share must not hold the GPU for its namespace.
+                let _ = self.close(&gpu, &id);
+                Err(e)
             }
         }
-        let root = self.state_dir.join("mps");
-        let mut minors: BTreeSet<u32> = wanted.keys().copied().collect();
-        if let Ok(rd) = std::fs::read_dir(&root) {
-            for e in rd.flatten() {
-                if let Some(m) = e
-                    .file_name()
-                    .to_str()
-                    .and_then(|n| n.strip_prefix("gpu-"))
-                    .and_then(|n| n.parse().ok())
+    }
+
+    /// Until graft-mps reports `namespace`'s tenancy ready with share `id` counted; its
+    /// generation.
+    fn wait_served(&self, gpu: &GpuPaths, namespace: &str, id: &str) -> Result<u64, SetupError> {
+        let start = Instant::now();
+        loop {
+            let status = mps::read_status(gpu);
+            if let Some(s) = &status {
+                if s.phase == Phase::Ready
+                    && s.namespace == namespace
+                    && s.shares.iter().any(|x| x == id)
                 {
-                    minors.insert(m);
+                    return Ok(s.generation);
                 }
+            }
+            if start.elapsed() >= self.wait {
+                let last = match status {
+                    Some(s) if !s.message.is_empty() => format!("{:?}: {}", s.phase, s.message),
+                    Some(s) => format!("{:?} for namespace {:?}", s.phase, s.namespace),
+                    None => "none".into(),
+                };
+                return Err(err(format!(
+                    "graft-mps did not report this share served within {:?} (is the graft-mps \
+                     DaemonSet running on this node?); its last status for GPU {}: {last}",
+                    self.wait,
+                    gpu.dir
+                        .file_name()
+                        .map(|n| n.to_string_lossy())
+                        .unwrap_or_default()
+                )));
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    fn close(&self, gpu: &GpuPaths, id: &str) -> Result<(), SetupError> {
+        let _lock = self.lock(gpu)?;
+        graft_record::atomic::remove_file(&gpu.share(id))
+            .map(|_| ())
+            .map_err(|e| err(e.to_string()))
+    }
+
+    /// A share unprepared: its marker goes (graft-mps ends the tenancy with the last one).
+    pub fn close_share(&self, s: &Share) -> Result<(), SetupError> {
+        let gpu = self.gpu(s.gpu_uuid)?;
+        self.close(&gpu, &s.marker()?)
+    }
+
+    /// At start: each GPU's markers made to match the checkpoint's shares (`setups` reads
+    /// it, under each GPU's lock: a prepare of another instance writes its checkpoint
+    /// entry before its marker).
+    pub fn restore(
+        &self,
+        setups: impl Fn() -> Result<Vec<Setup>, String>,
+    ) -> Result<(), SetupError> {
+        let mut uuids: Vec<String> = graft_record::read::list_names(&mps::root(&self.state_dir))
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|n| mps::valid_uuid(n))
+            .collect();
+        for s in setups().map_err(err)? {
+            if let Some(share) = Share::of(&s) {
+                uuids.push(share.gpu_uuid.to_string());
             }
         }
-        for minor in minors {
-            let clients = self.gpu_dir(minor).join("clients");
-            let want = wanted.get(&minor);
-            for m in markers(&clients) {
-                if !want.is_some_and(|(_, s)| s.contains(&m)) {
-                    let p = clients.join(&m);
-                    std::fs::remove_file(&p).map_err(|e| io("removing", &p, e))?;
+        uuids.sort();
+        uuids.dedup();
+        for uuid in uuids {
+            let gpu = self.gpu(&uuid)?;
+            let _lock = self.lock(&gpu)?;
+            let all = setups().map_err(err)?;
+            let wanted: Vec<Share> = all
+                .iter()
+                .filter_map(Share::of)
+                .filter(|s| s.gpu_uuid == uuid)
+                .collect();
+            let mut keep = Vec::new();
+            for s in &wanted {
+                let id = s.marker()?;
+                graft_record::atomic::create_dir(&gpu.shares()).map_err(|e| err(e.to_string()))?;
+                let bytes = serde_json::to_vec(&s.content()).map_err(|e| err(e.to_string()))?;
+                if mps::read_shares(&gpu)
+                    .iter()
+                    .all(|(x, m)| x != &id || m != &s.content())
+                {
+                    graft_record::atomic::write_file(&gpu.share(&id), &bytes)
+                        .map_err(|e| err(e.to_string()))?;
                 }
+                keep.push(id);
             }
-            match want {
-                Some((uuid, shares)) => {
-                    std::fs::create_dir_all(&clients).map_err(|e| io("creating", &clients, e))?;
-                    for s in shares {
-                        let p = clients.join(marker(s)?);
-                        std::fs::write(&p, uuid).map_err(|e| io("writing", &p, e))?;
-                    }
-                    self.ensure_running(uuid, minor)?;
+            for (id, _) in mps::read_shares(&gpu) {
+                if !keep.contains(&id) {
+                    tracing::info!(gpu = %uuid, share = %id, "dropping an MPS share the checkpoint no longer holds");
+                    graft_record::atomic::remove_file(&gpu.share(&id))
+                        .map_err(|e| err(e.to_string()))?;
                 }
-                None => self.stop(minor)?,
             }
         }
         Ok(())
     }
 }
 
-/// The daemon detached from the process that started it, so in graft-driver's container it
-/// is a child of graft-driver (PID 1 there): collected once it exits, not left a zombie.
-/// Elsewhere it is someone else's child and this returns at once.
-fn reap(pid: i32) {
-    use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
-    let pid = nix::unistd::Pid::from_raw(pid);
-    for _ in 0..40 {
-        match waitpid(pid, Some(WaitPidFlag::WNOHANG)) {
-            Ok(WaitStatus::StillAlive) => std::thread::sleep(std::time::Duration::from_millis(50)),
-            _ => return,
-        }
+/// What a share's containers get: the tenancy's pipe directory and shared memory, and
+/// their own limits (the server holds them to the namespace's whatever they set).
+fn edits(gpu: &GpuPaths, generation: u64, s: &Share) -> ContainerEdits {
+    let t = gpu.tenancy(generation);
+    let bind = |from: PathBuf, to: &str| Mount {
+        source: from.to_string_lossy().into_owned(),
+        destination: to.to_string(),
+        kind: "bind".into(),
+        options: IPC_MOUNT_OPTIONS.iter().map(|s| s.to_string()).collect(),
+    };
+    let env = |name: &str, value: String| EnvVar {
+        name: name.into(),
+        value,
+    };
+    let mut e = ContainerEdits {
+        mounts: vec![bind(t.pipe(), CLIENT_PIPE_DIR), bind(t.shm(), "/dev/shm")],
+        env: vec![
+            env("CUDA_MPS_PIPE_DIRECTORY", CLIENT_PIPE_DIR.into()),
+            env("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", s.compute.to_string()),
+        ],
+        ..Default::default()
+    };
+    if let Some(mib) = s.memory_mib {
+        // The container sees one GPU: ordinal 0.
+        e.env
+            .push(env("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT", format!("0={mib}M")));
     }
-}
-
-fn markers(clients: &Path) -> Vec<String> {
-    std::fs::read_dir(clients)
-        .map(|rd| {
-            rd.flatten()
-                .filter_map(|e| e.file_name().to_str().map(str::to_string))
-                .collect()
-        })
-        .unwrap_or_default()
+    e
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    #[test]
-    fn share_markers_are_uuids_only() {
-        assert!(marker("3f1c2b7e-8d4a-4e8b-9a55-0c2d1e6f7a90").is_ok());
-        assert!(marker("whole").is_ok());
-        for bad in ["", "../x", "a/b", ".hidden", &"a".repeat(65)] {
-            assert!(marker(bad).is_err(), "{bad:?}");
+    fn setup(ns: &str, share: &str) -> Setup {
+        Setup::Mps {
+            gpu_uuid: "GPU-1234".into(),
+            minor: 2,
+            share: share.into(),
+            compute: 40,
+            memory_mib: Some(1024),
+            namespace: ns.into(),
+            claim_uid: "c1".into(),
         }
+    }
+
+    fn manager(dir: &std::path::Path) -> MpsManager {
+        MpsManager {
+            state_dir: dir.to_path_buf(),
+            wait: Duration::from_millis(200),
+        }
+    }
+
+    #[test]
+    fn markers_are_named_by_share_or_claim() {
+        let a = setup("a", "3f1c2b7e-8d4a-4e8b-9a55-0c2d1e6f7a90");
+        assert_eq!(
+            Share::of(&a).unwrap().marker().unwrap(),
+            "3f1c2b7e-8d4a-4e8b-9a55-0c2d1e6f7a90"
+        );
+        assert_eq!(
+            Share::of(&setup("a", "whole")).unwrap().marker().unwrap(),
+            "whole-c1"
+        );
+        assert!(Share::of(&setup("a", "../x")).unwrap().marker().is_err());
+    }
+
+    #[test]
+    fn another_namespace_is_refused_and_an_unserved_share_leaves_no_marker() {
+        let t = tempfile::tempdir().unwrap();
+        let m = manager(t.path());
+        let gpu = GpuPaths::new(t.path(), "GPU-1234").unwrap();
+        // graft-mps is not there: the share times out, and its marker goes.
+        let a = setup("a", "s1");
+        let e = m
+            .open_share(&Share::of(&a).unwrap())
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("graft-mps did not report"), "{e}");
+        assert!(mps::read_shares(&gpu).is_empty());
+
+        // A marker of namespace a (as restore writes them) holds the GPU for a.
+        m.restore(|| Ok(vec![a.clone()])).unwrap();
+        assert_eq!(mps::read_shares(&gpu).len(), 1);
+        let b = setup("b", "s2");
+        let e = m
+            .open_share(&Share::of(&b).unwrap())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("namespace \"a\"") && e.contains("one GPU"),
+            "{e}"
+        );
+        assert_eq!(mps::read_shares(&gpu).len(), 1);
+
+        // graft-mps reports a's tenancy ready with the new share: it is served.
+        let a2 = setup("a", "s3");
+        let status = mps::Status {
+            generation: 7,
+            namespace: "a".into(),
+            phase: Phase::Ready,
+            shares: vec!["s1".into(), "s3".into()],
+            compute: 80,
+            memory_mib: Some(2048),
+            message: String::new(),
+        };
+        graft_record::atomic::write_file(&gpu.status(), &serde_json::to_vec(&status).unwrap())
+            .unwrap();
+        let edits = m.open_share(&Share::of(&a2).unwrap()).unwrap();
+        let srcs: Vec<&str> = edits.mounts.iter().map(|m| m.source.as_str()).collect();
+        assert!(
+            srcs[0].ends_with("GPU-1234/t-7/pipe") && srcs[1].ends_with("GPU-1234/t-7/shm"),
+            "{srcs:?}"
+        );
+        m.close_share(&Share::of(&a2).unwrap()).unwrap();
+        m.close_share(&Share::of(&a2).unwrap()).unwrap();
+        m.restore(|| Ok(vec![])).unwrap();
+        assert!(mps::read_shares(&gpu).is_empty());
     }
 }

@@ -74,7 +74,7 @@ pub struct NvidiaSetup {
     pub rescan: Box<dyn Fn() + Send + Sync>,
     /// Dynamic MIG: makes and removes instances; `None` when no GPU is partitioned by graft.
     pub mig: Option<super::dynamic_mig::MigManager>,
-    /// MPS: runs the shared GPUs' control daemons; `None` when no GPU is shared so.
+    /// MPS: marks the shares graft-mps serves; `None` when no GPU is shared so.
     pub mps: Option<super::mps::MpsManager>,
 }
 
@@ -110,6 +110,9 @@ fn mps_setup(device: &Device, alloc: &Allocated) -> Result<Setup, &'static str> 
         share: alloc.share_id.clone().unwrap_or_else(|| "whole".into()),
         compute,
         memory_mib,
+        // The core stamps the claim's (Setup::for_claim).
+        namespace: String::new(),
+        claim_uid: String::new(),
     })
 }
 
@@ -141,7 +144,7 @@ impl NvidiaSetup {
     fn mps_manager(&self) -> Result<&super::mps::MpsManager, SetupError> {
         self.mps.as_ref().ok_or_else(|| SetupError::Mps {
             reason: "no GPU is shared through MPS on this node (--nvidia-mps), yet a claim \
-                     holds an MPS share; turn it back on to stop the daemon"
+                     holds an MPS share; turn it back on to release it"
                 .into(),
         })
     }
@@ -235,16 +238,10 @@ impl DeviceSetup for NvidiaSetup {
                 .mig_manager()?
                 .create(gpu_uuid, *profile, *start, *size, *slices)
                 .map(Some),
-            Setup::Mps {
-                gpu_uuid,
-                minor,
-                share,
-                compute,
-                memory_mib,
-            } => self
-                .mps_manager()?
-                .open_share(gpu_uuid, *minor, share, *compute, *memory_mib)
-                .map(Some),
+            Setup::Mps { .. } => match super::mps::Share::of(setup) {
+                Some(share) => self.mps_manager()?.open_share(&share).map(Some),
+                None => Ok(None),
+            },
         }
     }
 
@@ -258,7 +255,10 @@ impl DeviceSetup for NvidiaSetup {
                 start,
                 ..
             } => self.mig_manager()?.destroy(gpu_uuid, *profile, *start),
-            Setup::Mps { minor, share, .. } => self.mps_manager()?.close_share(*minor, share),
+            Setup::Mps { .. } => match super::mps::Share::of(setup) {
+                Some(share) => self.mps_manager()?.close_share(&share),
+                None => Ok(()),
+            },
         }
     }
 }

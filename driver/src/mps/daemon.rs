@@ -1,0 +1,240 @@
+//! One MPS control daemon as graft-mps runs it: started in its sandbox as graft-mps's
+//! child (in the foreground, so its pid is known without reading the pid file a tenant can
+//! replace), told its limits through the driver's own client run inside the sandbox, and
+//! stopped with its servers. Every wait is bounded: a tenant can break its daemon, never
+//! graft-mps.
+
+use std::io::{Read, Write};
+use std::os::fd::{AsFd, AsRawFd};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{kill, Signal};
+use nix::sys::wait::{waitid, waitpid, Id, WaitPidFlag, WaitStatus};
+use nix::unistd::Pid;
+
+use super::sandbox::{self, Spec};
+
+/// How long a control command may take (a tenant can make the daemon stop answering).
+pub const CONTROL_TIMEOUT: Duration = Duration::from_secs(5);
+/// What a control command's output may hold.
+const OUTPUT_CAP: usize = 64 << 10;
+
+/// Starts the daemon in its sandbox; returns its pid (also its process group).
+pub fn start(spec: &Spec) -> Result<i32, String> {
+    let (trace_r, trace_w) =
+        nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC | nix::fcntl::OFlag::O_NONBLOCK)
+            .map_err(|e| format!("pipe: {e}"))?;
+    let mut cmd = sandbox::daemon_command(spec, trace_w).map_err(|e| e.to_string())?;
+    let spawned = cmd.spawn();
+    drop(cmd);
+    match spawned {
+        Ok(child) => Ok(child.id() as i32),
+        Err(e) => {
+            let mut step = [0u8; 64];
+            let n = nix::unistd::read(trace_r.as_fd(), &mut step).unwrap_or(0);
+            let step = String::from_utf8_lossy(&step[..n]).into_owned();
+            Err(if step.is_empty() {
+                format!("nvidia-cuda-mps-control -f in the driver root: {e}")
+            } else {
+                format!("setting up the MPS daemon's sandbox ({step}): {e}")
+            })
+        }
+    }
+}
+
+/// Whether `pid` (a child) has exited; it is left to be reaped.
+pub fn exited(pid: i32) -> bool {
+    !matches!(
+        waitid(
+            Id::Pid(Pid::from_raw(pid)),
+            WaitPidFlag::WEXITED | WaitPidFlag::WNOHANG | WaitPidFlag::WNOWAIT
+        ),
+        Ok(WaitStatus::StillAlive)
+    )
+}
+
+/// Collects an exited daemon, and first whatever is left of its process group (servers):
+/// until it is collected its pid, and so the group id, cannot be reused.
+pub fn collect(pid: i32) {
+    let _ = kill(Pid::from_raw(-pid), Signal::SIGKILL);
+    let _ = waitpid(Pid::from_raw(pid), None);
+}
+
+fn wait_exit(pid: i32, within: Duration) -> bool {
+    let end = Instant::now() + within;
+    while Instant::now() < end {
+        if exited(pid) {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    exited(pid)
+}
+
+/// Stops the daemon: `quit`, then SIGTERM, then SIGKILL, its group with it; collected.
+pub fn stop(pid: i32) {
+    if !exited(pid) {
+        let _ = control(pid, "quit\n");
+        if !wait_exit(pid, Duration::from_secs(5)) {
+            let _ = kill(Pid::from_raw(pid), Signal::SIGTERM);
+            if !wait_exit(pid, Duration::from_secs(2)) {
+                let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
+                wait_exit(pid, Duration::from_secs(2));
+            }
+        }
+    }
+    collect(pid);
+}
+
+/// Sends `commands` (one a line) through `nvidia-cuda-mps-control` inside the sandbox of
+/// daemon `pid`; its output when it succeeds.
+pub fn control(pid: i32, commands: &str) -> Result<String, String> {
+    let ns = sandbox::namespace_of(pid).map_err(|e| e.to_string())?;
+    let mut child = sandbox::control_command(ns)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("running nvidia-cuda-mps-control in the sandbox: {e}"))?;
+    if let Some(mut stdin) = child.stdin.take() {
+        // Small: fits the pipe, never blocks.
+        let _ = stdin.write_all(commands.as_bytes());
+    }
+    let deadline = Instant::now() + CONTROL_TIMEOUT;
+    let out = read_until(child.stdout.take(), child.stderr.take(), deadline);
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(s)) => break Some(s),
+            Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(10)),
+            _ => break None,
+        }
+    };
+    match (status, out) {
+        (Some(s), (stdout, _)) if s.success() => Ok(stdout),
+        (Some(s), (stdout, stderr)) => Err(format!(
+            "nvidia-cuda-mps-control ({s}): {}",
+            format!("{stderr} {stdout}").trim()
+        )),
+        (None, _) => {
+            let _ = child.kill();
+            let _ = child.wait();
+            Err(format!(
+                "nvidia-cuda-mps-control did not answer within {CONTROL_TIMEOUT:?}"
+            ))
+        }
+    }
+}
+
+/// One of a child's output pipes being read.
+struct Pipe {
+    src: Box<dyn Read>,
+    fd: i32,
+    buf: Vec<u8>,
+    done: bool,
+}
+
+/// Reads both pipes to their end, or until the deadline, keeping at most [`OUTPUT_CAP`]
+/// bytes of each.
+fn read_until(
+    out: Option<std::process::ChildStdout>,
+    err: Option<std::process::ChildStderr>,
+    deadline: Instant,
+) -> (String, String) {
+    let pipe = |src: Box<dyn Read>, fd: i32| Pipe {
+        src,
+        fd,
+        buf: Vec::new(),
+        done: false,
+    };
+    let mut pipes: Vec<Pipe> = Vec::new();
+    if let Some(o) = out {
+        let fd = o.as_raw_fd();
+        pipes.push(pipe(Box::new(o), fd));
+    }
+    if let Some(e) = err {
+        let fd = e.as_raw_fd();
+        pipes.push(pipe(Box::new(e), fd));
+    }
+    while pipes.iter().any(|p| !p.done) {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            break;
+        }
+        let mut fds: Vec<libc::pollfd> = pipes
+            .iter()
+            .filter(|p| !p.done)
+            .map(|p| libc::pollfd {
+                fd: p.fd,
+                events: libc::POLLIN,
+                revents: 0,
+            })
+            .collect();
+        // SAFETY: `fds` is a valid array of pollfd for the call's duration.
+        let n = unsafe {
+            libc::poll(
+                fds.as_mut_ptr(),
+                fds.len() as libc::nfds_t,
+                left.as_millis().min(60_000) as i32,
+            )
+        };
+        if n <= 0 {
+            continue;
+        }
+        for f in fds.iter().filter(|f| f.revents != 0) {
+            if let Some(p) = pipes.iter_mut().find(|p| p.fd == f.fd) {
+                let mut buf = [0u8; 4096];
+                match p.src.read(&mut buf) {
+                    Ok(0) | Err(_) => p.done = true,
+                    Ok(k) => {
+                        let room = OUTPUT_CAP.saturating_sub(p.buf.len());
+                        p.buf.extend_from_slice(&buf[..k.min(room)]);
+                    }
+                }
+            }
+        }
+    }
+    let mut it = pipes
+        .into_iter()
+        .map(|p| String::from_utf8_lossy(&p.buf).into_owned());
+    (it.next().unwrap_or_default(), it.next().unwrap_or_default())
+}
+
+/// Sets the tenancy's limits: the defaults for servers started later, then the same for
+/// each running server (new clients of it get them). Waits up to `ready_within` for a
+/// daemon that is still starting to answer.
+pub fn apply_limits(
+    pid: i32,
+    compute: u32,
+    memory_mib: Option<u64>,
+    ready_within: Duration,
+) -> Result<(), String> {
+    let mut defaults = format!("set_default_active_thread_percentage {compute}\n");
+    if let Some(m) = memory_mib {
+        defaults.push_str(&format!("set_default_device_pinned_mem_limit 0 {m}M\n"));
+    }
+    let end = Instant::now() + ready_within;
+    loop {
+        match control(pid, &defaults) {
+            Ok(_) => break,
+            Err(e) if Instant::now() < end && !exited(pid) && e.contains("Cannot find") => {
+                std::thread::sleep(Duration::from_millis(50))
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    let listed = control(pid, "get_server_list\n")?;
+    let mut each = String::new();
+    for server in listed.lines().filter_map(|l| l.trim().parse::<u32>().ok()) {
+        each.push_str(&format!(
+            "set_active_thread_percentage {server} {compute}\n"
+        ));
+        if let Some(m) = memory_mib {
+            each.push_str(&format!("set_device_pinned_mem_limit {server} 0 {m}M\n"));
+        }
+    }
+    if !each.is_empty() {
+        control(pid, &each)?;
+    }
+    Ok(())
+}
