@@ -115,9 +115,10 @@ fn values_reach_the_daemonset() -> anyhow::Result<()> {
     ] {
         ensure!(gpu.contains(want), "{want:?} missing from:\n{gpu}");
     }
-    // The driver root goes to both containers: graft-nri allows mounts from it.
+    // The driver root goes to both containers (graft-nri allows mounts from it), and to
+    // graft-mps (nvidia.mps is on), which runs the MPS daemons in it.
     ensure!(
-        gpu.matches("value: /run/nvidia/driver").count() == 2,
+        gpu.matches("value: /run/nvidia/driver").count() == 3,
         "{gpu}"
     );
     ensure!(!gpu.contains("name: fuse.graft.dev"), "{gpu}");
@@ -132,6 +133,49 @@ fn values_reach_the_daemonset() -> anyhow::Result<()> {
         ]
     )
     .is_err());
+    Ok(())
+}
+
+#[test]
+fn graft_mps_runs_only_where_gpus_are_shared_through_mps() -> anyhow::Result<()> {
+    let tb = Testbed::load()?;
+    let gpu_values = chart().join("values-gpu.yaml");
+    let gpu_values = gpu_values.to_string_lossy();
+    for off in [
+        render(&tb, &["--set", "nvidia.mps=all"])?,
+        render(&tb, &["-f", &gpu_values])?,
+    ] {
+        ensure!(!off.contains("graft-mps"), "{off}");
+    }
+    let on = render(
+        &tb,
+        &[
+            "-f",
+            &gpu_values,
+            "--set",
+            "nvidia.mps=0\\,1",
+            "--set",
+            "nvidia.mpsShmSize=2Gi",
+        ],
+    )?;
+    let mps = on
+        .split("---")
+        .find(|d| d.contains("name: graft-mps\n"))
+        .ok_or_else(|| anyhow::anyhow!("no graft-mps DaemonSet in:\n{on}"))?;
+    for want in [
+        "kind: DaemonSet",
+        "type: OnDelete",
+        "hostPID: true",
+        "privileged: true",
+        "command: [\"/usr/bin/graft-mps\"]",
+        "name: GRAFT_ENTER_MOUNT_NS\n              value: parent",
+        "name: GRAFT_STATE_DIR\n              value: /var/lib/graft",
+        "name: GRAFT_MPS_SHM_SIZE\n              value: \"2Gi\"",
+        "priorityClassName: system-node-critical",
+        "operator: Exists",
+    ] {
+        ensure!(mps.contains(want), "{want:?} missing from:\n{mps}");
+    }
     Ok(())
 }
 

@@ -148,6 +148,9 @@ pub fn fresh_install(
     }
     super::workloads::wait_unprepared(c)?;
     c.uninstall_graft()?;
+    // graft-mps mounts a tmpfs per MPS tenancy in the host's namespace; one its uninstall
+    // cut short would keep the directory busy.
+    unmount_below(GPU_STATE[0]);
     for dir in GPU_STATE {
         match std::fs::remove_dir_all(dir) {
             Ok(()) => {}
@@ -160,6 +163,20 @@ pub fn fresh_install(
     node.configure_mig(&format!("state {MIG_STATE}\n"))?;
     before_start(node)?;
     c.deploy_graft_gpu_values(Path::new(FAKE_DIR), values)
+}
+
+/// Detaches every mount below `dir` (deepest first).
+fn unmount_below(dir: &str) {
+    let mut mounts: Vec<String> = std::fs::read_to_string("/proc/self/mountinfo")
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.split(' ').nth(4).map(str::to_string))
+        .filter(|m| m.starts_with(&format!("{dir}/")))
+        .collect();
+    mounts.sort_by_key(|m| std::cmp::Reverse(m.len()));
+    for m in mounts {
+        let _ = nix::mount::umount2(m.as_str(), nix::mount::MntFlags::MNT_DETACH);
+    }
 }
 
 impl Cluster {
