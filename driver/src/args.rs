@@ -82,9 +82,9 @@ pub struct Args {
     /// never changes a GPU's MIG mode.
     #[arg(long, env = "GRAFT_NVIDIA_DYNAMIC_MIG", default_value = "none", value_parser = parse_gpu_selection)]
     pub nvidia_dynamic_mig: GpuSelection,
-    /// GPUs (MIG off) shared through NVIDIA MPS: several claims at once, each consuming a
-    /// compute percentage and memory through DRA consumable capacity, with one MPS control
-    /// daemon per GPU while any share is prepared. `all`, `none`, or UUIDs / indices.
+    /// GPUs (MIG off) shared through NVIDIA MPS: several claims of one namespace at a time,
+    /// each consuming a compute percentage and memory through DRA consumable capacity; the
+    /// daemons are graft-mps's (README: MPS). `all`, `none`, or UUIDs / indices.
     #[arg(long, env = "GRAFT_NVIDIA_MPS", default_value = "none", value_parser = parse_gpu_selection)]
     pub nvidia_mps: GpuSelection,
     /// Seconds to wait for a GPU to be free, and for a driver rebind to show.

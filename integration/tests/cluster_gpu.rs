@@ -21,6 +21,8 @@ mod gpu_health;
 mod health;
 #[path = "cluster_gpu/mps.rs"]
 mod mps;
+#[path = "cluster_gpu/mps_support.rs"]
+mod mps_support;
 #[path = "cluster_gpu/vfio.rs"]
 mod vfio;
 
@@ -77,16 +79,26 @@ fn gpus_through_the_gpu_setup() -> anyhow::Result<()> {
     })
 }
 
-/// GPU sharing through MPS with per-share limits (consumable capacity).
+/// MPS: shares of namespaces a and b on one GPU. b's waits (with an Event saying why) while
+/// a holds the GPU, and runs once a is gone, without a's /dev/shm; what a does to its own
+/// tenancy (a full /dev/shm, a symlink and a FIFO in its pipe directory, `quit`) changes
+/// nothing on the host and restarts neither graft nor graft-mps; a non-root pod is served;
+/// a client without its limit variables still gets the server's limits.
 #[test]
-fn mps_shares_a_gpu_with_limits() -> anyhow::Result<()> {
+fn mps_tenants_are_isolated() -> anyhow::Result<()> {
     with_bed(|bed| {
-        let values = GpuValues {
-            mps: mps::MPS_GPU.into(),
-            ..Default::default()
-        };
-        bed.fresh(&values, |_| Ok(()))?;
-        mps::mps(&bed.cluster)
+        bed.fresh(&mps::values(), |_| Ok(()))?;
+        mps::tenants_are_isolated(&bed.cluster, &bed.node)
+    })
+}
+
+/// MPS: `kubectl rollout restart` of graft's DaemonSet while two shares run: graft-mps's
+/// daemon and server serve them throughout, and a new share afterwards joins that server.
+#[test]
+fn mps_survives_a_graft_rollout() -> anyhow::Result<()> {
+    with_bed(|bed| {
+        bed.fresh(&mps::values(), |_| Ok(()))?;
+        mps::survives_a_graft_rollout(&bed.cluster, &bed.node)
     })
 }
 

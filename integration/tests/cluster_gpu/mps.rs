@@ -1,105 +1,305 @@
-//! GPU sharing through MPS on the cluster, with the GPU setup as shipped, the fake NVML and
-//! the stand-in MPS control program: GPU index 4 (gpu-6) takes several claims, each asking
-//! for a compute percentage and memory (consumable capacity). Claims of 40 % and 60 % run
-//! side by side, each container seeing its limits; one of 50 % waits until there is room;
-//! one control daemon serves the GPU, comes back when graft-driver restarts, and stops with
-//! the last share.
+//! GPU sharing through MPS on the cluster (helpers in mps_support.rs): one namespace at a
+//! time per GPU, each tenancy isolated from the next and from the host whatever its tenants
+//! do, limits held on the server side, non-root clients served; and the daemons graft-mps
+//! runs live through a rollout of graft's own DaemonSet.
 
 use std::path::Path;
-use std::time::Duration;
 
 use anyhow::{ensure, Context};
+use graft_integration::cluster::gpu::GpuValues;
 use graft_integration::cluster::{wait_until, workloads, Cluster};
 use graft_integration::fake_gpu::FakeNode;
 
-/// The GPU shared through MPS, as --nvidia-mps takes it, and its directory in graft's
-/// state (the same host path graft-driver's container writes).
-pub const MPS_GPU: &str = "4";
-const GPU_DIR: &str = "/var/lib/graft/mps/gpu-6";
+use crate::mps_support::*;
 
-fn share_pod(name: &str, compute: u32, memory: &str) -> String {
-    workloads::claim_template_consuming(
-        name,
-        "gpu.graft.dev",
-        Some(r#"device.attributes["graft.dev"].?sharing.orValue("") == "mps""#),
-        Some(&format!(r#"{{compute: "{compute}", memory: {memory}}}"#)),
-    ) + &workloads::one_claim_pod(
-        name,
-        "gpu",
-        "env | grep CUDA_MPS | sort; ls /tmp/nvidia-mps; echo DONE; sleep 3600",
-    )
-}
-
-fn daemon_log() -> String {
-    FakeNode::mps_log(&Path::new(GPU_DIR).join("log"))
-}
-
-fn running() -> bool {
-    FakeNode::mps_daemon_running(&Path::new(GPU_DIR).join("pipe"))
-}
-
-pub fn mps(c: &Cluster) -> anyhow::Result<()> {
-    // An earlier pod may have been given this GPU whole (and its daemon with it).
-    let starts = |log: &str| log.matches("Startup").count();
-    let before = starts(&daemon_log());
-    wait_until("the MPS GPU was never published shared", || {
-        Ok(c.kubectl(&["get", "resourceslices", "-o", "json"])?
-            .contains("\"allowMultipleAllocations\": true"))
-    })?;
-    c.apply(&share_pod("mps-a", 40, "30Gi"))?;
-    c.apply(&share_pod("mps-b", 60, "40Gi"))?;
-    c.wait_phase("mps-a", "Running")?;
-    c.wait_phase("mps-b", "Running")?;
-    for (pod, compute, mib) in [("mps-a", 40, 30 * 1024), ("mps-b", 60, 40 * 1024)] {
-        let log = workloads::wait_log(c, pod, "app", "DONE")?;
-        for want in [
-            format!("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE={compute}"),
-            format!("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0={mib}M"),
-            "CUDA_MPS_PIPE_DIRECTORY=/tmp/nvidia-mps".into(),
-            "control".into(),
-        ] {
-            ensure!(log.contains(&want), "{pod}: {want:?} not in\n{log}");
-        }
+/// The chart's values for these tests: MPS on for one GPU, a small /dev/shm.
+pub fn values() -> GpuValues {
+    GpuValues {
+        mps: MPS_GPU.into(),
+        helm: vec!["--set".into(), format!("nvidia.mpsShmSize={SHM_SIZE}")],
+        ..Default::default()
     }
-    ensure!(running(), "no MPS daemon for the GPU");
+}
+
+const HOLD: &str = "echo DONE; sleep 3600";
+
+pub fn tenants_are_isolated(c: &Cluster, node: &FakeNode) -> anyhow::Result<()> {
+    import_probe_image(node)?;
+    graft_mps_ready(c)?;
+    let before = graft_state(c)?;
+
+    // A's share runs CUDA through MPS and leaves a file in its /dev/shm.
+    c.apply(&share_pod(
+        "a",
+        "mps-a1",
+        40,
+        "30Gi",
+        None,
+        &format!("graft-cuda-probe; echo a-secret > /dev/shm/a-secret; {HOLD}"),
+    ))?;
+    wait_running(c, "a", "mps-a1")?;
+    let log = workloads::wait_log_in(c, "a", "mps-a1", "app", "DONE")?;
+    ensure!(log.contains("PROBE PASS"), "{log}");
+    let gpu = gpu_dir()?;
+    let t = tenancy(&gpu)?;
     ensure!(
-        starts(&daemon_log()) == before + 1,
-        "one daemon for two shares:\n{}",
-        daemon_log()
+        server_log(&t).contains("uid 0 active_thread_percentage 40 pinned_mem_limit 0=30720M"),
+        "{}",
+        server_log(&t)
     );
 
-    // 40 % + 60 % leave nothing: a 50 % share waits.
-    c.apply(&share_pod("mps-c", 50, "10Gi"))?;
-    std::thread::sleep(Duration::from_secs(8));
-    ensure!(
-        c.pod_phase("mps-c") == "Pending",
-        "the 50 % share is {:?} beside 40 % and 60 %",
-        c.pod_phase("mps-c")
-    );
-
-    // graft-driver restarts: the daemon died with its container and comes back, once.
-    workloads::restart_graft(c)?;
-    wait_until("no MPS daemon after graft-driver restarted", || {
-        Ok(running())
+    // B's share of the same GPU is refused while A holds it, and the Event says why.
+    c.apply(&share_pod(
+        "b",
+        "mps-b1",
+        10,
+        "1Gi",
+        None,
+        &format!(
+            "if cat /dev/shm/a-secret; then echo SAW-A; else echo NO-A; fi; graft-cuda-probe; {HOLD}"
+        ),
+    ))?;
+    wait_until("no Event said why b's share waits", || {
+        Ok(pod_events(c, "b", "mps-b1")?.contains("MPS cannot keep two namespaces apart"))
     })?;
-    let n = starts(&daemon_log());
+    println!(
+        "b's share refused: {}",
+        pod_events(c, "b", "mps-b1")?.trim()
+    );
+    ensure!(phase(c, "b", "mps-b1") == "Pending");
+
+    // A client that unsets its limit variables still gets the server's: its namespace's.
+    let out = exec(
+        c,
+        "a",
+        "mps-a1",
+        "env -u CUDA_MPS_ACTIVE_THREAD_PERCENTAGE -u CUDA_MPS_PINNED_DEVICE_MEM_LIMIT graft-cuda-probe",
+    )?;
+    ensure!(out.contains("PROBE PASS"), "{out}");
+    let want = "active_thread_percentage 40 pinned_mem_limit 0=30720M (server 40 0=30720M; client asked - -)";
     ensure!(
-        n == before + 2,
-        "{n} starts (from {before}) after one restart:\n{}",
-        daemon_log()
+        server_log(&t).contains(want),
+        "{want:?} not in\n{}",
+        server_log(&t)
     );
 
-    c.kubectl(&["delete", "pod", "mps-a", "--wait=true"])?;
+    // The worst A can do to its own tenancy: fill its /dev/shm, plant a symlink and a FIFO
+    // in its pipe directory, quit the daemon. Nothing on the host changes.
+    let victim = Path::new("/var/lib/graft-cluster/mps-victim");
+    std::fs::write(victim, "keep")?;
+    let out = exec(
+        c,
+        "a",
+        "mps-a1",
+        &format!(
+            "dd if=/dev/zero of=/dev/shm/fill bs=1M count=64; rm -f /dev/shm/fill; \
+             rm -f /tmp/nvidia-mps/nvidia-cuda-mps-control.pid; \
+             ln -s {} /tmp/nvidia-mps/nvidia-cuda-mps-control.pid; mkfifo /tmp/nvidia-mps/fifo; \
+             echo quit | nvidia-cuda-mps-control; echo SENT",
+            victim.display()
+        ),
+    )?;
     ensure!(
-        running(),
-        "the daemon stopped while mps-b still holds a share"
+        out.contains("No space left") && out.contains("SENT"),
+        "{out}"
     );
-    c.kubectl(&["delete", "pod", "mps-b", "--wait=true"])?;
-    c.wait_phase("mps-c", "Running")
-        .context("the 50 % share did not run once there was room")?;
-    c.kubectl(&["delete", "pod", "mps-c", "--wait=true"])?;
-    workloads::wait_unprepared(c)?;
-    wait_until("the MPS daemon outlived the last share", || Ok(!running()))?;
-    ensure!(daemon_log().contains("Shutdown"), "{}", daemon_log());
+    wait_until("graft-mps did not start A's daemon again", || {
+        Ok(control_log(&t).matches("Startup").count() == 2)
+    })?;
+    wait_until("A's limits were not set again", || {
+        Ok(control_log(&t)
+            .rsplit("Startup")
+            .next()
+            .is_some_and(|l| l.contains("set_default_active_thread_percentage 40")))
+    })?;
+    ensure!(
+        std::fs::read_to_string(victim)? == "keep",
+        "the victim file changed"
+    );
+    for e in std::fs::read_dir(t.join("pipe"))?.flatten() {
+        let ft = e.file_type()?;
+        ensure!(!ft.is_symlink(), "{} left", e.path().display());
+        ensure!(
+            !std::os::unix::fs::FileTypeExt::is_fifo(&ft),
+            "{} left",
+            e.path().display()
+        );
+    }
+    let out = exec(c, "a", "mps-a1", "graft-cuda-probe")?;
+    ensure!(out.contains("PROBE PASS"), "after the quit: {out}");
+    workloads::graft_ready(c)?;
+    ensure!(
+        graft_state(c)? == before,
+        "graft restarted: {:?}",
+        graft_state(c)?
+    );
+
+    // A non-root pod of A runs its share through MPS (a server of its UID).
+    c.apply(&share_pod(
+        "a",
+        "mps-a2",
+        20,
+        "10Gi",
+        Some(1000),
+        &format!("graft-cuda-probe; {HOLD}"),
+    ))?;
+    wait_running(c, "a", "mps-a2")?;
+    let log = workloads::wait_log_in(c, "a", "mps-a2", "app", "DONE")?;
+    ensure!(log.contains("PROBE PASS"), "{log}");
+    ensure!(
+        server_log(&t).contains("uid 1000 active_thread_percentage 20 pinned_mem_limit 0=10240M"),
+        "{}",
+        server_log(&t)
+    );
+
+    // A gone: its tenancy goes with its file; B's share runs on a fresh one.
+    c.kubectl(&[
+        "-n",
+        "a",
+        "delete",
+        "pod",
+        "mps-a1",
+        "mps-a2",
+        "--wait=true",
+    ])?;
+    wait_running(c, "b", "mps-b1")?;
+    let log = workloads::wait_log_in(c, "b", "mps-b1", "app", "DONE")?;
+    ensure!(log.contains("NO-A") && log.contains("PROBE PASS"), "{log}");
+    ensure!(!t.exists(), "A's tenancy {} outlived it", t.display());
+    let tb = tenancy(&gpu)?;
+    ensure!(
+        server_log(&tb).contains("active_thread_percentage 10"),
+        "{}",
+        server_log(&tb)
+    );
+
+    c.kubectl(&["-n", "b", "delete", "pod", "mps-b1", "--wait=true"])?;
+    wait_all_gone(c)?;
+    ensure!(std::fs::read_to_string(victim)? == "keep");
+    ensure!(
+        graft_state(c)? == before,
+        "graft restarted: {:?}",
+        graft_state(c)?
+    );
     Ok(())
+}
+
+/// Probe runs of a looping client: passed and failed.
+fn runs(c: &Cluster, pod: &str) -> (usize, usize) {
+    let log = workloads::logs_in(c, "a", pod, "app");
+    (log.matches("ok\n").count(), log.matches("FAIL").count())
+}
+
+pub fn survives_a_graft_rollout(c: &Cluster, node: &FakeNode) -> anyhow::Result<()> {
+    import_probe_image(node)?;
+    graft_mps_ready(c)?;
+    let before = graft_state(c)?;
+    let looping = "while true; do if graft-cuda-probe >/dev/null 2>&1; then echo ok; \
+                   else echo FAIL; fi; sleep 1; done";
+    for pod in ["mps-r1", "mps-r2"] {
+        c.apply(&share_pod("a", pod, 30, "20Gi", None, looping))?;
+    }
+    for pod in ["mps-r1", "mps-r2"] {
+        wait_running(c, "a", pod)?;
+        wait_until(&format!("{pod} never ran a probe"), || {
+            Ok(runs(c, pod).0 > 0)
+        })?;
+    }
+    let t = tenancy(&gpu_dir()?)?;
+    let server = server_log(&t)
+        .lines()
+        .find_map(|l| {
+            l.split("Server ")
+                .nth(1)?
+                .split(' ')
+                .next()
+                .map(str::to_string)
+        })
+        .context("no server started")?;
+    ensure!(
+        control_log(&t).matches("Startup").count() == 1,
+        "{}",
+        control_log(&t)
+    );
+
+    // graft's DaemonSet rolls (a new pod beside the old one, then the old one goes): the
+    // same daemon and server keep serving both shares throughout.
+    let at_start = [runs(c, "mps-r1"), runs(c, "mps-r2")];
+    c.kubectl(&[
+        "-n",
+        "graft-system",
+        "rollout",
+        "restart",
+        "daemonset/graft",
+    ])?;
+    workloads::rolled_out(c)?;
+    workloads::graft_ready(c)?;
+    wait_until("the probes stopped passing after the rollout", || {
+        Ok(runs(c, "mps-r1").0 >= at_start[0].0 + 3 && runs(c, "mps-r2").0 >= at_start[1].0 + 3)
+    })?;
+    for pod in ["mps-r1", "mps-r2"] {
+        ensure!(
+            runs(c, pod).1 == 0,
+            "{pod}: {}",
+            workloads::logs_in(c, "a", pod, "app")
+        );
+    }
+    ensure!(
+        control_log(&t).matches("Startup").count() == 1,
+        "{}",
+        control_log(&t)
+    );
+    ensure!(
+        server_log(&t).matches(" ready").count() == 1,
+        "{}",
+        server_log(&t)
+    );
+    let (_, mps_pod) = graft_state(c)?;
+    ensure!(
+        mps_pod == before.1,
+        "graft-mps was replaced: {mps_pod} vs {}",
+        before.1
+    );
+    println!(
+        "through the rollout: probes {at_start:?} -> {:?}",
+        [runs(c, "mps-r1"), runs(c, "mps-r2")]
+    );
+
+    // A new share after the rollout joins the same server, its limits counted.
+    c.apply(&share_pod(
+        "a",
+        "mps-r3",
+        20,
+        "10Gi",
+        None,
+        &format!("graft-cuda-probe; {HOLD}"),
+    ))?;
+    wait_running(c, "a", "mps-r3")?;
+    let log = workloads::wait_log_in(c, "a", "mps-r3", "app", "DONE")?;
+    ensure!(log.contains("PROBE PASS"), "{log}");
+    let control = control_log(&t);
+    ensure!(control.matches("Startup").count() == 1, "{control}");
+    ensure!(
+        server_log(&t).matches(" ready").count() == 1,
+        "{}",
+        server_log(&t)
+    );
+    for want in [
+        "Command set_default_active_thread_percentage 80\n".to_string(),
+        format!("Command set_active_thread_percentage {server} 80\n"),
+        format!("Command set_device_pinned_mem_limit {server} 0 51200M\n"),
+    ] {
+        ensure!(control.contains(&want), "{want:?} not in\n{control}");
+    }
+    c.kubectl(&[
+        "-n",
+        "a",
+        "delete",
+        "pod",
+        "mps-r1",
+        "mps-r2",
+        "mps-r3",
+        "--wait=true",
+    ])?;
+    wait_all_gone(c)
 }

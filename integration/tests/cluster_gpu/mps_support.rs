@@ -1,0 +1,220 @@
+//! Helpers of the MPS cluster tests (cluster_gpu/mps.rs): the probe image and pods with MPS
+//! shares, namespaced waits, and what graft-mps leaves on the host.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::{ensure, Context};
+use graft_integration::cluster::{wait_until, workloads, Cluster, WAIT};
+use graft_integration::fake_gpu::FakeNode;
+use graft_integration::gpu_check::{compile_probe, image};
+
+/// The GPU shared through MPS, as --nvidia-mps takes it (gpu-6).
+pub const MPS_GPU: &str = "4";
+/// The tenancies' /dev/shm size in these tests: small, to be filled.
+pub const SHM_SIZE: &str = "16Mi";
+const MPS_STATE: &str = "/var/lib/graft/mps";
+const CEL: &str = r#"device.attributes["graft.dev"].?sharing.orValue("") == "mps""#;
+
+/// Builds the GPU-check image for the fake node and imports it into the cluster's
+/// containerd (once per test; importing again is harmless).
+pub fn import_probe_image(node: &FakeNode) -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let probe = dir.path().join("graft-cuda-probe");
+    compile_probe(&probe)?;
+    let built = image::build(&dir.path().join("image"), &probe, &node.host)?;
+    ensure!(built.unresolved.is_empty(), "{:?}", built.unresolved);
+    graft_integration::gpu_check::cluster::import_image(&built.tar)?;
+    Ok(())
+}
+
+/// A claim template and a pod of `ns` whose container (the probe's image, as `uid` when
+/// given) runs `command` with a share of `compute` % and `memory`.
+pub fn share_pod(
+    ns: &str,
+    name: &str,
+    compute: u32,
+    memory: &str,
+    uid: Option<u32>,
+    command: &str,
+) -> String {
+    let security = uid
+        .map(|u| format!("\n  securityContext: {{runAsUser: {u}, runAsGroup: {u}}}"))
+        .unwrap_or_default();
+    let command = serde_json::to_string(command).unwrap_or_default();
+    workloads::claim_template_in(
+        ns,
+        name,
+        "gpu.graft.dev",
+        Some(CEL),
+        Some(&format!(r#"{{compute: "{compute}", memory: {memory}}}"#)),
+    ) + &format!(
+        r#"---
+apiVersion: v1
+kind: Pod
+metadata: {{name: {name}, namespace: {ns}}}
+spec:
+  terminationGracePeriodSeconds: 1{security}
+  resourceClaims: [{{name: gpu, resourceClaimTemplateName: {name}}}]
+  containers:
+  - name: app
+    image: {}
+    imagePullPolicy: Never
+    command: ["/bin/sh", "-c", {command}]
+    resources: {{claims: [{{name: gpu}}]}}
+"#,
+        image::IMAGE
+    )
+}
+
+pub fn phase(c: &Cluster, ns: &str, pod: &str) -> String {
+    c.kubectl(&[
+        "-n",
+        ns,
+        "get",
+        "pod",
+        pod,
+        "-o",
+        "jsonpath={.status.phase}",
+    ])
+    .unwrap_or_default()
+}
+
+pub fn wait_running(c: &Cluster, ns: &str, pod: &str) -> anyhow::Result<()> {
+    wait_until(&format!("{ns}/{pod} never ran"), || {
+        Ok(phase(c, ns, pod) == "Running")
+    })
+    .with_context(|| {
+        c.kubectl(&["-n", ns, "describe", "pod", pod])
+            .unwrap_or_default()
+    })?;
+    Ok(())
+}
+
+pub fn exec(c: &Cluster, ns: &str, pod: &str, script: &str) -> anyhow::Result<String> {
+    c.kubectl(&[
+        "-n",
+        ns,
+        "exec",
+        pod,
+        "-c",
+        "app",
+        "--",
+        "sh",
+        "-c",
+        &format!("{script} 2>&1"),
+    ])
+}
+
+/// The one GPU directory graft-mps keeps (the MPS GPU's).
+pub fn gpu_dir() -> anyhow::Result<PathBuf> {
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir(MPS_STATE)?
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.is_dir())
+        .collect();
+    ensure!(dirs.len() == 1, "GPU directories in {MPS_STATE}: {dirs:?}");
+    Ok(dirs.remove(0))
+}
+
+/// The tenancy directories (`t-<generation>`) of the GPU.
+pub fn tenancies(gpu: &Path) -> Vec<PathBuf> {
+    std::fs::read_dir(gpu)
+        .map(|rd| {
+            rd.flatten()
+                .map(|e| e.path())
+                .filter(|p| {
+                    p.file_name()
+                        .is_some_and(|n| n.to_string_lossy().starts_with("t-"))
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The only tenancy of the GPU.
+pub fn tenancy(gpu: &Path) -> anyhow::Result<PathBuf> {
+    let t = tenancies(gpu);
+    ensure!(t.len() == 1, "tenancies of {}: {t:?}", gpu.display());
+    Ok(t[0].clone())
+}
+
+pub fn mounts_below(dir: &str) -> Vec<String> {
+    std::fs::read_to_string("/proc/self/mountinfo")
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.split(' ').nth(4).map(str::to_string))
+        .filter(|m| m.starts_with(dir))
+        .collect()
+}
+
+/// Waits until no claim is left and graft-mps has ended every tenancy: no directory, no
+/// mount, a stopped status.
+pub fn wait_all_gone(c: &Cluster) -> anyhow::Result<()> {
+    workloads::wait_unprepared(c)?;
+    let start = Instant::now();
+    loop {
+        let gpu = gpu_dir()?;
+        let status = std::fs::read_to_string(gpu.join("status.json")).unwrap_or_default();
+        let left = tenancies(&gpu);
+        let mounts = mounts_below(MPS_STATE);
+        if left.is_empty() && mounts.is_empty() && status.contains("\"stopped\"") {
+            return Ok(());
+        }
+        ensure!(
+            start.elapsed() < WAIT,
+            "after the last share: tenancies {left:?}, mounts {mounts:?}, status {status}"
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
+
+/// graft-mps's pod is up (it is not part of graft's rollout).
+pub fn graft_mps_ready(c: &Cluster) -> anyhow::Result<()> {
+    c.kubectl(&[
+        "-n",
+        "graft-system",
+        "rollout",
+        "status",
+        "daemonset/graft-mps",
+        "--timeout=120s",
+    ])?;
+    Ok(())
+}
+
+/// `name=restarts` of every container in graft-system, and graft-mps's pod UID.
+pub fn graft_state(c: &Cluster) -> anyhow::Result<(String, String)> {
+    let uid = c.kubectl(&[
+        "-n",
+        "graft-system",
+        "get",
+        "pods",
+        "-l",
+        "app.kubernetes.io/name=graft-mps",
+        "-o",
+        "jsonpath={.items[*].metadata.uid}",
+    ])?;
+    Ok((workloads::graft_restarts(c)?, uid))
+}
+
+/// Messages of the Events about pod `ns/pod`.
+pub fn pod_events(c: &Cluster, ns: &str, pod: &str) -> anyhow::Result<String> {
+    c.kubectl(&[
+        "-n",
+        ns,
+        "get",
+        "events",
+        "--field-selector",
+        &format!("involvedObject.name={pod}"),
+        "-o",
+        "jsonpath={range .items[*]}{.reason}: {.message}{\"\\n\"}{end}",
+    ])
+}
+
+pub fn control_log(t: &Path) -> String {
+    FakeNode::mps_log(&t.join("log"))
+}
+
+pub fn server_log(t: &Path) -> String {
+    FakeNode::mps_server_log(&t.join("log"))
+}
