@@ -366,8 +366,9 @@ fn tenancies_are_one_namespace_at_a_time_and_hold_their_limits() {
             .count()
             == before + 1
     });
-    let st = mps::read_status(&gpu).unwrap();
-    assert_eq!((st.generation, st.phase), (2, Phase::Ready));
+    wait_for("the adopted tenancy never became ready", || {
+        mps::read_status(&gpu).is_some_and(|s| (s.generation, s.phase) == (2, Phase::Ready))
+    });
     assert!(bed.probe(0, &eb, true).contains("PROBE PASS"));
     s.undo(&b1).unwrap();
     wait_for("b's tenancy outlived its share", || !t2.dir.exists());
