@@ -102,7 +102,7 @@ pub fn exec(c: &Cluster, ns: &str, pod: &str, script: &str) -> anyhow::Result<St
         "--",
         "sh",
         "-c",
-        &format!("{script} 2>&1"),
+        &format!("( {script} ) 2>&1"),
     ])
 }
 
@@ -169,16 +169,23 @@ pub fn wait_all_gone(c: &Cluster) -> anyhow::Result<()> {
     }
 }
 
-/// graft-mps's pod is up (it is not part of graft's rollout).
+/// graft-mps's pod is up (it is not part of graft's rollout; OnDelete has no rollout
+/// status).
 pub fn graft_mps_ready(c: &Cluster) -> anyhow::Result<()> {
-    c.kubectl(&[
-        "-n",
-        "graft-system",
-        "rollout",
-        "status",
-        "daemonset/graft-mps",
-        "--timeout=120s",
-    ])?;
+    wait_until("graft-mps never became ready", || {
+        Ok(c.kubectl(&[
+            "-n",
+            "graft-system",
+            "get",
+            "pods",
+            "-l",
+            "app.kubernetes.io/name=graft-mps",
+            "-o",
+            "jsonpath={.items[*].status.containerStatuses[*].ready}",
+        ])?
+        .trim()
+            == "true")
+    })?;
     Ok(())
 }
 
