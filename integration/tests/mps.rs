@@ -247,7 +247,12 @@ fn tenancies_are_one_namespace_at_a_time_and_hold_their_limits() {
         "a",
         &share("6fa459ea-ee8a-3ca4-894e-db77e160355e", "60", "40Gi"),
     );
+    let started = Instant::now();
     let e1 = s.apply(&a1).unwrap().unwrap();
+    println!(
+        "prepare of a new tenancy's first share: {:?}",
+        started.elapsed()
+    );
     assert_eq!(
         env(&e1, "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE").as_deref(),
         Some("40")
@@ -263,7 +268,9 @@ fn tenancies_are_one_namespace_at_a_time_and_hold_their_limits() {
     let mode = std::fs::metadata(t1.pipe()).unwrap().permissions().mode() & 0o7777;
     assert_eq!(mode, 0o1777, "non-root clients need the pipe directory");
     assert!(mounts_below(&t1.dir).contains(&t1.shm().to_string_lossy().into_owned()));
+    let started = Instant::now();
     let e2 = s.apply(&a2).unwrap().unwrap();
+    println!("prepare of a share joining it: {:?}", started.elapsed());
     let log = || FakeNode::mps_log(&bed.log_dir(1));
     assert_eq!(log().matches("Startup").count(), 1, "{}", log());
     for want in [
@@ -319,6 +326,7 @@ fn tenancies_are_one_namespace_at_a_time_and_hold_their_limits() {
         nix::sys::stat::Mode::from_bits_truncate(0o666),
     )
     .unwrap();
+    let quit = Instant::now();
     assert_eq!(send_control(&t1.pipe(), "quit").unwrap(), "");
     wait_for("graft-mps did not start the daemon again", || {
         log().matches("Startup").count() == 2
@@ -336,13 +344,19 @@ fn tenancies_are_one_namespace_at_a_time_and_hold_their_limits() {
         .file_type()
         .is_symlink());
     assert!(bed.probe(0, &e1, true).contains("PROBE PASS"));
+    println!("quit to the daemon serving again: {:?}", quit.elapsed());
 
     // The last share goes: the tenancy goes, tmpfs and directories; b's share is served
     // on a fresh one, without a's file.
     s.undo(&a1).unwrap();
     s.undo(&a2).unwrap();
     s.undo(&a2).unwrap();
+    let started = Instant::now();
     wait_for("the tenancy outlived its shares", || !t1.dir.exists());
+    println!(
+        "last share's unprepare to the tenancy gone: {:?}",
+        started.elapsed()
+    );
     assert!(
         mounts_below(&gpu.dir).is_empty(),
         "{:?}",

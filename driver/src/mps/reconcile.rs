@@ -91,9 +91,12 @@ fn generations(gpu: &GpuPaths) -> Vec<u64> {
         .collect()
 }
 
-/// 2, 4, ... 64 s after the `failures`th failure in a row.
+/// None after a first failure, then 2, 4, ... 64 s after the `failures`th in a row.
 fn backoff(failures: u32) -> Duration {
-    Duration::from_secs(1 << failures.clamp(1, 6))
+    match failures {
+        0 | 1 => Duration::ZERO,
+        n => Duration::from_secs(1 << (n - 1).min(6)),
+    }
 }
 
 /// Unmounts a tenancy's tmpfs and removes its directories.
