@@ -171,6 +171,7 @@ fn discovery_of_a_fake_h100_node() -> anyhow::Result<()> {
         format!("{LIB_DIR}/libnvidia-nvvm.so.{DRIVER_VERSION}"),
         format!("{LIB_DIR}/libnvidia-ptxjitcompiler.so.{DRIVER_VERSION}"),
         "/usr/bin/nvidia-cuda-mps-control".into(),
+        "/usr/bin/nvidia-cuda-mps-server".into(),
         format!("{LIB_DIR}/libnvidia-ml.so.{DRIVER_VERSION}"),
         "/usr/bin/nvidia-smi".into(),
         format!("{fw}/gsp_ga10x.bin"),
