@@ -26,7 +26,6 @@ use graft_driver::discovery::nvidia::{NvidiaConfig, NvidiaDiscovery};
 use graft_driver::discovery::{inotify, report, Discovery};
 use graft_driver::edge::{Edge, KUBELET_DEADLINE};
 use graft_driver::events::Poster;
-use graft_driver::health::absent;
 use graft_driver::health::classify::parse_xids;
 use graft_driver::health::monitor::{self, MonitorConfig};
 use graft_driver::health::HealthReport;
@@ -42,6 +41,7 @@ use tracing_subscriber::fmt::writer::BoxMakeWriter;
 
 mod args;
 mod endpoints;
+mod rescan;
 use args::Args;
 
 fn nvidia_config(args: &Args) -> NvidiaConfig {
@@ -161,18 +161,6 @@ fn backends(args: &Args, ledger: &MigLedger) -> anyhow::Result<Backends> {
     })
 }
 
-/// Tells graft-nri which prepared devices the node no longer has (file I/O: a blocking
-/// thread). A failure is logged: the check it feeds only adds refusals.
-async fn refresh_absent(state_dir: PathBuf, devices: Vec<graft_driver::discovery::Device>) {
-    match tokio::task::spawn_blocking(move || absent::refresh(&state_dir, &devices)).await {
-        Ok(Ok(_)) => {}
-        Ok(Err(e)) => tracing::warn!(error = %e, "cannot write the list of absent devices"),
-        Err(e) => {
-            tracing::warn!(error = %e, "writing the list of absent devices failed internally")
-        }
-    }
-}
-
 // Two workers whatever the node's core count: the driver's work is a few RPCs at a time, and
 // per-core threads (and their malloc arenas) would only add memory.
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
@@ -273,7 +261,7 @@ async fn main() -> anyhow::Result<()> {
         .await
         .context("no Kubernetes client configuration (in-cluster or KUBECONFIG)")?;
     // Rescan requests: from inotify, and from setups that change what the node offers.
-    let (wake_tx, mut wake_rx) = tokio::sync::mpsc::channel(1);
+    let (wake_tx, wake_rx) = tokio::sync::mpsc::channel(1);
     if let Some(point) = args.crash_at {
         core = core.with_crash_hook(Box::new(KillAt(point)));
     }
@@ -357,7 +345,7 @@ async fn main() -> anyhow::Result<()> {
             Err(e) => tracing::error!(error = %e, "restoring the MPS shares panicked"),
         }
     }
-    refresh_absent(args.state_dir.clone(), devices.clone()).await;
+    rescan::refresh_absent(args.state_dir.clone(), devices.clone()).await;
     let nri_status = StatusFile {
         state_dir: args.state_dir.clone(),
         boot_id: boot_id.clone(),
@@ -418,60 +406,19 @@ async fn main() -> anyhow::Result<()> {
         Ok(n) => tracing::debug!(directories = n, "watching for device changes"),
         Err(e) => tracing::warn!(error = %e, "no change notification; periodic rescans only"),
     }
-    let rescan_core = Arc::clone(edge.core());
-    let rescan_state = args.state_dir.clone();
-    let rescan_every = Duration::from_secs(args.rescan_seconds.max(1));
-    // While a backend fails or a GPU is left out, sooner.
-    let retry_every = rescan_every.min(Duration::from_secs(5));
-    let (rescan_events, rescan_node) = (events.clone(), args.node_name.clone());
-    let rescan_metrics = metrics.clone();
-    let rescan_restart = Arc::clone(&restart);
-    let inventory = Arc::new(Mutex::new(inventory));
-    tokio::spawn(async move {
-        loop {
-            let degraded = inventory.lock().map(|i| i.degraded()).unwrap_or(true);
-            tokio::select! {
-                _ = wake_rx.recv() => tokio::time::sleep(Duration::from_millis(100)).await,
-                _ = tokio::time::sleep(if degraded { retry_every } else { rescan_every }) => {}
-            }
-            while wake_rx.try_recv().is_ok() {}
-            // Discovery reads sysfs and directories and may load NVML: a blocking thread.
-            let (scan, inv) = (Arc::clone(&backends), Arc::clone(&inventory));
-            let found = tokio::task::spawn_blocking(move || {
-                let mut inv = inv.lock().unwrap_or_else(|p| p.into_inner());
-                let s = inv.scan(&scan, std::time::SystemTime::now());
-                (s, inv.devices().to_vec(), inv.up())
-            })
-            .await;
-            let (scanned, devs, up) = match found {
-                Ok(r) => r,
-                Err(e) => {
-                    tracing::error!(error = %e, "rescan failed internally; keeping the last inventory");
-                    continue;
-                }
-            };
-            if let Ok(inv) = inventory.lock() {
-                report::record(&scanned, &inv, &rescan_metrics);
-            }
-            report::post(&scanned.changes, &rescan_events, &rescan_node);
-            if nvml_missing && up.iter().any(|&(b, ok)| b == "nvidia" && ok) {
-                tracing::warn!(
-                    "NVML is there now: graft-driver restarts to start GPU health, MIG and MPS"
-                );
-                rescan_restart.notify_one();
-            }
-            rescan_core.set_inventory(&devs);
-            refresh_absent(rescan_state.clone(), devs.clone()).await;
-            inv_tx.send_if_modified(|cur| {
-                let changed = *cur != devs;
-                if changed {
-                    tracing::info!(devices = devs.len(), "device inventory changed");
-                    *cur = devs;
-                }
-                changed
-            });
-        }
-    });
+    tokio::spawn(rescan::run(rescan::Rescan {
+        backends,
+        inventory,
+        core: Arc::clone(edge.core()),
+        state_dir: args.state_dir.clone(),
+        every: Duration::from_secs(args.rescan_seconds.max(1)),
+        events: events.clone(),
+        node: args.node_name.clone(),
+        metrics: metrics.clone(),
+        restart_when_nvml_appears: nvml_missing.then(|| Arc::clone(&restart)),
+        wake: wake_rx,
+        out: inv_tx,
+    }));
 
     let cleanup_edge = Arc::clone(&edge);
     let cleanup_every = Duration::from_secs(args.cleanup_seconds.max(1));

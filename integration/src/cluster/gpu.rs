@@ -29,6 +29,9 @@ const GPU_STATE: [&str; 3] = [
     "/var/lib/graft/fake-nvml",
 ];
 
+/// What graft keeps of prepared claims: removed when a failed test left claims behind.
+const LEFT_BY_A_FAILED_TEST: [&str; 2] = ["/var/lib/graft/claims", "/var/lib/graft/driver"];
+
 /// graft's values for a GPU test, beyond values-gpu.yaml and the fake node's driver root.
 #[derive(Debug, Clone)]
 pub struct GpuValues {
@@ -81,7 +84,10 @@ pub fn bed() -> anyhow::Result<MutexGuard<'static, Option<GpuBed>>> {
     let mut guard = m.lock().unwrap_or_else(|p| p.into_inner());
     if guard.is_none() {
         let cluster = Cluster::up()?;
-        for ns in NAMESPACES {
+        for ns in NAMESPACES
+            .into_iter()
+            .chain([crate::gpu_check::cluster::NAMESPACE])
+        {
             cluster.apply(&format!(
                 "apiVersion: v1\nkind: Namespace\nmetadata: {{name: {ns}}}\n"
             ))?;
@@ -134,7 +140,12 @@ pub fn fresh_install(
     values: &GpuValues,
     before_start: impl FnOnce(&FakeNode) -> anyhow::Result<()>,
 ) -> anyhow::Result<()> {
-    for ns in ["default", NAMESPACES[0], NAMESPACES[1]] {
+    for ns in [
+        "default",
+        NAMESPACES[0],
+        NAMESPACES[1],
+        crate::gpu_check::cluster::NAMESPACE,
+    ] {
         c.kubectl(&["-n", ns, "delete", "pods", "--all", "--wait=true"])?;
         c.kubectl(&["-n", ns, "delete", "resourceclaims", "--all", "--wait=true"])?;
         c.kubectl(&[
@@ -146,8 +157,22 @@ pub fn fresh_install(
             "--wait=true",
         ])?;
     }
-    super::workloads::wait_unprepared(c)?;
+    // A test that failed half way may leave claims graft never unprepares (its setup was
+    // stuck, or graft was down): they would fail every later test. graft is reinstalled
+    // on a new fake node anyway, so its records and checkpoint go with the old install.
+    let stuck = super::workloads::wait_unprepared(c).err();
     c.uninstall_graft()?;
+    if let Some(e) = stuck {
+        eprintln!("GPU bed: {e:#}; removing graft's records and checkpoint before reinstalling");
+        for leftover in LEFT_BY_A_FAILED_TEST {
+            let p = Path::new(leftover);
+            let _ = if p.is_dir() {
+                std::fs::remove_dir_all(p)
+            } else {
+                std::fs::remove_file(p)
+            };
+        }
+    }
     // graft-mps mounts a tmpfs per MPS tenancy in the host's namespace; one its uninstall
     // cut short would keep the directory busy.
     unmount_below(GPU_STATE[0]);

@@ -84,9 +84,6 @@ pub struct NvidiaDiscovery {
     /// The nvidia-smi the last scan chose, as a path inside the driver root, for the
     /// time-slicing setup (a layout's `/usr/bin/nvidia-smi` may be a wrapper script).
     smi: Arc<RwLock<String>>,
-    /// The driver root's nvidia-cuda-mps-control as this process runs it, kept current by
-    /// each scan, for the MPS daemons.
-    mps_control: Arc<RwLock<Option<PathBuf>>>,
     /// The MIG instances graft made (dynamic MIG), shared with the setup that makes them.
     ledger: dynamic_mig::MigLedger,
     /// GPUs a scan could not read.
@@ -123,7 +120,6 @@ impl NvidiaDiscovery {
         NvidiaDiscovery {
             config,
             smi: Arc::new(RwLock::new("/usr/bin/nvidia-smi".into())),
-            mps_control: Arc::new(RwLock::new(None)),
             ledger: dynamic_mig::MigLedger::default(),
             unread: Unread::default(),
         }
@@ -178,11 +174,6 @@ impl NvidiaDiscovery {
         self
     }
 
-    /// Where the driver root's nvidia-cuda-mps-control is, kept current by each scan.
-    pub fn mps_control_path(&self) -> Arc<RwLock<Option<PathBuf>>> {
-        Arc::clone(&self.mps_control)
-    }
-
     /// Where the chosen nvidia-smi is (inside the driver root), kept current by each scan.
     pub fn smi_path(&self) -> Arc<RwLock<String>> {
         Arc::clone(&self.smi)
@@ -194,11 +185,6 @@ impl NvidiaDiscovery {
         let c = &self.config;
         let majors = procfs::read_char_majors(&c.proc_root)?;
         let files: DriverFiles = driver_files::find(&c.roots, &inv.driver_version)?;
-        if let Ok(mut cur) = self.mps_control.write() {
-            *cur = files
-                .binary("nvidia-cuda-mps-control")
-                .map(|b| c.roots.driver_visible(&b.path));
-        }
         if let (Some(smi), Ok(mut cur)) = (files.binary("nvidia-smi"), self.smi.write()) {
             *cur = smi.path.clone();
         }
