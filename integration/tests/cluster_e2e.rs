@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context};
 use graft_integration::cluster::workloads::{
-    device_pod, graft_ready, one_claim_pod, rolled_out, wait_log, wait_unprepared,
+    device_pod, graft_ready, one_claim_pod, roll_graft, wait_log, wait_unprepared,
 };
 use graft_integration::cluster::{wait_until, Cluster, WAIT};
 use graft_integration::scrape;
@@ -149,14 +149,7 @@ fn pods_get_their_devices_on_a_real_cluster() -> anyhow::Result<()> {
 
     // graft's DaemonSet rolls (a new pod UID, new sockets) while that pod runs: it keeps
     // its devices, and a new pod gets its own afterwards.
-    c.kubectl(&[
-        "-n",
-        "graft-system",
-        "rollout",
-        "restart",
-        "daemonset/graft",
-    ])?;
-    rolled_out(&c)?;
+    roll_graft(&c)?;
     ensure!(c.pod_phase("split") == "Running");
     // The new instances are ready and took the ports over: the new driver counts the
     // running pod's claim from the checkpoint it inherited.

@@ -30,16 +30,7 @@ impl Discovery for Scripted {
 }
 
 fn dev(name: &str) -> Device {
-    Device {
-        name: name.into(),
-        kind: Kind::Char,
-        attributes: Default::default(),
-        capacity: Default::default(),
-        edits: Default::default(),
-        optional_edits: Default::default(),
-        consumes: None,
-        shared: None,
-    }
+    Device::new(name, Kind::Char)
 }
 
 type Next = Arc<Mutex<Result<Vec<&'static str>, String>>>;

@@ -103,6 +103,20 @@ pub struct Consumption {
 }
 
 impl Device {
+    /// A device with nothing but its name and kind yet.
+    pub fn new(name: impl Into<String>, kind: Kind) -> Self {
+        Device {
+            name: name.into(),
+            kind,
+            attributes: BTreeMap::new(),
+            capacity: BTreeMap::new(),
+            edits: ContainerEdits::default(),
+            optional_edits: BTreeMap::new(),
+            consumes: None,
+            shared: None,
+        }
+    }
+
     /// A string attribute's value.
     pub fn string_attribute(&self, key: &str) -> Option<&str> {
         match self.attributes.get(key) {

@@ -48,16 +48,7 @@ mod tests {
     use graft_record::{ClaimRecord, ClaimRef, DeviceRecord};
 
     fn device(name: &str) -> Device {
-        Device {
-            name: name.into(),
-            kind: Kind::Char,
-            attributes: Default::default(),
-            capacity: Default::default(),
-            edits: Default::default(),
-            optional_edits: Default::default(),
-            consumes: None,
-            shared: None,
-        }
+        Device::new(name, Kind::Char)
     }
 
     #[test]

@@ -120,6 +120,46 @@ spec:
         )
 }
 
+/// The phase of pod `pod` in `ns`, empty when it cannot be read.
+pub fn phase(c: &Cluster, ns: &str, pod: &str) -> String {
+    c.kubectl(&[
+        "-n",
+        ns,
+        "get",
+        "pod",
+        pod,
+        "-o",
+        "jsonpath={.status.phase}",
+    ])
+    .unwrap_or_default()
+}
+
+/// Waits until pod `pod` in `ns` runs; returns how long that took. A failure carries the
+/// pod's description and the node's DRA state.
+pub fn wait_running(c: &Cluster, ns: &str, pod: &str) -> anyhow::Result<Duration> {
+    super::wait_until(&format!("{ns}/{pod} not Running"), || {
+        Ok(phase(c, ns, pod) == "Running")
+    })
+    .map_err(|e| {
+        let d = c
+            .kubectl(&["-n", ns, "describe", "pod", pod])
+            .unwrap_or_default();
+        e.context(format!("{d}\n{}", c.dra_state()))
+    })
+}
+
+/// `kubectl rollout restart` of graft's DaemonSet, until its new pods are ready.
+pub fn roll_graft(c: &Cluster) -> anyhow::Result<()> {
+    c.kubectl(&[
+        "-n",
+        "graft-system",
+        "rollout",
+        "restart",
+        "daemonset/graft",
+    ])?;
+    rolled_out(c)
+}
+
 /// A pod's container log, empty when it cannot be read (yet).
 pub fn logs(c: &Cluster, pod: &str, ctr: &str) -> String {
     c.kubectl(&["logs", pod, "-c", ctr]).unwrap_or_default()

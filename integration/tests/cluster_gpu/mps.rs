@@ -7,6 +7,7 @@ use std::path::Path;
 
 use anyhow::{ensure, Context};
 use graft_integration::cluster::gpu::GpuValues;
+use graft_integration::cluster::workloads::{phase, wait_running};
 use graft_integration::cluster::{wait_until, workloads, Cluster};
 use graft_integration::fake_gpu::FakeNode;
 
@@ -225,14 +226,7 @@ pub fn survives_a_graft_rollout(c: &Cluster, node: &FakeNode) -> anyhow::Result<
     // graft's DaemonSet rolls (a new pod beside the old one, then the old one goes): the
     // same daemon and server keep serving both shares throughout.
     let at_start = [runs(c, "mps-r1"), runs(c, "mps-r2")];
-    c.kubectl(&[
-        "-n",
-        "graft-system",
-        "rollout",
-        "restart",
-        "daemonset/graft",
-    ])?;
-    workloads::rolled_out(c)?;
+    workloads::roll_graft(c)?;
     workloads::graft_ready(c)?;
     wait_until("the probes stopped passing after the rollout", || {
         Ok(runs(c, "mps-r1").0 >= at_start[0].0 + 3 && runs(c, "mps-r2").0 >= at_start[1].0 + 3)

@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use anyhow::{ensure, Context};
+use anyhow::ensure;
 use graft_integration::cluster::{wait_until, workloads, Cluster, WAIT};
 use graft_integration::fake_gpu::FakeNode;
 use graft_integration::gpu_check::{compile_probe, image};
@@ -65,30 +65,6 @@ spec:
 "#,
         image::IMAGE
     )
-}
-
-pub fn phase(c: &Cluster, ns: &str, pod: &str) -> String {
-    c.kubectl(&[
-        "-n",
-        ns,
-        "get",
-        "pod",
-        pod,
-        "-o",
-        "jsonpath={.status.phase}",
-    ])
-    .unwrap_or_default()
-}
-
-pub fn wait_running(c: &Cluster, ns: &str, pod: &str) -> anyhow::Result<()> {
-    wait_until(&format!("{ns}/{pod} never ran"), || {
-        Ok(phase(c, ns, pod) == "Running")
-    })
-    .with_context(|| {
-        c.kubectl(&["-n", ns, "describe", "pod", pod])
-            .unwrap_or_default()
-    })?;
-    Ok(())
 }
 
 pub fn exec(c: &Cluster, ns: &str, pod: &str, script: &str) -> anyhow::Result<String> {

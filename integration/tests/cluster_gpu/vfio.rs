@@ -17,8 +17,9 @@
 
 use std::time::Instant;
 
-use anyhow::{ensure, Context};
+use anyhow::ensure;
 use graft_integration::cluster::gpu::{GpuValues, FAKE_DIR};
+use graft_integration::cluster::workloads::{phase, wait_running};
 use graft_integration::cluster::{wait_until, workloads, Cluster, WAIT};
 use graft_integration::fake_gpu::{FakeNode, LIB_DIR};
 use graft_integration::fake_sysfs::{self, bdf, FakeKernel, AUDIO_DRIVER};
@@ -84,31 +85,6 @@ fn pod(ns: &str, name: &str, class: &str, pci: &str) -> String {
             workloads::BUSYBOX,
             "ls /dev/vfio/ 2>&1; echo DONE; sleep 3600",
         )
-}
-
-fn phase(c: &Cluster, ns: &str, pod: &str) -> String {
-    c.kubectl(&[
-        "-n",
-        ns,
-        "get",
-        "pod",
-        pod,
-        "-o",
-        "jsonpath={.status.phase}",
-    ])
-    .unwrap_or_default()
-}
-
-fn wait_running(c: &Cluster, ns: &str, pod: &str) -> anyhow::Result<std::time::Duration> {
-    wait_until(&format!("{ns}/{pod} not Running"), || {
-        Ok(phase(c, ns, pod) == "Running")
-    })
-    .with_context(|| {
-        let d = c
-            .kubectl(&["-n", ns, "describe", "pod", pod])
-            .unwrap_or_default();
-        format!("{d}\n{}", c.dra_state())
-    })
 }
 
 fn drivers(node: &FakeNode, functions: &[String]) -> Vec<String> {

@@ -91,16 +91,7 @@ mod tests {
     use crate::discovery::Kind;
 
     fn dev(name: &str) -> Device {
-        Device {
-            name: name.into(),
-            kind: Kind::Gpu,
-            attributes: Default::default(),
-            capacity: Default::default(),
-            edits: Default::default(),
-            optional_edits: Default::default(),
-            consumes: None,
-            shared: None,
-        }
+        Device::new(name, Kind::Gpu)
     }
 
     fn gpu(index: u32, uuid: &str, names: &[&str]) -> GpuDevices {
