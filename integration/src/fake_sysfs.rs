@@ -223,6 +223,10 @@ impl FakeKernel {
             write(&e.path().join("driver_override"), "(null)\n")?;
         }
         mknod(&node.dev.join("vfio/vfio"), 10, 196)?;
+        // The state the kernel keeps (unbind locks refused under persistence mode) holds
+        // from the start, not from the thread's first turn: a caller racing that turn
+        // would be granted a lock the driver refuses.
+        pass(node)?;
         let stop = Arc::new(AtomicBool::new(false));
         let flag = stop.clone();
         let n = node.clone();
