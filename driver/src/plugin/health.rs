@@ -143,30 +143,18 @@ async fn produce(mut feed: HealthFeed, mut stop: watch::Receiver<bool>, tx: mpsc
 
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeMap;
     use std::path::Path;
 
     use graft_proto::dra_health::v1alpha1::dra_resource_health_client::DraResourceHealthClient;
     use graft_proto::dra_health::v1alpha1::dra_resource_health_server::DraResourceHealthServer;
     use tokio_stream::wrappers::UnixListenerStream;
 
-    use graft_record::ContainerEdits;
-
     use super::*;
     use crate::discovery::Kind;
     use crate::health::{Condition, DeviceHealth as Health};
 
     fn device(name: &str) -> Device {
-        Device {
-            name: name.into(),
-            kind: Kind::Gpu,
-            attributes: BTreeMap::new(),
-            capacity: BTreeMap::new(),
-            edits: ContainerEdits::default(),
-            optional_edits: BTreeMap::new(),
-            consumes: None,
-            shared: None,
-        }
+        Device::new(name, Kind::Gpu)
     }
 
     fn report(entries: &[(&str, Condition)]) -> HealthReport {
