@@ -168,26 +168,17 @@ impl Setup {
 
     /// The setup as done for the claim `namespace`/`claim_uid`: backends plan from the
     /// device alone, and an MPS share needs its claim's namespace (one per GPU at a time).
-    pub fn for_claim(self, namespace: &str, claim_uid: &str) -> Setup {
-        match self {
-            Setup::Mps {
-                gpu_uuid,
-                minor,
-                share,
-                compute,
-                memory_mib,
-                ..
-            } => Setup::Mps {
-                gpu_uuid,
-                minor,
-                share,
-                compute,
-                memory_mib,
-                namespace: namespace.to_string(),
-                claim_uid: claim_uid.to_string(),
-            },
-            other => other,
+    pub fn for_claim(mut self, namespace: &str, claim_uid: &str) -> Setup {
+        if let Setup::Mps {
+            namespace: ns,
+            claim_uid: uid,
+            ..
+        } = &mut self
+        {
+            *ns = namespace.to_string();
+            *uid = claim_uid.to_string();
         }
+        self
     }
 
     /// The PCI function a setup rebinds or reconfigures; `None` for one that acts inside

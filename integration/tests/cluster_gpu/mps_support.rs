@@ -149,25 +149,14 @@ pub fn wait_all_gone(c: &Cluster) -> anyhow::Result<()> {
 /// status).
 pub fn graft_mps_ready(c: &Cluster) -> anyhow::Result<()> {
     wait_until("graft-mps never became ready", || {
-        Ok(c.kubectl(&[
-            "-n",
-            "graft-system",
-            "get",
-            "pods",
-            "-l",
-            "app.kubernetes.io/name=graft-mps",
-            "-o",
-            "jsonpath={.items[*].status.containerStatuses[*].ready}",
-        ])?
-        .trim()
-            == "true")
+        Ok(graft_mps_pods(c, "{.items[*].status.containerStatuses[*].ready}")?.trim() == "true")
     })?;
     Ok(())
 }
 
-/// `name=restarts` of every container in graft-system, and graft-mps's pod UID.
-pub fn graft_state(c: &Cluster) -> anyhow::Result<(String, String)> {
-    let uid = c.kubectl(&[
+/// `jsonpath` of graft-mps's pods.
+fn graft_mps_pods(c: &Cluster, jsonpath: &str) -> anyhow::Result<String> {
+    c.kubectl(&[
         "-n",
         "graft-system",
         "get",
@@ -175,8 +164,13 @@ pub fn graft_state(c: &Cluster) -> anyhow::Result<(String, String)> {
         "-l",
         "app.kubernetes.io/name=graft-mps",
         "-o",
-        "jsonpath={.items[*].metadata.uid}",
-    ])?;
+        &format!("jsonpath={jsonpath}"),
+    ])
+}
+
+/// `name=restarts` of every container in graft-system, and graft-mps's pod UID.
+pub fn graft_state(c: &Cluster) -> anyhow::Result<(String, String)> {
+    let uid = graft_mps_pods(c, "{.items[*].metadata.uid}")?;
     Ok((workloads::graft_restarts(c)?, uid))
 }
 
