@@ -4,6 +4,7 @@
 //! ```text
 //! <root>/refusals/                           0700
 //! <root>/refusals/<ms>-<seq>.json            one refusal each (0600, at most ENTRY_MAX bytes)
+//! <root>/refusals/.w-<pid>-<seq>              an entry being written (renamed into place)
 //! ```
 //!
 //! graft-nri writes an entry on the refusal path only, without fsync (an Event lost to a
@@ -20,8 +21,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use nix::errno::Errno;
-use nix::fcntl::{openat, OFlag};
-use nix::sys::stat::{fstat, Mode, SFlag};
+use nix::fcntl::{openat, renameat2, AtFlags, OFlag, RenameFlags};
+use nix::sys::stat::{fstat, fstatat, Mode, SFlag};
 use serde::{Deserialize, Serialize};
 
 use crate::atomic::{self, FILE_MODE};
@@ -38,6 +39,10 @@ pub const COUNT_MAX: usize = 64;
 pub const REASON_MAX: usize = 1536;
 /// Most claims an entry names.
 pub const CLAIMS_MAX: usize = 16;
+/// An entry being written carries this prefix until it is renamed into place.
+const TMP_PREFIX: &str = ".w-";
+/// A write in progress older than this was abandoned by its writer.
+const TMP_STALE_SECS: i64 = 60;
 
 /// A pod as the runtime names it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -228,12 +233,36 @@ pub fn append(root: &Path, refusal: &Refusal) -> Result<PathBuf> {
         data = serde_json::to_vec(&r)
             .map_err(|e| RecordError::io("encode", &dir, std::io::Error::other(e)))?;
     }
-    let existing = names(&dir)?;
+    // Only finished entries count (another writer's write in progress is not touched).
+    let existing: Vec<String> = names(&dir)?
+        .into_iter()
+        .filter(|n| is_entry_name(n))
+        .collect();
     for old in existing
         .iter()
         .take((existing.len() + 1).saturating_sub(COUNT_MAX))
     {
         let _ = nix::unistd::unlinkat(&dfd, old.as_str(), nix::unistd::UnlinkatFlags::NoRemoveDir);
+    }
+    // Written under a name the reader skips, then renamed into place: the driver, woken by
+    // the create, never reads a half-written entry (and would delete it as invalid).
+    let tmp = format!(
+        "{TMP_PREFIX}{}-{}",
+        std::process::id(),
+        SEQ.fetch_add(1, Ordering::Relaxed)
+    );
+    let flags =
+        OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+    let fd = openat(
+        &dfd,
+        tmp.as_str(),
+        flags,
+        Mode::from_bits_truncate(FILE_MODE),
+    )
+    .map_err(|e| RecordError::io("create", dir.join(&tmp), e.into()))?;
+    if let Err(e) = File::from(fd).write_all(&data) {
+        let _ = nix::unistd::unlinkat(&dfd, tmp.as_str(), nix::unistd::UnlinkatFlags::NoRemoveDir);
+        return Err(RecordError::io("write", dir.join(&tmp), e));
     }
     for _ in 0..8 {
         let name = format!(
@@ -241,31 +270,48 @@ pub fn append(root: &Path, refusal: &Refusal) -> Result<PathBuf> {
             refusal.at_ms,
             SEQ.fetch_add(1, Ordering::Relaxed)
         );
-        let path = dir.join(&name);
-        let flags =
-            OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
-        match openat(
+        match renameat2(
+            &dfd,
+            tmp.as_str(),
             &dfd,
             name.as_str(),
-            flags,
-            Mode::from_bits_truncate(FILE_MODE),
+            RenameFlags::RENAME_NOREPLACE,
         ) {
-            Ok(fd) => {
-                File::from(fd)
-                    .write_all(&data)
-                    .map_err(|e| RecordError::io("write", &path, e))?;
-                return Ok(path);
-            }
+            Ok(()) => return Ok(dir.join(name)),
             // Taken (by a previous run's entry of the same millisecond): the next number.
             Err(Errno::EEXIST) => continue,
-            Err(e) => return Err(RecordError::io("create", &path, e.into())),
+            Err(e) => {
+                let _ = nix::unistd::unlinkat(
+                    &dfd,
+                    tmp.as_str(),
+                    nix::unistd::UnlinkatFlags::NoRemoveDir,
+                );
+                return Err(RecordError::io("rename", dir.join(name), e.into()));
+            }
         }
     }
+    let _ = nix::unistd::unlinkat(&dfd, tmp.as_str(), nix::unistd::UnlinkatFlags::NoRemoveDir);
     Err(RecordError::io(
         "create",
         &dir,
         std::io::Error::other("no free entry name"),
     ))
+}
+
+/// Whether `name` is a write in progress that is young enough to be left to its writer;
+/// an older one was left by a writer that died, and is removed as any other non-entry.
+fn is_fresh_write(dfd: &impl AsFd, name: &str) -> bool {
+    if !name.starts_with(TMP_PREFIX) {
+        return false;
+    }
+    let Ok(st) = fstatat(dfd, name, AtFlags::AT_SYMLINK_NOFOLLOW) else {
+        return true; // gone already: renamed into place or removed
+    };
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or(0);
+    now.saturating_sub(st.st_mtime) < TMP_STALE_SECS
 }
 
 /// One journal entry as the driver finds it.
@@ -289,28 +335,38 @@ pub fn read_all(root: &Path) -> Result<Vec<JournalEntry>> {
     };
     Ok(names(&dir)?
         .into_iter()
+        .filter(|name| !is_fresh_write(&dfd, name))
         .take(COUNT_MAX)
-        .map(|name| {
-            let refusal = read_entry(&dfd, &name);
-            JournalEntry { name, refusal }
+        .filter_map(|name| match read_entry(&dfd, &name) {
+            // Pruned by graft-nri since the listing: nothing to post or remove.
+            Err(Gone) => None,
+            Ok(r) => Some(JournalEntry { name, refusal: r }),
         })
         .collect())
 }
 
-fn read_entry(dfd: &impl AsFd, name: &str) -> Result<Refusal, String> {
+/// An entry that vanished between the listing and its open.
+struct Gone;
+
+fn read_entry(dfd: &impl AsFd, name: &str) -> std::result::Result<Result<Refusal, String>, Gone> {
     if !is_entry_name(name) {
-        return Err("not a journal entry name".into());
+        return Ok(Err("not a journal entry name".into()));
     }
-    let fd = openat(
+    let fd = match openat(
         dfd,
         name,
         OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC,
         Mode::empty(),
-    )
-    .map_err(|e| match e {
-        Errno::ELOOP => "a symlink; never followed".to_string(),
-        e => format!("cannot open: {e}"),
-    })?;
+    ) {
+        Ok(fd) => fd,
+        Err(Errno::ENOENT) => return Err(Gone),
+        Err(Errno::ELOOP) => return Ok(Err("a symlink; never followed".into())),
+        Err(e) => return Ok(Err(format!("cannot open: {e}"))),
+    };
+    Ok(parse_entry(fd))
+}
+
+fn parse_entry(fd: OwnedFd) -> Result<Refusal, String> {
     let st = fstat(&fd).map_err(|e| format!("cannot stat: {e}"))?;
     if SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT != SFlag::S_IFREG {
         return Err("not a regular file".into());

@@ -114,3 +114,62 @@ fn a_symlinked_journal_directory_is_refused() {
     assert!(read_all(d.path()).is_err());
     assert_eq!(std::fs::read_dir(&elsewhere).unwrap().count(), 0);
 }
+
+#[test]
+fn a_write_in_progress_is_left_to_its_writer_and_a_stale_one_removed() {
+    let d = tempfile::tempdir().unwrap();
+    append(d.path(), &refusal("one")).unwrap();
+    let dir = journal_dir(d.path());
+    // Only the renamed entry is visible: append leaves no temporary behind.
+    assert_eq!(names(&dir).unwrap().len(), 1);
+    std::fs::write(dir.join(".w-1-1"), b"{\"half").unwrap();
+    std::fs::write(dir.join(".w-1-2"), b"{\"half").unwrap();
+    let old = std::fs::File::options()
+        .write(true)
+        .open(dir.join(".w-1-2"))
+        .unwrap();
+    old.set_modified(SystemTime::now() - std::time::Duration::from_secs(TMP_STALE_SECS as u64 + 5))
+        .unwrap();
+    let all = read_all(d.path()).unwrap();
+    let seen: Vec<&str> = all.iter().map(|e| e.name.as_str()).collect();
+    assert_eq!(seen.len(), 2, "{seen:?}");
+    assert!(
+        !seen.contains(&".w-1-1"),
+        "a fresh write must not be read: {seen:?}"
+    );
+    assert!(
+        seen.contains(&".w-1-2"),
+        "an abandoned write is offered for removal: {seen:?}"
+    );
+    assert!(all.iter().any(|e| e.name == ".w-1-2" && e.refusal.is_err()));
+}
+
+#[test]
+fn a_reader_racing_the_writer_never_sees_a_partial_entry() {
+    // The driver drains the journal as soon as inotify reports a create; before entries
+    // were renamed into place it could read one empty and delete it as invalid.
+    let d = tempfile::tempdir().unwrap();
+    create_dir(d.path()).unwrap();
+    let root = d.path().to_path_buf();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let reader = {
+        let (root, stop) = (root.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut bad = Vec::new();
+            while !stop.load(Ordering::Relaxed) {
+                for e in read_all(&root).unwrap() {
+                    if let Err(why) = e.refusal {
+                        bad.push(format!("{}: {why}", e.name));
+                    }
+                }
+            }
+            bad
+        })
+    };
+    for i in 0..300 {
+        append(&root, &refusal(&format!("reason {i}"))).unwrap();
+    }
+    stop.store(true, Ordering::Relaxed);
+    let bad = reader.join().unwrap();
+    assert!(bad.is_empty(), "{bad:?}");
+}
