@@ -10,7 +10,7 @@ use clap::Parser;
 use graft_driver::core::seams::{KillAt, NriGate, StatusFile};
 use graft_driver::core::Core;
 use graft_driver::discovery::char::CharDiscovery;
-use graft_driver::discovery::files::{FilesDiscovery, ServedEntries};
+use graft_driver::discovery::files::{FilesDiscovery, RefusedDirs, ServedEntries};
 use graft_driver::discovery::inventory::Inventory;
 use graft_driver::discovery::nvidia::driver_files::Roots;
 use graft_driver::discovery::nvidia::dynamic_mig::{MigLedger, MigManager};
@@ -121,7 +121,7 @@ struct Backends {
     nvml: Option<PathBuf>,
 }
 
-fn backends(args: &Args, ledger: &MigLedger) -> anyhow::Result<Backends> {
+fn backends(args: &Args, ledger: &MigLedger, metrics: &DriverMetrics) -> anyhow::Result<Backends> {
     let mut out: Vec<Box<dyn Discovery>> = Vec::new();
     let mut smi = None;
     let mut nvml = None;
@@ -132,11 +132,14 @@ fn backends(args: &Args, ledger: &MigLedger) -> anyhow::Result<Backends> {
                 args.sysfs_root.clone(),
                 args.host_root.clone(),
             )?)),
-            "files" => out.push(Box::new(FilesDiscovery::new(
-                args.device_config.clone(),
-                args.host_root.clone(),
-                &args.allowed_mount_roots,
-            )?)),
+            "files" => out.push(Box::new(
+                FilesDiscovery::new(
+                    args.device_config.clone(),
+                    args.host_root.clone(),
+                    &args.allowed_mount_roots,
+                )?
+                .with_refusals(RefusedDirs::with_gauge(metrics.served_dirs_refused())),
+            )),
             "nvidia" => {
                 // Without NVML the backend fails its scans (reported, retried) rather than
                 // graft-driver crash-looping; the other backends serve meanwhile.
@@ -229,7 +232,7 @@ async fn main() -> anyhow::Result<()> {
         list: backends,
         smi: smi_path,
         nvml: nvml_lib,
-    } = backends(&args, &ledger)?;
+    } = backends(&args, &ledger, &metrics)?;
     let informational_xids = parse_xids(&args.health_informational_xids)
         .map_err(|e| anyhow::anyhow!("--health-informational-xids: {e}"))?;
     if nvidia {

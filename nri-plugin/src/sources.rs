@@ -2,11 +2,13 @@
 //! an entry of a served directory ([`InjectionPolicy::is_served`]) must still be there and
 //! be reached without a symlink ([`graft_record::nofollow`]). A symlink planted since
 //! prepare, or an entry deleted from the host, refuses the container with the path and the
-//! reason instead of mounting whatever the path leads to now.
+//! reason instead of mounting whatever the path leads to now. So is one whose directories
+//! another account than root could write now (it could swap the entry after this look), or
+//! a read-write one no longer below a directory closed to group and others.
 
 use std::path::Path;
 
-use graft_record::nofollow::open_entry;
+use graft_record::nofollow::open_served;
 use graft_record::InjectionPolicy;
 
 use crate::inject::Plan;
@@ -17,7 +19,8 @@ pub fn check_served(plan: &Plan, policy: &InjectionPolicy, host_root: &Path) -> 
         if !policy.is_served(&m.source) {
             continue;
         }
-        if let Err(e) = open_entry(host_root, &m.source) {
+        let rw = m.options.iter().any(|o| o == "rw");
+        if let Err(e) = open_served(host_root, &m.source, rw) {
             let claims: Vec<String> = plan.grants.iter().map(|g| g.claim.clone()).collect();
             return Err(format!(
                 "the served entry for {} (claim {}) cannot be mounted: {e}",

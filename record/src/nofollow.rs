@@ -3,6 +3,13 @@
 //! planted there, or in any directory above the entry, could otherwise hand a pod any file
 //! of the host. Each component is opened with `O_PATH | O_NOFOLLOW` relative to the one
 //! before, so no symlink is ever followed and the answer is about the very inode found.
+//!
+//! Every directory on the way (the root this process sees the host through included) must
+//! be root's and writable by nobody else: another account that can write one could swap
+//! the entry for a symlink between this look and the runtime's mount, which no check can
+//! close. A sticky directory (`/tmp`) is refused too: its other users can still create
+//! names in it. An entry served read-write must lie below a directory closed to group and
+//! others ([`open_served`]), so that no host user reaches what a container plants there.
 
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
@@ -48,6 +55,21 @@ pub enum EntryError {
     NotDirectory { path: String, at: String },
     #[error("{path} is a {found}, not a regular file, directory or socket")]
     Unsupported { path: String, found: &'static str },
+    #[error(
+        "{path}: {at} is owned by uid {owner} with mode {mode:04o}; every directory on the \
+         way to a served entry must be root's and not writable by group or others"
+    )]
+    Writable {
+        path: String,
+        at: String,
+        owner: u32,
+        mode: u32,
+    },
+    #[error(
+        "{path} is served read-write, but no directory above it is root's with mode 0700 \
+         (closed to group and others): a host user could reach what a container plants there"
+    )]
+    NotPrivate { path: String },
     #[error("{path}: cannot open {at}: {source}")]
     Open {
         path: String,
@@ -77,6 +99,46 @@ pub struct Entry {
     pub kind: EntryType,
     /// Bytes, for a regular file.
     pub size: u64,
+    /// Owner and permission bits of the entry itself.
+    pub owner: u32,
+    pub mode: u32,
+    /// Some directory below the root and above the entry is root's and closed to group
+    /// and others: no host user but root reaches the entry.
+    pub private: bool,
+}
+
+impl Entry {
+    /// Refuses a directory that another account may write (this entry as a served directory).
+    pub fn check_trusted_dir(&self, path: &str) -> Result<(), EntryError> {
+        trusted(self.owner, self.mode, path, path)
+    }
+}
+
+/// Root (or this process's own user, which is root wherever graft runs) owns it.
+fn trusted_owner(uid: u32) -> bool {
+    uid == 0 || uid == nix::unistd::geteuid().as_raw()
+}
+
+fn trusted(owner: u32, mode: u32, path: &str, at: &str) -> Result<(), EntryError> {
+    if trusted_owner(owner) && mode & 0o022 == 0 {
+        return Ok(());
+    }
+    Err(EntryError::Writable {
+        path: path.into(),
+        at: at.into(),
+        owner,
+        mode: mode & 0o7777,
+    })
+}
+
+/// [`open_entry`], and for an entry served read-write (`read_write`), a private directory
+/// above it ([`Entry::private`]).
+pub fn open_served(root: &Path, path: &str, read_write: bool) -> Result<Entry, EntryError> {
+    let e = open_entry(root, path)?;
+    if read_write && !e.private {
+        return Err(EntryError::NotPrivate { path: path.into() });
+    }
+    Ok(e)
 }
 
 /// Opens host path `path` (clean, absolute) as seen below `root` (`/`, or where the host's
@@ -94,6 +156,9 @@ pub fn open_entry(root: &Path, path: &str) -> Result<Entry, EntryError> {
     let flags = OFlag::O_PATH | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
     let mut fd = nix::fcntl::open(root, flags | OFlag::O_DIRECTORY, Mode::empty())
         .map_err(|e| open_err(root, e))?;
+    let st = fstat(&fd).map_err(|e| open_err(root, e))?;
+    trusted(st.st_uid, st.st_mode, path, &root.display().to_string())?;
+    let mut private = false;
     let mut at = PathBuf::from("/");
     let components: Vec<&str> = path.split('/').filter(|c| !c.is_empty()).collect();
     for (i, c) in components.iter().enumerate() {
@@ -116,6 +181,8 @@ pub fn open_entry(root: &Path, path: &str) -> Result<Entry, EntryError> {
                     at: at_s(),
                 });
             }
+            trusted(st.st_uid, st.st_mode, path, &at_s())?;
+            private |= st.st_mode & 0o077 == 0;
             fd = next;
             continue;
         }
@@ -134,6 +201,9 @@ pub fn open_entry(root: &Path, path: &str) -> Result<Entry, EntryError> {
             fd: next,
             kind,
             size: u64::try_from(st.st_size).unwrap_or(0),
+            owner: st.st_uid,
+            mode: st.st_mode & 0o7777,
+            private,
         });
     }
     // `path` is `/`: the host's root is never served.
@@ -220,6 +290,55 @@ mod tests {
             ));
         }
         assert!(open_entry(t.path(), "/").is_err());
+    }
+
+    #[test]
+    fn directories_another_account_can_write_are_refused() {
+        use std::os::unix::fs::PermissionsExt;
+        let t = tree();
+        let lic = t.path().join("srv/lic");
+        let e = open_entry(t.path(), "/srv/lic/seat-a").unwrap();
+        assert!(!e.private);
+        // Group- or world-writable, sticky or not (/tmp-style): refused, naming the mode.
+        for mode in [0o775, 0o757, 0o1777] {
+            std::fs::set_permissions(&lic, std::fs::Permissions::from_mode(mode)).unwrap();
+            let err = open_entry(t.path(), "/srv/lic/seat-a").unwrap_err();
+            assert!(
+                matches!(&err, EntryError::Writable { at, .. } if at == "/srv/lic")
+                    && err.to_string().contains(&format!("mode {mode:04o}")),
+                "{mode:o}: {err}"
+            );
+        }
+        // Another owner (only root can give a directory away).
+        std::fs::set_permissions(&lic, std::fs::Permissions::from_mode(0o755)).unwrap();
+        if nix::unistd::geteuid().is_root() {
+            std::os::unix::fs::chown(&lic, Some(65534), None).unwrap();
+            let err = open_entry(t.path(), "/srv/lic/seat-a").unwrap_err();
+            assert!(err.to_string().contains("uid 65534"), "{err}");
+            std::os::unix::fs::chown(&lic, Some(0), None).unwrap();
+        }
+        // A served directory itself is checked as one.
+        let d = open_entry(t.path(), "/srv/lic").unwrap();
+        d.check_trusted_dir("/srv/lic").unwrap();
+        std::fs::set_permissions(&lic, std::fs::Permissions::from_mode(0o777)).unwrap();
+        let d = open_entry(t.path(), "/srv/lic").unwrap();
+        assert!(d.check_trusted_dir("/srv/lic").is_err());
+    }
+
+    #[test]
+    fn read_write_entries_need_a_private_directory_above() {
+        use std::os::unix::fs::PermissionsExt;
+        let t = tree();
+        let err = open_served(t.path(), "/srv/lic/seat-a", true).unwrap_err();
+        assert!(matches!(err, EntryError::NotPrivate { .. }), "{err}");
+        open_served(t.path(), "/srv/lic/seat-a", false).unwrap();
+        std::fs::set_permissions(t.path().join("srv"), std::fs::Permissions::from_mode(0o700))
+            .unwrap();
+        assert!(
+            open_served(t.path(), "/srv/lic/seat-a", true)
+                .unwrap()
+                .private
+        );
     }
 
     #[test]

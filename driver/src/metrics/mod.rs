@@ -80,6 +80,7 @@ pub struct DriverMetrics {
     discovery_up: Family<BackendLabel, Gauge>,
     discovery_failures: Family<BackendLabel, Counter>,
     failing_backends: Mutex<Vec<FailingBackend>>,
+    served_dirs_refused: Gauge,
 }
 
 impl Default for DriverMetrics {
@@ -112,6 +113,7 @@ impl Default for DriverMetrics {
             discovery_up: Family::default(),
             discovery_failures: Family::default(),
             failing_backends: Mutex::new(Vec::new()),
+            served_dirs_refused: Gauge::default(),
         }
     }
 }
@@ -173,6 +175,16 @@ impl DriverMetrics {
             "Discovery scans that failed, by backend",
             self.discovery_failures.clone(),
         );
+        r.register(
+            "graft_driver_served_dirs_refused",
+            "Served directories (files backend) refused because another account than root could change them (the log names each)",
+            self.served_dirs_refused.clone(),
+        );
+    }
+
+    /// The files backend's count of refused served directories.
+    pub fn served_dirs_refused(&self) -> Gauge {
+        self.served_dirs_refused.clone()
     }
 
     /// A discovery pass: each backend's state, the backends that failed this time, and

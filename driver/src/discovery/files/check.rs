@@ -6,7 +6,7 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use graft_record::nofollow::open_entry;
+use graft_record::nofollow::open_served;
 use graft_record::ContainerEdits;
 
 use crate::core::input::Allocated;
@@ -33,10 +33,12 @@ impl DeviceSetup for ServedEntries {
                 device: device.name.clone(),
                 reason,
             };
-            let Some(source) = device.edits.mounts.first().map(|m| m.source.as_str()) else {
+            let Some(mount) = device.edits.mounts.first() else {
                 return Err(changed("it has no mount".into()));
             };
-            match open_entry(&self.host_root, source) {
+            let source = mount.source.as_str();
+            let rw = mount.options.iter().any(|o| o == "rw");
+            match open_served(&self.host_root, source, rw) {
                 Ok(e) if e.kind == expected => {}
                 Ok(e) => {
                     return Err(changed(format!(

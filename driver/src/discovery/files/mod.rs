@@ -17,18 +17,23 @@
 //! An entry is served only if it, and every directory above it, is reached without a
 //! symlink ([`graft_record::nofollow`]): a symlink planted in a served directory is never
 //! published, and prepare (here, [`ServedEntries`]) and graft-nri check the entry again.
+//! A served directory, and every directory above it, must be root's and writable by no one
+//! else (else it is refused, [`RefusedDirs`]); read-write entries must lie below a
+//! directory closed to group and others ([`graft_record::nofollow::open_served`]).
 
 mod check;
+mod refused;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use graft_record::nofollow::{open_entry, EntryError, EntryType};
+use graft_record::nofollow::{open_entry, open_served, EntryError, EntryType};
 use graft_record::paths::{is_clean_absolute, is_under};
 use graft_record::{validate_edits, ContainerEdits, EnvVar, Mount};
 use serde::Deserialize;
 
 pub use check::ServedEntries;
+pub use refused::RefusedDirs;
 
 use super::config::{load_config, ConfigAttribute};
 use super::{Attribute, Device, Discovery, Kind};
@@ -175,6 +180,7 @@ pub struct FilesDiscovery {
     host_root: PathBuf,
     /// The operator's allowed mount roots: graft-nri refuses mounts from anywhere else.
     served_roots: Vec<String>,
+    refused: RefusedDirs,
 }
 
 impl FilesDiscovery {
@@ -188,9 +194,21 @@ impl FilesDiscovery {
                 .map(|r| r.trim().to_string())
                 .filter(|r| !r.is_empty())
                 .collect(),
+            refused: RefusedDirs::default(),
         };
         d.load()?;
         Ok(d)
+    }
+
+    /// Reports refused directories through `refused` (the metrics' handle).
+    pub fn with_refusals(mut self, refused: RefusedDirs) -> Self {
+        self.refused = refused;
+        self
+    }
+
+    /// The directories the last scan refused, and why.
+    pub fn refused(&self) -> BTreeMap<String, String> {
+        self.refused.get()
     }
 
     fn load(&self) -> Result<Vec<FilesEntry>> {
@@ -215,22 +233,28 @@ impl FilesDiscovery {
         self.host_root.join(host_path.trim_start_matches('/'))
     }
 
-    /// The devices of one `[[files]]` entry, in name order.
-    fn scan(&self, e: &FilesEntry) -> Vec<Device> {
+    /// The devices of one `[[files]]` entry, in name order; `Err` when the directory is
+    /// refused, with the reason.
+    fn scan(&self, e: &FilesEntry) -> std::result::Result<Vec<Device>, String> {
         match open_entry(&self.host_root, &e.dir) {
-            Ok(d) if d.kind == EntryType::Directory => {}
+            Ok(d) if d.kind == EntryType::Directory => {
+                d.check_trusted_dir(&e.dir).map_err(|err| err.to_string())?;
+                if e.read_write && !d.private && d.mode & 0o077 != 0 {
+                    return Err(EntryError::NotPrivate {
+                        path: e.dir.clone(),
+                    }
+                    .to_string());
+                }
+            }
             Ok(d) => {
                 tracing::warn!(dir = e.dir, found = %d.kind, "served directory is not a directory");
-                return Vec::new();
+                return Ok(Vec::new());
             }
             Err(err) if err.is_missing() => {
                 tracing::debug!(dir = e.dir, "served directory not present");
-                return Vec::new();
+                return Ok(Vec::new());
             }
-            Err(err) => {
-                tracing::warn!(dir = e.dir, error = %err, "served directory refused");
-                return Vec::new();
-            }
+            Err(err) => return Err(err.to_string()),
         }
         let mut names: Vec<String> = match std::fs::read_dir(self.seen(&e.dir)) {
             Ok(rd) => rd
@@ -245,7 +269,7 @@ impl FilesDiscovery {
                 .collect(),
             Err(err) => {
                 tracing::warn!(dir = e.dir, error = %err, "cannot list served directory");
-                return Vec::new();
+                return Ok(Vec::new());
             }
         };
         names.sort();
@@ -272,15 +296,20 @@ impl FilesDiscovery {
             }
             out.push(dev);
         }
-        out
+        Ok(out)
     }
 
     fn device_for(&self, e: &FilesEntry, entry_name: &str) -> Option<Device> {
         let host = format!("{}/{entry_name}", e.dir);
         let want = e.entries.entry_type();
-        let found = match open_entry(&self.host_root, &host) {
+        let found = match open_served(&self.host_root, &host, e.read_write) {
             Ok(f) => f,
-            Err(err @ (EntryError::Symlink { .. } | EntryError::Unsupported { .. })) => {
+            Err(
+                err @ (EntryError::Symlink { .. }
+                | EntryError::Unsupported { .. }
+                | EntryError::Writable { .. }
+                | EntryError::NotPrivate { .. }),
+            ) => {
                 tracing::warn!(path = host, reason = %err, "entry not served");
                 return None;
             }
@@ -394,8 +423,16 @@ impl Discovery for FilesDiscovery {
 
     fn discover(&self) -> Result<Vec<Device>> {
         let mut out: Vec<Device> = Vec::new();
+        let mut refused = BTreeMap::new();
         for e in self.load()? {
-            for dev in self.scan(&e) {
+            let devices = match self.scan(&e) {
+                Ok(d) => d,
+                Err(reason) => {
+                    refused.insert(e.dir.clone(), reason);
+                    continue;
+                }
+            };
+            for dev in devices {
                 if out.iter().any(|d| d.name == dev.name) {
                     tracing::warn!(
                         name = dev.name,
@@ -407,6 +444,7 @@ impl Discovery for FilesDiscovery {
                 out.push(dev);
             }
         }
+        self.refused.scanned(refused);
         Ok(out)
     }
 

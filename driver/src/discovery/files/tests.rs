@@ -97,6 +97,13 @@ exec = true
 attributes = { type = "shard" }
 "#,
     );
+    // Read-write: below a directory closed to group and others.
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(
+        n.root.path().join("srv"),
+        std::fs::Permissions::from_mode(0o700),
+    )
+    .unwrap();
     let devs = discover(&n);
     assert_eq!(devs.len(), 1);
     let d = &devs[0];
@@ -229,4 +236,90 @@ fn prepare_refuses_an_entry_that_changed() {
         .unwrap_err()
         .to_string();
     assert!(err.contains("is now a directory"), "{err}");
+}
+
+/// A served directory that another account could change is refused as a whole: no device,
+/// the path, owner and mode in the reason, and the gauge counts it.
+#[test]
+fn a_directory_another_account_can_write_is_refused() {
+    use std::os::unix::fs::PermissionsExt;
+    let n = node(LICENCES);
+    let lic = n.root.path().join("srv/lic");
+    let gauge = prometheus_client::metrics::gauge::Gauge::default();
+    let files = FilesDiscovery::new(n.config.clone(), n.root.path().into(), &["/srv".into()])
+        .unwrap()
+        .with_refusals(RefusedDirs::with_gauge(gauge.clone()));
+    assert_eq!(files.discover().unwrap().len(), 3);
+    assert_eq!(gauge.get(), 0);
+    let mut cases = vec![(0o777, None), (0o1777, None), (0o775, None)];
+    if nix::unistd::geteuid().is_root() {
+        // Owned by nobody, as an unprivileged account's own directory would be.
+        cases.push((0o755, Some(65534)));
+    }
+    for (mode, owner) in cases {
+        std::fs::set_permissions(&lic, std::fs::Permissions::from_mode(mode)).unwrap();
+        if let Some(uid) = owner {
+            std::os::unix::fs::chown(&lic, Some(uid), None).unwrap();
+        }
+        assert!(files.discover().unwrap().is_empty(), "{mode:o} {owner:?}");
+        let refused = files.refused();
+        let reason = &refused["/srv/lic"];
+        assert!(
+            reason.contains(&format!("mode {mode:04o}"))
+                && reason.contains(&format!(
+                    "uid {}",
+                    owner.unwrap_or(nix::unistd::geteuid().as_raw())
+                ))
+                && reason.contains("/srv/lic"),
+            "{reason}"
+        );
+        assert_eq!(gauge.get(), 1);
+    }
+    // An ancestor counts as much as the directory.
+    std::os::unix::fs::chown(&lic, Some(nix::unistd::geteuid().as_raw()), None).unwrap();
+    std::fs::set_permissions(&lic, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::set_permissions(
+        n.root.path().join("srv"),
+        std::fs::Permissions::from_mode(0o777),
+    )
+    .unwrap();
+    assert!(files.discover().unwrap().is_empty());
+    assert!(
+        files.refused()["/srv/lic"].contains("/srv is owned"),
+        "{:?}",
+        files.refused()
+    );
+    std::fs::set_permissions(
+        n.root.path().join("srv"),
+        std::fs::Permissions::from_mode(0o755),
+    )
+    .unwrap();
+    assert_eq!(files.discover().unwrap().len(), 3);
+    assert_eq!(gauge.get(), 0);
+}
+
+/// Read-write entries only below a directory closed to group and others: a host user must
+/// not reach what a container plants there (a setuid binary, a device node).
+#[test]
+fn read_write_needs_a_private_directory_above() {
+    use std::os::unix::fs::PermissionsExt;
+    let rw = LICENCES.replace("env = \"LICENCE_FILE\"", "read_write = true");
+    let n = node(&rw);
+    let files =
+        FilesDiscovery::new(n.config.clone(), n.root.path().into(), &["/srv".into()]).unwrap();
+    assert!(files.discover().unwrap().is_empty());
+    assert!(
+        files.refused()["/srv/lic"].contains("read-write"),
+        "{:?}",
+        files.refused()
+    );
+    // The served directory itself closed, or one above it: served.
+    for private in ["srv/lic", "srv"] {
+        let p = n.root.path().join(private);
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o700)).unwrap();
+        let devs = files.discover().unwrap();
+        assert_eq!(devs.len(), 3, "{private}");
+        assert!(devs[0].edits.mounts[0].options.contains(&"rw".to_string()));
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
 }
