@@ -235,7 +235,10 @@ impl FakeNode {
             .join(format!("lib/firmware/nvidia/{DRIVER_VERSION}"));
         write(&fw.join("gsp_ga10x.bin"), "fw")?;
         write(&fw.join("gsp_tu10x.bin"), "fw")?;
-        write(&node.host.join("run/nvidia-persistenced/socket"), "")?;
+        // A real socket (graft accepts nothing else there); nobody listens.
+        let sock = node.host.join("run/nvidia-persistenced/socket");
+        std::fs::create_dir_all(node.host.join("run/nvidia-persistenced"))?;
+        drop(std::os::unix::net::UnixListener::bind(&sock)?);
         std::fs::create_dir_all(&node.dev)?;
 
         write(

@@ -8,7 +8,7 @@
 
 use std::path::Path;
 
-use graft_record::nofollow::open_served;
+use graft_record::nofollow::{is_driver_socket, open_served, open_socket, DRIVER_SOCKETS};
 use graft_record::InjectionPolicy;
 
 use crate::inject::Plan;
@@ -16,11 +16,15 @@ use crate::inject::Plan;
 /// Checks every served mount source of `plan`, as seen below `host_root`.
 pub fn check_served(plan: &Plan, policy: &InjectionPolicy, host_root: &Path) -> Result<(), String> {
     for m in &plan.edits.mounts {
-        if !policy.is_served(&m.source) {
+        let checked = if is_driver_socket(&m.source) {
+            check_driver_socket(host_root, &m.source)
+        } else if policy.is_served(&m.source) {
+            let rw = m.options.iter().any(|o| o == "rw");
+            open_served(host_root, &m.source, rw).map(drop)
+        } else {
             continue;
-        }
-        let rw = m.options.iter().any(|o| o == "rw");
-        if let Err(e) = open_served(host_root, &m.source, rw) {
+        };
+        if let Err(e) = checked {
             let claims: Vec<String> = plan.grants.iter().map(|g| g.claim.clone()).collect();
             return Err(format!(
                 "the served entry for {} (claim {}) cannot be mounted: {e}",
@@ -30,6 +34,21 @@ pub fn check_served(plan: &Plan, policy: &InjectionPolicy, host_root: &Path) -> 
         }
     }
     Ok(())
+}
+
+/// One of the NVIDIA driver's sockets, from the driver root the source names: still a
+/// socket, reached with no symlink through directories only root can change.
+fn check_driver_socket(
+    host_root: &Path,
+    source: &str,
+) -> Result<(), graft_record::nofollow::EntryError> {
+    let Some((driver, socket)) = DRIVER_SOCKETS
+        .iter()
+        .find_map(|s| source.strip_suffix(s).map(|d| (d, *s)))
+    else {
+        return Ok(());
+    };
+    open_socket(&host_root.join(driver.trim_start_matches('/')), socket).map(drop)
 }
 
 /// Refuses a plan that needs a device graft-driver found gone from the node since its claim
@@ -103,6 +122,31 @@ mod tests {
         assert!(err.contains("/srv/lic/gone"), "{err}");
         // Sources graft provides itself are not looked at here.
         check_served(&plan("/dev/not-here"), &policy, root.path()).unwrap();
+    }
+
+    #[test]
+    fn a_driver_socket_swapped_for_a_symlink_is_refused() {
+        let root = tempfile::tempdir().unwrap();
+        let drv = root.path().join("drv/run/nvidia-persistenced");
+        std::fs::create_dir_all(&drv).unwrap();
+        drop(std::os::unix::net::UnixListener::bind(drv.join("socket")).unwrap());
+        let policy = InjectionPolicy::for_node(
+            Path::new("/var/lib/graft"),
+            graft_record::policy::DEFAULT_HOOK_PATH,
+            Some(Path::new("/drv")),
+            &[],
+        )
+        .unwrap();
+        let src = "/drv/run/nvidia-persistenced/socket";
+        check_served(&plan(src), &policy, root.path()).unwrap();
+        std::fs::remove_file(drv.join("socket")).unwrap();
+        std::os::unix::fs::symlink("/run/containerd/containerd.sock", drv.join("socket")).unwrap();
+        let err = check_served(&plan(src), &policy, root.path()).unwrap_err();
+        assert!(err.contains("symlink"), "{err}");
+        std::fs::remove_file(drv.join("socket")).unwrap();
+        std::fs::write(drv.join("socket"), "").unwrap();
+        let err = check_served(&plan(src), &policy, root.path()).unwrap_err();
+        assert!(err.contains("not a socket"), "{err}");
     }
 
     #[test]

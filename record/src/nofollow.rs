@@ -19,6 +19,32 @@ use nix::sys::stat::{fstat, Mode, SFlag};
 
 use crate::paths::is_clean_absolute;
 
+/// The NVIDIA driver's IPC sockets, as paths inside its driver root. Every GPU container
+/// gets them read-write, so each must be a socket reached as [`open_entry`] reaches a
+/// served entry ([`open_socket`]): a symlink swapped in would hand containers another
+/// socket of the host (containerd's, say).
+pub const DRIVER_SOCKETS: &[&str] = &[
+    "/run/nvidia-persistenced/socket",
+    "/run/nvidia-fabricmanager/socket",
+];
+
+/// Whether mount source `source` is one of the [`DRIVER_SOCKETS`] (below any driver root).
+pub fn is_driver_socket(source: &str) -> bool {
+    DRIVER_SOCKETS.iter().any(|s| source.ends_with(s))
+}
+
+/// [`open_entry`], and the entry must be a socket.
+pub fn open_socket(root: &Path, path: &str) -> Result<Entry, EntryError> {
+    let e = open_entry(root, path)?;
+    if e.kind != EntryType::Socket {
+        return Err(EntryError::NotSocket {
+            path: path.into(),
+            found: e.kind,
+        });
+    }
+    Ok(e)
+}
+
 /// What an entry is. Only these may be served; anything else (a symlink, a device node, a
 /// FIFO) is refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -70,6 +96,8 @@ pub enum EntryError {
          (closed to group and others): a host user could reach what a container plants there"
     )]
     NotPrivate { path: String },
+    #[error("{path} is a {found}, not a socket")]
+    NotSocket { path: String, found: EntryType },
     #[error("{path}: cannot open {at}: {source}")]
     Open {
         path: String,
@@ -339,6 +367,34 @@ mod tests {
                 .unwrap()
                 .private
         );
+    }
+
+    #[test]
+    fn driver_sockets_must_be_sockets() {
+        let t = tree();
+        let run = t.path().join("run/nvidia-persistenced");
+        std::fs::create_dir_all(&run).unwrap();
+        let sock = run.join("socket");
+        let _l = std::os::unix::net::UnixListener::bind(&sock).unwrap();
+        let p = "/run/nvidia-persistenced/socket";
+        assert!(
+            is_driver_socket(p)
+                && is_driver_socket("/run/nvidia/driver/run/nvidia-persistenced/socket")
+        );
+        assert!(!is_driver_socket("/run/nvidia-persistenced/socketx"));
+        assert_eq!(open_socket(t.path(), p).unwrap().kind, EntryType::Socket);
+        std::fs::remove_file(&sock).unwrap();
+        symlink("/run/containerd/containerd.sock", &sock).unwrap();
+        assert!(matches!(
+            open_socket(t.path(), p),
+            Err(EntryError::Symlink { .. })
+        ));
+        std::fs::remove_file(&sock).unwrap();
+        std::fs::write(&sock, "").unwrap();
+        assert!(matches!(
+            open_socket(t.path(), p),
+            Err(EntryError::NotSocket { .. })
+        ));
     }
 
     #[test]

@@ -17,10 +17,7 @@ use super::libraries::{self, Link};
 use super::{binaries, config_files};
 use crate::error::Result;
 
-const SOCKETS: &[&str] = &[
-    "/run/nvidia-persistenced/socket",
-    "/run/nvidia-fabricmanager/socket",
-];
+use graft_record::nofollow::{open_socket, DRIVER_SOCKETS};
 
 const FIRMWARE_DIRS: &[&str] = &["/lib/firmware", "/usr/lib/firmware"];
 
@@ -160,12 +157,29 @@ pub fn find(roots: &Roots, version: &str) -> Result<DriverFiles> {
     }
     files.lib_dirs = lib_dirs;
     files.firmware = firmware(roots, version);
-    for s in SOCKETS {
-        if roots.driver_visible(s).exists() {
-            files.sockets.push(s.to_string());
+    files.sockets = sockets(roots);
+    Ok(files)
+}
+
+/// The driver's sockets that are there and safe to hand out: a socket, reached from the
+/// driver root with no symlink and through directories only root can change
+/// ([`open_socket`]). Anything else at the path is left out, with the reason: graft-nri
+/// refuses a record that mounts it. (Packaged drivers whose `nvidia-persistenced` account
+/// owns `/run/nvidia-persistenced` lose that socket: that account could swap it.)
+fn sockets(roots: &Roots) -> Vec<String> {
+    let driver = roots.visible(&roots.driver);
+    let mut out = Vec::new();
+    for s in DRIVER_SOCKETS {
+        let host = roots.host_path(s).to_string_lossy().into_owned();
+        match open_socket(&driver, s) {
+            Ok(_) => out.push(s.to_string()),
+            Err(e) if e.is_missing() => {}
+            Err(e) => {
+                tracing::warn!(path = host, reason = %e, "driver socket not mounted into containers")
+            }
         }
     }
-    Ok(files)
+    out
 }
 
 /// GSP firmware of `version`, from the first firmware directory that has any.

@@ -9,7 +9,7 @@ fn debian_and_ubuntu_packages() {
     n.libs(lib);
     n.bins("/usr/bin");
     n.firmware("/lib/firmware");
-    n.file("/run/nvidia-persistenced/socket");
+    n.socket("/run/nvidia-persistenced/socket");
     n.file("/usr/share/vulkan/icd.d/nvidia_icd.json");
     n.file("/usr/share/glvnd/egl_vendor.d/10_nvidia.json");
     n.file("/etc/OpenCL/vendors/nvidia.icd");
@@ -165,8 +165,8 @@ fn rhel_and_fedora_packages() {
     n.bins("/usr/bin");
     // Firmware only under /usr/lib/firmware; both sockets.
     n.firmware("/usr/lib/firmware");
-    n.file("/run/nvidia-persistenced/socket");
-    n.file("/run/nvidia-fabricmanager/socket");
+    n.socket("/run/nvidia-persistenced/socket");
+    n.socket("/run/nvidia-fabricmanager/socket");
     n.file("/usr/share/vulkan/icd.d/nvidia_icd.x86_64.json");
     n.file("/usr/lib64/xorg/modules/drivers/nvidia_drv.so");
     n.file(&format!(

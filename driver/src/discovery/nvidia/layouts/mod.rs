@@ -73,6 +73,13 @@ impl Node {
         std::fs::write(p, "x").unwrap();
     }
 
+    /// A real socket: graft mounts nothing else at a driver socket's path.
+    fn socket(&self, p: &str) {
+        let p = self.at(p);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        drop(std::os::unix::net::UnixListener::bind(p).unwrap());
+    }
+
     fn link(&self, p: &str, target: &str) {
         let p = self.at(p);
         std::fs::create_dir_all(p.parent().unwrap()).unwrap();

@@ -9,7 +9,7 @@ fn a_driver_container() {
     n.libs(lib);
     n.bins("/usr/bin");
     n.firmware("/lib/firmware");
-    n.file("/run/nvidia-persistenced/socket");
+    n.socket("/run/nvidia-persistenced/socket");
     n.file("/etc/vulkan/icd.d/nvidia_icd.json");
     // The host's own nvidia-smi, of another version, is not the driver root's.
     write_exe(&n.host.path().join("usr/bin/nvidia-smi"), &driver_elf(OLD));
@@ -45,7 +45,7 @@ fn gke_and_cos_with_a_wrapper_script() {
         export LD_LIBRARY_PATH=/usr/local/nvidia/lib64\n\
         exec /usr/local/nvidia/bin/nvidia-smi \"$@\"\n";
     write_exe(&n.at("/usr/bin/nvidia-smi"), wrapper);
-    n.file("/run/nvidia-persistenced/socket");
+    n.socket("/run/nvidia-persistenced/socket");
     // Only the linker's cache knows the library directory.
     n.ld_so_cache(&[
         (
