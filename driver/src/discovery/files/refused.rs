@@ -1,7 +1,8 @@
 //! Served directories refused because another account could change them: each scan says
-//! which, in the log (path, owner, mode) and in a gauge
-//! (`graft_driver_served_dirs_refused`), so that an operator sees why a directory's
-//! devices are missing.
+//! which, in the log (path, owner, mode), in a gauge (`graft_driver_served_dirs_refused`)
+//! and, through [`crate::discovery::Discovery::unavailable`], in a `ServedDirectoryRefused`
+//! Warning Event on the Node, so that an operator sees why a directory's devices are
+//! missing.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};

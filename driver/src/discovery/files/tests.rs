@@ -274,6 +274,11 @@ fn a_directory_another_account_can_write_is_refused() {
             "{reason}"
         );
         assert_eq!(gauge.get(), 1);
+        // And an Event on the Node.
+        let parts = files.unavailable();
+        assert_eq!(parts.len(), 1);
+        assert_eq!(parts[0].reason, "ServedDirectoryRefused");
+        assert!(parts[0].message.contains(reason.as_str()), "{:?}", parts[0]);
     }
     // An ancestor counts as much as the directory.
     std::os::unix::fs::chown(&lic, Some(nix::unistd::geteuid().as_raw()), None).unwrap();
@@ -296,6 +301,7 @@ fn a_directory_another_account_can_write_is_refused() {
     .unwrap();
     assert_eq!(files.discover().unwrap().len(), 3);
     assert_eq!(gauge.get(), 0);
+    assert!(files.unavailable().is_empty());
 }
 
 /// Read-write entries only below a directory closed to group and others: a host user must
