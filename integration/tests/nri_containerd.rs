@@ -197,9 +197,14 @@ async fn scenario(version: Version) -> anyhow::Result<()> {
     let mut cd = Containerd::start(&tb, version, &dir)?;
     let state = dir.join("graft-state");
     let store = RecordStore::open(&state)?;
-    // The test's own config file is mounted from its directory: an allowed root, as a
-    // node would configure one.
-    let roots = dir.to_string_lossy().into_owned();
+    // The test's own config file is mounted from a directory of its own: an allowed root,
+    // as a node would configure one, and root's (nothing below /tmp is served).
+    let served = Scratch::new(format!(
+        "/run/graft-it-{}-{}",
+        version.label(),
+        std::process::id()
+    ))?;
+    let roots = served.to_string_lossy().into_owned();
     let mut nri = GraftNri::start(
         &cd.nri_socket,
         &state,
@@ -232,7 +237,7 @@ async fn scenario(version: Version) -> anyhow::Result<()> {
         version.label(),
         host_dev.display()
     );
-    let conf = dir.join("graft-test.conf");
+    let conf = served.join("graft-test.conf");
     std::fs::write(&conf, "graft-test-conf\n")?;
     let script = probe_script(major, minor);
 
