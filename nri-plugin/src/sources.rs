@@ -37,7 +37,10 @@ pub fn check_served(plan: &Plan, policy: &InjectionPolicy, host_root: &Path) -> 
 }
 
 /// One of the NVIDIA driver's sockets, from the driver root the source names: still a
-/// socket, reached with no symlink through directories only root can change.
+/// socket, reached with no symlink through directories only root can change. Where this
+/// process does not see the socket's directory at all (a DaemonSet that mounts only the
+/// served directories below its host root), it cannot look: graft-driver's look at
+/// discovery stands, and that is logged.
 fn check_driver_socket(
     host_root: &Path,
     source: &str,
@@ -48,7 +51,20 @@ fn check_driver_socket(
     else {
         return Ok(());
     };
-    open_socket(&host_root.join(driver.trim_start_matches('/')), socket).map(drop)
+    let root = host_root.join(driver.trim_start_matches('/'));
+    let dir = Path::new(socket.trim_start_matches('/'))
+        .parent()
+        .unwrap_or(Path::new(""));
+    if let Err(e) = root.join(dir).symlink_metadata() {
+        if e.kind() == std::io::ErrorKind::NotFound {
+            tracing::debug!(
+                source,
+                "driver socket's directory not visible here; not checked"
+            );
+            return Ok(());
+        }
+    }
+    open_socket(&root, socket).map(drop)
 }
 
 /// Refuses a plan that needs a device graft-driver found gone from the node since its claim
@@ -147,6 +163,15 @@ mod tests {
         std::fs::write(drv.join("socket"), "").unwrap();
         let err = check_served(&plan(src), &policy, root.path()).unwrap_err();
         assert!(err.contains("not a socket"), "{err}");
+        // The directory swapped for a symlink: refused too.
+        std::fs::remove_dir_all(&drv).unwrap();
+        std::os::unix::fs::symlink("/run/containerd", &drv).unwrap();
+        let err = check_served(&plan(src), &policy, root.path()).unwrap_err();
+        assert!(err.contains("symlink"), "{err}");
+        // Not visible to this process at all (the DaemonSet mounts only served
+        // directories): not checkable here; graft-driver's look at discovery stands.
+        std::fs::remove_dir_all(root.path().join("drv")).unwrap();
+        check_served(&plan(src), &policy, root.path()).unwrap();
     }
 
     #[test]
