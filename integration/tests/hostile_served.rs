@@ -505,8 +505,26 @@ async fn a_persistenced_socket_swapped_for_a_symlink_is_refused() -> anyhow::Res
         .context("a container got a symlinked persistenced socket")?;
     ensure!(e.message().contains("symlink"), "{}", e.message());
     n.cri.remove_pod(&pod).await?;
-    // The control: the real socket is handed out.
+    // The real socket in a directory its unprivileged daemon account owns (packaged
+    // drivers): that account could swap it, so it is left out and refused too.
     swap(false)?;
+    let sock_dir = sock.parent().context("parent")?;
+    std::os::unix::fs::chown(sock_dir, Some(NOBODY), Some(NOBODY))?;
+    ensure!(
+        !mounts_socket(&fake)?,
+        "discovery mounted a socket in nobody's directory"
+    );
+    let pod = pod_for(&n, "nobodys", 1, edits.clone()).await?;
+    let e = n
+        .cri
+        .create(&pod, "c0", script)
+        .await
+        .err()
+        .context("a container got a socket from a directory nobody owns")?;
+    ensure!(e.message().contains("uid 65534"), "{}", e.message());
+    n.cri.remove_pod(&pod).await?;
+    std::os::unix::fs::chown(sock_dir, Some(0), Some(0))?;
+    // The control: the real socket is handed out.
     let pod = pod_for(&n, "real", 1, edits).await?;
     let id = n
         .cri
@@ -521,7 +539,7 @@ async fn a_persistenced_socket_swapped_for_a_symlink_is_refused() -> anyhow::Res
     ensure!(log.contains("SOCK_OK"), "{log}");
     n.cri.remove_pod(&pod).await?;
     println!(
-        "persistenced socket swapped for a symlink: refused at discovery and at CreateContainer"
+        "persistenced socket swapped for a symlink, and in nobody's directory: refused at discovery and at CreateContainer (4 attack cases)"
     );
     Ok(())
 }
