@@ -421,7 +421,7 @@ impl GraftPlugin {
         let store = self.store.clone();
         let policy = self.policy.clone();
         let host_root = self.host_root.clone();
-        let (pod_uid, ctr_name) = (pod.uid.clone(), ctr.name.clone());
+        let (pod_uid, ctr_name, ctr_env) = (pod.uid.clone(), ctr.name.clone(), ctr.env.clone());
         let (ctr_id, pod_ns, pod_name) = (ctr.id.clone(), pod.namespace.clone(), pod.name.clone());
         #[cfg(feature = "fault-injection")]
         let fault = self.fault.clone();
@@ -450,6 +450,8 @@ impl GraftPlugin {
                 let planned = plan(&claims, &pod_uid, &ctr_name, &policy)
                     .map_err(|e| (Refusal::RecordRejected, names(), e.to_string()))?;
                 let Some(p) = planned else { return Ok(None) };
+                p.check_container_env(&ctr_env)
+                    .map_err(|e| (Refusal::RecordRejected, names(), e.to_string()))?;
                 check_served(&p, &policy, &host_root)
                     .map_err(|e| (Refusal::SourceNotServed, names(), e))?;
                 check_present(&p, store.root()).map_err(|e| (Refusal::DeviceAbsent, names(), e))?;
