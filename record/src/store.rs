@@ -68,6 +68,17 @@ impl RecordStore {
             path: self.claim_path(&rec.claim.uid),
             reason: format!("cannot encode: {e}"),
         })?;
+        if data.len() as u64 > crate::read::SMALL_FILE_CAP {
+            // Readers refuse a record this large; writing it would only fail the pod later.
+            return Err(RecordError::Corrupt {
+                path: self.claim_path(&rec.claim.uid),
+                reason: format!(
+                    "the record would be {} bytes, more than readers accept ({})",
+                    data.len(),
+                    crate::read::SMALL_FILE_CAP
+                ),
+            });
+        }
         let _lock = self.writer_lock()?;
         let previous = self.get_claim(&rec.claim.uid);
 
@@ -251,14 +262,15 @@ impl RecordStore {
     }
 }
 
-/// Reads and checks one record file. `Ok(None)` when it does not exist.
+/// Reads and checks one record file. `Ok(None)` when it does not exist. Read as one
+/// trusting nothing there would ([`crate::read::read_state_file`]): never through a
+/// symlink, only a regular file (a FIFO is refused, never waited on), at most
+/// [`crate::read::SMALL_FILE_CAP`] bytes.
 pub(crate) fn read_record(path: &Path) -> Result<Option<ClaimRecord>> {
-    let data = match fs::read(path) {
-        Ok(d) => d,
-        Err(e) if e.kind() == ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(RecordError::io("read", path, e)),
-    };
-    parse_stored(path, &data).map(Some)
+    match crate::read::read_state_file(path, crate::read::SMALL_FILE_CAP)? {
+        Some(data) => parse_stored(path, &data).map(Some),
+        None => Ok(None),
+    }
 }
 
 /// Reads claim `uid`'s record below state directory `root` without writing anything, as
@@ -268,11 +280,7 @@ pub fn read_claim_file(root: &Path, uid: &str) -> Result<Option<ClaimRecord>> {
         claim: uid.to_string(),
         source,
     })?;
-    let path = root.join("claims").join(format!("{uid}.json"));
-    match crate::read::read_state_file(&path, crate::read::SMALL_FILE_CAP)? {
-        Some(data) => parse_stored(&path, &data).map(Some),
-        None => Ok(None),
-    }
+    read_record(&root.join("claims").join(format!("{uid}.json")))
 }
 
 /// UIDs of the claim records below state directory `root`, sorted, without writing.

@@ -282,6 +282,41 @@ fn store_refuses_invalid_records_and_fails_closed_on_corruption() {
     assert_eq!(store.pod_claims("p3").unwrap().len(), 1);
 }
 
+/// Planted at a record's name: a FIFO (refused at once, never waited on), a symlink to a
+/// valid record, a file over the cap. Each fails its pod closed, naming the file and why.
+#[test]
+fn records_are_read_without_blocking_following_or_unbounded_size() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = RecordStore::open(dir.path()).unwrap();
+    let good = record("c9", &[("p9", &[("a", &["d0"])])]);
+    store.put_claim(&good).unwrap();
+    let plant = |uid: &str, how: &dyn Fn(&Path)| {
+        std::fs::create_dir_all(dir.path().join(format!("pods/{uid}"))).unwrap();
+        std::fs::write(dir.path().join(format!("pods/{uid}/{uid}")), b"").unwrap();
+        how(&dir.path().join(format!("claims/{uid}.json")));
+    };
+    plant("fifo", &|p| {
+        nix::unistd::mkfifo(p, nix::sys::stat::Mode::S_IRUSR).unwrap()
+    });
+    let target = dir.path().join("claims/c9.json");
+    plant("link", &|p| std::os::unix::fs::symlink(&target, p).unwrap());
+    plant("big", &|p| {
+        std::fs::write(p, vec![b' '; (read::SMALL_FILE_CAP + 1) as usize]).unwrap()
+    });
+    let started = std::time::Instant::now();
+    for (uid, why) in [
+        ("fifo", "not a regular file"),
+        ("link", "symlink"),
+        ("big", "larger than"),
+    ] {
+        let e = store.pod_claims(uid).unwrap_err().to_string();
+        assert!(e.contains(&format!("{uid}.json")) && e.contains(why), "{e}");
+        assert!(store.get_claim(uid).is_err());
+    }
+    assert!(started.elapsed() < std::time::Duration::from_secs(5));
+    assert_eq!(store.pod_claims("p9").unwrap(), vec![good]);
+}
+
 #[test]
 fn dangling_index_entries_are_skipped_and_repaired() {
     let dir = tempfile::tempdir().unwrap();
