@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, HashMap};
 use graft_proto::nri;
 use graft_record::env::is_graft_owned;
 use graft_record::{
-    ClaimRecord, ContainerEdits, DeviceNode, HookStage, InjectionPolicy, InvalidRecord,
+    ClaimRecord, ContainerEdits, DeviceNode, EnvVar, HookStage, InjectionPolicy, InvalidRecord,
     INJECTED_ANNOTATION,
 };
 use serde::Serialize;
@@ -79,6 +79,8 @@ pub fn plan(
             continue;
         }
         let owner = format!("{}/{}", rec.claim.namespace, rec.claim.name);
+        // The claim's own variables (record version 2) come before its devices' own.
+        add_env(&mut plan, &mut env, &rec.env, &owner)?;
         for dev in &devices {
             let e = &dev.edits;
             policy
@@ -121,24 +123,7 @@ pub fn plan(
                     }
                 }
             }
-            for v in &e.env {
-                match env.get(v.name.as_str()) {
-                    Some((value, _)) if *value == v.value => continue,
-                    Some((_, first)) => {
-                        return Err(PlanError::Conflict(Conflict {
-                            what: "environment variable",
-                            key: v.name.clone(),
-                            first: first.clone(),
-                            second: owner,
-                        }))
-                    }
-                    None => {
-                        env.insert(&v.name, (&v.value, owner.clone()));
-                        plan.env_owners.insert(v.name.clone(), owner.clone());
-                        plan.edits.env.push(v.clone());
-                    }
-                }
-            }
+            add_env(&mut plan, &mut env, &e.env, &owner)?;
             for h in &e.hooks {
                 if !plan.edits.hooks.contains(h) {
                     plan.edits.hooks.push(h.clone());
@@ -156,6 +141,35 @@ pub fn plan(
     } else {
         Some(plan)
     })
+}
+
+/// Adds `vars` (from claim `owner`) to the plan; `seen` holds each variable's value and
+/// claim so far. The same value twice is merged; another value is a conflict.
+fn add_env<'a>(
+    plan: &mut Plan,
+    seen: &mut BTreeMap<&'a str, (&'a str, String)>,
+    vars: &'a [EnvVar],
+    owner: &str,
+) -> Result<(), PlanError> {
+    for v in vars {
+        match seen.get(v.name.as_str()) {
+            Some((value, _)) if *value == v.value => continue,
+            Some((_, first)) => {
+                return Err(PlanError::Conflict(Conflict {
+                    what: "environment variable",
+                    key: v.name.clone(),
+                    first: first.clone(),
+                    second: owner.to_string(),
+                }))
+            }
+            None => {
+                seen.insert(&v.name, (&v.value, owner.to_string()));
+                plan.env_owners.insert(v.name.clone(), owner.to_string());
+                plan.edits.env.push(v.clone());
+            }
+        }
+    }
+    Ok(())
 }
 
 impl Plan {
@@ -322,7 +336,6 @@ fn device(n: &DeviceNode) -> nri::LinuxDevice {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use graft_record::EnvVar;
 
     fn plan_with(vars: &[(&str, &str)]) -> Plan {
         let mut p = Plan::default();
@@ -353,6 +366,18 @@ mod tests {
             .check_container_env(&own)
             .is_ok());
         let cuda = ["NVIDIA_VISIBLE_DEVICES=all".to_string()];
+        // A version-2 record's own env is planned like a device's, and checked the same.
+        let rec: ClaimRecord = serde_json::from_value(serde_json::json!({"version": 2,
+            "claim": {"uid": "c", "namespace": "ns", "name": "claim"},
+            "devices": [{"name": "d", "edits": {"env": [{"name": "D", "value": "1"}]}}],
+            "env": [{"name": "HTTPS_PROXY", "value": "http://evil"}],
+            "pods": [{"uid": "p", "containers": [{"name": "app", "devices": ["d"]}]}]}))
+        .unwrap();
+        let policy = InjectionPolicy::new(std::path::Path::new("/s"), "/hook", &[]).unwrap();
+        let p = plan(&[rec], "p", "app", &policy).unwrap().unwrap();
+        let names: Vec<_> = p.edits.env.iter().map(|v| v.name.as_str()).collect();
+        assert_eq!(names, ["HTTPS_PROXY", "D"]);
+        assert!(p.check_container_env(&own).is_err());
         assert!(plan_with(&[("NVIDIA_VISIBLE_DEVICES", "void")])
             .check_container_env(&cuda)
             .is_ok());

@@ -21,7 +21,7 @@ use serde::Deserialize;
 
 use crate::atomic;
 use crate::error::{RecordError, Result};
-use crate::format::{ClaimRecord, FORMAT_VERSION};
+use crate::format::{ClaimRecord, OLDEST_RECORD_VERSION, RECORD_VERSION};
 use crate::read::list_names;
 use crate::validate::{check_id, validate_record};
 
@@ -315,6 +315,13 @@ fn parse_stored(path: &Path, data: &[u8]) -> Result<ClaimRecord> {
     Ok(rec)
 }
 
+/// Whether this build reads records of version `v`: every version from the oldest a
+/// release wrote, so that records left by the previous release still work after an
+/// upgrade.
+fn known_version(v: u64) -> bool {
+    (u64::from(OLDEST_RECORD_VERSION)..=u64::from(RECORD_VERSION)).contains(&v)
+}
+
 /// Parses record bytes, telling a record of another version apart from a corrupt one.
 pub fn parse_record(path: &Path, data: &[u8]) -> Result<ClaimRecord> {
     #[derive(Deserialize)]
@@ -327,11 +334,11 @@ pub fn parse_record(path: &Path, data: &[u8]) -> Result<ClaimRecord> {
             // Only on failure: a record of a newer shape is reported as such.
             if let Ok(VersionOnly { version: Some(v) }) = serde_json::from_slice(data) {
                 if let Some(n) = v.as_u64() {
-                    if n != FORMAT_VERSION as u64 {
+                    if !known_version(n) {
                         return Err(RecordError::UnknownVersion {
                             path: path.to_path_buf(),
                             version: n,
-                            supported: FORMAT_VERSION,
+                            supported: RECORD_VERSION,
                         });
                     }
                 }
@@ -342,11 +349,11 @@ pub fn parse_record(path: &Path, data: &[u8]) -> Result<ClaimRecord> {
             });
         }
     };
-    if rec.version != FORMAT_VERSION {
+    if !known_version(rec.version.into()) {
         return Err(RecordError::UnknownVersion {
             path: path.to_path_buf(),
             version: rec.version as u64,
-            supported: FORMAT_VERSION,
+            supported: RECORD_VERSION,
         });
     }
     validate_record(&rec).map_err(|source| RecordError::Invalid {
