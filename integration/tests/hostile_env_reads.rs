@@ -90,23 +90,30 @@ fn uid(what: &str) -> String {
 async fn a_claim_never_replaces_the_pods_own_variable() -> anyhow::Result<()> {
     let dir = scratch("env")?;
     let n = node(&dir).await?;
+    // (variable, the claim's value, whether it is the claim's own env: record version 2)
     let cases = [
-        ("HTTPS_PROXY", "http://claim-proxy:3128"),
-        ("NODE_OPTIONS", "--require /claim/evil.js"),
-        ("PYTHONPATH", "/claim/site"),
-        ("BASH_ENV", "/claim/rc"),
-        ("KUBERNETES_SERVICE_HOST", "10.9.9.9"),
+        ("HTTPS_PROXY", "http://claim-proxy:3128", false),
+        ("NODE_OPTIONS", "--require /claim/evil.js", false),
+        ("PYTHONPATH", "/claim/site", false),
+        ("BASH_ENV", "/claim/rc", false),
+        ("KUBERNETES_SERVICE_HOST", "10.9.9.9", false),
+        ("HTTPS_PROXY", "http://claim-proxy:3128", true),
     ];
     let mut refused = 0;
-    for (i, (var, claim_value)) in cases.iter().enumerate() {
+    for (i, &(var, claim_value, claim_level)) in cases.iter().enumerate() {
         let pod_uid = uid(&format!("env{i}"));
-        n.store.put_claim(&env_claim(
+        let mut rec = env_claim(
             &format!("claim-{pod_uid}"),
             &format!("sets-{}", var.to_lowercase().replace('_', "-")),
             &pod_uid,
             &["app"],
             &[(var, claim_value), ("CLAIM_ONLY", "from-claim")],
-        ))?;
+        );
+        if claim_level {
+            rec.env = std::mem::take(&mut rec.devices[0].edits.env);
+            rec.version = rec.needed_version();
+        }
+        n.store.put_claim(&rec)?;
         let pod = n.cri.run_pod(&format!("env{i}"), &pod_uid).await?;
         let r = n
             .cri
@@ -141,9 +148,10 @@ async fn a_claim_never_replaces_the_pods_own_variable() -> anyhow::Result<()> {
         n.cri.remove_pod(&pod).await?;
     }
 
-    // The same claim's variables, for a container that does not set them itself, are given.
+    // The same variables, for a container that does not set them itself, are given: one as
+    // the claim's own env (version 2), one as its device's.
     let pod_uid = uid("env-free");
-    n.store.put_claim(&env_claim(
+    let mut rec = env_claim(
         &format!("claim-{pod_uid}"),
         "sets-proxy",
         &pod_uid,
@@ -152,7 +160,10 @@ async fn a_claim_never_replaces_the_pods_own_variable() -> anyhow::Result<()> {
             ("HTTPS_PROXY", "http://claim-proxy:3128"),
             ("CLAIM_ONLY", "from-claim"),
         ],
-    ))?;
+    );
+    rec.env = vec![rec.devices[0].edits.env.remove(0)];
+    rec.version = rec.needed_version();
+    n.store.put_claim(&rec)?;
     let pod = n.cri.run_pod("env-free", &pod_uid).await?;
     let id = n
         .cri
