@@ -13,10 +13,13 @@
 //! which it skips).
 
 use std::fs::{self, DirBuilder, File, OpenOptions};
-use std::io::ErrorKind;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
+use nix::dir::Dir;
+use nix::errno::Errno;
+use nix::fcntl::OFlag;
+use nix::sys::stat::Mode;
 use serde::Deserialize;
 
 use crate::atomic;
@@ -178,16 +181,24 @@ impl RecordStore {
             return Ok(Vec::new());
         }
         let dir = self.pods.join(pod_uid);
-        let names = match fs::read_dir(&dir) {
-            Ok(rd) => rd,
-            Err(e) if e.kind() == ErrorKind::NotFound => return Ok(Vec::new()),
-            Err(e) => return Err(RecordError::io("read dir", dir, e)),
+        // Never through a symlink: the index is read as the records are.
+        let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+        let names = match Dir::open(&dir, flags, Mode::empty()) {
+            Ok(d) => d,
+            Err(Errno::ENOENT) => return Ok(Vec::new()),
+            Err(Errno::ELOOP | Errno::ENOTDIR) => {
+                return Err(RecordError::io(
+                    "read dir",
+                    dir,
+                    std::io::Error::other("is a symlink or not a directory"),
+                ))
+            }
+            Err(e) => return Err(RecordError::io("read dir", dir, e.into())),
         };
         let mut out = Vec::new();
         for entry in names {
-            let entry = entry.map_err(|e| RecordError::io("read dir", &dir, e))?;
-            let name = entry.file_name();
-            let Some(claim_uid) = name.to_str() else {
+            let entry = entry.map_err(|e| RecordError::io("read dir", &dir, e.into()))?;
+            let Ok(claim_uid) = entry.file_name().to_str() else {
                 continue;
             };
             if claim_uid.starts_with('.') {

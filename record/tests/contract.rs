@@ -360,6 +360,10 @@ fn records_are_read_without_blocking_following_or_unbounded_size() {
     plant("big", &|p| {
         std::fs::write(p, vec![b' '; (read::SMALL_FILE_CAP + 1) as usize]).unwrap()
     });
+    // The pod index is not followed through a symlink either.
+    std::os::unix::fs::symlink(dir.path().join("pods/p9"), dir.path().join("pods/linked")).unwrap();
+    let e = store.pod_claims("linked").unwrap_err().to_string();
+    assert!(e.contains("linked") && e.contains("symlink"), "{e}");
     let started = std::time::Instant::now();
     for (uid, why) in [
         ("fifo", "not a regular file"),
