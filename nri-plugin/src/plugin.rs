@@ -18,7 +18,7 @@ use crate::entries;
 use crate::events::EventMask;
 #[cfg(feature = "fault-injection")]
 use crate::fault::FaultSwitch;
-use crate::guard::{effective_deadline, panic_message};
+use crate::guard::panic_message;
 use crate::inject::{plan, Plan};
 use crate::metrics::{NriMetrics, Refusal, RequestKind};
 use crate::reads::Reads;
@@ -56,10 +56,7 @@ pub struct GraftPlugin {
     host_root: PathBuf,
     /// The runtime's registration timeout (Configure), in milliseconds; 0 when unknown.
     registration_timeout_ms: AtomicU64,
-    /// CreateContainer's handler deadline as asked for, and as in force (milliseconds,
-    /// after Configure): record reads must finish within three quarters of it.
-    deadline: Duration,
-    deadline_ms: AtomicU64,
+    /// CreateContainer's record reads, with their deadline.
     reads: Reads,
     #[cfg(feature = "fault-injection")]
     fault: FaultSwitch,
@@ -78,8 +75,6 @@ impl GraftPlugin {
             eviction_grace: Duration::from_secs(5),
             host_root: PathBuf::from("/"),
             registration_timeout_ms: AtomicU64::new(0),
-            deadline: crate::guard::DEFAULT_DEADLINE,
-            deadline_ms: AtomicU64::new(0),
             reads: Reads::default(),
             #[cfg(feature = "fault-injection")]
             fault: FaultSwitch::default(),
@@ -95,18 +90,8 @@ impl GraftPlugin {
 
     /// The CreateContainer deadline the plugin's SDK options ask for.
     pub fn with_deadline(mut self, deadline: Duration) -> Self {
-        self.deadline = deadline;
+        self.reads = Reads::new(deadline);
         self
-    }
-
-    /// How long CreateContainer waits for its records: three quarters of the handler
-    /// deadline, so that a read that hangs is refused with its own reason.
-    fn read_limit(&self) -> Duration {
-        let d = match self.deadline_ms.load(Ordering::Relaxed) {
-            0 => self.deadline,
-            ms => Duration::from_millis(ms),
-        };
-        d * 3 / 4
     }
 
     pub fn with_eviction_grace(mut self, grace: Duration) -> Self {
@@ -232,9 +217,7 @@ impl NriPlugin for GraftPlugin {
                     u64::try_from(info.registration_timeout_ms).unwrap_or(0),
                     Ordering::Relaxed,
                 );
-                let d = effective_deadline(self.deadline, info.request_timeout_ms);
-                self.deadline_ms
-                    .store(d.as_millis().max(1) as u64, Ordering::Relaxed);
+                self.reads.configured(info.request_timeout_ms);
             }
             ConnectionState::Synchronized => self.metrics.synchronized(),
             ConnectionState::Disconnected(_) => self.metrics.disconnected(),
@@ -436,10 +419,9 @@ impl GraftPlugin {
         // when readable) and the reason in words.
         type Refused = (Refusal, Vec<String>, String);
         // Ok: the plan, with graftctl's entry for it (written after the answer, below).
-        let limit = self.read_limit();
         let work = self.reads.run(
             &pod.uid,
-            limit,
+            self.reads.limit(),
             move || -> Result<Option<(Plan, ContainerEntry)>, Refused> {
                 let _span = span.enter();
                 #[cfg(feature = "fault-injection")]

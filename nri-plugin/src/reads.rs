@@ -8,10 +8,13 @@
 //! the runtime's blocking pool, which the other pods' reads need.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::task::JoinError;
+
+use crate::guard::{effective_deadline, DEFAULT_DEADLINE};
 
 /// Reads past their deadline, node-wide, beyond which no new read starts.
 pub const MAX_OVERDUE: usize = 32;
@@ -24,10 +27,20 @@ struct Counts {
     total: usize,
 }
 
-/// The overdue reads of this graft-nri.
-#[derive(Debug, Clone, Default)]
+/// The overdue reads of this graft-nri, and how long a read may take.
+#[derive(Debug, Clone)]
 pub struct Reads {
     overdue: Arc<Mutex<Counts>>,
+    /// The CreateContainer deadline asked for, and the one in force once the runtime said
+    /// its own timeout (milliseconds; 0 until then).
+    wanted: Duration,
+    in_force_ms: Arc<AtomicU64>,
+}
+
+impl Default for Reads {
+    fn default() -> Self {
+        Reads::new(DEFAULT_DEADLINE)
+    }
 }
 
 /// Why a read was not waited for.
@@ -58,6 +71,32 @@ struct Progress {
 }
 
 impl Reads {
+    /// Reads for a plugin whose CreateContainer handlers must answer within `deadline`.
+    pub fn new(deadline: Duration) -> Self {
+        Reads {
+            overdue: Arc::default(),
+            wanted: deadline,
+            in_force_ms: Arc::default(),
+        }
+    }
+
+    /// The runtime's request timeout (Configure), which may lower the deadline.
+    pub fn configured(&self, request_timeout_ms: i64) {
+        let d = effective_deadline(self.wanted, request_timeout_ms);
+        self.in_force_ms
+            .store(d.as_millis().max(1) as u64, Ordering::Relaxed);
+    }
+
+    /// How long a CreateContainer waits for its records: three quarters of the handler
+    /// deadline, so that a read that hangs is refused with its own reason.
+    pub fn limit(&self) -> Duration {
+        let d = match self.in_force_ms.load(Ordering::Relaxed) {
+            0 => self.wanted,
+            ms => Duration::from_millis(ms),
+        };
+        d * 3 / 4
+    }
+
     fn counts(&self) -> std::sync::MutexGuard<'_, Counts> {
         self.overdue.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -155,6 +194,15 @@ mod tests {
         }
         assert_eq!(reads.overdue(), 0);
         assert!(reads.run("p", ms, || ()).await.is_ok());
+    }
+
+    #[test]
+    fn the_limit_follows_the_deadline_in_force() {
+        let reads = Reads::new(Duration::from_secs(1));
+        assert_eq!(reads.limit(), Duration::from_millis(750));
+        // A runtime timeout of 1 s lowers the deadline to 500 ms.
+        reads.configured(1000);
+        assert_eq!(reads.limit(), Duration::from_millis(375));
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
