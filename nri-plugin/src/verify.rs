@@ -48,14 +48,25 @@ pub fn read_now(store: &RecordStore, pod_uids: &[String]) -> PodClaims {
         .collect()
 }
 
-/// Reads the records of `pod_uids` on a blocking thread, returning what was read within
-/// `limit`. Pods left out are logged; the thread stops at the next pod once nobody waits.
+/// Reads the records of `pod_uids` from `store` on a blocking thread, returning what was
+/// read within `limit`. Pods left out are logged; the thread stops at the next pod once
+/// nobody waits.
 pub async fn read_within(store: RecordStore, pod_uids: Vec<String>, limit: Duration) -> PodClaims {
+    read_with(move |uid| store.pod_claims(uid), pod_uids, limit).await
+}
+
+type Read = Result<Vec<ClaimRecord>, RecordError>;
+
+async fn read_with(
+    read: impl Fn(&str) -> Read + Send + 'static,
+    pod_uids: Vec<String>,
+    limit: Duration,
+) -> PodClaims {
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
     let wanted = pod_uids.len();
     tokio::task::spawn_blocking(move || {
         for uid in pod_uids {
-            let claims = store.pod_claims(&uid);
+            let claims = read(&uid);
             if tx.send((uid, claims)).is_err() {
                 return;
             }
@@ -127,4 +138,29 @@ pub fn uninjected(
         }
     }
     found
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// One pod's read hangs: Synchronize still gets the pods read before it within the
+    /// limit, and the hung one is left out.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_hung_read_is_left_out_in_time() {
+        let (release, hang) = std::sync::mpsc::channel::<()>();
+        let hang = std::sync::Mutex::new(hang);
+        let read = move |uid: &str| -> Read {
+            if uid == "stuck" {
+                let _ = hang.lock().map(|h| h.recv());
+            }
+            Ok(Vec::new())
+        };
+        let uids = ["a", "stuck", "b"].map(String::from).to_vec();
+        let started = std::time::Instant::now();
+        let got = read_with(read, uids, Duration::from_millis(200)).await;
+        assert!(started.elapsed() < Duration::from_secs(2));
+        assert!(got.contains_key("a") && !got.contains_key("stuck") && !got.contains_key("b"));
+        drop(release);
+    }
 }
