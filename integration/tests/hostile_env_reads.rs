@@ -382,3 +382,68 @@ async fn symlinked_and_oversized_records_are_refused() -> anyhow::Result<()> {
     println!("{planted} of 2 planted records refused; 0 created");
     Ok(())
 }
+
+/// Writes a record and its pod index entry straight into the state directory, bypassing
+/// the store's checks, as something other than graft-driver could.
+fn plant(state: &Path, rec: &ClaimRecord) -> anyhow::Result<()> {
+    std::fs::write(
+        state.join(format!("claims/{}.json", rec.claim.uid)),
+        serde_json::to_vec(rec)?,
+    )?;
+    for pod in &rec.pods {
+        std::fs::create_dir_all(state.join(format!("pods/{}", pod.uid)))?;
+        std::fs::write(
+            state.join(format!("pods/{}/{}", pod.uid, rec.claim.uid)),
+            "",
+        )?;
+    }
+    Ok(())
+}
+
+/// glibc's tunables (`GLIBC_TUNABLES` and the allocator's `MALLOC_*` aliases) steer the C
+/// library of every process that inherits them, graft's hooks included: a planted record
+/// carrying one is refused by name, as a device's variable or as the claim's own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn glibc_tunables_in_a_record_are_refused() -> anyhow::Result<()> {
+    let dir = scratch("tunables")?;
+    let n = node(&dir).await?;
+    let cases = [
+        ("GLIBC_TUNABLES", "glibc.malloc.check=3", false),
+        ("MALLOC_PERTURB_", "165", false),
+        ("MALLOC_ARENA_MAX", "1", true),
+    ];
+    for (i, &(var, value, claim_level)) in cases.iter().enumerate() {
+        let pod_uid = uid(&format!("tun{i}"));
+        let mut rec = env_claim(
+            &format!("claim-{pod_uid}"),
+            "tunable",
+            &pod_uid,
+            &["app"],
+            &[(var, value)],
+        );
+        if claim_level {
+            rec.env = std::mem::take(&mut rec.devices[0].edits.env);
+            rec.version = rec.needed_version();
+        }
+        ensure!(
+            n.store.put_claim(&rec).is_err(),
+            "{var}: the store wrote it"
+        );
+        plant(&n.state, &rec)?;
+        let pod = n.cri.run_pod(&format!("tun{i}"), &pod_uid).await?;
+        let e = n
+            .cri
+            .create(&pod, "app", "sleep 1")
+            .await
+            .err()
+            .with_context(|| format!("{var}: the container was created"))?;
+        ensure!(e.message().contains(var), "{var}: {}", e.message());
+        n.cri.remove_pod(&pod).await?;
+    }
+    println!(
+        "{} of {} tunable records refused; 0 created",
+        cases.len(),
+        cases.len()
+    );
+    Ok(())
+}
