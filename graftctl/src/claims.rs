@@ -140,6 +140,9 @@ pub fn view(l: &Loaded) -> ClaimView {
                         .iter()
                         .map(|c| {
                             let mut edits = EditsView::default();
+                            for v in rec.env_for(&p.uid, &c.name) {
+                                edits.env_names.push(v.name.clone());
+                            }
                             for d in rec.devices_for(&p.uid, &c.name) {
                                 edits.add(&d.edits);
                             }

@@ -27,6 +27,7 @@ pub fn record() -> ClaimRecord {
                 ..Default::default()
             },
         }],
+        env: Vec::new(),
         pods: vec![PodRecord {
             uid: "pod-1".into(),
             namespace: "demo".into(),

@@ -25,6 +25,7 @@ pub fn one_device_claim(
             requests: vec!["dev".into()],
             edits,
         }],
+        env: Vec::new(),
         pods: vec![PodRecord {
             uid: pod_uid.into(),
             namespace: "default".into(),

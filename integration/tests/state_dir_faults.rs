@@ -226,8 +226,8 @@ async fn opaque_configuration_cannot_set_what_graft_refuses() -> anyhow::Result<
     let rec = node
         .record(&uid(&merged))?
         .ok_or_else(|| anyhow::anyhow!("no record"))?;
-    let env: Vec<(String, String)> = rec.devices[0]
-        .edits
+    // The claim's one device has all of it: stored once, as the claim's own (version 2).
+    let env: Vec<(String, String)> = rec
         .env
         .iter()
         .map(|v| (v.name.clone(), v.value.clone()))

@@ -1,10 +1,11 @@
 //! Turns the records of a pod into the edits for one of its containers.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use graft_proto::nri;
+use graft_record::env::is_graft_owned;
 use graft_record::{
-    ClaimRecord, ContainerEdits, DeviceNode, HookStage, InjectionPolicy, InvalidRecord,
+    ClaimRecord, ContainerEdits, DeviceNode, EnvVar, HookStage, InjectionPolicy, InvalidRecord,
     INJECTED_ANNOTATION,
 };
 use serde::Serialize;
@@ -14,6 +15,8 @@ use serde::Serialize;
 pub struct Plan {
     pub edits: ContainerEdits,
     pub grants: Vec<Grant>,
+    /// Which claim (`namespace/name`) set each variable of `edits.env`.
+    pub env_owners: BTreeMap<String, String>,
 }
 
 /// One claim's contribution, as listed in the `graft.dev/injected` annotation.
@@ -39,6 +42,14 @@ pub struct Conflict {
 pub enum PlanError {
     #[error(transparent)]
     Conflict(#[from] Conflict),
+    /// A claim sets a variable the container's own spec already sets. The values are not
+    /// named: the pod's may be a secret.
+    #[error(
+        "claim {claim} sets environment variable {name}, which the container's own spec (its \
+         pod or image) already sets; a claim may add variables but not replace the \
+         container's own"
+    )]
+    Overrides { claim: String, name: String },
     /// A record asks for something the node's injection policy does not allow.
     #[error("claim {claim}: its record breaks graft's injection policy: {source}")]
     Policy {
@@ -68,6 +79,8 @@ pub fn plan(
             continue;
         }
         let owner = format!("{}/{}", rec.claim.namespace, rec.claim.name);
+        // The claim's own variables (record version 2) come before its devices' own.
+        add_env(&mut plan, &mut env, &rec.env, &owner)?;
         for dev in &devices {
             let e = &dev.edits;
             policy
@@ -110,23 +123,7 @@ pub fn plan(
                     }
                 }
             }
-            for v in &e.env {
-                match env.get(v.name.as_str()) {
-                    Some((value, _)) if *value == v.value => continue,
-                    Some((_, first)) => {
-                        return Err(PlanError::Conflict(Conflict {
-                            what: "environment variable",
-                            key: v.name.clone(),
-                            first: first.clone(),
-                            second: owner,
-                        }))
-                    }
-                    None => {
-                        env.insert(&v.name, (&v.value, owner.clone()));
-                        plan.edits.env.push(v.clone());
-                    }
-                }
-            }
+            add_env(&mut plan, &mut env, &e.env, &owner)?;
             for h in &e.hooks {
                 if !plan.edits.hooks.contains(h) {
                     plan.edits.hooks.push(h.clone());
@@ -146,7 +143,64 @@ pub fn plan(
     })
 }
 
+/// Adds `vars` (from claim `owner`) to the plan; `seen` holds each variable's value and
+/// claim so far. The same value twice is merged; another value is a conflict.
+fn add_env<'a>(
+    plan: &mut Plan,
+    seen: &mut BTreeMap<&'a str, (&'a str, String)>,
+    vars: &'a [EnvVar],
+    owner: &str,
+) -> Result<(), PlanError> {
+    for v in vars {
+        match seen.get(v.name.as_str()) {
+            Some((value, _)) if *value == v.value => continue,
+            Some((_, first)) => {
+                return Err(PlanError::Conflict(Conflict {
+                    what: "environment variable",
+                    key: v.name.clone(),
+                    first: first.clone(),
+                    second: owner.to_string(),
+                }))
+            }
+            None => {
+                seen.insert(&v.name, (&v.value, owner.to_string()));
+                plan.env_owners.insert(v.name.clone(), owner.to_string());
+                plan.edits.env.push(v.clone());
+            }
+        }
+    }
+    Ok(())
+}
+
 impl Plan {
+    /// Refuses a variable of the plan that `container_env` (the container's spec as the
+    /// runtime built it, `NAME=value` entries) already sets to another value: NRI would
+    /// replace it, and whoever wrote the claim need not be whoever wrote the pod
+    /// (`HTTPS_PROXY`, `NODE_OPTIONS`, `KUBERNETES_SERVICE_HOST`). Variables graft owns are
+    /// exempt: graft must win over an image that sets them (CUDA images set
+    /// `NVIDIA_VISIBLE_DEVICES=all`), and claim configuration cannot set them.
+    pub fn check_container_env(&self, container_env: &[String]) -> Result<(), PlanError> {
+        if self.edits.env.is_empty() {
+            return Ok(());
+        }
+        let have: HashMap<&str, &str> = container_env
+            .iter()
+            .map(|kv| kv.split_once('=').unwrap_or((kv.as_str(), "")))
+            .collect();
+        for v in &self.edits.env {
+            match have.get(v.name.as_str()) {
+                Some(value) if *value != v.value && !is_graft_owned(&v.name) => {
+                    return Err(PlanError::Overrides {
+                        claim: self.env_owners.get(&v.name).cloned().unwrap_or_default(),
+                        name: v.name.clone(),
+                    })
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
     /// The annotation value: a JSON list of claims and their device names.
     pub fn annotation(&self) -> String {
         serde_json::to_string(&self.grants).unwrap_or_else(|_| "[]".into())
@@ -276,5 +330,56 @@ fn device(n: &DeviceNode) -> nri::LinuxDevice {
             })
             .into(),
         ..Default::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn plan_with(vars: &[(&str, &str)]) -> Plan {
+        let mut p = Plan::default();
+        for (n, v) in vars {
+            p.edits.env.push(EnvVar {
+                name: n.to_string(),
+                value: v.to_string(),
+            });
+            p.env_owners.insert(n.to_string(), "ns/claim".into());
+        }
+        p
+    }
+
+    #[test]
+    fn a_claim_never_replaces_the_containers_own_variable() {
+        let own = ["HTTPS_PROXY=http://pod".to_string(), "HOSTNAME".to_string()];
+        let e = plan_with(&[("HTTPS_PROXY", "http://evil")])
+            .check_container_env(&own)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("HTTPS_PROXY") && e.contains("ns/claim"), "{e}");
+        assert!(!e.contains("http://"), "values are not named: {e}");
+        assert!(plan_with(&[("HOSTNAME", "x")])
+            .check_container_env(&own)
+            .is_err());
+        // New variables, identical values and graft's own are fine.
+        assert!(plan_with(&[("MY_VAR", "1"), ("HTTPS_PROXY", "http://pod")])
+            .check_container_env(&own)
+            .is_ok());
+        let cuda = ["NVIDIA_VISIBLE_DEVICES=all".to_string()];
+        // A version-2 record's own env is planned like a device's, and checked the same.
+        let rec: ClaimRecord = serde_json::from_value(serde_json::json!({"version": 2,
+            "claim": {"uid": "c", "namespace": "ns", "name": "claim"},
+            "devices": [{"name": "d", "edits": {"env": [{"name": "D", "value": "1"}]}}],
+            "env": [{"name": "HTTPS_PROXY", "value": "http://evil"}],
+            "pods": [{"uid": "p", "containers": [{"name": "app", "devices": ["d"]}]}]}))
+        .unwrap();
+        let policy = InjectionPolicy::new(std::path::Path::new("/s"), "/hook", &[]).unwrap();
+        let p = plan(&[rec], "p", "app", &policy).unwrap().unwrap();
+        let names: Vec<_> = p.edits.env.iter().map(|v| v.name.as_str()).collect();
+        assert_eq!(names, ["HTTPS_PROXY", "D"]);
+        assert!(p.check_container_env(&own).is_err());
+        assert!(plan_with(&[("NVIDIA_VISIBLE_DEVICES", "void")])
+            .check_container_env(&cuda)
+            .is_ok());
     }
 }

@@ -13,6 +13,8 @@ pub mod inject;
 pub mod metrics;
 pub mod mux;
 pub mod plugin;
+pub mod reads;
 pub mod refusal;
 pub mod sdk;
 pub mod sources;
+pub mod verify;

@@ -169,6 +169,7 @@ fn main() -> anyhow::Result<()> {
             GraftPlugin::new(store, status, policy)
                 .with_eviction_grace(std::time::Duration::from_millis(args.eviction_grace_ms))
                 .with_host_root(args.host_root.clone())
+                .with_deadline(std::time::Duration::from_millis(args.deadline_ms.max(1)))
                 .with_metrics(metrics),
         );
         let run = sdk::run(plugin.clone(), opts);

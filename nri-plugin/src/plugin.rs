@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use graft_proto::nri::{self, ContainerState, Event};
+use graft_proto::nri::{self, Event};
 use graft_record::containers::{prune_entries, remove_entry, ContainerEntry};
 use graft_record::policy::params_copy_path;
 use graft_record::{InjectionPolicy, RecordStore, StatusPublisher};
@@ -21,9 +21,11 @@ use crate::fault::FaultSwitch;
 use crate::guard::panic_message;
 use crate::inject::{plan, Plan};
 use crate::metrics::{NriMetrics, Refusal, RequestKind};
+use crate::reads::Reads;
 use crate::refusal;
 use crate::sdk::{Answered, ConnectionState, NriPlugin, Request, Runtime};
 use crate::sources::{check_present, check_served};
+use crate::verify;
 
 /// Counters, for logs and tests.
 #[derive(Debug, Default)]
@@ -52,6 +54,10 @@ pub struct GraftPlugin {
     eviction_grace: Duration,
     /// Where the host's root is visible (served entries are checked there).
     host_root: PathBuf,
+    /// The runtime's registration timeout (Configure), in milliseconds; 0 when unknown.
+    registration_timeout_ms: AtomicU64,
+    /// CreateContainer's record reads, with their deadline.
+    reads: Reads,
     #[cfg(feature = "fault-injection")]
     fault: FaultSwitch,
 }
@@ -68,6 +74,8 @@ impl GraftPlugin {
             metrics: Arc::new(NriMetrics::default()),
             eviction_grace: Duration::from_secs(5),
             host_root: PathBuf::from("/"),
+            registration_timeout_ms: AtomicU64::new(0),
+            reads: Reads::default(),
             #[cfg(feature = "fault-injection")]
             fault: FaultSwitch::default(),
         }
@@ -78,6 +86,12 @@ impl GraftPlugin {
     #[cfg(feature = "fault-injection")]
     pub fn fault_switch(&self) -> FaultSwitch {
         self.fault.clone()
+    }
+
+    /// The CreateContainer deadline the plugin's SDK options ask for.
+    pub fn with_deadline(mut self, deadline: Duration) -> Self {
+        self.reads = Reads::new(deadline);
+        self
     }
 
     pub fn with_eviction_grace(mut self, grace: Duration) -> Self {
@@ -105,6 +119,15 @@ impl GraftPlugin {
         self.metrics.clone()
     }
 
+    /// How long Synchronize waits for records: half the runtime's registration timeout
+    /// (containerd: 5 s), which Synchronize must answer within.
+    fn sync_read_limit(&self) -> Duration {
+        match self.registration_timeout_ms.load(Ordering::Relaxed) {
+            0 => Duration::from_secs(2),
+            ms => Duration::from_millis(ms / 2),
+        }
+    }
+
     fn set_status(&self, change: impl FnOnce(&mut graft_record::NriStatus)) {
         let mut publisher = self.status.lock().unwrap_or_else(|p| p.into_inner());
         if let Err(e) = publisher.update(change) {
@@ -112,60 +135,15 @@ impl GraftPlugin {
         }
     }
 
-    /// Containers that run without what their records say they must have. Pods whose
-    /// records cannot be read are logged and left alone: they were checked at creation.
+    /// Containers that run without what their records say they must have, reading the
+    /// records here (tests and benchmarks; Synchronize reads them with a deadline).
     pub fn find_uninjected(
         &self,
         pods: &[nri::PodSandbox],
         containers: &[nri::Container],
     ) -> Vec<(nri::Container, String)> {
-        let by_id: HashMap<&str, &nri::PodSandbox> =
-            pods.iter().map(|p| (p.id.as_str(), p)).collect();
-        let mut claims_of_pod = HashMap::new();
-        let mut found = Vec::new();
-        for ctr in containers {
-            let state = ctr.state.enum_value_or(ContainerState::CONTAINER_UNKNOWN);
-            if !matches!(
-                state,
-                ContainerState::CONTAINER_CREATED
-                    | ContainerState::CONTAINER_RUNNING
-                    | ContainerState::CONTAINER_PAUSED
-            ) {
-                continue;
-            }
-            let Some(pod) = by_id.get(ctr.pod_sandbox_id.as_str()) else {
-                continue;
-            };
-            let claims = claims_of_pod
-                .entry(pod.uid.clone())
-                .or_insert_with(|| self.store.pod_claims(&pod.uid));
-            let claims = match claims {
-                Ok(c) if c.is_empty() => continue,
-                Ok(c) => c,
-                Err(e) => {
-                    tracing::error!(pod = %pod.name, container = %ctr.name, error = %e,
-                        "cannot verify a running container: its pod's records are unreadable");
-                    continue;
-                }
-            };
-            match plan(claims, &pod.uid, &ctr.name, &self.policy) {
-                Ok(Some(p)) => {
-                    if let Some(why) = p.missing_from(ctr) {
-                        found.push((
-                            ctr.clone(),
-                            format!(
-                            "container {} of pod {}/{} runs without its recorded devices: {why}",
-                            ctr.name, pod.namespace, pod.name
-                        ),
-                        ));
-                    }
-                }
-                Ok(None) => {}
-                Err(e) => tracing::error!(pod = %pod.name, container = %ctr.name, error = %e,
-                    "cannot verify a running container"),
-            }
-        }
-        found
+        let claims = verify::read_now(&self.store, &verify::pods_to_check(pods, containers));
+        verify::uninjected(pods, containers, &claims, &self.policy)
     }
 
     /// Sends evictions from a task of its own, after the Synchronize reply has gone out,
@@ -233,7 +211,14 @@ impl NriPlugin for GraftPlugin {
 
     fn connection_state(&self, state: ConnectionState) {
         match &state {
-            ConnectionState::Configured(_) => self.metrics.configured(),
+            ConnectionState::Configured(info) => {
+                self.metrics.configured();
+                self.registration_timeout_ms.store(
+                    u64::try_from(info.registration_timeout_ms).unwrap_or(0),
+                    Ordering::Relaxed,
+                );
+                self.reads.configured(info.request_timeout_ms);
+            }
             ConnectionState::Synchronized => self.metrics.synchronized(),
             ConnectionState::Disconnected(_) => self.metrics.disconnected(),
         }
@@ -281,7 +266,11 @@ impl NriPlugin for GraftPlugin {
                 tracing::warn!(error = %e, "cannot prune graftctl's container entries");
             }
         });
-        let found = self.find_uninjected(&pods, &containers);
+        // Record reads may hang (a stuck filesystem): they run on a blocking thread, and
+        // Synchronize answers without the ones that miss the limit.
+        let uids = verify::pods_to_check(&pods, &containers);
+        let claims = verify::read_within(self.store.clone(), uids, self.sync_read_limit()).await;
+        let found = verify::uninjected(&pods, &containers, &claims, &self.policy);
         tracing::info!(
             pods = pods.len(),
             containers = containers.len(),
@@ -415,13 +404,13 @@ impl GraftPlugin {
         pod: nri::PodSandbox,
         ctr: nri::Container,
     ) -> ttrpc::Result<nri::CreateContainerResponse> {
-        // Reading and checking records is file I/O: it runs on a blocking thread, so that
-        // the SDK's deadline can answer for it if the disk hangs, and so that a panic in it
-        // comes back as an error for this container only.
+        // Reading and checking records is file I/O: it runs on a blocking thread with a
+        // deadline (`reads`), so that a hung read refuses only this pod's containers, and
+        // so that a panic in it comes back as an error for this container only.
         let store = self.store.clone();
         let policy = self.policy.clone();
         let host_root = self.host_root.clone();
-        let (pod_uid, ctr_name) = (pod.uid.clone(), ctr.name.clone());
+        let (pod_uid, ctr_name, ctr_env) = (pod.uid.clone(), ctr.name.clone(), ctr.env.clone());
         let (ctr_id, pod_ns, pod_name) = (ctr.id.clone(), pod.namespace.clone(), pod.name.clone());
         #[cfg(feature = "fault-injection")]
         let fault = self.fault.clone();
@@ -430,7 +419,9 @@ impl GraftPlugin {
         // when readable) and the reason in words.
         type Refused = (Refusal, Vec<String>, String);
         // Ok: the plan, with graftctl's entry for it (written after the answer, below).
-        let work = tokio::task::spawn_blocking(
+        let work = self.reads.run(
+            &pod.uid,
+            self.reads.limit(),
             move || -> Result<Option<(Plan, ContainerEntry)>, Refused> {
                 let _span = span.enter();
                 #[cfg(feature = "fault-injection")]
@@ -450,6 +441,8 @@ impl GraftPlugin {
                 let planned = plan(&claims, &pod_uid, &ctr_name, &policy)
                     .map_err(|e| (Refusal::RecordRejected, names(), e.to_string()))?;
                 let Some(p) = planned else { return Ok(None) };
+                p.check_container_env(&ctr_env)
+                    .map_err(|e| (Refusal::RecordRejected, names(), e.to_string()))?;
                 check_served(&p, &policy, &host_root)
                     .map_err(|e| (Refusal::SourceNotServed, names(), e))?;
                 check_present(&p, store.root()).map_err(|e| (Refusal::DeviceAbsent, names(), e))?;
@@ -465,10 +458,14 @@ impl GraftPlugin {
             },
         );
         let planned = match work.await {
-            Ok(r) => {
+            Err(e) => {
+                let why = e.to_string();
+                return Err(self.refuse(&pod, &ctr, &[], Refusal::RecordUnreadable, why));
+            }
+            Ok(Ok(r)) => {
                 r.map_err(|(kind, claims, why)| self.refuse(&pod, &ctr, &claims, kind, why))?
             }
-            Err(e) if e.is_panic() => {
+            Ok(Err(e)) if e.is_panic() => {
                 let why = format!(
                     "graft-nri failed internally ({}); refused rather than started without \
                      its devices",
@@ -476,7 +473,7 @@ impl GraftPlugin {
                 );
                 return Err(self.refuse(&pod, &ctr, &[], Refusal::Internal, why));
             }
-            Err(e) => {
+            Ok(Err(e)) => {
                 return Err(self.refuse(
                     &pod,
                     &ctr,

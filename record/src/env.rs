@@ -6,7 +6,7 @@
 //! - [`check_env`]: what any record may carry. The name is printable ASCII without `=`,
 //!   the value has no NUL, both within size limits, and the name is none of the variables
 //!   that steer the dynamic loader or the C library of a process ([`LOADER_VARIABLES`],
-//!   every `LD_*`) nor `PATH`. graft never sets them, and on runc versions whose
+//!   every name starting with one of [`LOADER_PREFIXES`]) nor `PATH`. graft never sets them, and on runc versions whose
 //!   createContainer hooks inherit the container's environment they would reach a process
 //!   that runs as root on the host.
 //! - [`check_user_env`]: what opaque configuration (a claim's or a class's) may add on top:
@@ -21,16 +21,17 @@ pub const MAX_NAME_LEN: usize = 256;
 pub const MAX_VALUE_LEN: usize = 32 * 1024;
 
 /// Variables glibc removes from the environment of privileged (setuid) programs because
-/// they change what the program loads or reads, plus `PATH`. Every `LD_*` name is refused
-/// as well (see [`is_loader_variable`]).
+/// they change what the program loads or reads, plus `PATH` and `GLIBC_TUNABLES` (which
+/// sets every tunable of the loader and the allocator at once). Names with one of
+/// [`LOADER_PREFIXES`] are refused as well (see [`is_loader_variable`]).
 pub const LOADER_VARIABLES: &[&str] = &[
     "PATH",
+    "GLIBC_TUNABLES",
     "GCONV_PATH",
     "GETCONF_DIR",
     "HOSTALIASES",
     "LOCALDOMAIN",
     "LOCPATH",
-    "MALLOC_TRACE",
     "NIS_PATH",
     "NLSPATH",
     "RESOLV_HOST_CONF",
@@ -39,6 +40,11 @@ pub const LOADER_VARIABLES: &[&str] = &[
     "TZDIR",
 ];
 
+/// Prefixes of loader and allocator variables: `LD_*` (the dynamic loader) and `MALLOC_*`
+/// (glibc's allocator tunables by their environment aliases, `MALLOC_CHECK_`,
+/// `MALLOC_PERTURB_`, `MALLOC_ARENA_MAX` and the rest, and `MALLOC_TRACE`).
+pub const LOADER_PREFIXES: &[&str] = &["LD_", "MALLOC_"];
+
 /// Name prefixes graft owns: the NVIDIA container stack reads `NVIDIA_*` (graft sets
 /// `NVIDIA_VISIBLE_DEVICES=void` so that no other injector acts), `CUDA_MPS_*` carries
 /// per-client MPS limits, `GRAFT_*` is graft's own.
@@ -46,10 +52,10 @@ pub const GRAFT_OWNED_PREFIXES: &[&str] = &["NVIDIA_", "CUDA_MPS_", "GRAFT_"];
 /// Single names graft owns.
 pub const GRAFT_OWNED_NAMES: &[&str] = &["CUDA_VISIBLE_DEVICES"];
 
-/// Whether `name` steers the dynamic loader or the C library ([`LOADER_VARIABLES`] or
-/// `LD_*`).
+/// Whether `name` steers the dynamic loader or the C library ([`LOADER_VARIABLES`] or a
+/// name with one of [`LOADER_PREFIXES`]).
 pub fn is_loader_variable(name: &str) -> bool {
-    name.starts_with("LD_") || LOADER_VARIABLES.contains(&name)
+    LOADER_PREFIXES.iter().any(|p| name.starts_with(p)) || LOADER_VARIABLES.contains(&name)
 }
 
 /// Whether `name` is one graft sets itself and configuration may not.
@@ -82,7 +88,8 @@ pub fn check_env(field: &str, name: &str, value: &str) -> Result<(), InvalidReco
     if is_loader_variable(name) {
         return Err(bad(format!(
             "environment variable {name} is not allowed: graft never sets PATH or variables \
-             that steer the dynamic loader (LD_*, GCONV_PATH, ...)"
+             that steer the dynamic loader or the C library (LD_*, MALLOC_*, GLIBC_TUNABLES, \
+             GCONV_PATH, ...)"
         )));
     }
     if value.contains('\0') {
@@ -131,12 +138,25 @@ mod tests {
             "LD_",
             "PATH",
             "GCONV_PATH",
+            "GLIBC_TUNABLES",
+            "MALLOC_CHECK_",
+            "MALLOC_TOP_PAD_",
+            "MALLOC_PERTURB_",
+            "MALLOC_MMAP_THRESHOLD_",
+            "MALLOC_TRIM_THRESHOLD_",
+            "MALLOC_MMAP_MAX_",
+            "MALLOC_ARENA_MAX",
+            "MALLOC_ARENA_TEST",
+            "MALLOC_TCACHE_COUNT",
+            "MALLOC_TRACE",
         ] {
             let e = check_env("env", n, "x").unwrap_err();
             assert!(e.reason.contains(n), "{e}");
         }
         assert!(check_env("env", "LDAP_URI", "x").is_ok());
         assert!(check_env("env", "MY_PATH", "x").is_ok());
+        assert!(check_env("env", "MY_MALLOC_ARENA_MAX", "x").is_ok());
+        assert!(check_env("env", "GLIBC_TUNABLES_X", "x").is_ok());
     }
 
     #[test]

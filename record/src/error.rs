@@ -21,7 +21,9 @@ pub enum RecordError {
     },
     #[error("record {path} is corrupt: {reason}")]
     Corrupt { path: PathBuf, reason: String },
-    #[error("record {path} has unknown version {version} (this build reads {supported})")]
+    #[error(
+        "record {path} has unknown version {version} (this build reads versions up to {supported})"
+    )]
     UnknownVersion {
         path: PathBuf,
         version: u64,

@@ -1,14 +1,27 @@
-//! The record format, version [`FORMAT_VERSION`]: one JSON document per prepared claim.
+//! The record format: one JSON document per prepared claim.
 //!
 //! A record says which devices the claim holds, what each device puts into a container
-//! (device nodes, mounts, env, hooks), and which containers of which pods receive which
-//! devices. The driver writes it; the NRI plugin reads it. Any change that alters what a
-//! reader must do bumps the version, and readers refuse versions they do not know.
+//! (device nodes, mounts, env, hooks), the environment the claim itself gives, and which
+//! containers of which pods receive which devices. The driver writes it; the NRI plugin
+//! reads it. Any change that alters what a reader must do bumps the version, and readers
+//! refuse versions they do not know.
+//!
+//! Versions ([`OLDEST_RECORD_VERSION`] to [`RECORD_VERSION`]):
+//! - 1: every variable is in a device's edits.
+//! - 2: adds the claim's own `env`, stored once: a container that receives any device of
+//!   the claim receives it, before its devices' variables. A writer uses version 2 only for
+//!   a record that has claim `env`, so a record without it reads the same to a version-1
+//!   reader (one left from before an upgrade, or not yet upgraded).
 
 use serde::{Deserialize, Serialize};
 
-/// Version written into every record and status file by this build.
+/// Version of the status and absent-device files, and of a record that needs nothing
+/// newer.
 pub const FORMAT_VERSION: u32 = 1;
+/// Newest record version this build reads and writes.
+pub const RECORD_VERSION: u32 = 2;
+/// Oldest record version this build reads (written by earlier releases).
+pub const OLDEST_RECORD_VERSION: u32 = 1;
 
 /// One prepared ResourceClaim.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -17,6 +30,10 @@ pub struct ClaimRecord {
     pub claim: ClaimRef,
     /// The devices allocated to this claim on this node, by this driver.
     pub devices: Vec<DeviceRecord>,
+    /// Variables the claim gives every container that receives any of its devices, stored
+    /// once rather than in each device's edits (version 2).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub env: Vec<EnvVar>,
     /// The pods that hold the claim (its `status.reservedFor`) and what each container gets.
     #[serde(default)]
     pub pods: Vec<PodRecord>,
@@ -201,6 +218,25 @@ impl ClaimRecord {
             .iter()
             .filter(|d| ctr.devices.iter().any(|n| n == &d.name))
             .collect()
+    }
+
+    /// The claim's own variables for a container of a pod: [`ClaimRecord::env`] when the
+    /// container receives any device of the claim, else nothing.
+    pub fn env_for<'a>(&'a self, pod_uid: &str, container: &str) -> &'a [EnvVar] {
+        if self.env.is_empty() || self.devices_for(pod_uid, container).is_empty() {
+            return &[];
+        }
+        &self.env
+    }
+
+    /// The oldest version that holds everything in this record: what a writer puts in
+    /// `version`.
+    pub fn needed_version(&self) -> u32 {
+        if self.env.is_empty() {
+            OLDEST_RECORD_VERSION
+        } else {
+            RECORD_VERSION
+        }
     }
 
     /// Whether the record lists this pod at all.

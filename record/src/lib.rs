@@ -3,8 +3,9 @@
 //! `graft-driver` writes a [`ClaimRecord`] per prepared claim into a [`RecordStore`];
 //! `graft-nri` looks records up by pod UID when a container is created and turns them into
 //! OCI spec edits. `graft-nri` publishes its [`NriStatus`] so that the driver refuses to
-//! prepare while no plugin is in place to inject. The format is versioned
-//! ([`FORMAT_VERSION`]); files are replaced atomically and durably.
+//! prepare while no plugin is in place to inject. The formats are versioned (records:
+//! [`OLDEST_RECORD_VERSION`] to [`RECORD_VERSION`]; the other files: [`FORMAT_VERSION`]);
+//! files are replaced atomically and durably.
 
 pub mod absent;
 pub mod atomic;

@@ -13,15 +13,18 @@
 //! which it skips).
 
 use std::fs::{self, DirBuilder, File, OpenOptions};
-use std::io::ErrorKind;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
+use nix::dir::Dir;
+use nix::errno::Errno;
+use nix::fcntl::OFlag;
+use nix::sys::stat::Mode;
 use serde::Deserialize;
 
 use crate::atomic;
 use crate::error::{RecordError, Result};
-use crate::format::{ClaimRecord, FORMAT_VERSION};
+use crate::format::{ClaimRecord, OLDEST_RECORD_VERSION, RECORD_VERSION};
 use crate::read::list_names;
 use crate::validate::{check_id, validate_record};
 
@@ -68,6 +71,17 @@ impl RecordStore {
             path: self.claim_path(&rec.claim.uid),
             reason: format!("cannot encode: {e}"),
         })?;
+        if data.len() as u64 > crate::read::SMALL_FILE_CAP {
+            // Readers refuse a record this large; writing it would only fail the pod later.
+            return Err(RecordError::Corrupt {
+                path: self.claim_path(&rec.claim.uid),
+                reason: format!(
+                    "the record would be {} bytes, more than readers accept ({})",
+                    data.len(),
+                    crate::read::SMALL_FILE_CAP
+                ),
+            });
+        }
         let _lock = self.writer_lock()?;
         let previous = self.get_claim(&rec.claim.uid);
 
@@ -167,16 +181,24 @@ impl RecordStore {
             return Ok(Vec::new());
         }
         let dir = self.pods.join(pod_uid);
-        let names = match fs::read_dir(&dir) {
-            Ok(rd) => rd,
-            Err(e) if e.kind() == ErrorKind::NotFound => return Ok(Vec::new()),
-            Err(e) => return Err(RecordError::io("read dir", dir, e)),
+        // Never through a symlink: the index is read as the records are.
+        let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+        let names = match Dir::open(&dir, flags, Mode::empty()) {
+            Ok(d) => d,
+            Err(Errno::ENOENT) => return Ok(Vec::new()),
+            Err(Errno::ELOOP | Errno::ENOTDIR) => {
+                return Err(RecordError::io(
+                    "read dir",
+                    dir,
+                    std::io::Error::other("is a symlink or not a directory"),
+                ))
+            }
+            Err(e) => return Err(RecordError::io("read dir", dir, e.into())),
         };
         let mut out = Vec::new();
         for entry in names {
-            let entry = entry.map_err(|e| RecordError::io("read dir", &dir, e))?;
-            let name = entry.file_name();
-            let Some(claim_uid) = name.to_str() else {
+            let entry = entry.map_err(|e| RecordError::io("read dir", &dir, e.into()))?;
+            let Ok(claim_uid) = entry.file_name().to_str() else {
                 continue;
             };
             if claim_uid.starts_with('.') {
@@ -251,14 +273,15 @@ impl RecordStore {
     }
 }
 
-/// Reads and checks one record file. `Ok(None)` when it does not exist.
+/// Reads and checks one record file. `Ok(None)` when it does not exist. Read as one
+/// trusting nothing there would ([`crate::read::read_state_file`]): never through a
+/// symlink, only a regular file (a FIFO is refused, never waited on), at most
+/// [`crate::read::SMALL_FILE_CAP`] bytes.
 pub(crate) fn read_record(path: &Path) -> Result<Option<ClaimRecord>> {
-    let data = match fs::read(path) {
-        Ok(d) => d,
-        Err(e) if e.kind() == ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(RecordError::io("read", path, e)),
-    };
-    parse_stored(path, &data).map(Some)
+    match crate::read::read_state_file(path, crate::read::SMALL_FILE_CAP)? {
+        Some(data) => parse_stored(path, &data).map(Some),
+        None => Ok(None),
+    }
 }
 
 /// Reads claim `uid`'s record below state directory `root` without writing anything, as
@@ -268,11 +291,7 @@ pub fn read_claim_file(root: &Path, uid: &str) -> Result<Option<ClaimRecord>> {
         claim: uid.to_string(),
         source,
     })?;
-    let path = root.join("claims").join(format!("{uid}.json"));
-    match crate::read::read_state_file(&path, crate::read::SMALL_FILE_CAP)? {
-        Some(data) => parse_stored(&path, &data).map(Some),
-        None => Ok(None),
-    }
+    read_record(&root.join("claims").join(format!("{uid}.json")))
 }
 
 /// UIDs of the claim records below state directory `root`, sorted, without writing.
@@ -307,6 +326,13 @@ fn parse_stored(path: &Path, data: &[u8]) -> Result<ClaimRecord> {
     Ok(rec)
 }
 
+/// Whether this build reads records of version `v`: every version from the oldest a
+/// release wrote, so that records left by the previous release still work after an
+/// upgrade.
+fn known_version(v: u64) -> bool {
+    (u64::from(OLDEST_RECORD_VERSION)..=u64::from(RECORD_VERSION)).contains(&v)
+}
+
 /// Parses record bytes, telling a record of another version apart from a corrupt one.
 pub fn parse_record(path: &Path, data: &[u8]) -> Result<ClaimRecord> {
     #[derive(Deserialize)]
@@ -319,11 +345,11 @@ pub fn parse_record(path: &Path, data: &[u8]) -> Result<ClaimRecord> {
             // Only on failure: a record of a newer shape is reported as such.
             if let Ok(VersionOnly { version: Some(v) }) = serde_json::from_slice(data) {
                 if let Some(n) = v.as_u64() {
-                    if n != FORMAT_VERSION as u64 {
+                    if !known_version(n) {
                         return Err(RecordError::UnknownVersion {
                             path: path.to_path_buf(),
                             version: n,
-                            supported: FORMAT_VERSION,
+                            supported: RECORD_VERSION,
                         });
                     }
                 }
@@ -334,11 +360,11 @@ pub fn parse_record(path: &Path, data: &[u8]) -> Result<ClaimRecord> {
             });
         }
     };
-    if rec.version != FORMAT_VERSION {
+    if !known_version(rec.version.into()) {
         return Err(RecordError::UnknownVersion {
             path: path.to_path_buf(),
             version: rec.version as u64,
-            supported: FORMAT_VERSION,
+            supported: RECORD_VERSION,
         });
     }
     validate_record(&rec).map_err(|source| RecordError::Invalid {

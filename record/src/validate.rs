@@ -5,23 +5,43 @@ use std::collections::HashSet;
 
 use crate::env::check_env;
 use crate::error::InvalidRecord;
-use crate::format::{ClaimRecord, ContainerEdits, FORMAT_VERSION};
+use crate::format::{ClaimRecord, ContainerEdits, OLDEST_RECORD_VERSION, RECORD_VERSION};
 use crate::paths::is_clean_absolute as is_clean_abs;
 
 /// Validates a whole claim record.
 pub fn validate_record(rec: &ClaimRecord) -> Result<(), InvalidRecord> {
     let bad = |field: String, reason: String| InvalidRecord { field, reason };
 
-    if rec.version != FORMAT_VERSION {
+    if !(OLDEST_RECORD_VERSION..=RECORD_VERSION).contains(&rec.version) {
         return Err(bad(
             "version".into(),
             format!(
-                "unknown record version {} (this build reads {FORMAT_VERSION})",
+                "unknown record version {} (this build reads {OLDEST_RECORD_VERSION} to \
+                 {RECORD_VERSION})",
                 rec.version
             ),
         ));
     }
     check_id("claim.uid", &rec.claim.uid)?;
+    if rec.version < 2 && !rec.env.is_empty() {
+        return Err(bad(
+            "env".into(),
+            format!(
+                "a claim's own env needs record version 2, not {}",
+                rec.version
+            ),
+        ));
+    }
+    let mut claim_env = HashSet::new();
+    for (i, e) in rec.env.iter().enumerate() {
+        check_env(&format!("env[{i}]"), &e.name, &e.value)?;
+        if !claim_env.insert(e.name.as_str()) {
+            return Err(bad(
+                format!("env[{i}].name"),
+                format!("duplicate variable {}", e.name),
+            ));
+        }
+    }
 
     let mut names = HashSet::new();
     for (i, dev) in rec.devices.iter().enumerate() {
@@ -36,6 +56,15 @@ pub fn validate_record(rec: &ClaimRecord) -> Result<(), InvalidRecord> {
             ));
         }
         validate_edits(&format!("{at}({}).edits", dev.name), &dev.edits)?;
+        // One place per variable: a claim's and a device's would leave the value unclear.
+        if let Some((j, e)) =
+            (dev.edits.env.iter().enumerate()).find(|(_, e)| claim_env.contains(e.name.as_str()))
+        {
+            return Err(bad(
+                format!("{at}({}).edits.env[{j}].name", dev.name),
+                format!("{} is set both by the claim and by the device", e.name),
+            ));
+        }
     }
 
     // Container labels are built only on error: a pod may list many containers, and

@@ -7,8 +7,16 @@ use graft_record::*;
 const POD: &str = "5e0c9a8b-1d2f-4e3a-8b7c-6d5e4f3a2b10";
 
 fn fixture() -> Vec<u8> {
-    std::fs::read(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/claim-v1.json"))
-        .expect("fixture")
+    fixture_named("claim-v1.json")
+}
+
+fn fixture_named(name: &str) -> Vec<u8> {
+    std::fs::read(
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures")
+            .join(name),
+    )
+    .expect("fixture")
 }
 
 /// (pod uid, [(container, [device])]).
@@ -45,6 +53,7 @@ fn record(claim_uid: &str, pods: &[PodSpec]) -> ClaimRecord {
                 ..Default::default()
             },
         }],
+        env: Vec::new(),
         pods: pods
             .iter()
             .map(|(uid, ctrs)| PodRecord {
@@ -109,13 +118,61 @@ fn unknown_fields_of_v1_are_ignored() {
     parse_record(Path::new("x"), &serde_json::to_vec(&v).unwrap()).unwrap();
 }
 
+/// Version 2: the claim's own env, stored once, reaches every container that receives any
+/// of its devices, before their devices' variables; a container that receives none of the
+/// claim's devices gets none of it.
+#[test]
+fn v2_fixture_gives_the_claims_env_once_per_container() {
+    let data = fixture_named("claim-v2.json");
+    let rec = parse_record(Path::new("fixture"), &data).expect("v2 fixture must parse");
+    assert_eq!(rec.version, 2);
+    assert_eq!(rec.needed_version(), 2);
+    let names: Vec<_> = rec
+        .env_for(POD, "app")
+        .iter()
+        .map(|e| e.name.as_str())
+        .collect();
+    assert_eq!(names, ["LICENSE_SERVER", "SEAT_POOL"]);
+    assert!(rec.env_for(POD, "helper").is_empty());
+    assert!(rec.env_for("other-pod", "app").is_empty());
+    // Written back, it is the same record.
+    let again = serde_json::to_vec_pretty(&rec).unwrap();
+    assert_eq!(parse_record(Path::new("x"), &again).unwrap(), rec);
+    // The v1 fixture needs nothing newer, so a writer keeps it at version 1.
+    let v1 = parse_record(Path::new("fixture"), &fixture()).unwrap();
+    assert!(v1.env.is_empty());
+    assert_eq!(v1.needed_version(), 1);
+}
+
+/// A claim's env in a version-1 record, or a variable set both by the claim and by one of
+/// its devices, is refused by name.
+#[test]
+fn claim_env_is_refused_where_its_meaning_would_be_unclear() {
+    let mut v: serde_json::Value = serde_json::from_slice(&fixture_named("claim-v2.json")).unwrap();
+    v["version"] = 1.into();
+    let err = parse_record(Path::new("x"), &serde_json::to_vec(&v).unwrap()).unwrap_err();
+    assert!(err.to_string().contains("needs record version 2"), "{err}");
+    let mut v: serde_json::Value = serde_json::from_slice(&fixture_named("claim-v2.json")).unwrap();
+    v["env"][0]["name"] = "SEAT".into();
+    let err = parse_record(Path::new("x"), &serde_json::to_vec(&v).unwrap()).unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("both by the claim and by the device"),
+        "{err}"
+    );
+    let mut v: serde_json::Value = serde_json::from_slice(&fixture_named("claim-v2.json")).unwrap();
+    v["env"][0]["name"] = "LD_PRELOAD".into();
+    let err = parse_record(Path::new("x"), &serde_json::to_vec(&v).unwrap()).unwrap_err();
+    assert!(err.to_string().contains("LD_PRELOAD"), "{err}");
+}
+
 #[test]
 fn unknown_version_is_refused_by_name() {
     let mut v: serde_json::Value = serde_json::from_slice(&fixture()).unwrap();
-    v["version"] = 2.into();
+    v["version"] = 3.into();
     let err = parse_record(Path::new("x"), &serde_json::to_vec(&v).unwrap()).unwrap_err();
     assert!(
-        matches!(err, RecordError::UnknownVersion { version: 2, .. }),
+        matches!(err, RecordError::UnknownVersion { version: 3, .. }),
         "{err}"
     );
     // Even when the newer shape does not parse as v1.
@@ -280,6 +337,45 @@ fn store_refuses_invalid_records_and_fails_closed_on_corruption() {
         .unwrap();
     assert!(store.pod_claims("p1").unwrap().is_empty());
     assert_eq!(store.pod_claims("p3").unwrap().len(), 1);
+}
+
+/// Planted at a record's name: a FIFO (refused at once, never waited on), a symlink to a
+/// valid record, a file over the cap. Each fails its pod closed, naming the file and why.
+#[test]
+fn records_are_read_without_blocking_following_or_unbounded_size() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = RecordStore::open(dir.path()).unwrap();
+    let good = record("c9", &[("p9", &[("a", &["d0"])])]);
+    store.put_claim(&good).unwrap();
+    let plant = |uid: &str, how: &dyn Fn(&Path)| {
+        std::fs::create_dir_all(dir.path().join(format!("pods/{uid}"))).unwrap();
+        std::fs::write(dir.path().join(format!("pods/{uid}/{uid}")), b"").unwrap();
+        how(&dir.path().join(format!("claims/{uid}.json")));
+    };
+    plant("fifo", &|p| {
+        nix::unistd::mkfifo(p, nix::sys::stat::Mode::S_IRUSR).unwrap()
+    });
+    let target = dir.path().join("claims/c9.json");
+    plant("link", &|p| std::os::unix::fs::symlink(&target, p).unwrap());
+    plant("big", &|p| {
+        std::fs::write(p, vec![b' '; (read::SMALL_FILE_CAP + 1) as usize]).unwrap()
+    });
+    // The pod index is not followed through a symlink either.
+    std::os::unix::fs::symlink(dir.path().join("pods/p9"), dir.path().join("pods/linked")).unwrap();
+    let e = store.pod_claims("linked").unwrap_err().to_string();
+    assert!(e.contains("linked") && e.contains("symlink"), "{e}");
+    let started = std::time::Instant::now();
+    for (uid, why) in [
+        ("fifo", "not a regular file"),
+        ("link", "symlink"),
+        ("big", "larger than"),
+    ] {
+        let e = store.pod_claims(uid).unwrap_err().to_string();
+        assert!(e.contains(&format!("{uid}.json")) && e.contains(why), "{e}");
+        assert!(store.get_claim(uid).is_err());
+    }
+    assert!(started.elapsed() < std::time::Duration::from_secs(5));
+    assert_eq!(store.pod_claims("p9").unwrap(), vec![good]);
 }
 
 #[test]

@@ -434,13 +434,14 @@ fn record() -> impl Strategy<Value = ClaimRecord> {
             containers,
         });
     (
-        prop_oneof![10 => Just(FORMAT_VERSION), 1 => any::<u32>()],
+        prop_oneof![10 => Just(FORMAT_VERSION), 5 => Just(RECORD_VERSION), 1 => any::<u32>()],
         (id(), "[a-z]{0,8}", "[a-z0-9-]{0,12}"),
         prop::collection::vec(device, 0..4),
         prop::collection::vec(pod, 0..3),
+        prop::collection::vec(env_var(), 0..2),
     )
         .prop_map(
-            |(version, (uid, namespace, name), devices, pods)| ClaimRecord {
+            |(version, (uid, namespace, name), devices, pods, env)| ClaimRecord {
                 version,
                 claim: ClaimRef {
                     uid,
@@ -448,6 +449,7 @@ fn record() -> impl Strategy<Value = ClaimRecord> {
                     name,
                 },
                 devices,
+                env,
                 pods,
             },
         )
@@ -460,7 +462,7 @@ fn record() -> impl Strategy<Value = ClaimRecord> {
 fn check_parse(data: &[u8]) -> Result<Option<ClaimRecord>, TestCaseError> {
     match parse_record(Path::new("claims/x.json"), data) {
         Ok(rec) => {
-            prop_assert_eq!(rec.version, FORMAT_VERSION);
+            prop_assert!((OLDEST_RECORD_VERSION..=RECORD_VERSION).contains(&rec.version));
             prop_assert!(validate_record(&rec).is_ok(), "parsed but invalid: {rec:?}");
             for bytes in [
                 serde_json::to_vec(&rec).unwrap(),
@@ -538,7 +540,7 @@ proptest! {
             (Ok(()), Ok(r)) => prop_assert_eq!(r, &rec),
             (Err(_), Err(RecordError::Invalid { .. })) => {}
             (Err(_), Err(RecordError::UnknownVersion { version, .. })) => {
-                prop_assert_ne!(rec.version, FORMAT_VERSION);
+                prop_assert!(!(OLDEST_RECORD_VERSION..=RECORD_VERSION).contains(&rec.version));
                 prop_assert_eq!(*version, rec.version as u64);
             }
             _ => prop_assert!(false, "validate {valid:?} but parse {parsed:?}"),

@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use graft_record::{ClaimRecord, ClaimRef, ContainerEdits, DeviceRecord, EnvVar, FORMAT_VERSION};
+use graft_record::{ClaimRecord, ClaimRef, ContainerEdits, DeviceRecord, EnvVar};
 
 use super::checkpoint::{ClaimEntry, ClaimState, PreparedDevice, Txn};
 use super::input::{ClaimError, ClaimInput};
@@ -113,6 +113,8 @@ impl Core {
         // One per distinct device, requests merged.
         let mut planned: Vec<PreparedDevice> = Vec::new();
         let mut records: Vec<DeviceRecord> = Vec::new();
+        // The variables each record's configuration adds, in `records` order.
+        let mut config_env: Vec<Vec<EnvVar>> = Vec::new();
         for r in &input.results {
             let base = base_request(&r.request).to_string();
             if r.pool != self.node_name {
@@ -159,12 +161,13 @@ impl Core {
                     device: r.device.clone(),
                 });
             }
-            let edits =
+            let (edits, env) =
                 apply_config(dev, config.as_ref()).map_err(|reason| ClaimError::Configure {
                     request: r.request.clone(),
                     device: r.device.clone(),
                     reason,
                 })?;
+            config_env.push(env);
             records.push(DeviceRecord {
                 name: r.device.clone(),
                 pool: r.pool.clone(),
@@ -222,16 +225,19 @@ impl Core {
             name: id.name.clone(),
             devices: planned,
         };
-        let record = ClaimRecord {
-            version: FORMAT_VERSION,
+        let env = share_config_env(&mut records, config_env);
+        let mut record = ClaimRecord {
+            version: 0,
             claim: ClaimRef {
                 uid: id.uid.clone(),
                 namespace: id.namespace.clone(),
                 name: id.name.clone(),
             },
             devices: records,
+            env,
             pods: Vec::new(),
         };
+        record.version = record.needed_version();
         Ok(Planned::New(Box::new(Plan {
             uid: id.uid.clone(),
             entry,
@@ -316,17 +322,42 @@ impl Contested {
     }
 }
 
-/// The device's edits with the claim's configuration on top. Configuration may add
-/// environment variables but not replace one the device itself sets (its path variable, or
-/// graft's own), and may add the device's optional edits it names (NVIDIA driver
-/// capabilities).
+/// Splits the configuration's variables of each device (`config_env`, in `records` order)
+/// into those every device has with the same value, returned to be stored once as the
+/// claim's own, and the rest, added to their device's edits. A container receives the
+/// claim's own with any of its devices, so either way it gets the same variables.
+fn share_config_env(records: &mut [DeviceRecord], config_env: Vec<Vec<EnvVar>>) -> Vec<EnvVar> {
+    let shared: Vec<EnvVar> = match config_env.split_first() {
+        Some((first, rest)) => first
+            .iter()
+            .filter(|v| rest.iter().all(|r| r.contains(v)))
+            .cloned()
+            .collect(),
+        None => Vec::new(),
+    };
+    for (rec, env) in records.iter_mut().zip(config_env) {
+        rec.edits
+            .env
+            .extend(env.into_iter().filter(|v| !shared.contains(v)));
+    }
+    shared
+}
+
+/// The device's edits with the claim's configuration on top, and the variables the
+/// configuration adds (kept apart: [`share_config_env`] places them). Configuration may
+/// add environment variables but not replace one the device itself sets (its path
+/// variable, or graft's own), and may add the device's optional edits it names (NVIDIA
+/// driver capabilities).
 fn apply_config(
     dev: &Device,
     config: Option<&opaque::DeviceConfig>,
-) -> Result<ContainerEdits, String> {
+) -> Result<(ContainerEdits, Vec<EnvVar>), String> {
     let base = &dev.edits;
     let mut edits = base.clone();
-    let Some(c) = config else { return Ok(edits) };
+    let mut env = Vec::new();
+    let Some(c) = config else {
+        return Ok((edits, env));
+    };
     for n in &mut edits.device_nodes {
         if c.file_mode.is_some() {
             n.file_mode = c.file_mode;
@@ -345,7 +376,7 @@ fn apply_config(
                  overridden"
             ));
         }
-        edits.env.push(EnvVar {
+        env.push(EnvVar {
             name: name.clone(),
             value: value.clone(),
         });
@@ -371,5 +402,5 @@ fn apply_config(
             }
         }
     }
-    Ok(edits)
+    Ok((edits, env))
 }

@@ -69,6 +69,7 @@ mod tests {
                     requests: vec!["dev".into()],
                     edits: Default::default(),
                 }],
+                env: Vec::new(),
                 pods: vec![],
             })
             .unwrap();

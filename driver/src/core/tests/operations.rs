@@ -203,3 +203,53 @@ fn sharing_a_gpu_sets_its_time_slice_once_per_claim_and_both_get_it() {
         "setups of one device never overlap"
     );
 }
+
+/// Configuration every device of the claim gets is stored once, as the claim's own env
+/// (record version 2); configuration for some requests only stays with those devices.
+#[test]
+fn a_claims_shared_configuration_env_is_stored_once() {
+    let node = Node::new();
+    let core = node.start();
+    let mut c = claim("a", &["fuse", "vfio-0"]);
+    c.results[1].request = "other".into();
+    let config = |requests: serde_json::Value, env: serde_json::Value| {
+        serde_json::from_value(serde_json::json!({
+            "source": "FromClaim", "requests": requests,
+            "opaque": {"driver": "graft.dev", "parameters": {
+                "apiVersion": "graft.dev/v1alpha1", "kind": "DeviceConfig", "env": env}}
+        }))
+        .unwrap()
+    };
+    c.configs = vec![
+        config(
+            serde_json::json!(["r"]),
+            serde_json::json!({"PROXY": "p", "ONLY_R": "1"}),
+        ),
+        config(
+            serde_json::json!(["other"]),
+            serde_json::json!({"PROXY": "p"}),
+        ),
+    ];
+    c.pods[0].containers[0].requests = vec![Some("r".into()), Some("other".into())];
+    let out = prepare(&core, vec![c]);
+    assert!(out["a"].is_ok(), "{out:?}");
+    let rec = core.record("a").unwrap().unwrap();
+    assert_eq!(rec.version, 2);
+    let names = |env: &[graft_record::EnvVar]| -> Vec<String> {
+        env.iter()
+            .map(|v| format!("{}={}", v.name, v.value))
+            .collect()
+    };
+    assert_eq!(names(&rec.env), ["PROXY=p"]);
+    let fuse = rec.devices.iter().find(|d| d.name == "fuse").unwrap();
+    assert!(names(&fuse.edits.env).contains(&"ONLY_R=1".to_string()));
+    assert!(!names(&fuse.edits.env).contains(&"PROXY=p".to_string()));
+    let vfio = rec.devices.iter().find(|d| d.name == "vfio-0").unwrap();
+    assert!(!names(&vfio.edits.env).contains(&"PROXY=p".to_string()));
+
+    // Without configuration the record stays at version 1, as earlier releases wrote it.
+    assert!(unprepare(&core, &["a"])["a"].is_ok());
+    prepare(&core, vec![claim("b", &["fuse"])]);
+    let rec = core.record("b").unwrap().unwrap();
+    assert_eq!((rec.version, rec.env.len()), (1, 0));
+}

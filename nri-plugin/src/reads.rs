@@ -1,0 +1,231 @@
+//! CreateContainer's record reads: on a blocking thread, with a deadline, and bounded.
+//!
+//! A read that cannot finish (a record on a stuck filesystem) keeps its blocking thread
+//! however the caller gives up on it. Each one still running past its deadline is counted,
+//! per pod and in all: while one pod has [`MAX_OVERDUE_PER_POD`] overdue reads, that pod's
+//! next containers are refused without starting another, and while [`MAX_OVERDUE`] are
+//! overdue node-wide, every read is refused. So retries of one broken record never use up
+//! the runtime's blocking pool, which the other pods' reads need.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::task::JoinError;
+
+use crate::guard::{effective_deadline, DEFAULT_DEADLINE};
+
+/// Reads past their deadline, node-wide, beyond which no new read starts.
+pub const MAX_OVERDUE: usize = 32;
+/// Reads past their deadline for one pod, beyond which none starts for that pod.
+pub const MAX_OVERDUE_PER_POD: usize = 4;
+
+#[derive(Debug, Default)]
+struct Counts {
+    by_pod: HashMap<String, usize>,
+    total: usize,
+}
+
+/// The overdue reads of this graft-nri, and how long a read may take.
+#[derive(Debug, Clone)]
+pub struct Reads {
+    overdue: Arc<Mutex<Counts>>,
+    /// The CreateContainer deadline asked for, and the one in force once the runtime said
+    /// its own timeout (milliseconds; 0 until then).
+    wanted: Duration,
+    in_force_ms: Arc<AtomicU64>,
+}
+
+impl Default for Reads {
+    fn default() -> Self {
+        Reads::new(DEFAULT_DEADLINE)
+    }
+}
+
+/// Why a read was not waited for.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ReadError {
+    #[error(
+        "graft-nri could not read and check this pod's graft records within its deadline of \
+         {0:?} (is the state directory on a stuck filesystem?)"
+    )]
+    TimedOut(Duration),
+    #[error(
+        "earlier reads of this pod's graft records have not returned; refused without \
+         starting another"
+    )]
+    PodOverdue,
+    #[error(
+        "{0} reads of graft records have not returned (is the state directory on a stuck \
+         filesystem?); refused without starting another"
+    )]
+    NodeOverdue(usize),
+}
+
+/// One read's progress, shared by the reader thread and the waiter.
+#[derive(Debug, Default)]
+struct Progress {
+    done: bool,
+    overdue: bool,
+}
+
+impl Reads {
+    /// Reads for a plugin whose CreateContainer handlers must answer within `deadline`.
+    pub fn new(deadline: Duration) -> Self {
+        Reads {
+            overdue: Arc::default(),
+            wanted: deadline,
+            in_force_ms: Arc::default(),
+        }
+    }
+
+    /// The runtime's request timeout (Configure), which may lower the deadline.
+    pub fn configured(&self, request_timeout_ms: i64) {
+        let d = effective_deadline(self.wanted, request_timeout_ms);
+        self.in_force_ms
+            .store(d.as_millis().max(1) as u64, Ordering::Relaxed);
+    }
+
+    /// How long a CreateContainer waits for its records: three quarters of the handler
+    /// deadline, so that a read that hangs is refused with its own reason.
+    pub fn limit(&self) -> Duration {
+        let d = match self.in_force_ms.load(Ordering::Relaxed) {
+            0 => self.wanted,
+            ms => Duration::from_millis(ms),
+        };
+        d * 3 / 4
+    }
+
+    fn counts(&self) -> std::sync::MutexGuard<'_, Counts> {
+        self.overdue.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Reads still running past their deadline, node-wide.
+    pub fn overdue(&self) -> usize {
+        self.counts().total
+    }
+
+    /// Runs `read` for pod `pod_uid` on a blocking thread and waits at most `limit`.
+    pub async fn run<T: Send + 'static>(
+        &self,
+        pod_uid: &str,
+        limit: Duration,
+        read: impl FnOnce() -> T + Send + 'static,
+    ) -> Result<Result<T, JoinError>, ReadError> {
+        {
+            let c = self.counts();
+            if c.total >= MAX_OVERDUE {
+                return Err(ReadError::NodeOverdue(c.total));
+            }
+            if c.by_pod
+                .get(pod_uid)
+                .is_some_and(|n| *n >= MAX_OVERDUE_PER_POD)
+            {
+                return Err(ReadError::PodOverdue);
+            }
+        }
+        let progress = Arc::new(Mutex::new(Progress::default()));
+        let (mine, reads, pod) = (progress.clone(), self.clone(), pod_uid.to_string());
+        let task = tokio::task::spawn_blocking(move || {
+            let out = read();
+            // Lock order everywhere: the read's progress, then the counts.
+            let mut p = mine.lock().unwrap_or_else(|p| p.into_inner());
+            p.done = true;
+            if p.overdue {
+                let mut c = reads.counts();
+                c.total = c.total.saturating_sub(1);
+                if let Some(n) = c.by_pod.get_mut(&pod) {
+                    *n -= 1;
+                    if *n == 0 {
+                        c.by_pod.remove(&pod);
+                    }
+                }
+            }
+            out
+        });
+        match tokio::time::timeout(limit, task).await {
+            Ok(r) => Ok(r),
+            Err(_) => {
+                let mut p = progress.lock().unwrap_or_else(|p| p.into_inner());
+                if !p.done {
+                    p.overdue = true;
+                    let mut c = self.counts();
+                    c.total += 1;
+                    *c.by_pod.entry(pod_uid.to_string()).or_default() += 1;
+                }
+                Err(ReadError::TimedOut(limit))
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::mpsc;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_hung_read_refuses_its_pod_only_and_is_not_retried() {
+        let reads = Reads::default();
+        let (release, hang) = mpsc::channel::<()>();
+        let hang = Arc::new(Mutex::new(hang));
+        let ms = Duration::from_millis(50);
+        for _ in 0..MAX_OVERDUE_PER_POD {
+            let h = hang.clone();
+            let e = reads
+                .run("p", ms, move || h.lock().unwrap().recv().ok())
+                .await
+                .unwrap_err();
+            assert_eq!(e, ReadError::TimedOut(ms));
+        }
+        assert_eq!(reads.overdue(), MAX_OVERDUE_PER_POD);
+        assert_eq!(
+            reads.run("p", ms, || ()).await.unwrap_err(),
+            ReadError::PodOverdue
+        );
+        assert_eq!(reads.run("q", ms, || 7).await.unwrap().unwrap(), 7);
+        drop(release);
+        for _ in 0..100 {
+            if reads.overdue() == 0 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(reads.overdue(), 0);
+        assert!(reads.run("p", ms, || ()).await.is_ok());
+    }
+
+    #[test]
+    fn the_limit_follows_the_deadline_in_force() {
+        let reads = Reads::new(Duration::from_secs(1));
+        assert_eq!(reads.limit(), Duration::from_millis(750));
+        // A runtime timeout of 1 s lowers the deadline to 500 ms.
+        reads.configured(1000);
+        assert_eq!(reads.limit(), Duration::from_millis(375));
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn too_many_hung_reads_stop_all_new_ones() {
+        let reads = Reads::default();
+        let (release, hang) = mpsc::channel::<()>();
+        let hang = Arc::new(Mutex::new(hang));
+        for i in 0..MAX_OVERDUE {
+            let h = hang.clone();
+            let r = reads
+                .run(&format!("p{i}"), Duration::from_millis(5), move || {
+                    h.lock().unwrap().recv().ok()
+                })
+                .await;
+            assert!(matches!(r, Err(ReadError::TimedOut(_))));
+        }
+        assert_eq!(
+            reads
+                .run("other", Duration::from_secs(1), || ())
+                .await
+                .unwrap_err(),
+            ReadError::NodeOverdue(MAX_OVERDUE)
+        );
+        drop(release);
+    }
+}
