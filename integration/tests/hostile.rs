@@ -35,7 +35,13 @@ fn scratch(name: &str) -> anyhow::Result<Scratch> {
 fn fake_gpu(dir: &Path) -> anyhow::Result<(Device, FakeNode, String)> {
     let node = FakeNode::create(&dir.join("node"))?;
     let hook = static_hook()?.to_string_lossy().into_owned();
-    let devices = common::discovery(&node, common::as_driver_root(&node), 0, &hook)?.discover()?;
+    let devices = common::discovery_in(
+        &node,
+        common::as_driver_root(&node),
+        &hook,
+        &dir.join("state"),
+    )?
+    .discover()?;
     let gpu = devices
         .into_iter()
         .find(|d| d.name == "gpu-2")

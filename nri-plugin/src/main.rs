@@ -46,6 +46,10 @@ struct Args {
     /// mounted (with `/`, only the driver's directories; see README).
     #[arg(long, env = "GRAFT_NVIDIA_DRIVER_ROOT")]
     nvidia_driver_root: Option<PathBuf>,
+    /// The host ldconfig graft-hook may run (graft-driver's `--nvidia-ldconfig`); by
+    /// default picked as graft-driver picks it, below --nvidia-driver-root then on the host.
+    #[arg(long, env = "GRAFT_NVIDIA_LDCONFIG")]
+    nvidia_ldconfig: Option<String>,
     /// More host directories mount sources may come from, comma separated (`/dev` and the
     /// state directory always may).
     #[arg(long, env = "GRAFT_ALLOWED_MOUNT_ROOTS", value_delimiter = ',')]
@@ -90,6 +94,18 @@ struct Args {
     boot_id_path: PathBuf,
 }
 
+/// The ldconfig graft-hook may be given: none without the nvidia backend.
+fn ldconfig(args: &Args) -> Option<String> {
+    if let Some(l) = &args.nvidia_ldconfig {
+        return Some(l.clone());
+    }
+    let root = args.nvidia_driver_root.as_deref()?;
+    let visible = |p: &std::path::Path| args.host_root.join(p.strip_prefix("/").unwrap_or(p));
+    Some(graft_record::policy::default_ldconfig(root, |p| {
+        visible(p).is_file()
+    }))
+}
+
 const DEFAULT_HEALTH_SOCKET: &str = "/run/graft/nri.sock";
 
 fn main() -> anyhow::Result<()> {
@@ -131,10 +147,15 @@ fn main() -> anyhow::Result<()> {
         args.nvidia_driver_root.as_deref(),
         &args.allowed_mount_roots,
     )
+    .and_then(|p| match ldconfig(&args) {
+        Some(l) => p.with_ldconfig(&l),
+        None => Ok(p),
+    })
     .context(
-        "graft-nri's injection policy (--hook-path, --allowed-mount-roots, --nvidia-driver-root)",
+        "graft-nri's injection policy (--hook-path, --allowed-mount-roots, --nvidia-driver-root, \
+         --nvidia-ldconfig)",
     )?;
-    tracing::info!(mount_roots = ?policy.mount_roots(), hook = policy.hook_path(), "injection policy");
+    tracing::info!(mount_roots = ?policy.mount_roots(), hook = policy.hook_path(), ldconfig = ?policy.ldconfig(), "injection policy");
     let boot_id = read_boot_id(&args.boot_id_path)?;
     let metrics_addr = graft_telemetry::parse_addr(&args.metrics_addr)?;
     let metrics = Arc::new(NriMetrics::default());

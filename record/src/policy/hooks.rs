@@ -97,7 +97,10 @@ pub(super) fn check(p: &InjectionPolicy, f: &str, h: &Hook) -> Result<(), Invali
         );
     }
     if h.args.first().map(String::as_str) != Some(HOOK_NAME) {
-        return bad(format!("{f}.args"), format!("argv[0] must be {HOOK_NAME:?}"));
+        return bad(
+            format!("{f}.args"),
+            format!("argv[0] must be {HOOK_NAME:?}"),
+        );
     }
     match h.args.get(1) {
         Some(cmd) if HOOK_SUBCOMMANDS.contains(&cmd.as_str()) => {
@@ -110,7 +113,11 @@ pub(super) fn check(p: &InjectionPolicy, f: &str, h: &Hook) -> Result<(), Invali
             )
         }
     }
-    if h.env.iter().map(String::as_str).ne(HOOK_ENV.iter().copied()) {
+    if h.env
+        .iter()
+        .map(String::as_str)
+        .ne(HOOK_ENV.iter().copied())
+    {
         return bad(
             format!("{f}.env"),
             format!("hook environment must be exactly {HOOK_ENV:?}"),

@@ -65,17 +65,12 @@ const MPS_ENTRIES: &[&str] = &["pipe", "shm"];
 /// Whether `source` (clean absolute, below `state`) is a directory graft serves from its
 /// state directory.
 fn served_from_state(state: &str, source: &str) -> bool {
-    let Some(rest) = source
-        .strip_prefix(state)
-        .and_then(|r| r.strip_prefix('/'))
-    else {
+    let Some(rest) = source.strip_prefix(state).and_then(|r| r.strip_prefix('/')) else {
         return false;
     };
     let parts: Vec<&str> = rest.split('/').collect();
     let uuid_ok = |u: &str| {
-        !u.is_empty()
-            && u.len() <= 128
-            && u.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+        !u.is_empty() && u.len() <= 128 && u.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
     };
     let tenancy_ok = |t: &str| {
         t.strip_prefix("t-")

@@ -46,7 +46,9 @@ fn mounts_inside_the_roots_with_safe_options_pass() {
         .is_ok());
     let mps = "/var/lib/graft/mps/GPU-0a1b/t-3/pipe";
     let rw = ["nosuid", "nodev", "rbind", "rprivate", "noexec"];
-    assert!(p.check_edits("e", &mount(mps, "/tmp/nvidia-mps", &rw)).is_ok());
+    assert!(p
+        .check_edits("e", &mount(mps, "/tmp/nvidia-mps", &rw))
+        .is_ok());
     let shm = "/var/lib/graft/mps/GPU-0a1b/t-3/shm";
     assert!(p.check_edits("e", &mount(shm, "/dev/shm", &rw)).is_ok());
 }
@@ -71,11 +73,26 @@ fn mounts_that_break_a_rule_name_it() {
         (mount("/dev/sda", "/x", &["nosuid", "rbind"]), "outside"),
         (mount("/dev/fuse", "/x", &ro), "outside"),
         // Of the state directory, only an MPS tenancy's pipe and shm.
-        (mount("/var/lib/graft/bin/graft-hook", "/x", &ro), "holds graft-hook"),
-        (mount("/var/lib/graft/claims", "/x", &ro), "not a directory graft serves"),
-        (mount("/var/lib/graft", "/x", &ro), "holds graft's state directory"),
-        (mount("/var/lib/graft/mps/GPU-1/t-1/x", "/x", &ro), "not a directory"),
-        (mount("/var/lib/graft/mps/GPU-1/t-x/shm", "/x", &ro), "not a directory"),
+        (
+            mount("/var/lib/graft/bin/graft-hook", "/x", &ro),
+            "holds graft-hook",
+        ),
+        (
+            mount("/var/lib/graft/claims", "/x", &ro),
+            "not a directory graft serves",
+        ),
+        (
+            mount("/var/lib/graft", "/x", &ro),
+            "holds graft's state directory",
+        ),
+        (
+            mount("/var/lib/graft/mps/GPU-1/t-1/x", "/x", &ro),
+            "not a directory",
+        ),
+        (
+            mount("/var/lib/graft/mps/GPU-1/t-x/shm", "/x", &ro),
+            "not a directory",
+        ),
         (mount("/var/lib/graft/mps/../bin/shm", "/x", &ro), "clean"),
         (mount(LIB, "/dev", &ro), "device directory"),
         (mount(LIB, "/etc/passwd", &ro), "/etc/passwd"),
@@ -85,8 +102,14 @@ fn mounts_that_break_a_rule_name_it() {
         (mount(LIB, "/etc/hostname", &ro), "/etc/hostname"),
         (mount(LIB, "/etc/resolv.conf", &ro), "/etc/resolv.conf"),
         (mount(LIB, "/etc", &ro), "/etc/passwd"),
-        (mount(LIB, "/var/run/secrets/kubernetes.io/serviceaccount", &ro), "credentials"),
-        (mount(LIB, "/run/secrets/kubernetes.io/serviceaccount/token", &ro), "credentials"),
+        (
+            mount(LIB, "/var/run/secrets/kubernetes.io/serviceaccount", &ro),
+            "credentials",
+        ),
+        (
+            mount(LIB, "/run/secrets/kubernetes.io/serviceaccount/token", &ro),
+            "credentials",
+        ),
         (mount(LIB, "/var/run/secrets", &ro), "credentials"),
         (mount(LIB, "/etc/../etc/passwd", &ro), "clean"),
     ];
@@ -151,10 +174,7 @@ fn only_graft_hook_at_its_path_with_the_fixed_env() {
 fn policy_roots_must_be_clean() {
     assert!(InjectionPolicy::new(Path::new("/var/lib/graft"), "rel", &[]).is_err());
     assert!(InjectionPolicy::new(Path::new("/s"), DEFAULT_HOOK_PATH, &["x/..".into()]).is_err());
-    assert_eq!(
-        policy().mount_roots(),
-        ["/run/nvidia/driver"]
-    );
+    assert_eq!(policy().mount_roots(), ["/run/nvidia/driver"]);
 }
 
 #[test]
@@ -196,10 +216,7 @@ fn node_policy_narrows_a_host_driver_root_to_the_driver_directories() {
         &[" /srv/licences".into(), "".into()],
     )
     .unwrap();
-    assert_eq!(
-        none.mount_roots(),
-        ["/srv/licences"]
-    );
+    assert_eq!(none.mount_roots(), ["/srv/licences"]);
 }
 
 #[test]
@@ -270,7 +287,10 @@ fn hook_arguments_are_exactly_what_graft_driver_emits() {
     let mut foreign = with(&[]);
     foreign.hooks[0].args[3] = "/tmp/evil-ldconfig".into();
     let e = p.check_edits("e", &foreign).unwrap_err().to_string();
-    assert!(e.contains("is not the node's ldconfig \"/sbin/ldconfig\""), "{e}");
+    assert!(
+        e.contains("is not the node's ldconfig \"/sbin/ldconfig\""),
+        "{e}"
+    );
     let mut twice = with(&["--ldconfig", "/sbin/ldconfig"]);
     let e = p.check_edits("e", &twice).unwrap_err().to_string();
     assert!(e.contains("given twice"), "{e}");
@@ -286,7 +306,12 @@ fn hook_arguments_are_exactly_what_graft_driver_emits() {
         .check_edits(
             "e",
             &ContainerEdits {
-                hooks: vec![hook(&["graft-hook", "create-symlinks", "--ldconfig", "/sbin/ldconfig"])],
+                hooks: vec![hook(&[
+                    "graft-hook",
+                    "create-symlinks",
+                    "--ldconfig",
+                    "/sbin/ldconfig",
+                ])],
                 ..Default::default()
             },
         )
@@ -301,13 +326,20 @@ fn hook_arguments_are_exactly_what_graft_driver_emits() {
 
 #[test]
 fn the_default_ldconfig_is_the_driver_roots_then_the_hosts() {
-    let have = |list: &'static [&'static str]| move |p: &Path| list.iter().any(|l| Path::new(l) == p);
+    let have =
+        |list: &'static [&'static str]| move |p: &Path| list.iter().any(|l| Path::new(l) == p);
     let root = Path::new("/run/nvidia/driver");
     assert_eq!(
-        default_ldconfig(root, have(&["/run/nvidia/driver/sbin/ldconfig", "/sbin/ldconfig.real"])),
+        default_ldconfig(
+            root,
+            have(&["/run/nvidia/driver/sbin/ldconfig", "/sbin/ldconfig.real"])
+        ),
         "/run/nvidia/driver/sbin/ldconfig"
     );
-    assert_eq!(default_ldconfig(Path::new("/"), have(&["/sbin/ldconfig.real"])), "/sbin/ldconfig.real");
+    assert_eq!(
+        default_ldconfig(Path::new("/"), have(&["/sbin/ldconfig.real"])),
+        "/sbin/ldconfig.real"
+    );
     assert_eq!(default_ldconfig(root, have(&[])), "/sbin/ldconfig");
 }
 
@@ -322,7 +354,9 @@ fn kernel_memory_port_and_log_nodes_are_never_given() {
         }],
         ..Default::default()
     };
-    assert!(p.check_edits("e", &node("/dev/nvidia0", DeviceKind::Char, 195, 0)).is_ok());
+    assert!(p
+        .check_edits("e", &node("/dev/nvidia0", DeviceKind::Char, 195, 0))
+        .is_ok());
     for (edits, want) in [
         (node("/dev/mem", DeviceKind::Char, 1, 1), "/dev/mem"),
         (node("/dev/kmsg", DeviceKind::Char, 1, 11), "/dev/kmsg"),
@@ -330,7 +364,10 @@ fn kernel_memory_port_and_log_nodes_are_never_given() {
         // A harmless name does not make the kernel's memory harmless.
         (node("/dev/nvidia0", DeviceKind::Char, 1, 1), "char 1:1"),
         (node("/dev/nvidia0", DeviceKind::Char, 1, 2), "kmem"),
-        (node("/dev/../etc/x", DeviceKind::Char, 10, 229), "below /dev"),
+        (
+            node("/dev/../etc/x", DeviceKind::Char, 10, 229),
+            "below /dev",
+        ),
         (node("/etc/x", DeviceKind::Char, 10, 229), "below /dev"),
     ] {
         let e = p.check_edits("d", &edits).unwrap_err();
