@@ -14,6 +14,7 @@
 pub mod hooks;
 pub mod mounts;
 pub mod nodes;
+pub mod published;
 
 use std::path::Path;
 
