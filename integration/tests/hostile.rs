@@ -432,8 +432,9 @@ async fn ld_preload_in_an_image_never_reaches_a_hook() -> anyhow::Result<()> {
     decoy.assert_unchanged(&before, "runc bundles")?;
 
     // Through containerd and graft-nri, on both runcs: the container runs, nothing loads it.
-    let (gpu, fake, hook) = fake_gpu(&dir)?;
     for (label, runc_dir) in [("runc-1.2.7", &tb.old_runc_dir), ("runc", &tb.runc_dir)] {
+        // Each node its own state directory, where graft-hook's params copies go.
+        let (gpu, fake, hook) = fake_gpu(&dir.join(label))?;
         let n = node(&dir.join(label), runc_dir, &fake, &hook).await?;
         let reference = n.import("preload", &root)?;
         let outcome = n
