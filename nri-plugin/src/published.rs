@@ -74,3 +74,73 @@ pub fn check(
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use graft_record::devices::{write_snapshot, NodeId, PublishedDevice, DEVICES_VERSION};
+    use graft_record::DeviceNode;
+
+    fn record(path: &str, major: i64, minor: i64) -> ClaimRecord {
+        serde_json::from_value(serde_json::json!({
+            "version": graft_record::FORMAT_VERSION,
+            "claim": {"uid": "u1", "namespace": "ns", "name": "c"},
+            "devices": [{"name": "gpu-0", "edits": {"device_nodes": [
+                {"path": path, "type": "c", "major": major, "minor": minor}
+            ]}}],
+            "pods": [{"uid": "p", "containers": [{"name": "app", "devices": ["gpu-0"]}]}]
+        }))
+        .unwrap()
+    }
+
+    fn publish(dir: &Path, nodes: &[DeviceNode]) {
+        let snap = DeviceSnapshot {
+            version: DEVICES_VERSION,
+            driver: "graft.dev".into(),
+            node: "n".into(),
+            driver_version: "0".into(),
+            pid: 1,
+            updated_ms: 0,
+            devices: vec![PublishedDevice {
+                name: "gpu-0".into(),
+                pool: "n".into(),
+                kind: "gpu".into(),
+                attributes: Default::default(),
+                device_nodes: Vec::new(),
+                nodes: nodes.iter().map(NodeId::of).collect(),
+                shared: false,
+                health: None,
+            }],
+            unpublished: Default::default(),
+        };
+        write_snapshot(dir, &snap).unwrap();
+    }
+
+    #[test]
+    fn a_node_passes_while_published_and_not_after() {
+        let dir = tempfile::tempdir().unwrap();
+        let nvidia0 = DeviceNode::char("/dev/nvidia0", 195, 0, 0o666);
+        let recs = [record("/dev/nvidia0", 195, 0)];
+        // No snapshot yet: only the policy's own rules.
+        assert!(check(&recs, "p", "app", dir.path()).is_ok());
+        publish(dir.path(), std::slice::from_ref(&nvidia0));
+        assert!(check(&recs, "p", "app", dir.path()).is_ok());
+        // Another container of the pod receives nothing: nothing to check.
+        assert!(check(&recs, "p", "other", dir.path()).is_ok());
+        // Republished without it: the cached snapshot is not used.
+        publish(
+            dir.path(),
+            &[DeviceNode::char("/dev/nvidia1", 195, 1, 0o666)],
+        );
+        let e = check(&recs, "p", "app", dir.path()).unwrap_err();
+        assert!(
+            e.contains("claim ns/c") && e.contains("not a node graft-driver published"),
+            "{e}"
+        );
+        // A symlinked snapshot is refused, not followed.
+        std::fs::remove_file(dir.path().join("devices.json")).unwrap();
+        std::os::unix::fs::symlink("/etc/hostname", dir.path().join("devices.json")).unwrap();
+        let e = check(&recs, "p", "app", dir.path()).unwrap_err();
+        assert!(e.contains("symlink"), "{e}");
+    }
+}
