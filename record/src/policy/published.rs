@@ -2,7 +2,8 @@
 //! (`devices.json`, [`crate::devices`]): a node must be one published under the record
 //! device's own name, by path, type, major and minor, or one a setup adds at prepare (a
 //! MIG instance's capability node, a VFIO group node), whose numbers only exist then.
-//! A block device is given only when published. Without a snapshot (no graft-driver has run
+//! A block device is given only when published. A snapshot an older graft-driver wrote
+//! (paths, no numbers) matches char nodes by path until the new one rewrites it. Without a snapshot (no graft-driver has run
 //! on the node) only the policy's own node rules ([`super::nodes`]) and "no block device"
 //! apply: whatever could remove the snapshot could as well write the records.
 
@@ -59,7 +60,13 @@ pub fn check_nodes(
                 "{what}: device {device:?} is not one graft-driver publishes on this node"
             ));
         };
-        if published.nodes.contains(&NodeId::of(n)) || setup_node(n) {
+        // A snapshot from a graft-driver before `nodes` existed names paths only: matched
+        // by path until the new graft-driver rewrites it (at its first publish).
+        let old_format = published.nodes.is_empty() && published.device_nodes.contains(&n.path);
+        if published.nodes.contains(&NodeId::of(n))
+            || (old_format && n.kind == DeviceKind::Char)
+            || setup_node(n)
+        {
             continue;
         }
         return bad(format!(
@@ -147,6 +154,12 @@ mod tests {
             assert!(e.to_string().contains(want), "{e} lacks {want}");
             assert_eq!(e.field, "d.device_nodes[0]");
         }
+        // A snapshot without numbers (an older graft-driver's): char nodes by path.
+        let mut old = s.clone();
+        old.devices[0].nodes.clear();
+        assert!(check_nodes(Some(&old), "e", "gpu-0", std::slice::from_ref(&gpu0)).is_ok());
+        let other = DeviceNode::char("/dev/nvidia1", 195, 1, 0o666);
+        assert!(check_nodes(Some(&old), "e", "gpu-0", &[other]).is_err());
         // Without a snapshot: no block device at all.
         assert!(check_nodes(None, "e", "gpu-9", &[gpu0]).is_ok());
         let e = check_nodes(None, "e", "disk", &[disk]).unwrap_err();
