@@ -87,7 +87,7 @@ async fn planted_records_never_reach_the_host() -> anyhow::Result<()> {
                 let i = value_of(e, "--ldconfig");
                 e.hooks[0].args[i] = evil_s.clone();
             }),
-            "is not the node's ldconfig",
+            "the node's ldconfig",
         ),
         (
             "rootfs-host",

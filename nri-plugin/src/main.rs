@@ -47,7 +47,7 @@ struct Args {
     #[arg(long, env = "GRAFT_NVIDIA_DRIVER_ROOT")]
     nvidia_driver_root: Option<PathBuf>,
     /// The host ldconfig graft-hook may run (graft-driver's `--nvidia-ldconfig`); by
-    /// default picked as graft-driver picks it, below --nvidia-driver-root then on the host.
+    /// default any graft-driver picks from: below --nvidia-driver-root, then the host's.
     #[arg(long, env = "GRAFT_NVIDIA_LDCONFIG")]
     nvidia_ldconfig: Option<String>,
     /// More host directories mount sources may come from, comma separated (`/dev` and the
@@ -94,18 +94,6 @@ struct Args {
     boot_id_path: PathBuf,
 }
 
-/// The ldconfig graft-hook may be given: none without the nvidia backend.
-fn ldconfig(args: &Args) -> Option<String> {
-    if let Some(l) = &args.nvidia_ldconfig {
-        return Some(l.clone());
-    }
-    let root = args.nvidia_driver_root.as_deref()?;
-    let visible = |p: &std::path::Path| args.host_root.join(p.strip_prefix("/").unwrap_or(p));
-    Some(graft_record::policy::default_ldconfig(root, |p| {
-        visible(p).is_file()
-    }))
-}
-
 const DEFAULT_HEALTH_SOCKET: &str = "/run/graft/nri.sock";
 
 fn main() -> anyhow::Result<()> {
@@ -147,15 +135,21 @@ fn main() -> anyhow::Result<()> {
         args.nvidia_driver_root.as_deref(),
         &args.allowed_mount_roots,
     )
-    .and_then(|p| match ldconfig(&args) {
-        Some(l) => p.with_ldconfig(&l),
-        None => Ok(p),
-    })
+    // The ldconfig graft-hook may run: the configured one, else any graft-driver picks
+    // from (this container may not see the host's files to pick the same); none without
+    // the nvidia backend.
+    .and_then(
+        |p| match (&args.nvidia_ldconfig, &args.nvidia_driver_root) {
+            (Some(l), _) => p.with_ldconfig(l),
+            (None, Some(root)) => p.with_ldconfig_candidates(root),
+            (None, None) => Ok(p),
+        },
+    )
     .context(
         "graft-nri's injection policy (--hook-path, --allowed-mount-roots, --nvidia-driver-root, \
          --nvidia-ldconfig)",
     )?;
-    tracing::info!(mount_roots = ?policy.mount_roots(), hook = policy.hook_path(), ldconfig = ?policy.ldconfig(), "injection policy");
+    tracing::info!(mount_roots = ?policy.mount_roots(), hook = policy.hook_path(), ldconfig = ?policy.ldconfigs(), "injection policy");
     let boot_id = read_boot_id(&args.boot_id_path)?;
     let metrics_addr = graft_telemetry::parse_addr(&args.metrics_addr)?;
     let metrics = Arc::new(NriMetrics::default());

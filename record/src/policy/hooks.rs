@@ -190,10 +190,11 @@ fn check_value(p: &InjectionPolicy, kind: Value, v: &str) -> Result<(), String> 
         Value::InContainer => is_clean_absolute(v)
             .then_some(())
             .ok_or_else(|| "is not a clean absolute path".into()),
-        Value::Ldconfig => match p.ldconfig.as_deref() {
-            Some(l) if l == v => Ok(()),
-            Some(l) => Err(format!("is not the node's ldconfig {l:?}")),
-            None => Err("no ldconfig is configured on this node".into()),
+        Value::Ldconfig => match p.ldconfigs.as_slice() {
+            [] => Err("no ldconfig is configured on this node".into()),
+            l if l.iter().any(|l| l == v) => Ok(()),
+            [one] => Err(format!("is not the node's ldconfig {one:?}")),
+            l => Err(format!("is not one of the node's ldconfigs {l:?}")),
         },
         Value::ParamsCopy => {
             let want = p.params_copy();

@@ -44,8 +44,9 @@ pub struct InjectionPolicy {
     hook_path: String,
     /// graft's state directory: only what [`mounts`] names of it may be mounted.
     state_dir: String,
-    /// The host ldconfig graft-hook may run; `None`: no record may name one.
-    ldconfig: Option<String>,
+    /// The host ldconfigs graft-hook may run (one when configured, else the candidates
+    /// graft-driver picks from); empty: no record may name one.
+    ldconfigs: Vec<String>,
 }
 
 fn unclean(field: &str, p: &str) -> InvalidRecord {
@@ -83,7 +84,7 @@ impl InjectionPolicy {
             served_roots: Vec::new(),
             hook_path: hook_path.to_string(),
             state_dir: state,
-            ldconfig: None,
+            ldconfigs: Vec::new(),
         })
     }
 
@@ -120,8 +121,29 @@ impl InjectionPolicy {
         if !is_clean_absolute(ldconfig) {
             return Err(unclean("ldconfig", ldconfig));
         }
-        self.ldconfig = Some(ldconfig.to_string());
+        self.ldconfigs = vec![ldconfig.to_string()];
         Ok(self)
+    }
+
+    /// `--ldconfig` may name any of the ldconfigs graft-driver picks from for
+    /// `driver_root` ([`LDCONFIG_CANDIDATES`]): for graft-nri, which may not see the host's
+    /// files to pick the same one. All are the system's own; graft-hook runs one only when
+    /// root owns it and nobody else may write it.
+    pub fn with_ldconfig_candidates(self, driver_root: &Path) -> Result<Self, InvalidRecord> {
+        let root = driver_root.to_string_lossy();
+        let root = root.trim_end_matches('/');
+        let mut out = self;
+        out.ldconfigs.clear();
+        for c in LDCONFIG_CANDIDATES {
+            let c = c.replace("{root}", root);
+            if !is_clean_absolute(&c) {
+                return Err(unclean("ldconfig", &c));
+            }
+            if !out.ldconfigs.contains(&c) {
+                out.ldconfigs.push(c);
+            }
+        }
+        Ok(out)
     }
 
     /// Whether `source` is an entry of a served directory: under one of the operator's own
@@ -152,8 +174,8 @@ impl InjectionPolicy {
         &self.state_dir
     }
 
-    pub fn ldconfig(&self) -> Option<&str> {
-        self.ldconfig.as_deref()
+    pub fn ldconfigs(&self) -> &[String] {
+        &self.ldconfigs
     }
 
     /// The only `--params-copy` graft-hook may be given: `<state>/nvidia/params`.

@@ -318,6 +318,23 @@ fn hook_arguments_are_exactly_what_graft_driver_emits() {
         .unwrap_err()
         .to_string();
     assert!(e.contains("only [\"--link\"]"), "{e}");
+    // graft-nri, without one configured: any graft-driver picks from, no other.
+    let any = InjectionPolicy::new(Path::new("/var/lib/graft"), DEFAULT_HOOK_PATH, &[])
+        .unwrap()
+        .with_ldconfig_candidates(Path::new("/run/nvidia/driver"))
+        .unwrap();
+    let mut picked = with(&[]);
+    for l in [
+        "/run/nvidia/driver/sbin/ldconfig.real",
+        "/sbin/ldconfig.real",
+        "/sbin/ldconfig",
+    ] {
+        picked.hooks[0].args[3] = l.into();
+        assert!(any.check_edits("e", &picked).is_ok(), "{l}");
+    }
+    picked.hooks[0].args[3] = "/usr/local/bin/ldconfig".into();
+    let e = any.check_edits("e", &picked).unwrap_err().to_string();
+    assert!(e.contains("is not one of the node's ldconfigs"), "{e}");
     // A policy without an ldconfig accepts none.
     let none = InjectionPolicy::new(Path::new("/var/lib/graft"), DEFAULT_HOOK_PATH, &[]).unwrap();
     let e = none.check_edits("e", &with(&[])).unwrap_err().to_string();
