@@ -93,6 +93,10 @@ fn mounts_that_break_a_rule_name_it() {
             mount("/var/lib/graft/mps/GPU-1/t-x/shm", "/x", &ro),
             "not a directory",
         ),
+        (
+            mount("/var/lib/graft/mps/claims/t-1/shm", "/x", &ro),
+            "not a directory",
+        ),
         (mount("/var/lib/graft/mps/../bin/shm", "/x", &ro), "clean"),
         (mount(LIB, "/dev", &ro), "device directory"),
         (mount(LIB, "/etc/passwd", &ro), "/etc/passwd"),
