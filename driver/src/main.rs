@@ -49,18 +49,9 @@ fn nvidia_config(args: &Args) -> NvidiaConfig {
         host: args.host_root.clone(),
         driver: args.nvidia_driver_root.clone(),
     };
+    // Picked as graft-nri picks it, so that its policy accepts graft-hook's --ldconfig.
     let ldconfig = args.nvidia_ldconfig.clone().unwrap_or_else(|| {
-        // Ubuntu's /sbin/ldconfig is a shell wrapper around ldconfig.real.
-        let driver = roots.driver.to_string_lossy().into_owned();
-        [
-            format!("{}/sbin/ldconfig.real", driver.trim_end_matches('/')),
-            format!("{}/sbin/ldconfig", driver.trim_end_matches('/')),
-            "/sbin/ldconfig.real".into(),
-            "/sbin/ldconfig".into(),
-        ]
-        .into_iter()
-        .find(|p| roots.visible(std::path::Path::new(p)).is_file())
-        .unwrap_or_else(|| "/sbin/ldconfig".into())
+        graft_record::policy::default_ldconfig(&roots.driver, |p| roots.visible(p).is_file())
     });
     NvidiaConfig {
         nvml_lib: args.nvidia_nvml_lib.clone(),
@@ -211,7 +202,13 @@ async fn main() -> anyhow::Result<()> {
         nvidia.then_some(args.nvidia_driver_root.as_path()),
         &args.allowed_mount_roots,
     )
-    .context("the injection policy (--nvidia-hook-path, --allowed-mount-roots)")?;
+    .and_then(|p| match nvidia {
+        true => p.with_ldconfig(&nvidia_config(&args).hook.ldconfig),
+        false => Ok(p),
+    })
+    .context(
+        "the injection policy (--nvidia-hook-path, --allowed-mount-roots, --nvidia-ldconfig)",
+    )?;
     tracing::info!(mount_roots = ?policy.mount_roots(), hook = policy.hook_path(), "injection policy");
     let mut core = Core::new(
         &args.driver_name,

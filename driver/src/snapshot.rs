@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use graft_record::devices::{
-    write_snapshot, DeviceSnapshot, Health, PublishedDevice, DEVICES_VERSION,
+    write_snapshot, DeviceSnapshot, Health, NodeId, PublishedDevice, DEVICES_VERSION,
 };
 
 use crate::discovery::{Attribute, Device};
@@ -74,6 +74,11 @@ pub fn snapshot(
                     .device_nodes
                     .iter()
                     .map(|n| n.path.clone())
+                    .collect(),
+                nodes: std::iter::once(&d.edits)
+                    .chain(d.optional_edits.values())
+                    .flat_map(|e| &e.device_nodes)
+                    .map(NodeId::of)
                     .collect(),
                 shared: d.shared.is_some(),
                 health: health.get(&d.name).map(|h| Health {

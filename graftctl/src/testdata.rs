@@ -51,6 +51,7 @@ pub fn snapshot() -> DeviceSnapshot {
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect(),
         device_nodes: nodes.iter().map(|n| n.to_string()).collect(),
+        nodes: Vec::new(),
         shared: false,
         health: None,
     };

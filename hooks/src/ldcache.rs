@@ -24,8 +24,46 @@ pub fn update(rootfs: &Path, ldconfig: &Path, folders: &[String]) -> anyhow::Res
             ldconfig.display()
         );
     }
+    check_ldconfig(ldconfig)?;
     write_config(rootfs, folders)?;
     run_ldconfig(rootfs, ldconfig)
+}
+
+/// ldconfig runs as root on the host: only a regular file that root owns and nobody else
+/// may write is run. Checked on the file itself, not through a symlink (`O_NOFOLLOW`), by
+/// `fstat` on the descriptor that names it.
+pub fn check_ldconfig(ldconfig: &Path) -> anyhow::Result<()> {
+    use rustix::fs::{FileType, Mode, OFlags};
+    let at = ldconfig.display();
+    let fd = rustix::fs::open(
+        ldconfig,
+        OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .with_context(|| format!("--ldconfig {at}: cannot open it"))?;
+    let st = rustix::fs::fstat(&fd).with_context(|| format!("--ldconfig {at}: fstat"))?;
+    let kind = FileType::from_raw_mode(st.st_mode);
+    if kind == FileType::Symlink {
+        bail!("--ldconfig {at}: is a symlink, which graft-hook does not follow; name the file");
+    }
+    if kind != FileType::RegularFile {
+        bail!("--ldconfig {at}: not a regular file; graft-hook runs only a regular ldconfig");
+    }
+    if st.st_uid != 0 {
+        bail!(
+            "--ldconfig {at}: owned by uid {}, not root; graft-hook runs it as root on the \
+             host, so only a root-owned ldconfig is run",
+            st.st_uid
+        );
+    }
+    if st.st_mode & 0o022 != 0 {
+        bail!(
+            "--ldconfig {at}: mode {:o} lets group or others write it; graft-hook runs it as \
+             root on the host, so it must be writable by root alone",
+            st.st_mode & 0o7777
+        );
+    }
+    Ok(())
 }
 
 /// The two configuration files, written inside the root.

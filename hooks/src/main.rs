@@ -70,8 +70,9 @@ enum Command {
         driver_version: Option<String>,
         #[arg(long, default_value = compat::DEFAULT_DIR)]
         cuda_compat_dir: String,
-        #[arg(long, hide = true, default_value = "/proc/driver/nvidia/params")]
-        host_params: PathBuf,
+        /// graft-hook's own tests only (another params file than the driver's).
+        #[arg(long, hide = true)]
+        host_params: Option<PathBuf>,
     },
     CreateSymlinks {
         /// `TARGET::LINK`, LINK a clean absolute path inside the container.
@@ -94,9 +95,26 @@ enum Command {
         /// The container's id; needed with --rootfs, else the OCI state's `id`.
         #[arg(long)]
         container_id: Option<String>,
-        #[arg(long, hide = true, default_value = "/proc/driver/nvidia/params")]
-        host_params: PathBuf,
+        /// graft-hook's own tests only (another params file than the driver's).
+        #[arg(long, hide = true)]
+        host_params: Option<PathBuf>,
     },
+}
+
+/// The driver's params file, which disable-device-node-modification hides.
+const HOST_PARAMS: &str = "/proc/driver/nvidia/params";
+
+/// `--rootfs` (work on a root other than the container's, the host's included) and
+/// `--host-params` (read any host file as the driver's params) exist for graft-hook's unit
+/// tests; a hook the runtime runs as root never honours them, whoever wrote its record.
+fn test_only(flag: &str, given: bool) -> anyhow::Result<()> {
+    if given && !cfg!(test) {
+        bail!(
+            "{flag} is refused: it is for graft-hook's own tests, and graft-hook takes the \
+             container's root from the OCI state and the params from {HOST_PARAMS}"
+        );
+    }
+    Ok(())
 }
 
 fn main() {
@@ -107,6 +125,21 @@ fn main() {
 }
 
 fn run(args: Args) -> anyhow::Result<()> {
+    test_only("--rootfs", args.rootfs.is_some())?;
+    let host_params = match &args.command {
+        Command::NvidiaContainer { host_params, .. }
+        | Command::DisableDeviceNodeModification { host_params, .. } => host_params.clone(),
+        _ => None,
+    };
+    test_only("--host-params", host_params.is_some())?;
+    let host_params = host_params.unwrap_or_else(|| PathBuf::from(HOST_PARAMS));
+    // Refused before anything is done, whether or not this container needs it run.
+    match &args.command {
+        Command::NvidiaContainer { ldconfig, .. } | Command::UpdateLdcache { ldconfig, .. } => {
+            ldcache::check_ldconfig(ldconfig)?
+        }
+        _ => {}
+    }
     let container = match args.rootfs {
         Some(rootfs) => rootfs::Container {
             rootfs,
@@ -125,7 +158,7 @@ fn run(args: Args) -> anyhow::Result<()> {
             container_id,
             driver_version,
             cuda_compat_dir,
-            host_params,
+            host_params: _,
         } => {
             let id = container_id_of(container_id, container.id.clone())?;
             let o = container::Options {
@@ -147,7 +180,7 @@ fn run(args: Args) -> anyhow::Result<()> {
         Command::DisableDeviceNodeModification {
             params_copy,
             container_id,
-            host_params,
+            host_params: _,
         } => {
             let id = container_id_of(container_id, container.id.clone())?;
             params::disable_modification(rootfs, &host_params, &params_copy, &id)

@@ -17,13 +17,26 @@ fn hook(args: &[&str], stdin: &str) -> Output {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(stdin.as_bytes())
-        .unwrap();
+    // A refusal may come before the state is read: the pipe is then closed.
+    if let Err(e) = child.stdin.take().unwrap().write_all(stdin.as_bytes()) {
+        assert_eq!(e.kind(), std::io::ErrorKind::BrokenPipe, "{e}");
+    }
     child.wait_with_output().unwrap()
+}
+
+/// The OCI state the runtime would give for a container whose root is `root` (its bundle
+/// is `root`'s parent, whose config.json is written here).
+fn state_of(root: &Path) -> String {
+    let bundle = root.parent().unwrap();
+    std::fs::write(bundle.join("config.json"), r#"{"root":{"path":"root"}}"#).unwrap();
+    format!(
+        r#"{{"ociVersion":"1.2.0","id":"abc","status":"creating","pid":1,"bundle":"{}"}}"#,
+        bundle.display()
+    )
+}
+
+fn is_root() -> bool {
+    nix::unistd::geteuid().is_root()
 }
 
 fn stderr(o: &Output) -> String {
@@ -97,15 +110,14 @@ fn the_binary_keeps_a_hostile_root_inside() {
     let h = hostile();
     let before = snapshot(&h.decoy);
     let root = h.root.to_str().unwrap();
+    let state = state_of(&h.root);
     let out = hook(
         &[
-            "--rootfs",
-            root,
             "create-symlinks",
             "--link",
             "libcuda.so.1::/usr/lib/x86_64-linux-gnu/libcuda.so",
         ],
-        "",
+        &state,
     );
     assert!(out.status.success(), "{}", stderr(&out));
     let bin = tempfile::tempdir().unwrap();
@@ -119,16 +131,19 @@ fn the_binary_keeps_a_hostile_root_inside() {
     std::fs::set_permissions(&ldconfig, std::fs::Permissions::from_mode(0o755)).unwrap();
     let out = hook(
         &[
-            "--rootfs",
-            root,
             "update-ldcache",
             "--ldconfig",
             ldconfig.to_str().unwrap(),
             "--folder",
             "/usr/lib/x86_64-linux-gnu",
         ],
-        "",
+        &state,
     );
+    if !is_root() {
+        // Not root's: graft-hook will not run it (see ldconfig_must_be_roots_alone).
+        assert!(stderr(&out).contains("not root"), "{}", stderr(&out));
+        return;
+    }
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(before, snapshot(&h.decoy), "the decoy changed");
     let link = std::fs::read_link(h.inside.join("lib/libcuda.so")).unwrap();
@@ -149,11 +164,7 @@ fn the_binary_keeps_a_hostile_root_inside() {
 fn the_root_and_id_come_from_the_oci_state() {
     let h = hostile();
     let bundle = h.root.parent().unwrap();
-    std::fs::write(bundle.join("config.json"), r#"{"root":{"path":"root"}}"#).unwrap();
-    let state = format!(
-        r#"{{"ociVersion":"1.2.0","id":"abc","status":"creating","pid":1,"bundle":"{}"}}"#,
-        bundle.display()
-    );
+    let state = state_of(&h.root);
     let out = hook(
         &[
             "create-symlinks",
@@ -173,8 +184,6 @@ fn the_root_and_id_come_from_the_oci_state() {
         "disable-device-node-modification",
         "--params-copy",
         copy.to_str().unwrap(),
-        "--host-params",
-        "/nonexistent/params",
     ];
     let out = hook(&args, &state);
     assert!(out.status.success(), "{}", stderr(&out));
@@ -189,26 +198,19 @@ fn the_root_and_id_come_from_the_oci_state() {
 #[test]
 fn bad_arguments_fail_with_a_message() {
     let h = hostile();
+    let state = state_of(&h.root);
     let root = h.root.to_str().unwrap();
     let before = snapshot(&h.decoy);
     for (args, want) in [
         (
-            vec![
-                "--rootfs",
-                root,
-                "create-symlinks",
-                "--link",
-                "t::/usr/../../x",
-            ],
+            vec!["create-symlinks", "--link", "t::/usr/../../x"],
             "clean absolute",
         ),
         (
             vec![
-                "--rootfs",
-                root,
                 "update-ldcache",
                 "--ldconfig",
-                "/bin/true",
+                "/sbin/ldconfig",
                 "--folder",
                 "lib",
             ],
@@ -216,28 +218,35 @@ fn bad_arguments_fail_with_a_message() {
         ),
         (
             vec![
-                "--rootfs",
-                root,
-                "disable-device-node-modification",
-                "--params-copy",
-                "/x/p",
-            ],
-            "--container-id",
-        ),
-        (
-            vec![
-                "--rootfs",
-                root,
                 "disable-device-node-modification",
                 "--params-copy",
                 "/x/p",
                 "--container-id",
                 "../escape",
             ],
-            "container id",
+            "differs from the OCI state's id",
+        ),
+        // The test-only flags: never honoured by a built graft-hook.
+        (
+            vec!["--rootfs", root, "create-symlinks", "--link", "t::/x"],
+            "--rootfs is refused",
+        ),
+        (
+            vec!["--rootfs", "/", "create-symlinks", "--link", "t::/x"],
+            "--rootfs is refused",
+        ),
+        (
+            vec![
+                "disable-device-node-modification",
+                "--params-copy",
+                "/x/p",
+                "--host-params",
+                "/etc/shadow",
+            ],
+            "--host-params is refused",
         ),
     ] {
-        let out = hook(&args, "");
+        let out = hook(&args, &state);
         assert_eq!(out.status.code(), Some(1), "{args:?}");
         let err = stderr(&out);
         assert!(
@@ -246,4 +255,49 @@ fn bad_arguments_fail_with_a_message() {
         );
     }
     assert_eq!(before, snapshot(&h.decoy));
+}
+
+/// graft-hook runs ldconfig as root on the host: one that anyone but root could have
+/// written, or a symlink, is refused before anything is done, and never runs.
+#[test]
+fn ldconfig_must_be_roots_alone() {
+    let h = hostile();
+    let state = state_of(&h.root);
+    let before = snapshot(&h.decoy);
+    let bin = tempfile::tempdir().unwrap();
+    let marker = bin.path().join("ran");
+    let script = |name: &str, mode: u32| {
+        let p = bin.path().join(name);
+        std::fs::write(&p, format!("#!/bin/sh\ntouch {}\n", marker.display())).unwrap();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(mode)).unwrap();
+        p
+    };
+    let mut cases = vec![
+        (script("world", 0o777), "group or others write"),
+        (script("group", 0o775), "group or others write"),
+    ];
+    let link = bin.path().join("link");
+    symlink("/sbin/ldconfig", &link).unwrap();
+    cases.push((link, "is a symlink"));
+    if is_root() {
+        let nobody = script("nobody", 0o755);
+        std::os::unix::fs::chown(&nobody, Some(65534), Some(65534)).unwrap();
+        cases.push((nobody, "owned by uid 65534, not root"));
+    }
+    let tried = cases.len();
+    for (ldconfig, want) in cases {
+        for sub in ["update-ldcache", "nvidia-container"] {
+            let mut args = vec![sub, "--ldconfig", ldconfig.to_str().unwrap()];
+            if sub == "nvidia-container" {
+                args.extend(["--params-copy", "/x/p"]);
+            }
+            let out = hook(&args, &state);
+            let err = stderr(&out);
+            assert_eq!(out.status.code(), Some(1), "{args:?}: {err}");
+            assert!(err.contains(want), "{args:?}: {err}");
+        }
+    }
+    assert!(!marker.exists(), "a refused ldconfig ran");
+    assert_eq!(before, snapshot(&h.decoy));
+    println!("{tried} ldconfigs refused, none ran");
 }

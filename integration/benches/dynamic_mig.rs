@@ -141,7 +141,8 @@ fn main() -> anyhow::Result<()> {
             ledger,
         )),
     };
-    let policy = InjectionPolicy::for_node(&state, DEFAULT_HOOK_PATH, Some(&node.host), &[])?;
+    let policy = InjectionPolicy::for_node(&state, DEFAULT_HOOK_PATH, Some(&node.host), &[])?
+        .with_ldconfig("/sbin/ldconfig")?;
     let core = Core::new("graft.dev", NODE, state.clone(), "bench-boot")?
         .with_policy(policy)
         .with_setup(Arc::new(setup))

@@ -15,7 +15,9 @@ use graft_integration::mounts::Scratch;
 use graft_integration::records::{char_node, one_device_claim};
 use graft_integration::testbed::workspace_bin;
 use graft_integration::{Containerd, Cri, GraftNri, Testbed, Version};
-use graft_record::devices::{write_snapshot, DeviceSnapshot, PublishedDevice, DEVICES_VERSION};
+use graft_record::devices::{
+    write_snapshot, DeviceSnapshot, NodeId, PublishedDevice, DEVICES_VERSION,
+};
 use graft_record::*;
 use nix::sys::stat::{major, minor};
 use serde_json::Value;
@@ -57,7 +59,8 @@ fn refused(state: &Path, args: &[&str], needles: &[&str]) -> anyhow::Result<()> 
     Ok(())
 }
 
-fn snapshot(pool: &str) -> DeviceSnapshot {
+/// `nodes`: what graft-nri then lets testdev-0's records give a container.
+fn snapshot(pool: &str, nodes: &[graft_record::DeviceNode]) -> DeviceSnapshot {
     DeviceSnapshot {
         version: DEVICES_VERSION,
         driver: "graft.dev".into(),
@@ -74,6 +77,7 @@ fn snapshot(pool: &str) -> DeviceSnapshot {
                 ("path".into(), "/dev/cpu_dma_latency".into()),
             ]),
             device_nodes: vec!["/dev/graft-test0".into()],
+            nodes: nodes.iter().map(NodeId::of).collect(),
             shared: false,
             health: None,
         }],
@@ -111,9 +115,9 @@ async fn graftctl_shows_devices_claims_and_containers() -> anyhow::Result<()> {
         &pod_uid,
         &["app"],
         "testdev-0",
-        edits,
+        edits.clone(),
     ))?;
-    write_snapshot(&state, &snapshot("testbed"))?;
+    write_snapshot(&state, &snapshot("testbed", &edits.device_nodes))?;
     let pod = cri.run_pod("pod-ctl", &pod_uid).await?;
     let id = cri.create_and_start(&pod, "app", "exec sleep 3600").await?;
 

@@ -35,7 +35,13 @@ fn scratch(name: &str) -> anyhow::Result<Scratch> {
 fn fake_gpu(dir: &Path) -> anyhow::Result<(Device, FakeNode, String)> {
     let node = FakeNode::create(&dir.join("node"))?;
     let hook = static_hook()?.to_string_lossy().into_owned();
-    let devices = common::discovery(&node, common::as_driver_root(&node), 0, &hook)?.discover()?;
+    let devices = common::discovery_in(
+        &node,
+        common::as_driver_root(&node),
+        &hook,
+        &dir.join("state"),
+    )?
+    .discover()?;
     let gpu = devices
         .into_iter()
         .find(|d| d.name == "gpu-2")
@@ -426,8 +432,9 @@ async fn ld_preload_in_an_image_never_reaches_a_hook() -> anyhow::Result<()> {
     decoy.assert_unchanged(&before, "runc bundles")?;
 
     // Through containerd and graft-nri, on both runcs: the container runs, nothing loads it.
-    let (gpu, fake, hook) = fake_gpu(&dir)?;
     for (label, runc_dir) in [("runc-1.2.7", &tb.old_runc_dir), ("runc", &tb.runc_dir)] {
+        // Each node its own state directory, where graft-hook's params copies go.
+        let (gpu, fake, hook) = fake_gpu(&dir.join(label))?;
         let n = node(&dir.join(label), runc_dir, &fake, &hook).await?;
         let reference = n.import("preload", &root)?;
         let outcome = n

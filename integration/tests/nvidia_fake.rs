@@ -7,7 +7,7 @@
 //! test command provides them.
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{ensure, Context};
@@ -369,8 +369,11 @@ async fn fake_gpu_in_a_containerd_container() -> anyhow::Result<()> {
     let (devices, driver_root) = {
         let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
         let node = FakeNode::create(&node_dir)?;
+        // graft-nri's state directory below, where graft-hook's params copies must go.
+        let state = PathBuf::from(format!("/tmp/graft-nvc-{}/graft-state", std::process::id()));
         (
-            discovery(&node, as_driver_root(&node), 0)?.discover()?,
+            common::discovery_in(&node, as_driver_root(&node), &hook_binary(), &state)?
+                .discover()?,
             node.host.to_string_lossy().into_owned(),
         )
     };

@@ -13,6 +13,7 @@ pub mod inject;
 pub mod metrics;
 pub mod mux;
 pub mod plugin;
+pub mod published;
 pub mod reads;
 pub mod refusal;
 pub mod sdk;

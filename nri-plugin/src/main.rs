@@ -46,6 +46,10 @@ struct Args {
     /// mounted (with `/`, only the driver's directories; see README).
     #[arg(long, env = "GRAFT_NVIDIA_DRIVER_ROOT")]
     nvidia_driver_root: Option<PathBuf>,
+    /// The host ldconfig graft-hook may run (graft-driver's `--nvidia-ldconfig`); by
+    /// default any graft-driver picks from: below --nvidia-driver-root, then the host's.
+    #[arg(long, env = "GRAFT_NVIDIA_LDCONFIG")]
+    nvidia_ldconfig: Option<String>,
     /// More host directories mount sources may come from, comma separated (`/dev` and the
     /// state directory always may).
     #[arg(long, env = "GRAFT_ALLOWED_MOUNT_ROOTS", value_delimiter = ',')]
@@ -131,10 +135,21 @@ fn main() -> anyhow::Result<()> {
         args.nvidia_driver_root.as_deref(),
         &args.allowed_mount_roots,
     )
+    // The ldconfig graft-hook may run: the configured one, else any graft-driver picks
+    // from (this container may not see the host's files to pick the same); none without
+    // the nvidia backend.
+    .and_then(
+        |p| match (&args.nvidia_ldconfig, &args.nvidia_driver_root) {
+            (Some(l), _) => p.with_ldconfig(l),
+            (None, Some(root)) => p.with_ldconfig_candidates(root),
+            (None, None) => Ok(p),
+        },
+    )
     .context(
-        "graft-nri's injection policy (--hook-path, --allowed-mount-roots, --nvidia-driver-root)",
+        "graft-nri's injection policy (--hook-path, --allowed-mount-roots, --nvidia-driver-root, \
+         --nvidia-ldconfig)",
     )?;
-    tracing::info!(mount_roots = ?policy.mount_roots(), hook = policy.hook_path(), "injection policy");
+    tracing::info!(mount_roots = ?policy.mount_roots(), hook = policy.hook_path(), ldconfig = ?policy.ldconfigs(), "injection policy");
     let boot_id = read_boot_id(&args.boot_id_path)?;
     let metrics_addr = graft_telemetry::parse_addr(&args.metrics_addr)?;
     let metrics = Arc::new(NriMetrics::default());

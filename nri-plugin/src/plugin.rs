@@ -445,6 +445,8 @@ impl GraftPlugin {
                     .map_err(|e| (Refusal::RecordRejected, names(), e.to_string()))?;
                 check_served(&p, &policy, &host_root)
                     .map_err(|e| (Refusal::SourceNotServed, names(), e))?;
+                crate::published::check(&claims, &pod_uid, &ctr_name, store.root())
+                    .map_err(|e| (Refusal::RecordRejected, names(), e))?;
                 check_present(&p, store.root()).map_err(|e| (Refusal::DeviceAbsent, names(), e))?;
                 let target = entries::Target {
                     container_id: &ctr_id,

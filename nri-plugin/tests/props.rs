@@ -676,9 +676,10 @@ fn env() -> Env {
         name: "both".into(),
         devices: vec!["fuse".into()],
     });
-    // What the node's injection policy allows: a bind from the state directory, graft-hook.
+    // What the node's injection policy allows: a bind of a directory graft serves from its
+    // state directory (an MPS tenancy's), graft-hook.
     let fuse = &mut c1.devices[0].edits;
-    fuse.mounts[0].source = format!("{}/fuse.conf", dir.path().display());
+    fuse.mounts[0].source = format!("{}/mps/GPU-0/t-1/shm", dir.path().display());
     fuse.mounts[0].options = vec!["ro".into(), "nosuid".into(), "nodev".into(), "rbind".into()];
     fuse.hooks[0].path = DEFAULT_HOOK_PATH.into();
     fuse.hooks[0].args = vec![HOOK_NAME.into(), HOOK_SUBCOMMANDS[0].into()];

@@ -4,7 +4,9 @@
 //! <root>/devices.json   DeviceSnapshot (atomic replace), rewritten when it changes
 //! ```
 //!
-//! Diagnostics only: no daemon reads it back.
+//! graftctl shows it; graft-nri reads each published device's [`PublishedDevice::nodes`]
+//! back: a record may give a container only nodes published under the device's name (see
+//! [`crate::policy::published`]).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -13,6 +15,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::atomic;
 use crate::error::{RecordError, Result};
+use crate::format::{DeviceKind, DeviceNode};
 use crate::read::{read_state_file, LARGE_FILE_CAP};
 
 /// Version of the snapshot format.
@@ -52,12 +55,37 @@ pub struct PublishedDevice {
     /// Device nodes a container receives (`/dev/fuse`, `/dev/nvidia0`).
     #[serde(default)]
     pub device_nodes: Vec<String>,
+    /// The same nodes and those of the device's optional edits, with their type and
+    /// numbers: what graft-nri lets a record of this device give a container.
+    #[serde(default)]
+    pub nodes: Vec<NodeId>,
     /// Several claims may hold it at once (a shared GPU).
     #[serde(default)]
     pub shared: bool,
     /// `None` when healthy.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub health: Option<Health>,
+}
+
+/// What makes a device node the one it is: where it appears, and what the kernel sees.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeId {
+    pub path: String,
+    #[serde(rename = "type")]
+    pub kind: DeviceKind,
+    pub major: i64,
+    pub minor: i64,
+}
+
+impl NodeId {
+    pub fn of(n: &DeviceNode) -> Self {
+        NodeId {
+            path: n.path.clone(),
+            kind: n.kind,
+            major: n.major,
+            minor: n.minor,
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -137,6 +165,7 @@ mod tests {
                 kind: "fuse".into(),
                 attributes: BTreeMap::from([("type".into(), "fuse".into())]),
                 device_nodes: vec!["/dev/fuse".into()],
+                nodes: vec![NodeId::of(&DeviceNode::char("/dev/fuse", 10, 229, 0o666))],
                 shared: false,
                 health: None,
             }],

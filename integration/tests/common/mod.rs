@@ -36,6 +36,9 @@ pub fn discovery_config(
     imex_channels: u32,
     hook: &str,
 ) -> NvidiaConfig {
+    // As graft-driver and graft-nri pick it, so graft-nri's policy accepts it.
+    let ldconfig =
+        graft_record::policy::default_ldconfig(&roots.driver, |p| roots.visible(p).is_file());
     NvidiaConfig {
         roots,
         nvml_lib: None,
@@ -44,7 +47,7 @@ pub fn discovery_config(
         dev_root: node.dev.clone(),
         hook: HookConfig {
             path: hook.to_string(),
-            ldconfig: "/sbin/ldconfig".into(),
+            ldconfig,
             params_copy: "/var/lib/graft/nvidia/params".into(),
         },
         imex_channels,
@@ -67,6 +70,19 @@ pub fn discovery(
         imex_channels,
         hook,
     ))?)
+}
+
+/// The nvidia backend on the fake node for a graft-nri whose state directory is `state`:
+/// graft-hook's `--params-copy` is that directory's, as graft-driver's is.
+pub fn discovery_in(
+    node: &FakeNode,
+    roots: Roots,
+    hook: &str,
+    state: &std::path::Path,
+) -> anyhow::Result<NvidiaDiscovery> {
+    let mut config = discovery_config(node, roots, 0, hook);
+    config.hook.params_copy = format!("{}/{}", state.display(), graft_record::policy::PARAMS_COPY);
+    Ok(NvidiaDiscovery::new(config)?)
 }
 
 /// An nvidia-smi that is never needed (no time-slicing in these tests).

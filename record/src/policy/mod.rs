@@ -3,71 +3,36 @@
 //! prepare, where `kubectl describe` shows it) and graft-nri before it edits a spec (so a
 //! record written by anything else, or by a bug, is refused).
 //!
-//! - Mounts are binds whose source lies under one of the allowed roots (`/dev`, graft's state
-//!   directory, and what the node configures: the NVIDIA driver root, served directories),
-//!   with options from a fixed list that always include `nosuid` (and `nodev`, except for
-//!   sources under `/dev`), never onto `/`, `/proc` or `/sys`.
-//! - Hooks are graft-hook at its installed path, with a known subcommand, the fixed minimal
-//!   environment [`HOOK_ENV`], at the createContainer stage, with a timeout.
+//! - Mounts ([`mounts`]): binds from the node's allowed roots or the few directories graft
+//!   serves from its state directory, with fixed safe options, never onto a path that
+//!   holds the container's identity, credentials or kernel views.
+//! - Hooks ([`hooks`]): graft-hook at its installed path, with the exact arguments
+//!   graft-driver emits, the fixed environment [`HOOK_ENV`], at createContainer.
+//! - Device nodes ([`nodes`]): never one of the kernel's raw memory, port or log devices.
 //! - Environment follows [`crate::env::check_env`] (checked with the record's structure).
+
+pub mod hooks;
+pub mod mounts;
+pub mod nodes;
+pub mod published;
 
 use std::path::Path;
 
 use crate::error::InvalidRecord;
-use crate::format::{ClaimRecord, ContainerEdits, HookStage};
+use crate::format::{ClaimRecord, ContainerEdits};
 use crate::paths::{is_clean_absolute, is_under};
 
-/// argv[0] of every hook graft emits.
-pub const HOOK_NAME: &str = "graft-hook";
+pub use hooks::{
+    default_ldconfig, HOOK_ENV, HOOK_NAME, HOOK_SUBCOMMANDS, LDCONFIG_CANDIDATES,
+    MAX_HOOK_TIMEOUT_S,
+};
+pub use mounts::{MOUNT_OPTIONS, NVIDIA_HOST_ROOTS};
+
 /// Where graft-driver installs graft-hook on the host unless told otherwise.
 pub const DEFAULT_HOOK_PATH: &str = "/var/lib/graft/bin/graft-hook";
-/// The whole environment of every hook graft emits. Explicit, so that no runtime passes the
-/// container's own environment (`LD_PRELOAD`...) to a process that runs as root on the host.
-pub const HOOK_ENV: &[&str] = &["PATH=/usr/sbin:/usr/bin:/sbin:/bin"];
-/// The subcommands graft-hook has.
-pub const HOOK_SUBCOMMANDS: &[&str] = &[
-    "nvidia-container",
-    "create-symlinks",
-    "update-ldcache",
-    "disable-device-node-modification",
-];
-/// Longest hook timeout accepted, in seconds.
-pub const MAX_HOOK_TIMEOUT_S: i64 = 60;
 /// Where, below the state directory, disable-device-node-modification keeps its per-container
 /// copies of the driver's params file (`<this>.<container id>`).
 pub const PARAMS_COPY: &str = "nvidia/params";
-/// Mount options a record may use.
-pub const MOUNT_OPTIONS: &[&str] = &[
-    "ro", "rw", "nosuid", "nodev", "noexec", "bind", "rbind", "private", "rprivate", "slave",
-    "rslave",
-];
-/// With the NVIDIA driver installed on the host itself (driver root `/`), the host
-/// directories its user-space files live in on the layouts graft supports: these, not the
-/// whole host, are the allowed mount roots. A driver root other than `/` (a driver
-/// container's `/run/nvidia/driver`) is allowed as a whole.
-pub const NVIDIA_HOST_ROOTS: &[&str] = &[
-    "/usr/lib",
-    "/usr/lib64",
-    "/lib",
-    "/lib64",
-    "/usr/bin",
-    "/usr/sbin",
-    "/bin",
-    "/sbin",
-    "/usr/local/bin",
-    "/usr/local/sbin",
-    "/usr/local/nvidia",
-    "/usr/share/nvidia",
-    "/usr/share/vulkan",
-    "/usr/share/glvnd",
-    "/usr/share/egl",
-    "/etc/vulkan",
-    "/etc/OpenCL",
-    "/run/nvidia-persistenced",
-    "/run/nvidia-fabricmanager",
-];
-/// Container paths no record may mount onto.
-const FORBIDDEN_DESTINATIONS: &[&str] = &["/proc", "/sys"];
 
 /// The node's injection policy.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -77,31 +42,40 @@ pub struct InjectionPolicy {
     /// the host when a container is created ([`InjectionPolicy::is_served`]).
     served_roots: Vec<String>,
     hook_path: String,
+    /// graft's state directory: only what [`mounts`] names of it may be mounted.
+    state_dir: String,
+    /// The host ldconfigs graft-hook may run (one when configured, else the candidates
+    /// graft-driver picks from); empty: no record may name one.
+    ldconfigs: Vec<String>,
+}
+
+fn unclean(field: &str, p: &str) -> InvalidRecord {
+    InvalidRecord {
+        field: field.into(),
+        reason: format!("{p:?} is not a clean absolute path"),
+    }
 }
 
 impl InjectionPolicy {
-    /// `/dev` and `state_dir` are always allowed as mount sources; `extra_roots` adds the
-    /// node's own (each a clean absolute path, else an error naming it).
+    /// `extra_roots` are the node's allowed mount roots (each a clean absolute path, else an
+    /// error naming it); of `state_dir` only what graft serves from it is allowed.
     pub fn new(
         state_dir: &Path,
         hook_path: &str,
         extra_roots: &[String],
     ) -> Result<Self, InvalidRecord> {
-        let mut roots = vec!["/dev".to_string(), state_dir.to_string_lossy().into_owned()];
-        roots.extend(extra_roots.iter().cloned());
+        let mut roots = extra_roots.to_vec();
         for r in &roots {
             if !is_clean_absolute(r) {
-                return Err(InvalidRecord {
-                    field: "allowed mount roots".into(),
-                    reason: format!("{r:?} is not a clean absolute path"),
-                });
+                return Err(unclean("allowed mount roots", r));
             }
         }
         if !is_clean_absolute(hook_path) {
-            return Err(InvalidRecord {
-                field: "hook path".into(),
-                reason: format!("{hook_path:?} is not a clean absolute path"),
-            });
+            return Err(unclean("hook path", hook_path));
+        }
+        let state = state_dir.to_string_lossy().into_owned();
+        if !is_clean_absolute(&state) || state == "/" {
+            return Err(unclean("state directory", &state));
         }
         roots.sort();
         roots.dedup();
@@ -109,6 +83,8 @@ impl InjectionPolicy {
             mount_roots: roots,
             served_roots: Vec::new(),
             hook_path: hook_path.to_string(),
+            state_dir: state,
+            ldconfigs: Vec::new(),
         })
     }
 
@@ -139,6 +115,37 @@ impl InjectionPolicy {
         Ok(policy)
     }
 
+    /// The host ldconfig graft-hook's `--ldconfig` must name (graft-driver's configured or
+    /// detected one, [`default_ldconfig`]).
+    pub fn with_ldconfig(mut self, ldconfig: &str) -> Result<Self, InvalidRecord> {
+        if !is_clean_absolute(ldconfig) {
+            return Err(unclean("ldconfig", ldconfig));
+        }
+        self.ldconfigs = vec![ldconfig.to_string()];
+        Ok(self)
+    }
+
+    /// `--ldconfig` may name any of the ldconfigs graft-driver picks from for
+    /// `driver_root` ([`LDCONFIG_CANDIDATES`]): for graft-nri, which may not see the host's
+    /// files to pick the same one. All are the system's own; graft-hook runs one only when
+    /// root owns it and nobody else may write it.
+    pub fn with_ldconfig_candidates(self, driver_root: &Path) -> Result<Self, InvalidRecord> {
+        let root = driver_root.to_string_lossy();
+        let root = root.trim_end_matches('/');
+        let mut out = self;
+        out.ldconfigs.clear();
+        for c in LDCONFIG_CANDIDATES {
+            let c = c.replace("{root}", root);
+            if !is_clean_absolute(&c) {
+                return Err(unclean("ldconfig", &c));
+            }
+            if !out.ldconfigs.contains(&c) {
+                out.ldconfigs.push(c);
+            }
+        }
+        Ok(out)
+    }
+
     /// Whether `source` is an entry of a served directory: under one of the operator's own
     /// roots and not under a root graft itself provides (`/dev`, the state directory, the
     /// NVIDIA driver's). Such entries are opened without following symlinks
@@ -146,6 +153,8 @@ impl InjectionPolicy {
     pub fn is_served(&self, source: &str) -> bool {
         let own = |r: &&String| !self.served_roots.contains(r);
         self.served_roots.iter().any(|r| is_under(source, r))
+            && !is_under(source, "/dev")
+            && !is_under(source, &self.state_dir)
             && !self
                 .mount_roots
                 .iter()
@@ -161,6 +170,19 @@ impl InjectionPolicy {
         &self.hook_path
     }
 
+    pub fn state_dir(&self) -> &str {
+        &self.state_dir
+    }
+
+    pub fn ldconfigs(&self) -> &[String] {
+        &self.ldconfigs
+    }
+
+    /// The only `--params-copy` graft-hook may be given: `<state>/nvidia/params`.
+    pub fn params_copy(&self) -> String {
+        format!("{}/{PARAMS_COPY}", self.state_dir)
+    }
+
     /// Every device of a record.
     pub fn check_record(&self, rec: &ClaimRecord) -> Result<(), InvalidRecord> {
         for (i, dev) in rec.devices.iter().enumerate() {
@@ -171,119 +193,14 @@ impl InjectionPolicy {
 
     /// What one device adds to a container. `at` names it in errors.
     pub fn check_edits(&self, at: &str, edits: &ContainerEdits) -> Result<(), InvalidRecord> {
-        let bad = |field: String, reason: String| InvalidRecord { field, reason };
         for (i, m) in edits.mounts.iter().enumerate() {
-            let f = format!("{at}.mounts[{i}]");
-            if m.kind != "bind" {
-                return Err(bad(
-                    format!("{f}.type"),
-                    format!("mount type {:?}: graft only bind-mounts", m.kind),
-                ));
-            }
-            if !self
-                .mount_roots
-                .iter()
-                .any(|r| is_clean_absolute(&m.source) && is_under(&m.source, r))
-            {
-                return Err(bad(
-                    format!("{f}.source"),
-                    format!(
-                        "mount source {:?} is outside the allowed roots {:?}",
-                        m.source, self.mount_roots
-                    ),
-                ));
-            }
-            if m.destination == "/"
-                || FORBIDDEN_DESTINATIONS
-                    .iter()
-                    .any(|d| is_under(&m.destination, d))
-            {
-                return Err(bad(
-                    format!("{f}.destination"),
-                    format!("mount destination {:?} is not allowed", m.destination),
-                ));
-            }
-            if let Some(o) = m
-                .options
-                .iter()
-                .find(|o| !MOUNT_OPTIONS.contains(&o.as_str()))
-            {
-                return Err(bad(
-                    format!("{f}.options"),
-                    format!("mount option {o:?} is not one of {MOUNT_OPTIONS:?}"),
-                ));
-            }
-            let has = |o: &str| m.options.iter().any(|x| x == o);
-            if !has("nosuid") {
-                return Err(bad(
-                    format!("{f}.options"),
-                    format!("mount of {:?} lacks nosuid", m.source),
-                ));
-            }
-            if !has("nodev") && !is_under(&m.source, "/dev") {
-                return Err(bad(
-                    format!("{f}.options"),
-                    format!("mount of {:?} lacks nodev", m.source),
-                ));
-            }
-            if has("ro") && has("rw") {
-                return Err(bad(
-                    format!("{f}.options"),
-                    "both ro and rw given".to_string(),
-                ));
-            }
+            mounts::check(self, &format!("{at}.mounts[{i}]"), m)?;
         }
         for (i, h) in edits.hooks.iter().enumerate() {
-            let f = format!("{at}.hooks[{i}]");
-            if h.path != self.hook_path {
-                return Err(bad(
-                    format!("{f}.path"),
-                    format!(
-                        "hook {:?} is not graft-hook at its installed path {:?}",
-                        h.path, self.hook_path
-                    ),
-                ));
-            }
-            if h.args.first().map(String::as_str) != Some(HOOK_NAME) {
-                return Err(bad(
-                    format!("{f}.args"),
-                    format!("argv[0] must be {HOOK_NAME:?}"),
-                ));
-            }
-            match h.args.get(1) {
-                Some(cmd) if HOOK_SUBCOMMANDS.contains(&cmd.as_str()) => {}
-                other => {
-                    return Err(bad(
-                        format!("{f}.args"),
-                        format!("subcommand {other:?} is not one of {HOOK_SUBCOMMANDS:?}"),
-                    ))
-                }
-            }
-            if h.env
-                .iter()
-                .map(String::as_str)
-                .ne(HOOK_ENV.iter().copied())
-            {
-                return Err(bad(
-                    format!("{f}.env"),
-                    format!("hook environment must be exactly {HOOK_ENV:?}"),
-                ));
-            }
-            if h.stage != HookStage::CreateContainer {
-                return Err(bad(
-                    format!("{f}.stage"),
-                    format!("stage {:?}: graft-hook runs at createContainer", h.stage),
-                ));
-            }
-            match h.timeout {
-                Some(t) if (1..=MAX_HOOK_TIMEOUT_S).contains(&t) => {}
-                other => {
-                    return Err(bad(
-                        format!("{f}.timeout"),
-                        format!("timeout {other:?} must be 1 to {MAX_HOOK_TIMEOUT_S} seconds"),
-                    ))
-                }
-            }
+            hooks::check(self, &format!("{at}.hooks[{i}]"), h)?;
+        }
+        for (i, n) in edits.device_nodes.iter().enumerate() {
+            nodes::check(&format!("{at}.device_nodes[{i}]"), n)?;
         }
         Ok(())
     }

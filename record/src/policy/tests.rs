@@ -1,5 +1,5 @@
 use super::*;
-use crate::format::{Hook, Mount};
+use crate::format::{Hook, HookStage, Mount};
 
 fn policy() -> InjectionPolicy {
     InjectionPolicy::new(
@@ -7,6 +7,8 @@ fn policy() -> InjectionPolicy {
         DEFAULT_HOOK_PATH,
         &["/run/nvidia/driver".into()],
     )
+    .unwrap()
+    .with_ldconfig("/sbin/ldconfig")
     .unwrap()
 }
 
@@ -32,6 +34,8 @@ fn hook(args: &[&str]) -> Hook {
     }
 }
 
+const LIB: &str = "/run/nvidia/driver/usr/lib/libcuda.so.1";
+
 #[test]
 fn mounts_inside_the_roots_with_safe_options_pass() {
     let p = policy();
@@ -40,12 +44,13 @@ fn mounts_inside_the_roots_with_safe_options_pass() {
     assert!(p
         .check_edits("e", &mount(lib, "/usr/lib/libcuda.so.1", &ro))
         .is_ok());
+    let mps = "/var/lib/graft/mps/GPU-0a1b/t-3/pipe";
+    let rw = ["nosuid", "nodev", "rbind", "rprivate", "noexec"];
     assert!(p
-        .check_edits(
-            "e",
-            &mount("/dev/vfio/1", "/dev/vfio/1", &["nosuid", "rbind"])
-        )
+        .check_edits("e", &mount(mps, "/tmp/nvidia-mps", &rw))
         .is_ok());
+    let shm = "/var/lib/graft/mps/GPU-0a1b/t-3/shm";
+    assert!(p.check_edits("e", &mount(shm, "/dev/shm", &rw)).is_ok());
 }
 
 #[test]
@@ -56,24 +61,68 @@ fn mounts_that_break_a_rule_name_it() {
         (mount("/etc/shadow", "/x", &ro), "outside the allowed roots"),
         // A sibling that only shares the prefix is outside too.
         (mount("/run/nvidia/driverx/lib", "/x", &ro), "outside"),
-        (mount("/run/nvidia/driver/../../etc", "/x", &ro), "outside"),
-        (mount("/dev/fuse", "/proc/x", &ro), "destination"),
-        (mount("/dev/fuse", "/", &ro), "destination"),
-        (mount("/dev/fuse", "/sys/fs", &ro), "destination"),
-        (mount("/dev/fuse", "/x", &["rbind"]), "nosuid"),
+        (mount("/run/nvidia/driver/../../etc", "/x", &ro), "clean"),
+        (mount(LIB, "/proc/x", &ro), "destination"),
+        (mount(LIB, "/", &ro), "destination"),
+        (mount(LIB, "/sys/fs", &ro), "destination"),
+        (mount(LIB, "/x", &["rbind", "nodev"]), "nosuid"),
+        (mount(LIB, "/x", &["nosuid", "rbind"]), "nodev"),
+        (mount(LIB, "/x", &["nosuid", "nodev", "suid"]), "\"suid\""),
+        (mount(LIB, "/x", &["nosuid", "nodev", "ro", "rw"]), "both"),
+        // graft never mounts from /dev: no root, and no nodev exemption, for it.
+        (mount("/dev/sda", "/x", &["nosuid", "rbind"]), "outside"),
+        (mount("/dev/fuse", "/x", &ro), "outside"),
+        // Of the state directory, only an MPS tenancy's pipe and shm.
         (
-            mount("/run/nvidia/driver/lib", "/x", &["nosuid", "rbind"]),
-            "nodev",
+            mount("/var/lib/graft/bin/graft-hook", "/x", &ro),
+            "holds graft-hook",
         ),
-        (mount("/dev/fuse", "/x", &["nosuid", "suid"]), "\"suid\""),
-        (mount("/dev/fuse", "/x", &["nosuid", "ro", "rw"]), "both"),
+        (
+            mount("/var/lib/graft/claims", "/x", &ro),
+            "not a directory graft serves",
+        ),
+        (
+            mount("/var/lib/graft", "/x", &ro),
+            "holds graft's state directory",
+        ),
+        (
+            mount("/var/lib/graft/mps/GPU-1/t-1/x", "/x", &ro),
+            "not a directory",
+        ),
+        (
+            mount("/var/lib/graft/mps/GPU-1/t-x/shm", "/x", &ro),
+            "not a directory",
+        ),
+        (
+            mount("/var/lib/graft/mps/claims/t-1/shm", "/x", &ro),
+            "not a directory",
+        ),
+        (mount("/var/lib/graft/mps/../bin/shm", "/x", &ro), "clean"),
+        (mount(LIB, "/dev", &ro), "device directory"),
+        (mount(LIB, "/etc/passwd", &ro), "/etc/passwd"),
+        (mount(LIB, "/etc/shadow", &ro), "/etc/shadow"),
+        (mount(LIB, "/etc/group", &ro), "/etc/group"),
+        (mount(LIB, "/etc/hosts", &ro), "/etc/hosts"),
+        (mount(LIB, "/etc/hostname", &ro), "/etc/hostname"),
+        (mount(LIB, "/etc/resolv.conf", &ro), "/etc/resolv.conf"),
+        (mount(LIB, "/etc", &ro), "/etc/passwd"),
+        (
+            mount(LIB, "/var/run/secrets/kubernetes.io/serviceaccount", &ro),
+            "credentials",
+        ),
+        (
+            mount(LIB, "/run/secrets/kubernetes.io/serviceaccount/token", &ro),
+            "credentials",
+        ),
+        (mount(LIB, "/var/run/secrets", &ro), "credentials"),
+        (mount(LIB, "/etc/../etc/passwd", &ro), "clean"),
     ];
     for (edits, want) in cases {
         let e = p.check_edits("d(x).edits", edits).unwrap_err();
         assert!(e.to_string().contains(want), "{e} lacks {want}");
         assert!(e.field.starts_with("d(x).edits.mounts[0]"), "{e}");
     }
-    let mut proc_mount = mount("/dev/fuse", "/x", &["nosuid"]);
+    let mut proc_mount = mount(LIB, "/x", &["nosuid", "nodev"]);
     proc_mount.mounts[0].kind = "proc".into();
     assert!(p.check_edits("e", &proc_mount).is_err());
 }
@@ -84,9 +133,17 @@ fn only_graft_hook_at_its_path_with_the_fixed_env() {
     let ok = ContainerEdits {
         hooks: vec![hook(&[
             "graft-hook",
-            "update-ldcache",
+            "nvidia-container",
+            "--link",
+            "libcuda.so.1::/usr/lib/x86_64-linux-gnu/libcuda.so",
+            "--folder",
+            "/usr/lib/x86_64-linux-gnu",
             "--ldconfig",
             "/sbin/ldconfig",
+            "--params-copy",
+            "/var/lib/graft/nvidia/params",
+            "--driver-version",
+            "550.54.15",
         ])],
         ..Default::default()
     };
@@ -121,10 +178,7 @@ fn only_graft_hook_at_its_path_with_the_fixed_env() {
 fn policy_roots_must_be_clean() {
     assert!(InjectionPolicy::new(Path::new("/var/lib/graft"), "rel", &[]).is_err());
     assert!(InjectionPolicy::new(Path::new("/s"), DEFAULT_HOOK_PATH, &["x/..".into()]).is_err());
-    assert_eq!(
-        policy().mount_roots(),
-        ["/dev", "/run/nvidia/driver", "/var/lib/graft"]
-    );
+    assert_eq!(policy().mount_roots(), ["/run/nvidia/driver"]);
 }
 
 #[test]
@@ -166,10 +220,7 @@ fn node_policy_narrows_a_host_driver_root_to_the_driver_directories() {
         &[" /srv/licences".into(), "".into()],
     )
     .unwrap();
-    assert_eq!(
-        none.mount_roots(),
-        ["/dev", "/srv/licences", "/var/lib/graft"]
-    );
+    assert_eq!(none.mount_roots(), ["/srv/licences"]);
 }
 
 #[test]
@@ -200,4 +251,148 @@ fn served_entries_are_the_operators_roots_only() {
         assert!(!p.is_served(own), "{own}");
     }
     assert!(!policy().is_served("/run/nvidia/driver/usr/lib/x"));
+}
+
+#[test]
+fn hook_arguments_are_exactly_what_graft_driver_emits() {
+    let p = policy();
+    let base = [
+        "graft-hook",
+        "nvidia-container",
+        "--ldconfig",
+        "/sbin/ldconfig",
+        "--params-copy",
+        "/var/lib/graft/nvidia/params",
+    ];
+    let with = |extra: &[&str]| ContainerEdits {
+        hooks: vec![hook(&[&base[..], extra].concat())],
+        ..Default::default()
+    };
+    assert!(p.check_edits("e", &with(&[])).is_ok());
+    let cases: &[(&[&str], &str)] = &[
+        (&["--rootfs", "/"], "\"--rootfs\""),
+        (&["--host-params", "/etc/shadow"], "\"--host-params\""),
+        (&["--container-id", "x"], "\"--container-id\""),
+        (&["--ldconfig=/tmp/x"], "not one graft-driver gives"),
+        (&["--folder"], "no value"),
+        (&["--folder", "--rootfs"], "starts with '-'"),
+        (&["--folder", "/usr/../etc"], "clean absolute"),
+        (&["--folder", "/a\0b"], "control"),
+        (&["--link", "../../etc/x::/usr/lib/x"], "'..'"),
+        (&["--link", "x::/usr/lib/../../x"], "clean absolute link"),
+        (&["--driver-version", "5;rm"], "driver version"),
+        (&["-h"], "not one graft-driver gives"),
+        (&["positional"], "not one graft-driver gives"),
+    ];
+    for (extra, want) in cases {
+        let e = p.check_edits("e", &with(extra)).unwrap_err().to_string();
+        assert!(e.contains(want), "{extra:?}: {e} lacks {want}");
+    }
+    let mut foreign = with(&[]);
+    foreign.hooks[0].args[3] = "/tmp/evil-ldconfig".into();
+    let e = p.check_edits("e", &foreign).unwrap_err().to_string();
+    assert!(
+        e.contains("is not the node's ldconfig \"/sbin/ldconfig\""),
+        "{e}"
+    );
+    let mut twice = with(&["--ldconfig", "/sbin/ldconfig"]);
+    let e = p.check_edits("e", &twice).unwrap_err().to_string();
+    assert!(e.contains("given twice"), "{e}");
+    twice.hooks[0].args[5] = "/tmp/params".into();
+    let e = p.check_edits("e", &with(&[]).clone()).map(|_| ());
+    assert!(e.is_ok());
+    let mut params = with(&[]);
+    params.hooks[0].args[5] = "/var/lib/graft/../../etc/shadow".into();
+    let e = p.check_edits("e", &params).unwrap_err().to_string();
+    assert!(e.contains("is not graft's params path"), "{e}");
+    // Each subcommand has its own flags: create-symlinks takes links only.
+    let e = p
+        .check_edits(
+            "e",
+            &ContainerEdits {
+                hooks: vec![hook(&[
+                    "graft-hook",
+                    "create-symlinks",
+                    "--ldconfig",
+                    "/sbin/ldconfig",
+                ])],
+                ..Default::default()
+            },
+        )
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("only [\"--link\"]"), "{e}");
+    // graft-nri, without one configured: any graft-driver picks from, no other.
+    let any = InjectionPolicy::new(Path::new("/var/lib/graft"), DEFAULT_HOOK_PATH, &[])
+        .unwrap()
+        .with_ldconfig_candidates(Path::new("/run/nvidia/driver"))
+        .unwrap();
+    let mut picked = with(&[]);
+    for l in [
+        "/run/nvidia/driver/sbin/ldconfig.real",
+        "/sbin/ldconfig.real",
+        "/sbin/ldconfig",
+    ] {
+        picked.hooks[0].args[3] = l.into();
+        assert!(any.check_edits("e", &picked).is_ok(), "{l}");
+    }
+    picked.hooks[0].args[3] = "/usr/local/bin/ldconfig".into();
+    let e = any.check_edits("e", &picked).unwrap_err().to_string();
+    assert!(e.contains("is not one of the node's ldconfigs"), "{e}");
+    // A policy without an ldconfig accepts none.
+    let none = InjectionPolicy::new(Path::new("/var/lib/graft"), DEFAULT_HOOK_PATH, &[]).unwrap();
+    let e = none.check_edits("e", &with(&[])).unwrap_err().to_string();
+    assert!(e.contains("no ldconfig is configured"), "{e}");
+}
+
+#[test]
+fn the_default_ldconfig_is_the_driver_roots_then_the_hosts() {
+    let have =
+        |list: &'static [&'static str]| move |p: &Path| list.iter().any(|l| Path::new(l) == p);
+    let root = Path::new("/run/nvidia/driver");
+    assert_eq!(
+        default_ldconfig(
+            root,
+            have(&["/run/nvidia/driver/sbin/ldconfig", "/sbin/ldconfig.real"])
+        ),
+        "/run/nvidia/driver/sbin/ldconfig"
+    );
+    assert_eq!(
+        default_ldconfig(Path::new("/"), have(&["/sbin/ldconfig.real"])),
+        "/sbin/ldconfig.real"
+    );
+    assert_eq!(default_ldconfig(root, have(&[])), "/sbin/ldconfig");
+}
+
+#[test]
+fn kernel_memory_port_and_log_nodes_are_never_given() {
+    use crate::format::{DeviceKind, DeviceNode};
+    let p = policy();
+    let node = |path: &str, kind: DeviceKind, major: i64, minor: i64| ContainerEdits {
+        device_nodes: vec![DeviceNode {
+            kind,
+            ..DeviceNode::char(path, major, minor, 0o666)
+        }],
+        ..Default::default()
+    };
+    assert!(p
+        .check_edits("e", &node("/dev/nvidia0", DeviceKind::Char, 195, 0))
+        .is_ok());
+    for (edits, want) in [
+        (node("/dev/mem", DeviceKind::Char, 1, 1), "/dev/mem"),
+        (node("/dev/kmsg", DeviceKind::Char, 1, 11), "/dev/kmsg"),
+        (node("/dev/port", DeviceKind::Char, 1, 4), "/dev/port"),
+        // A harmless name does not make the kernel's memory harmless.
+        (node("/dev/nvidia0", DeviceKind::Char, 1, 1), "char 1:1"),
+        (node("/dev/nvidia0", DeviceKind::Char, 1, 2), "kmem"),
+        (
+            node("/dev/../etc/x", DeviceKind::Char, 10, 229),
+            "below /dev",
+        ),
+        (node("/etc/x", DeviceKind::Char, 10, 229), "below /dev"),
+    ] {
+        let e = p.check_edits("d", &edits).unwrap_err();
+        assert!(e.to_string().contains(want), "{e} lacks {want}");
+        assert!(e.field.starts_with("d.device_nodes[0]"), "{e}");
+    }
 }
