@@ -383,3 +383,33 @@ fn require_graft_nri_marks_every_pod_that_asks_for_devices() -> anyhow::Result<(
     );
     Ok(())
 }
+
+/// The daemons' metrics listen on the pod's IP (the node's own cluster address, with
+/// hostNetwork), not on every address of the node; the probes use no port at all.
+#[test]
+fn metrics_listen_on_the_pods_ip_only() -> anyhow::Result<()> {
+    let tb = Testbed::load()?;
+    for values in [&[][..], &["-f", "values-gpu.yaml"][..]] {
+        let mut args = vec!["--show-only", "templates/50-daemonset.yaml"];
+        let gpu = chart().join("values-gpu.yaml");
+        if !values.is_empty() {
+            args.extend(["-f", gpu.to_str().context("path")?]);
+        }
+        let ds = render(&tb, &args)?;
+        let pod_ip = "- name: POD_IP\n              valueFrom:\n                fieldRef:\n                  fieldPath: status.podIP\n";
+        ensure!(ds.matches(pod_ip).count() == 2, "{ds}");
+        for port in ["9477", "9478"] {
+            let want =
+                format!("name: GRAFT_METRICS_ADDR\n              value: \"$(POD_IP):{port}\"");
+            ensure!(ds.contains(&want), "{want:?} missing from:\n{ds}");
+        }
+        // POD_IP comes before its use in each container: the kubelet expands only those.
+        for c in ds.split("- name: graft-").skip(1) {
+            if let (Some(def), Some(used)) = (c.find("name: POD_IP"), c.find("$(POD_IP)")) {
+                ensure!(def < used, "{c}");
+            }
+        }
+        ensure!(!ds.contains("httpGet") && !ds.contains("tcpSocket"), "{ds}");
+    }
+    Ok(())
+}
