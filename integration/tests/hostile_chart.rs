@@ -5,9 +5,13 @@
 //!   server puts in a pod-bound token's user info) writes only graft's ResourceSlices of its
 //!   own node: not another driver's, not another node's, not one for all nodes;
 //! - `requireGraftNri` marks every pod that asks for devices, whatever annotation the pod
-//!   brought, and pods that ask by extended resource.
+//!   brought, and pods that ask by extended resource;
+//! - a tenant whose claim is refused because another namespace's claim holds its device is
+//!   not told which claim that is (nor the host's paths), in the kubelet's answer or the
+//!   claim's Event.
 //!
-//! Needs the testbed (`integration/testbed/setup.sh`).
+//! Needs the testbed (`integration/testbed/setup.sh`) and, for the last, the workspace
+//! binaries (`cargo build --workspace --bins`).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -15,7 +19,11 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context};
 use graft_integration::apiserver::{self, ControlPlane};
+use graft_integration::claims::{claim_with_pod, namespace, uid};
+use graft_integration::dra_node::{prepare, DraNode};
 use graft_integration::Testbed;
+use k8s_openapi::api::events::v1::Event;
+use kube::api::{Api, ListParams};
 
 const GRAFT_SA: &str = "system:serviceaccount:graft-system:graft";
 
@@ -411,5 +419,65 @@ fn metrics_listen_on_the_pods_ip_only() -> anyhow::Result<()> {
         }
         ensure!(!ds.contains("httpGet") && !ds.contains("tcpSocket"), "{ds}");
     }
+    Ok(())
+}
+
+/// Another namespace's claim holds the device a tenant's claim was allocated (a stale
+/// allocation, a scheduler race): the tenant's claim is refused, and neither the kubelet's
+/// answer (the pod's Events) nor graft's PrepareFailed Event on the claim names the
+/// holder's namespace, name or uid.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refusal_names_no_claim_of_another_namespace() -> anyhow::Result<()> {
+    let cp = apiserver::shared()?;
+    let devices = "[[devices]]\npath = \"/dev/null\"\nattributes = { type = \"test\" }\n";
+    let node = DraNode::start(cp, "node-tenants", devices).await?;
+    let c = &node.client;
+    namespace(c, "victim-team").await?;
+    namespace(c, "prober").await?;
+    let (_, held) =
+        claim_with_pod(c, "victim-team", "secret-project", "node-tenants", "null").await?;
+    let e = &prepare(&node, &[&held]).await?[&uid(&held)].error;
+    ensure!(e.is_empty(), "{e}");
+
+    let (_, probe) = claim_with_pod(c, "prober", "probe", "node-tenants", "null").await?;
+    let told = prepare(&node, &[&probe]).await?[&uid(&probe)].error.clone();
+    ensure!(
+        told.contains("null is already prepared for a claim of another namespace"),
+        "{told}"
+    );
+    let hidden = ["victim-team", "secret-project", &uid(&held)];
+    let start = Instant::now();
+    let event = loop {
+        let api: Api<Event> = Api::namespaced(c.clone(), "prober");
+        let found = api
+            .list(&ListParams::default())
+            .await?
+            .items
+            .into_iter()
+            .find(|e| {
+                e.reason.as_deref() == Some("PrepareFailed")
+                    && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("probe")
+            });
+        if let Some(e) = found {
+            break e.note.unwrap_or_default();
+        }
+        ensure!(
+            start.elapsed() < Duration::from_secs(30),
+            "no PrepareFailed Event on prober/probe"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    for text in [&told, &event] {
+        for h in hidden {
+            ensure!(!text.contains(h), "{h:?} told to the prober: {text}");
+        }
+    }
+    // A claim of the same namespace is named, as before.
+    let (_, sibling) = claim_with_pod(c, "victim-team", "sibling", "node-tenants", "null").await?;
+    let e = &prepare(&node, &[&sibling]).await?[&uid(&sibling)].error;
+    ensure!(
+        e.contains("prepared for claim victim-team/secret-project"),
+        "{e}"
+    );
     Ok(())
 }
