@@ -140,10 +140,10 @@ pub struct Args {
     /// Seconds between checks that NVML can still reach every GPU.
     #[arg(long, env = "GRAFT_HEALTH_PROBE_SECONDS", default_value_t = 10)]
     pub health_probe_seconds: u64,
-    /// Serve /metrics, /healthz and /readyz on this TCP address (`:9477`: every address;
-    /// empty or `off`: not at all). Bound as soon as it is free: during a rolling update the
+    /// Serve /metrics, /healthz and /readyz on this TCP address (default: this host only;
+    /// the chart gives the pod's IP; `:9477`: every address; empty or `off`: not at all). Bound as soon as it is free: during a rolling update the
     /// instance being replaced holds it.
-    #[arg(long, env = "GRAFT_METRICS_ADDR", default_value = ":9477")]
+    #[arg(long, env = "GRAFT_METRICS_ADDR", default_value = "127.0.0.1:9477")]
     pub metrics_addr: String,
     /// Serve the same on this Unix socket, for this container's probes (`--probe`); empty:
     /// not at all.

@@ -176,13 +176,14 @@ impl Edge {
                     {
                         failed.push(uid.clone());
                     }
-                    (uid, o.map_err(|e| e.to_string()))
+                    let o = o.map_err(|e| told(ids, &uid, e));
+                    (uid, o)
                 })),
                 Err(e) => return Err(core_error(e)),
             },
             Err(_) => {
                 out.extend(in_progress(&todo));
-                self.keep_late(task);
+                self.keep_late(task, todo);
             }
         }
         let reports: Vec<(&ClaimId, &str)> = ids
@@ -208,13 +209,13 @@ impl Edge {
 
     /// Lets a prepare that outlasted its call finish, and keeps its claims' failures for
     /// the kubelet's retry.
-    fn keep_late(&self, task: tokio::task::JoinHandle<CoreResult<PreparedMap>>) {
+    fn keep_late(&self, task: tokio::task::JoinHandle<CoreResult<PreparedMap>>, ids: Vec<ClaimId>) {
         let late = Arc::clone(&self.late);
         tokio::spawn(async move {
             let failed: Vec<(String, String)> = match task.await {
                 Ok(Ok(map)) => map
                     .into_iter()
-                    .filter_map(|(uid, o)| Some((uid, o.err()?.to_string())))
+                    .filter_map(|(uid, o)| Some((uid.clone(), told(&ids, &uid, o.err()?))))
                     .collect(),
                 Ok(Err(e)) => {
                     tracing::error!(error = %e, "a prepare that outlasted its call failed");
@@ -266,10 +267,13 @@ impl Edge {
         {
             Ok(Some(Ok(map))) => map
                 .into_iter()
-                .map(|(uid, o)| (uid, o.map_err(|e| e.to_string())))
+                .map(|(uid, o)| {
+                    let o = o.map_err(|e| told(ids, &uid, e));
+                    (uid, o)
+                })
                 .collect(),
             Ok(Some(Err(e))) => {
-                let msg = core_error(e).to_string();
+                let msg = core_error(e).for_tenant();
                 ids.iter()
                     .map(|id| (id.uid.clone(), Err(format!("unprepare {id}: {msg}"))))
                     .collect()
@@ -407,6 +411,33 @@ impl Edge {
             });
         }
         Ok(out)
+    }
+}
+
+/// A failed claim's text for its author (the kubelet's and graft's Events); the node's log
+/// keeps what that leaves out.
+fn told(ids: &[ClaimId], uid: &str, e: ClaimError) -> String {
+    let namespace = ids
+        .iter()
+        .find(|i| i.uid == uid)
+        .map_or("", |i| &i.namespace);
+    let text = e.for_tenant(namespace);
+    if text != e.to_string() {
+        tracing::warn!(claim_uid = uid, error = %e, "claim failed");
+    }
+    text
+}
+
+impl CallError {
+    /// The text for the kubelet (the pod's Events): without the host paths local state
+    /// errors name, which stay in the node's log.
+    pub fn for_tenant(&self) -> String {
+        let full = self.to_string();
+        let text = crate::core::tenant::without_paths(&full);
+        if text != full {
+            tracing::warn!(error = %full, "NodePrepareResources or NodeUnprepareResources failed");
+        }
+        text
     }
 }
 

@@ -4,7 +4,9 @@
 //! On every start: the source must be a static executable (no ELF interpreter, so no
 //! `LD_PRELOAD` or library search path can reach it); the directory must be root's alone
 //! (every ancestor owned by root and not writable by others unless sticky, the directory
-//! itself 0700); the installed file is replaced atomically (temp file, fsync, rename) only
+//! itself 0700), in the host's view as well as the container's: the runtime resolves the
+//! path on the host, where the directory's ancestors are the host's, not the container
+//! image's; the installed file is replaced atomically (temp file, fsync, rename) only
 //! when its SHA-256 differs, is mode 0500, and is read back and checked after installing.
 
 use std::fs::{self, DirBuilder};
@@ -61,8 +63,10 @@ pub struct Installed {
     pub changed: bool,
 }
 
-/// Installs `source` at `dest` (see the module documentation).
-pub fn install(source: &Path, dest: &Path) -> Result<Installed, InstallError> {
+/// Installs `source` at `dest` (see the module documentation). `dest` is a host path,
+/// written through the same path in this container (the state directory's mount);
+/// `host_root` is where the host's root is visible here (`/`: this is the host's view).
+pub fn install(source: &Path, dest: &Path, host_root: &Path) -> Result<Installed, InstallError> {
     let data = fs::read(source).map_err(io("read", source))?;
     check_static(source, &data)?;
     let sha256 = hex(&Sha256::digest(&data));
@@ -71,6 +75,7 @@ pub fn install(source: &Path, dest: &Path) -> Result<Installed, InstallError> {
         reason: "no parent directory".into(),
     })?;
     prepare_dir(dir)?;
+    check_host_view(dir, host_root)?;
 
     match fs::symlink_metadata(dest) {
         Ok(m) if !m.file_type().is_file() => {
@@ -164,7 +169,41 @@ fn prepare_dir(dir: &Path) -> Result<(), InstallError> {
     if m.file_type().is_dir() && m.uid() == euid() && m.mode() & 0o7777 != DIR_MODE {
         fs::set_permissions(dir, fs::Permissions::from_mode(DIR_MODE)).map_err(io("chmod", dir))?;
     }
-    for a in dir.ancestors() {
+    check_ancestors(dir.ancestors())
+}
+
+/// The host's view of `dir` (below `host_root`) is the directory written here, and its
+/// ancestors on the host are as safe as [`prepare_dir`] requires of the container's. The
+/// host root itself is configuration, not checked.
+fn check_host_view(dir: &Path, host_root: &Path) -> Result<(), InstallError> {
+    if host_root == Path::new("/") {
+        return Ok(());
+    }
+    let on_host = |a: &Path| host_root.join(a.strip_prefix("/").unwrap_or(a));
+    let host_dir = on_host(dir);
+    let here = fs::symlink_metadata(dir).map_err(io("stat", dir))?;
+    let there = fs::symlink_metadata(&host_dir).map_err(io("stat", &host_dir))?;
+    if (here.dev(), here.ino()) != (there.dev(), there.ino()) {
+        return Err(InstallError::UnsafeLocation {
+            path: host_dir,
+            reason: format!(
+                "not the directory {} that graft-driver writes (the host's view differs)",
+                dir.display()
+            ),
+        });
+    }
+    let below_root: Vec<PathBuf> = dir
+        .ancestors()
+        .filter(|a| *a != Path::new("/") && !a.as_os_str().is_empty())
+        .map(on_host)
+        .collect();
+    check_ancestors(below_root.iter().map(PathBuf::as_path))
+}
+
+/// Each of `dirs` is a directory (not a symlink) owned by root and not writable by group or
+/// others unless sticky.
+fn check_ancestors<'a>(dirs: impl Iterator<Item = &'a Path>) -> Result<(), InstallError> {
+    for a in dirs {
         let m = fs::symlink_metadata(a).map_err(io("stat", a))?;
         let unsafe_because = if !m.file_type().is_dir() {
             Some("not a directory (a symlink?)".to_string())
@@ -224,33 +263,103 @@ mod tests {
         let src = d.path().join("graft-hook");
         fs::write(&src, &busybox).unwrap();
         let dest = d.path().join("state/bin/graft-hook");
-        let first = install(&src, &dest).unwrap();
+        let first = install(&src, &dest, Path::new("/")).unwrap();
         assert!(first.changed);
         assert_eq!(first.sha256.len(), 64);
         let mode = |p: &Path| fs::metadata(p).unwrap().permissions().mode() & 0o7777;
         assert_eq!(mode(&dest), HOOK_MODE);
         assert_eq!(mode(dest.parent().unwrap()), DIR_MODE);
-        assert!(!install(&src, &dest).unwrap().changed);
+        assert!(!install(&src, &dest, Path::new("/")).unwrap().changed);
 
         // A tampered copy is replaced; so is a wrong mode.
         fs::set_permissions(&dest, fs::Permissions::from_mode(0o700)).unwrap();
         fs::write(&dest, b"tampered").unwrap();
-        let again = install(&src, &dest).unwrap();
+        let again = install(&src, &dest, Path::new("/")).unwrap();
         assert!(again.changed);
         assert_eq!(fs::read(&dest).unwrap(), busybox);
         fs::set_permissions(&dest, fs::Permissions::from_mode(0o755)).unwrap();
-        install(&src, &dest).unwrap();
+        install(&src, &dest, Path::new("/")).unwrap();
         assert_eq!(mode(&dest), HOOK_MODE);
 
         // Unsafe places are refused: a world-writable directory, a symlink at the name.
         let open = d.path().join("open");
         fs::create_dir(&open).unwrap();
         fs::set_permissions(&open, fs::Permissions::from_mode(0o777)).unwrap();
-        let e = install(&src, &open.join("bin/graft-hook")).unwrap_err();
+        let e = install(&src, &open.join("bin/graft-hook"), Path::new("/")).unwrap_err();
         assert!(e.to_string().contains("writable by others"), "{e}");
         fs::remove_file(&dest).unwrap();
         std::os::unix::fs::symlink("/bin/sh", &dest).unwrap();
-        let e = install(&src, &dest).unwrap_err();
+        let e = install(&src, &dest, Path::new("/")).unwrap_err();
         assert!(e.to_string().contains("not a regular file"), "{e}");
+    }
+
+    /// The runtime resolves the hook path on the host: an ancestor that is safe in this
+    /// container's view (its image's /var/lib) but writable by others on the host is refused,
+    /// naming the host's path; so is a host view that is not the directory written here.
+    /// Views that differ take a bind mount: a private mount namespace of this test's thread.
+    #[test]
+    fn ancestors_are_checked_in_the_hosts_view() {
+        let Ok(busybox) = fs::read("/bin/busybox") else {
+            eprintln!("skipped: no /bin/busybox (busybox-static) to stand in for graft-hook");
+            return;
+        };
+        std::thread::spawn(move || {
+            use nix::mount::{mount, umount, MsFlags};
+            use nix::sched::{unshare, CloneFlags};
+            if unshare(CloneFlags::CLONE_NEWNS).is_err()
+                || mount(
+                    None::<&str>,
+                    "/",
+                    None::<&str>,
+                    MsFlags::MS_REC | MsFlags::MS_PRIVATE,
+                    None::<&str>,
+                )
+                .is_err()
+            {
+                eprintln!("skipped: cannot make a private mount namespace (not root?)");
+                return;
+            }
+            let d = tempfile::tempdir().unwrap();
+            let src = d.path().join("graft-hook");
+            fs::write(&src, &busybox).unwrap();
+            // This container's view: d/ctr/graft/bin, every ancestor safe.
+            let ctr_state = d.path().join("ctr/graft");
+            fs::create_dir_all(&ctr_state).unwrap();
+            let dest = ctr_state.join("bin/graft-hook");
+            // The host's: the same directory, below a parent others can write.
+            let host_root = d.path().join("host");
+            let on_host = |p: &Path| host_root.join(p.strip_prefix("/").unwrap());
+            let host_state = on_host(&ctr_state);
+            fs::create_dir_all(&host_state).unwrap();
+            let open = host_state.parent().unwrap().to_path_buf();
+            fs::set_permissions(&open, fs::Permissions::from_mode(0o777)).unwrap();
+            mount(
+                Some(&host_state),
+                &ctr_state,
+                None::<&str>,
+                MsFlags::MS_BIND,
+                None::<&str>,
+            )
+            .unwrap();
+
+            // The container's view alone (the old check) sees nothing wrong.
+            install(&src, &dest, Path::new("/")).unwrap();
+            let e = install(&src, &dest, &host_root).unwrap_err();
+            assert!(
+                e.to_string()
+                    .contains(&format!("{} is not a safe place", open.display()))
+                    && e.to_string().contains("writable by others"),
+                "{e}"
+            );
+            fs::set_permissions(&open, fs::Permissions::from_mode(0o755)).unwrap();
+            assert!(!install(&src, &dest, &host_root).unwrap().changed);
+
+            // A host view that is another directory: refused, not checked in its place.
+            umount(&ctr_state).unwrap();
+            let e = install(&src, &dest, &host_root).unwrap_err();
+            assert!(e.to_string().contains("the host's view differs"), "{e}");
+        })
+        .join()
+        .unwrap();
     }
 }

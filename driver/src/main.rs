@@ -240,7 +240,7 @@ async fn main() -> anyhow::Result<()> {
                 .with_file_name("graft-hook"),
         };
         let dest = std::path::Path::new(&args.nvidia_hook_path);
-        let installed = install(&source, dest).context("installing graft-hook")?;
+        let installed = install(&source, dest, &args.host_root).context("installing graft-hook")?;
         tracing::info!(
             path = %installed.path.display(), sha256 = installed.sha256,
             replaced = installed.changed, "graft-hook verified"

@@ -141,9 +141,9 @@ struct Metrics {
     create: Vec<(f64, f64)>,
 }
 
-fn scrape_now() -> anyhow::Result<Metrics> {
+fn scrape_now(c: &Cluster) -> anyhow::Result<Metrics> {
     let get = |port: u16| -> anyhow::Result<String> {
-        match scrape::tcp_get(&format!("127.0.0.1:{port}"), "/metrics")? {
+        match scrape::tcp_get(&c.metrics_addr(port)?, "/metrics")? {
             (200, m) => Ok(m),
             (code, m) => anyhow::bail!("port {port}: HTTP {code}: {m}"),
         }
@@ -209,7 +209,7 @@ async fn main() -> anyhow::Result<()> {
     let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
     let claims: Api<ResourceClaim> = Api::namespaced(client.clone(), "default");
 
-    let before = scrape_now()?;
+    let before = scrape_now(&cluster)?;
     let sampler = Sampler::start();
     let run_start = Instant::now();
     let mut all = Vec::new();
@@ -279,7 +279,7 @@ async fn main() -> anyhow::Result<()> {
     }
     let wall = run_start.elapsed();
     let [(drss, dcpu), (nrss, ncpu)] = sampler.finish();
-    let after = scrape_now()?;
+    let after = scrape_now(&cluster)?;
     all.sort();
     let q = |b: &[(f64, f64)], a: &[(f64, f64)], p: f64| {
         scrape::quantile(b, a, p).map_or("-".to_string(), |s| format!("{:.1}", s * 1e3))

@@ -288,7 +288,7 @@ async fn main() -> anyhow::Result<()> {
             .with_context(|| format!("test driver log: {}", log.display()))?;
     }
     let prepare = || -> anyhow::Result<Vec<(f64, f64)>> {
-        let (_, m) = scrape::tcp_get("127.0.0.1:9477", "/metrics")?;
+        let (_, m) = scrape::tcp_get(&bench.cluster.metrics_addr(9477)?, "/metrics")?;
         let name = "graft_driver_prepare_duration_seconds";
         Ok(scrape::buckets(&m, name, "result=\"ok\""))
     };

@@ -25,11 +25,14 @@ mod graftctl;
 /// The metrics graft serves on this node's port (hostNetwork) once every `(series, min)`
 /// holds: a new instance binds the port only when the old one has exited. A failure names
 /// the series that fell short.
-fn scrape_at_least(port: u16, want: &[(&str, f64)]) -> anyhow::Result<String> {
+fn scrape_at_least(c: &Cluster, port: u16, want: &[(&str, f64)]) -> anyhow::Result<String> {
     let mut last = String::new();
     let mut short = Vec::new();
     for _ in 0..60 {
-        match scrape::tcp_get(&format!("127.0.0.1:{port}"), "/metrics") {
+        match c
+            .metrics_addr(port)
+            .and_then(|a| scrape::tcp_get(&a, "/metrics"))
+        {
             Ok((200, m)) => {
                 short = want
                     .iter()
@@ -94,6 +97,7 @@ fn pods_get_their_devices_on_a_real_cluster() -> anyhow::Result<()> {
     graft_ready(&c)?;
     let ok = r#"graft_driver_prepare_duration_seconds_count{result="ok"}"#;
     scrape_at_least(
+        &c,
         9477,
         &[
             (ok, 1.0),
@@ -103,6 +107,7 @@ fn pods_get_their_devices_on_a_real_cluster() -> anyhow::Result<()> {
     )?;
     let created = r#"graft_nri_request_duration_seconds_count{event="create_container"}"#;
     scrape_at_least(
+        &c,
         9478,
         &[
             ("graft_nri_containers_injected_total", 1.0),
@@ -154,8 +159,8 @@ fn pods_get_their_devices_on_a_real_cluster() -> anyhow::Result<()> {
     // The new instances are ready and took the ports over: the new driver counts the
     // running pod's claim from the checkpoint it inherited.
     graft_ready(&c)?;
-    scrape_at_least(9477, &[("graft_driver_prepared_claims", 1.0)])?;
-    scrape_at_least(9478, &[("graft_nri_synchronized", 1.0)])?;
+    scrape_at_least(&c, 9477, &[("graft_driver_prepared_claims", 1.0)])?;
+    scrape_at_least(&c, 9478, &[("graft_nri_synchronized", 1.0)])?;
     c.kubectl(&["delete", "pod", "split", "--wait=true"])?;
     c.apply(&fuse_pod("after-roll"))?;
     c.wait_phase("after-roll", "Running")?;

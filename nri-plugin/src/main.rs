@@ -74,10 +74,10 @@ struct Args {
     /// retries through a CreateContainer reply.
     #[arg(long, default_value_t = 5000, hide = true)]
     eviction_grace_ms: u64,
-    /// Serve /metrics, /healthz and /readyz on this TCP address (`:9478`: every address;
-    /// empty or `off`: not at all). Bound as soon as it is free: during a rolling update the
+    /// Serve /metrics, /healthz and /readyz on this TCP address (default: this host only;
+    /// the chart gives the pod's IP; `:9478`: every address; empty or `off`: not at all). Bound as soon as it is free: during a rolling update the
     /// instance being replaced holds it.
-    #[arg(long, env = "GRAFT_METRICS_ADDR", default_value = ":9478")]
+    #[arg(long, env = "GRAFT_METRICS_ADDR", default_value = "127.0.0.1:9478")]
     metrics_addr: String,
     /// Serve the same on this Unix socket, for this container's probes (`--probe`); empty:
     /// not at all.

@@ -1,7 +1,8 @@
 //! The three endpoints and the HTTP/1.1 connection they are served on.
 
 use std::convert::Infallible;
-use std::sync::Arc;
+use std::panic::AssertUnwindSafe;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use http_body_util::Full;
@@ -11,6 +12,7 @@ use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use prometheus_client::registry::Registry;
 use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::sync::watch;
 
 pub const OPENMETRICS_CONTENT_TYPE: &str =
     "application/openmetrics-text; version=1.0.0; charset=utf-8";
@@ -29,18 +31,64 @@ const READY_TIMEOUT: Duration = Duration::from_secs(2);
 /// files: it runs on a blocking thread.
 pub type ReadyCheck = Arc<dyn Fn() -> Result<String, String> + Send + Sync>;
 
+/// A readiness check's answer; `None` until it has one.
+type Verdict = Option<Result<String, String>>;
+
+/// The readiness check, run at most once at a time: a request that comes while one runs
+/// waits for that one's answer instead of starting another. A check that hangs (a stuck
+/// file read) holds one blocking thread, not one per request, and the next request after it
+/// ends starts a fresh one.
+#[derive(Clone)]
+struct SharedCheck {
+    check: ReadyCheck,
+    running: Arc<Mutex<Option<watch::Receiver<Verdict>>>>,
+}
+
+/// Clears the running slot when the check's thread is done with it, panic or not.
+struct Finished(Arc<Mutex<Option<watch::Receiver<Verdict>>>>);
+
+impl Drop for Finished {
+    fn drop(&mut self) {
+        *self.0.lock().unwrap_or_else(PoisonError::into_inner) = None;
+    }
+}
+
+impl SharedCheck {
+    /// The running check's answer, or a new check's (closed unanswered: it panicked).
+    fn verdict(&self) -> watch::Receiver<Verdict> {
+        let mut slot = self.running.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(rx) = &*slot {
+            return rx.clone();
+        }
+        let (tx, rx) = watch::channel(None);
+        *slot = Some(rx.clone());
+        let (check, finished) = (self.check.clone(), Finished(self.running.clone()));
+        tokio::task::spawn_blocking(move || {
+            let _finished = finished;
+            // A panic drops `tx` unsent: the waiters see the channel closed.
+            if let Ok(v) = std::panic::catch_unwind(AssertUnwindSafe(|| check())) {
+                let _ = tx.send(Some(v));
+            }
+        });
+        rx
+    }
+}
+
 /// What the server answers with.
 #[derive(Clone)]
 pub struct Endpoints {
     registry: Arc<Registry>,
-    ready: ReadyCheck,
+    ready: SharedCheck,
 }
 
 impl Endpoints {
     pub fn new(registry: Registry, ready: ReadyCheck) -> Self {
         Endpoints {
             registry: Arc::new(registry),
-            ready,
+            ready: SharedCheck {
+                check: ready,
+                running: Arc::default(),
+            },
         }
     }
 
@@ -68,16 +116,14 @@ impl Endpoints {
             // Answering at all is the liveness signal: the runtime and this task run.
             "/healthz" => (StatusCode::OK, TEXT, "ok\n".into()),
             "/readyz" => {
-                let check = self.ready.clone();
-                let verdict = tokio::time::timeout(
-                    READY_TIMEOUT,
-                    tokio::task::spawn_blocking(move || check()),
-                )
-                .await;
-                match verdict {
-                    Ok(Ok(Ok(why))) => (StatusCode::OK, TEXT, line(&why)),
-                    Ok(Ok(Err(why))) => (StatusCode::SERVICE_UNAVAILABLE, TEXT, line(&why)),
-                    Ok(Err(_)) => (
+                let mut verdict = self.ready.verdict();
+                let answer = tokio::time::timeout(READY_TIMEOUT, verdict.wait_for(|v| v.is_some()))
+                    .await
+                    .map(|r| r.ok().and_then(|v| v.clone()));
+                match answer {
+                    Ok(Some(Ok(why))) => (StatusCode::OK, TEXT, line(&why)),
+                    Ok(Some(Err(why))) => (StatusCode::SERVICE_UNAVAILABLE, TEXT, line(&why)),
+                    Ok(None) => (
                         StatusCode::SERVICE_UNAVAILABLE,
                         TEXT,
                         "readiness check failed internally\n".into(),

@@ -33,7 +33,9 @@ pub struct Serving {
     pub tcp: watch::Receiver<Option<SocketAddr>>,
 }
 
-/// `""` or `off` (disabled), `:9477` (every IPv4 address), `127.0.0.1:9477`, `[::1]:9477`.
+/// `""` or `off` (disabled), `:9477` (every IPv4 address), `127.0.0.1:9477`, `[::1]:9477`,
+/// and `fd00::1:9477` (an IPv6 address without brackets, as the chart's `$(POD_IP):9477`
+/// gives on an IPv6 node: the port is always the part after the last colon).
 pub fn parse_addr(s: &str) -> Result<Option<SocketAddr>, TelemetryError> {
     let s = s.trim();
     if s.is_empty() || s == "off" {
@@ -45,6 +47,15 @@ pub fn parse_addr(s: &str) -> Result<Option<SocketAddr>, TelemetryError> {
         s.to_string()
     };
     full.parse()
+        .or_else(|e| {
+            let Some((ip, port)) = full.rsplit_once(':') else {
+                return Err(e);
+            };
+            match (ip.parse::<std::net::Ipv6Addr>(), port.parse::<u16>()) {
+                (Ok(ip), Ok(port)) => Ok(SocketAddr::from((ip, port))),
+                _ => Err(e),
+            }
+        })
         .map(Some)
         .map_err(|e: std::net::AddrParseError| TelemetryError::Address {
             addr: s.to_string(),

@@ -251,6 +251,82 @@ fn addresses() {
         parse_addr("[::1]:9").unwrap(),
         Some("[::1]:9".parse().unwrap())
     );
+    // $(POD_IP):PORT on an IPv6 node.
+    assert_eq!(
+        parse_addr("fd00::1:9477").unwrap(),
+        Some("[fd00::1]:9477".parse().unwrap())
+    );
+    assert!(parse_addr("fd00::1").is_err());
+    assert!(parse_addr("$(POD_IP):9477").is_err());
     assert!(parse_addr("localhost:9477").is_err());
     assert!(parse_addr("9477").is_err());
+}
+
+/// A readiness check that hangs holds one blocking thread however many probes and scrapers
+/// ask meanwhile (each answered "not answered" on time), and the first request after it
+/// ends runs a fresh one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hung_readiness_check_runs_once_for_all_requests() {
+    let calls = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let (release, hold) = std::sync::mpsc::channel::<()>();
+    let hold = std::sync::Mutex::new(hold);
+    let counted = calls.clone();
+    let ep = Endpoints::new(
+        Registry::default(),
+        Arc::new(move || {
+            if counted.fetch_add(1, Ordering::SeqCst) == 0 {
+                let _ = hold.lock().unwrap().recv();
+            }
+            Ok("ready".into())
+        }),
+    );
+    let asks: Vec<_> = (0..50)
+        .map(|_| {
+            let ep = ep.clone();
+            tokio::spawn(async move { ep.answer(&hyper::Method::GET, "/readyz").await })
+        })
+        .collect();
+    for a in asks {
+        let (code, _, body) = a.await.unwrap();
+        assert_eq!(code, hyper::StatusCode::SERVICE_UNAVAILABLE);
+        assert!(body.contains("not answered"), "{body}");
+    }
+    assert_eq!(calls.load(Ordering::SeqCst), 1, "one check for 50 requests");
+    release.send(()).unwrap();
+    for _ in 0..100 {
+        let (code, _, body) = ep.answer(&hyper::Method::GET, "/readyz").await;
+        if code == hyper::StatusCode::OK {
+            assert_eq!(body, "ready\n");
+            assert_eq!(calls.load(Ordering::SeqCst), 2);
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("no fresh check after the hung one ended");
+}
+
+/// A check that panics is answered as an internal failure, and does not stop later checks.
+#[tokio::test]
+async fn a_panicking_readiness_check_is_answered_and_retried() {
+    let first = Arc::new(AtomicBool::new(true));
+    let f = first.clone();
+    let ep = Endpoints::new(
+        Registry::default(),
+        Arc::new(move || {
+            if f.swap(false, Ordering::SeqCst) {
+                panic!("boom");
+            }
+            Ok("ready".into())
+        }),
+    );
+    let (code, _, body) = ep.answer(&hyper::Method::GET, "/readyz").await;
+    assert_eq!(code, hyper::StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(body, "readiness check failed internally\n");
+    for _ in 0..100 {
+        if ep.answer(&hyper::Method::GET, "/readyz").await.0 == hyper::StatusCode::OK {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("the check never ran again");
 }

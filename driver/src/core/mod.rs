@@ -22,6 +22,7 @@ mod plan;
 mod prepare;
 pub mod seams;
 mod startup;
+pub mod tenant;
 mod unprepare;
 
 #[cfg(test)]

@@ -45,8 +45,8 @@ fn ids(claims: &[impl ClaimMsg]) -> Result<Vec<ClaimId>, Status> {
 
 fn call_status(e: CallError) -> Status {
     match &e {
-        CallError::Fetch { .. } | CallError::Local(_) => Status::unavailable(e.to_string()),
-        _ => Status::failed_precondition(e.to_string()),
+        CallError::Fetch { .. } | CallError::Local(_) => Status::unavailable(e.for_tenant()),
+        _ => Status::failed_precondition(e.for_tenant()),
     }
 }
 

@@ -131,6 +131,26 @@ impl Cluster {
             .args(args))
     }
 
+    /// Where graft serves metrics on this node over TCP: the chart binds its pod's IP (the
+    /// node's, with hostNetwork), not every address.
+    pub fn metrics_addr(&self, port: u16) -> anyhow::Result<String> {
+        let ip = self.kubectl(&[
+            "get",
+            "pods",
+            "-n",
+            "graft-system",
+            "-l",
+            "app.kubernetes.io/name=graft",
+            "-o",
+            "jsonpath={.items[0].status.podIP}",
+        ])?;
+        let ip: std::net::IpAddr = ip
+            .trim()
+            .parse()
+            .with_context(|| format!("pod IP {ip:?}"))?;
+        Ok(std::net::SocketAddr::from((ip, port)).to_string())
+    }
+
     pub fn apply(&self, yaml: &str) -> anyhow::Result<()> {
         let mut child = Command::new(&self.kubectl)
             .arg("--kubeconfig")

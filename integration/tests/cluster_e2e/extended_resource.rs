@@ -38,6 +38,9 @@ pub fn fuse_by_limit(c: &Cluster) -> anyhow::Result<()> {
         status["requestMappings"][0]["containerName"] == "app",
         "{status}"
     );
+    // requireGraftNri (on in the testbed) marked it, though it had no claim at admission.
+    let marked = &pod["metadata"]["annotations"]["required-plugins.noderesource.dev/pod"];
+    ensure!(marked == "[graft]", "not marked for graft-nri: {marked}");
     let rc: Value =
         serde_json::from_str(&c.kubectl(&["get", "resourceclaim", claim, "-o", "json"])?)?;
     let results = &rc["status"]["allocation"]["devices"]["results"];

@@ -159,7 +159,8 @@ pub fn vfio(c: &Cluster, node: &FakeNode) -> anyhow::Result<()> {
     let wanted = bdf(GROUPED, 0);
     c.apply(&pod("b", "wants", "vfio.graft.dev", &wanted))?;
     let claim = wait_claim(c, "b", "wants")?;
-    let needle = format!("PCI function {held} is held by claim a/");
+    // The holder is of another namespace: not named to this claim's author.
+    let needle = format!("PCI function {held} is held by a claim of another namespace");
     let start = Instant::now();
     let described = loop {
         let d = c.kubectl(&["-n", "b", "describe", "resourceclaim", &claim])?;

@@ -22,3 +22,27 @@ admissionregistration.k8s.io/v1
 admissionregistration.k8s.io/v1beta1
 {{- end -}}
 {{- end }}
+
+{{/* A DeviceClass's extended resource name (values: extendedResourceNames), or nothing:
+gpu.graft.dev's only where graft serves GPUs. Call with (list $ "class"). */}}
+{{- define "graft.extendedResourceName" -}}
+{{- $root := index . 0 -}}
+{{- $class := index . 1 -}}
+{{- if or (ne $class "gpu.graft.dev") $root.Values.backends.nvidia -}}
+{{ index $root.Values.extendedResourceNames $class | default "" }}
+{{- end -}}
+{{- end }}
+
+{{/* Every extended resource a pod may ask graft's classes by, as a CEL list: each class's
+own name, and the name Kubernetes gives every DeviceClass
+(deviceclass.resource.kubernetes.io/<class>). */}}
+{{- define "graft.extendedResourceNamesCel" -}}
+{{- $names := list -}}
+{{- range $class := .Values.deviceClasses -}}
+{{- with include "graft.extendedResourceName" (list $ $class) -}}
+{{- $names = append $names (printf "'%s'" .) -}}
+{{- end -}}
+{{- $names = append $names (printf "'deviceclass.resource.kubernetes.io/%s'" $class) -}}
+{{- end -}}
+[{{ join ", " $names }}]
+{{- end }}

@@ -1,0 +1,90 @@
+//! The chart's admission policies against a hostile node and hostile tenants, on a real
+//! kube-apiserver (the testbed's, started by `graft_integration::apiserver`; no cluster):
+//!
+//! - a compromised node's graft-driver (its service account, with the node name the API
+//!   server puts in a pod-bound token's user info) writes only graft's ResourceSlices of its
+//!   own node: not another driver's, not another node's, not one for all nodes;
+//! - its Events say they come from graft-driver on its own node, and are about a Pod, a
+//!   ResourceClaim or its own Node; it patches only its own;
+//! - `requireGraftNri` marks every pod that asks for devices, whatever annotation the pod
+//!   brought, and pods that ask by extended resource;
+//! - a tenant whose claim is refused because another namespace's claim holds its device is
+//!   not told which claim that is (nor the host's paths), in the kubelet's answer or the
+//!   claim's Event.
+//!
+//! Needs the testbed (`integration/testbed/setup.sh`) and, for the last, the workspace
+//! binaries (`cargo build --workspace --bins`).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, ensure, Context};
+use graft_integration::apiserver::ControlPlane;
+use graft_integration::Testbed;
+
+#[path = "hostile_chart/events.rs"]
+mod events;
+#[path = "hostile_chart/slices.rs"]
+mod slices;
+#[path = "hostile_chart/tenants.rs"]
+mod tenants;
+
+const GRAFT_SA: &str = "system:serviceaccount:graft-system:graft";
+
+fn chart() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/helm/graft")
+}
+
+/// `helm template` of the chart with these arguments.
+fn render(tb: &Testbed, args: &[&str]) -> anyhow::Result<String> {
+    let out = Command::new(&tb.helm)
+        .args(["template", "graft"])
+        .arg(chart())
+        .args(["--namespace", "graft-system"])
+        .args(args)
+        .output()
+        .context("running helm")?;
+    ensure!(
+        out.status.success(),
+        "helm template {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(String::from_utf8(out.stdout)?)
+}
+
+/// Writes `yaml` to a file of the control plane's and runs `kubectl <verb...> -f` it.
+fn kubectl_file(
+    cp: &ControlPlane,
+    name: &str,
+    yaml: &str,
+    args: &[&str],
+) -> anyhow::Result<String> {
+    let path = cp.dir.join(name);
+    std::fs::write(&path, yaml)?;
+    let path = path.to_string_lossy().into_owned();
+    let mut all = args.to_vec();
+    all.extend(["-f", &path]);
+    cp.kubectl(&all)
+}
+
+fn install(cp: &ControlPlane, name: &str, yaml: &str) -> anyhow::Result<()> {
+    let _ = cp.kubectl(&["create", "namespace", "graft-system"]);
+    kubectl_file(cp, name, yaml, &["apply"]).map(drop)
+}
+
+/// Retries `attempt` until it says the policy acts (Ok(true)), for up to 60 s: policies and
+/// bindings reach admission a moment after they are created.
+fn until_active(mut attempt: impl FnMut() -> anyhow::Result<bool>) -> anyhow::Result<()> {
+    let start = Instant::now();
+    loop {
+        match attempt() {
+            Ok(true) => return Ok(()),
+            Ok(false) | Err(_) if start.elapsed() < Duration::from_secs(60) => {
+                std::thread::sleep(Duration::from_millis(250))
+            }
+            Ok(false) => bail!("the policy did not take effect within 60 s"),
+            Err(e) => return Err(e),
+        }
+    }
+}

@@ -1,0 +1,165 @@
+//! Events: only as graft-driver on the node's own, about what graft reports on.
+
+use anyhow::{bail, ensure, Context};
+use graft_integration::apiserver::{self, ControlPlane};
+use graft_integration::Testbed;
+use k8s_openapi::api::events::v1::Event;
+use kube::api::{Api, Patch, PatchParams};
+
+use super::{install, kubectl_file, render, until_active, GRAFT_SA};
+
+fn event(name: &str, ns: &str, controller: &str, instance: &str, regarding: &str) -> String {
+    format!(
+        "apiVersion: events.k8s.io/v1\nkind: Event\nmetadata: {{name: {name}, namespace: {ns}}}\n\
+         eventTime: \"2026-01-01T00:00:00.000000Z\"\nreportingController: {controller}\n\
+         reportingInstance: {instance}\naction: Test\nreason: Test\ntype: Normal\n\
+         regarding: {regarding}\nnote: test\n"
+    )
+}
+
+fn refused_event(r: anyhow::Result<String>, why: &str) -> anyhow::Result<()> {
+    match r {
+        Ok(out) => bail!("accepted ({why}): {out}"),
+        Err(e) => {
+            let e = format!("{e:#}");
+            ensure!(
+                e.contains("ValidatingAdmissionPolicy 'graft-events-own-node'"),
+                "refused, but not by graft's policy ({why}): {e}"
+            );
+            Ok(())
+        }
+    }
+}
+
+/// A compromised node's graft-driver tries to speak for another node or component: Events
+/// about another Node, reported as another node's graft-driver or as the kubelet, about an
+/// object graft never reports on, and a patch of the kubelet's Event. All refused; its own
+/// Events (on its Node, a pod, a claim) go through.
+#[test]
+fn a_node_posts_only_its_own_events() -> anyhow::Result<()> {
+    let tb = Testbed::load()?;
+    let cp = apiserver::shared()?;
+    let yaml = render(
+        &tb,
+        &[
+            "--show-only",
+            "templates/10-rbac.yaml",
+            "--show-only",
+            "templates/20-admission-policy.yaml",
+        ],
+    )?;
+    install(cp, "events-policy.yaml", &yaml)?;
+    let _ = cp.kubectl(&["create", "namespace", "events-tenant"]);
+    let as_a = [
+        "--as",
+        GRAFT_SA,
+        "--as-user-extra=authentication.kubernetes.io/node-name=node-a",
+        "create",
+    ];
+    let node_b = "{apiVersion: v1, kind: Node, name: node-b}";
+    until_active(|| {
+        match kubectl_file(
+            cp,
+            "ev-probe.yaml",
+            &event("probe", "default", "graft-driver", "node-a", node_b),
+            &as_a,
+        ) {
+            Ok(_) => {
+                cp.kubectl(&["delete", "events.events.k8s.io", "-n", "default", "probe"])?;
+                Ok(false)
+            }
+            Err(e) => Ok(format!("{e:#}").contains("may not post Events about node node-b")),
+        }
+    })?;
+    // The kubelet's Event on a tenant's pod.
+    let pod = "{apiVersion: v1, kind: Pod, namespace: events-tenant, name: app, uid: u1}";
+    kubectl_file(
+        cp,
+        "ev-kubelet.yaml",
+        &event("kubelets", "events-tenant", "kubelet", "node-a", pod),
+        &["create"],
+    )?;
+    let cases = [
+        (
+            "another node's Node",
+            event("e1", "default", "graft-driver", "node-a", node_b),
+        ),
+        (
+            "as another node's graft-driver",
+            event("e2", "events-tenant", "graft-driver", "node-b", pod),
+        ),
+        (
+            "as the kubelet",
+            event("e3", "events-tenant", "kubelet", "node-a", pod),
+        ),
+        (
+            "about a Secret",
+            event(
+                "e4",
+                "events-tenant",
+                "graft-driver",
+                "node-a",
+                "{apiVersion: v1, kind: Secret, namespace: events-tenant, name: s}",
+            ),
+        ),
+    ];
+    for (why, yaml) in &cases {
+        refused_event(kubectl_file(cp, "ev.yaml", yaml, &as_a), why)?;
+    }
+    // A patch, as the recorder counts a repeat: through the API, as kubectl patch would
+    // first read the Event (which graft may not).
+    let rt = tokio::runtime::Runtime::new()?;
+    rt.block_on(async {
+        let graft = node_client(cp, "node-a").await?;
+        let api: Api<Event> = Api::namespaced(graft.clone(), "events-tenant");
+        // (An Event's other fields are immutable: its series is what a patch can change.)
+        let forged = serde_json::json!({"series": {"count": 1000, "lastObservedTime": "2026-01-01T00:00:01.000000Z"}});
+        refused_event(
+            api.patch("kubelets", &PatchParams::default(), &Patch::Merge(&forged))
+                .await
+                .map(|_| String::new())
+                .map_err(anyhow::Error::from),
+            "patching the kubelet's Event",
+        )?;
+        eprintln!("{} event attacks, 0 accepted", cases.len() + 1);
+
+        // graft-driver's own Events, through its own recorder: on its Node, a pod and a
+        // claim, each posted twice (the second a patch that counts it).
+        let poster = graft_driver::events::recorder(graft, "node-a");
+        let ev = kube::runtime::events::Event {
+            type_: kube::runtime::events::EventType::Normal,
+            reason: "Test".into(),
+            note: Some("own".into()),
+            action: "Test".into(),
+            secondary: None,
+        };
+        for r in [
+            graft_driver::events::node_ref("node-a"),
+            graft_driver::events::pod_ref("events-tenant", "app", "u1"),
+            graft_driver::events::claim_ref("events-tenant", "c", "u2"),
+        ] {
+            for _ in 0..2 {
+                poster
+                    .publish(&ev, &r)
+                    .await
+                    .with_context(|| format!("{r:?}"))?;
+            }
+        }
+        anyhow::Ok(())
+    })
+}
+
+/// A client that is graft-driver's service account on `node`, as a pod-bound token makes it.
+async fn node_client(cp: &ControlPlane, node: &str) -> anyhow::Result<kube::Client> {
+    let kc = kube::config::Kubeconfig::read_from(&cp.kubeconfig)?;
+    let mut cfg = kube::Config::from_custom_kubeconfig(kc, &Default::default()).await?;
+    cfg.auth_info.impersonate = Some(GRAFT_SA.into());
+    cfg.auth_info.impersonate_user_extra = Some(
+        [(
+            "authentication.kubernetes.io/node-name".to_string(),
+            vec![node.to_string()],
+        )]
+        .into(),
+    );
+    Ok(kube::Client::try_from(cfg)?)
+}
