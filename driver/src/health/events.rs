@@ -42,6 +42,13 @@ pub fn transitions(before: &HealthReport, after: &HealthReport) -> Vec<Transitio
     out
 }
 
+/// The Event's action names the device: the recorder folds Events with the same object,
+/// reason and action into one series that keeps the first note, so without it a second
+/// GPU's change on the same Node would show as the first GPU's again.
+fn action(device: &str) -> String {
+    format!("CheckHealth:{device}")
+}
+
 /// The Event for a transition, with the taint the device carries (`key` for a condition).
 pub fn event_for(t: &Transition, taint_key: impl Fn(Condition) -> String) -> Event {
     match t {
@@ -59,7 +66,7 @@ pub fn event_for(t: &Transition, taint_key: impl Fn(Condition) -> String) -> Eve
                     taint_key(h.condition),
                     h.reason
                 )),
-                action: "CheckHealth".into(),
+                action: action(name),
                 secondary: None,
             }
         }
@@ -67,7 +74,7 @@ pub fn event_for(t: &Transition, taint_key: impl Fn(Condition) -> String) -> Eve
             type_: EventType::Normal,
             reason: "DeviceRecovered".into(),
             note: Some(format!("{name} is healthy again; its taint is removed")),
-            action: "CheckHealth".into(),
+            action: action(name),
             secondary: None,
         },
     }
@@ -191,5 +198,7 @@ mod tests {
         );
         assert_eq!(event_for(&t[1], key).reason, "DeviceDegraded");
         assert_eq!(event_for(&t[2], key).reason, "DeviceRecovered");
+        // Two devices' Events differ in what the recorder keys a series on.
+        assert_ne!(event_for(&t[0], key).action, event_for(&t[1], key).action);
     }
 }
