@@ -55,3 +55,21 @@ pub fn ro_bind(source: &std::path::Path, destination: &str) -> Mount {
         options: vec!["ro".into(), "nosuid".into(), "nodev".into(), "rbind".into()],
     }
 }
+
+/// Writes a record and its pod index entry straight into the state directory `state`, as
+/// something other than graft-driver could, bypassing the store's own checks (the attack
+/// tests plant what graft-driver would never write).
+pub fn plant(state: &std::path::Path, rec: &ClaimRecord) -> anyhow::Result<()> {
+    std::fs::write(
+        state.join(format!("claims/{}.json", rec.claim.uid)),
+        serde_json::to_vec(rec)?,
+    )?;
+    for pod in &rec.pods {
+        std::fs::create_dir_all(state.join(format!("pods/{}", pod.uid)))?;
+        std::fs::write(
+            state.join(format!("pods/{}/{}", pod.uid, rec.claim.uid)),
+            "",
+        )?;
+    }
+    Ok(())
+}

@@ -20,7 +20,7 @@ use graft_integration::fake_gpu::{FakeNode, DRIVER_VERSION, LIB_DIR};
 use graft_integration::hostile::{preload_library, runc_with_hook, Decoy};
 use graft_integration::images::ImageRoot;
 use graft_integration::mounts::Scratch;
-use graft_integration::records::{char_node, one_device_claim};
+use graft_integration::records::{char_node, one_device_claim, plant};
 use graft_integration::testbed::static_hook;
 use graft_integration::{Containerd, Cri, GraftNri, Testbed, Version};
 use graft_record::RecordStore;
@@ -523,23 +523,6 @@ async fn fifty_gpu_containers_at_once() -> anyhow::Result<()> {
         "left in the state directory: {leftovers:?}"
     );
     let _ = LIB_DIR;
-    Ok(())
-}
-
-/// Writes a record and its pod index entry straight into the state directory, as something
-/// other than graft-driver could, bypassing the store's own checks.
-fn plant(state: &Path, rec: &graft_record::ClaimRecord) -> anyhow::Result<()> {
-    std::fs::write(
-        state.join(format!("claims/{}.json", rec.claim.uid)),
-        serde_json::to_vec(rec)?,
-    )?;
-    for pod in &rec.pods {
-        std::fs::create_dir_all(state.join(format!("pods/{}", pod.uid)))?;
-        std::fs::write(
-            state.join(format!("pods/{}/{}", pod.uid, rec.claim.uid)),
-            "",
-        )?;
-    }
     Ok(())
 }
 

@@ -16,7 +16,7 @@ use anyhow::{ensure, Context};
 use futures::future::join_all;
 use graft_integration::cri::Pod;
 use graft_integration::mounts::Scratch;
-use graft_integration::records::one_device_claim;
+use graft_integration::records::{one_device_claim, plant};
 use graft_integration::{Containerd, Cri, GraftNri, Testbed, Version};
 use graft_record::{ClaimRecord, ContainerEdits, EnvVar, RecordStore};
 
@@ -380,23 +380,6 @@ async fn symlinked_and_oversized_records_are_refused() -> anyhow::Result<()> {
         planted += 1;
     }
     println!("{planted} of 2 planted records refused; 0 created");
-    Ok(())
-}
-
-/// Writes a record and its pod index entry straight into the state directory, bypassing
-/// the store's checks, as something other than graft-driver could.
-fn plant(state: &Path, rec: &ClaimRecord) -> anyhow::Result<()> {
-    std::fs::write(
-        state.join(format!("claims/{}.json", rec.claim.uid)),
-        serde_json::to_vec(rec)?,
-    )?;
-    for pod in &rec.pods {
-        std::fs::create_dir_all(state.join(format!("pods/{}", pod.uid)))?;
-        std::fs::write(
-            state.join(format!("pods/{}/{}", pod.uid, rec.claim.uid)),
-            "",
-        )?;
-    }
     Ok(())
 }
 

@@ -9,10 +9,10 @@ use graft_driver::discovery::{Device, Discovery};
 use graft_driver::health::HealthReport;
 use graft_integration::cri::Pod;
 use graft_integration::fake_gpu::FakeNode;
-use graft_integration::records::one_device_claim;
+use graft_integration::records::{one_device_claim, plant};
 use graft_integration::testbed::static_hook;
 use graft_integration::{Containerd, Cri, GraftNri, Testbed, Version};
-use graft_record::{ClaimRecord, ContainerEdits};
+use graft_record::ContainerEdits;
 
 use crate::common;
 
@@ -64,23 +64,6 @@ pub async fn node(dir: &Path) -> anyhow::Result<Node> {
         state,
         gpu,
     })
-}
-
-/// Writes a record and its pod index entry straight into the state directory, as something
-/// other than graft-driver could, bypassing the store's own checks.
-fn plant(state: &Path, rec: &ClaimRecord) -> anyhow::Result<()> {
-    std::fs::write(
-        state.join(format!("claims/{}.json", rec.claim.uid)),
-        serde_json::to_vec(rec)?,
-    )?;
-    for pod in &rec.pods {
-        std::fs::create_dir_all(state.join(format!("pods/{}", pod.uid)))?;
-        std::fs::write(
-            state.join(format!("pods/{}/{}", pod.uid, rec.claim.uid)),
-            "",
-        )?;
-    }
-    Ok(())
 }
 
 impl Node {
