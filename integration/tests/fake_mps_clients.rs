@@ -229,6 +229,24 @@ fn servers_per_uid_with_server_side_limits() {
     // A client of another UID while a root client is connected: queued, then served by a
     // server of its own UID once the root client is done.
     let held = attach(&bed.pipe).unwrap();
+    // The server answers a client before it reports it to the daemon: wait until the
+    // daemon counts it, else a slow machine lets the daemon retire an idle server first.
+    let start = Instant::now();
+    loop {
+        let server = bed.control("get_server_list\n");
+        if !bed
+            .control(&format!("get_client_list {}\n", server.trim()))
+            .trim()
+            .is_empty()
+        {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "the daemon never counted the client"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
     let mut other = bed.probe(OTHER_UID, &[]).spawn().unwrap();
     let start = Instant::now();
     while !bed
