@@ -68,7 +68,12 @@ fn kubectl_file(
     cp.kubectl(&all)
 }
 
+/// Applies `yaml` to the shared control plane. The tests of this binary run in parallel and
+/// apply the same objects: two client-side `kubectl apply` that both find an object missing
+/// both create it and one fails with AlreadyExists, so applies take turns.
 fn install(cp: &ControlPlane, name: &str, yaml: &str) -> anyhow::Result<()> {
+    static TURN: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _turn = TURN.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
     let _ = cp.kubectl(&["create", "namespace", "graft-system"]);
     kubectl_file(cp, name, yaml, &["apply"]).map(drop)
 }
