@@ -16,7 +16,7 @@ use graft_integration::bench::{numbered_claim, pct, rss_kib};
 use graft_integration::records::char_node;
 use graft_integration::{Containerd, Cri, GraftNri, Testbed, Version};
 use graft_nri::plugin::GraftPlugin;
-use graft_nri::sdk::NriPlugin;
+use graft_nri_sdk::NriPlugin;
 use graft_proto::nri;
 use graft_record::*;
 use protobuf::Message;

@@ -654,7 +654,7 @@ async fn planted_records_are_refused() -> anyhow::Result<()> {
 async fn a_late_or_panicking_graft_nri_refuses_and_stays_connected() -> anyhow::Result<()> {
     use graft_nri::fault::Fault;
     use graft_nri::plugin::GraftPlugin;
-    use graft_nri::sdk::{self, Options, Transport};
+    use graft_nri_sdk::{self as sdk, Options, Transport};
     use graft_record::{nri_readiness, read_boot_id, InjectionPolicy, NriReadiness};
 
     let dir = scratch("fault")?;

@@ -5,11 +5,11 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use anyhow::{bail, Context};
+use anyhow::Context;
 use clap::Parser;
 use graft_nri::metrics::NriMetrics;
 use graft_nri::plugin::GraftPlugin;
-use graft_nri::sdk::{self, Options, Transport};
+use graft_nri_sdk::{self as sdk, Options, Transport};
 use graft_record::policy::DEFAULT_HOOK_PATH;
 use graft_record::{
     read_boot_id, InjectionPolicy, RecordStore, StatusPublisher, BOOT_ID_PATH, DEFAULT_STATE_DIR,
@@ -120,9 +120,7 @@ fn main() -> anyhow::Result<()> {
     }
     let mut opts = Options::new(&args.name, &args.index, transport);
     opts.handler_deadline = std::time::Duration::from_millis(args.deadline_ms.max(1));
-    if let Err(e) = opts.validate() {
-        bail!(e);
-    }
+    opts.validate()?;
     let store = RecordStore::open(&args.state_dir)
         .with_context(|| format!("opening state directory {}", args.state_dir.display()))?;
     // Made here, so that a refusal never creates (and fsyncs) it on its way.

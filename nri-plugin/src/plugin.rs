@@ -7,6 +7,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
+use graft_nri_sdk::{
+    panic_message, Answered, ConnectionState, EventMask, NriPlugin, Request, Runtime,
+};
 use graft_proto::nri::{self, Event};
 use graft_record::containers::{prune_entries, remove_entry, ContainerEntry};
 use graft_record::policy::params_copy_path;
@@ -15,15 +18,12 @@ use tracing::Instrument;
 use ttrpc::Code;
 
 use crate::entries;
-use crate::events::EventMask;
 #[cfg(feature = "fault-injection")]
 use crate::fault::FaultSwitch;
-use crate::guard::panic_message;
 use crate::inject::{plan, Plan};
 use crate::metrics::{NriMetrics, Refusal, RequestKind};
 use crate::reads::Reads;
 use crate::refusal;
-use crate::sdk::{Answered, ConnectionState, NriPlugin, Request, Runtime};
 use crate::sources::{check_present, check_served};
 use crate::verify;
 

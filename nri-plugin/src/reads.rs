@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use tokio::task::JoinError;
 
-use crate::guard::{effective_deadline, DEFAULT_DEADLINE};
+use graft_nri_sdk::guard::{effective_deadline, DEFAULT_DEADLINE};
 
 /// Reads past their deadline, node-wide, beyond which no new read starts.
 pub const MAX_OVERDUE: usize = 32;

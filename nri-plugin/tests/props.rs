@@ -18,9 +18,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use graft_nri::inject::plan;
-use graft_nri::mux::{Mux, HEADER_LEN, MAX_PAYLOAD, PLUGIN_SERVICE_CONN, RUNTIME_SERVICE_CONN};
 use graft_nri::plugin::GraftPlugin;
-use graft_nri::sdk::{self, NriPlugin, Options, Transport};
+use graft_nri_sdk::mux::{Mux, HEADER_LEN, MAX_PAYLOAD, PLUGIN_SERVICE_CONN, RUNTIME_SERVICE_CONN};
+use graft_nri_sdk::{self as sdk, NriPlugin, Options, Transport};
 use graft_proto::nri::{self, ContainerState, Event};
 use graft_proto::nri_ttrpc;
 use graft_record::policy::{DEFAULT_HOOK_PATH, HOOK_ENV, HOOK_NAME, HOOK_SUBCOMMANDS};
@@ -872,14 +872,14 @@ fn events_and_configure_from_mutated_requests() {
             }
             let bytes = mutated(conf.write_to_bytes().unwrap(), &m2);
             if let Some(c) = reparse::<nri::ConfigureRequest>(&bytes)? {
-                let mask = graft_nri::events::valid_events(
+                let mask = graft_nri_sdk::events::valid_events(
                     &c.runtime_name,
                     &c.runtime_version,
                     &c.NRI_version,
                 );
                 prop_assert!(
-                    mask == graft_nri::events::VALID_BEFORE_NRI_0_10
-                        || mask == graft_nri::events::VALID_FROM_NRI_0_10
+                    mask == graft_nri_sdk::events::VALID_BEFORE_NRI_0_10
+                        || mask == graft_nri_sdk::events::VALID_FROM_NRI_0_10
                 );
             }
             Ok(())
@@ -1004,7 +1004,7 @@ fn ttrpc_request(stream: u32, method: &str, payload: Vec<u8>, timeout_nano: i64)
 }
 
 /// Reads ttrpc frames from `conn` until the response for `stream` arrives.
-async fn response_for(conn: &mut graft_nri::mux::MuxConn, stream: u32) -> ttrpc::Response {
+async fn response_for(conn: &mut graft_nri_sdk::mux::MuxConn, stream: u32) -> ttrpc::Response {
     loop {
         let mut h = [0u8; 10];
         conn.read_exact(&mut h).await.expect("response header");
@@ -1034,7 +1034,7 @@ impl nri_ttrpc::Runtime for FakeRuntime {
     }
 }
 
-fn serve_once(conn: graft_nri::mux::MuxConn) -> Listener {
+fn serve_once(conn: graft_nri_sdk::mux::MuxConn) -> Listener {
     use futures::StreamExt;
     Listener::new(
         futures::stream::once(async move { Ok::<_, std::io::Error>(conn) })

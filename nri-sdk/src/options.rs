@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use crate::guard::DEFAULT_DEADLINE;
 
-/// How graft-nri reaches the runtime.
+/// How the plugin reaches the runtime.
 #[derive(Debug, Clone)]
 pub enum Transport {
     /// Dial the runtime's NRI socket; reconnect after it restarts.
@@ -15,23 +15,40 @@ pub enum Transport {
     PreInstalled(i32),
 }
 
+/// What [`crate::run`] needs: who the plugin is, how to reach the runtime, its deadlines.
 #[derive(Debug, Clone)]
 pub struct Options {
     /// Plugin name (`[A-Za-z0-9_.+-]+`).
     pub name: String,
     /// Two-digit index; plugins run in ascending index order.
     pub index: String,
+    /// How the runtime is reached.
     pub transport: Transport,
     /// Registration must finish within this (the runtime allows 5 s by default).
     pub registration_timeout: Duration,
     /// Every CreateContainer and lifecycle handler answers within this, else the request
     /// is refused (the runtime's own timeout would drop the plugin instead).
     pub handler_deadline: Duration,
+    /// The first wait before reconnecting (external mode); doubled after each failure.
     pub backoff_initial: Duration,
+    /// The longest wait before reconnecting.
     pub backoff_max: Duration,
 }
 
+/// Plugin options the runtime would refuse.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum OptionsError {
+    /// The name has characters outside `[A-Za-z0-9_.+-]`, or is empty.
+    #[error("plugin name {0:?} must match [A-Za-z0-9_.+-]+")]
+    Name(String),
+    /// The index is not two digits.
+    #[error("plugin index {0:?} must be exactly two digits")]
+    Index(String),
+}
+
 impl Options {
+    /// Options with the default timeouts: registration 5 s, handlers
+    /// [`DEFAULT_DEADLINE`], reconnects from 200 ms backing off to 5 s.
     pub fn new(name: impl Into<String>, index: impl Into<String>, transport: Transport) -> Self {
         Options {
             name: name.into(),
@@ -45,23 +62,17 @@ impl Options {
     }
 
     /// Checks name and index the way the runtime does, so a mistake is reported here.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), OptionsError> {
         let name_ok = !self.name.is_empty()
             && self
                 .name
                 .bytes()
                 .all(|b| b.is_ascii_alphanumeric() || b"_.+-".contains(&b));
         if !name_ok {
-            return Err(format!(
-                "plugin name {:?} must match [A-Za-z0-9_.+-]+",
-                self.name
-            ));
+            return Err(OptionsError::Name(self.name.clone()));
         }
         if self.index.len() != 2 || !self.index.bytes().all(|b| b.is_ascii_digit()) {
-            return Err(format!(
-                "plugin index {:?} must be exactly two digits",
-                self.index
-            ));
+            return Err(OptionsError::Index(self.index.clone()));
         }
         Ok(())
     }

@@ -1,15 +1,4 @@
-//! A small NRI plugin SDK: implement [`NriPlugin`], hand it to [`run`], and the SDK
-//! registers with the runtime, answers Configure with a version-gated event mask, gathers
-//! split Synchronize requests, routes both the dedicated event RPCs and StateChange to the
-//! plugin, answers everything else with UNIMPLEMENTED, and reconnects when the runtime
-//! restarts.
-//!
-//! Inside: `options` says how to reach the runtime, `session` keeps one connection alive
-//! and reconnects, `dispatcher` serves the runtime's requests on a connection.
-
-mod dispatcher;
-mod options;
-mod session;
+//! The plugin's side of the SDK: the [`NriPlugin`] trait and what the SDK tells it.
 
 use std::time::Duration;
 
@@ -19,20 +8,25 @@ use graft_proto::nri_ttrpc::RuntimeClient;
 use ttrpc::{Code, Error as TtrpcError};
 
 use crate::events::EventMask;
-
-pub use options::{Options, Transport};
-pub use session::{run, SdkError};
+#[cfg(doc)]
+use crate::Options;
 
 /// What the runtime said about itself in Configure.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RuntimeInfo {
+    /// The runtime's name (`containerd`; `v2` from containerd 2.0.0-2.0.3).
     pub name: String,
+    /// The runtime's version (`v2.1.4`).
     pub version: String,
+    /// The NRI version the runtime speaks; empty before NRI v0.12.
     pub nri_version: String,
     /// Plugin-specific configuration (pre-installed plugins only).
     pub config: String,
-    /// Milliseconds; zero when an old runtime did not say.
+    /// How long the runtime waits for a reply, in milliseconds; zero when an old runtime
+    /// did not say.
     pub request_timeout_ms: i64,
+    /// How long the runtime gives registration (Synchronize included), in milliseconds;
+    /// zero when an old runtime did not say.
     pub registration_timeout_ms: i64,
 }
 
@@ -50,8 +44,11 @@ pub enum ConnectionState {
 /// A request from the runtime, for [`NriPlugin::answered`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Request {
+    /// Configure.
     Configure,
+    /// Synchronize (all its chunks, answered once).
     Synchronize,
+    /// CreateContainer.
     CreateContainer,
     /// Every other event, whichever RPC it came through.
     Lifecycle(Event),
@@ -61,8 +58,11 @@ pub enum Request {
 /// deadline (and was refused for it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Answered {
+    /// Which request.
     pub request: Request,
+    /// From the request's arrival to its answer.
     pub elapsed: Duration,
+    /// Whether the handler missed its deadline (the request was refused for it).
     pub deadline_exceeded: bool,
 }
 
@@ -73,8 +73,8 @@ pub struct Answered {
 /// request timeout. Spawn a task instead.
 #[derive(Clone)]
 pub struct Runtime {
-    client: RuntimeClient,
-    timeout: Duration,
+    pub(crate) client: RuntimeClient,
+    pub(crate) timeout: Duration,
 }
 
 impl Runtime {
@@ -126,6 +126,8 @@ pub trait NriPlugin: Send + Sync + 'static {
         Ok(Vec::new())
     }
 
+    /// A container is about to be created: the returned adjustment is applied to it, an
+    /// error refuses it. Subscribe to `CREATE_CONTAINER` to receive it.
     async fn create_container(
         &self,
         _pod: nri::PodSandbox,
@@ -155,6 +157,7 @@ pub fn unimplemented(method: &str) -> TtrpcError {
     ))
 }
 
-fn ctx_with_timeout(t: Duration) -> ttrpc::context::Context {
+/// A ttrpc context whose deadline is `t` from now.
+pub(crate) fn ctx_with_timeout(t: Duration) -> ttrpc::context::Context {
     ttrpc::context::with_timeout(t.as_nanos().min(i64::MAX as u128) as i64)
 }

@@ -56,13 +56,15 @@ impl Mux {
             let routes = routes.clone();
             let closed_tx = closed_tx.clone();
             tokio::spawn(async move {
+                let ended = EndsTrunk::new(closed_tx, "reader");
                 let reason = read_frames(&mut rd, &routes).await;
                 // Ending every logical stream makes ttrpc see EOF on both connections.
                 lock(&routes).clear();
-                closed_tx.send_if_modified(|r| set_once(r, reason));
+                ended.close(reason);
             })
         };
         let writer = tokio::spawn(async move {
+            let ended = EndsTrunk::new(closed_tx, "writer");
             let mut reason = "all connections closed".to_string();
             while let Some(frame) = frame_rx.recv().await {
                 if let Err(e) = wr.write_all(&frame).await {
@@ -70,7 +72,7 @@ impl Mux {
                     break;
                 }
             }
-            closed_tx.send_if_modified(|r| set_once(r, reason));
+            ended.close(reason);
         });
         Mux {
             routes,
@@ -119,6 +121,41 @@ impl Drop for Mux {
         for t in &self.tasks {
             t.abort();
         }
+    }
+}
+
+/// Held by each of the trunk's tasks: however the task ends, the trunk is closed with a
+/// reason, so that [`Mux::closed`] resolves and the session ends. A task that panics
+/// would otherwise leave the other one running and the connection silently half dead.
+struct EndsTrunk {
+    closed: Arc<watch::Sender<Option<String>>>,
+    task: &'static str,
+}
+
+impl EndsTrunk {
+    fn new(closed: Arc<watch::Sender<Option<String>>>, task: &'static str) -> Self {
+        EndsTrunk { closed, task }
+    }
+
+    /// The task ends for `reason`.
+    fn close(self, reason: String) {
+        self.closed.send_if_modified(|r| set_once(r, reason));
+    }
+}
+
+impl Drop for EndsTrunk {
+    fn drop(&mut self) {
+        // After `close` this changes nothing: the first reason stays.
+        let reason = if std::thread::panicking() {
+            tracing::error!(
+                task = self.task,
+                "NRI multiplexer task panicked; closing the connection"
+            );
+            format!("multiplexer {} task panicked", self.task)
+        } else {
+            format!("multiplexer {} task stopped", self.task)
+        };
+        self.closed.send_if_modified(|r| set_once(r, reason));
     }
 }
 
@@ -181,6 +218,7 @@ pub struct MuxConn {
 }
 
 impl MuxConn {
+    /// The logical connection's id.
     pub fn id(&self) -> u32 {
         self.id
     }

@@ -10,9 +10,11 @@ use graft_proto::nri_ttrpc::{self, RuntimeClient};
 use ttrpc::r#async::TtrpcContext;
 use ttrpc::{Code, Error as TtrpcError};
 
-use super::{unimplemented, Answered, ConnectionState, NriPlugin, Request, Runtime, RuntimeInfo};
 use crate::events::{valid_events, EventMask};
 use crate::guard::{effective_deadline, guarded};
+use crate::plugin::{
+    unimplemented, Answered, ConnectionState, NriPlugin, Request, Runtime, RuntimeInfo,
+};
 
 /// Synchronize may take as long as the runtime allows; this only bounds a hung handler.
 const SYNCHRONIZE_DEADLINE: Duration = Duration::from_secs(3600);
@@ -69,7 +71,7 @@ struct DispatchState {
 }
 
 /// Serves the Plugin service for one connection.
-pub(super) struct Dispatcher<P> {
+pub(crate) struct Dispatcher<P> {
     plugin: Arc<P>,
     wanted_deadline: Duration,
     runtime_client: RuntimeClient,
@@ -79,7 +81,7 @@ pub(super) struct Dispatcher<P> {
 
 impl<P: NriPlugin> Dispatcher<P> {
     /// `synced` turns true once the initial Synchronize is answered.
-    pub(super) fn new(
+    pub(crate) fn new(
         plugin: Arc<P>,
         wanted_deadline: Duration,
         runtime_client: RuntimeClient,

@@ -7,9 +7,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use graft_nri::events::EventMask;
-use graft_nri::mux::{Mux, PLUGIN_SERVICE_CONN, RUNTIME_SERVICE_CONN};
-use graft_nri::sdk::{self, NriPlugin, Options, Runtime, Transport};
+use graft_nri_sdk::mux::{Mux, PLUGIN_SERVICE_CONN, RUNTIME_SERVICE_CONN};
+use graft_nri_sdk::{self as sdk, EventMask, NriPlugin, Options, Runtime, Transport};
 use graft_proto::nri::{self, Event};
 use graft_proto::nri_ttrpc::{self, PluginClient};
 use ttrpc::r#async::transport::{Listener, Socket};
@@ -85,7 +84,7 @@ impl nri_ttrpc::Runtime for FakeRuntime {
 
 /// A listener that yields one connection and then stays open: ttrpc's shutdown expects its
 /// accept loop to still be running.
-fn serve_once(conn: graft_nri::mux::MuxConn) -> Listener {
+fn serve_once(conn: graft_nri_sdk::mux::MuxConn) -> Listener {
     use futures::StreamExt;
     Listener::new(
         futures::stream::once(async move { Ok::<_, std::io::Error>(conn) })

@@ -262,3 +262,26 @@ async fn peer_close_is_reported() {
         .unwrap();
     assert!(reason.contains("closed"), "{reason}");
 }
+
+#[tokio::test]
+async fn a_task_that_panics_closes_the_trunk() {
+    let (tx, mut rx) = watch::channel(None);
+    let tx = Arc::new(tx);
+    let task = tokio::spawn({
+        let tx = tx.clone();
+        async move {
+            let _ended = EndsTrunk::new(tx, "reader");
+            panic!("bug in the reader");
+        }
+    });
+    assert!(task.await.unwrap_err().is_panic());
+    rx.changed().await.unwrap();
+    let reason = rx.borrow().clone().unwrap();
+    assert_eq!(reason, "multiplexer reader task panicked");
+    // A reason given first stays.
+    EndsTrunk::new(tx.clone(), "writer").close("peer gone".into());
+    assert_eq!(
+        rx.borrow().as_deref(),
+        Some("multiplexer reader task panicked")
+    );
+}

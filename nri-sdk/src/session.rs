@@ -2,7 +2,9 @@
 //! the connection ends, and reconnect with backoff in external mode.
 
 use std::os::fd::{FromRawFd, OwnedFd};
+use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 use futures::StreamExt as _;
 use graft_proto::nri;
@@ -10,14 +12,16 @@ use graft_proto::nri_ttrpc::{self, RuntimeClient};
 use ttrpc::r#async::transport::{Listener, Socket};
 use ttrpc::r#async::{Client, Server};
 
-use super::dispatcher::Dispatcher;
-use super::{ctx_with_timeout, ConnectionState, NriPlugin, Options, Transport};
+use crate::dispatcher::Dispatcher;
 use crate::mux::{Mux, PLUGIN_SERVICE_CONN, RUNTIME_SERVICE_CONN};
+use crate::options::{Options, OptionsError, Transport};
+use crate::plugin::{ctx_with_timeout, ConnectionState, NriPlugin};
 
 /// Runs the plugin until the process is stopped (external mode) or the runtime goes away
-/// (pre-installed mode).
+/// (pre-installed mode). The connection's tasks are owned here: when one ends, the
+/// connection is over and is made again (external mode) or `run` returns (pre-installed).
 pub async fn run<P: NriPlugin>(plugin: Arc<P>, opts: Options) -> Result<(), SdkError> {
-    opts.validate().map_err(SdkError::Config)?;
+    opts.validate()?;
     let mut backoff = opts.backoff_initial;
     let mut fd = match opts.transport {
         Transport::PreInstalled(fd) => Some(fd),
@@ -27,11 +31,14 @@ pub async fn run<P: NriPlugin>(plugin: Arc<P>, opts: Options) -> Result<(), SdkE
         let outcome = match (&opts.transport, fd.take()) {
             (Transport::External(path), _) => match tokio::net::UnixStream::connect(path).await {
                 Ok(stream) => serve_connection(plugin.clone(), &opts, stream).await,
-                Err(e) => Err(format!("cannot connect to {}: {e}", path.display())),
+                Err(source) => Err(ConnectionError::Connect {
+                    path: path.clone(),
+                    source,
+                }),
             },
             (Transport::PreInstalled(_), Some(fd)) => match stream_from_fd(fd) {
                 Ok(stream) => serve_connection(plugin.clone(), &opts, stream).await,
-                Err(e) => Err(format!("socket fd {fd} from NRI_PLUGIN_SOCKET: {e}")),
+                Err(source) => Err(ConnectionError::Adopt { fd, source }),
             },
             (Transport::PreInstalled(_), None) => {
                 return Err(SdkError::Closed("runtime connection ended".into()))
@@ -42,7 +49,7 @@ pub async fn run<P: NriPlugin>(plugin: Arc<P>, opts: Options) -> Result<(), SdkE
                 reason,
                 synchronized,
             }) => (reason, synchronized),
-            Err(reason) => (reason, false),
+            Err(e) => (e.to_string(), false),
         };
         plugin.connection_state(ConnectionState::Disconnected(reason.clone()));
         if matches!(opts.transport, Transport::PreInstalled(_)) {
@@ -58,12 +65,46 @@ pub async fn run<P: NriPlugin>(plugin: Arc<P>, opts: Options) -> Result<(), SdkE
     }
 }
 
+/// Why [`run`] returned.
 #[derive(Debug, thiserror::Error)]
 pub enum SdkError {
+    /// The options are ones the runtime would refuse.
     #[error("invalid plugin options: {0}")]
-    Config(String),
+    Config(#[from] OptionsError),
+    /// The runtime's connection ended (pre-installed mode), with the reason.
     #[error("NRI connection closed: {0}")]
     Closed(String),
+}
+
+/// Why a connection to the runtime could not be made or registered. The SDK reports it
+/// through [`ConnectionState::Disconnected`] and tries again (external mode).
+#[derive(Debug, thiserror::Error)]
+pub enum ConnectionError {
+    /// The runtime's NRI socket could not be dialled.
+    #[error("cannot connect to {}: {source}", path.display())]
+    Connect {
+        /// The socket.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The socket the runtime passed (`NRI_PLUGIN_SOCKET`) could not be used.
+    #[error("socket fd {fd} from NRI_PLUGIN_SOCKET: {source}")]
+    Adopt {
+        /// The file descriptor.
+        fd: i32,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The plugin's ttrpc service would not start.
+    #[error("cannot start plugin service: {0}")]
+    Serve(#[source] ttrpc::Error),
+    /// The runtime refused registration.
+    #[error("RegisterPlugin failed: {0}")]
+    Register(#[source] ttrpc::Error),
+    /// The runtime did not answer registration in time.
+    #[error("RegisterPlugin not answered within {0:?}")]
+    RegisterTimeout(Duration),
 }
 
 fn stream_from_fd(fd: i32) -> std::io::Result<tokio::net::UnixStream> {
@@ -83,7 +124,11 @@ struct Session {
 }
 
 /// One connection: mux, serve connection 1, register on connection 2, wait for the end.
-async fn serve_connection<P, S>(plugin: Arc<P>, opts: &Options, trunk: S) -> Result<Session, String>
+async fn serve_connection<P, S>(
+    plugin: Arc<P>,
+    opts: &Options,
+    trunk: S,
+) -> Result<Session, ConnectionError>
 where
     P: NriPlugin,
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + 'static,
@@ -108,10 +153,7 @@ where
     let mut server = Server::new()
         .register_service(nri_ttrpc::create_plugin(dispatcher))
         .add_listener(listener);
-    server
-        .start()
-        .await
-        .map_err(|e| format!("cannot start plugin service: {e}"))?;
+    server.start().await.map_err(ConnectionError::Serve)?;
 
     let req = nri::RegisterPluginRequest {
         plugin_name: opts.name.clone(),
@@ -132,11 +174,8 @@ where
                 synchronized: *synced_rx.borrow(),
             })
         }
-        Ok(Err(e)) => Err(format!("RegisterPlugin failed: {e}")),
-        Err(_) => Err(format!(
-            "RegisterPlugin not answered within {:?}",
-            opts.registration_timeout
-        )),
+        Ok(Err(e)) => Err(ConnectionError::Register(e)),
+        Err(_) => Err(ConnectionError::RegisterTimeout(opts.registration_timeout)),
     };
     let _ = server.shutdown().await;
     result

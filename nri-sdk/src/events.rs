@@ -7,18 +7,22 @@ use graft_proto::nri::Event;
 pub struct EventMask(pub u32);
 
 impl EventMask {
+    /// The set of `events`.
     pub fn of(events: &[Event]) -> Self {
         EventMask(events.iter().fold(0, |m, e| m | bit(*e)))
     }
 
+    /// Whether `e` is a member.
     pub fn contains(self, e: Event) -> bool {
         self.0 & bit(e) != 0
     }
 
+    /// Whether there are no members.
     pub fn is_empty(self) -> bool {
         self.0 == 0
     }
 
+    /// The events in both sets.
     pub fn intersect(self, other: EventMask) -> EventMask {
         EventMask(self.0 & other.0)
     }
