@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use anyhow::Context;
+use anyhow::{anyhow, Context};
 use clap::Parser;
 use graft_nri::metrics::NriMetrics;
 use graft_nri::plugin::GraftPlugin;
@@ -15,6 +15,7 @@ use graft_record::{
     read_boot_id, InjectionPolicy, RecordStore, StatusPublisher, BOOT_ID_PATH, DEFAULT_STATE_DIR,
 };
 use graft_telemetry::logs::LogFormat;
+use tokio::task::{JoinError, JoinSet};
 use tracing_subscriber::fmt::writer::BoxMakeWriter;
 
 mod health;
@@ -185,16 +186,37 @@ fn main() -> anyhow::Result<()> {
                 .with_deadline(std::time::Duration::from_millis(args.deadline_ms.max(1)))
                 .with_metrics(metrics),
         );
-        let run = sdk::run(plugin.clone(), opts);
+        // The NRI session runs until the process stops: its end, however it comes, is an
+        // error (the runtime restarts a pre-installed plugin; the DaemonSet this one).
+        let mut tasks = JoinSet::new();
+        tasks.spawn(sdk::run(plugin.clone(), opts));
         tokio::select! {
-            r = run => r.context("NRI plugin stopped"),
+            ended = tasks.join_next() => Err(session_ended(ended)),
             _ = shutdown => {
                 tracing::info!("stopping on signal");
                 plugin.connection_state_stopped();
+                tasks.shutdown().await;
                 Ok(())
             }
         }
     })
+}
+
+/// Why the NRI session ended, logged at error (a pre-installed plugin's stderr is
+/// /dev/null, so the log file is where this is seen).
+fn session_ended(ended: Option<Result<Result<(), sdk::SdkError>, JoinError>>) -> anyhow::Error {
+    let err = match ended {
+        Some(Ok(Err(e))) => anyhow::Error::new(e).context("NRI plugin stopped"),
+        Some(Ok(Ok(()))) => anyhow!("NRI plugin stopped: the session ended"),
+        Some(Err(e)) if e.is_panic() => anyhow!(
+            "NRI plugin stopped: the session panicked ({})",
+            sdk::panic_message(&*e.into_panic())
+        ),
+        Some(Err(e)) => anyhow!("NRI plugin stopped: {e}"),
+        None => anyhow!("NRI plugin stopped: no session was running"),
+    };
+    tracing::error!(error = format!("{err:#}"), "graft-nri stops");
+    err
 }
 
 /// Takes the status lock. During a rolling update the new instance starts beside the old
@@ -279,4 +301,27 @@ fn init_logging(file: Option<&std::path::Path>, format: LogFormat) -> anyhow::Re
     };
     graft_telemetry::logs::init(format, writer, file.is_none());
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn an_ended_session_is_an_error_with_its_reason() {
+        let mut tasks = JoinSet::new();
+        tasks.spawn(async { Err(sdk::SdkError::Closed("runtime went away".into())) });
+        let e = format!("{:#}", session_ended(tasks.join_next().await));
+        assert!(
+            e.contains("NRI plugin stopped") && e.contains("runtime went away"),
+            "{e}"
+        );
+
+        tasks.spawn(async { panic!("bug in the session") });
+        let e = format!("{:#}", session_ended(tasks.join_next().await));
+        assert!(
+            e.contains("panicked") && e.contains("bug in the session"),
+            "{e}"
+        );
+    }
 }

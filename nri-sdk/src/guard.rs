@@ -73,6 +73,21 @@ where
     }
 }
 
+/// Spawns `fut` as a task of its own whose panic, should it end in one, is logged at error
+/// with `what`. For work nobody awaits (a handler must not await
+/// [`crate::Runtime::update_containers`]): its panic would otherwise go unseen.
+pub fn spawn_logged<F>(what: &'static str, fut: F) -> tokio::task::JoinHandle<()>
+where
+    F: Future<Output = ()> + Send + 'static,
+{
+    tokio::spawn(async move {
+        if let Err(panic) = AssertUnwindSafe(fut).catch_unwind().await {
+            let msg = panic_message(&*panic);
+            tracing::error!(task = what, panic = msg, "task panicked");
+        }
+    })
+}
+
 /// The text of a panic payload.
 pub fn panic_message(payload: &(dyn Any + Send)) -> String {
     if let Some(s) = payload.downcast_ref::<&str>() {
@@ -119,5 +134,17 @@ mod tests {
         let boom: ttrpc::Result<u8> = guarded("x", d, async { panic!("boom {}", 7) }).await;
         let e = boom.unwrap_err().to_string();
         assert!(e.contains("boom 7"), "{e}");
+    }
+
+    #[tokio::test]
+    async fn a_spawned_task_that_panics_is_caught() {
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let t = spawn_logged("test", async move {
+            let _tx = tx;
+            panic!("bug");
+        });
+        // The panic was caught (and logged): the task itself ends normally.
+        t.await.unwrap();
+        assert!(rx.await.is_err());
     }
 }

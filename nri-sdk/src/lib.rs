@@ -50,7 +50,7 @@ mod plugin;
 mod session;
 
 pub use events::{valid_events, EventMask};
-pub use guard::{guarded, panic_message, DEFAULT_DEADLINE};
+pub use guard::{guarded, panic_message, spawn_logged, DEFAULT_DEADLINE};
 pub use options::{Options, OptionsError, Transport};
 pub use plugin::{
     unimplemented, Answered, ConnectionState, NriPlugin, Request, Runtime, RuntimeInfo,
