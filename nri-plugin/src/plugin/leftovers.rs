@@ -1,0 +1,75 @@
+//! What containers the runtime no longer has leave in the state directory: graftctl's
+//! container entries and the per-container params copies graft-hook makes. Removed when
+//! the runtime removes a container, and swept on Synchronize for those removed while
+//! graft-nri was away. Best effort, on blocking threads: a leftover costs a few bytes.
+
+use std::collections::HashSet;
+
+use graft_proto::nri;
+use graft_record::containers::{prune_entries, remove_entry};
+use graft_record::policy::params_copy_path;
+
+use super::GraftPlugin;
+
+impl GraftPlugin {
+    /// Removes the leftovers of every container not in `containers` (the runtime's own).
+    pub(super) fn sweep_leftovers(&self, containers: &[nri::Container]) {
+        let live: HashSet<String> = containers.iter().map(|c| c.id.clone()).collect();
+        let state_dir = self.store.root().to_path_buf();
+        tokio::task::spawn_blocking(move || {
+            sweep_params_copies(&state_dir, &live);
+            if let Err(e) = prune_entries(&state_dir, &live) {
+                tracing::warn!(error = %e, "cannot prune graftctl's container entries");
+            }
+        });
+    }
+
+    /// Removes the leftovers of a container the runtime removed.
+    pub(super) fn container_removed(&self, ctr: &nri::Container) {
+        let (root, id) = (self.store.root().to_path_buf(), ctr.id.clone());
+        tokio::task::spawn_blocking(move || {
+            if let Err(e) = remove_entry(&root, &id) {
+                tracing::warn!(container = %id, error = %e, "cannot remove the graftctl entry");
+            }
+        });
+        // graft-hook unlinks its per-container copies once they are mounted; this
+        // removes any a failed hook left behind.
+        if let Some(copy) = params_copy_path(self.store.root(), &ctr.id) {
+            tokio::task::spawn_blocking(move || {
+                for suffix in ["", ".mig-config", ".mig-monitor"] {
+                    remove_if_present(std::path::Path::new(&format!("{}{suffix}", copy.display())));
+                }
+            });
+        }
+    }
+}
+
+/// Removes params copies (`nvidia/params.<id>` in the state directory) of containers the
+/// runtime no longer has.
+fn sweep_params_copies(state_dir: &std::path::Path, live: &std::collections::HashSet<String>) {
+    let dir = state_dir.join(graft_record::policy::PARAMS_COPY);
+    let (Some(parent), Some(stem)) = (dir.parent(), dir.file_name()) else {
+        return;
+    };
+    let prefix = format!("{}.", stem.to_string_lossy());
+    let Ok(entries) = std::fs::read_dir(parent) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        // `params.<id>` or `params.<id>.<suffix>` (the MIG capability files' copies).
+        if let Some(id) = name.strip_prefix(&prefix).and_then(|r| r.split('.').next()) {
+            if !live.contains(id) {
+                remove_if_present(&e.path());
+            }
+        }
+    }
+}
+
+fn remove_if_present(path: &std::path::Path) {
+    match std::fs::remove_file(path) {
+        Ok(()) => tracing::info!(path = %path.display(), "removed a leftover params copy"),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => tracing::warn!(path = %path.display(), error = %e, "cannot remove a params copy"),
+    }
+}

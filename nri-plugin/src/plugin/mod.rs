@@ -1,0 +1,244 @@
+//! graft's NRI plugin: injects what the driver recorded, and nothing else.
+//!
+//! By concern: `create` injects on CreateContainer, `sync` checks the running containers on
+//! Synchronize and evicts those without their devices, `leftovers` removes what containers
+//! the runtime no longer has left in the state directory.
+
+mod create;
+mod leftovers;
+mod sync;
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use graft_nri_sdk::{Answered, ConnectionState, EventMask, NriPlugin, Request, Runtime};
+use graft_proto::nri::{self, Event};
+use graft_record::{InjectionPolicy, RecordStore, StatusPublisher};
+use tracing::Instrument;
+use ttrpc::Code;
+
+#[cfg(feature = "fault-injection")]
+use crate::fault::FaultSwitch;
+use crate::metrics::{NriMetrics, Refusal, RequestKind};
+use crate::reads::Reads;
+use crate::refusal;
+use sync::PendingEviction;
+
+/// Counters, for logs and tests.
+#[derive(Debug, Default)]
+pub struct Stats {
+    pub injected: AtomicU64,
+    pub refused: AtomicU64,
+    pub uninjected_found: AtomicU64,
+    pub evictions_requested: AtomicU64,
+}
+
+/// The plugin: see the module documentation.
+pub struct GraftPlugin {
+    store: RecordStore,
+    /// What a record may ask of a container; graft-driver applies the same rules.
+    policy: InjectionPolicy,
+    status: Mutex<StatusPublisher>,
+    pending: Arc<Mutex<HashMap<String, PendingEviction>>>,
+    stats: Arc<Stats>,
+    metrics: Arc<NriMetrics>,
+    /// How long to wait for the runtime to stop an evicted container before saying so.
+    eviction_grace: Duration,
+    /// Where the host's root is visible (served entries are checked there).
+    host_root: PathBuf,
+    /// The runtime's registration timeout (Configure), in milliseconds; 0 when unknown.
+    registration_timeout_ms: AtomicU64,
+    /// CreateContainer's record reads, with their deadline.
+    reads: Reads,
+    #[cfg(feature = "fault-injection")]
+    fault: FaultSwitch,
+}
+
+impl GraftPlugin {
+    /// A plugin that injects from `store` what `policy` allows.
+    pub fn new(store: RecordStore, status: StatusPublisher, policy: InjectionPolicy) -> Self {
+        GraftPlugin {
+            policy,
+            store,
+            status: Mutex::new(status),
+            pending: Arc::new(Mutex::new(HashMap::new())),
+            stats: Arc::new(Stats::default()),
+            metrics: Arc::new(NriMetrics::default()),
+            eviction_grace: Duration::from_secs(5),
+            host_root: PathBuf::from("/"),
+            registration_timeout_ms: AtomicU64::new(0),
+            reads: Reads::default(),
+            #[cfg(feature = "fault-injection")]
+            fault: FaultSwitch::default(),
+        }
+    }
+
+    /// Test builds only: a switch that makes the next CreateContainer handlers sleep or
+    /// panic.
+    #[cfg(feature = "fault-injection")]
+    pub fn fault_switch(&self) -> FaultSwitch {
+        self.fault.clone()
+    }
+
+    /// The CreateContainer deadline the plugin's SDK options ask for.
+    pub fn with_deadline(mut self, deadline: Duration) -> Self {
+        self.reads = Reads::new(deadline);
+        self
+    }
+
+    pub fn with_eviction_grace(mut self, grace: Duration) -> Self {
+        self.eviction_grace = grace;
+        self
+    }
+
+    /// Where the host's root is mounted, when not at `/`.
+    pub fn with_host_root(mut self, root: PathBuf) -> Self {
+        self.host_root = root;
+        self
+    }
+
+    pub fn stats(&self) -> Arc<Stats> {
+        self.stats.clone()
+    }
+
+    /// Counts into `metrics` (registered by the caller) instead of a private set.
+    pub fn with_metrics(mut self, metrics: Arc<NriMetrics>) -> Self {
+        self.metrics = metrics;
+        self
+    }
+
+    pub fn metrics(&self) -> Arc<NriMetrics> {
+        self.metrics.clone()
+    }
+
+    fn set_status(&self, change: impl FnOnce(&mut graft_record::NriStatus)) {
+        let mut publisher = self.status.lock().unwrap_or_else(|p| p.into_inner());
+        if let Err(e) = publisher.update(change) {
+            tracing::error!(error = %e, "cannot write the NRI status file");
+        }
+    }
+
+    /// Refuses a container; the message (which the kubelet shows on the pod) names the
+    /// pod's graft claims, when they could be read, and the reason.
+    fn refuse(
+        &self,
+        pod: &nri::PodSandbox,
+        ctr: &nri::Container,
+        claims: &[String],
+        kind: Refusal,
+        why: String,
+    ) -> ttrpc::Error {
+        self.stats.refused.fetch_add(1, Ordering::Relaxed);
+        self.metrics.refused(kind);
+        let msg = refusal::message(pod, &ctr.name, claims, &why);
+        tracing::error!("{msg}");
+        refusal::journal(self.store.root().to_path_buf(), pod, ctr, claims, &why);
+        ttrpc::Error::RpcStatus(ttrpc::get_status(Code::FAILED_PRECONDITION, msg))
+    }
+
+    /// Marks the status file disconnected on a clean stop, so the driver stops preparing
+    /// at once rather than when it notices the lock is gone.
+    pub fn connection_state_stopped(&self) {
+        self.metrics.disconnected();
+        self.set_status(|s| {
+            s.connected = false;
+            s.synchronized = false;
+            s.message = Some("graft-nri stopped".into());
+        });
+    }
+}
+
+#[async_trait]
+impl NriPlugin for GraftPlugin {
+    fn events(&self) -> EventMask {
+        EventMask::of(&[
+            Event::CREATE_CONTAINER,
+            Event::STOP_CONTAINER,
+            Event::REMOVE_CONTAINER,
+        ])
+    }
+
+    fn connection_state(&self, state: ConnectionState) {
+        match &state {
+            ConnectionState::Configured(info) => {
+                self.metrics.configured();
+                self.registration_timeout_ms.store(
+                    u64::try_from(info.registration_timeout_ms).unwrap_or(0),
+                    Ordering::Relaxed,
+                );
+                self.reads.configured(info.request_timeout_ms);
+            }
+            ConnectionState::Synchronized => self.metrics.synchronized(),
+            ConnectionState::Disconnected(_) => self.metrics.disconnected(),
+        }
+        match state {
+            ConnectionState::Configured(info) => self.set_status(|s| {
+                s.connected = true;
+                s.synchronized = false;
+                s.runtime_name = info.name;
+                s.runtime_version = info.version;
+                s.message = None;
+            }),
+            ConnectionState::Synchronized => self.set_status(|s| s.synchronized = true),
+            ConnectionState::Disconnected(reason) => self.set_status(|s| {
+                s.connected = false;
+                s.synchronized = false;
+                s.message = Some(reason);
+            }),
+        }
+    }
+
+    fn answered(&self, a: Answered) {
+        let kind = match a.request {
+            Request::Configure => RequestKind::Configure,
+            Request::Synchronize => RequestKind::Synchronize,
+            Request::CreateContainer => RequestKind::CreateContainer,
+            Request::Lifecycle(Event::STOP_CONTAINER) => RequestKind::StopContainer,
+            Request::Lifecycle(Event::REMOVE_CONTAINER) => RequestKind::RemoveContainer,
+            Request::Lifecycle(_) => RequestKind::Other,
+        };
+        self.metrics.observe(kind, a.elapsed, a.deadline_exceeded);
+    }
+
+    async fn synchronize(
+        &self,
+        runtime: Runtime,
+        pods: Vec<nri::PodSandbox>,
+        containers: Vec<nri::Container>,
+    ) -> ttrpc::Result<Vec<nri::ContainerUpdate>> {
+        self.synchronize_with(runtime, pods, containers).await
+    }
+
+    async fn create_container(
+        &self,
+        pod: nri::PodSandbox,
+        ctr: nri::Container,
+    ) -> ttrpc::Result<nri::CreateContainerResponse> {
+        // Every line about this container carries it (one small allocation per container).
+        let span = tracing::info_span!(
+            "container",
+            pod = %format_args!("{}/{}", pod.namespace, pod.name),
+            container = %ctr.name,
+            container_id = %ctr.id,
+        );
+        self.create_in_span(pod, ctr).instrument(span).await
+    }
+    async fn lifecycle(
+        &self,
+        event: Event,
+        _pod: Option<nri::PodSandbox>,
+        ctr: Option<nri::Container>,
+    ) -> ttrpc::Result<()> {
+        if let (Event::STOP_CONTAINER | Event::REMOVE_CONTAINER, Some(ctr)) = (event, ctr) {
+            self.eviction_done(&ctr.id);
+            if event == Event::REMOVE_CONTAINER {
+                self.container_removed(&ctr);
+            }
+        }
+        Ok(())
+    }
+}
