@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use graft_nri::metrics::NriMetrics;
-use graft_record::{nri_readiness, NriReadiness};
+use graft_record::{nri_readiness, NriReadiness, RecordError};
 use graft_telemetry::Endpoints;
 use prometheus_client::registry::Registry;
 
@@ -37,29 +37,43 @@ pub fn endpoints(
         }
         standby_readiness(&state_dir, &boot_id)
     };
+    // The endpoints take the reason in words.
+    let ready = move || ready().map_err(|e| e.to_string());
     Endpoints::new(registry, Arc::new(ready))
 }
 
-fn own_readiness(m: &NriMetrics) -> Result<String, String> {
+/// Why graft-nri is not ready.
+#[derive(Debug, thiserror::Error)]
+enum NotReady {
+    /// This instance holds the lock and does not serve the runtime (yet).
+    #[error("not ready: not connected and synchronized with the container runtime")]
+    NotServing,
+    /// A standby, and the running instance does not serve the runtime.
+    #[error("not ready (standby, waiting for the running graft-nri to exit): {0}")]
+    RunningNotServing(String),
+    /// A standby that cannot read the running instance's status.
+    #[error("not ready (standby): {0}")]
+    Unreadable(#[source] RecordError),
+}
+
+fn own_readiness(m: &NriMetrics) -> Result<String, NotReady> {
     if m.serving() {
         Ok("ready: connected and synchronized with the container runtime".into())
     } else {
-        Err("not ready: not connected and synchronized with the container runtime".into())
+        Err(NotReady::NotServing)
     }
 }
 
 /// Another instance holds the lock: ready when it serves the node.
-fn standby_readiness(state_dir: &Path, boot_id: &str) -> Result<String, String> {
+fn standby_readiness(state_dir: &Path, boot_id: &str) -> Result<String, NotReady> {
     match nri_readiness(state_dir, boot_id) {
         Ok(NriReadiness::Ready(st)) => Ok(format!(
             "ready (standby): the running graft-nri (pid {}) is connected and synchronized; \
              this instance takes over when it exits",
             st.pid
         )),
-        Ok(NriReadiness::NotReady(why)) => Err(format!(
-            "not ready (standby, waiting for the running graft-nri to exit): {why}"
-        )),
-        Err(e) => Err(format!("not ready (standby): {e}")),
+        Ok(NriReadiness::NotReady(why)) => Err(NotReady::RunningNotServing(why)),
+        Err(e) => Err(NotReady::Unreadable(e)),
     }
 }
 
@@ -71,10 +85,14 @@ mod tests {
     #[test]
     fn a_standby_is_ready_while_the_running_instance_serves() {
         let dir = tempfile::tempdir().unwrap();
-        let why = standby_readiness(dir.path(), "boot").unwrap_err();
+        let why = standby_readiness(dir.path(), "boot")
+            .unwrap_err()
+            .to_string();
         assert!(why.contains("never run"), "{why}");
         let mut running = StatusPublisher::acquire(dir.path(), "10-graft", "boot".into()).unwrap();
-        let why = standby_readiness(dir.path(), "boot").unwrap_err();
+        let why = standby_readiness(dir.path(), "boot")
+            .unwrap_err()
+            .to_string();
         assert!(
             why.contains("standby") && why.contains("not connected"),
             "{why}"
@@ -89,7 +107,9 @@ mod tests {
         assert!(ok.contains("standby") && ok.contains("takes over"), "{ok}");
         // Gone (its lock with it): the standby must serve the node itself first.
         drop(running);
-        let why = standby_readiness(dir.path(), "boot").unwrap_err();
+        let why = standby_readiness(dir.path(), "boot")
+            .unwrap_err()
+            .to_string();
         assert!(why.contains("not running"), "{why}");
     }
 

@@ -4,25 +4,49 @@
 //! until the file's identity or modification time changes.
 
 use std::os::unix::fs::MetadataExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use graft_record::devices::{read_snapshot, DeviceSnapshot};
 use graft_record::policy::published::check_nodes;
-use graft_record::ClaimRecord;
+use graft_record::{ClaimRecord, InvalidRecord, RecordError};
 
 /// (device, inode, mtime s, mtime ns, size) of the file the cached snapshot was read from.
 type Key = (u64, u64, i64, i64, u64);
 
 static CACHE: Mutex<Option<(Key, Option<Arc<DeviceSnapshot>>)>> = Mutex::new(None);
 
+/// Why a container's device nodes could not be checked, or failed the check.
+#[derive(Debug, thiserror::Error)]
+pub enum PublishedError {
+    /// The snapshot's file could not be looked at.
+    #[error("{}: {source}", path.display())]
+    Stat {
+        /// The snapshot's path.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The snapshot could not be read (a symlink, too large, not JSON).
+    #[error("the devices graft-driver published: {0}")]
+    Read(#[source] RecordError),
+    /// A device node of the claim's record is not one graft-driver published.
+    #[error("claim {claim}: its record breaks graft's injection policy: {source}")]
+    Unpublished {
+        /// `namespace/name`.
+        claim: String,
+        /// Which node, and why.
+        source: InvalidRecord,
+    },
+}
+
 /// The snapshot in `state_dir`; `None` when graft-driver has written none.
-fn snapshot(state_dir: &Path) -> Result<Option<Arc<DeviceSnapshot>>, String> {
+fn snapshot(state_dir: &Path) -> Result<Option<Arc<DeviceSnapshot>>, PublishedError> {
     let path = state_dir.join("devices.json");
     let key = match std::fs::symlink_metadata(&path) {
         Ok(m) => (m.dev(), m.ino(), m.mtime(), m.mtime_nsec(), m.size()),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(format!("{}: {e}", path.display())),
+        Err(source) => return Err(PublishedError::Stat { path, source }),
     };
     let mut cache = CACHE.lock().unwrap_or_else(|e| e.into_inner());
     if let Some((k, snap)) = cache.as_ref() {
@@ -31,7 +55,7 @@ fn snapshot(state_dir: &Path) -> Result<Option<Arc<DeviceSnapshot>>, String> {
         }
     }
     let snap = read_snapshot(state_dir)
-        .map_err(|e| format!("the devices graft-driver published: {e}"))?
+        .map_err(PublishedError::Read)?
         .map(Arc::new);
     *cache = Some((key, snap.clone()));
     Ok(snap)
@@ -44,7 +68,7 @@ pub fn check(
     pod_uid: &str,
     container: &str,
     state_dir: &Path,
-) -> Result<(), String> {
+) -> Result<(), PublishedError> {
     let devices: Vec<_> = claims
         .iter()
         .flat_map(|c| {
@@ -65,11 +89,9 @@ pub fn check(
             &dev.name,
             &dev.edits.device_nodes,
         )
-        .map_err(|e| {
-            format!(
-                "claim {}: its record breaks graft's injection policy: {e}",
-                rec.claim
-            )
+        .map_err(|source| PublishedError::Unpublished {
+            claim: rec.claim.to_string(),
+            source,
         })?;
     }
     Ok(())
@@ -132,7 +154,9 @@ mod tests {
             dir.path(),
             &[DeviceNode::char("/dev/nvidia1", 195, 1, 0o666)],
         );
-        let e = check(&recs, "p", "app", dir.path()).unwrap_err();
+        let e = check(&recs, "p", "app", dir.path())
+            .unwrap_err()
+            .to_string();
         assert!(
             e.contains("claim ns/c") && e.contains("not a node graft-driver published"),
             "{e}"
@@ -140,7 +164,9 @@ mod tests {
         // A symlinked snapshot is refused, not followed.
         std::fs::remove_file(dir.path().join("devices.json")).unwrap();
         std::os::unix::fs::symlink("/etc/hostname", dir.path().join("devices.json")).unwrap();
-        let e = check(&recs, "p", "app", dir.path()).unwrap_err();
+        let e = check(&recs, "p", "app", dir.path())
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("symlink"), "{e}");
     }
 }

@@ -8,13 +8,46 @@
 
 use std::path::Path;
 
-use graft_record::nofollow::{is_driver_socket, open_served, open_socket, DRIVER_SOCKETS};
+use graft_record::nofollow::{
+    is_driver_socket, open_served, open_socket, EntryError, DRIVER_SOCKETS,
+};
 use graft_record::InjectionPolicy;
 
 use crate::inject::Plan;
 
+/// Why a plan's sources do not pass the last look.
+#[derive(Debug, thiserror::Error)]
+pub enum SourceError {
+    /// A served entry (or driver socket) is gone, or reached through a symlink, or open to
+    /// change by others than root.
+    #[error("the served entry for {destination} (claim {claims}) cannot be mounted: {source}")]
+    NotServed {
+        /// Where the container would see it.
+        destination: String,
+        /// The plan's claims, comma separated.
+        claims: String,
+        /// What is wrong with it.
+        source: EntryError,
+    },
+    /// A device of the plan is gone from the node.
+    #[error(
+        "device {device} of claim {claim} is gone from the node (graft-driver no longer finds \
+         it); the container would start without it"
+    )]
+    Absent {
+        /// The record's device name.
+        device: String,
+        /// The claim that grants it.
+        claim: String,
+    },
+}
+
 /// Checks every served mount source of `plan`, as seen below `host_root`.
-pub fn check_served(plan: &Plan, policy: &InjectionPolicy, host_root: &Path) -> Result<(), String> {
+pub fn check_served(
+    plan: &Plan,
+    policy: &InjectionPolicy,
+    host_root: &Path,
+) -> Result<(), SourceError> {
     for m in &plan.edits.mounts {
         let checked = if is_driver_socket(&m.source) {
             check_driver_socket(host_root, &m.source)
@@ -26,11 +59,11 @@ pub fn check_served(plan: &Plan, policy: &InjectionPolicy, host_root: &Path) -> 
         };
         if let Err(e) = checked {
             let claims: Vec<String> = plan.grants.iter().map(|g| g.claim.clone()).collect();
-            return Err(format!(
-                "the served entry for {} (claim {}) cannot be mounted: {e}",
-                m.destination,
-                claims.join(", ")
-            ));
+            return Err(SourceError::NotServed {
+                destination: m.destination.clone(),
+                claims: claims.join(", "),
+                source: e,
+            });
         }
     }
     Ok(())
@@ -41,10 +74,7 @@ pub fn check_served(plan: &Plan, policy: &InjectionPolicy, host_root: &Path) -> 
 /// process does not see the socket's directory at all (a DaemonSet that mounts only the
 /// served directories below its host root), it cannot look: graft-driver's look at
 /// discovery stands, and that is logged.
-fn check_driver_socket(
-    host_root: &Path,
-    source: &str,
-) -> Result<(), graft_record::nofollow::EntryError> {
+fn check_driver_socket(host_root: &Path, source: &str) -> Result<(), EntryError> {
     let Some((driver, socket)) = DRIVER_SOCKETS
         .iter()
         .find_map(|s| source.strip_suffix(s).map(|d| (d, *s)))
@@ -70,7 +100,7 @@ fn check_driver_socket(
 /// Refuses a plan that needs a device graft-driver found gone from the node since its claim
 /// was prepared (`graft_record::absent`, in the state directory `root`). An unreadable list
 /// is logged and not held against the container: it only adds to what the records allow.
-pub fn check_present(plan: &Plan, root: &Path) -> Result<(), String> {
+pub fn check_present(plan: &Plan, root: &Path) -> Result<(), SourceError> {
     let absent = match graft_record::absent::read_absent(root) {
         Ok(a) => a,
         Err(e) => {
@@ -80,11 +110,10 @@ pub fn check_present(plan: &Plan, root: &Path) -> Result<(), String> {
     };
     for g in &plan.grants {
         if let Some(d) = g.devices.iter().find(|d| absent.contains(*d)) {
-            return Err(format!(
-                "device {d} of claim {} is gone from the node (graft-driver no longer finds \
-                 it); the container would start without it",
-                g.claim
-            ));
+            return Err(SourceError::Absent {
+                device: d.clone(),
+                claim: g.claim.clone(),
+            });
         }
     }
     Ok(())
@@ -127,14 +156,18 @@ mod tests {
         )
         .unwrap();
         check_served(&plan("/srv/lic/seat-a"), &policy, root.path()).unwrap();
-        let err = check_served(&plan("/srv/lic/seat-b"), &policy, root.path()).unwrap_err();
+        let err = check_served(&plan("/srv/lic/seat-b"), &policy, root.path())
+            .unwrap_err()
+            .to_string();
         assert!(
             err.contains("/etc/app/licence")
                 && err.contains("default/lic")
                 && err.contains("symlink"),
             "{err}"
         );
-        let err = check_served(&plan("/srv/lic/gone"), &policy, root.path()).unwrap_err();
+        let err = check_served(&plan("/srv/lic/gone"), &policy, root.path())
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("/srv/lic/gone"), "{err}");
         // Sources graft provides itself are not looked at here.
         check_served(&plan("/dev/not-here"), &policy, root.path()).unwrap();
@@ -157,16 +190,22 @@ mod tests {
         check_served(&plan(src), &policy, root.path()).unwrap();
         std::fs::remove_file(drv.join("socket")).unwrap();
         std::os::unix::fs::symlink("/run/containerd/containerd.sock", drv.join("socket")).unwrap();
-        let err = check_served(&plan(src), &policy, root.path()).unwrap_err();
+        let err = check_served(&plan(src), &policy, root.path())
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("symlink"), "{err}");
         std::fs::remove_file(drv.join("socket")).unwrap();
         std::fs::write(drv.join("socket"), "").unwrap();
-        let err = check_served(&plan(src), &policy, root.path()).unwrap_err();
+        let err = check_served(&plan(src), &policy, root.path())
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("not a socket"), "{err}");
         // The directory swapped for a symlink: refused too.
         std::fs::remove_dir_all(&drv).unwrap();
         std::os::unix::fs::symlink("/run/containerd", &drv).unwrap();
-        let err = check_served(&plan(src), &policy, root.path()).unwrap_err();
+        let err = check_served(&plan(src), &policy, root.path())
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("symlink"), "{err}");
         // Not visible to this process at all (the DaemonSet mounts only served
         // directories): not checkable here; graft-driver's look at discovery stands.
@@ -186,7 +225,7 @@ mod tests {
         check_present(&p, dir.path()).unwrap();
         let absent = std::collections::BTreeSet::from(["serial-0".to_string()]);
         graft_record::absent::write_absent(dir.path(), &absent).unwrap();
-        let e = check_present(&p, dir.path()).unwrap_err();
+        let e = check_present(&p, dir.path()).unwrap_err().to_string();
         assert!(
             e.contains("device serial-0 of claim default/serial is gone"),
             "{e}"
