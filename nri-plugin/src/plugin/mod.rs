@@ -31,13 +31,17 @@ use sync::PendingEviction;
 /// Counters, for logs and tests.
 #[derive(Debug, Default)]
 pub struct Stats {
+    /// Containers given recorded devices.
     pub injected: AtomicU64,
+    /// Containers refused.
     pub refused: AtomicU64,
+    /// Running containers Synchronize found without what their records grant.
     pub uninjected_found: AtomicU64,
+    /// Evictions asked of the runtime.
     pub evictions_requested: AtomicU64,
 }
 
-/// The plugin: see the module documentation.
+/// graft's NRI plugin (see the module documentation).
 pub struct GraftPlugin {
     store: RecordStore,
     /// What a record may ask of a container; graft-driver applies the same rules.
@@ -90,6 +94,7 @@ impl GraftPlugin {
         self
     }
 
+    /// How long the runtime gets to stop an evicted container before graft says so.
     pub fn with_eviction_grace(mut self, grace: Duration) -> Self {
         self.eviction_grace = grace;
         self
@@ -101,6 +106,7 @@ impl GraftPlugin {
         self
     }
 
+    /// The counters.
     pub fn stats(&self) -> Arc<Stats> {
         self.stats.clone()
     }
@@ -111,10 +117,12 @@ impl GraftPlugin {
         self
     }
 
+    /// The metrics it counts into.
     pub fn metrics(&self) -> Arc<NriMetrics> {
         self.metrics.clone()
     }
 
+    /// Changes the status file graft-driver reads; a failed write is logged.
     fn set_status(&self, change: impl FnOnce(&mut graft_record::NriStatus)) {
         let mut publisher = self.status.lock().unwrap_or_else(|p| p.into_inner());
         if let Err(e) = publisher.update(change) {
@@ -227,6 +235,9 @@ impl NriPlugin for GraftPlugin {
         );
         self.create_in_span(pod, ctr).instrument(span).await
     }
+
+    /// A stopped or removed container: a pending eviction is done; a removed one's
+    /// leftovers go.
     async fn lifecycle(
         &self,
         event: Event,
