@@ -17,6 +17,7 @@ use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context};
+use graft_record::params;
 use nix::errno::Errno;
 use nix::fcntl::{open, openat, OFlag};
 use nix::sys::stat::Mode;
@@ -41,12 +42,12 @@ const HIDDEN: &[Hidden] = &[
     Hidden {
         key: "DeviceFileModify",
         rel: "capabilities/mig/config",
-        suffix: ".mig-config",
+        suffix: params::MIG_CONFIG_SUFFIX,
     },
     Hidden {
         key: "DeviceFileModify",
         rel: "capabilities/mig/monitor",
-        suffix: ".mig-monitor",
+        suffix: params::MIG_MONITOR_SUFFIX,
     },
 ];
 
@@ -72,23 +73,13 @@ fn rewrite_key(text: &str, key: &str) -> Option<String> {
     changed.then(|| out.join("\n") + "\n")
 }
 
-/// `<base>.<id>`, for an id as `graft_record::policy::params_copy_path` accepts it.
+/// `<base>.<id>`, named by graft-record's rule ([`graft_record::params`]).
 pub fn copy_path(base: &Path, id: &str) -> anyhow::Result<PathBuf> {
-    let ok = !id.is_empty()
-        && id.len() <= 128
-        && id
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
-    if !ok {
+    if !params::is_container_id(id) {
         bail!("container id {id:?}: expected 1 to 128 of [A-Za-z0-9_-]");
     }
-    let Some(name) = base.file_name() else {
-        bail!("--params-copy {}: needs a file name", base.display());
-    };
-    let mut name = name.to_os_string();
-    name.push(".");
-    name.push(id);
-    Ok(base.with_file_name(name))
+    params::params_copy_for(base, id)
+        .with_context(|| format!("--params-copy {}: needs a file name", base.display()))
 }
 
 /// Hides the device-node settings of the driver's params (`host_params`, default
