@@ -23,7 +23,8 @@ use nix::fcntl::{open, openat, OFlag};
 use nix::sys::stat::Mode;
 use nix::unistd::{unlinkat, UnlinkatFlags};
 
-use crate::{inroot, mount};
+use crate::inroot;
+use crate::mount::{self, Mounter};
 
 /// A driver file whose device-node setting is hidden: the key, the path relative to the
 /// driver's /proc directory (`/proc/driver/nvidia`), and the copy's name suffix.
@@ -90,6 +91,17 @@ pub fn disable_modification(
     copy_base: &Path,
     container_id: &str,
 ) -> anyhow::Result<()> {
+    disable_modification_with(&mount::Kernel, rootfs, host_params, copy_base, container_id)
+}
+
+/// [`disable_modification`] with the mounts made by `m`.
+pub fn disable_modification_with(
+    m: &dyn Mounter,
+    rootfs: &Path,
+    host_params: &Path,
+    copy_base: &Path,
+    container_id: &str,
+) -> anyhow::Result<()> {
     let proc_dir = host_params.parent().unwrap_or(Path::new("/"));
     for h in HIDDEN {
         let host = if h.rel == "params" {
@@ -100,14 +112,21 @@ pub fn disable_modification(
         let target = format!("/proc/driver/nvidia/{}", h.rel);
         let copy = copy_path(copy_base, container_id)?;
         let copy = PathBuf::from(format!("{}{}", copy.display(), h.suffix));
-        hide(rootfs, &host, &target, h.key, &copy)?;
+        hide(m, rootfs, &host, &target, h.key, &copy)?;
     }
     Ok(())
 }
 
 /// Mounts a copy of `host` with `key: 0` over `target` in the container, when the host
 /// file has the key set and the container's file exists.
-fn hide(rootfs: &Path, host: &Path, target: &str, key: &str, copy: &Path) -> anyhow::Result<()> {
+fn hide(
+    m: &dyn Mounter,
+    rootfs: &Path,
+    host: &Path,
+    target: &str,
+    key: &str,
+    copy: &Path,
+) -> anyhow::Result<()> {
     let Some(original) = read_host(host)? else {
         // No NVIDIA driver loaded here, or no MIG: nothing to hide.
         return Ok(());
@@ -131,7 +150,7 @@ fn hide(rootfs: &Path, host: &Path, target: &str, key: &str, copy: &Path) -> any
     let (dir, name) = host_dir(copy)?;
     let file = create_copy(&dir, &name, text.as_bytes())
         .with_context(|| format!("writing {}", copy.display()))?;
-    let mounted = mount::bind_read_only(file.as_fd(), target_fd.as_fd(), &root, target);
+    let mounted = mount::bind_read_only(m, file.as_fd(), target_fd.as_fd(), &root, target);
     // Whether or not the mount worked, nothing stays on the host.
     let unlinked = unlinkat(&dir, name.as_str(), UnlinkatFlags::NoRemoveDir)
         .with_context(|| format!("removing {}", copy.display()));
@@ -203,3 +222,7 @@ fn create_copy(dir: &OwnedFd, name: &str, data: &[u8]) -> anyhow::Result<OwnedFd
 #[cfg(test)]
 #[path = "params_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "params_kernel_tests.rs"]
+mod kernel_tests;
