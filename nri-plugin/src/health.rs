@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use graft_nri::metrics::NriMetrics;
 use graft_record::{nri_readiness, NriReadiness};
-use graft_telemetry::Endpoints;
+use graft_telemetry::{Endpoints, NotReady};
 use prometheus_client::registry::Registry;
 
 /// The endpoints; `holding` turns true once this instance holds the status lock.
@@ -33,9 +33,9 @@ pub fn endpoints(
     let m = metrics.clone();
     let ready = move || {
         if holding.load(Ordering::Relaxed) {
-            return own_readiness(&m);
+            return own_readiness(&m).map_err(NotReady);
         }
-        standby_readiness(&state_dir, &boot_id)
+        standby_readiness(&state_dir, &boot_id).map_err(NotReady)
     };
     Endpoints::new(registry, Arc::new(ready))
 }
