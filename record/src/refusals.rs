@@ -48,21 +48,29 @@ const TMP_STALE_SECS: i64 = 60;
 /// A pod as the runtime names it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PodRef {
+    /// The pod's namespace.
     pub namespace: String,
+    /// The pod's name.
     pub name: String,
+    /// The pod's uid.
     pub uid: String,
 }
 
 /// One refused container.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Refusal {
+    /// The entry format's version.
     pub version: u32,
+    /// The pod of the refused container.
     pub pod: PodRef,
+    /// The container's name in its pod.
     pub container: String,
+    /// The runtime's container id.
     pub container_id: String,
     /// The pod's graft claims (`namespace/name`), when they could be read.
     #[serde(default)]
     pub claims: Vec<String>,
+    /// Why it was refused, at most [`REASON_MAX`] bytes.
     pub reason: String,
     /// Milliseconds since the epoch.
     pub at_ms: u64,
@@ -161,6 +169,7 @@ fn cut(s: &str, max: usize) -> String {
         .collect()
 }
 
+/// The journal's directory below the state directory.
 pub fn journal_dir(root: &Path) -> PathBuf {
     root.join(DIR)
 }
@@ -318,6 +327,7 @@ fn is_fresh_write(dfd: &impl AsFd, name: &str) -> bool {
 /// One journal entry as the driver finds it.
 #[derive(Debug)]
 pub struct JournalEntry {
+    /// The entry's file name in the journal.
     pub name: String,
     /// The refusal, or why the entry is not one (to be logged and removed).
     pub refusal: Result<Refusal, BadEntry>,

@@ -16,6 +16,7 @@ use tokio::sync::watch;
 
 use crate::error::NotReady;
 
+/// The `Content-Type` of `/metrics`.
 pub const OPENMETRICS_CONTENT_TYPE: &str =
     "application/openmetrics-text; version=1.0.0; charset=utf-8";
 const TEXT: &str = "text/plain; charset=utf-8";
@@ -84,6 +85,7 @@ pub struct Endpoints {
 }
 
 impl Endpoints {
+    /// `/metrics` encodes `registry`; `/readyz` asks `ready`.
     pub fn new(registry: Registry, ready: ReadyCheck) -> Self {
         Endpoints {
             registry: Arc::new(registry),

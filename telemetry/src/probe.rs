@@ -55,7 +55,9 @@ pub fn get(socket: &Path, path: &str, timeout: Duration) -> Result<(u16, String)
 /// What a probe asks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ProbeKind {
+    /// `/healthz`: the process is alive.
     Live,
+    /// `/readyz`: the daemon is ready.
     Ready,
 }
 

@@ -12,7 +12,7 @@ use crate::error::InvalidRecord;
 use crate::format::{Hook, HookStage};
 use crate::paths::is_clean_absolute;
 
-/// argv[0] of every hook graft emits.
+/// `argv[0]` of every hook graft emits.
 pub const HOOK_NAME: &str = "graft-hook";
 /// The whole environment of every hook graft emits. Explicit, so that no runtime passes the
 /// container's own environment (`LD_PRELOAD`...) to a process that runs as root on the host.

@@ -160,18 +160,22 @@ impl InjectionPolicy {
                 .any(|r| is_under(source, r))
     }
 
+    /// The allowed mount roots, sorted.
     pub fn mount_roots(&self) -> &[String] {
         &self.mount_roots
     }
 
+    /// graft-hook's installed host path.
     pub fn hook_path(&self) -> &str {
         &self.hook_path
     }
 
+    /// graft's state directory.
     pub fn state_dir(&self) -> &str {
         &self.state_dir
     }
 
+    /// The ldconfigs `--ldconfig` may name.
     pub fn ldconfigs(&self) -> &[String] {
         &self.ldconfigs
     }
