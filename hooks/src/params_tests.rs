@@ -112,7 +112,8 @@ fn attach(s: &Setup, id: &str, suffix: &str, at: &str, text: &str) -> Call {
         source: s.copy(id, suffix),
         target: s.f.in_root(at),
         attr_set: READ_ONLY,
-        propagation: libc::MS_PRIVATE as u64,
+        // MS_PRIVATE, from <linux/fs.h>.
+        propagation: 1 << 18,
         text: text.to_string(),
     }
 }
