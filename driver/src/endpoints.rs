@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use graft_driver::discovery::report::seconds_since;
 use graft_driver::metrics::{DriverMetrics, FailingBackend};
 use graft_driver::plugin::registration::RegistrationState;
-use graft_telemetry::Endpoints;
+use graft_telemetry::{Endpoints, NotReady};
 use prometheus_client::registry::Registry;
 
 pub fn endpoints(
@@ -29,7 +29,7 @@ pub fn endpoints(
             .lock()
             .map(|s| s.clone())
             .unwrap_or_else(|p| p.into_inner().clone());
-        readiness(&state, m.published(), &m.failing_backends())
+        readiness(&state, m.published(), &m.failing_backends()).map_err(NotReady)
     };
     Endpoints::new(registry, Arc::new(ready))
 }

@@ -25,6 +25,8 @@ mod ldcache;
 mod linker;
 mod mount;
 mod params;
+#[cfg(test)]
+mod recording_mounter;
 mod rootfs;
 mod symlinks;
 #[cfg(test)]

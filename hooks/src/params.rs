@@ -17,12 +17,14 @@ use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context};
+use graft_record::params;
 use nix::errno::Errno;
 use nix::fcntl::{open, openat, OFlag};
 use nix::sys::stat::Mode;
 use nix::unistd::{unlinkat, UnlinkatFlags};
 
-use crate::{inroot, mount};
+use crate::inroot;
+use crate::mount::{self, Mounter};
 
 /// A driver file whose device-node setting is hidden: the key, the path relative to the
 /// driver's /proc directory (`/proc/driver/nvidia`), and the copy's name suffix.
@@ -41,12 +43,12 @@ const HIDDEN: &[Hidden] = &[
     Hidden {
         key: "DeviceFileModify",
         rel: "capabilities/mig/config",
-        suffix: ".mig-config",
+        suffix: params::MIG_CONFIG_SUFFIX,
     },
     Hidden {
         key: "DeviceFileModify",
         rel: "capabilities/mig/monitor",
-        suffix: ".mig-monitor",
+        suffix: params::MIG_MONITOR_SUFFIX,
     },
 ];
 
@@ -72,28 +74,29 @@ fn rewrite_key(text: &str, key: &str) -> Option<String> {
     changed.then(|| out.join("\n") + "\n")
 }
 
-/// `<base>.<id>`, for an id as `graft_record::policy::params_copy_path` accepts it.
+/// `<base>.<id>`, named by graft-record's rule ([`graft_record::params`]).
 pub fn copy_path(base: &Path, id: &str) -> anyhow::Result<PathBuf> {
-    let ok = !id.is_empty()
-        && id.len() <= 128
-        && id
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
-    if !ok {
+    if !params::is_container_id(id) {
         bail!("container id {id:?}: expected 1 to 128 of [A-Za-z0-9_-]");
     }
-    let Some(name) = base.file_name() else {
-        bail!("--params-copy {}: needs a file name", base.display());
-    };
-    let mut name = name.to_os_string();
-    name.push(".");
-    name.push(id);
-    Ok(base.with_file_name(name))
+    params::params_copy_for(base, id)
+        .with_context(|| format!("--params-copy {}: needs a file name", base.display()))
 }
 
 /// Hides the device-node settings of the driver's params (`host_params`, default
 /// `/proc/driver/nvidia/params`) and of the MIG capability files beside it.
 pub fn disable_modification(
+    rootfs: &Path,
+    host_params: &Path,
+    copy_base: &Path,
+    container_id: &str,
+) -> anyhow::Result<()> {
+    disable_modification_with(&mount::Kernel, rootfs, host_params, copy_base, container_id)
+}
+
+/// [`disable_modification`] with the mounts made by `m`.
+pub fn disable_modification_with(
+    m: &dyn Mounter,
     rootfs: &Path,
     host_params: &Path,
     copy_base: &Path,
@@ -109,14 +112,21 @@ pub fn disable_modification(
         let target = format!("/proc/driver/nvidia/{}", h.rel);
         let copy = copy_path(copy_base, container_id)?;
         let copy = PathBuf::from(format!("{}{}", copy.display(), h.suffix));
-        hide(rootfs, &host, &target, h.key, &copy)?;
+        hide(m, rootfs, &host, &target, h.key, &copy)?;
     }
     Ok(())
 }
 
 /// Mounts a copy of `host` with `key: 0` over `target` in the container, when the host
 /// file has the key set and the container's file exists.
-fn hide(rootfs: &Path, host: &Path, target: &str, key: &str, copy: &Path) -> anyhow::Result<()> {
+fn hide(
+    m: &dyn Mounter,
+    rootfs: &Path,
+    host: &Path,
+    target: &str,
+    key: &str,
+    copy: &Path,
+) -> anyhow::Result<()> {
     let Some(original) = read_host(host)? else {
         // No NVIDIA driver loaded here, or no MIG: nothing to hide.
         return Ok(());
@@ -140,7 +150,7 @@ fn hide(rootfs: &Path, host: &Path, target: &str, key: &str, copy: &Path) -> any
     let (dir, name) = host_dir(copy)?;
     let file = create_copy(&dir, &name, text.as_bytes())
         .with_context(|| format!("writing {}", copy.display()))?;
-    let mounted = mount::bind_read_only(file.as_fd(), target_fd.as_fd(), &root, target);
+    let mounted = mount::bind_read_only(m, file.as_fd(), target_fd.as_fd(), &root, target);
     // Whether or not the mount worked, nothing stays on the host.
     let unlinked = unlinkat(&dir, name.as_str(), UnlinkatFlags::NoRemoveDir)
         .with_context(|| format!("removing {}", copy.display()));
@@ -212,3 +222,7 @@ fn create_copy(dir: &OwnedFd, name: &str, data: &[u8]) -> anyhow::Result<OwnedFd
 #[cfg(test)]
 #[path = "params_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "params_kernel_tests.rs"]
+mod kernel_tests;

@@ -1,10 +1,14 @@
-//! The mounting tests run on a thread of a private mount namespace (see `in_private_mount_ns`)
-//! and are skipped, saying why, without root.
+//! What `disable_modification` does, its mounts made by the recording double: which copy
+//! is mounted over which file, with which flags, and what is left on the host. No root
+//! needed; the same runs with the kernel's mounts are in `params_kernel_tests.rs`.
+
+use nix::mount::MsFlags;
 
 use super::*;
+use crate::recording_mounter::{Call, Recording};
 use crate::testutil::*;
 
-const ON: &str = "ResmanDebugLevel: 4294967295\nModifyDeviceFiles: 1\nDeviceFileUID: 0\n";
+pub const ON: &str = "ResmanDebugLevel: 4294967295\nModifyDeviceFiles: 1\nDeviceFileUID: 0\n";
 
 #[test]
 fn only_modify_device_files_changes() {
@@ -36,13 +40,13 @@ fn container_ids_are_checked() {
 
 /// A root with the driver's params at `at` (`{D}` as in `Fixture::in_root`), a host params
 /// file with `text`, and the copy's base in a state directory that does not exist yet.
-struct Setup {
-    f: Fixture,
-    host: PathBuf,
-    base: PathBuf,
+pub struct Setup {
+    pub f: Fixture,
+    pub host: PathBuf,
+    pub base: PathBuf,
 }
 
-fn setup(at: &str, host_text: &str) -> Setup {
+pub fn setup(at: &str, host_text: &str) -> Setup {
     let f = Fixture::new();
     f.write(at, ON);
     let host = f.root.parent().unwrap().join("host-params");
@@ -52,11 +56,23 @@ fn setup(at: &str, host_text: &str) -> Setup {
 }
 
 impl Setup {
-    fn run(&self, id: &str) -> anyhow::Result<()> {
+    /// With the kernel's mounts.
+    pub fn run(&self, id: &str) -> anyhow::Result<()> {
         disable_modification(&self.f.root, &self.host, &self.base, id)
     }
 
-    fn state_dir(&self) -> PathBuf {
+    /// With `m`'s.
+    pub fn run_with(&self, m: &Recording, id: &str) -> anyhow::Result<()> {
+        disable_modification_with(m, &self.f.root, &self.host, &self.base, id)
+    }
+
+    /// The copy of container `id` (with `suffix`), as the kernel names it.
+    pub fn copy(&self, id: &str, suffix: &str) -> PathBuf {
+        let copy = copy_path(&self.base, id).unwrap();
+        PathBuf::from(format!("{}{suffix}", copy.display()))
+    }
+
+    pub fn state_dir(&self) -> PathBuf {
         self.base.parent().unwrap().to_path_buf()
     }
 }
@@ -85,32 +101,25 @@ fn a_target_that_is_not_a_regular_file_is_refused() {
     );
 }
 
-/// The mount over `target` (a host path) as this thread's namespace shows it.
-fn mount_options(target: &Path) -> Option<String> {
-    let info = std::fs::read_to_string("/proc/thread-self/mountinfo").unwrap();
-    let target = target.to_str().unwrap();
-    info.lines()
-        .rfind(|l| l.split(' ').nth(4) == Some(target))
-        .map(|l| l.split(' ').nth(5).unwrap().to_string())
+const PARAMS: &str = "proc/driver/nvidia/params";
+
+/// mount_setattr(2): MOUNT_ATTR_RDONLY | NOSUID | NODEV | NOEXEC, from <linux/mount.h>.
+const READ_ONLY: u64 = 0x01 | 0x02 | 0x04 | 0x08;
+
+/// The attach of container `id`'s copy (`suffix`) over `at` in the root, holding `text`.
+fn attach(s: &Setup, id: &str, suffix: &str, at: &str, text: &str) -> Call {
+    Call::AttachClone {
+        source: s.copy(id, suffix),
+        target: s.f.in_root(at),
+        attr_set: READ_ONLY,
+        // MS_PRIVATE, from <linux/fs.h>.
+        propagation: 1 << 18,
+        text: text.to_string(),
+    }
 }
 
-/// The target reads as the rewritten copy, cannot be written, and the copy is gone.
-fn check_mounted(s: &Setup, at: &str) {
-    let target = s.f.in_root(at);
-    let text = std::fs::read_to_string(&target).unwrap();
-    assert_eq!(
-        text,
-        rewrite(&std::fs::read_to_string(&s.host).unwrap()).unwrap()
-    );
-    let err = std::fs::OpenOptions::new()
-        .write(true)
-        .open(&target)
-        .unwrap_err();
-    assert_eq!(err.raw_os_error(), Some(libc::EROFS));
-    let opts = mount_options(&target).expect("no mount over the target");
-    for o in ["ro", "nosuid", "nodev", "noexec"] {
-        assert!(opts.split(',').any(|x| x == o), "{o} not in {opts}");
-    }
+/// Nothing is left in the state directory, which only root may enter.
+fn left_nothing(s: &Setup) {
     let left: Vec<_> = std::fs::read_dir(s.state_dir()).unwrap().collect();
     assert!(left.is_empty(), "left on the host: {left:?}");
     let mode = std::fs::metadata(s.state_dir()).unwrap().permissions();
@@ -120,73 +129,71 @@ fn check_mounted(s: &Setup, at: &str) {
     );
 }
 
-/// `emulated`: pathrs's emulated resolver refuses the unlinked copy on a second run
-/// ("(deleted)" in its path check); an error then, but still nothing changed.
-fn mounts_a_read_only_copy(emulated: bool) {
-    let s = setup("proc/driver/nvidia/params", ON);
-    s.run("c1").unwrap();
-    check_mounted(&s, "proc/driver/nvidia/params");
-    // A second run sees the container's params already say 0.
-    let again = s.run("c1");
-    assert!(emulated || again.is_ok(), "{again:?}");
-    check_mounted(&s, "proc/driver/nvidia/params");
-}
-
 #[test]
 fn mounts_a_read_only_copy_and_leaves_nothing_on_the_host() {
-    in_private_mount_ns(|| mounts_a_read_only_copy(false));
+    let s = setup(PARAMS, ON);
+    let m = Recording::new();
+    s.run_with(&m, "c1").unwrap();
+    let rewritten = rewrite(ON).unwrap();
+    assert_eq!(m.calls(), [attach(&s, "c1", "", PARAMS, &rewritten)]);
+    assert_eq!(
+        std::fs::read_to_string(s.f.in_root(PARAMS)).unwrap(),
+        rewritten
+    );
+    left_nothing(&s);
+    // A second run sees the container's params already say 0.
+    s.run_with(&m, "c1").unwrap();
+    assert_eq!(m.calls().len(), 1);
 }
 
 #[test]
 fn a_leftover_copy_is_replaced_not_followed() {
-    in_private_mount_ns(|| {
-        let s = setup("proc/driver/nvidia/params", ON);
-        std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(s.state_dir())
-            .unwrap();
-        let copy = copy_path(&s.base, "c1").unwrap();
-        std::os::unix::fs::symlink(s.f.decoy.join("lib/libdecoy.so"), &copy).unwrap();
-        let before = s.f.decoy_snapshot();
-        s.run("c1").unwrap();
-        check_mounted(&s, "proc/driver/nvidia/params");
-        assert_eq!(before, s.f.decoy_snapshot());
-    });
+    let s = setup(PARAMS, ON);
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(s.state_dir())
+        .unwrap();
+    std::os::unix::fs::symlink(s.f.decoy.join("lib/libdecoy.so"), s.copy("c1", "")).unwrap();
+    let before = s.f.decoy_snapshot();
+    let m = Recording::new();
+    s.run_with(&m, "c1").unwrap();
+    assert_eq!(
+        m.calls(),
+        [attach(&s, "c1", "", PARAMS, &rewrite(ON).unwrap())]
+    );
+    left_nothing(&s);
+    assert_eq!(before, s.f.decoy_snapshot());
 }
 
 #[test]
 fn containers_in_parallel_each_get_their_own_copy() {
-    in_private_mount_ns(|| {
-        let state = tempfile::tempdir_in("/tmp").unwrap();
-        let base = state.path().join("nvidia/params");
-        let runs: Vec<_> = (0..8)
-            .map(|i| {
-                let mut s = setup("proc/driver/nvidia/params", &format!("{ON}Tag: {i}\n"));
-                s.base = base.clone();
-                std::thread::spawn(move || {
-                    for round in 0..10 {
-                        s.run(&format!("container-{i}")).unwrap();
-                        let text =
-                            std::fs::read_to_string(s.f.in_root("proc/driver/nvidia/params"));
-                        assert!(
-                            text.unwrap().contains(&format!("Tag: {i}\n")),
-                            "round {round}"
-                        );
-                    }
-                    s
-                })
+    let state = tempfile::tempdir_in("/tmp").unwrap();
+    let base = state.path().join("nvidia/params");
+    let runs: Vec<_> = (0..8)
+        .map(|i| {
+            let mut s = setup(PARAMS, &format!("{ON}Tag: {i}\n"));
+            s.base = base.clone();
+            std::thread::spawn(move || {
+                let m = Recording::new();
+                let id = format!("container-{i}");
+                for _ in 0..10 {
+                    s.run_with(&m, &id).unwrap();
+                }
+                let text = rewrite(&format!("{ON}Tag: {i}\n")).unwrap();
+                assert_eq!(m.calls(), [attach(&s, &id, "", PARAMS, &text)]);
+                s
             })
-            .collect();
-        let done: Vec<Setup> = runs.into_iter().map(|t| t.join().unwrap()).collect();
-        for s in &done {
-            check_mounted(s, "proc/driver/nvidia/params");
-        }
-    });
+        })
+        .collect();
+    let done: Vec<Setup> = runs.into_iter().map(|t| t.join().unwrap()).collect();
+    for s in &done {
+        left_nothing(s);
+    }
 }
 
-/// `proc` of the image leads to the decoy: the mount lands on the file inside the root.
-pub fn proc_symlinks_stay_inside() -> usize {
+#[test]
+fn a_symlinked_proc_still_mounts_inside_the_root() {
     let variants = [
         ("/{D}/proc", "{D}/proc/driver/nvidia/params"),
         (
@@ -200,105 +207,86 @@ pub fn proc_symlinks_stay_inside() -> usize {
         s.f.mkdir("x");
         s.f.link("proc", link);
         let before = s.f.decoy_snapshot();
-        s.run("c1").unwrap();
-        check_mounted(&s, inside);
+        let m = Recording::new();
+        s.run_with(&m, "c1").unwrap();
+        let want = attach(&s, "c1", "", inside, &rewrite(ON).unwrap());
+        assert_eq!(m.calls(), [want], "{link}");
         assert_eq!(before, s.f.decoy_snapshot(), "{link}: the decoy changed");
-        let decoy_params = s.f.decoy.join("proc/driver/nvidia/params");
-        assert_eq!(mount_options(&decoy_params), None, "{link}");
     }
     // Dangling inside the root: nothing to mount, nothing touched.
     let s = setup("elsewhere", ON);
     s.f.link("proc", "/{D}/proc");
     let before = s.f.decoy_snapshot();
-    s.run("c1").unwrap();
+    let m = Recording::new();
+    s.run_with(&m, "c1").unwrap();
+    assert_eq!(m.calls(), []);
     assert_eq!(before, s.f.decoy_snapshot());
+}
+
+/// Without open_tree, mount_setattr and move_mount: a bind, then a remount of the mount
+/// found at the path again, read-only, nosuid, nodev, noexec.
+#[test]
+fn the_fallback_binds_then_remounts_read_only() {
+    let s = setup(PARAMS, ON);
+    let m = Recording::old_kernel(true);
+    s.run_with(&m, "c1").unwrap();
+    let flags = MsFlags::MS_BIND
+        | MsFlags::MS_REMOUNT
+        | MsFlags::MS_RDONLY
+        | MsFlags::MS_NOSUID
+        | MsFlags::MS_NODEV
+        | MsFlags::MS_NOEXEC;
+    let target = s.f.in_root(PARAMS);
     assert_eq!(
-        mount_options(&s.f.decoy.join("proc/driver/nvidia/params")),
-        None
+        m.calls(),
+        [
+            attach(&s, "c1", "", PARAMS, &rewrite(ON).unwrap()),
+            Call::Bind {
+                source: s.copy("c1", ""),
+                target: target.clone(),
+            },
+            Call::Remount { target, flags },
+        ]
     );
-    variants.len() + 1
+    left_nothing(&s);
 }
 
+/// When the path does not lead to the new bind mount afterwards (something else is
+/// there), it is not remounted, and the copy is still removed.
 #[test]
-fn a_symlinked_proc_still_mounts_inside_the_root() {
-    in_private_mount_ns(proc_symlinks_stay_inside);
-}
-
-/// Without open_tree, mount_setattr and move_mount (kernels before 5.2/5.12): the classic
-/// bind and read-only remount, with openat2 denied too so pathrs emulates it.
-#[test]
-fn the_fallback_mount_path_and_emulated_resolver_work() {
-    if !is_root() {
-        eprintln!("skipped: needs root for a private mount namespace");
-        return;
-    }
-    run_child("params::tests::fallback_child");
-}
-
-#[test]
-#[ignore = "run in a child process by the_fallback_mount_path_and_emulated_resolver_work"]
-fn fallback_child() {
-    if !is_child() {
-        return;
-    }
-    in_private_mount_ns(|| {
-        deny_syscalls(&[
-            libc::SYS_open_tree,
-            libc::SYS_move_mount,
-            libc::SYS_mount_setattr,
-            libc::SYS_openat2,
-        ]);
-        let (src, dst) = (tempfile::tempfile().unwrap(), tempfile::tempfile().unwrap());
-        let e = mount::bind_new_api(src.as_fd(), dst.as_fd()).unwrap_err();
-        assert_eq!(e, Errno::ENOSYS);
-        mounts_a_read_only_copy(true);
-        proc_symlinks_stay_inside();
-    })
-    .expect("needs a private mount namespace");
+fn the_fallback_remounts_only_its_own_bind() {
+    let s = setup(PARAMS, ON);
+    let m = Recording::old_kernel(false);
+    let err = format!("{:#}", s.run_with(&m, "c1").unwrap_err());
+    assert!(err.contains("is not the new bind mount"), "{err}");
+    let calls = m.calls();
+    assert_eq!(calls.len(), 2, "{calls:?}");
+    assert!(matches!(calls[1], Call::Bind { .. }), "{calls:?}");
+    left_nothing(&s);
 }
 
 /// The MIG `config` and `monitor` capability files get their `DeviceFileModify` hidden
-/// the same way, so libnvidia-ml in the container does not create `nvidia-cap1` and
-/// `nvidia-cap2`; a capability file that already says 0 is left alone.
+/// the same way; a capability file the host says 0 for is left alone.
 #[test]
 fn the_mig_capability_files_are_hidden_too() {
-    if !is_root() {
-        eprintln!("skipped: needs root to mount");
-        return;
-    }
     const CAP_ON: &str = "DeviceFileMinor: 1\nDeviceFileMode: 256\nDeviceFileModify: 1\n";
-    let s = setup("proc/driver/nvidia/params", ON);
-    let caps = s.f.root.join("proc/driver/nvidia/capabilities/mig");
-    std::fs::create_dir_all(&caps).unwrap();
-    std::fs::write(caps.join("config"), CAP_ON).unwrap();
-    std::fs::write(caps.join("monitor"), CAP_ON).unwrap();
-    // The "host" /proc/driver/nvidia beside the host params file.
+    let s = setup(PARAMS, ON);
+    let caps = "proc/driver/nvidia/capabilities/mig";
+    s.f.write(&format!("{caps}/config"), CAP_ON);
+    s.f.write(&format!("{caps}/monitor"), CAP_ON);
     let host_caps = s.host.parent().unwrap().join("capabilities/mig");
     std::fs::create_dir_all(&host_caps).unwrap();
     std::fs::write(host_caps.join("config"), CAP_ON).unwrap();
-    std::fs::write(
-        host_caps.join("monitor"),
-        CAP_ON.replace("Modify: 1", "Modify: 0"),
-    )
-    .unwrap();
-    let root = s.f.root.clone();
-    let (host, base, state) = (s.host.clone(), s.base.clone(), s.state_dir());
-    let seen = in_private_mount_ns(move || {
-        disable_modification(&root, &host, &base, "c1").unwrap();
-        let read = |rel: &str| std::fs::read_to_string(root.join(rel)).unwrap();
-        let left = std::fs::read_dir(&state).unwrap().count();
-        (
-            read("proc/driver/nvidia/params"),
-            read("proc/driver/nvidia/capabilities/mig/config"),
-            read("proc/driver/nvidia/capabilities/mig/monitor"),
-            left,
-        )
-    })
-    .expect("private mount namespace");
-    assert!(seen.0.contains("ModifyDeviceFiles: 0"), "{}", seen.0);
-    assert!(seen.1.contains("DeviceFileModify: 0"), "{}", seen.1);
-    assert!(seen.1.contains("DeviceFileMinor: 1"), "{}", seen.1);
-    // The host says 0 for monitor: nothing mounted, the container's own file is read.
-    assert_eq!(seen.2, CAP_ON);
-    assert_eq!(seen.3, 0, "copies left on the host");
+    let cap_off = CAP_ON.replace("Modify: 1", "Modify: 0");
+    std::fs::write(host_caps.join("monitor"), &cap_off).unwrap();
+    let m = Recording::new();
+    s.run_with(&m, "c1").unwrap();
+    assert_eq!(
+        m.calls(),
+        [
+            attach(&s, "c1", "", PARAMS, &rewrite(ON).unwrap()),
+            attach(&s, "c1", ".mig-config", &format!("{caps}/config"), &cap_off),
+        ]
+    );
+    left_nothing(&s);
 }

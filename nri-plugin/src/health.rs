@@ -38,7 +38,7 @@ pub fn endpoints(
         standby_readiness(&state_dir, &boot_id)
     };
     // The endpoints take the reason in words.
-    let ready = move || ready().map_err(|e| e.to_string());
+    let ready = move || ready().map_err(|e| graft_telemetry::NotReady(e.to_string()));
     Endpoints::new(registry, Arc::new(ready))
 }
 

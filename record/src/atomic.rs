@@ -115,6 +115,7 @@ pub fn touch(path: &Path) -> Result<()> {
     Ok(())
 }
 
+/// fsyncs a directory, so that an entry created or renamed in it survives a crash.
 pub fn sync_dir(dir: &Path) -> Result<()> {
     File::open(dir)
         .and_then(|d| d.sync_all())

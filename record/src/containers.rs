@@ -28,9 +28,11 @@ const DIR: &str = "containers";
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ContainerEntry {
+    /// [`CONTAINER_ENTRY_VERSION`] when written.
     pub version: u32,
     /// The runtime's container id.
     pub id: String,
+    /// The pod the container is in.
     pub pod: PodRef,
     /// The container's name in its pod.
     pub container: String,
@@ -42,10 +44,14 @@ pub struct ContainerEntry {
     pub edits: AppliedEdits,
 }
 
+/// A pod by uid, namespace and name.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PodRef {
+    /// The pod's uid.
     pub uid: String,
+    /// The pod's namespace.
     pub namespace: String,
+    /// The pod's name.
     pub name: String,
 }
 
@@ -53,13 +59,17 @@ pub struct PodRef {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct RecordRef {
+    /// The claim's uid.
     pub claim_uid: String,
+    /// The claim's namespace.
     pub namespace: String,
+    /// The claim's name.
     pub name: String,
     /// The record file, relative to the state directory.
     pub record: String,
     /// The claim's requests the devices were allocated for.
     pub requests: Vec<String>,
+    /// The record's devices the container received.
     pub devices: Vec<String>,
 }
 
@@ -67,20 +77,28 @@ pub struct RecordRef {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct AppliedEdits {
+    /// Device nodes created.
     #[serde(default)]
     pub device_nodes: Vec<DeviceNode>,
+    /// Mounts added.
     #[serde(default)]
     pub mounts: Vec<Mount>,
+    /// Names of the variables set (their values are left out).
     #[serde(default)]
     pub env_names: Vec<String>,
+    /// Hooks added.
     #[serde(default)]
     pub hooks: Vec<AppliedHook>,
 }
 
+/// A hook as shown: its environment is left out.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AppliedHook {
+    /// Its OCI stage.
     pub stage: HookStage,
+    /// Host path of the executable.
     pub path: String,
+    /// Its argv.
     #[serde(default)]
     pub args: Vec<String>,
 }
@@ -218,8 +236,11 @@ pub fn read_entry(root: &Path, id: &str) -> Result<Option<ContainerEntry>> {
 /// What a container id prefix (as `crictl` takes them) matches.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Lookup {
+    /// Exactly one entry: its full id.
     Found(String),
+    /// No entry.
     None,
+    /// Several entries: their full ids.
     Ambiguous(Vec<String>),
 }
 

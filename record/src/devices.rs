@@ -22,15 +22,19 @@ use crate::read::{read_state_file, LARGE_FILE_CAP};
 pub const DEVICES_VERSION: u32 = 1;
 const FILE: &str = "devices.json";
 
+/// What graft-driver published on this node (`devices.json`), for graftctl.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct DeviceSnapshot {
+    /// [`DEVICES_VERSION`] when written.
     pub version: u32,
     /// The DRA driver name (`graft.dev`).
     pub driver: String,
+    /// The node's name.
     pub node: String,
     /// graft-driver's version and process id.
     pub driver_version: String,
+    /// graft-driver's process id.
     pub pid: u32,
     /// When this snapshot was written (milliseconds since the epoch).
     pub updated_ms: u64,
@@ -41,9 +45,11 @@ pub struct DeviceSnapshot {
     pub unpublished: BTreeMap<String, String>,
 }
 
+/// One device of the node's ResourceSlices.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PublishedDevice {
+    /// The device's name in the slice.
     pub name: String,
     /// The pool (the node's name).
     pub pool: String,
@@ -70,14 +76,19 @@ pub struct PublishedDevice {
 /// What makes a device node the one it is: where it appears, and what the kernel sees.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NodeId {
+    /// Path inside the container.
     pub path: String,
+    /// Character or block device.
     #[serde(rename = "type")]
     pub kind: DeviceKind,
+    /// The device's major number.
     pub major: i64,
+    /// The device's minor number.
     pub minor: i64,
 }
 
 impl NodeId {
+    /// The identity of a record's device node.
     pub fn of(n: &DeviceNode) -> Self {
         NodeId {
             path: n.path.clone(),
@@ -88,13 +99,17 @@ impl NodeId {
     }
 }
 
+/// Why a device is not healthy, and since when.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Health {
     /// `Unhealthy` or `Degraded`.
     pub condition: String,
+    /// A short machine-readable cause (`xid-79`).
     pub reason: String,
+    /// The cause in words.
     pub message: String,
+    /// When it was first seen (milliseconds since the epoch).
     pub since_ms: u64,
 }
 

@@ -6,40 +6,63 @@ use std::path::PathBuf;
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{field}: {reason}")]
 pub struct InvalidRecord {
+    /// The field, as a path into the record (`devices[0](gpu-0).edits.mounts[1]`).
     pub field: String,
+    /// What is wrong with it.
     pub reason: String,
 }
 
+/// Reading or writing graft's state files.
 #[derive(Debug, thiserror::Error)]
 pub enum RecordError {
+    /// A file-system call failed.
     #[error("{op} {path}: {source}")]
     Io {
+        /// What was being done (`open`, `rename`, `fsync`).
         op: &'static str,
+        /// The path it was done to.
         path: PathBuf,
+        /// The system's error.
         #[source]
         source: std::io::Error,
     },
+    /// A file that cannot be read as what it should be.
     #[error("record {path} is corrupt: {reason}")]
-    Corrupt { path: PathBuf, reason: String },
+    Corrupt {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// A record of a version this build does not read.
     #[error(
         "record {path} has unknown version {version} (this build reads versions up to {supported})"
     )]
     UnknownVersion {
+        /// The record's path.
         path: PathBuf,
+        /// The version it says it is.
         version: u64,
+        /// The newest version this build reads.
         supported: u32,
     },
+    /// A record that breaks the contract.
     #[error("record {path} of claim {claim} is invalid: {source}")]
     Invalid {
+        /// The record's path.
         path: PathBuf,
         /// `namespace/name (uid)` as the record gives it.
         claim: String,
+        /// What breaks it.
         #[source]
         source: InvalidRecord,
     },
+    /// A record that would break the contract was not written.
     #[error("claim record for {claim} would be invalid: {source}")]
     Rejected {
+        /// The claim, `namespace/name (uid)`.
         claim: String,
+        /// What would break it.
         #[source]
         source: InvalidRecord,
     },
@@ -55,4 +78,41 @@ impl RecordError {
     }
 }
 
+/// Why an entry of graft-nri's refusal journal is not a refusal ([`crate::refusals`]):
+/// graft-driver logs it and removes the entry.
+#[derive(Debug, thiserror::Error)]
+pub enum BadEntry {
+    /// A name graft-nri does not write.
+    #[error("not a journal entry name")]
+    Name,
+    /// A symlink where an entry should be.
+    #[error("a symlink; never followed")]
+    Symlink,
+    /// The entry could not be opened.
+    #[error("cannot open: {0}")]
+    Open(#[source] nix::errno::Errno),
+    /// The opened entry could not be stat'ed.
+    #[error("cannot stat: {0}")]
+    Stat(#[source] nix::errno::Errno),
+    /// A directory, FIFO or anything else but a file.
+    #[error("not a regular file")]
+    NotAFile,
+    /// Larger than `ENTRY_MAX` bytes; not read.
+    #[error("{0} bytes, more than {max}", max = crate::refusals::ENTRY_MAX)]
+    TooLarge(i64),
+    /// The entry could not be read.
+    #[error("cannot read: {0}")]
+    Read(#[source] std::io::Error),
+    /// It grew past `ENTRY_MAX` bytes while being read.
+    #[error("more than {max} bytes", max = crate::refusals::ENTRY_MAX)]
+    Grew,
+    /// Not the JSON of a refusal.
+    #[error("not a refusal: {0}")]
+    Json(#[source] serde_json::Error),
+    /// A refusal whose fields break the contract.
+    #[error(transparent)]
+    Invalid(#[from] InvalidRecord),
+}
+
+/// The record crate's result: [`RecordError`] unless told otherwise.
 pub type Result<T, E = RecordError> = std::result::Result<T, E>;

@@ -26,7 +26,10 @@ pub const OLDEST_RECORD_VERSION: u32 = 1;
 /// One prepared ResourceClaim.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ClaimRecord {
+    /// Format version, [`OLDEST_RECORD_VERSION`] to [`RECORD_VERSION`]: what
+    /// [`ClaimRecord::needed_version`] says when written.
     pub version: u32,
+    /// The claim this record is for.
     pub claim: ClaimRef,
     /// The devices allocated to this claim on this node, by this driver.
     pub devices: Vec<DeviceRecord>,
@@ -39,10 +42,14 @@ pub struct ClaimRecord {
     pub pods: Vec<PodRecord>,
 }
 
+/// A ResourceClaim by uid, namespace and name.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct ClaimRef {
+    /// The claim's uid.
     pub uid: String,
+    /// The claim's namespace.
     pub namespace: String,
+    /// The claim's name.
     pub name: String,
 }
 
@@ -55,12 +62,15 @@ impl std::fmt::Display for ClaimRef {
 /// One allocated device. `name` is unique within the record.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DeviceRecord {
+    /// The device's name in the node's ResourceSlice.
     pub name: String,
+    /// The pool the device was published in (the node's name).
     #[serde(default)]
     pub pool: String,
     /// The claim's request names this device was allocated for.
     #[serde(default)]
     pub requests: Vec<String>,
+    /// What the device adds to a container that receives it.
     #[serde(default)]
     pub edits: ContainerEdits,
 }
@@ -68,17 +78,22 @@ pub struct DeviceRecord {
 /// What a device adds to a container's OCI spec.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ContainerEdits {
+    /// Device nodes to create in the container.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub device_nodes: Vec<DeviceNode>,
+    /// Bind mounts to add.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub mounts: Vec<Mount>,
+    /// Environment variables to set.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub env: Vec<EnvVar>,
+    /// OCI hooks to add.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub hooks: Vec<Hook>,
 }
 
 impl ContainerEdits {
+    /// Whether the edits add nothing.
     pub fn is_empty(&self) -> bool {
         self.device_nodes.is_empty()
             && self.mounts.is_empty()
@@ -92,14 +107,20 @@ impl ContainerEdits {
 pub struct DeviceNode {
     /// Path inside the container, under /dev.
     pub path: String,
+    /// Character or block device.
     #[serde(rename = "type")]
     pub kind: DeviceKind,
+    /// The device's major number.
     pub major: i64,
+    /// The device's minor number.
     pub minor: i64,
+    /// Permission bits; the runtime's default when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub file_mode: Option<u32>,
+    /// Owner inside the container; the runtime's default when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub uid: Option<u32>,
+    /// Group inside the container; the runtime's default when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gid: Option<u32>,
 }
@@ -119,10 +140,13 @@ impl DeviceNode {
     }
 }
 
+/// The kind of a device node, spelled as in the OCI spec.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum DeviceKind {
+    /// A character device (`c`).
     #[serde(rename = "c")]
     Char,
+    /// A block device (`b`).
     #[serde(rename = "b")]
     Block,
 }
@@ -137,12 +161,17 @@ impl DeviceKind {
     }
 }
 
+/// A mount added to the container's OCI spec.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Mount {
+    /// Host path of what is mounted.
     pub source: String,
+    /// Path inside the container.
     pub destination: String,
+    /// Mount type (`bind` when absent).
     #[serde(rename = "type", default = "default_mount_type")]
     pub kind: String,
+    /// Mount options (checked against [`crate::policy::MOUNT_OPTIONS`]).
     #[serde(default)]
     pub options: Vec<String>,
 }
@@ -151,44 +180,62 @@ fn default_mount_type() -> String {
     "bind".to_string()
 }
 
+/// An environment variable.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct EnvVar {
+    /// The variable's name.
     pub name: String,
+    /// Its value.
     pub value: String,
 }
 
 /// An OCI hook. Paths resolve on the host, since the runtime runs the hook.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Hook {
+    /// When the runtime runs it (createContainer when absent).
     #[serde(default)]
     pub stage: HookStage,
+    /// Host path of the executable.
     pub path: String,
+    /// Its argv, `argv[0]` included.
     #[serde(default)]
     pub args: Vec<String>,
+    /// Its environment (`NAME=value`).
     #[serde(default)]
     pub env: Vec<String>,
+    /// Seconds the runtime waits before it kills the hook.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout: Option<i64>,
 }
 
+/// The OCI hook stage a hook runs at.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub enum HookStage {
+    /// Deprecated by OCI in favour of createRuntime; runs in the runtime's namespace.
     Prestart,
+    /// After the container's namespaces are made, in the runtime's namespace.
     CreateRuntime,
+    /// In the container's namespaces, before pivot_root (graft-hook's stage).
     #[default]
     CreateContainer,
+    /// In the container, before its process starts.
     StartContainer,
+    /// After the container's process has started.
     Poststart,
+    /// After the container is deleted.
     Poststop,
 }
 
 /// A pod holding the claim, and what each of its containers receives.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PodRecord {
+    /// The pod's uid.
     pub uid: String,
+    /// The pod's namespace.
     #[serde(default)]
     pub namespace: String,
+    /// The pod's name.
     #[serde(default)]
     pub name: String,
     /// Containers (init containers too) that reference the claim. A container not listed
@@ -197,8 +244,10 @@ pub struct PodRecord {
     pub containers: Vec<ContainerRecord>,
 }
 
+/// A container of a pod that references the claim, and the devices it receives.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ContainerRecord {
+    /// The container's name in its pod.
     pub name: String,
     /// Names of [`DeviceRecord`]s of this claim.
     pub devices: Vec<String>,

@@ -15,6 +15,7 @@ pub mod env;
 mod error;
 mod format;
 pub mod nofollow;
+pub mod params;
 pub mod paths;
 pub mod policy;
 pub mod read;

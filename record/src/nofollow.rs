@@ -49,12 +49,16 @@ pub fn open_socket(root: &Path, path: &str) -> Result<Entry, EntryError> {
 /// FIFO) is refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum EntryType {
+    /// A regular file.
     File,
+    /// A directory.
     Directory,
+    /// A Unix socket.
     Socket,
 }
 
 impl EntryType {
+    /// The type in words, for messages.
     pub fn as_str(self) -> &'static str {
         match self {
             EntryType::File => "regular file",
@@ -73,35 +77,76 @@ impl std::fmt::Display for EntryType {
 /// Why an entry cannot be served.
 #[derive(Debug, thiserror::Error)]
 pub enum EntryError {
+    /// The path is not a clean absolute path.
     #[error("{path:?} is not a clean absolute path")]
-    NotClean { path: String },
+    NotClean {
+        /// The path as given.
+        path: String,
+    },
+    /// A component on the way is a symlink.
     #[error("{path}: {at} is a symlink; served entries are never reached through one")]
-    Symlink { path: String, at: String },
+    Symlink {
+        /// The entry's path.
+        path: String,
+        /// The symlink.
+        at: String,
+    },
+    /// A component on the way is not a directory.
     #[error("{path}: {at} is not a directory")]
-    NotDirectory { path: String, at: String },
+    NotDirectory {
+        /// The entry's path.
+        path: String,
+        /// The component that is not a directory.
+        at: String,
+    },
+    /// The entry is a device node, FIFO or symlink.
     #[error("{path} is a {found}, not a regular file, directory or socket")]
-    Unsupported { path: String, found: &'static str },
+    Unsupported {
+        /// The entry's path.
+        path: String,
+        /// What it is, in words.
+        found: &'static str,
+    },
+    /// A directory on the way is not root's, or others may write it.
     #[error(
         "{path}: {at} is owned by uid {owner} with mode {mode:04o}; every directory on the \
          way to a served entry must be root's and not writable by group or others"
     )]
     Writable {
+        /// The entry's path.
         path: String,
+        /// The directory at fault.
         at: String,
+        /// Its owner.
         owner: u32,
+        /// Its mode.
         mode: u32,
     },
+    /// A read-write entry with no private directory above it: a host user could reach it.
     #[error(
         "{path} is served read-write, but no directory above it is root's with mode 0700 \
          (closed to group and others): a host user could reach what a container plants there"
     )]
-    NotPrivate { path: String },
+    NotPrivate {
+        /// The entry's path.
+        path: String,
+    },
+    /// A socket was asked for and something else is there.
     #[error("{path} is a {found}, not a socket")]
-    NotSocket { path: String, found: EntryType },
+    NotSocket {
+        /// The entry's path.
+        path: String,
+        /// What is there instead.
+        found: EntryType,
+    },
+    /// A component could not be opened.
     #[error("{path}: cannot open {at}: {source}")]
     Open {
+        /// The entry's path.
         path: String,
+        /// The component that could not be opened.
         at: String,
+        /// The system's error.
         #[source]
         source: nix::Error,
     },
@@ -123,12 +168,15 @@ impl EntryError {
 /// An entry found without following a symlink.
 #[derive(Debug)]
 pub struct Entry {
+    /// The entry, opened (O_PATH for a directory or socket).
     pub fd: OwnedFd,
+    /// What the entry is.
     pub kind: EntryType,
     /// Bytes, for a regular file.
     pub size: u64,
     /// Owner and permission bits of the entry itself.
     pub owner: u32,
+    /// Permission bits of the entry itself.
     pub mode: u32,
     /// Some directory below the root and above the entry is root's and closed to group
     /// and others: no host user but root reaches the entry.

@@ -26,6 +26,7 @@ use nix::sys::stat::{fstat, fstatat, Mode, SFlag};
 use serde::{Deserialize, Serialize};
 
 use crate::atomic::{self, FILE_MODE};
+pub use crate::error::BadEntry;
 use crate::error::{InvalidRecord, RecordError, Result};
 use crate::validate::check_id;
 
@@ -47,21 +48,29 @@ const TMP_STALE_SECS: i64 = 60;
 /// A pod as the runtime names it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PodRef {
+    /// The pod's namespace.
     pub namespace: String,
+    /// The pod's name.
     pub name: String,
+    /// The pod's uid.
     pub uid: String,
 }
 
 /// One refused container.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Refusal {
+    /// The entry format's version.
     pub version: u32,
+    /// The pod of the refused container.
     pub pod: PodRef,
+    /// The container's name in its pod.
     pub container: String,
+    /// The runtime's container id.
     pub container_id: String,
     /// The pod's graft claims (`namespace/name`), when they could be read.
     #[serde(default)]
     pub claims: Vec<String>,
+    /// Why it was refused, at most [`REASON_MAX`] bytes.
     pub reason: String,
     /// Milliseconds since the epoch.
     pub at_ms: u64,
@@ -160,6 +169,7 @@ fn cut(s: &str, max: usize) -> String {
         .collect()
 }
 
+/// The journal's directory below the state directory.
 pub fn journal_dir(root: &Path) -> PathBuf {
     root.join(DIR)
 }
@@ -317,9 +327,10 @@ fn is_fresh_write(dfd: &impl AsFd, name: &str) -> bool {
 /// One journal entry as the driver finds it.
 #[derive(Debug)]
 pub struct JournalEntry {
+    /// The entry's file name in the journal.
     pub name: String,
     /// The refusal, or why the entry is not one (to be logged and removed).
-    pub refusal: Result<Refusal, String>,
+    pub refusal: Result<Refusal, BadEntry>,
 }
 
 /// The journal's entries, oldest first, at most [`COUNT_MAX`] (graft-driver). A missing
@@ -348,9 +359,9 @@ pub fn read_all(root: &Path) -> Result<Vec<JournalEntry>> {
 /// An entry that vanished between the listing and its open.
 struct Gone;
 
-fn read_entry(dfd: &impl AsFd, name: &str) -> std::result::Result<Result<Refusal, String>, Gone> {
+fn read_entry(dfd: &impl AsFd, name: &str) -> std::result::Result<Result<Refusal, BadEntry>, Gone> {
     if !is_entry_name(name) {
-        return Ok(Err("not a journal entry name".into()));
+        return Ok(Err(BadEntry::Name));
     }
     let fd = match openat(
         dfd,
@@ -360,30 +371,30 @@ fn read_entry(dfd: &impl AsFd, name: &str) -> std::result::Result<Result<Refusal
     ) {
         Ok(fd) => fd,
         Err(Errno::ENOENT) => return Err(Gone),
-        Err(Errno::ELOOP) => return Ok(Err("a symlink; never followed".into())),
-        Err(e) => return Ok(Err(format!("cannot open: {e}"))),
+        Err(Errno::ELOOP) => return Ok(Err(BadEntry::Symlink)),
+        Err(e) => return Ok(Err(BadEntry::Open(e))),
     };
     Ok(parse_entry(fd))
 }
 
-fn parse_entry(fd: OwnedFd) -> Result<Refusal, String> {
-    let st = fstat(&fd).map_err(|e| format!("cannot stat: {e}"))?;
+fn parse_entry(fd: OwnedFd) -> Result<Refusal, BadEntry> {
+    let st = fstat(&fd).map_err(BadEntry::Stat)?;
     if SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT != SFlag::S_IFREG {
-        return Err("not a regular file".into());
+        return Err(BadEntry::NotAFile);
     }
     if st.st_size as u64 > ENTRY_MAX as u64 {
-        return Err(format!("{} bytes, more than {ENTRY_MAX}", st.st_size));
+        return Err(BadEntry::TooLarge(st.st_size));
     }
     let mut data = Vec::with_capacity(ENTRY_MAX);
     File::from(fd)
         .take(ENTRY_MAX as u64 + 1)
         .read_to_end(&mut data)
-        .map_err(|e| format!("cannot read: {e}"))?;
+        .map_err(BadEntry::Read)?;
     if data.len() > ENTRY_MAX {
-        return Err(format!("more than {ENTRY_MAX} bytes"));
+        return Err(BadEntry::Grew);
     }
-    let r: Refusal = serde_json::from_slice(&data).map_err(|e| format!("not a refusal: {e}"))?;
-    r.validate().map_err(|e| e.to_string())?;
+    let r: Refusal = serde_json::from_slice(&data).map_err(BadEntry::Json)?;
+    r.validate()?;
     Ok(r)
 }
 

@@ -80,12 +80,12 @@ fn hostile_entries_are_skipped_not_followed() {
     std::fs::create_dir(dir.join("0000000000006-1.json")).unwrap();
     std::fs::write(dir.join("other-name"), b"{}").unwrap();
     let all = read_all(d.path()).unwrap();
-    let errs: Vec<(&str, &str)> = all
+    let errs: Vec<(&str, String)> = all
         .iter()
-        .filter_map(|e| Some((e.name.as_str(), e.refusal.as_ref().err()?.as_str())))
+        .filter_map(|e| Some((e.name.as_str(), e.refusal.as_ref().err()?.to_string())))
         .collect();
     assert_eq!(errs.len(), 7, "{errs:?}");
-    let why = |n: &str| errs.iter().find(|(name, _)| *name == n).unwrap().1;
+    let why = |n: &str| errs.iter().find(|(name, _)| *name == n).unwrap().1.as_str();
     assert!(why("0000000000001-1.json").contains("symlink"));
     assert!(why("0000000000002-1.json").contains("more than"));
     assert!(why("0000000000003-1.json").contains("not a refusal"));

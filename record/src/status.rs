@@ -25,8 +25,10 @@ const LOCK_FILE: &str = "nri.lock";
 /// Where the kernel publishes this boot's id.
 pub const BOOT_ID_PATH: &str = "/proc/sys/kernel/random/boot_id";
 
+/// What graft-nri publishes about itself (`nri-status.json`), for graft-driver.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NriStatus {
+    /// [`crate::FORMAT_VERSION`] when written.
     pub version: u32,
     /// `NN-name` as registered with the runtime.
     pub plugin: String,
@@ -34,11 +36,15 @@ pub struct NriStatus {
     pub connected: bool,
     /// The initial Synchronize of the current connection has been answered.
     pub synchronized: bool,
+    /// The container runtime's name, as it told the plugin.
     #[serde(default)]
     pub runtime_name: String,
+    /// The container runtime's version.
     #[serde(default)]
     pub runtime_version: String,
+    /// graft-nri's process id.
     pub pid: u32,
+    /// The boot the status was written in (see [`read_boot_id`]).
     pub boot_id: String,
     /// Milliseconds since the epoch.
     pub updated_ms: u64,
@@ -94,6 +100,7 @@ impl StatusPublisher {
         Ok(publisher)
     }
 
+    /// The status as last written.
     pub fn status(&self) -> &NriStatus {
         &self.current
     }
@@ -121,6 +128,7 @@ impl StatusPublisher {
 /// What the driver learns about the plugin.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum NriReadiness {
+    /// Ready, with the status that says so.
     Ready(NriStatus),
     /// Not ready, and why, in words for an error message.
     NotReady(String),

@@ -31,6 +31,7 @@ use crate::validate::{check_id, validate_record};
 /// Default state directory shared by the two daemons.
 pub const DEFAULT_STATE_DIR: &str = "/var/lib/graft";
 
+/// The claim records and the pod index in graft's state directory.
 #[derive(Debug, Clone)]
 pub struct RecordStore {
     root: PathBuf,
@@ -53,6 +54,7 @@ impl RecordStore {
         Ok(store)
     }
 
+    /// The state directory.
     pub fn root(&self) -> &Path {
         &self.root
     }

@@ -14,6 +14,9 @@ use prometheus_client::registry::Registry;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::watch;
 
+use crate::error::NotReady;
+
+/// The `Content-Type` of `/metrics`.
 pub const OPENMETRICS_CONTENT_TYPE: &str =
     "application/openmetrics-text; version=1.0.0; charset=utf-8";
 const TEXT: &str = "text/plain; charset=utf-8";
@@ -29,10 +32,10 @@ const READY_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Whether the daemon is ready: `Ok(why)` or `Err(why not)`, one line each. It may read
 /// files: it runs on a blocking thread.
-pub type ReadyCheck = Arc<dyn Fn() -> Result<String, String> + Send + Sync>;
+pub type ReadyCheck = Arc<dyn Fn() -> Result<String, NotReady> + Send + Sync>;
 
 /// A readiness check's answer; `None` until it has one.
-type Verdict = Option<Result<String, String>>;
+type Verdict = Option<Result<String, NotReady>>;
 
 /// The readiness check, run at most once at a time: a request that comes while one runs
 /// waits for that one's answer instead of starting another. A check that hangs (a stuck
@@ -82,6 +85,7 @@ pub struct Endpoints {
 }
 
 impl Endpoints {
+    /// `/metrics` encodes `registry`; `/readyz` asks `ready`.
     pub fn new(registry: Registry, ready: ReadyCheck) -> Self {
         Endpoints {
             registry: Arc::new(registry),
@@ -122,7 +126,7 @@ impl Endpoints {
                     .map(|r| r.ok().and_then(|v| v.clone()));
                 match answer {
                     Ok(Some(Ok(why))) => (StatusCode::OK, TEXT, line(&why)),
-                    Ok(Some(Err(why))) => (StatusCode::SERVICE_UNAVAILABLE, TEXT, line(&why)),
+                    Ok(Some(Err(why))) => (StatusCode::SERVICE_UNAVAILABLE, TEXT, line(&why.0)),
                     Ok(None) => (
                         StatusCode::SERVICE_UNAVAILABLE,
                         TEXT,

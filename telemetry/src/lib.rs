@@ -16,7 +16,7 @@ pub mod probe;
 
 pub use prometheus_client;
 
-pub use error::TelemetryError;
+pub use error::{NotReady, ProbeError, TelemetryError};
 pub use http::{Endpoints, ReadyCheck, OPENMETRICS_CONTENT_TYPE};
 pub use listen::{parse_addr, serve, serve_or_log, ServeConfig, Serving};
 

@@ -57,9 +57,9 @@ pub fn parse_addr(s: &str) -> Result<Option<SocketAddr>, TelemetryError> {
             }
         })
         .map(Some)
-        .map_err(|e: std::net::AddrParseError| TelemetryError::Address {
+        .map_err(|source: std::net::AddrParseError| TelemetryError::Address {
             addr: s.to_string(),
-            reason: format!("{e} (expected host:port, :port, or empty to disable)"),
+            source,
         })
 }
 
@@ -98,12 +98,19 @@ pub fn serve(endpoints: Endpoints, config: ServeConfig) -> Result<Serving, Telem
 }
 
 fn bind_unix(path: &Path) -> Result<UnixListener, TelemetryError> {
-    let err = |reason: String| TelemetryError::Socket {
+    let err = |step: &'static str| {
+        move |source| TelemetryError::SocketIo {
+            path: path.to_path_buf(),
+            step,
+            source,
+        }
+    };
+    let taken = |why| TelemetryError::SocketTaken {
         path: path.to_path_buf(),
-        reason,
+        why,
     };
     if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir).map_err(|e| err(format!("creating its directory: {e}")))?;
+        std::fs::create_dir_all(dir).map_err(err("creating its directory"))?;
     }
     // A socket left by this container's previous run (the directory outlives it) is
     // replaced; one that answers belongs to a running instance, and anything else at the
@@ -111,18 +118,16 @@ fn bind_unix(path: &Path) -> Result<UnixListener, TelemetryError> {
     match std::fs::symlink_metadata(path) {
         Ok(m) if m.file_type().is_socket() => {
             if std::os::unix::net::UnixStream::connect(path).is_ok() {
-                return Err(err("another running instance serves it".into()));
+                return Err(taken("another running instance serves it"));
             }
-            std::fs::remove_file(path)
-                .map_err(|e| err(format!("removing the previous socket: {e}")))?
+            std::fs::remove_file(path).map_err(err("removing the previous socket"))?
         }
-        Ok(_) => return Err(err("exists and is not a socket".into())),
+        Ok(_) => return Err(taken("exists and is not a socket")),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => return Err(err(e.to_string())),
+        Err(e) => return Err(err("inspecting it")(e)),
     }
-    let listener = UnixListener::bind(path).map_err(|e| err(format!("bind: {e}")))?;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
-        .map_err(|e| err(format!("chmod: {e}")))?;
+    let listener = UnixListener::bind(path).map_err(err("bind"))?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).map_err(err("chmod"))?;
     Ok(listener)
 }
 

@@ -8,7 +8,9 @@ use tracing_subscriber::fmt::writer::BoxMakeWriter;
 /// `--log-format` / `GRAFT_LOG_FORMAT`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum LogFormat {
+    /// Human-readable lines.
     Text,
+    /// One JSON object per line.
     Json,
 }
 

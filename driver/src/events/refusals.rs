@@ -53,7 +53,7 @@ pub fn drain(state_dir: &Path) -> Vec<Posting> {
             Err(why) => {
                 tracing::warn!(
                     entry = e.name,
-                    reason = why,
+                    reason = %why,
                     "refusal journal: entry skipped"
                 )
             }

@@ -7,7 +7,7 @@ use std::collections::HashSet;
 
 use graft_proto::nri;
 use graft_record::containers::{prune_entries, remove_entry};
-use graft_record::policy::params_copy_path;
+use graft_record::{params, policy::params_copy_path};
 
 use super::GraftPlugin;
 
@@ -36,7 +36,7 @@ impl GraftPlugin {
         // removes any a failed hook left behind.
         if let Some(copy) = params_copy_path(self.store.root(), &ctr.id) {
             tokio::task::spawn_blocking(move || {
-                for suffix in ["", ".mig-config", ".mig-monitor"] {
+                for suffix in params::COPY_SUFFIXES {
                     remove_if_present(std::path::Path::new(&format!("{}{suffix}", copy.display())));
                 }
             });
@@ -47,18 +47,16 @@ impl GraftPlugin {
 /// Removes params copies (`nvidia/params.<id>` in the state directory) of containers the
 /// runtime no longer has.
 fn sweep_params_copies(state_dir: &std::path::Path, live: &std::collections::HashSet<String>) {
-    let dir = state_dir.join(graft_record::policy::PARAMS_COPY);
-    let (Some(parent), Some(stem)) = (dir.parent(), dir.file_name()) else {
+    let base = params::params_copy_base(state_dir);
+    let Some(parent) = base.parent() else {
         return;
     };
-    let prefix = format!("{}.", stem.to_string_lossy());
     let Ok(entries) = std::fs::read_dir(parent) else {
         return;
     };
     for e in entries.flatten() {
         let name = e.file_name().to_string_lossy().into_owned();
-        // `params.<id>` or `params.<id>.<suffix>` (the MIG capability files' copies).
-        if let Some(id) = name.strip_prefix(&prefix).and_then(|r| r.split('.').next()) {
+        if let Some(id) = params::container_of(&name) {
             if !live.contains(id) {
                 remove_if_present(&e.path());
             }

@@ -12,7 +12,7 @@ use crate::error::InvalidRecord;
 use crate::format::{Hook, HookStage};
 use crate::paths::is_clean_absolute;
 
-/// argv[0] of every hook graft emits.
+/// `argv[0]` of every hook graft emits.
 pub const HOOK_NAME: &str = "graft-hook";
 /// The whole environment of every hook graft emits. Explicit, so that no runtime passes the
 /// container's own environment (`LD_PRELOAD`...) to a process that runs as root on the host.
@@ -172,40 +172,61 @@ fn check_args(
     Ok(())
 }
 
-fn check_value(p: &InjectionPolicy, kind: Value, v: &str) -> Result<(), String> {
+/// Why a flag's value is refused; the message follows "graft-hook SUBCOMMAND: FLAG VALUE: ".
+#[derive(Debug, thiserror::Error)]
+enum BadValue {
+    #[error("empty, starts with '-' or holds a control character")]
+    Malformed,
+    #[error("is not TARGET::LINK")]
+    NotALink,
+    #[error("needs a target without '..' and a clean absolute link")]
+    BadLink,
+    #[error("is not a clean absolute path")]
+    Unclean,
+    #[error("no ldconfig is configured on this node")]
+    NoLdconfig,
+    #[error("is not the node's ldconfig {0:?}")]
+    NotTheLdconfig(String),
+    #[error("is not one of the node's ldconfigs {0:?}")]
+    NotAnLdconfig(Vec<String>),
+    #[error("is not graft's params path {0:?}")]
+    NotTheParamsCopy(String),
+    #[error("is not a driver version")]
+    NotAVersion,
+}
+
+fn check_value(p: &InjectionPolicy, kind: Value, v: &str) -> Result<(), BadValue> {
     if v.is_empty() || v.starts_with('-') || v.chars().any(char::is_control) {
-        return Err("empty, starts with '-' or holds a control character".into());
+        return Err(BadValue::Malformed);
     }
     match kind {
         Value::Link => {
-            let (target, link) = v.split_once("::").ok_or("is not TARGET::LINK")?;
+            let (target, link) = v.split_once("::").ok_or(BadValue::NotALink)?;
             let target_ok = !target.is_empty()
                 && target.split('/').all(|c| c != "..")
                 && !target.contains("::");
             if !target_ok || !is_clean_absolute(link) {
-                return Err("needs a target without '..' and a clean absolute link".into());
+                return Err(BadValue::BadLink);
             }
             Ok(())
         }
-        Value::InContainer => is_clean_absolute(v)
-            .then_some(())
-            .ok_or_else(|| "is not a clean absolute path".into()),
+        Value::InContainer => is_clean_absolute(v).then_some(()).ok_or(BadValue::Unclean),
         Value::Ldconfig => match p.ldconfigs.as_slice() {
-            [] => Err("no ldconfig is configured on this node".into()),
+            [] => Err(BadValue::NoLdconfig),
             l if l.iter().any(|l| l == v) => Ok(()),
-            [one] => Err(format!("is not the node's ldconfig {one:?}")),
-            l => Err(format!("is not one of the node's ldconfigs {l:?}")),
+            [one] => Err(BadValue::NotTheLdconfig(one.clone())),
+            l => Err(BadValue::NotAnLdconfig(l.to_vec())),
         },
         Value::ParamsCopy => {
             let want = p.params_copy();
             (v == want)
                 .then_some(())
-                .ok_or_else(|| format!("is not graft's params path {want:?}"))
+                .ok_or(BadValue::NotTheParamsCopy(want))
         }
         Value::Version => (v.len() <= 64
             && v.bytes()
                 .all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'-'))
         .then_some(())
-        .ok_or_else(|| "is not a driver version".into()),
+        .ok_or(BadValue::NotAVersion),
     }
 }

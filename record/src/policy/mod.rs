@@ -30,9 +30,7 @@ pub use mounts::{MOUNT_OPTIONS, NVIDIA_HOST_ROOTS};
 
 /// Where graft-driver installs graft-hook on the host unless told otherwise.
 pub const DEFAULT_HOOK_PATH: &str = "/var/lib/graft/bin/graft-hook";
-/// Where, below the state directory, disable-device-node-modification keeps its per-container
-/// copies of the driver's params file (`<this>.<container id>`).
-pub const PARAMS_COPY: &str = "nvidia/params";
+pub use crate::params::PARAMS_COPY;
 
 /// The node's injection policy.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -162,25 +160,31 @@ impl InjectionPolicy {
                 .any(|r| is_under(source, r))
     }
 
+    /// The allowed mount roots, sorted.
     pub fn mount_roots(&self) -> &[String] {
         &self.mount_roots
     }
 
+    /// graft-hook's installed host path.
     pub fn hook_path(&self) -> &str {
         &self.hook_path
     }
 
+    /// graft's state directory.
     pub fn state_dir(&self) -> &str {
         &self.state_dir
     }
 
+    /// The ldconfigs `--ldconfig` may name.
     pub fn ldconfigs(&self) -> &[String] {
         &self.ldconfigs
     }
 
-    /// The only `--params-copy` graft-hook may be given: `<state>/nvidia/params`.
+    /// The only `--params-copy` graft-hook may be given ([`crate::params::params_copy_base`]).
     pub fn params_copy(&self) -> String {
-        format!("{}/{PARAMS_COPY}", self.state_dir)
+        crate::params::params_copy_base(Path::new(&self.state_dir))
+            .to_string_lossy()
+            .into_owned()
     }
 
     /// Every device of a record.
@@ -206,14 +210,10 @@ impl InjectionPolicy {
     }
 }
 
-/// The path of the params copy for one container, below the state directory.
+/// The path of the params copy for one container, below the state directory (the rule is
+/// [`crate::params`]'s).
 pub fn params_copy_path(state_dir: &Path, container_id: &str) -> Option<std::path::PathBuf> {
-    let ok = !container_id.is_empty()
-        && container_id.len() <= 128
-        && container_id
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
-    ok.then(|| state_dir.join(format!("{PARAMS_COPY}.{container_id}")))
+    crate::params::params_copy_for(&crate::params::params_copy_base(state_dir), container_id)
 }
 
 #[cfg(test)]

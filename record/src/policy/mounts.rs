@@ -136,7 +136,15 @@ pub(super) fn check(p: &InjectionPolicy, f: &str, m: &Mount) -> Result<(), Inval
             ),
         );
     }
-    check_destination(&m.destination).or_else(|r| bad("destination", r))?;
+    check_destination(&m.destination).or_else(|why| {
+        bad(
+            "destination",
+            format!(
+                "mount destination {:?} is not allowed: {why}",
+                m.destination
+            ),
+        )
+    })?;
     if let Some(o) = m
         .options
         .iter()
@@ -159,25 +167,36 @@ pub(super) fn check(p: &InjectionPolicy, f: &str, m: &Mount) -> Result<(), Inval
     Ok(())
 }
 
-fn check_destination(d: &str) -> Result<(), String> {
-    let refuse = |why: &str| Err(format!("mount destination {d:?} is not allowed: {why}"));
+/// Why a mount destination is refused; the message follows "mount destination ... is not
+/// allowed: ".
+#[derive(Debug, thiserror::Error)]
+enum BadDestination {
+    #[error("not a clean absolute path")]
+    Unclean,
+    #[error("it would replace the container's root or its device directory")]
+    RootOrDev,
+    #[error("the kernel's views (/proc, /sys)")]
+    KernelViews,
+    #[error("it would replace {0}, the container's identity or credentials")]
+    Protected(&'static str),
+}
+
+fn check_destination(d: &str) -> Result<(), BadDestination> {
     // Clean: runc resolves it in the container's root, and `..` must not walk a rule.
     if !is_clean_absolute(d) {
-        return refuse("not a clean absolute path");
+        return Err(BadDestination::Unclean);
     }
     if d == "/" || d == "/dev" {
-        return refuse("it would replace the container's root or its device directory");
+        return Err(BadDestination::RootOrDev);
     }
     if FORBIDDEN_BELOW.iter().any(|r| is_under(d, r)) {
-        return refuse("the kernel's views (/proc, /sys)");
+        return Err(BadDestination::KernelViews);
     }
     if let Some(p) = PROTECTED_DESTINATIONS
         .iter()
         .find(|p| is_under(d, p) || is_under(p, d))
     {
-        return refuse(&format!(
-            "it would replace {p}, the container's identity or credentials"
-        ));
+        return Err(BadDestination::Protected(p));
     }
     Ok(())
 }
