@@ -1,20 +1,25 @@
 //! graft-driver's metrics and probe endpoints, and what "ready" means for it: registered
 //! with the kubelet and the node's first ResourceSlices published. A failing discovery
 //! backend does not make it unready (the node still serves the others' devices, and its
-//! own last ones): the body names it. Liveness is the server answering at all: it does not
+//! own last ones): the body names it. A long-running task that stopped does
+//! ([`graft_driver::daemon`]): the node would look fine while, say, its slices go stale.
+//! Liveness is the server answering at all: it does not
 //! depend on the API server.
 
 use std::sync::{Arc, Mutex};
 
+use graft_driver::daemon::Ended;
 use graft_driver::discovery::report::seconds_since;
 use graft_driver::metrics::{DriverMetrics, FailingBackend};
 use graft_driver::plugin::registration::RegistrationState;
 use graft_telemetry::Endpoints;
 use prometheus_client::registry::Registry;
 
+/// The endpoints, with readiness from the registration, the metrics and the tasks.
 pub fn endpoints(
     metrics: &Arc<DriverMetrics>,
     registration: Arc<Mutex<RegistrationState>>,
+    tasks: Ended,
 ) -> Endpoints {
     let mut registry = Registry::default();
     metrics.register(&mut registry);
@@ -29,6 +34,7 @@ pub fn endpoints(
             .lock()
             .map(|s| s.clone())
             .unwrap_or_else(|p| p.into_inner().clone());
+        tasks.check().map_err(|why| format!("not ready: {why}"))?;
         readiness(&state, m.published(), &m.failing_backends())
     };
     Endpoints::new(registry, Arc::new(ready))
