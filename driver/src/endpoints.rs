@@ -34,8 +34,7 @@ pub fn endpoints(
             .lock()
             .map(|s| s.clone())
             .unwrap_or_else(|p| p.into_inner().clone());
-        tasks.check().map_err(|why| format!("not ready: {why}"))?;
-        readiness(&state, m.published(), &m.failing_backends())
+        readiness(&state, m.published(), &m.failing_backends(), tasks.check())
     };
     Endpoints::new(registry, Arc::new(ready))
 }
@@ -44,7 +43,9 @@ fn readiness(
     registration: &RegistrationState,
     published: bool,
     failing: &[FailingBackend],
+    tasks: Result<(), String>,
 ) -> Result<String, String> {
+    tasks.map_err(|why| format!("not ready: {why}"))?;
     match (registration, published) {
         (RegistrationState::Registered, true) if failing.is_empty() => {
             Ok("ready: registered with the kubelet; ResourceSlices published".into())
@@ -78,13 +79,14 @@ mod tests {
 
     #[test]
     fn ready_once_registered_and_published() {
-        assert!(readiness(&RegistrationState::Pending, true, &[]).is_err());
-        assert!(readiness(&RegistrationState::Registered, false, &[]).is_err());
-        assert!(readiness(&RegistrationState::Registered, true, &[]).is_ok());
+        assert!(readiness(&RegistrationState::Pending, true, &[], Ok(())).is_err());
+        assert!(readiness(&RegistrationState::Registered, false, &[], Ok(())).is_err());
+        assert!(readiness(&RegistrationState::Registered, true, &[], Ok(())).is_ok());
         let why = readiness(
             &RegistrationState::Rejected("old kubelet".into()),
             true,
             &[],
+            Ok(()),
         );
         assert!(why.unwrap_err().contains("old kubelet"));
     }
@@ -96,10 +98,22 @@ mod tests {
             std::time::SystemTime::now(),
             "nvidia discovery: NVML not found".to_string(),
         )];
-        let body = readiness(&RegistrationState::Registered, true, &failing).unwrap();
+        let body = readiness(&RegistrationState::Registered, true, &failing, Ok(())).unwrap();
         assert!(
             body.ends_with("discovery failing: nvidia for 0 s (nvidia discovery: NVML not found)"),
             "{body}"
         );
+    }
+
+    #[test]
+    fn not_ready_once_a_task_stopped() {
+        let why = readiness(
+            &RegistrationState::Registered,
+            true,
+            &[],
+            Err("a task stopped: publisher panicked: boom".into()),
+        )
+        .unwrap_err();
+        assert_eq!(why, "not ready: a task stopped: publisher panicked: boom");
     }
 }
