@@ -187,6 +187,14 @@ mod tests {
         let why = ended.check().unwrap_err();
         assert!(why.contains("returns returned"), "{why}");
         assert_eq!(metrics.tasks_ended("returns"), 1);
+        let mut registry = prometheus_client::registry::Registry::default();
+        metrics.register(&mut registry);
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+        assert!(
+            text.contains("graft_driver_tasks_ended_total{task=\"returns\"} 1"),
+            "{text}"
+        );
         d.spawn("panics", async { panic!("boom") });
         for _ in 0..200 {
             if metrics.tasks_ended("panics") == 1 {

@@ -55,7 +55,7 @@ pub async fn refresh_absent(state_dir: PathBuf, devices: Vec<Device>) {
     }
 }
 
-/// Runs until the process ends.
+/// Runs until its task is stopped (graft_driver::daemon).
 pub async fn run(mut r: Rescan) {
     let retry = r.every.min(RETRY);
     let inventory = Arc::new(Mutex::new(r.inventory));

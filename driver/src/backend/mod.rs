@@ -63,6 +63,7 @@ impl Family {
 /// The flags of the families that have their own (each group a family's).
 #[derive(Debug, Clone, clap::Args)]
 pub struct Flags {
+    /// `--nvidia-*` and the GPU health flags.
     #[command(flatten)]
     pub nvidia: NvidiaFlags,
 }
@@ -70,12 +71,15 @@ pub struct Flags {
 /// What every family may need of the node and the driver.
 #[derive(Clone)]
 pub struct Node {
+    /// This node's name: the pool its devices are published in.
     pub node_name: String,
+    /// The DRA driver name graft registers under.
     pub driver_name: String,
     /// graft's state directory (records, checkpoint, graft-nri's status).
     pub state_dir: PathBuf,
     /// Where the host's root is visible here.
     pub host_root: PathBuf,
+    /// The host's /sys and /proc as seen here.
     pub sysfs_root: PathBuf,
     pub proc_root: PathBuf,
     /// The host's /dev as seen here; `None`: `dev` below the host root.
@@ -84,6 +88,7 @@ pub struct Node {
     pub device_config: PathBuf,
     /// Host directories mount sources may come from besides the defaults.
     pub allowed_mount_roots: Vec<String>,
+    /// graft-driver's metrics (a family may keep its own counts there).
     pub metrics: Arc<DriverMetrics>,
     /// Asks for a rescan: a setup that changed what the node offers.
     pub rescan: mpsc::Sender<()>,
@@ -100,8 +105,10 @@ pub struct Injection {
 
 /// What the long-running tasks of a family get once the node's devices are published.
 pub struct Running<'a> {
+    /// The API server (Events, taints).
     pub client: kube::Client,
     pub node: &'a Node,
+    /// This boot's id: state from another boot has seen a reset.
     pub boot_id: &'a str,
     /// The node's devices after each scan.
     pub inventory: watch::Receiver<Vec<Device>>,
@@ -146,6 +153,7 @@ impl BackendError {
 /// [`Backend::after_startup`] (the checkpoint settled), [`Backend::start`].
 #[async_trait]
 pub trait Backend: Send + Sync {
+    /// Which family it is.
     fn family(&self) -> Family;
     /// What it adds to graft-nri's policy, if anything.
     fn injection(&self) -> Option<Injection> {

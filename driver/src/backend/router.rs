@@ -16,11 +16,13 @@ use crate::setup::{DeviceSetup, NoSetup, Setup, SetupError};
 
 /// A family's setup and what it answers for.
 pub struct Route {
+    /// Whose it is.
     pub family: Family,
     /// The device kinds it plans.
     pub kinds: fn(Kind) -> bool,
     /// The checkpointed setups it applies and undoes.
     pub setups: fn(&Setup) -> bool,
+    /// The family's setup.
     pub setup: Arc<dyn DeviceSetup>,
 }
 
