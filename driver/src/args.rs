@@ -4,9 +4,9 @@
 use std::path::PathBuf;
 
 use clap::Parser;
+use graft_driver::backend::{Family, Flags};
 use graft_driver::core::seams::CrashPoint;
 use graft_driver::discovery::config::DEFAULT_CONFIG_PATH;
-use graft_driver::discovery::nvidia::selection::GpuSelection;
 use graft_driver::edge::DEFAULT_MARGIN;
 use graft_driver::health::taints::FatalEffect;
 
@@ -37,59 +37,21 @@ pub struct Args {
         long,
         env = "GRAFT_DISCOVERY",
         value_delimiter = ',',
-        default_value = "char"
+        default_value = "char",
+        value_parser = Family::parse
     )]
-    pub discovery: Vec<String>,
+    pub discovery: Vec<Family>,
     /// The devices config: the char backend's device nodes, the files backend's directories.
     #[arg(long, env = "GRAFT_DEVICE_CONFIG", default_value = DEFAULT_CONFIG_PATH)]
     pub device_config: PathBuf,
-    /// Root of the NVIDIA driver installation, as a host path: `/`, or
-    /// `/run/nvidia/driver` with a driver container (nvidia backend).
-    #[arg(long, env = "GRAFT_NVIDIA_DRIVER_ROOT", default_value = "/")]
-    pub nvidia_driver_root: PathBuf,
-    /// libnvidia-ml.so.1 as a path inside the driver root (default: searched).
-    #[arg(long, env = "GRAFT_NVIDIA_NVML_LIB")]
-    pub nvidia_nvml_lib: Option<String>,
-    /// Host path of graft-hook; the driver installs its own copy there at start.
-    #[arg(
-        long,
-        env = "GRAFT_NVIDIA_HOOK_PATH",
-        default_value = "/var/lib/graft/bin/graft-hook"
-    )]
-    pub nvidia_hook_path: String,
-    /// Host path of the ldconfig that update-ldcache runs (default: the driver root's, else
-    /// the host's).
-    #[arg(long, env = "GRAFT_NVIDIA_LDCONFIG")]
-    pub nvidia_ldconfig: Option<String>,
-    /// The graft-hook to install (default: `graft-hook` next to this binary). It must be a
-    /// static executable.
-    #[arg(long, env = "GRAFT_HOOK_SOURCE")]
-    pub hook_source: Option<PathBuf>,
     /// More host directories mount sources may come from, comma separated (`/dev`, the
     /// state directory and, with the nvidia backend, the driver's directories always may).
     /// graft-nri must be given the same list.
     #[arg(long, env = "GRAFT_ALLOWED_MOUNT_ROOTS", value_delimiter = ',')]
     pub allowed_mount_roots: Vec<String>,
-    /// IMEX channels offered when the node's GPUs are in an NVLink fabric clique.
-    #[arg(long, env = "GRAFT_NVIDIA_IMEX_CHANNELS", default_value_t = 1)]
-    pub nvidia_imex_channels: u32,
-    /// Offer GPUs for VFIO passthrough (rebound to vfio-pci while prepared).
-    #[arg(long, env = "GRAFT_NVIDIA_PASSTHROUGH")]
-    pub nvidia_passthrough: bool,
-    /// MIG-enabled GPUs whose MIG instances graft makes itself when a claim is prepared
-    /// (dynamic MIG): `all`, `none`, or GPU UUIDs and NVML indices separated by commas. The
-    /// other MIG-enabled GPUs offer the instances their operator made (static MIG). graft
-    /// never changes a GPU's MIG mode.
-    #[arg(long, env = "GRAFT_NVIDIA_DYNAMIC_MIG", default_value = "none", value_parser = parse_gpu_selection)]
-    pub nvidia_dynamic_mig: GpuSelection,
-    /// GPUs (MIG off) shared through NVIDIA MPS: several claims of one namespace at a time,
-    /// each consuming a compute percentage and memory through DRA consumable capacity; the
-    /// daemons are graft-mps's (README: MPS). `all`, `none`, or UUIDs / indices.
-    #[arg(long, env = "GRAFT_NVIDIA_MPS", default_value = "none", value_parser = parse_gpu_selection)]
-    pub nvidia_mps: GpuSelection,
-    /// Seconds to wait for a GPU to be free, and for a driver rebind to show.
-    #[arg(long, env = "GRAFT_NVIDIA_VFIO_TIMEOUT", default_value_t = 60)]
-    pub nvidia_vfio_timeout_seconds: u64,
+    /// The device families' own flags (NVIDIA's).
+    #[command(flatten)]
+    pub backends: Flags,
     #[arg(long, env = "GRAFT_SYSFS_ROOT", default_value = "/sys")]
     pub sysfs_root: PathBuf,
     /// The host's /proc (/proc/devices and /proc/driver are not namespaced, so our own);
@@ -117,19 +79,6 @@ pub struct Args {
     pub deadline_margin_seconds: u64,
     #[arg(long, hide = true, default_value = graft_record::BOOT_ID_PATH)]
     pub boot_id_path: PathBuf,
-    /// XIDs that only mark a GPU degraded (a taint with effect None) instead of unhealthy,
-    /// comma separated; the default lists application errors (README: GPU health).
-    #[arg(
-        long,
-        env = "GRAFT_HEALTH_INFORMATIONAL_XIDS",
-        default_value = "13,31,43,45,68,94,109"
-    )]
-    pub health_informational_xids: String,
-    /// Seconds without new events after which a degraded condition (an informational XID)
-    /// clears; 0 keeps it until a reset. Unhealthy conditions never clear on time: only
-    /// when NVML's recovery action reads none and a probe of the GPU passes.
-    #[arg(long, env = "GRAFT_HEALTH_RECOVERY_SECONDS", default_value_t = 300)]
-    pub health_recovery_seconds: u64,
     /// The taint effect of an unhealthy device: NoSchedule, or NoExecute to evict its pods.
     #[arg(long, env = "GRAFT_HEALTH_TAINT_EFFECT", default_value = "NoSchedule")]
     pub health_taint_effect: FatalEffect,
@@ -137,9 +86,6 @@ pub struct Args {
     /// Event (a graft pod restart stays quiet).
     #[arg(long, env = "GRAFT_NRI_EVENT_GRACE_SECONDS", default_value_t = 30)]
     pub nri_event_grace_seconds: u64,
-    /// Seconds between checks that NVML can still reach every GPU.
-    #[arg(long, env = "GRAFT_HEALTH_PROBE_SECONDS", default_value_t = 10)]
-    pub health_probe_seconds: u64,
     /// Serve /metrics, /healthz and /readyz on this TCP address (default: this host only;
     /// the chart gives the pod's IP; `:9477`: every address; empty or `off`: not at all). Bound as soon as it is free: during a rolling update the
     /// instance being replaced holds it.
@@ -161,7 +107,3 @@ pub struct Args {
 }
 
 pub const DEFAULT_HEALTH_SOCKET: &str = "/run/graft/driver.sock";
-
-fn parse_gpu_selection(s: &str) -> Result<GpuSelection, String> {
-    GpuSelection::parse(s)
-}

@@ -1,20 +1,25 @@
 //! graft-driver's metrics and probe endpoints, and what "ready" means for it: registered
 //! with the kubelet and the node's first ResourceSlices published. A failing discovery
 //! backend does not make it unready (the node still serves the others' devices, and its
-//! own last ones): the body names it. Liveness is the server answering at all: it does not
+//! own last ones): the body names it. A long-running task that stopped does
+//! ([`graft_driver::daemon`]): the node would look fine while, say, its slices go stale.
+//! Liveness is the server answering at all: it does not
 //! depend on the API server.
 
 use std::sync::{Arc, Mutex};
 
+use graft_driver::daemon::Ended;
 use graft_driver::discovery::report::seconds_since;
 use graft_driver::metrics::{DriverMetrics, FailingBackend};
 use graft_driver::plugin::registration::RegistrationState;
 use graft_telemetry::{Endpoints, NotReady};
 use prometheus_client::registry::Registry;
 
+/// The endpoints, with readiness from the registration, the metrics and the tasks.
 pub fn endpoints(
     metrics: &Arc<DriverMetrics>,
     registration: Arc<Mutex<RegistrationState>>,
+    tasks: Ended,
 ) -> Endpoints {
     let mut registry = Registry::default();
     metrics.register(&mut registry);
@@ -29,7 +34,7 @@ pub fn endpoints(
             .lock()
             .map(|s| s.clone())
             .unwrap_or_else(|p| p.into_inner().clone());
-        readiness(&state, m.published(), &m.failing_backends()).map_err(NotReady)
+        readiness(&state, m.published(), &m.failing_backends(), tasks.check()).map_err(NotReady)
     };
     Endpoints::new(registry, Arc::new(ready))
 }
@@ -38,7 +43,9 @@ fn readiness(
     registration: &RegistrationState,
     published: bool,
     failing: &[FailingBackend],
+    tasks: Result<(), String>,
 ) -> Result<String, String> {
+    tasks.map_err(|why| format!("not ready: {why}"))?;
     match (registration, published) {
         (RegistrationState::Registered, true) if failing.is_empty() => {
             Ok("ready: registered with the kubelet; ResourceSlices published".into())
@@ -72,13 +79,14 @@ mod tests {
 
     #[test]
     fn ready_once_registered_and_published() {
-        assert!(readiness(&RegistrationState::Pending, true, &[]).is_err());
-        assert!(readiness(&RegistrationState::Registered, false, &[]).is_err());
-        assert!(readiness(&RegistrationState::Registered, true, &[]).is_ok());
+        assert!(readiness(&RegistrationState::Pending, true, &[], Ok(())).is_err());
+        assert!(readiness(&RegistrationState::Registered, false, &[], Ok(())).is_err());
+        assert!(readiness(&RegistrationState::Registered, true, &[], Ok(())).is_ok());
         let why = readiness(
             &RegistrationState::Rejected("old kubelet".into()),
             true,
             &[],
+            Ok(()),
         );
         assert!(why.unwrap_err().contains("old kubelet"));
     }
@@ -90,10 +98,22 @@ mod tests {
             std::time::SystemTime::now(),
             "nvidia discovery: NVML not found".to_string(),
         )];
-        let body = readiness(&RegistrationState::Registered, true, &failing).unwrap();
+        let body = readiness(&RegistrationState::Registered, true, &failing, Ok(())).unwrap();
         assert!(
             body.ends_with("discovery failing: nvidia for 0 s (nvidia discovery: NVML not found)"),
             "{body}"
         );
+    }
+
+    #[test]
+    fn not_ready_once_a_task_stopped() {
+        let why = readiness(
+            &RegistrationState::Registered,
+            true,
+            &[],
+            Err("a task stopped: publisher panicked: boom".into()),
+        )
+        .unwrap_err();
+        assert_eq!(why, "not ready: a task stopped: publisher panicked: boom");
     }
 }

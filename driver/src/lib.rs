@@ -3,7 +3,9 @@
 //! that feeds it from the kubelet and the API server. The `graft-driver` binary wires
 //! these together; tests and benchmarks drive them directly.
 
+pub mod backend;
 pub mod core;
+pub mod daemon;
 pub mod discovery;
 pub mod edge;
 pub mod error;

@@ -18,6 +18,7 @@ use tokio::sync::{mpsc, watch, Notify};
 /// While a backend fails or a GPU is left out, rescans come at least this often.
 const RETRY: Duration = Duration::from_secs(5);
 
+/// A rescan loop's parts.
 pub struct Rescan {
     pub backends: Arc<Vec<Box<dyn Discovery>>>,
     pub inventory: Inventory,
@@ -28,11 +29,18 @@ pub struct Rescan {
     pub events: Poster,
     pub node: String,
     pub metrics: Arc<DriverMetrics>,
-    /// NVML was missing at start: graft-driver restarts (once, cleanly) when it appears,
-    /// to start what needs it (GPU health, dynamic MIG, MPS).
-    pub restart_when_nvml_appears: Option<Arc<Notify>>,
+    /// Backends that could not start everything (NVIDIA without NVML): graft-driver
+    /// restarts (once, cleanly) when one's scan works, to start what needs it.
+    pub restart: Option<Restart>,
     pub wake: mpsc::Receiver<()>,
     pub out: watch::Sender<Vec<Device>>,
+}
+
+/// When graft-driver restarts, and how it is asked to.
+pub struct Restart {
+    /// Backend (discovery) names, each with the line logged when its scan works.
+    pub when_up: Vec<(&'static str, &'static str)>,
+    pub notify: Arc<Notify>,
 }
 
 /// Tells graft-nri which prepared devices the node no longer has (file I/O: a blocking
@@ -47,7 +55,7 @@ pub async fn refresh_absent(state_dir: PathBuf, devices: Vec<Device>) {
     }
 }
 
-/// Runs until the process ends.
+/// Runs until its task is stopped (graft_driver::daemon).
 pub async fn run(mut r: Rescan) {
     let retry = r.every.min(RETRY);
     let inventory = Arc::new(Mutex::new(r.inventory));
@@ -77,12 +85,12 @@ pub async fn run(mut r: Rescan) {
             report::record(&scanned, &inv, &r.metrics);
         }
         report::post(&scanned.changes, &r.events, &r.node);
-        if let Some(restart) = &r.restart_when_nvml_appears {
-            if up.iter().any(|&(b, ok)| b == "nvidia" && ok) {
-                tracing::warn!(
-                    "NVML is there now: graft-driver restarts to start GPU health, MIG and MPS"
-                );
-                restart.notify_one();
+        if let Some(restart) = &r.restart {
+            for &(backend, why) in &restart.when_up {
+                if up.iter().any(|&(b, ok)| b == backend && ok) {
+                    tracing::warn!("{why}");
+                    restart.notify.notify_one();
+                }
             }
         }
         r.core.set_inventory(&devs);

@@ -94,6 +94,12 @@ pub enum SetupError {
 }
 
 /// What was (or is about to be) done to a device.
+///
+/// Closed on purpose: this is the checkpoint's schema, read back after a restart or an
+/// upgrade, so every variant stays readable as written. A family with node-side work adds
+/// here one variant (serde `kind` tag, camelCase fields; new fields `#[serde(default)]`),
+/// answers for it in its [`crate::backend::router::Route`]'s `setups`, and never removes
+/// or renames one that a released graft wrote.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "camelCase")]
 pub enum Setup {

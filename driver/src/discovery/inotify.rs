@@ -24,10 +24,21 @@ pub fn spawn_watcher<F>(paths: F, tx: mpsc::Sender<()>) -> std::io::Result<usize
 where
     F: Fn() -> Vec<PathBuf> + Send + 'static,
 {
+    watcher_thread(paths, tx).map(|(n, _)| n)
+}
+
+/// As [`spawn_watcher`], with the watcher's thread (for a caller that watches it end).
+pub fn watcher_thread<F>(
+    paths: F,
+    tx: mpsc::Sender<()>,
+) -> std::io::Result<(usize, std::thread::JoinHandle<()>)>
+where
+    F: Fn() -> Vec<PathBuf> + Send + 'static,
+{
     let inotify = Inotify::init(InitFlags::IN_CLOEXEC)?;
     let watched = add_watches(&inotify, &paths());
     // Reads block, so they run on a thread of their own, never on the async runtime.
-    std::thread::Builder::new()
+    let thread = std::thread::Builder::new()
         .name("graft-inotify".into())
         .spawn(move || loop {
             match inotify.read_events() {
@@ -45,7 +56,7 @@ where
                 break;
             }
         })?;
-    Ok(watched)
+    Ok((watched, thread))
 }
 
 fn add_watches(inotify: &Inotify, paths: &[PathBuf]) -> usize {

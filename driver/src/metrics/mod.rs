@@ -18,6 +18,8 @@ use crate::core::Core;
 use crate::discovery::{Device, Kind};
 use crate::health::HealthReport;
 
+mod tasks;
+
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ResultLabel {
     result: &'static str,
@@ -81,6 +83,7 @@ pub struct DriverMetrics {
     discovery_failures: Family<BackendLabel, Counter>,
     failing_backends: Mutex<Vec<FailingBackend>>,
     served_dirs_refused: Gauge,
+    tasks_ended: tasks::TaskCounts,
 }
 
 impl Default for DriverMetrics {
@@ -114,6 +117,7 @@ impl Default for DriverMetrics {
             discovery_failures: Family::default(),
             failing_backends: Mutex::new(Vec::new()),
             served_dirs_refused: Gauge::default(),
+            tasks_ended: Default::default(),
         }
     }
 }
@@ -180,6 +184,15 @@ impl DriverMetrics {
             "Served directories (files backend) refused because another account than root could change them (the log names each)",
             self.served_dirs_refused.clone(),
         );
+        self.tasks_ended.register(r);
+    }
+
+    /// A long-running task ended before shutdown ([`crate::daemon`]); and how many times.
+    pub fn task_ended(&self, task: &'static str) {
+        self.tasks_ended.ended(task);
+    }
+    pub fn tasks_ended(&self, task: &'static str) -> u64 {
+        self.tasks_ended.get(task)
     }
 
     /// The files backend's count of refused served directories.

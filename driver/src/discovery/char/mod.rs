@@ -15,6 +15,8 @@
 //! The config (shared with the files backend: [`super::config`]) is re-read on every scan,
 //! so edits apply without a restart.
 
+pub mod backend;
+
 use std::collections::BTreeMap;
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};

@@ -21,6 +21,7 @@
 //! else (else it is refused, [`RefusedDirs`]); read-write entries must lie below a
 //! directory closed to group and others ([`graft_record::nofollow::open_served`]).
 
+pub mod backend;
 mod check;
 mod entry;
 mod refused;

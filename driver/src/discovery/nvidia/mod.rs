@@ -18,6 +18,7 @@
 //! A GPU NVML cannot read, or whose devices cannot be built, is set aside without failing
 //! the scan ([`unread`]).
 
+pub mod backend;
 pub mod binaries;
 pub mod capabilities;
 pub mod config_files;

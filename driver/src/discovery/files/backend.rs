@@ -1,0 +1,56 @@
+//! The files family as a [`Backend`]: entries of served directories, each checked again
+//! at prepare ([`ServedEntries`]).
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use crate::backend::router::Route;
+use crate::backend::{Backend, BackendError, Family, Node};
+use crate::discovery::files::{FilesDiscovery, RefusedDirs, ServedEntries};
+use crate::discovery::{Discovery, Kind};
+use crate::setup::NoSetup;
+
+/// The files family on this node.
+pub struct FilesBackend {
+    discovery: Option<Box<dyn Discovery>>,
+    host_root: PathBuf,
+}
+
+impl FilesBackend {
+    /// Reads the devices config; refused directories are counted in the node's metrics.
+    pub fn new(node: &Node) -> Result<Self, BackendError> {
+        let d = FilesDiscovery::new(
+            node.device_config.clone(),
+            node.host_root.clone(),
+            &node.allowed_mount_roots,
+        )?
+        .with_refusals(RefusedDirs::with_gauge(node.metrics.served_dirs_refused()));
+        Ok(FilesBackend {
+            discovery: Some(Box::new(d)),
+            host_root: node.host_root.clone(),
+        })
+    }
+}
+
+impl Backend for FilesBackend {
+    fn family(&self) -> Family {
+        Family::Files
+    }
+
+    fn take_discovery(&mut self) -> Option<Box<dyn Discovery>> {
+        self.discovery.take()
+    }
+
+    fn route(&self) -> Option<Route> {
+        Some(Route {
+            family: Family::Files,
+            kinds: |k| matches!(k, Kind::Entry(_)),
+            // Served entries need nothing done on the node.
+            setups: |_| false,
+            setup: Arc::new(ServedEntries {
+                inner: Arc::new(NoSetup),
+                host_root: self.host_root.clone(),
+            }),
+        })
+    }
+}
