@@ -112,7 +112,9 @@ fn config(node: &Node, flags: &NvidiaFlags) -> NvidiaConfig {
         hook: HookConfig {
             path: flags.nvidia_hook_path.clone(),
             ldconfig,
-            params_copy: format!("{}/nvidia/params", node.state_dir.display()),
+            params_copy: graft_record::params::params_copy_base(&node.state_dir)
+                .display()
+                .to_string(),
         },
         imex_channels: flags.nvidia_imex_channels,
         passthrough: flags.nvidia_passthrough,
