@@ -98,7 +98,7 @@ pub async fn run(
     let restart = Arc::new(tokio::sync::Notify::new());
     let when_up: Vec<_> = backends
         .iter()
-        .filter_map(|b| Some((b.family().name(), b.restart_when_up()?)))
+        .filter_map(|b| Some((b.name(), b.restart_when_up()?)))
         .collect();
 
     let client = kube::Client::try_default()
@@ -245,7 +245,7 @@ pub async fn run(
 fn open(args: &Args, node: &Node) -> anyhow::Result<Vec<Box<dyn Backend>>> {
     let mut out: Vec<Box<dyn Backend>> = Vec::new();
     for &family in &args.discovery {
-        if out.iter().any(|b| b.family() == family) {
+        if out.iter().any(|b| b.name() == family.name()) {
             continue;
         }
         out.push(family.open(node, &args.backends)?);

@@ -10,6 +10,7 @@ pub mod discovery;
 pub mod edge;
 pub mod error;
 pub mod events;
+pub mod families;
 pub mod health;
 pub mod hook_install;
 pub mod limits;

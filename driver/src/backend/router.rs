@@ -8,7 +8,6 @@ use std::sync::Arc;
 
 use graft_record::ContainerEdits;
 
-use super::Family;
 use crate::core::input::Allocated;
 use crate::discovery::{Device, Kind};
 use crate::opaque::DeviceConfig;
@@ -17,7 +16,7 @@ use crate::setup::{DeviceSetup, NoSetup, Setup, SetupError};
 /// A family's setup and what it answers for.
 pub struct Route {
     /// Whose it is.
-    pub family: Family,
+    pub family: &'static str,
     /// The device kinds it plans.
     pub kinds: fn(Kind) -> bool,
     /// The checkpointed setups it applies and undoes.
@@ -108,7 +107,7 @@ mod tests {
     fn each_call_goes_to_its_owner() {
         let gpu = Arc::new(Named("gpu", Mutex::default()));
         let router = Router::new(vec![Route {
-            family: Family::Nvidia,
+            family: "nvidia",
             kinds: |k| matches!(k, Kind::Gpu | Kind::Vfio),
             setups: |s| matches!(s, Setup::Vfio { .. }),
             setup: gpu.clone(),

@@ -7,8 +7,8 @@
 //! 1. A folder `discovery/<family>/`: its [`Discovery`], and in `backend.rs` its
 //!    [`crate::backend::Backend`] (discovery, setup route, start-up work, long-running
 //!    tasks) with its flags as a `clap::Args` struct if it has any.
-//! 2. [`crate::backend::Family`]: a variant, its name and its arm in `Family::open` (and
-//!    its flags in `backend::Flags`).
+//! 2. [`crate::families::Family`]: a variant, its name and its arm in `Family::open` (and
+//!    its flags in `families::Flags`).
 //! 3. [`Kind`]: the kinds of its devices (the compiler then asks for their metrics class).
 //! 4. Node-side work that must survive a crash: a [`crate::setup::Setup`] variant (the
 //!    checkpoint schema; see the note there), named by its route's `setups`.

@@ -1,7 +1,7 @@
 //! The char family as a [`Backend`]: device nodes from the devices config, with no
 //! node-side setup and no tasks of its own.
 
-use crate::backend::{Backend, BackendError, Family, Node};
+use crate::backend::{Backend, BackendError, Node};
 use crate::discovery::char::CharDiscovery;
 use crate::discovery::Discovery;
 
@@ -25,8 +25,8 @@ impl CharBackend {
 }
 
 impl Backend for CharBackend {
-    fn family(&self) -> Family {
-        Family::Char
+    fn name(&self) -> &'static str {
+        "char"
     }
 
     fn take_discovery(&mut self) -> Option<Box<dyn Discovery>> {

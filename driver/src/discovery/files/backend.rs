@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use crate::backend::router::Route;
-use crate::backend::{Backend, BackendError, Family, Node};
+use crate::backend::{Backend, BackendError, Node};
 use crate::discovery::files::{FilesDiscovery, RefusedDirs, ServedEntries};
 use crate::discovery::{Discovery, Kind};
 use crate::setup::NoSetup;
@@ -33,8 +33,8 @@ impl FilesBackend {
 }
 
 impl Backend for FilesBackend {
-    fn family(&self) -> Family {
-        Family::Files
+    fn name(&self) -> &'static str {
+        "files"
     }
 
     fn take_discovery(&mut self) -> Option<Box<dyn Discovery>> {
@@ -43,7 +43,7 @@ impl Backend for FilesBackend {
 
     fn route(&self) -> Option<Route> {
         Some(Route {
-            family: Family::Files,
+            family: "files",
             kinds: |k| matches!(k, Kind::Entry(_)),
             // Served entries need nothing done on the node.
             setups: |_| false,

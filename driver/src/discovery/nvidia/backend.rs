@@ -11,7 +11,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use crate::backend::router::Route;
-use crate::backend::{Backend, BackendError, Family, Injection, Node, Running};
+use crate::backend::{Backend, BackendError, Injection, Node, Running};
 use crate::core::Core;
 use crate::daemon::{Daemon, Ends};
 use crate::discovery::nvidia::driver_files::Roots;
@@ -27,6 +27,9 @@ use crate::discovery::{Discovery, Kind};
 use crate::health::classify::parse_xids;
 use crate::health::monitor::{self, MonitorConfig};
 use crate::setup::Setup;
+
+/// The family's name, as `--discovery` spells it.
+const NAME: &str = "nvidia";
 
 /// The NVIDIA family's flags.
 #[derive(Debug, Clone, clap::Args)]
@@ -153,7 +156,7 @@ impl NvidiaBackend {
             .inspect_err(|e| tracing::error!(error = %e, "NVML not found"))
             .ok();
         let informational_xids = parse_xids(&flags.health_informational_xids)
-            .map_err(|e| BackendError::step(Family::Nvidia, "--health-informational-xids", e))?;
+            .map_err(|e| BackendError::step(NAME, "--health-informational-xids", e))?;
         let mig = match (&nvml, &flags.nvidia_dynamic_mig) {
             (Some(lib), d) if *d != GpuSelection::None => Some(MigManager::new(
                 lib.clone(),
@@ -208,12 +211,12 @@ impl NvidiaBackend {
         let source = match &self.flags.hook_source {
             Some(s) => s.clone(),
             None => std::env::current_exe()
-                .map_err(|e| BackendError::step(Family::Nvidia, "locating graft-driver", e))?
+                .map_err(|e| BackendError::step(NAME, "locating graft-driver", e))?
                 .with_file_name("graft-hook"),
         };
         let dest = Path::new(&self.flags.nvidia_hook_path);
         let installed = crate::hook_install::install(&source, dest, &self.node.host_root)
-            .map_err(|e| BackendError::step(Family::Nvidia, "installing graft-hook", e))?;
+            .map_err(|e| BackendError::step(NAME, "installing graft-hook", e))?;
         tracing::info!(
             path = %installed.path.display(), sha256 = installed.sha256,
             replaced = installed.changed, "graft-hook verified"
@@ -224,8 +227,8 @@ impl NvidiaBackend {
 
 #[async_trait]
 impl Backend for NvidiaBackend {
-    fn family(&self) -> Family {
-        Family::Nvidia
+    fn name(&self) -> &'static str {
+        NAME
     }
 
     fn injection(&self) -> Option<Injection> {
@@ -238,9 +241,9 @@ impl Backend for NvidiaBackend {
     fn before_scan(&mut self, core: &Core) -> Result<(), BackendError> {
         // The MIG instances graft made before a restart are its own, not the operator's:
         // known before the first scan decides which placements to offer.
-        let setups = core.setups().map_err(|e| {
-            BackendError::step(Family::Nvidia, "reading the checkpoint's MIG instances", e)
-        })?;
+        let setups = core
+            .setups()
+            .map_err(|e| BackendError::step(NAME, "reading the checkpoint's MIG instances", e))?;
         self.ledger.seed(&setups);
         self.install_hook()
     }
@@ -251,7 +254,7 @@ impl Backend for NvidiaBackend {
 
     fn route(&self) -> Option<Route> {
         Some(Route {
-            family: Family::Nvidia,
+            family: NAME,
             kinds: |k| matches!(k, Kind::Gpu | Kind::Mig | Kind::ImexChannel | Kind::Vfio),
             setups: |s| {
                 matches!(
@@ -295,9 +298,7 @@ impl Backend for NvidiaBackend {
             boot_id: running.boot_id.to_string(),
         };
         let thread = monitor::spawn(config, running.inventory.clone(), running.health.clone())
-            .map_err(|e| {
-                BackendError::step(Family::Nvidia, "starting the GPU health monitor", e)
-            })?;
+            .map_err(|e| BackendError::step(NAME, "starting the GPU health monitor", e))?;
         daemon.watch_thread("gpu-health", Ends::Never, thread);
         daemon.spawn(
             "health-events",

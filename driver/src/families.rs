@@ -1,0 +1,79 @@
+//! The device families graft-driver knows: the registry. A new family is a folder under
+//! [`crate::discovery`] with its [`Backend`], and a variant here with its name and its arm in
+//! [`Family::open`] (plus its flags in [`Flags`] if it has any). Nothing else names them.
+
+use crate::backend::{Backend, BackendError, Node};
+use crate::discovery::char::backend::CharBackend;
+use crate::discovery::files::backend::FilesBackend;
+use crate::discovery::nvidia::backend::{NvidiaBackend, NvidiaFlags};
+
+/// A device family graft-driver can serve (`--discovery`, comma separated).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, clap::ValueEnum)]
+pub enum Family {
+    /// Device nodes listed in the devices config.
+    Char,
+    /// Entries of served directories listed in the devices config.
+    Files,
+    /// NVIDIA GPUs, MIG devices, IMEX channels, VFIO passthrough.
+    Nvidia,
+}
+
+impl Family {
+    /// The family's name: its `--discovery` spelling and its discovery's name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Family::Char => "char",
+            Family::Files => "files",
+            Family::Nvidia => "nvidia",
+        }
+    }
+
+    /// One name of `--discovery`'s list; blanks around it are allowed.
+    pub fn parse(s: &str) -> Result<Family, UnknownFamily> {
+        let s = s.trim();
+        <Family as clap::ValueEnum>::from_str(s, false).map_err(|_| UnknownFamily(s.to_string()))
+    }
+
+    /// The family's backend, from the node's settings and the flags.
+    pub fn open(self, node: &Node, flags: &Flags) -> Result<Box<dyn Backend>, BackendError> {
+        Ok(match self {
+            Family::Char => Box::new(CharBackend::new(node)?),
+            Family::Files => Box::new(FilesBackend::new(node)?),
+            Family::Nvidia => Box::new(NvidiaBackend::new(node, &flags.nvidia)?),
+        })
+    }
+}
+
+/// The flags of the families that have their own (each group a family's).
+#[derive(Debug, Clone, clap::Args)]
+pub struct Flags {
+    /// `--nvidia-*` and the GPU health flags.
+    #[command(flatten)]
+    pub nvidia: NvidiaFlags,
+}
+
+/// A `--discovery` name that is no family's.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown backend {0:?} (known: char, files, nvidia)")]
+pub struct UnknownFamily(pub String);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn families_parse_as_discovery_always_took_them() {
+        assert_eq!(Family::parse("nvidia"), Ok(Family::Nvidia));
+        assert_eq!(Family::parse(" files "), Ok(Family::Files));
+        assert_eq!(Family::parse("char"), Ok(Family::Char));
+        let err = Family::parse("gpu").unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "unknown backend \"gpu\" (known: char, files, nvidia)"
+        );
+        assert!(Family::parse("").is_err());
+        for f in [Family::Char, Family::Files, Family::Nvidia] {
+            assert_eq!(Family::parse(f.name()), Ok(f));
+        }
+    }
+}
