@@ -163,5 +163,5 @@ pub struct Args {
 pub const DEFAULT_HEALTH_SOCKET: &str = "/run/graft/driver.sock";
 
 fn parse_gpu_selection(s: &str) -> Result<GpuSelection, String> {
-    GpuSelection::parse(s)
+    GpuSelection::parse(s).map_err(|e| e.to_string())
 }
