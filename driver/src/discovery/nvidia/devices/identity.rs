@@ -25,9 +25,13 @@ pub const COMPUTE_SLICES: &str = "compute-slices";
 /// A dynamic-MIG placement: the instance prepare makes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Placement {
+    /// The parent GPU's UUID.
     pub parent_uuid: String,
+    /// NVML's GPU instance profile id.
     pub profile: u32,
+    /// First memory slice of the placement.
     pub start: u32,
+    /// Memory slices the placement spans.
     pub size: u32,
     /// Compute slices: which compute instance profile spans the GPU instance.
     pub slices: u32,
@@ -37,8 +41,11 @@ pub struct Placement {
 /// none.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Identity {
+    /// The device's own UUID: a GPU's, or a static MIG device's.
     pub uuid: Option<String>,
+    /// A GPU's device-node minor (`/dev/nvidia<minor>`).
     pub minor: Option<u32>,
+    /// sysfs form (`0000:18:00.0`).
     pub pci_bus_id: Option<String>,
     /// Shared through MPS.
     pub mps: bool,

@@ -15,6 +15,7 @@ pub type Placements = BTreeSet<(u32, u32)>;
 pub struct MigLedger(Arc<RwLock<BTreeMap<String, Placements>>>);
 
 impl MigLedger {
+    /// Records an instance graft made (or is about to make) on GPU `gpu`.
     pub fn insert(&self, gpu: &str, profile: u32, start: u32) {
         if let Ok(mut m) = self.0.write() {
             m.entry(gpu.to_string())
@@ -23,6 +24,7 @@ impl MigLedger {
         }
     }
 
+    /// Forgets an instance graft removed.
     pub fn remove(&self, gpu: &str, profile: u32, start: u32) {
         if let Ok(mut m) = self.0.write() {
             if let Some(s) = m.get_mut(gpu) {
@@ -31,6 +33,7 @@ impl MigLedger {
         }
     }
 
+    /// The placements graft holds on GPU `gpu`.
     pub fn owned(&self, gpu: &str) -> Placements {
         self.0
             .read()

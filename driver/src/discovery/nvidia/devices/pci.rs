@@ -9,8 +9,11 @@ use std::path::{Path, PathBuf};
 pub struct PciFunction {
     /// sysfs form, `0000:18:00.0`.
     pub bdf: String,
+    /// PCI device id, as sysfs writes it (`0x2330`).
     pub device_id: String,
+    /// None when the kernel put it in no IOMMU group.
     pub iommu_group: Option<u32>,
+    /// The driver bound now.
     pub driver: Option<String>,
     /// The other functions of its IOMMU group that passthrough takes with it (PCI bridges
     /// left out), sorted; empty when the group cannot be read.

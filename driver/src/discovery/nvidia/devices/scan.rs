@@ -31,8 +31,9 @@ pub struct NvidiaDiscovery {
     unread: Unread,
 }
 
-/// What a scan made of an inventory, before [`Unread`] settles the GPUs it could not read.
+/// What a scan made of an inventory, before `Unread` settles the GPUs it could not read.
 pub struct Built {
+    /// Each GPU read, with its devices.
     pub gpus: Vec<GpuDevices>,
     /// Not of one GPU: IMEX channels, passthrough functions.
     pub node: Vec<Device>,

@@ -16,8 +16,11 @@ pub const REASON: &str = "GpuUnavailable";
 /// One GPU's devices as a scan built them.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GpuDevices {
+    /// NVML index.
     pub index: u32,
+    /// The GPU's UUID.
     pub uuid: String,
+    /// What the scan built of it.
     pub devices: Vec<Device>,
 }
 

@@ -15,14 +15,20 @@ use std::str::FromStr;
 )]
 #[serde(rename_all = "lowercase")]
 pub enum Capability {
+    /// CUDA and OpenCL.
     Compute,
+    /// nvidia-smi and NVML.
     Utility,
+    /// OpenGL, Vulkan, EGL.
     Graphics,
+    /// NVENC and NVDEC.
     Video,
+    /// The X server modules.
     Display,
 }
 
 impl Capability {
+    /// Every capability, in order.
     pub const ALL: [Capability; 5] = [
         Capability::Compute,
         Capability::Utility,
@@ -36,6 +42,7 @@ impl Capability {
     pub const OPTIONAL: [Capability; 3] =
         [Capability::Graphics, Capability::Video, Capability::Display];
 
+    /// As in `NVIDIA_DRIVER_CAPABILITIES`: `compute`, `graphics`, ...
     pub fn name(self) -> &'static str {
         match self {
             Capability::Compute => "compute",
@@ -46,6 +53,7 @@ impl Capability {
         }
     }
 
+    /// Whether every GPU container gets it.
     pub fn is_default(self) -> bool {
         Capability::DEFAULT.contains(&self)
     }
@@ -61,6 +69,7 @@ impl fmt::Display for Capability {
 #[error(
     "unknown NVIDIA driver capability {0:?} (known: compute, utility, graphics, video, display)"
 )]
+/// A capability name graft does not know.
 pub struct UnknownCapability(pub String);
 
 impl FromStr for Capability {

@@ -14,6 +14,7 @@ pub type Link = (Capability, String, String);
 /// One file to mount.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DriverFile {
+    /// The capability whose containers get it.
     pub capability: Capability,
     /// Where it is, inside the driver root: `Roots::host_path` makes it a mount source.
     pub path: String,
@@ -24,6 +25,7 @@ pub struct DriverFile {
 /// Files of one driver version. Every path is absolute and relative to the driver root.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct DriverFiles {
+    /// The driver version, as NVML prints it.
     pub version: String,
     /// Directories holding libcuda or libnvidia-ml of this version.
     pub lib_dirs: Vec<String>,

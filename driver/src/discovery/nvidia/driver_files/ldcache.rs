@@ -23,7 +23,9 @@ const MAX_STRING: usize = 4096;
 /// One library: its name (the soname) and full path.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Entry {
+    /// The soname (`libnvidia-ml.so.1`).
     pub name: String,
+    /// Where the cache says it is.
     pub path: String,
 }
 

@@ -81,7 +81,7 @@ pub fn extra_roots_from_env() -> Vec<String> {
         .unwrap_or_default()
 }
 
-/// Logs one warning naming every directory [`outside`] finds, if any.
+/// Logs one warning naming every directory `outside` finds, if any.
 pub fn warn_outside(roots: &Roots, files: &DriverFiles, extra_roots: &[String]) {
     if let Some(w) = warning(&outside(roots, files, extra_roots)) {
         tracing::warn!("{w}");

@@ -52,11 +52,13 @@ pub fn mig_minors(text: &str) -> BTreeMap<String, u32> {
 /// A capability file such as `capabilities/gpu2/mig/gi1/access`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CapabilityFile {
+    /// The node's minor under the nvidia-caps major.
     pub minor: u32,
     /// Permission bits; the file gives them in decimal.
     pub mode: u32,
 }
 
+/// A capability file's `DeviceFileMinor` and `DeviceFileMode`; `None` without a minor.
 pub fn capability_file(text: &str) -> Option<CapabilityFile> {
     let mut minor = None;
     let mut mode = None;

@@ -7,7 +7,9 @@ use std::path::{Path, PathBuf};
 /// (`/`, or `/run/nvidia/driver` with a driver container).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Roots {
+    /// Where this process sees the host's `/`.
     pub host: PathBuf,
+    /// The driver installation's root, as a host path.
     pub driver: PathBuf,
 }
 

@@ -28,6 +28,7 @@ pub struct Inventory {
     pub driver_version: String,
     /// NVML's integer form, e.g. 13000 for 13.0; `None` when NVML could not tell.
     pub cuda_driver_version: Option<i32>,
+    /// The GPUs NVML read.
     pub gpus: Vec<Gpu>,
     /// The GPUs NVML counts but could not read, by index.
     pub failed: Vec<FailedGpu>,
@@ -36,6 +37,7 @@ pub struct Inventory {
 /// A GPU NVML counts but could not read.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FailedGpu {
+    /// NVML index.
     pub index: u32,
     /// When NVML gave it before the failing read.
     pub uuid: Option<String>,
@@ -45,20 +47,30 @@ pub struct FailedGpu {
     pub lost: bool,
 }
 
+/// A GPU as NVML reports it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Gpu {
+    /// NVML index.
     pub index: u32,
     /// The device node's minor: `/dev/nvidia<minor>`.
     pub minor: u32,
+    /// The GPU's UUID (`GPU-...`).
     pub uuid: String,
+    /// Product name.
     pub name: Option<String>,
+    /// Brand name (NVML's `nvmlBrandType_t`).
     pub brand: Option<String>,
+    /// Architecture name (Hopper, ...).
     pub architecture: Option<String>,
+    /// CUDA compute capability (major, minor).
     pub compute_capability: Option<(i32, i32)>,
+    /// Total memory.
     pub memory_bytes: Option<u64>,
     /// sysfs form: lowercase, 4-digit domain (`0000:18:00.0`).
     pub pci_bus_id: String,
+    /// MIG mode is on.
     pub mig_enabled: bool,
+    /// The MIG devices that exist (static MIG).
     pub migs: Vec<Mig>,
     /// With MIG on: the GPU instance profiles, placements and instances, for dynamic MIG.
     /// `None` when this NVML cannot tell (logged).
@@ -67,19 +79,30 @@ pub struct Gpu {
     pub clique: Option<String>,
 }
 
+/// A MIG device as NVML reports it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Mig {
+    /// The MIG device's UUID (`MIG-...`).
     pub uuid: String,
+    /// GPU instance id.
     pub gi: u32,
+    /// Compute instance id.
     pub ci: u32,
     /// Profile name such as `3g.40gb` or `1c.3g.40gb`.
     pub profile: String,
+    /// Memory of the GPU instance.
     pub memory_bytes: u64,
+    /// Streaming multiprocessors.
     pub multiprocessors: u32,
+    /// Shared copy engines.
     pub copy_engines: u32,
+    /// Shared video decoders.
     pub decoders: u32,
+    /// Shared video encoders.
     pub encoders: u32,
+    /// Shared JPEG engines.
     pub jpeg_engines: u32,
+    /// Shared optical-flow engines.
     pub ofa_engines: u32,
 }
 

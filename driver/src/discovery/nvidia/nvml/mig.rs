@@ -23,14 +23,23 @@ pub struct GiProfile {
     pub id: u32,
     /// Without NVML's `MIG ` prefix: `3g.40gb`, `1g.10gb+me`.
     pub name: String,
+    /// Compute slices an instance takes.
     pub slices: u32,
+    /// How many instances of it fit.
     pub instance_count: u32,
+    /// Streaming multiprocessors.
     pub multiprocessors: u32,
+    /// Copy engines.
     pub copy_engines: u32,
+    /// Video decoders.
     pub decoders: u32,
+    /// Video encoders.
     pub encoders: u32,
+    /// JPEG engines.
     pub jpeg_engines: u32,
+    /// Optical-flow engines.
     pub ofa_engines: u32,
+    /// Memory of an instance.
     pub memory_mib: u64,
     /// Where an instance of it can go: `(start, size)` in memory slices.
     pub placements: Vec<(u32, u32)>,
@@ -39,29 +48,43 @@ pub struct GiProfile {
 /// A GPU instance that exists now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct GiInstance {
+    /// NVML's GPU instance id.
     pub id: u32,
+    /// Its profile id.
     pub profile: u32,
+    /// First memory slice.
     pub start: u32,
+    /// Memory slices it spans.
     pub size: u32,
 }
 
 /// A MIG-enabled GPU's profiles and instances.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct MigLayout {
+    /// The profiles the GPU supports.
     pub profiles: Vec<GiProfile>,
+    /// Its GPU instances, by placement.
     pub instances: Vec<GiInstance>,
 }
 
 /// Why an NVML MIG call failed: the call and NVML's code.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum MigCallError {
+    /// The library lacks the symbol.
     #[error("this libnvidia-ml has no {0}")]
     Missing(&'static str),
+    /// The call returned an error.
     #[error("{call}: {}", describe(*.code))]
-    Failed { call: &'static str, code: u32 },
+    Failed {
+        /// The NVML function.
+        call: &'static str,
+        /// NVML's return code.
+        code: u32,
+    },
 }
 
 impl MigCallError {
+    /// Whether NVML returned `code`.
     pub fn is(&self, code: nvmlReturn_t) -> bool {
         matches!(self, MigCallError::Failed { code: c, .. } if *c == code)
     }
@@ -71,6 +94,7 @@ impl MigCallError {
         self.is(nvmlReturn_enum_NVML_ERROR_INSUFFICIENT_RESOURCES)
     }
 
+    /// NVML said the instance is not there.
     pub fn not_found(&self) -> bool {
         self.is(nvmlReturn_enum_NVML_ERROR_NOT_FOUND)
     }
@@ -220,7 +244,7 @@ unsafe fn gi_info(nvml: &Nvml, gi: nvmlGpuInstance_t) -> Call<(nvmlDevice_t, GiI
 /// device is named by), for the events NVML attributes to an instance.
 ///
 /// # Safety
-/// As [`read_layout`].
+/// `device` must be a GPU handle of `nvml`, valid while `nvml` lives.
 pub unsafe fn gi_placement(nvml: &Nvml, device: nvmlDevice_t, id: u32) -> Call<(u32, u32)> {
     let f = sym!(nvml, nvmlDeviceGetGpuInstanceById);
     let mut gi: nvmlGpuInstance_t = std::ptr::null_mut();
@@ -247,7 +271,7 @@ fn full_ci_profile_index(slices: u32) -> Option<u32> {
 /// The GPU instance at exactly this placement with this profile, if there is one.
 ///
 /// # Safety
-/// As [`read_layout`].
+/// `device` must be a GPU handle of `nvml`, valid while `nvml` lives.
 pub unsafe fn find_gi(
     nvml: &Nvml,
     device: nvmlDevice_t,
@@ -267,7 +291,7 @@ pub unsafe fn find_gi(
 /// Creates a GPU instance of `profile` at `(start, size)`.
 ///
 /// # Safety
-/// As [`read_layout`].
+/// `device` must be a GPU handle of `nvml`, valid while `nvml` lives.
 pub unsafe fn create_gi(
     nvml: &Nvml,
     device: nvmlDevice_t,

@@ -17,8 +17,10 @@ pub struct SelectionError {
 /// dynamic MIG (`--nvidia-dynamic-mig`), which it shares through MPS (`--nvidia-mps`).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub enum GpuSelection {
+    /// No GPU.
     #[default]
     None,
+    /// Every GPU.
     All,
     /// By UUID or NVML index.
     Gpus(BTreeSet<String>),

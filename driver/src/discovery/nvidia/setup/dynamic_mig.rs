@@ -14,15 +14,19 @@ use nvml_wrapper::Nvml;
 
 use crate::discovery::nvidia::devices::{cap_node, MigLedger};
 use crate::discovery::nvidia::driver_files::{mig_access_cap, read_char_majors};
-use crate::discovery::nvidia::nvml::{self as mig_nvml, MigCallError};
+use crate::discovery::nvidia::nvml::{
+    create_gi, destroy_gi, find_gi, full_compute_instance, open, MigCallError,
+};
 use crate::setup::SetupError;
 
 /// Makes and removes instances through one long-lived NVML handle (its init can take
 /// a while on a GPU without persistence mode).
 pub struct MigManager {
+    /// libnvidia-ml.so.1 as this process loads it.
     pub nvml_lib: PathBuf,
     /// The host's /proc as this process sees it: capability minors.
     pub proc_root: PathBuf,
+    /// The instances graft made, shared with discovery.
     pub ledger: MigLedger,
     nvml: Mutex<Option<Nvml>>,
 }
@@ -34,6 +38,7 @@ fn nvml_failed(what: &str, e: impl std::fmt::Display) -> SetupError {
 }
 
 impl MigManager {
+    /// A manager that loads NVML at its first call.
     pub fn new(nvml_lib: PathBuf, proc_root: PathBuf, ledger: MigLedger) -> Self {
         MigManager {
             nvml_lib,
@@ -52,7 +57,7 @@ impl MigManager {
             .lock()
             .map_err(|_| nvml_failed("NVML", "a MIG operation panicked earlier"))?;
         if guard.is_none() {
-            let n = mig_nvml::open(&self.nvml_lib)
+            let n = open(&self.nvml_lib)
                 .map_err(|e| nvml_failed(&format!("load {}", self.nvml_lib.display()), e))?;
             *guard = Some(n);
         }
@@ -86,14 +91,14 @@ impl MigManager {
             let handle = unsafe { d.handle() };
             let mig = |e: MigCallError| nvml_failed(&at, e);
             // SAFETY (all calls below): handles of `nvml`, used while it lives.
-            let (gi, info) = match unsafe { mig_nvml::find_gi(nvml, handle, profile, start, 8) }
+            let (gi, info) = match unsafe { find_gi(nvml, handle, profile, start, 8) }
                 .map_err(mig)?
             {
                 Some(found) => {
                     tracing::info!(gpu = gpu_uuid, gi = found.1.id, "GPU instance already there; adopting it");
                     found
                 }
-                None => unsafe { mig_nvml::create_gi(nvml, handle, profile, start, size) }
+                None => unsafe { create_gi(nvml, handle, profile, start, size) }
                     .map_err(|e| {
                         if e.insufficient() {
                             SetupError::Mig {
@@ -107,11 +112,11 @@ impl MigManager {
                         }
                     })?,
             };
-            let ci = match unsafe { mig_nvml::full_compute_instance(nvml, gi, slices) } {
+            let ci = match unsafe { full_compute_instance(nvml, gi, slices) } {
                 Ok(ci) => ci,
                 Err(e) => {
                     // No half-made instance is left behind.
-                    if let Err(d) = unsafe { mig_nvml::destroy_gi(nvml, gi) } {
+                    if let Err(d) = unsafe { destroy_gi(nvml, gi) } {
                         tracing::error!(error = %d, "destroying the GPU instance after a failed compute instance");
                     }
                     return Err(mig(e));
@@ -153,9 +158,9 @@ impl MigManager {
             };
             // SAFETY: handles of `nvml`, used while it lives.
             let handle = unsafe { d.handle() };
-            match unsafe { mig_nvml::find_gi(nvml, handle, profile, start, 8) } {
+            match unsafe { find_gi(nvml, handle, profile, start, 8) } {
                 Ok(Some((gi, info))) => {
-                    unsafe { mig_nvml::destroy_gi(nvml, gi) }.map_err(|e| nvml_failed(&at, e))?;
+                    unsafe { destroy_gi(nvml, gi) }.map_err(|e| nvml_failed(&at, e))?;
                     tracing::info!(
                         gpu = gpu_uuid,
                         gi = info.id,

@@ -21,6 +21,7 @@ pub const DEFAULT_WAIT: Duration = Duration::from_secs(20);
 /// How long prepare waits for another prepare of the same GPU.
 const LOCK_WAIT: Duration = Duration::from_secs(10);
 
+/// Marks the MPS shares graft-mps serves, and waits for them.
 #[derive(Debug, Clone)]
 pub struct MpsManager {
     /// graft's state directory: the same host path in graft-driver's and graft-mps's pods.
@@ -31,12 +32,19 @@ pub struct MpsManager {
 
 /// One share as its setup names it.
 pub struct Share<'a> {
+    /// The GPU shared.
     pub gpu_uuid: &'a str,
+    /// The GPU's device-node minor.
     pub minor: u32,
+    /// The share id, `whole` for a claim of the whole GPU.
     pub share: &'a str,
+    /// Compute percentage, 1 to 100.
     pub compute: u32,
+    /// Memory limit; `None`: the whole GPU.
     pub memory_mib: Option<u64>,
+    /// The claim's namespace.
     pub namespace: &'a str,
+    /// The claim's UID.
     pub claim_uid: &'a str,
 }
 

@@ -10,9 +10,11 @@ use super::vfio::Vfio;
 
 /// The nvidia backend's node-side setup, one per node.
 pub struct NvidiaSetup {
+    /// Moves functions between nvidia and vfio-pci.
     pub vfio: Vfio,
     /// The host's /dev as this process sees it.
     pub dev_root: PathBuf,
+    /// Runs the driver root's nvidia-smi (time-slicing, persistence mode off).
     pub smi: Box<dyn Smi>,
     /// Reads and restores GPUs' persistence mode around passthrough.
     pub persistence: Box<dyn PersistenceMode>,

@@ -18,6 +18,7 @@ use nvml_wrapper::Nvml;
 use crate::discovery::nvidia::nvml;
 use crate::setup::SetupError;
 
+/// A GPU's persistence mode, read and turned back on around passthrough.
 pub trait PersistenceMode: Send + Sync {
     /// Whether GPU `pci`'s persistence mode is on; `None` when NVML does not see the GPU
     /// (not bound to nvidia).

@@ -9,12 +9,14 @@ use crate::setup::SetupError;
 
 /// Runs nvidia-smi with arguments.
 pub trait Smi: Send + Sync {
+    /// Runs it; a failed exit is an error carrying its stderr.
     fn run(&self, args: &[String]) -> Result<(), SetupError>;
 }
 
 /// The driver root's nvidia-smi, run chrooted into the driver root (as this process sees
 /// it) so that it finds its own libraries, whatever this image holds.
 pub struct ChrootSmi {
+    /// The driver root, as this process sees it.
     pub root: PathBuf,
     /// Inside the driver root; discovery keeps it at the nvidia-smi it chose.
     pub path: std::sync::Arc<std::sync::RwLock<String>>,

@@ -22,14 +22,18 @@ use crate::setup::{SetupError, VfioPeer};
 
 /// Moves NVIDIA functions between drivers through sysfs.
 pub struct Vfio {
+    /// sysfs as this process sees it.
     pub sys: PathBuf,
+    /// procfs as this process sees it (the nvidia driver's unbind lock).
     pub proc: PathBuf,
     /// How long to wait for the GPU to be free (unbindLock) and for a bind to show.
     pub timeout: Duration,
 }
 
-/// The two drivers a GPU itself is moved between; its group peers go back to their own.
+/// The two drivers a GPU itself is moved between (this one and [`VFIO_DRIVER`]); its
+/// group peers go back to their own.
 pub const NVIDIA_DRIVER: &str = "nvidia";
+/// The driver passthrough binds a GPU to.
 pub const VFIO_DRIVER: &str = "vfio-pci";
 
 impl Vfio {
@@ -46,10 +50,12 @@ impl Vfio {
         self.pci().functions()
     }
 
+    /// The driver `bdf` is bound to.
     pub fn driver(&self, bdf: &str) -> Option<String> {
         self.pci().driver(bdf)
     }
 
+    /// The IOMMU group of `bdf`.
     pub fn iommu_group(&self, bdf: &str) -> Option<u32> {
         self.pci().iommu_group(bdf)
     }
