@@ -215,16 +215,16 @@ impl MpsManager {
     /// At start: each GPU's markers made to match the checkpoint's shares (`setups` reads
     /// it, under each GPU's lock: a prepare of another instance writes its checkpoint
     /// entry before its marker).
-    pub fn restore(
+    pub fn restore<E: std::fmt::Display>(
         &self,
-        setups: impl Fn() -> Result<Vec<Setup>, String>,
+        setups: impl Fn() -> Result<Vec<Setup>, E>,
     ) -> Result<(), SetupError> {
         let mut uuids: Vec<String> = graft_record::read::list_names(&mps::root(&self.state_dir))
             .unwrap_or_default()
             .into_iter()
             .filter(|n| mps::valid_uuid(n))
             .collect();
-        for s in setups().map_err(err)? {
+        for s in setups().map_err(|e| err(e.to_string()))? {
             if let Some(share) = Share::of(&s) {
                 uuids.push(share.gpu_uuid.to_string());
             }
@@ -234,7 +234,7 @@ impl MpsManager {
         for uuid in uuids {
             let gpu = self.gpu(&uuid)?;
             let _lock = self.lock(&gpu)?;
-            let all = setups().map_err(err)?;
+            let all = setups().map_err(|e| err(e.to_string()))?;
             let wanted: Vec<Share> = all
                 .iter()
                 .filter_map(Share::of)
@@ -299,6 +299,7 @@ fn edits(gpu: &GpuPaths, generation: u64, s: &Share) -> ContainerEdits {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::convert::Infallible;
 
     fn setup(ns: &str, share: &str) -> Setup {
         Setup::Mps {
@@ -348,7 +349,7 @@ mod tests {
         assert!(mps::read_shares(&gpu).is_empty());
 
         // A marker of namespace a (as restore writes them) holds the GPU for a.
-        m.restore(|| Ok(vec![a.clone()])).unwrap();
+        m.restore(|| Ok::<_, Infallible>(vec![a.clone()])).unwrap();
         assert_eq!(mps::read_shares(&gpu).len(), 1);
         let b = setup("b", "s2");
         let e = m
@@ -382,7 +383,7 @@ mod tests {
         );
         m.close_share(&Share::of(&a2).unwrap()).unwrap();
         m.close_share(&Share::of(&a2).unwrap()).unwrap();
-        m.restore(|| Ok(vec![])).unwrap();
+        m.restore(|| Ok::<_, Infallible>(vec![])).unwrap();
         assert!(mps::read_shares(&gpu).is_empty());
     }
 }
