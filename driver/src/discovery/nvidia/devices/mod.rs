@@ -40,4 +40,4 @@ pub use identity::{Identity, Placement};
 pub use ledger::{MigLedger, Placements};
 pub use pci::{peers_attribute, read_trim, PciFunction, PciTree, NVIDIA_VENDOR};
 pub use scan::{Built, NvidiaDiscovery};
-pub use unread::{GpuDevices, REASON as UNREAD_REASON};
+pub use unread::GpuDevices;

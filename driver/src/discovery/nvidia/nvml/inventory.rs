@@ -14,7 +14,8 @@ use std::path::Path;
 use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::{Device as NvmlDevice, Nvml};
 
-use super::mig::{self, MigLayout};
+use super::layout::MigLayout;
+use super::mig;
 use super::names::{architecture_name, brand_name, profile_name, sysfs_bus_id};
 use super::open::{open, preload};
 use super::raw::{clique, raw_u32, RawU32};

@@ -4,6 +4,7 @@
 //! health monitor alike.
 
 mod inventory;
+mod layout;
 mod mig;
 mod names;
 mod open;
@@ -11,10 +12,8 @@ mod raw;
 mod selection;
 
 pub use inventory::{read_inventory, FailedGpu, Gpu, Inventory, Mig};
-pub use mig::{
-    create_gi, destroy_gi, find_gi, full_compute_instance, gi_placement, GiInstance, GiProfile,
-    MigCallError, MigLayout,
-};
+pub use layout::{GiInstance, GiProfile, MigLayout};
+pub use mig::{create_gi, destroy_gi, find_gi, full_compute_instance, gi_placement, MigCallError};
 pub use names::{profile_name, sysfs_bus_id};
 pub use open::open;
 pub use selection::{GpuSelection, SelectionError};
