@@ -26,7 +26,7 @@ use serde::Deserialize;
 
 use graft_record::env::check_user_env;
 
-use crate::discovery::nvidia::capabilities::Capability;
+use crate::discovery::nvidia::driver_files::Capability;
 use crate::mapping::base_request;
 
 pub const API_VERSION: &str = "graft.dev/v1alpha1";

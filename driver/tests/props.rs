@@ -1,7 +1,7 @@
 //! Property tests for graft-driver's decoders of outside input: the HTTP/2 + HPACK rewriter
 //! on the kubelet's connection (`plugin::authority`), opaque claim configuration
-//! (`opaque::resolve`), the device list (`discovery::char`), glibc's ld.so.cache
-//! (`discovery::nvidia::ldcache`) and the NVIDIA /proc files (`discovery::nvidia::procfs`).
+//! (`opaque::resolve`), the device list (`discovery::char`), glibc's ld.so.cache and the
+//! NVIDIA /proc files (both in `discovery::nvidia::driver_files`).
 //! graft-driver runs as root: no input may make it panic, hang, or allocate what a header
 //! merely claims.
 //!
@@ -16,7 +16,8 @@ use std::time::{Duration, Instant};
 
 use graft_driver::discovery::char::CharDiscovery;
 use graft_driver::discovery::config::load_config;
-use graft_driver::discovery::nvidia::{ldcache, procfs};
+use graft_driver::discovery::nvidia::driver_files as procfs;
+use graft_driver::discovery::nvidia::driver_files::{parse_ldcache, LdCacheEntry};
 use graft_driver::discovery::Discovery;
 use graft_driver::plugin::authority::AuthorityFix;
 use graft_driver::{limits, opaque};
@@ -287,10 +288,10 @@ fn edit_cache(data: &mut Vec<u8>, base: usize, e: &CacheEdit) {
 
 /// No panic, bounded time, no allocation beyond a small multiple of the input, and every
 /// entry's strings lie in the input.
-fn check_ldcache(data: &[u8]) -> Result<Option<Vec<ldcache::Entry>>, TestCaseError> {
+fn check_ldcache(data: &[u8]) -> Result<Option<Vec<LdCacheEntry>>, TestCaseError> {
     let (out, largest) = largest_allocation(|| {
-        timed(Duration::from_secs(2), "ldcache::parse", || {
-            ldcache::parse(data)
+        timed(Duration::from_secs(2), "parse_ldcache", || {
+            parse_ldcache(data)
         })
     });
     let out = out?;
@@ -377,7 +378,7 @@ fn ldcache_huge_entry_count_is_not_allocated() {
     for n in [u32::MAX, 0x0aaa_aaaa, 0x0100_0000] {
         let mut data = build_cache(&[(native(), "libc.so.6".into(), "/lib/libc.so.6".into())]);
         data[20..24].copy_from_slice(&n.to_ne_bytes());
-        let (_, largest) = largest_allocation(|| ldcache::parse(&data));
+        let (_, largest) = largest_allocation(|| parse_ldcache(&data));
         assert!(
             largest < 64 * 1024,
             "{n} entries: allocated {largest} bytes"
@@ -404,7 +405,7 @@ fn ldcache_shared_long_strings_are_bounded() {
         data.extend(std::iter::repeat_n(b'a', len));
         data.push(0);
         let start = Instant::now();
-        let out = ldcache::parse(&data);
+        let out = parse_ldcache(&data);
         let took = start.elapsed();
         let total: usize = out
             .iter()

@@ -16,12 +16,13 @@ use std::time::{Duration, Instant};
 use graft_driver::core::input::{Allocated, ClaimId, ClaimInput};
 use graft_driver::core::seams::NriGate;
 use graft_driver::core::Core;
+use graft_driver::discovery::nvidia::devices::HookConfig;
+use graft_driver::discovery::nvidia::devices::MigLedger;
 use graft_driver::discovery::nvidia::driver_files::Roots;
-use graft_driver::discovery::nvidia::dynamic_mig::{MigLedger, MigManager};
-use graft_driver::discovery::nvidia::hook_edits::HookConfig;
-use graft_driver::discovery::nvidia::selection::GpuSelection;
+use graft_driver::discovery::nvidia::nvml::GpuSelection;
+use graft_driver::discovery::nvidia::setup::MigManager;
+use graft_driver::discovery::nvidia::setup::Vfio;
 use graft_driver::discovery::nvidia::setup::{NvidiaSetup, Smi};
-use graft_driver::discovery::nvidia::vfio::Vfio;
 use graft_driver::discovery::nvidia::{NvidiaConfig, NvidiaDiscovery};
 use graft_driver::discovery::Discovery;
 use graft_driver::mapping::{ContainerUse, PodUse};
@@ -132,7 +133,7 @@ fn main() -> anyhow::Result<()> {
         },
         dev_root: node.dev.clone(),
         smi: Box::new(NoSmi),
-        persistence: Box::new(graft_driver::discovery::nvidia::vfio::persistence::Untouched),
+        persistence: Box::new(graft_driver::discovery::nvidia::setup::Untouched),
         rescan: Box::new(|| {}),
         mps: None,
         mig: Some(MigManager::new(

@@ -6,8 +6,9 @@
 use std::collections::BTreeSet;
 use std::path::Path;
 
-use graft_driver::discovery::nvidia::dynamic_mig::{MigLedger, MigManager};
-use graft_driver::discovery::nvidia::selection::GpuSelection;
+use graft_driver::discovery::nvidia::devices::MigLedger;
+use graft_driver::discovery::nvidia::nvml::GpuSelection;
+use graft_driver::discovery::nvidia::setup::MigManager;
 use graft_driver::discovery::nvidia::setup::NvidiaSetup;
 use graft_driver::discovery::nvidia::NvidiaDiscovery;
 use graft_driver::discovery::{Device, Discovery};

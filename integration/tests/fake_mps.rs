@@ -18,8 +18,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use graft_driver::discovery::nvidia::capabilities::Capability;
 use graft_driver::discovery::nvidia::driver_files;
+use graft_driver::discovery::nvidia::driver_files::Capability;
 use graft_integration::fake_gpu::{FakeNode, DRIVER_VERSION};
 use nix::errno::Errno;
 use nix::sys::signal::{kill, Signal};

@@ -11,7 +11,7 @@ use std::process::{Command, Output};
 use std::time::Duration;
 
 use anyhow::{ensure, Context};
-use graft_driver::discovery::nvidia::vfio::Vfio;
+use graft_driver::discovery::nvidia::setup::Vfio;
 use graft_integration::fake_gpu::{FakeNode, LIB_DIR};
 use graft_integration::fake_sysfs::{self, bdf, FakeKernel, AUDIO_DRIVER, VFIO_GROUP_MAJOR};
 use nvml_wrapper::Nvml;

@@ -7,7 +7,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context};
-use graft_driver::discovery::nvidia::selection::GpuSelection;
+use graft_driver::discovery::nvidia::nvml::GpuSelection;
 use graft_driver::discovery::nvidia::NvidiaDiscovery;
 use graft_driver::discovery::{Device, Discovery};
 use graft_driver::health::classify::default_informational;

@@ -18,8 +18,8 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use graft_driver::core::input::Allocated;
-use graft_driver::discovery::nvidia::mps::MpsManager;
-use graft_driver::discovery::nvidia::selection::GpuSelection;
+use graft_driver::discovery::nvidia::nvml::GpuSelection;
+use graft_driver::discovery::nvidia::setup::MpsManager;
 use graft_driver::discovery::nvidia::NvidiaDiscovery;
 use graft_driver::discovery::{Device, Discovery};
 use graft_driver::mps::{self, GpuPaths, Phase};

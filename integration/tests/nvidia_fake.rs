@@ -223,7 +223,7 @@ fn discovery_of_a_fake_h100_node() -> anyhow::Result<()> {
     // One graft-hook run per container (see hook_edits.rs).
     assert_eq!(
         hooks,
-        [graft_driver::discovery::nvidia::hook_edits::SUBCOMMAND]
+        [graft_driver::discovery::nvidia::devices::SUBCOMMAND]
     );
     assert!(g.edits.hooks[0].args.contains(&format!(
         "libcuda.so.{DRIVER_VERSION}::{LIB_DIR}/libcuda.so.1"

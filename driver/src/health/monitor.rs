@@ -9,7 +9,6 @@
 //! placement the instance has, since placement devices carry no instance id.
 
 use std::collections::BTreeSet;
-use std::ffi::OsStr;
 use std::path::PathBuf;
 use std::time::{Duration, Instant, SystemTime};
 
@@ -24,7 +23,7 @@ use super::probe::{self, Check};
 use super::state::Tracker;
 use super::targets::{gpu_uuids, targets, Instance};
 use super::{store, HealthReport};
-use crate::discovery::nvidia::mig_nvml;
+use crate::discovery::nvidia::nvml;
 use crate::discovery::Device;
 
 #[derive(Debug, Clone)]
@@ -138,10 +137,7 @@ fn run(
         devices,
     };
     while !out.is_closed() {
-        match Nvml::builder()
-            .lib_path(OsStr::new(config.nvml_lib.as_os_str()))
-            .init()
-        {
+        match nvml::open(&config.nvml_lib) {
             Ok(nvml) => watch_events(&nvml, &mut inventory, &mut health),
             Err(e) => tracing::warn!(
                 lib = %config.nvml_lib.display(), error = %e,
@@ -157,7 +153,7 @@ fn run(
 /// The profile and placement start of GPU instance `gi` on `device`, for dynamic MIG.
 fn placement(nvml: &Nvml, device: nvmlDevice_t, gi: u32) -> Option<(u32, u32)> {
     // SAFETY: `device` is the GPU handle NVML put in the event, valid while `nvml` lives.
-    match unsafe { mig_nvml::gi_placement(nvml, device, gi) } {
+    match unsafe { nvml::gi_placement(nvml, device, gi) } {
         Ok(p) => Some(p),
         Err(e) => {
             tracing::debug!(gi, error = %e, "GPU health: no placement for the instance");

@@ -5,7 +5,6 @@
 //! `GPU_IS_LOST`: the monitor then registers a new set of the GPUs NVML still reaches.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::ffi::OsStr;
 
 use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::{EventSet, Nvml};
@@ -145,9 +144,7 @@ pub fn wait(nvml: &Nvml, r: &Registered<'_>) -> Result<Waited, String> {
 /// registered for events, out of how many, after a wait of `WAIT_MS` that must end in a
 /// timeout or an event. Never injects anything.
 pub fn check_events(lib: &std::path::Path, devices: &[Device]) -> Result<(usize, usize), String> {
-    let nvml = Nvml::builder()
-        .lib_path(OsStr::new(lib.as_os_str()))
-        .init()
+    let nvml = crate::discovery::nvidia::nvml::open(lib)
         .map_err(|e| format!("loading {}: {e}", lib.display()))?;
     let uuids = super::targets::gpu_uuids(devices);
     let r = register(&nvml, &uuids).map_err(|e| format!("event set: {e}"))?;

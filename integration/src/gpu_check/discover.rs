@@ -4,8 +4,8 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use graft_driver::discovery::nvidia::devices::HookConfig;
 use graft_driver::discovery::nvidia::driver_files::Roots;
-use graft_driver::discovery::nvidia::hook_edits::HookConfig;
 use graft_driver::discovery::nvidia::{NvidiaConfig, NvidiaDiscovery};
 use graft_driver::discovery::{Attribute, Device, Discovery};
 

@@ -2,12 +2,12 @@
 
 #![allow(dead_code)]
 
+use graft_driver::discovery::nvidia::devices::HookConfig;
 use graft_driver::discovery::nvidia::driver_files::Roots;
-use graft_driver::discovery::nvidia::dynamic_mig::MigManager;
-use graft_driver::discovery::nvidia::hook_edits::HookConfig;
-use graft_driver::discovery::nvidia::mps::MpsManager;
+use graft_driver::discovery::nvidia::setup::MigManager;
+use graft_driver::discovery::nvidia::setup::MpsManager;
+use graft_driver::discovery::nvidia::setup::Vfio;
 use graft_driver::discovery::nvidia::setup::{NvidiaSetup, Smi};
-use graft_driver::discovery::nvidia::vfio::Vfio;
 use graft_driver::discovery::nvidia::{NvidiaConfig, NvidiaDiscovery};
 use graft_driver::setup::SetupError;
 use graft_integration::fake_gpu::FakeNode;
@@ -108,7 +108,7 @@ pub fn nvidia_setup(
         },
         dev_root: node.dev.clone(),
         smi: Box::new(NoSmi),
-        persistence: Box::new(graft_driver::discovery::nvidia::vfio::persistence::Untouched),
+        persistence: Box::new(graft_driver::discovery::nvidia::setup::Untouched),
         rescan: Box::new(|| {}),
         mig,
         mps,

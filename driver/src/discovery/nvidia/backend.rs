@@ -10,19 +10,17 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
+use super::devices::{HookConfig, MigLedger, NvidiaConfig, NvidiaDiscovery};
+use super::driver_files::Roots;
+use super::nvml::GpuSelection;
+use super::setup::{
+    ChrootSmi, MigManager, MpsManager, NvidiaSetup, NvmlPersistence, PersistenceMode, Untouched,
+    Vfio,
+};
 use crate::backend::router::Route;
 use crate::backend::{Backend, BackendError, Injection, Node, Running};
 use crate::core::Core;
 use crate::daemon::{Daemon, Ends};
-use crate::discovery::nvidia::driver_files::Roots;
-use crate::discovery::nvidia::dynamic_mig::{MigLedger, MigManager};
-use crate::discovery::nvidia::hook_edits::HookConfig;
-use crate::discovery::nvidia::mps::MpsManager;
-use crate::discovery::nvidia::selection::GpuSelection;
-use crate::discovery::nvidia::setup::{ChrootSmi, NvidiaSetup};
-use crate::discovery::nvidia::vfio::persistence::{NvmlPersistence, PersistenceMode, Untouched};
-use crate::discovery::nvidia::vfio::Vfio;
-use crate::discovery::nvidia::{NvidiaConfig, NvidiaDiscovery};
 use crate::discovery::{Discovery, Kind};
 use crate::health::classify::parse_xids;
 use crate::health::monitor::{self, MonitorConfig};
@@ -168,7 +166,7 @@ impl NvidiaBackend {
         // The daemons are graft-mps's (its own DaemonSet); graft-driver marks the shares.
         let mps = (nvml.is_some() && flags.nvidia_mps != GpuSelection::None).then(|| MpsManager {
             state_dir: node.state_dir.clone(),
-            wait: crate::discovery::nvidia::mps::DEFAULT_WAIT,
+            wait: crate::discovery::nvidia::setup::DEFAULT_WAIT,
         });
         // Persistence mode is turned off and on around passthrough only.
         let persistence: Box<dyn PersistenceMode> = match (&nvml, flags.nvidia_passthrough) {

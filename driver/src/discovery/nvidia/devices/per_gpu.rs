@@ -1,0 +1,156 @@
+//! One GPU's devices, from its NVML data and what every GPU's devices share.
+
+use std::collections::BTreeMap;
+
+use super::common::{fail, Common};
+use super::config::NvidiaConfig;
+use super::edits;
+use super::fields::{full_gpu, mebibytes, mps_shared, numa_node};
+use super::identity::{PARENT_UUID, PCI_BUS_ID, UUID};
+use super::ledger::MigLedger;
+use super::partitions;
+use crate::discovery::nvidia::driver_files::mig_access_cap;
+use crate::discovery::nvidia::nvml::{self, Gpu};
+use crate::discovery::{pcie_root, Attribute, Device, Kind, PCIE_ROOT_ATTRIBUTE};
+use crate::error::Result;
+
+/// One GPU's devices: the whole GPU, its MIG devices, or its dynamic-MIG placements.
+pub fn gpu_devices(
+    c: &NvidiaConfig,
+    ledger: &MigLedger,
+    g: &Gpu,
+    common: &Common,
+) -> Result<Vec<Device>> {
+    // Values NVML could not read are left out (logged by the NVML reader).
+    let mut shared = BTreeMap::new();
+    for (k, v) in [
+        ("productName", &g.name),
+        ("brand", &g.brand),
+        ("architecture", &g.architecture),
+    ] {
+        if let Some(v) = v {
+            shared.insert(k.to_string(), Attribute::String(v.clone()));
+        }
+    }
+    if let Some((major, minor)) = g.compute_capability {
+        shared.insert(
+            "cudaComputeCapability".into(),
+            Attribute::Version(format!("{major}.{minor}.0")),
+        );
+    }
+    shared.insert(
+        "driverVersion".into(),
+        Attribute::Version(common.driver_version.clone()),
+    );
+    if let Some(v) = &common.cuda_version {
+        shared.insert("cudaDriverVersion".into(), Attribute::Version(v.clone()));
+    }
+    shared.insert(PCI_BUS_ID.into(), Attribute::String(g.pci_bus_id.clone()));
+    let pci_dir = c.sys_root.join("bus/pci/devices").join(&g.pci_bus_id);
+    if let Some(root) = pcie_root(&c.sys_root, &pci_dir) {
+        shared.insert(PCIE_ROOT_ATTRIBUTE.into(), Attribute::String(root));
+    }
+    if let Some(numa) = numa_node(&pci_dir) {
+        shared.insert("numaNode".into(), Attribute::Int(numa));
+    }
+    if let Some(clique) = &g.clique {
+        shared.insert("cliqueID".into(), Attribute::String(clique.clone()));
+    }
+    let with_optional = |d: Device| Device {
+        optional_edits: common.optional.clone(),
+        ..d
+    };
+    let dynamic = c.dynamic_mig.covers(g);
+    if dynamic && !g.mig_enabled {
+        tracing::warn!(
+            gpu = g.uuid,
+            index = g.index,
+            "listed for dynamic MIG, but its MIG mode is off; offered as a whole GPU. \
+             graft never changes the MIG mode: enable it (nvidia-smi -i <index> -mig 1, \
+             with the GPU idle) and restart graft-driver"
+        );
+    }
+    if let (true, Some(layout)) = (dynamic && g.mig_enabled, &g.mig_layout) {
+        let owned = ledger.owned(&g.uuid);
+        return Ok(
+            partitions::devices(g, layout, &owned, &shared, &common.edits)
+                .into_iter()
+                .map(with_optional)
+                .collect(),
+        );
+    }
+    if dynamic && g.mig_enabled {
+        tracing::warn!(gpu = g.uuid, "listed for dynamic MIG, but NVML gave no MIG profiles; offering its existing MIG devices");
+    }
+    if !g.mig_enabled {
+        let mut d = with_optional(full_gpu(g, &shared, &common.edits));
+        if c.mps.covers(g) {
+            mps_shared(&mut d, g);
+        }
+        return Ok(vec![d]);
+    }
+    if c.mps.covers(g) {
+        tracing::warn!(
+            gpu = g.uuid,
+            "listed for MPS, but its MIG mode is on; not shared through MPS"
+        );
+    }
+    g.migs
+        .iter()
+        .map(|m| mig_device(c, g, m, &shared, &common.edits, &common.majors).map(with_optional))
+        .collect()
+}
+
+fn mig_device(
+    c: &NvidiaConfig,
+    g: &Gpu,
+    m: &nvml::Mig,
+    shared: &BTreeMap<String, Attribute>,
+    common: &graft_record::ContainerEdits,
+    majors: &BTreeMap<String, u32>,
+) -> Result<Device> {
+    let caps_major = *majors
+        .get("nvidia-caps")
+        .ok_or_else(|| fail("MIG is enabled but /proc/devices has no nvidia-caps entry"))?;
+    let proc = &c.proc_root;
+    let gi_cap = mig_access_cap(proc, g.minor, m.gi, None)?;
+    let ci_cap = mig_access_cap(proc, g.minor, m.gi, Some(m.ci))?;
+    let mut attributes = shared.clone();
+    attributes.insert("type".into(), Attribute::String("mig".into()));
+    attributes.insert(UUID.into(), Attribute::String(m.uuid.clone()));
+    attributes.insert(PARENT_UUID.into(), Attribute::String(g.uuid.clone()));
+    attributes.insert("parentMinor".into(), Attribute::Int(g.minor.into()));
+    attributes.insert("parentIndex".into(), Attribute::Int(g.index.into()));
+    attributes.insert("profile".into(), Attribute::String(m.profile.clone()));
+    attributes.insert("giID".into(), Attribute::Int(m.gi.into()));
+    attributes.insert("ciID".into(), Attribute::Int(m.ci.into()));
+    let mut capacity = BTreeMap::new();
+    capacity.insert("memory".into(), mebibytes(m.memory_bytes));
+    for (k, v) in [
+        ("multiprocessors", m.multiprocessors),
+        ("copyEngines", m.copy_engines),
+        ("decoders", m.decoders),
+        ("encoders", m.encoders),
+        ("jpegEngines", m.jpeg_engines),
+        ("ofaEngines", m.ofa_engines),
+    ] {
+        capacity.insert(k.to_string(), v.to_string());
+    }
+    Ok(Device {
+        kind: Kind::Mig,
+        name: format!("gpu-{}-mig-{}-{}", g.minor, m.gi, m.ci),
+        attributes,
+        capacity,
+        edits: edits::with_common(
+            vec![
+                edits::gpu_node(g.minor),
+                edits::cap_node(caps_major, gi_cap),
+                edits::cap_node(caps_major, ci_cap),
+            ],
+            common,
+        ),
+        optional_edits: Default::default(),
+        consumes: None,
+        shared: None,
+    })
+}

@@ -1,0 +1,3 @@
+//! Tests across the parts.
+
+mod layouts;
