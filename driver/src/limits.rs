@@ -2,7 +2,7 @@
 //! so that a bad device is reported by name instead of failing the whole slice at the API
 //! server.
 
-use crate::discovery::{Attribute, Device};
+use crate::model::{Attribute, Device};
 
 pub const MAX_DEVICES_PER_SLICE: usize = 128;
 /// Once any device in a slice has taints or consumes counters.

@@ -15,11 +15,11 @@ use kube::api::{Api, DeleteParams, ListParams, PostParams, Preconditions};
 use kube::runtime::{watcher, WatchStreamExt};
 use tokio::sync::{mpsc, watch};
 
-use crate::discovery::Device;
 use crate::error::Result;
 use crate::health::taints::{FatalEffect, Tainting};
 use crate::health::HealthReport;
 use crate::metrics::DriverMetrics;
+use crate::model::Device;
 use crate::slices::{desired_slices, publishable, NodeOwner};
 use crate::snapshot::{snapshot, SnapshotWriter};
 

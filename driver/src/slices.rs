@@ -14,9 +14,9 @@ use k8s_openapi::api::resource::v1::{
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 
-use crate::discovery::{Attribute, Device};
 use crate::health::taints::Tainting;
 use crate::limits;
+use crate::model::{Attribute, Device};
 
 /// The Node that owns the slices, so they go when it goes.
 #[derive(Debug, Clone)]
@@ -202,14 +202,8 @@ mod tests {
 
     fn dev(i: usize) -> Device {
         Device {
-            kind: crate::discovery::Kind::Char,
-            name: format!("d{i}"),
             attributes: BTreeMap::from([("type".into(), Attribute::String("t".into()))]),
-            capacity: BTreeMap::new(),
-            edits: Default::default(),
-            optional_edits: Default::default(),
-            consumes: None,
-            shared: None,
+            ..Device::new(format!("d{i}"), crate::model::Kind::Char)
         }
     }
 
@@ -247,7 +241,7 @@ mod tests {
         d.capacity.insert("compute".into(), "100".into());
         d.shared = Some(BTreeMap::from([(
             "compute".to_string(),
-            crate::discovery::CapacityPolicy {
+            crate::model::CapacityPolicy {
                 default: "100".into(),
                 min: "1".into(),
                 max: "100".into(),
@@ -270,7 +264,7 @@ mod tests {
     fn counter_sets_go_in_slices_of_their_own() {
         let mut devs: Vec<Device> = (0..100).map(dev).collect();
         for (i, d) in devs.iter_mut().enumerate() {
-            d.consumes = Some(crate::discovery::Consumption {
+            d.consumes = Some(crate::model::Consumption {
                 set: format!("gpu-{}-mig", i % 10),
                 totals: BTreeMap::from([("compute-slices".to_string(), 7)]),
                 counters: BTreeMap::from([("compute-slices".to_string(), 1)]),

@@ -9,8 +9,8 @@ use graft_record::devices::{
     write_snapshot, DeviceSnapshot, Health, NodeId, PublishedDevice, DEVICES_VERSION,
 };
 
-use crate::discovery::{Attribute, Device};
 use crate::health::{Condition, HealthReport};
+use crate::model::{Attribute, Device};
 
 /// Writes the snapshot when what it says changes.
 pub struct SnapshotWriter {

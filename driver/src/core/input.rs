@@ -10,33 +10,7 @@ use crate::mapping::PodUse;
 use crate::opaque::ConfigError;
 use crate::setup::SetupError;
 
-/// A claim as the kubelet names it.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct ClaimId {
-    pub namespace: String,
-    pub uid: String,
-    pub name: String,
-}
-
-impl std::fmt::Display for ClaimId {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}/{}", self.namespace, self.name)
-    }
-}
-
-/// One allocation result of this driver.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct Allocated {
-    /// The request's full name (`main/sub` for a subrequest).
-    pub request: String,
-    pub pool: String,
-    pub device: String,
-    pub share_id: Option<String>,
-    pub admin_access: bool,
-    /// Of a shared device (consumable capacity): what the allocation takes of each of its
-    /// capacities, as the scheduler rounded it (Kubernetes quantities).
-    pub consumed: std::collections::BTreeMap<String, String>,
-}
+pub use crate::model::{Allocated, ClaimId};
 
 /// A claim to prepare: its allocation (this driver's results only), the configuration
 /// entries of the allocation, and the pods it is reserved for.

@@ -36,9 +36,9 @@ use std::time::Instant;
 use graft_record::policy::DEFAULT_HOOK_PATH;
 use graft_record::{ClaimRecord, InjectionPolicy, RecordStore};
 
-use crate::discovery::Device;
 use crate::error::{DriverError, Result};
 use crate::mapping::{pod_record, ClaimDevice};
+use crate::model::Device;
 use crate::setup::{DeviceSetup, NoSetup};
 use checkpoint::{Checkpoint, ClaimEntry};
 use input::{ClaimError, ClaimId, ClaimInput};

@@ -10,8 +10,8 @@ use super::checkpoint::{ClaimEntry, ClaimState, PreparedDevice, Txn};
 use super::input::{ClaimError, ClaimInput};
 use super::lifecycle::{Stage, Step};
 use super::{Core, CoreResult};
-use crate::discovery::{Attribute, Device};
 use crate::mapping::base_request;
+use crate::model::{Attribute, Device};
 use crate::opaque;
 use crate::setup::Setup;
 

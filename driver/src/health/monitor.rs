@@ -25,7 +25,7 @@ use super::state::Tracker;
 use super::targets::{gpu_uuids, targets, Instance};
 use super::{store, HealthReport};
 use crate::discovery::nvidia::mig_nvml;
-use crate::discovery::Device;
+use crate::model::Device;
 
 #[derive(Debug, Clone)]
 pub struct MonitorConfig {

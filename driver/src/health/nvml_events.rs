@@ -17,7 +17,7 @@ use nvml_wrapper_sys::bindings::{
 };
 
 use super::classify::Signal;
-use crate::discovery::Device;
+use crate::model::Device;
 
 /// The events graft acts on. Single-bit ECC errors are corrected by the hardware and come
 /// in storms; clock and power-state changes say nothing about health.

@@ -17,8 +17,8 @@ use graft_record::{ContainerEdits, DeviceNode};
 use super::input::{Allocated, ClaimError, ClaimId, ClaimInput, Outcome};
 use super::seams::{CrashHook, CrashPoint, Crashed, NriGate};
 use super::{Core, CoreError, PreparedDevice};
-use crate::discovery::{Attribute, Device, Kind};
 use crate::mapping::{ContainerUse, PodUse};
+use crate::model::{Attribute, Device, Kind};
 use crate::opaque::DeviceConfig;
 use crate::setup::{DeviceSetup, Setup, SetupError, VfioPeer};
 
@@ -176,17 +176,11 @@ impl DeviceSetup for FakeSetup {
 
 fn char_device(name: &str, minor: i64) -> Device {
     Device {
-        name: name.into(),
-        kind: Kind::Char,
-        attributes: BTreeMap::new(),
-        capacity: BTreeMap::new(),
         edits: ContainerEdits {
             device_nodes: vec![DeviceNode::char(format!("/dev/{name}"), 10, minor, 0o666)],
             ..Default::default()
         },
-        optional_edits: BTreeMap::new(),
-        consumes: None,
-        shared: None,
+        ..Device::new(name, Kind::Char)
     }
 }
 

@@ -24,9 +24,11 @@ use nix::sys::stat::{major, minor};
 use serde::Deserialize;
 
 use super::config::{load_config, ConfigAttribute};
-use super::{pcie_root, Attribute, Device, Discovery, Kind, PCIE_ROOT_ATTRIBUTE};
+use super::pcie::pcie_root;
+use super::scan::Discovery;
 use crate::error::{DriverError, Result};
 use crate::limits;
+use crate::model::{Attribute, Device, Kind, PCIE_ROOT_ATTRIBUTE};
 
 /// One `[[devices]]` entry.
 #[derive(Debug, Deserialize)]
@@ -212,14 +214,9 @@ impl CharDiscovery {
             return None;
         }
         Some(Device {
-            kind: Kind::Char,
-            name,
             attributes,
-            capacity: BTreeMap::new(),
             edits,
-            optional_edits: Default::default(),
-            consumes: None,
-            shared: None,
+            ..Device::new(name, Kind::Char)
         })
     }
 }

@@ -39,9 +39,10 @@ pub use entry::{device_name, Entries, FilesEntry};
 pub use refused::RefusedDirs;
 
 use super::config::load_config;
-use super::{Attribute, Device, Discovery, Kind, Unavailable};
+use super::scan::{Discovery, Unavailable};
 use crate::error::{DriverError, Result};
 use crate::limits;
+use crate::model::{Attribute, Device, Kind};
 
 /// A directory's size is the sum of its regular files' up to this many entries; beyond,
 /// it is not published (a walk must not stall a scan).
@@ -254,14 +255,10 @@ impl FilesDiscovery {
             return None;
         }
         Some(Device {
-            name,
-            kind: Kind::Entry(want),
             attributes,
             capacity,
             edits,
-            optional_edits: Default::default(),
-            consumes: None,
-            shared: None,
+            ..Device::new(name, Kind::Entry(want))
         })
     }
 }
