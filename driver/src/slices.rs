@@ -122,7 +122,7 @@ pub fn publishable(devices: &[Device]) -> (Vec<&Device>, Vec<(String, String)>) 
     for d in devices {
         match limits::check_device(d) {
             Ok(()) => ok.push(d),
-            Err(r) => dropped.push((d.name.clone(), r)),
+            Err(r) => dropped.push((d.name.clone(), r.to_string())),
         }
     }
     (ok, dropped)

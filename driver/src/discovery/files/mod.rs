@@ -33,12 +33,11 @@ use graft_record::paths::is_under;
 use graft_record::{validate_edits, ContainerEdits, EnvVar, Mount};
 
 pub use check::ServedEntries;
-pub(crate) use entry::check_entry;
 use entry::default_env;
-pub use entry::{device_name, Entries, FilesEntry};
+pub use entry::device_name;
 pub use refused::RefusedDirs;
 
-use super::config::load_config;
+use super::config::{load_config, FilesEntry};
 use super::scan::{Discovery, Unavailable};
 use crate::error::{DriverError, Result};
 use crate::limits;
@@ -47,8 +46,6 @@ use crate::model::{Attribute, Device, Kind};
 /// A directory's size is the sum of its regular files' up to this many entries; beyond,
 /// it is not published (a walk must not stall a scan).
 const MAX_SIZE_WALK: usize = 10_000;
-/// What the backend adds to the configured attributes: path, entry.
-pub(super) const OWN_ATTRIBUTES: usize = 2;
 pub struct FilesDiscovery {
     config_path: PathBuf,
     /// Where the host's root is visible here (`/`, or `/host`).
@@ -202,7 +199,7 @@ impl FilesDiscovery {
             Err(reason) => {
                 tracing::warn!(
                     path = host,
-                    reason,
+                    %reason,
                     "cannot name a device after this entry; skipped"
                 );
                 return None;
