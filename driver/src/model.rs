@@ -1,5 +1,5 @@
 //! The driver's shared vocabulary, as plain data: the devices a node offers and the
-//! allocations the core prepares. It imports nothing from the rest of the crate, so every
+//! allocations the core prepares. It imports nothing from the rest of the driver, so every
 //! module (discovery backends, the core, setups, health, metrics) can use it without
 //! reaching into another's insides.
 

@@ -1,4 +1,4 @@
-//! The device snapshot graftctl shows (`<state>/devices.json`, format in the record crate):
+//! The device snapshot graftctl shows (`<state>/devices.json`, format in graft-record):
 //! what the publisher last put in the node's ResourceSlices, joined with device health.
 
 use std::collections::BTreeMap;

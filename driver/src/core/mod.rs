@@ -2,7 +2,7 @@
 //! synchronous state machine (see [`lifecycle`]) over the checkpoint, the records graft-nri
 //! reads and the devices' node-side setups.
 //!
-//! It knows no Kubernetes client and no async runtime: the edge (`crate::edge`) reads
+//! It knows no Kubernetes client and no async runtime: the async edge (`edge.rs`) reads
 //! claims and pods from the API server, turns them into [`input::ClaimInput`]s and calls
 //! the core on a blocking thread, under the kubelet's deadline. Unit tests drive it
 //! directly (`tests`).

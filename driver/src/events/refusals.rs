@@ -1,6 +1,6 @@
 //! `DeviceInjectionRefused` on a pod whose container graft-nri refused: graft-nri journals
 //! each refusal in the state directory (it makes no API calls); this watches the journal,
-//! queues the Event and deletes the entry. Entries are hostile input: the record crate
+//! queues the Event and deletes the entry. Entries are hostile input: graft-record
 //! bounds and validates them, and an entry that is not a valid refusal is logged and
 //! deleted.
 

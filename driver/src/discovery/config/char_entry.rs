@@ -39,7 +39,7 @@ impl CharEntry {
 }
 
 /// The checks made when the config is read.
-pub(crate) fn check_entry(e: &CharEntry) -> Result<(), InvalidEntry> {
+pub fn check_entry(e: &CharEntry) -> Result<(), InvalidEntry> {
     // Clean: `/dev/../etc` would leave /dev (and, with a glob, walk the whole host).
     if !e.path.starts_with("/dev/") || !graft_record::paths::is_clean_absolute(&e.path) {
         return Err(InvalidEntry::field(

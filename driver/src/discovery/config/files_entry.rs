@@ -73,7 +73,7 @@ fn check_container_path(p: &str) -> Result<(), InvalidEntry> {
 }
 
 /// The checks made when the config is read.
-pub(crate) fn check_entry(e: &FilesEntry) -> Result<(), InvalidEntry> {
+pub fn check_entry(e: &FilesEntry) -> Result<(), InvalidEntry> {
     if !is_clean_absolute(&e.dir) || e.dir == "/" {
         return Err(InvalidEntry::field(
             "dir: must be a clean absolute path other than / (no '..', '.' or '//')",

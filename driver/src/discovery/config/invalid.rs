@@ -26,12 +26,12 @@ pub enum InvalidEntry {
 
 impl InvalidEntry {
     /// A field's value refused by the config's own rules.
-    pub(super) fn field(reason: impl Into<String>) -> Self {
+    pub fn field(reason: impl Into<String>) -> Self {
         InvalidEntry::Field(reason.into())
     }
 
     /// `field`'s name or attribute refused by the API's limits.
-    pub(super) fn limit(field: impl Into<String>) -> impl FnOnce(LimitError) -> Self {
+    pub fn limit(field: impl Into<String>) -> impl FnOnce(LimitError) -> Self {
         let field = field.into();
         move |source| InvalidEntry::Limit { field, source }
     }

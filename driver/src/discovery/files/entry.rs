@@ -15,7 +15,7 @@ pub fn device_name(prefix: Option<&str>, entry: &str) -> Result<String, LimitErr
 }
 
 /// `GRAFT_FILE_<NAME>`: the default variable, one per device so that two never clash.
-pub(super) fn default_env(device: &str) -> String {
+pub fn default_env(device: &str) -> String {
     let mut v = String::from("GRAFT_FILE_");
     v.extend(device.chars().map(|c| {
         if c == '-' {
