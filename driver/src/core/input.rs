@@ -70,6 +70,10 @@ pub enum ClaimError {
         #[source]
         source: SetupError,
     },
+    /// A device setup panicked on its thread: the claim fails as it does when a setup
+    /// fails, the other claims of the call go on.
+    #[error("claim {claim}: a device setup panicked")]
+    SetupPanicked { claim: String },
     #[error("device {device}: {source}")]
     Setup {
         device: String,

@@ -33,6 +33,11 @@ impl Plan {
         super::claim_span(&self.entry.namespace, &self.entry.name, &self.uid)
     }
 
+    /// The claim as `namespace/name`.
+    pub fn claim(&self) -> String {
+        format!("{}/{}", self.entry.namespace, self.entry.name)
+    }
+
     pub fn device_names(&self) -> Vec<String> {
         self.entry
             .devices

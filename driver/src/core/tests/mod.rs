@@ -62,6 +62,8 @@ struct Kernel {
     held: BTreeSet<String>,
     /// Setups that fail.
     failing: BTreeSet<String>,
+    /// Setups that panic.
+    panicking: BTreeSet<String>,
 }
 
 /// VFIO for devices of kind `Vfio`, time-slicing for GPUs whose claim asks to share them;
@@ -140,6 +142,11 @@ impl DeviceSetup for FakeSetup {
     fn apply(&self, setup: &Setup) -> Result<Option<ContainerEdits>, SetupError> {
         let pci = setup.pci_bus_id().unwrap_or_default().to_string();
         let mut k = self.kernel();
+        if k.panicking.contains(&pci) {
+            // Not while holding the fake kernel's lock: later calls still use it.
+            drop(k);
+            panic!("the fake setup of {pci} panics");
+        }
         *k.running.entry(pci.clone()).or_default() += 1;
         k.most_on_one_device = k.most_on_one_device.max(k.running[&pci]);
         k.most_at_once = k.most_at_once.max(k.running.values().sum());
