@@ -30,7 +30,7 @@ const NODE: &str = "bench-node";
 struct Ready;
 
 impl NriGate for Ready {
-    fn ready(&self) -> Result<(), String> {
+    fn ready(&self) -> Result<(), graft_driver::core::seams::NotReady> {
         Ok(())
     }
 }

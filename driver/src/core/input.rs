@@ -5,6 +5,7 @@
 use graft_record::InvalidRecord;
 use k8s_openapi::api::resource::v1::DeviceAllocationConfiguration;
 
+use super::seams::NotReady;
 use crate::error::DriverError;
 use crate::mapping::PodUse;
 use crate::opaque::ConfigError;
@@ -29,7 +30,7 @@ pub struct ClaimInput {
 #[derive(Debug, thiserror::Error)]
 pub enum ClaimError {
     #[error("graft-nri is not ready to inject devices: {0}")]
-    NriNotReady(String),
+    NriNotReady(#[source] NotReady),
     /// Another operation on the claim still runs (a slow device setup); the kubelet's retry
     /// picks up its result.
     #[error("claim {claim}: an earlier prepare or unprepare of it is still running (a device setup can take a while); the kubelet retries")]

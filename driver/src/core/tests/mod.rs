@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use graft_record::{ContainerEdits, DeviceNode};
 
 use super::input::{Allocated, ClaimError, ClaimId, ClaimInput, Outcome};
-use super::seams::{CrashHook, CrashPoint, Crashed, NriGate};
+use super::seams::{CrashHook, CrashPoint, Crashed, NotReady, NriGate};
 use super::{Core, CoreError, PreparedDevice};
 use crate::mapping::{ContainerUse, PodUse};
 use crate::model::{Attribute, Device, Kind};
@@ -29,8 +29,8 @@ const BOOT: &str = "boot-1";
 struct Gate(Result<(), String>);
 
 impl NriGate for Gate {
-    fn ready(&self) -> Result<(), String> {
-        self.0.clone()
+    fn ready(&self) -> Result<(), NotReady> {
+        self.0.clone().map_err(NotReady::Status)
     }
 }
 

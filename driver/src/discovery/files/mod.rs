@@ -107,15 +107,14 @@ impl FilesDiscovery {
 
     /// The devices of one `[[files]]` entry, in name order; `Err` when the directory is
     /// refused, with the reason.
-    fn scan(&self, e: &FilesEntry) -> std::result::Result<Vec<Device>, String> {
+    fn scan(&self, e: &FilesEntry) -> std::result::Result<Vec<Device>, EntryError> {
         match open_entry(&self.host_root, &e.dir) {
             Ok(d) if d.kind == EntryType::Directory => {
-                d.check_trusted_dir(&e.dir).map_err(|err| err.to_string())?;
+                d.check_trusted_dir(&e.dir)?;
                 if e.read_write && !d.private && d.mode & 0o077 != 0 {
                     return Err(EntryError::NotPrivate {
                         path: e.dir.clone(),
-                    }
-                    .to_string());
+                    });
                 }
             }
             Ok(d) => {
@@ -126,7 +125,7 @@ impl FilesDiscovery {
                 tracing::debug!(dir = e.dir, "served directory not present");
                 return Ok(Vec::new());
             }
-            Err(err) => return Err(err.to_string()),
+            Err(err) => return Err(err),
         }
         let mut names: Vec<String> = match std::fs::read_dir(self.seen(&e.dir)) {
             Ok(rd) => rd
@@ -296,7 +295,7 @@ impl Discovery for FilesDiscovery {
             let devices = match self.scan(&e) {
                 Ok(d) => d,
                 Err(reason) => {
-                    refused.insert(e.dir.clone(), reason);
+                    refused.insert(e.dir.clone(), reason.to_string());
                     continue;
                 }
             };
