@@ -5,6 +5,7 @@
 use graft_record::InvalidRecord;
 use k8s_openapi::api::resource::v1::DeviceAllocationConfiguration;
 
+use super::config_edits::ConfigRefused;
 use super::seams::NotReady;
 use crate::error::DriverError;
 use crate::mapping::PodUse;
@@ -55,11 +56,12 @@ pub enum ClaimError {
     },
     #[error(transparent)]
     Config(#[from] ConfigError),
-    #[error("request {request}: device {device}: {reason}")]
+    #[error("request {request}: device {device}: {source}")]
     Configure {
         request: String,
         device: String,
-        reason: String,
+        #[source]
+        source: ConfigRefused,
     },
     #[error(
         "request {request}: device {device} cannot be shared (sharing applies to full NVIDIA GPUs)"

@@ -15,6 +15,7 @@
 //! the deadline) and then finds it done.
 
 pub mod checkpoint;
+pub mod config_edits;
 pub mod input;
 pub mod keylocks;
 pub mod lifecycle;

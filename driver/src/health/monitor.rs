@@ -245,7 +245,7 @@ fn watch_events(
             Ok(Waited::Lost) => probe_now = true,
             Err(e) => {
                 failures += 1;
-                tracing::warn!(error = e, "GPU health: waiting for events failed");
+                tracing::warn!(error = %e, "GPU health: waiting for events failed");
                 if failures >= 10 {
                     return;
                 }

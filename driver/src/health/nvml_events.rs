@@ -6,6 +6,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::OsStr;
+use std::path::{Path, PathBuf};
 
 use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::{EventSet, Nvml};
@@ -13,7 +14,7 @@ use nvml_wrapper_sys::bindings::{
     nvmlDevice_t, nvmlEventData_t, nvmlEventTypeDoubleBitEccError, nvmlEventTypeGpuRecoveryAction,
     nvmlEventTypeGpuUnavailableError, nvmlEventTypeXidCriticalError,
     nvmlReturn_enum_NVML_ERROR_GPU_IS_LOST, nvmlReturn_enum_NVML_ERROR_TIMEOUT,
-    nvmlReturn_enum_NVML_SUCCESS,
+    nvmlReturn_enum_NVML_SUCCESS, nvmlReturn_t,
 };
 
 use super::classify::Signal;
@@ -100,13 +101,32 @@ pub enum Waited {
     Lost,
 }
 
+/// Why waiting for NVML events, or the node check of it, failed.
+#[derive(Debug, thiserror::Error)]
+pub enum EventsError {
+    #[error("nvmlEventSetWait_v2 is missing")]
+    WaitMissing,
+    #[error("NVML event wait failed with code {0}")]
+    Wait(nvmlReturn_t),
+    #[error("loading {path}: {source}")]
+    Load {
+        path: PathBuf,
+        #[source]
+        source: NvmlError,
+    },
+    #[error("event set: {0}")]
+    Register(#[source] NvmlError),
+    #[error("NVML reports a GPU lost")]
+    Lost,
+}
+
 /// One wait of up to `WAIT_MS`.
-pub fn wait(nvml: &Nvml, r: &Registered<'_>) -> Result<Waited, String> {
+pub fn wait(nvml: &Nvml, r: &Registered<'_>) -> Result<Waited, EventsError> {
     let f = nvml
         .lib()
         .nvmlEventSetWait_v2
         .as_ref()
-        .map_err(|_| "nvmlEventSetWait_v2 is missing".to_string())?;
+        .map_err(|_| EventsError::WaitMissing)?;
     // SAFETY: zeroed plain C struct, filled by NVML; the set is live for this call.
     let mut data: nvmlEventData_t = unsafe { std::mem::zeroed() };
     let rc = unsafe { f(r.set.handle(), &mut data, WAIT_MS) };
@@ -114,7 +134,7 @@ pub fn wait(nvml: &Nvml, r: &Registered<'_>) -> Result<Waited, String> {
         x if x == nvmlReturn_enum_NVML_SUCCESS => {}
         x if x == nvmlReturn_enum_NVML_ERROR_TIMEOUT => return Ok(Waited::Nothing),
         x if x == nvmlReturn_enum_NVML_ERROR_GPU_IS_LOST => return Ok(Waited::Lost),
-        x => return Err(format!("NVML event wait failed with code {x}")),
+        x => return Err(EventsError::Wait(x)),
     }
     let Some(uuid) = r.handles.get(&(data.device as nvmlDevice_t as usize)) else {
         return Ok(Waited::Nothing);
@@ -144,15 +164,18 @@ pub fn wait(nvml: &Nvml, r: &Registered<'_>) -> Result<Waited, String> {
 /// One registration and one wait, for node checks: how many of the devices' GPUs NVML
 /// registered for events, out of how many, after a wait of `WAIT_MS` that must end in a
 /// timeout or an event. Never injects anything.
-pub fn check_events(lib: &std::path::Path, devices: &[Device]) -> Result<(usize, usize), String> {
+pub fn check_events(lib: &Path, devices: &[Device]) -> Result<(usize, usize), EventsError> {
     let nvml = Nvml::builder()
         .lib_path(OsStr::new(lib.as_os_str()))
         .init()
-        .map_err(|e| format!("loading {}: {e}", lib.display()))?;
+        .map_err(|source| EventsError::Load {
+            path: lib.to_path_buf(),
+            source,
+        })?;
     let uuids = super::targets::gpu_uuids(devices);
-    let r = register(&nvml, &uuids).map_err(|e| format!("event set: {e}"))?;
+    let r = register(&nvml, &uuids).map_err(EventsError::Register)?;
     match wait(&nvml, &r)? {
-        Waited::Lost => Err("NVML reports a GPU lost".into()),
+        Waited::Lost => Err(EventsError::Lost),
         Waited::Event { .. } | Waited::Nothing => Ok((r.handles.len(), uuids.len())),
     }
 }
