@@ -247,9 +247,9 @@ impl Core {
 
     /// Checks a step against the life cycle.
     fn step(uid: &str, from: Stage, step: Step) -> Result<Stage> {
-        next(from, step).map_err(|e| DriverError::Checkpoint {
-            path: PathBuf::from(uid),
-            reason: e.to_string(),
+        next(from, step).map_err(|source| DriverError::Step {
+            claim: PathBuf::from(uid),
+            source,
         })
     }
 

@@ -165,9 +165,10 @@ impl Discovery for CharDiscovery {
             let pattern = self.seen(&entry.path);
             let paths: Vec<PathBuf> = if entry.is_glob() {
                 let mut v: Vec<PathBuf> = glob::glob(&pattern.to_string_lossy())
-                    .map_err(|e| DriverError::Config {
+                    .map_err(|source| DriverError::ConfigGlob {
                         path: self.config_path.clone(),
-                        reason: format!("path {}: {e}", entry.path),
+                        pattern: entry.path.clone(),
+                        source,
                     })?
                     .filter_map(|p| p.ok())
                     .collect();

@@ -23,19 +23,28 @@ pub struct DevicesConfig {
 
 /// Reads and checks the config; every error names the file, the entry and the field.
 pub fn load_config(path: &Path) -> Result<DevicesConfig> {
-    let err = |reason: String| DriverError::Config {
+    let text = std::fs::read_to_string(path).map_err(|source| DriverError::ConfigRead {
         path: path.to_path_buf(),
-        reason,
+        source,
+    })?;
+    let config: DevicesConfig =
+        toml::from_str(&text).map_err(|source| DriverError::ConfigParse {
+            path: path.to_path_buf(),
+            source,
+        })?;
+    let refused = |entry: String| {
+        move |source| DriverError::ConfigEntry {
+            path: path.to_path_buf(),
+            entry,
+            source,
+        }
     };
-    let text = std::fs::read_to_string(path).map_err(|e| err(format!("cannot read: {e}")))?;
-    let config: DevicesConfig = toml::from_str(&text).map_err(|e| err(e.to_string()))?;
     for (i, entry) in config.devices.iter().enumerate() {
         char_entry::check_entry(entry)
-            .map_err(|r| err(format!("devices[{i}] ({}): {r}", entry.path)))?;
+            .map_err(refused(format!("devices[{i}] ({})", entry.path)))?;
     }
     for (i, entry) in config.files.iter().enumerate() {
-        files_entry::check_entry(entry)
-            .map_err(|r| err(format!("files[{i}] ({}): {r}", entry.dir)))?;
+        files_entry::check_entry(entry).map_err(refused(format!("files[{i}] ({})", entry.dir)))?;
     }
     Ok(config)
 }
