@@ -27,6 +27,7 @@ pub mod daemon;
 pub mod fsops;
 pub mod reconcile;
 pub mod sandbox;
+pub mod tenancy;
 
 use std::path::{Path, PathBuf};
 
