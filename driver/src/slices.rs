@@ -196,6 +196,54 @@ pub fn desired_slices(
         .collect()
 }
 
+/// The device taints a published slice carries.
+pub fn count_taints(s: &ResourceSlice) -> usize {
+    s.spec
+        .devices
+        .iter()
+        .flatten()
+        .map(|d| d.taints.as_ref().map_or(0, Vec::len))
+        .sum()
+}
+
+/// The devices of a published slice that allow several allocations.
+pub fn count_shared(s: &ResourceSlice) -> usize {
+    s.spec
+        .devices
+        .iter()
+        .flatten()
+        .filter(|d| d.allow_multiple_allocations == Some(true))
+        .count()
+}
+
+/// The counter sets and counter consumptions of a published slice.
+pub fn count_counters(s: &ResourceSlice) -> usize {
+    s.spec.shared_counters.as_ref().map_or(0, Vec::len)
+        + s.spec
+            .devices
+            .iter()
+            .flatten()
+            .map(|d| d.consumes_counters.as_ref().map_or(0, Vec::len))
+            .sum::<usize>()
+}
+
+/// The published slices are the desired ones (names, pool, node, owner, devices, counters).
+pub fn up_to_date(existing: &[ResourceSlice], desired: &[ResourceSlice]) -> bool {
+    existing.len() == desired.len()
+        && desired.iter().all(|d| {
+            existing.iter().any(|e| {
+                e.metadata.name == d.metadata.name
+                    && e.spec.pool == d.spec.pool
+                    && e.spec.node_name == d.spec.node_name
+                    && e.metadata.owner_references == d.metadata.owner_references
+                    && serde_json::to_value(&e.spec.devices).ok()
+                        == serde_json::to_value(&d.spec.devices).ok()
+                    && serde_json::to_value(&e.spec.shared_counters).ok()
+                        == serde_json::to_value(&d.spec.shared_counters).ok()
+            })
+        })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
