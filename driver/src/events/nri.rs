@@ -13,7 +13,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use k8s_openapi::jiff::Timestamp;
 use kube::runtime::events::{Event, EventType};
 
-use super::{node_ref, Poster};
+use super::post::{node_ref, Poster};
 use crate::core::seams::{NotReady, NriGate, StatusFile};
 
 pub const NOT_CONNECTED: &str = "NRIPluginNotConnected";

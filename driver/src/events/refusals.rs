@@ -10,7 +10,7 @@ use std::time::Duration;
 use graft_record::refusals::{self, Refusal};
 use kube::runtime::events::{Event, EventType};
 
-use super::{pod_ref, Poster, Posting};
+use super::post::{pod_ref, Poster, Posting};
 use crate::discovery::inotify;
 
 pub const REFUSED: &str = "DeviceInjectionRefused";

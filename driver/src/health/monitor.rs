@@ -21,9 +21,10 @@ use super::classify::{classify, Verdict};
 pub use super::nvml_events::check_events;
 use super::nvml_events::{register, wait, Registered, Waited, WAIT_MS};
 use super::probe::{self, Check};
+use super::report::HealthReport;
 use super::state::Tracker;
+use super::store;
 use super::targets::{gpu_uuids, targets, Instance};
-use super::{store, HealthReport};
 use crate::discovery::nvidia::mig_nvml;
 use crate::model::Device;
 

@@ -15,8 +15,8 @@ use graft_record::atomic;
 use graft_record::read::{read_state_file, SMALL_FILE_CAP};
 use serde::{Deserialize, Serialize};
 
+use super::report::{Condition, DeviceHealth};
 use super::state::Entry;
-use super::{Condition, DeviceHealth};
 use crate::error::{DriverError, Result};
 
 const VERSION: u32 = 1;

@@ -8,7 +8,7 @@
 use k8s_openapi::api::resource::v1::DeviceTaint;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
-use super::{Condition, HealthReport};
+use super::report::{Condition, HealthReport};
 
 /// The taint key for a condition of `driver`'s devices.
 pub fn taint_key(driver: &str, condition: Condition) -> String {

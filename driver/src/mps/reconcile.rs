@@ -10,11 +10,12 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+use super::daemon;
+use super::files::{GpuPaths, Phase, ShareMarker, Status, TenancyPaths};
 use super::sandbox::Spec;
 use super::tenancy::{
     backoff, generations, make_dirs, nodes, remove_tenancy, write_status, TenancyError,
 };
-use super::{daemon, GpuPaths, Phase, ShareMarker, Status, TenancyPaths};
 
 pub struct Config {
     pub state_dir: PathBuf,
@@ -54,11 +55,11 @@ impl Reconciler {
 
     /// The GPUs with MPS state, by UUID.
     pub fn gpu_dirs(&self) -> Vec<GpuPaths> {
-        let root = super::root(&self.cfg.state_dir);
+        let root = super::files::root(&self.cfg.state_dir);
         graft_record::read::list_names(&root)
             .unwrap_or_default()
             .into_iter()
-            .filter(|n| super::valid_uuid(n) && root.join(n).is_dir())
+            .filter(|n| super::files::valid_uuid(n) && root.join(n).is_dir())
             .filter_map(|n| GpuPaths::new(&self.cfg.state_dir, &n))
             .collect()
     }
@@ -108,7 +109,7 @@ impl Reconciler {
     }
 
     fn gpu(&mut self, uuid: &str, gpu: &GpuPaths, resync: bool) {
-        let shares = super::read_shares(gpu);
+        let shares = super::files::read_shares(gpu);
         let current = self.gpus.get(uuid).map(|t| t.namespace.clone());
         // One namespace: the running tenancy's while it has shares, else the first's.
         let namespace = match &current {
@@ -120,9 +121,11 @@ impl Reconciler {
         }
         let Some(namespace) = namespace else {
             self.remove_leftovers(gpu, None);
-            if super::read_status(gpu).is_some_and(|s| s.phase != Phase::Stopped) {
+            if super::files::read_status(gpu).is_some_and(|s| s.phase != Phase::Stopped) {
                 let mut s = self.status(uuid, Phase::Stopped, Vec::new(), String::new());
-                s.generation = super::read_status(gpu).map(|s| s.generation).unwrap_or(0);
+                s.generation = super::files::read_status(gpu)
+                    .map(|s| s.generation)
+                    .unwrap_or(0);
                 write_status(gpu, &s);
             }
             return;
@@ -151,7 +154,7 @@ impl Reconciler {
     /// The tenancy a previous graft-mps ran for this namespace (same directories, which
     /// running pods have mounted), else a new generation.
     fn adopt_or_create(&self, gpu: &GpuPaths, namespace: &str) -> Tenancy {
-        let status = super::read_status(gpu);
+        let status = super::files::read_status(gpu);
         let last = status.as_ref().map(|s| s.generation).unwrap_or(0);
         let newest = generations(gpu).into_iter().max().unwrap_or(0).max(last);
         let generation = match status {
@@ -198,7 +201,7 @@ impl Reconciler {
         minor: u32,
         resync: bool,
     ) {
-        let (compute, memory) = super::tenancy_limits(served.iter().map(|(_, m)| m));
+        let (compute, memory) = super::files::tenancy_limits(served.iter().map(|(_, m)| m));
         let ids: Vec<String> = served.iter().map(|(id, _)| id.clone()).collect();
         let Some((generation, pid, retry_at)) = self
             .gpus
@@ -231,7 +234,7 @@ impl Reconciler {
         match result {
             Ok(()) => {
                 let status = self.status(uuid, Phase::Ready, ids, String::new());
-                if super::read_status(gpu).as_ref() != Some(&status) {
+                if super::files::read_status(gpu).as_ref() != Some(&status) {
                     write_status(gpu, &status);
                 }
             }

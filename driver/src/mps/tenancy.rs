@@ -5,8 +5,9 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use super::daemon::DaemonError;
+use super::files::{GpuPaths, Status, TenancyPaths};
+use super::fsops;
 use super::sandbox::Node;
-use super::{fsops, GpuPaths, Status, TenancyPaths};
 
 /// Why a tenancy could not be set up, run or taken down.
 #[derive(Debug, thiserror::Error)]
