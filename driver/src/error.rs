@@ -26,7 +26,7 @@ pub enum DriverError {
     ConfigParse {
         path: PathBuf,
         #[source]
-        source: toml::de::Error,
+        source: Box<toml::de::Error>,
     },
     /// An entry of the device config is refused (`entry`: which, e.g. `devices[0] (/dev/x)`).
     #[error("device config {path}: {entry}: {source}")]
@@ -34,7 +34,7 @@ pub enum DriverError {
         path: PathBuf,
         entry: String,
         #[source]
-        source: InvalidEntry,
+        source: Box<InvalidEntry>,
     },
     /// A glob of the device config does not parse.
     #[error("device config {path}: path {pattern}: {source}")]

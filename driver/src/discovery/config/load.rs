@@ -30,13 +30,13 @@ pub fn load_config(path: &Path) -> Result<DevicesConfig> {
     let config: DevicesConfig =
         toml::from_str(&text).map_err(|source| DriverError::ConfigParse {
             path: path.to_path_buf(),
-            source,
+            source: Box::new(source),
         })?;
     let refused = |entry: String| {
         move |source| DriverError::ConfigEntry {
             path: path.to_path_buf(),
             entry,
-            source,
+            source: Box::new(source),
         }
     };
     for (i, entry) in config.devices.iter().enumerate() {
