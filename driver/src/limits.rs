@@ -27,10 +27,13 @@ pub enum LimitError {
     /// The identifier part of a qualified name.
     #[error("{0:?} is not a C identifier of at most {max} characters", max = MAX_ID_LENGTH)]
     Identifier(String),
+    /// A string attribute value over the API's length.
     #[error("string value is longer than {max} characters", max = MAX_ATTRIBUTE_VALUE)]
     LongString,
+    /// A version attribute that is not semver 2.0.0.
     #[error("{0:?} is not a semantic version (semver 2.0.0)")]
     Version(String),
+    /// More attributes and capacities than a device may have.
     #[error(
         "{0} attributes and capacities; at most {max} are allowed", max = MAX_ATTRIBUTES_AND_CAPACITY)]
     TooManyAttributes(usize),
@@ -48,13 +51,17 @@ pub enum LimitError {
         #[source]
         source: Box<LimitError>,
     },
+    /// A counter set name that is not a DNS label.
     #[error("counter set {0:?}: not a DNS label")]
     CounterSetName(String),
+    /// More counters in a set than the API allows.
     #[error(
         "counter set {set}: {count} counters; at most {max} are allowed", max = MAX_COUNTERS_PER_SET)]
     TooManyCounters { set: String, count: usize },
+    /// A counter name that is not a DNS label.
     #[error("counter {counter:?} of set {set}: not a DNS label")]
     CounterName { set: String, counter: String },
+    /// A device consumes a counter its set does not hold.
     #[error("consumes counter {counter}, which set {set} does not hold")]
     UnknownCounter { set: String, counter: String },
 }

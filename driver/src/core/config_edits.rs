@@ -8,13 +8,16 @@ use crate::opaque;
 /// Why a device's configuration cannot be applied to it.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ConfigRefused {
+    /// The configuration sets a variable the device itself sets.
     #[error(
         "opaque configuration sets {name}, which the device itself sets; it cannot be \
          overridden"
     )]
     SetsDeviceEnv { name: String },
+    /// Driver capabilities asked of a device that is no NVIDIA GPU.
     #[error("driverCapabilities apply to NVIDIA GPUs and MIG devices, not to {device}")]
     NotGpu { device: String },
+    /// A driver capability whose files the node's driver lacks.
     #[error(
         "driver capability {capability} was asked for, but the node's NVIDIA driver has no \
          {capability} files"

@@ -104,18 +104,23 @@ pub enum Waited {
 /// Why waiting for NVML events, or the node check of it, failed.
 #[derive(Debug, thiserror::Error)]
 pub enum EventsError {
+    /// The NVML library lacks the event wait.
     #[error("nvmlEventSetWait_v2 is missing")]
     WaitMissing,
+    /// The event wait returned an error code.
     #[error("NVML event wait failed with code {0}")]
     Wait(nvmlReturn_t),
+    /// The NVML library could not be loaded.
     #[error("loading {path}: {source}")]
     Load {
         path: PathBuf,
         #[source]
         source: NvmlError,
     },
+    /// The GPUs could not be registered for events.
     #[error("event set: {0}")]
     Register(#[source] NvmlError),
+    /// A GPU of the set is lost.
     #[error("NVML reports a GPU lost")]
     Lost,
 }

@@ -23,11 +23,13 @@ const OUTPUT_CAP: usize = 64 << 10;
 /// Why a daemon could not be started or told something.
 #[derive(Debug, thiserror::Error)]
 pub enum DaemonError {
+    /// The pipe the sandbox reports its set-up steps through.
     #[error("pipe: {0}")]
     Pipe(#[source] nix::errno::Errno),
     /// The sandbox's command could not be prepared, or its namespace not found.
     #[error(transparent)]
     Sandbox(std::io::Error),
+    /// The daemon could not be started.
     #[error("nvidia-cuda-mps-control -f in the driver root: {0}")]
     Spawn(#[source] std::io::Error),
     /// The sandbox's set-up failed at `step` (what the child reported before it failed).
@@ -37,6 +39,7 @@ pub enum DaemonError {
         #[source]
         source: std::io::Error,
     },
+    /// The control client could not be started.
     #[error("running nvidia-cuda-mps-control in the sandbox: {0}")]
     Control(#[source] std::io::Error),
     /// The control client failed; `output` is its stderr and stdout.
@@ -45,6 +48,7 @@ pub enum DaemonError {
         status: std::process::ExitStatus,
         output: String,
     },
+    /// The control client did not answer in time.
     #[error("nvidia-cuda-mps-control did not answer within {timeout:?}", timeout = CONTROL_TIMEOUT)]
     Timeout,
 }

@@ -12,20 +12,24 @@ use super::sandbox::Node;
 /// Why a tenancy could not be set up, run or taken down.
 #[derive(Debug, thiserror::Error)]
 pub enum TenancyError {
+    /// A tenancy directory could not be made, emptied or removed.
     #[error(transparent)]
     Io(#[from] std::io::Error),
+    /// The shared-memory tmpfs could not be mounted.
     #[error("mounting the shared-memory tmpfs at {path}: {source}")]
     Mount {
         path: PathBuf,
         #[source]
         source: nix::errno::Errno,
     },
+    /// The shared-memory tmpfs could not be unmounted.
     #[error("unmounting {path}: {source}")]
     Unmount {
         path: PathBuf,
         #[source]
         source: nix::errno::Errno,
     },
+    /// The daemon could not be started or given its limits.
     #[error(transparent)]
     Daemon(#[from] DaemonError),
 }

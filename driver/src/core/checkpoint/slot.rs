@@ -20,14 +20,17 @@ pub const OLDEST_VERSION: u32 = 1;
 /// Why a slot file is not a usable checkpoint.
 #[derive(Debug, thiserror::Error)]
 pub enum BadSlot {
+    /// Not JSON of the checkpoint's form (a torn write).
     #[error("not a checkpoint: {0}")]
     NotACheckpoint(#[source] serde_json::Error),
+    /// A schema this driver does not know.
     #[error(
         "schema version {0} (this driver knows {oldest} to {newest})",
         oldest = OLDEST_VERSION,
         newest = CHECKPOINT_VERSION
     )]
     Version(u32),
+    /// The claims do not match their checksum.
     #[error("checksum mismatch")]
     Checksum,
 }
