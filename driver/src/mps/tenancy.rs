@@ -56,7 +56,7 @@ pub fn char_major(proc_root: &Path, driver: &str) -> Option<u64> {
 }
 
 /// What the daemon's /dev holds: the basics and the GPU's NVIDIA nodes (195 is the fixed
-/// major of nvidiactl and nvidia<N>; nvidia-uvm's is the kernel's choice).
+/// major of nvidiactl and `nvidia<N>`; nvidia-uvm's is the kernel's choice).
 pub fn nodes(proc_root: &Path, minor: u32) -> Vec<Node> {
     let n = |name: &str, major: u64, minor: u64| Node {
         name: name.into(),
