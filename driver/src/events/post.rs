@@ -82,16 +82,25 @@ pub struct Poster {
 impl Poster {
     /// A poster whose Events go to `recorder` from a task of its own.
     pub fn spawn(recorder: Recorder) -> Self {
+        let (poster, task) = Self::with_task(recorder);
+        tokio::spawn(task);
+        poster
+    }
+
+    /// A poster and the task that posts its Events, for a caller that runs its own tasks.
+    pub fn with_task(
+        recorder: Recorder,
+    ) -> (Self, impl std::future::Future<Output = ()> + Send + 'static) {
         let (poster, mut rx) = Self::channel(QUEUE);
-        tokio::spawn(async move {
+        let task = async move {
             while let Some((ev, r)) = rx.recv().await {
                 if let Err(e) = recorder.publish(&ev, &r).await {
                     tracing::warn!(error = %e, reason = ev.reason, kind = ?r.kind,
                         object = ?r.name, "cannot post an Event");
                 }
             }
-        });
-        poster
+        };
+        (poster, task)
     }
 
     /// A poster and the receiving end of its queue (tests read Events from it).
