@@ -16,8 +16,8 @@ use std::time::{Duration, Instant};
 use graft_driver::core::input::{Allocated, ClaimId, ClaimInput};
 use graft_driver::core::seams::NriGate;
 use graft_driver::core::Core;
-use graft_driver::discovery::{Attribute, Device, Kind};
 use graft_driver::mapping::{ContainerUse, PodUse};
+use graft_driver::model::{Attribute, Device, Kind};
 use graft_driver::opaque::DeviceConfig;
 use graft_driver::setup::{DeviceSetup, Setup, SetupError};
 use graft_record::{ContainerEdits, DeviceNode};
@@ -30,7 +30,7 @@ const NODE: &str = "bench-node";
 struct Ready;
 
 impl NriGate for Ready {
-    fn ready(&self) -> Result<(), String> {
+    fn ready(&self) -> Result<(), graft_driver::core::seams::NotReady> {
         Ok(())
     }
 }
@@ -62,17 +62,12 @@ fn device(name: &str, kind: Kind, minor: i64) -> Device {
         attributes.insert("pciBusID".into(), Attribute::String("0000:01:00.0".into()));
     }
     Device {
-        name: name.into(),
-        kind,
         attributes,
-        capacity: BTreeMap::new(),
         edits: ContainerEdits {
             device_nodes: vec![DeviceNode::char(format!("/dev/{name}"), 240, minor, 0o666)],
             ..Default::default()
         },
-        optional_edits: BTreeMap::new(),
-        consumes: None,
-        shared: None,
+        ..Device::new(name, kind)
     }
 }
 

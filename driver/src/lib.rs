@@ -16,6 +16,7 @@ pub mod hook_install;
 pub mod limits;
 pub mod mapping;
 pub mod metrics;
+pub mod model;
 pub mod mps;
 pub mod opaque;
 pub mod plugin;

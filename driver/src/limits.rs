@@ -2,7 +2,7 @@
 //! so that a bad device is reported by name instead of failing the whole slice at the API
 //! server.
 
-use crate::discovery::{Attribute, Device};
+use crate::model::{Attribute, Device};
 
 pub const MAX_DEVICES_PER_SLICE: usize = 128;
 /// Once any device in a slice has taints or consumes counters.
@@ -14,14 +14,64 @@ pub const MAX_ID_LENGTH: usize = 32;
 pub const MAX_DOMAIN_LENGTH: usize = 63;
 pub const MAX_ATTRIBUTE_VALUE: usize = 64;
 
+/// What the API server would refuse about a name, an attribute or a device.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LimitError {
+    /// A device or counter set name that is not a DNS label.
+    #[error("{0:?} is not a DNS label (lowercase letters, digits and '-', at most 63)")]
+    NotDnsLabel(String),
+    /// The domain part of a qualified name.
+    #[error(
+        "domain {0:?} is not a DNS subdomain of at most {max} characters", max = MAX_DOMAIN_LENGTH)]
+    Domain(String),
+    /// The identifier part of a qualified name.
+    #[error("{0:?} is not a C identifier of at most {max} characters", max = MAX_ID_LENGTH)]
+    Identifier(String),
+    /// A string attribute value over the API's length.
+    #[error("string value is longer than {max} characters", max = MAX_ATTRIBUTE_VALUE)]
+    LongString,
+    /// A version attribute that is not semver 2.0.0.
+    #[error("{0:?} is not a semantic version (semver 2.0.0)")]
+    Version(String),
+    /// More attributes and capacities than a device may have.
+    #[error(
+        "{0} attributes and capacities; at most {max} are allowed", max = MAX_ATTRIBUTES_AND_CAPACITY)]
+    TooManyAttributes(usize),
+    /// One attribute of a device.
+    #[error("attribute {name}: {source}")]
+    Attribute {
+        name: String,
+        #[source]
+        source: Box<LimitError>,
+    },
+    /// One capacity of a device.
+    #[error("capacity {name}: {source}")]
+    Capacity {
+        name: String,
+        #[source]
+        source: Box<LimitError>,
+    },
+    /// A counter set name that is not a DNS label.
+    #[error("counter set {0:?}: not a DNS label")]
+    CounterSetName(String),
+    /// More counters in a set than the API allows.
+    #[error(
+        "counter set {set}: {count} counters; at most {max} are allowed", max = MAX_COUNTERS_PER_SET)]
+    TooManyCounters { set: String, count: usize },
+    /// A counter name that is not a DNS label.
+    #[error("counter {counter:?} of set {set}: not a DNS label")]
+    CounterName { set: String, counter: String },
+    /// A device consumes a counter its set does not hold.
+    #[error("consumes counter {counter}, which set {set} does not hold")]
+    UnknownCounter { set: String, counter: String },
+}
+
 /// A device name must be a DNS label.
-pub fn check_device_name(name: &str) -> Result<(), String> {
+pub fn check_device_name(name: &str) -> Result<(), LimitError> {
     if is_dns_label(name) {
         Ok(())
     } else {
-        Err(format!(
-            "{name:?} is not a DNS label (lowercase letters, digits and '-', at most 63)"
-        ))
+        Err(LimitError::NotDnsLabel(name.to_string()))
     }
 }
 
@@ -62,35 +112,32 @@ fn is_c_identifier(s: &str) -> bool {
 
 /// A qualified name: a C identifier of at most 32 characters, optionally prefixed by a
 /// DNS subdomain of at most 63 and a `/`.
-pub fn check_qualified_name(name: &str) -> Result<(), String> {
+pub fn check_qualified_name(name: &str) -> Result<(), LimitError> {
     let (domain, id) = match name.split_once('/') {
         Some((d, id)) => (Some(d), id),
         None => (None, name),
     };
     if let Some(d) = domain {
         if d.len() > MAX_DOMAIN_LENGTH || !is_dns_subdomain(d) {
-            return Err(format!(
-                "domain {d:?} is not a DNS subdomain of at most {MAX_DOMAIN_LENGTH} characters"
-            ));
+            return Err(LimitError::Domain(d.to_string()));
         }
     }
     if id.len() > MAX_ID_LENGTH || !is_c_identifier(id) {
-        return Err(format!(
-            "{id:?} is not a C identifier of at most {MAX_ID_LENGTH} characters"
-        ));
+        return Err(LimitError::Identifier(id.to_string()));
     }
     Ok(())
 }
 
-pub fn check_attribute(name: &str, value: &Attribute) -> Result<(), String> {
+/// An attribute's name and value.
+pub fn check_attribute(name: &str, value: &Attribute) -> Result<(), LimitError> {
     check_qualified_name(name)?;
     match value {
-        Attribute::String(s) if s.chars().count() > MAX_ATTRIBUTE_VALUE => Err(format!(
-            "string value is longer than {MAX_ATTRIBUTE_VALUE} characters"
-        )),
+        Attribute::String(s) if s.chars().count() > MAX_ATTRIBUTE_VALUE => {
+            Err(LimitError::LongString)
+        }
         Attribute::Version(v) => {
             if v.len() > MAX_ATTRIBUTE_VALUE || !is_semver(v) {
-                Err(format!("{v:?} is not a semantic version (semver 2.0.0)"))
+                Err(LimitError::Version(v.clone()))
             } else {
                 Ok(())
             }
@@ -121,41 +168,45 @@ fn is_semver(v: &str) -> bool {
 }
 
 /// Everything the API server would refuse about one device, in one message.
-pub fn check_device(d: &Device) -> Result<(), String> {
+pub fn check_device(d: &Device) -> Result<(), LimitError> {
     check_device_name(&d.name)?;
     let n = d.attributes.len() + d.capacity.len();
     if n > MAX_ATTRIBUTES_AND_CAPACITY {
-        return Err(format!(
-            "{n} attributes and capacities; at most {MAX_ATTRIBUTES_AND_CAPACITY} are allowed"
-        ));
+        return Err(LimitError::TooManyAttributes(n));
     }
     for (k, v) in &d.attributes {
-        check_attribute(k, v).map_err(|r| format!("attribute {k}: {r}"))?;
+        check_attribute(k, v).map_err(|e| LimitError::Attribute {
+            name: k.clone(),
+            source: Box::new(e),
+        })?;
     }
     for k in d.capacity.keys() {
-        check_qualified_name(k).map_err(|r| format!("capacity {k}: {r}"))?;
+        check_qualified_name(k).map_err(|e| LimitError::Capacity {
+            name: k.clone(),
+            source: Box::new(e),
+        })?;
     }
     if let Some(c) = &d.consumes {
         if !is_dns_label(&c.set) {
-            return Err(format!("counter set {:?}: not a DNS label", c.set));
+            return Err(LimitError::CounterSetName(c.set.clone()));
         }
         if c.totals.len() > MAX_COUNTERS_PER_SET {
-            return Err(format!(
-                "counter set {}: {} counters; at most {MAX_COUNTERS_PER_SET} are allowed",
-                c.set,
-                c.totals.len()
-            ));
+            return Err(LimitError::TooManyCounters {
+                set: c.set.clone(),
+                count: c.totals.len(),
+            });
         }
-        for k in c.totals.keys() {
-            if !is_dns_label(k) {
-                return Err(format!("counter {k:?} of set {}: not a DNS label", c.set));
-            }
+        if let Some(k) = c.totals.keys().find(|k| !is_dns_label(k)) {
+            return Err(LimitError::CounterName {
+                set: c.set.clone(),
+                counter: k.clone(),
+            });
         }
         if let Some(k) = c.counters.keys().find(|k| !c.totals.contains_key(*k)) {
-            return Err(format!(
-                "consumes counter {k}, which set {} does not hold",
-                c.set
-            ));
+            return Err(LimitError::UnknownCounter {
+                set: c.set.clone(),
+                counter: k.clone(),
+            });
         }
     }
     Ok(())

@@ -15,12 +15,14 @@ use kube::api::{Api, DeleteParams, ListParams, PostParams, Preconditions};
 use kube::runtime::{watcher, WatchStreamExt};
 use tokio::sync::{mpsc, watch};
 
-use crate::discovery::Device;
 use crate::error::Result;
 use crate::health::taints::{FatalEffect, Tainting};
 use crate::health::HealthReport;
 use crate::metrics::DriverMetrics;
-use crate::slices::{desired_slices, publishable, NodeOwner};
+use crate::model::Device;
+use crate::slices::{
+    count_counters, count_shared, count_taints, desired_slices, publishable, up_to_date, NodeOwner,
+};
 use crate::snapshot::{snapshot, SnapshotWriter};
 
 pub struct Publisher {
@@ -354,48 +356,4 @@ async fn changed(
         },
         None => std::future::pending().await,
     }
-}
-
-fn count_taints(s: &ResourceSlice) -> usize {
-    s.spec
-        .devices
-        .iter()
-        .flatten()
-        .map(|d| d.taints.as_ref().map_or(0, Vec::len))
-        .sum()
-}
-
-fn count_shared(s: &ResourceSlice) -> usize {
-    s.spec
-        .devices
-        .iter()
-        .flatten()
-        .filter(|d| d.allow_multiple_allocations == Some(true))
-        .count()
-}
-
-fn count_counters(s: &ResourceSlice) -> usize {
-    s.spec.shared_counters.as_ref().map_or(0, Vec::len)
-        + s.spec
-            .devices
-            .iter()
-            .flatten()
-            .map(|d| d.consumes_counters.as_ref().map_or(0, Vec::len))
-            .sum::<usize>()
-}
-
-fn up_to_date(existing: &[ResourceSlice], desired: &[ResourceSlice]) -> bool {
-    existing.len() == desired.len()
-        && desired.iter().all(|d| {
-            existing.iter().any(|e| {
-                e.metadata.name == d.metadata.name
-                    && e.spec.pool == d.spec.pool
-                    && e.spec.node_name == d.spec.node_name
-                    && e.metadata.owner_references == d.metadata.owner_references
-                    && serde_json::to_value(&e.spec.devices).ok()
-                        == serde_json::to_value(&d.spec.devices).ok()
-                    && serde_json::to_value(&e.spec.shared_counters).ok()
-                        == serde_json::to_value(&d.spec.shared_counters).ok()
-            })
-        })
 }

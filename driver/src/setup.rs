@@ -10,8 +10,8 @@ use std::time::Duration;
 use graft_record::ContainerEdits;
 use serde::{Deserialize, Serialize};
 
-use crate::core::input::Allocated;
-use crate::discovery::Device;
+use crate::model::Allocated;
+use crate::model::Device;
 use crate::opaque::DeviceConfig;
 
 /// Why a device cannot be set up, or its setup undone.

@@ -14,9 +14,9 @@ use k8s_openapi::api::resource::v1::{
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 
-use crate::discovery::{Attribute, Device};
 use crate::health::taints::Tainting;
 use crate::limits;
+use crate::model::{Attribute, Device};
 
 /// The Node that owns the slices, so they go when it goes.
 #[derive(Debug, Clone)]
@@ -122,7 +122,7 @@ pub fn publishable(devices: &[Device]) -> (Vec<&Device>, Vec<(String, String)>) 
     for d in devices {
         match limits::check_device(d) {
             Ok(()) => ok.push(d),
-            Err(r) => dropped.push((d.name.clone(), r)),
+            Err(r) => dropped.push((d.name.clone(), r.to_string())),
         }
     }
     (ok, dropped)
@@ -196,20 +196,62 @@ pub fn desired_slices(
         .collect()
 }
 
+/// The device taints a published slice carries.
+pub fn count_taints(s: &ResourceSlice) -> usize {
+    s.spec
+        .devices
+        .iter()
+        .flatten()
+        .map(|d| d.taints.as_ref().map_or(0, Vec::len))
+        .sum()
+}
+
+/// The devices of a published slice that allow several allocations.
+pub fn count_shared(s: &ResourceSlice) -> usize {
+    s.spec
+        .devices
+        .iter()
+        .flatten()
+        .filter(|d| d.allow_multiple_allocations == Some(true))
+        .count()
+}
+
+/// The counter sets and counter consumptions of a published slice.
+pub fn count_counters(s: &ResourceSlice) -> usize {
+    s.spec.shared_counters.as_ref().map_or(0, Vec::len)
+        + s.spec
+            .devices
+            .iter()
+            .flatten()
+            .map(|d| d.consumes_counters.as_ref().map_or(0, Vec::len))
+            .sum::<usize>()
+}
+
+/// The published slices are the desired ones (names, pool, node, owner, devices, counters).
+pub fn up_to_date(existing: &[ResourceSlice], desired: &[ResourceSlice]) -> bool {
+    existing.len() == desired.len()
+        && desired.iter().all(|d| {
+            existing.iter().any(|e| {
+                e.metadata.name == d.metadata.name
+                    && e.spec.pool == d.spec.pool
+                    && e.spec.node_name == d.spec.node_name
+                    && e.metadata.owner_references == d.metadata.owner_references
+                    && serde_json::to_value(&e.spec.devices).ok()
+                        == serde_json::to_value(&d.spec.devices).ok()
+                    && serde_json::to_value(&e.spec.shared_counters).ok()
+                        == serde_json::to_value(&d.spec.shared_counters).ok()
+            })
+        })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn dev(i: usize) -> Device {
         Device {
-            kind: crate::discovery::Kind::Char,
-            name: format!("d{i}"),
             attributes: BTreeMap::from([("type".into(), Attribute::String("t".into()))]),
-            capacity: BTreeMap::new(),
-            edits: Default::default(),
-            optional_edits: Default::default(),
-            consumes: None,
-            shared: None,
+            ..Device::new(format!("d{i}"), crate::model::Kind::Char)
         }
     }
 
@@ -247,7 +289,7 @@ mod tests {
         d.capacity.insert("compute".into(), "100".into());
         d.shared = Some(BTreeMap::from([(
             "compute".to_string(),
-            crate::discovery::CapacityPolicy {
+            crate::model::CapacityPolicy {
                 default: "100".into(),
                 min: "1".into(),
                 max: "100".into(),
@@ -270,7 +312,7 @@ mod tests {
     fn counter_sets_go_in_slices_of_their_own() {
         let mut devs: Vec<Device> = (0..100).map(dev).collect();
         for (i, d) in devs.iter_mut().enumerate() {
-            d.consumes = Some(crate::discovery::Consumption {
+            d.consumes = Some(crate::model::Consumption {
                 set: format!("gpu-{}-mig", i % 10),
                 totals: BTreeMap::from([("compute-slices".to_string(), 7)]),
                 counters: BTreeMap::from([("compute-slices".to_string(), 1)]),

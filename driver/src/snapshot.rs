@@ -1,4 +1,4 @@
-//! The device snapshot graftctl shows (`<state>/devices.json`, format in the record crate):
+//! The device snapshot graftctl shows (`<state>/devices.json`, format in graft-record):
 //! what the publisher last put in the node's ResourceSlices, joined with device health.
 
 use std::collections::BTreeMap;
@@ -9,8 +9,8 @@ use graft_record::devices::{
     write_snapshot, DeviceSnapshot, Health, NodeId, PublishedDevice, DEVICES_VERSION,
 };
 
-use crate::discovery::{Attribute, Device};
 use crate::health::{Condition, HealthReport};
+use crate::model::{Attribute, Device};
 
 /// Writes the snapshot when what it says changes.
 pub struct SnapshotWriter {

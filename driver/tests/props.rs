@@ -754,7 +754,7 @@ fn char_config_arbitrary_and_mutated() {
             let mut names = std::collections::BTreeSet::new();
             for d in &devices {
                 prop_assert!(names.insert(d.name.clone()), "duplicate {}", d.name);
-                limits::check_device(d).map_err(TestCaseError::fail)?;
+                limits::check_device(d).map_err(|e| TestCaseError::fail(e.to_string()))?;
                 graft_record::validate_edits(&d.name, &d.edits)
                     .map_err(|e| TestCaseError::fail(e.to_string()))?;
                 for n in &d.edits.device_nodes {

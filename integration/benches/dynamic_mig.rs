@@ -38,7 +38,7 @@ const DYNAMIC: &str = "gpu-7-mig-3g-40gb-4";
 
 struct Ready;
 impl NriGate for Ready {
-    fn ready(&self) -> Result<(), String> {
+    fn ready(&self) -> Result<(), graft_driver::core::seams::NotReady> {
         Ok(())
     }
 }

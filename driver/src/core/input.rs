@@ -5,38 +5,14 @@
 use graft_record::InvalidRecord;
 use k8s_openapi::api::resource::v1::DeviceAllocationConfiguration;
 
+use super::config_edits::ConfigRefused;
+use super::seams::NotReady;
 use crate::error::DriverError;
 use crate::mapping::PodUse;
 use crate::opaque::ConfigError;
 use crate::setup::SetupError;
 
-/// A claim as the kubelet names it.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct ClaimId {
-    pub namespace: String,
-    pub uid: String,
-    pub name: String,
-}
-
-impl std::fmt::Display for ClaimId {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}/{}", self.namespace, self.name)
-    }
-}
-
-/// One allocation result of this driver.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct Allocated {
-    /// The request's full name (`main/sub` for a subrequest).
-    pub request: String,
-    pub pool: String,
-    pub device: String,
-    pub share_id: Option<String>,
-    pub admin_access: bool,
-    /// Of a shared device (consumable capacity): what the allocation takes of each of its
-    /// capacities, as the scheduler rounded it (Kubernetes quantities).
-    pub consumed: std::collections::BTreeMap<String, String>,
-}
+pub use crate::model::{Allocated, ClaimId};
 
 /// A claim to prepare: its allocation (this driver's results only), the configuration
 /// entries of the allocation, and the pods it is reserved for.
@@ -55,7 +31,7 @@ pub struct ClaimInput {
 #[derive(Debug, thiserror::Error)]
 pub enum ClaimError {
     #[error("graft-nri is not ready to inject devices: {0}")]
-    NriNotReady(String),
+    NriNotReady(#[source] NotReady),
     /// Another operation on the claim still runs (a slow device setup); the kubelet's retry
     /// picks up its result.
     #[error("claim {claim}: an earlier prepare or unprepare of it is still running (a device setup can take a while); the kubelet retries")]
@@ -80,11 +56,12 @@ pub enum ClaimError {
     },
     #[error(transparent)]
     Config(#[from] ConfigError),
-    #[error("request {request}: device {device}: {reason}")]
+    #[error("request {request}: device {device}: {source}")]
     Configure {
         request: String,
         device: String,
-        reason: String,
+        #[source]
+        source: ConfigRefused,
     },
     #[error(
         "request {request}: device {device} cannot be shared (sharing applies to full NVIDIA GPUs)"
@@ -96,6 +73,10 @@ pub enum ClaimError {
         #[source]
         source: SetupError,
     },
+    /// A device setup panicked on its thread: the claim fails as it does when a setup
+    /// fails, the other claims of the call go on.
+    #[error("claim {claim}: a device setup panicked")]
+    SetupPanicked { claim: String },
     #[error("device {device}: {source}")]
     Setup {
         device: String,

@@ -2,7 +2,7 @@
 //! synchronous state machine (see [`lifecycle`]) over the checkpoint, the records graft-nri
 //! reads and the devices' node-side setups.
 //!
-//! It knows no Kubernetes client and no async runtime: the edge (`crate::edge`) reads
+//! It knows no Kubernetes client and no async runtime: the async edge (`edge.rs`) reads
 //! claims and pods from the API server, turns them into [`input::ClaimInput`]s and calls
 //! the core on a blocking thread, under the kubelet's deadline. Unit tests drive it
 //! directly (`tests`).
@@ -15,6 +15,7 @@
 //! the deadline) and then finds it done.
 
 pub mod checkpoint;
+pub mod config_edits;
 pub mod input;
 pub mod keylocks;
 pub mod lifecycle;
@@ -36,9 +37,9 @@ use std::time::Instant;
 use graft_record::policy::DEFAULT_HOOK_PATH;
 use graft_record::{ClaimRecord, InjectionPolicy, RecordStore};
 
-use crate::discovery::Device;
 use crate::error::{DriverError, Result};
 use crate::mapping::{pod_record, ClaimDevice};
+use crate::model::Device;
 use crate::setup::{DeviceSetup, NoSetup};
 use checkpoint::{Checkpoint, ClaimEntry};
 use input::{ClaimError, ClaimId, ClaimInput};
@@ -246,9 +247,9 @@ impl Core {
 
     /// Checks a step against the life cycle.
     fn step(uid: &str, from: Stage, step: Step) -> Result<Stage> {
-        next(from, step).map_err(|e| DriverError::Checkpoint {
-            path: PathBuf::from(uid),
-            reason: e.to_string(),
+        next(from, step).map_err(|source| DriverError::Step {
+            claim: PathBuf::from(uid),
+            source,
         })
     }
 

@@ -4,14 +4,15 @@
 
 use std::collections::BTreeMap;
 
-use graft_record::{ClaimRecord, ClaimRef, ContainerEdits, DeviceRecord, EnvVar};
+use graft_record::{ClaimRecord, ClaimRef, DeviceRecord, EnvVar};
 
 use super::checkpoint::{ClaimEntry, ClaimState, PreparedDevice, Txn};
+use super::config_edits::{apply_config, share_config_env};
 use super::input::{ClaimError, ClaimInput};
 use super::lifecycle::{Stage, Step};
 use super::{Core, CoreResult};
-use crate::discovery::{Attribute, Device};
 use crate::mapping::base_request;
+use crate::model::{Attribute, Device};
 use crate::opaque;
 use crate::setup::Setup;
 
@@ -31,6 +32,11 @@ pub(super) struct Plan {
 impl Plan {
     pub fn span(&self) -> tracing::Span {
         super::claim_span(&self.entry.namespace, &self.entry.name, &self.uid)
+    }
+
+    /// The claim as `namespace/name`.
+    pub fn claim(&self) -> String {
+        format!("{}/{}", self.entry.namespace, self.entry.name)
     }
 
     pub fn device_names(&self) -> Vec<String> {
@@ -162,10 +168,10 @@ impl Core {
                 });
             }
             let (edits, env) =
-                apply_config(dev, config.as_ref()).map_err(|reason| ClaimError::Configure {
+                apply_config(dev, config.as_ref()).map_err(|source| ClaimError::Configure {
                     request: r.request.clone(),
                     device: r.device.clone(),
-                    reason,
+                    source,
                 })?;
             config_env.push(env);
             records.push(DeviceRecord {
@@ -320,87 +326,4 @@ impl Contested {
             },
         }
     }
-}
-
-/// Splits the configuration's variables of each device (`config_env`, in `records` order)
-/// into those every device has with the same value, returned to be stored once as the
-/// claim's own, and the rest, added to their device's edits. A container receives the
-/// claim's own with any of its devices, so either way it gets the same variables.
-fn share_config_env(records: &mut [DeviceRecord], config_env: Vec<Vec<EnvVar>>) -> Vec<EnvVar> {
-    let shared: Vec<EnvVar> = match config_env.split_first() {
-        Some((first, rest)) => first
-            .iter()
-            .filter(|v| rest.iter().all(|r| r.contains(v)))
-            .cloned()
-            .collect(),
-        None => Vec::new(),
-    };
-    for (rec, env) in records.iter_mut().zip(config_env) {
-        rec.edits
-            .env
-            .extend(env.into_iter().filter(|v| !shared.contains(v)));
-    }
-    shared
-}
-
-/// The device's edits with the claim's configuration on top, and the variables the
-/// configuration adds (kept apart: [`share_config_env`] places them). Configuration may
-/// add environment variables but not replace one the device itself sets (its path
-/// variable, or graft's own), and may add the device's optional edits it names (NVIDIA
-/// driver capabilities).
-fn apply_config(
-    dev: &Device,
-    config: Option<&opaque::DeviceConfig>,
-) -> Result<(ContainerEdits, Vec<EnvVar>), String> {
-    let base = &dev.edits;
-    let mut edits = base.clone();
-    let mut env = Vec::new();
-    let Some(c) = config else {
-        return Ok((edits, env));
-    };
-    for n in &mut edits.device_nodes {
-        if c.file_mode.is_some() {
-            n.file_mode = c.file_mode;
-        }
-        if c.uid.is_some() {
-            n.uid = c.uid;
-        }
-        if c.gid.is_some() {
-            n.gid = c.gid;
-        }
-    }
-    for (name, value) in &c.env {
-        if base.env.iter().any(|e| &e.name == name) {
-            return Err(format!(
-                "opaque configuration sets {name}, which the device itself sets; it cannot be \\
-                 overridden"
-            ));
-        }
-        env.push(EnvVar {
-            name: name.clone(),
-            value: value.clone(),
-        });
-    }
-    if let Some(caps) = &c.driver_capabilities {
-        if !dev.kind.is_gpu() {
-            return Err(format!(
-                "driverCapabilities apply to NVIDIA GPUs and MIG devices, not to {}",
-                dev.name
-            ));
-        }
-        for cap in caps.iter().filter(|c| !c.is_default()) {
-            let extra = dev.optional_edits.get(cap.name()).ok_or_else(|| {
-                format!(
-                    "driver capability {cap} was asked for, but the node's NVIDIA driver has \\
-                     no {cap} files"
-                )
-            })?;
-            for m in &extra.mounts {
-                if !edits.mounts.iter().any(|x| x.destination == m.destination) {
-                    edits.mounts.push(m.clone());
-                }
-            }
-        }
-    }
-    Ok((edits, env))
 }

@@ -93,6 +93,7 @@ impl Core {
             .filter(|p| p.entry.devices.iter().any(|d| d.setup.is_some()))
             .count();
         let results: Vec<CoreResult<Outcome<()>>> = if slow > 1 {
+            let claims: Vec<String> = plans.iter().map(Plan::claim).collect();
             std::thread::scope(|s| {
                 let handles: Vec<_> = plans
                     .iter_mut()
@@ -100,15 +101,11 @@ impl Core {
                     .collect();
                 handles
                     .into_iter()
-                    .map(|h| {
+                    .zip(claims)
+                    .map(|(h, claim)| {
                         h.join().unwrap_or_else(|_| {
-                            Ok(Err(ClaimError::Local {
-                                claim: "prepare".into(),
-                                source: crate::error::DriverError::Discovery {
-                                    backend: "core",
-                                    reason: "a device setup panicked".into(),
-                                },
-                            }))
+                            tracing::error!(%claim, "a device setup panicked");
+                            Ok(Err(ClaimError::SetupPanicked { claim }))
                         })
                     })
                     .collect()

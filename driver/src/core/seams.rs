@@ -3,13 +3,28 @@
 //! process to die.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 
-use graft_record::{nri_readiness, NriReadiness};
+use graft_record::{nri_readiness, NriReadiness, RecordError};
+
+/// Why a container created now would not get its devices.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum NotReady {
+    /// graft-nri's status says why: not connected, not synchronized, gone.
+    #[error("{0}")]
+    Status(String),
+    /// graft-nri's status file or liveness lock cannot be read.
+    #[error(transparent)]
+    Unreadable(Arc<RecordError>),
+    /// The check itself did not finish (its thread panicked or was cancelled).
+    #[error("checking graft-nri's status failed: {0}")]
+    Unchecked(Arc<tokio::task::JoinError>),
+}
 
 /// Whether a container created now would get its devices.
 pub trait NriGate: Send + Sync {
     /// `Err(why)` while graft-nri is not connected and synchronized.
-    fn ready(&self) -> Result<(), String>;
+    fn ready(&self) -> Result<(), NotReady>;
 }
 
 /// graft-nri's status file and liveness lock in the state directory.
@@ -19,11 +34,11 @@ pub struct StatusFile {
 }
 
 impl NriGate for StatusFile {
-    fn ready(&self) -> Result<(), String> {
+    fn ready(&self) -> Result<(), NotReady> {
         match nri_readiness(&self.state_dir, &self.boot_id) {
             Ok(NriReadiness::Ready(_)) => Ok(()),
-            Ok(NriReadiness::NotReady(why)) => Err(why),
-            Err(e) => Err(e.to_string()),
+            Ok(NriReadiness::NotReady(why)) => Err(NotReady::Status(why)),
+            Err(e) => Err(NotReady::Unreadable(Arc::new(e))),
         }
     }
 }

@@ -102,6 +102,7 @@ mod tests {
     use std::path::PathBuf;
 
     use super::*;
+    use crate::core::seams::NotReady;
     use crate::error::DriverError;
 
     /// Another namespace's claim, host paths and tool output never reach the tenant's text;
@@ -158,7 +159,9 @@ mod tests {
                     reason: "read-only file system".into(),
                 },
             },
-            ClaimError::NriNotReady("status file /var/lib/graft/nri.status: stale".into()),
+            ClaimError::NriNotReady(NotReady::Status(
+                "status file /var/lib/graft/nri.status: stale".into(),
+            )),
         ];
         for e in &cases {
             let full = e.to_string();

@@ -7,7 +7,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, SystemTime};
 
-use super::{Device, Discovery, Unavailable};
+use super::scan::{Discovery, Unavailable};
+use crate::model::Device;
 
 /// A backend whose scans fail.
 #[derive(Debug, Clone, PartialEq, Eq)]

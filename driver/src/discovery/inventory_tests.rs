@@ -1,8 +1,8 @@
 use std::sync::{Arc, Mutex};
 
 use super::*;
-use crate::discovery::Kind;
 use crate::error::DriverError;
+use crate::model::Kind;
 
 /// A backend whose next scan the test sets.
 struct Scripted {

@@ -6,7 +6,7 @@
 
 use kube::runtime::events::{Event, EventType};
 
-use super::{claim_ref, Posting};
+use super::post::{claim_ref, Posting};
 use crate::core::input::ClaimId;
 
 pub const PREPARE_FAILED: &str = "PrepareFailed";

@@ -13,8 +13,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use k8s_openapi::jiff::Timestamp;
 use kube::runtime::events::{Event, EventType};
 
-use super::{node_ref, Poster};
-use crate::core::seams::{NriGate, StatusFile};
+use super::post::{node_ref, Poster};
+use crate::core::seams::{NotReady, NriGate, StatusFile};
 
 pub const NOT_CONNECTED: &str = "NRIPluginNotConnected";
 pub const CONNECTED: &str = "NRIPluginConnected";
@@ -50,7 +50,7 @@ impl NriWatch {
         &mut self,
         now: Instant,
         wall: SystemTime,
-        ready: Result<(), String>,
+        ready: Result<(), NotReady>,
     ) -> Option<Event> {
         match (&mut self.state, ready) {
             (State::Up, Ok(())) => None,
@@ -75,7 +75,7 @@ impl NriWatch {
                     return None;
                 }
                 *reported = true;
-                Some(not_connected(&why, *since_wall))
+                Some(not_connected(&why.to_string(), *since_wall))
             }
             (
                 State::Down {
@@ -144,7 +144,7 @@ pub async fn run(
         // A file read and a lock attempt: a blocking thread.
         let ready = tokio::task::spawn_blocking(move || g.ready())
             .await
-            .unwrap_or_else(|e| Err(format!("checking graft-nri's status failed: {e}")));
+            .unwrap_or_else(|e| Err(NotReady::Unchecked(std::sync::Arc::new(e))));
         if let Some(ev) = watch.observe(Instant::now(), SystemTime::now(), ready) {
             tracing::info!(reason = ev.reason, note = ?ev.note, "graft-nri status changed");
             poster.post(ev, node_ref(&node));
@@ -162,7 +162,7 @@ mod tests {
         let t0 = Instant::now();
         let wall = UNIX_EPOCH + Duration::from_secs(1_700_000_000);
         let s = |n: u64| t0 + Duration::from_secs(n);
-        let down = || Err::<(), _>("graft-nri (pid 7) is not running".to_string());
+        let down = || Err(NotReady::Status("graft-nri (pid 7) is not running".into()));
         let mut w = NriWatch::new(Duration::from_secs(10));
         assert!(w.observe(s(0), wall, Ok(())).is_none());
         // A short blip (a restart) says nothing.
@@ -194,7 +194,11 @@ mod tests {
     #[test]
     fn zero_grace_reports_at_once() {
         let mut w = NriWatch::new(Duration::ZERO);
-        let ev = w.observe(Instant::now(), SystemTime::now(), Err("gone".into()));
+        let ev = w.observe(
+            Instant::now(),
+            SystemTime::now(),
+            Err(NotReady::Status("gone".into())),
+        );
         assert_eq!(ev.map(|e| e.reason), Some(NOT_CONNECTED.to_string()));
     }
 }

@@ -1,6 +1,6 @@
 //! `DeviceInjectionRefused` on a pod whose container graft-nri refused: graft-nri journals
 //! each refusal in the state directory (it makes no API calls); this watches the journal,
-//! queues the Event and deletes the entry. Entries are hostile input: the record crate
+//! queues the Event and deletes the entry. Entries are hostile input: graft-record
 //! bounds and validates them, and an entry that is not a valid refusal is logged and
 //! deleted.
 
@@ -10,7 +10,7 @@ use std::time::Duration;
 use graft_record::refusals::{self, Refusal};
 use kube::runtime::events::{Event, EventType};
 
-use super::{pod_ref, Poster, Posting};
+use super::post::{pod_ref, Poster, Posting};
 use crate::discovery::inotify;
 
 pub const REFUSED: &str = "DeviceInjectionRefused";

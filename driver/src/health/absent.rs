@@ -9,8 +9,8 @@ use std::path::Path;
 use graft_record::absent::{read_absent, write_absent};
 use graft_record::RecordStore;
 
-use crate::discovery::Device;
 use crate::error::Result;
+use crate::model::Device;
 
 /// Rewrites the list when it changed; the devices absent now.
 pub fn refresh(state_dir: &Path, inventory: &[Device]) -> Result<BTreeSet<String>> {
@@ -44,7 +44,7 @@ pub fn refresh(state_dir: &Path, inventory: &[Device]) -> Result<BTreeSet<String
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::discovery::Kind;
+    use crate::model::Kind;
     use graft_record::{ClaimRecord, ClaimRef, DeviceRecord};
 
     fn device(name: &str) -> Device {

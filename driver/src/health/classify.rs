@@ -7,7 +7,7 @@
 
 use std::collections::BTreeSet;
 
-use super::Condition;
+use super::report::Condition;
 
 /// XIDs that are informational unless the operator says otherwise, each with why.
 pub const DEFAULT_INFORMATIONAL_XIDS: &[(u64, &str)] = &[
@@ -169,14 +169,25 @@ pub fn classify(signal: Signal, informational: &BTreeSet<u64>) -> Verdict {
     }
 }
 
+/// An item of an operator's XID list that is not a number.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{item:?} is not an XID number")]
+pub struct NotAnXid {
+    pub item: String,
+    #[source]
+    pub source: std::num::ParseIntError,
+}
+
 /// Parses an operator's XID list: numbers separated by commas or spaces; empty means none.
-pub fn parse_xids(text: &str) -> Result<BTreeSet<u64>, String> {
+pub fn parse_xids(text: &str) -> Result<BTreeSet<u64>, NotAnXid> {
     text.split([',', ' '])
         .map(str::trim)
         .filter(|s| !s.is_empty())
         .map(|s| {
-            s.parse::<u64>()
-                .map_err(|_| format!("{s:?} is not an XID number"))
+            s.parse::<u64>().map_err(|source| NotAnXid {
+                item: s.to_string(),
+                source,
+            })
         })
         .collect()
 }
@@ -234,7 +245,10 @@ mod tests {
             }
         ));
         assert_eq!(parse_xids("").unwrap(), BTreeSet::new());
-        assert!(parse_xids("13,x").unwrap_err().contains("\"x\""));
+        assert!(parse_xids("13,x")
+            .unwrap_err()
+            .to_string()
+            .contains("\"x\""));
     }
 
     #[test]

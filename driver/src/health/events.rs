@@ -9,8 +9,8 @@ use k8s_openapi::api::core::v1::ObjectReference;
 use kube::runtime::events::{Event, EventType};
 use tokio::sync::watch;
 
+use super::report::{Condition, DeviceHealth, HealthReport};
 use super::taints::taint_key;
-use super::{Condition, DeviceHealth, HealthReport};
 use crate::events::{claim_ref, pod_ref};
 
 /// One device's change between two reports.

@@ -20,11 +20,12 @@ use super::classify::{classify, Verdict};
 pub use super::nvml_events::check_events;
 use super::nvml_events::{register, wait, Registered, Waited, WAIT_MS};
 use super::probe::{self, Check};
+use super::report::HealthReport;
 use super::state::Tracker;
+use super::store;
 use super::targets::{gpu_uuids, targets, Instance};
-use super::{store, HealthReport};
 use crate::discovery::nvidia::nvml;
-use crate::discovery::Device;
+use crate::model::Device;
 
 #[derive(Debug, Clone)]
 pub struct MonitorConfig {
@@ -241,7 +242,7 @@ fn watch_events(
             Ok(Waited::Lost) => probe_now = true,
             Err(e) => {
                 failures += 1;
-                tracing::warn!(error = e, "GPU health: waiting for events failed");
+                tracing::warn!(error = %e, "GPU health: waiting for events failed");
                 if failures >= 10 {
                     return;
                 }

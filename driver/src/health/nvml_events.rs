@@ -5,6 +5,7 @@
 //! `GPU_IS_LOST`: the monitor then registers a new set of the GPUs NVML still reaches.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
 
 use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::{EventSet, Nvml};
@@ -12,11 +13,11 @@ use nvml_wrapper_sys::bindings::{
     nvmlDevice_t, nvmlEventData_t, nvmlEventTypeDoubleBitEccError, nvmlEventTypeGpuRecoveryAction,
     nvmlEventTypeGpuUnavailableError, nvmlEventTypeXidCriticalError,
     nvmlReturn_enum_NVML_ERROR_GPU_IS_LOST, nvmlReturn_enum_NVML_ERROR_TIMEOUT,
-    nvmlReturn_enum_NVML_SUCCESS,
+    nvmlReturn_enum_NVML_SUCCESS, nvmlReturn_t,
 };
 
 use super::classify::Signal;
-use crate::discovery::Device;
+use crate::model::Device;
 
 /// The events graft acts on. Single-bit ECC errors are corrected by the hardware and come
 /// in storms; clock and power-state changes say nothing about health.
@@ -99,13 +100,37 @@ pub enum Waited {
     Lost,
 }
 
+/// Why waiting for NVML events, or the node check of it, failed.
+#[derive(Debug, thiserror::Error)]
+pub enum EventsError {
+    /// The NVML library lacks the event wait.
+    #[error("nvmlEventSetWait_v2 is missing")]
+    WaitMissing,
+    /// The event wait returned an error code.
+    #[error("NVML event wait failed with code {0}")]
+    Wait(nvmlReturn_t),
+    /// The NVML library could not be loaded.
+    #[error("loading {path}: {source}")]
+    Load {
+        path: PathBuf,
+        #[source]
+        source: NvmlError,
+    },
+    /// The GPUs could not be registered for events.
+    #[error("event set: {0}")]
+    Register(#[source] NvmlError),
+    /// A GPU of the set is lost.
+    #[error("NVML reports a GPU lost")]
+    Lost,
+}
+
 /// One wait of up to `WAIT_MS`.
-pub fn wait(nvml: &Nvml, r: &Registered<'_>) -> Result<Waited, String> {
+pub fn wait(nvml: &Nvml, r: &Registered<'_>) -> Result<Waited, EventsError> {
     let f = nvml
         .lib()
         .nvmlEventSetWait_v2
         .as_ref()
-        .map_err(|_| "nvmlEventSetWait_v2 is missing".to_string())?;
+        .map_err(|_| EventsError::WaitMissing)?;
     // SAFETY: zeroed plain C struct, filled by NVML; the set is live for this call.
     let mut data: nvmlEventData_t = unsafe { std::mem::zeroed() };
     let rc = unsafe { f(r.set.handle(), &mut data, WAIT_MS) };
@@ -113,7 +138,7 @@ pub fn wait(nvml: &Nvml, r: &Registered<'_>) -> Result<Waited, String> {
         x if x == nvmlReturn_enum_NVML_SUCCESS => {}
         x if x == nvmlReturn_enum_NVML_ERROR_TIMEOUT => return Ok(Waited::Nothing),
         x if x == nvmlReturn_enum_NVML_ERROR_GPU_IS_LOST => return Ok(Waited::Lost),
-        x => return Err(format!("NVML event wait failed with code {x}")),
+        x => return Err(EventsError::Wait(x)),
     }
     let Some(uuid) = r.handles.get(&(data.device as nvmlDevice_t as usize)) else {
         return Ok(Waited::Nothing);
@@ -143,13 +168,15 @@ pub fn wait(nvml: &Nvml, r: &Registered<'_>) -> Result<Waited, String> {
 /// One registration and one wait, for node checks: how many of the devices' GPUs NVML
 /// registered for events, out of how many, after a wait of `WAIT_MS` that must end in a
 /// timeout or an event. Never injects anything.
-pub fn check_events(lib: &std::path::Path, devices: &[Device]) -> Result<(usize, usize), String> {
-    let nvml = crate::discovery::nvidia::nvml::open(lib)
-        .map_err(|e| format!("loading {}: {e}", lib.display()))?;
+pub fn check_events(lib: &Path, devices: &[Device]) -> Result<(usize, usize), EventsError> {
+    let nvml = crate::discovery::nvidia::nvml::open(lib).map_err(|source| EventsError::Load {
+        path: lib.to_path_buf(),
+        source,
+    })?;
     let uuids = super::targets::gpu_uuids(devices);
-    let r = register(&nvml, &uuids).map_err(|e| format!("event set: {e}"))?;
+    let r = register(&nvml, &uuids).map_err(EventsError::Register)?;
     match wait(&nvml, &r)? {
-        Waited::Lost => Err("NVML reports a GPU lost".into()),
+        Waited::Lost => Err(EventsError::Lost),
         Waited::Event { .. } | Waited::Nothing => Ok((r.handles.len(), uuids.len())),
     }
 }

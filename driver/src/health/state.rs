@@ -13,12 +13,12 @@
 //! - **Degraded** (informational XIDs) clears after a quiet time without new events; with
 //!   none configured, as an unhealthy condition whose driver cannot tell the action.
 //! - Devices no longer published keep their conditions (not reported) until they come back
-//!   or the node reboots; entries come and go with [`super::store`].
+//!   or the node reboots; entries come and go with the health store.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
 
-use super::{whole_seconds, Condition, DeviceHealth, HealthReport};
+use super::report::{whole_seconds, Condition, DeviceHealth, HealthReport};
 
 /// One device's condition and what clearing it depends on.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -70,7 +70,7 @@ impl Tracker {
         }
     }
 
-    /// Conditions kept from an earlier run of graft-driver (see [`super::store`]).
+    /// Conditions kept from an earlier run of graft-driver (see the health store).
     pub fn restore(&mut self, entries: BTreeMap<String, Entry>) {
         self.entries = entries;
     }

@@ -15,8 +15,8 @@ use graft_record::atomic;
 use graft_record::read::{read_state_file, SMALL_FILE_CAP};
 use serde::{Deserialize, Serialize};
 
+use super::report::{Condition, DeviceHealth};
 use super::state::Entry;
-use super::{Condition, DeviceHealth};
 use crate::error::{DriverError, Result};
 
 const VERSION: u32 = 1;
@@ -116,28 +116,41 @@ pub fn load(state_dir: &Path) -> Result<BTreeMap<String, Entry>> {
             Ok(e) => {
                 out.insert(name, e);
             }
-            Err(why) => tracing::warn!(device = name, why, "saved health condition dropped"),
+            Err(why) => tracing::warn!(device = name, %why, "saved health condition dropped"),
         }
     }
     Ok(out)
 }
 
-fn entry(name: &str, s: Saved) -> std::result::Result<Entry, String> {
+/// Why a saved condition is dropped: the file is hostile input.
+#[derive(Debug, thiserror::Error)]
+enum Dropped {
+    #[error("unknown condition {0:?}")]
+    Condition(String),
+    #[error("device name length")]
+    NameLength,
+    #[error("reason {0:?} is no taint value")]
+    Reason(String),
+    #[error("message or boot id too long")]
+    TooLong,
+}
+
+fn entry(name: &str, s: Saved) -> std::result::Result<Entry, Dropped> {
     let condition = match s.condition.as_str() {
         "Unhealthy" => Condition::Unhealthy,
         "Degraded" => Condition::Degraded,
-        other => return Err(format!("unknown condition {other:?}")),
+        other => return Err(Dropped::Condition(other.to_string())),
     };
     if name.is_empty() || name.len() > 128 {
-        return Err("device name length".into());
+        return Err(Dropped::NameLength);
     }
     // A taint value: a label value (at most 63 of [A-Za-z0-9-_.]).
     let label = |c: char| c.is_ascii_alphanumeric() || "-_.".contains(c);
     if s.reason.is_empty() || s.reason.len() > 63 || !s.reason.chars().all(label) {
-        return Err(format!("reason {:?} is no taint value", s.reason));
+        return Err(Dropped::Reason(s.reason));
     }
     if s.message.len() > crate::events::NOTE_LIMIT || s.boot_id.len() > 64 {
-        return Err("message or boot id too long".into());
+        return Err(Dropped::TooLong);
     }
     Ok(Entry {
         health: DeviceHealth {

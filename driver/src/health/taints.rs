@@ -8,7 +8,7 @@
 use k8s_openapi::api::resource::v1::DeviceTaint;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
-use super::{Condition, HealthReport};
+use super::report::{Condition, HealthReport};
 
 /// The taint key for a condition of `driver`'s devices.
 pub fn taint_key(driver: &str, condition: Condition) -> String {
@@ -25,15 +25,18 @@ pub enum FatalEffect {
     NoExecute,
 }
 
+/// A flag value that is neither taint effect for unhealthy devices.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0:?} is not a taint effect for unhealthy devices (NoSchedule or NoExecute)")]
+pub struct NotAnEffect(pub String);
+
 impl std::str::FromStr for FatalEffect {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = NotAnEffect;
+    fn from_str(s: &str) -> Result<Self, NotAnEffect> {
         match s {
             "NoSchedule" => Ok(FatalEffect::NoSchedule),
             "NoExecute" => Ok(FatalEffect::NoExecute),
-            other => Err(format!(
-                "{other:?} is not a taint effect for unhealthy devices (NoSchedule or NoExecute)"
-            )),
+            other => Err(NotAnEffect(other.to_string())),
         }
     }
 }

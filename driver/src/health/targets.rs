@@ -9,7 +9,7 @@
 
 use std::collections::BTreeSet;
 
-use crate::discovery::{Attribute, Device, Kind};
+use crate::model::{Attribute, Device, Kind};
 
 /// The GPU instance NVML attributed a signal to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -74,17 +74,11 @@ mod tests {
 
     fn dev(name: &str, kind: Kind, attrs: &[(&str, Attribute)]) -> Device {
         Device {
-            name: name.into(),
-            kind,
             attributes: attrs
                 .iter()
                 .map(|(k, v)| (k.to_string(), v.clone()))
                 .collect(),
-            capacity: Default::default(),
-            edits: Default::default(),
-            optional_edits: Default::default(),
-            consumes: None,
-            shared: None,
+            ..Device::new(name, kind)
         }
     }
 

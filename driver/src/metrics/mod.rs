@@ -15,8 +15,8 @@ use prometheus_client::registry::Registry;
 use tokio::sync::{watch, Notify};
 
 use crate::core::Core;
-use crate::discovery::{Device, Kind};
 use crate::health::HealthReport;
+use crate::model::{Device, Kind};
 
 mod tasks;
 

@@ -20,12 +20,45 @@ pub const CONTROL_TIMEOUT: Duration = Duration::from_secs(5);
 /// What a control command's output may hold.
 const OUTPUT_CAP: usize = 64 << 10;
 
+/// Why a daemon could not be started or told something.
+#[derive(Debug, thiserror::Error)]
+pub enum DaemonError {
+    /// The pipe the sandbox reports its set-up steps through.
+    #[error("pipe: {0}")]
+    Pipe(#[source] nix::errno::Errno),
+    /// The sandbox's command could not be prepared, or its namespace not found.
+    #[error(transparent)]
+    Sandbox(std::io::Error),
+    /// The daemon could not be started.
+    #[error("nvidia-cuda-mps-control -f in the driver root: {0}")]
+    Spawn(#[source] std::io::Error),
+    /// The sandbox's set-up failed at `step` (what the child reported before it failed).
+    #[error("setting up the MPS daemon's sandbox ({step}): {source}")]
+    SandboxStep {
+        step: String,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The control client could not be started.
+    #[error("running nvidia-cuda-mps-control in the sandbox: {0}")]
+    Control(#[source] std::io::Error),
+    /// The control client failed; `output` is its stderr and stdout.
+    #[error("nvidia-cuda-mps-control ({status}): {output}")]
+    Failed {
+        status: std::process::ExitStatus,
+        output: String,
+    },
+    /// The control client did not answer in time.
+    #[error("nvidia-cuda-mps-control did not answer within {timeout:?}", timeout = CONTROL_TIMEOUT)]
+    Timeout,
+}
+
 /// Starts the daemon in its sandbox; returns its pid (also its process group).
-pub fn start(spec: &Spec) -> Result<i32, String> {
+pub fn start(spec: &Spec) -> Result<i32, DaemonError> {
     let (trace_r, trace_w) =
         nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC | nix::fcntl::OFlag::O_NONBLOCK)
-            .map_err(|e| format!("pipe: {e}"))?;
-    let mut cmd = sandbox::daemon_command(spec, trace_w).map_err(|e| e.to_string())?;
+            .map_err(DaemonError::Pipe)?;
+    let mut cmd = sandbox::daemon_command(spec, trace_w).map_err(DaemonError::Sandbox)?;
     let spawned = cmd.spawn();
     drop(cmd);
     match spawned {
@@ -35,9 +68,9 @@ pub fn start(spec: &Spec) -> Result<i32, String> {
             let n = nix::unistd::read(trace_r.as_fd(), &mut step).unwrap_or(0);
             let step = String::from_utf8_lossy(&step[..n]).into_owned();
             Err(if step.is_empty() {
-                format!("nvidia-cuda-mps-control -f in the driver root: {e}")
+                DaemonError::Spawn(e)
             } else {
-                format!("setting up the MPS daemon's sandbox ({step}): {e}")
+                DaemonError::SandboxStep { step, source: e }
             })
         }
     }
@@ -89,14 +122,14 @@ pub fn stop(pid: i32) {
 
 /// Sends `commands` (one a line) through `nvidia-cuda-mps-control` inside the sandbox of
 /// daemon `pid`; its output when it succeeds.
-pub fn control(pid: i32, commands: &str) -> Result<String, String> {
-    let ns = sandbox::namespace_of(pid).map_err(|e| e.to_string())?;
+pub fn control(pid: i32, commands: &str) -> Result<String, DaemonError> {
+    let ns = sandbox::namespace_of(pid).map_err(DaemonError::Sandbox)?;
     let mut child = sandbox::control_command(ns)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .map_err(|e| format!("running nvidia-cuda-mps-control in the sandbox: {e}"))?;
+        .map_err(DaemonError::Control)?;
     if let Some(mut stdin) = child.stdin.take() {
         // Small: fits the pipe, never blocks.
         let _ = stdin.write_all(commands.as_bytes());
@@ -112,16 +145,14 @@ pub fn control(pid: i32, commands: &str) -> Result<String, String> {
     };
     match (status, out) {
         (Some(s), (stdout, _)) if s.success() => Ok(stdout),
-        (Some(s), (stdout, stderr)) => Err(format!(
-            "nvidia-cuda-mps-control ({s}): {}",
-            format!("{stderr} {stdout}").trim()
-        )),
+        (Some(status), (stdout, stderr)) => Err(DaemonError::Failed {
+            status,
+            output: format!("{stderr} {stdout}").trim().to_string(),
+        }),
         (None, _) => {
             let _ = child.kill();
             let _ = child.wait();
-            Err(format!(
-                "nvidia-cuda-mps-control did not answer within {CONTROL_TIMEOUT:?}"
-            ))
+            Err(DaemonError::Timeout)
         }
     }
 }
@@ -208,7 +239,7 @@ pub fn apply_limits(
     compute: u32,
     memory_mib: Option<u64>,
     ready_within: Duration,
-) -> Result<(), String> {
+) -> Result<(), DaemonError> {
     let mut defaults = format!("set_default_active_thread_percentage {compute}\n");
     if let Some(m) = memory_mib {
         defaults.push_str(&format!("set_default_device_pinned_mem_limit 0 {m}M\n"));
@@ -217,7 +248,11 @@ pub fn apply_limits(
     loop {
         match control(pid, &defaults) {
             Ok(_) => break,
-            Err(e) if Instant::now() < end && !exited(pid) && e.contains("Cannot find") => {
+            Err(e)
+                if Instant::now() < end
+                    && !exited(pid)
+                    && e.to_string().contains("Cannot find") =>
+            {
                 std::thread::sleep(Duration::from_millis(50))
             }
             Err(e) => return Err(e),

@@ -7,11 +7,15 @@
 //! name: its daemons died with its previous container, the directories did not.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use super::sandbox::{Node, Spec};
-use super::{daemon, fsops, GpuPaths, Phase, ShareMarker, Status, TenancyPaths};
+use super::daemon;
+use super::files::{GpuPaths, Phase, ShareMarker, Status, TenancyPaths};
+use super::sandbox::Spec;
+use super::tenancy::{
+    backoff, generations, make_dirs, nodes, remove_tenancy, write_status, TenancyError,
+};
 
 pub struct Config {
     pub state_dir: PathBuf,
@@ -41,74 +45,6 @@ pub struct Reconciler {
     gpus: BTreeMap<String, Tenancy>,
 }
 
-fn write_status(gpu: &GpuPaths, status: &Status) {
-    let bytes = serde_json::to_vec_pretty(status).unwrap_or_default();
-    if let Err(e) = graft_record::atomic::write_file(&gpu.status(), &bytes) {
-        tracing::error!(path = %gpu.status().display(), error = %e, "cannot write the MPS status");
-    }
-}
-
-/// The major of a character driver in /proc/devices.
-fn char_major(proc_root: &Path, driver: &str) -> Option<u64> {
-    let text = std::fs::read_to_string(proc_root.join("devices")).ok()?;
-    text.lines()
-        .take_while(|l| !l.starts_with("Block"))
-        .find_map(|l| {
-            let (major, name) = l.trim().split_once(' ')?;
-            (name.trim() == driver)
-                .then(|| major.parse().ok())
-                .flatten()
-        })
-}
-
-/// What the daemon's /dev holds: the basics and the GPU's NVIDIA nodes (195 is the fixed
-/// major of nvidiactl and nvidia<N>; nvidia-uvm's is the kernel's choice).
-fn nodes(proc_root: &Path, minor: u32) -> Vec<Node> {
-    let n = |name: &str, major: u64, minor: u64| Node {
-        name: name.into(),
-        major,
-        minor,
-    };
-    let mut v = vec![
-        n("null", 1, 3),
-        n("zero", 1, 5),
-        n("urandom", 1, 9),
-        n("nvidiactl", 195, 255),
-        n(&format!("nvidia{minor}"), 195, u64::from(minor)),
-    ];
-    if let Some(uvm) = char_major(proc_root, "nvidia-uvm") {
-        v.push(n("nvidia-uvm", uvm, 0));
-        v.push(n("nvidia-uvm-tools", uvm, 1));
-    }
-    v
-}
-
-fn generations(gpu: &GpuPaths) -> Vec<u64> {
-    graft_record::read::list_names(&gpu.dir)
-        .unwrap_or_default()
-        .iter()
-        .filter_map(|n| n.strip_prefix("t-")?.parse().ok())
-        .collect()
-}
-
-/// None after a first failure, then 2, 4, ... 64 s after the `failures`th in a row.
-fn backoff(failures: u32) -> Duration {
-    match failures {
-        0 | 1 => Duration::ZERO,
-        n => Duration::from_secs(1 << (n - 1).min(6)),
-    }
-}
-
-/// Unmounts a tenancy's tmpfs and removes its directories.
-fn remove_tenancy(t: &TenancyPaths) -> Result<(), String> {
-    let shm = t.shm();
-    if fsops::is_mount_point(&shm) {
-        nix::mount::umount2(&shm, nix::mount::MntFlags::MNT_DETACH)
-            .map_err(|e| format!("unmounting {}: {e}", shm.display()))?;
-    }
-    fsops::remove_tree(&t.dir).map_err(|e| e.to_string())
-}
-
 impl Reconciler {
     pub fn new(cfg: Config) -> Self {
         Reconciler {
@@ -119,11 +55,11 @@ impl Reconciler {
 
     /// The GPUs with MPS state, by UUID.
     pub fn gpu_dirs(&self) -> Vec<GpuPaths> {
-        let root = super::root(&self.cfg.state_dir);
+        let root = super::files::root(&self.cfg.state_dir);
         graft_record::read::list_names(&root)
             .unwrap_or_default()
             .into_iter()
-            .filter(|n| super::valid_uuid(n) && root.join(n).is_dir())
+            .filter(|n| super::files::valid_uuid(n) && root.join(n).is_dir())
             .filter_map(|n| GpuPaths::new(&self.cfg.state_dir, &n))
             .collect()
     }
@@ -173,7 +109,7 @@ impl Reconciler {
     }
 
     fn gpu(&mut self, uuid: &str, gpu: &GpuPaths, resync: bool) {
-        let shares = super::read_shares(gpu);
+        let shares = super::files::read_shares(gpu);
         let current = self.gpus.get(uuid).map(|t| t.namespace.clone());
         // One namespace: the running tenancy's while it has shares, else the first's.
         let namespace = match &current {
@@ -185,9 +121,11 @@ impl Reconciler {
         }
         let Some(namespace) = namespace else {
             self.remove_leftovers(gpu, None);
-            if super::read_status(gpu).is_some_and(|s| s.phase != Phase::Stopped) {
+            if super::files::read_status(gpu).is_some_and(|s| s.phase != Phase::Stopped) {
                 let mut s = self.status(uuid, Phase::Stopped, Vec::new(), String::new());
-                s.generation = super::read_status(gpu).map(|s| s.generation).unwrap_or(0);
+                s.generation = super::files::read_status(gpu)
+                    .map(|s| s.generation)
+                    .unwrap_or(0);
                 write_status(gpu, &s);
             }
             return;
@@ -216,7 +154,7 @@ impl Reconciler {
     /// The tenancy a previous graft-mps ran for this namespace (same directories, which
     /// running pods have mounted), else a new generation.
     fn adopt_or_create(&self, gpu: &GpuPaths, namespace: &str) -> Tenancy {
-        let status = super::read_status(gpu);
+        let status = super::files::read_status(gpu);
         let last = status.as_ref().map(|s| s.generation).unwrap_or(0);
         let newest = generations(gpu).into_iter().max().unwrap_or(0).max(last);
         let generation = match status {
@@ -263,7 +201,7 @@ impl Reconciler {
         minor: u32,
         resync: bool,
     ) {
-        let (compute, memory) = super::tenancy_limits(served.iter().map(|(_, m)| m));
+        let (compute, memory) = super::files::tenancy_limits(served.iter().map(|(_, m)| m));
         let ids: Vec<String> = served.iter().map(|(id, _)| id.clone()).collect();
         let Some((generation, pid, retry_at)) = self
             .gpus
@@ -285,7 +223,8 @@ impl Reconciler {
         if let (Ok(()), Some(t)) = (&result, self.gpus.get_mut(uuid)) {
             if let Some(pid) = t.pid {
                 if resync || fresh || t.applied.as_ref() != Some(&wanted) {
-                    result = daemon::apply_limits(pid, compute, memory, Duration::from_secs(5));
+                    result = daemon::apply_limits(pid, compute, memory, Duration::from_secs(5))
+                        .map_err(TenancyError::from);
                     if result.is_ok() {
                         t.applied = Some(wanted);
                     }
@@ -295,7 +234,7 @@ impl Reconciler {
         match result {
             Ok(()) => {
                 let status = self.status(uuid, Phase::Ready, ids, String::new());
-                if super::read_status(gpu).as_ref() != Some(&status) {
+                if super::files::read_status(gpu).as_ref() != Some(&status) {
                     write_status(gpu, &status);
                 }
             }
@@ -310,6 +249,7 @@ impl Reconciler {
                     t.failures += 1;
                     t.retry_at = Instant::now() + backoff(t.failures);
                 }
+                let message = message.to_string();
                 write_status(gpu, &self.status(uuid, Phase::Failed, Vec::new(), message));
             }
         }
@@ -323,36 +263,12 @@ impl Reconciler {
         t: &TenancyPaths,
         minor: u32,
         shares: Vec<String>,
-    ) -> Result<(), String> {
+    ) -> Result<(), TenancyError> {
         write_status(
             gpu,
             &self.status(uuid, Phase::Starting, shares, String::new()),
         );
-        let io = |e: std::io::Error| e.to_string();
-        fsops::ensure_dir(&t.dir, 0o711).map_err(io)?;
-        fsops::ensure_dir(&t.pipe(), 0o1777).map_err(io)?;
-        // What the last daemon (or a tenant) left there: the new daemon starts clean.
-        fsops::clear_dir(&t.pipe()).map_err(io)?;
-        fsops::ensure_dir(&t.log(), 0o700).map_err(io)?;
-        fsops::ensure_dir(&t.root(), 0o700).map_err(io)?;
-        fsops::ensure_dir(&t.shm(), 0o700).map_err(io)?;
-        if !fsops::is_mount_point(&t.shm()) {
-            use nix::mount::MsFlags;
-            let opts = format!("size={},mode=1777", self.cfg.shm_bytes);
-            nix::mount::mount(
-                Some("tmpfs"),
-                &t.shm(),
-                Some("tmpfs"),
-                MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC,
-                Some(opts.as_str()),
-            )
-            .map_err(|e| {
-                format!(
-                    "mounting the shared-memory tmpfs at {}: {e}",
-                    t.shm().display()
-                )
-            })?;
-        }
+        make_dirs(t, self.cfg.shm_bytes)?;
         let spec = Spec {
             driver_root: self.cfg.driver_root.clone(),
             tenancy: t.clone(),

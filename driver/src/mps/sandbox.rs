@@ -23,7 +23,7 @@ use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Command, Stdio};
 
-use super::{TenancyPaths, CLIENT_PIPE_DIR};
+use super::files::{TenancyPaths, CLIENT_PIPE_DIR};
 
 /// The daemon's log directory inside the sandbox.
 pub const SANDBOX_LOG_DIR: &str = "/tmp/nvidia-log";

@@ -73,7 +73,7 @@ async fn prepare(
                         .collect(),
                     String::new(),
                 ),
-                Err(e) => (Vec::new(), e),
+                Err(e) => (Vec::new(), e.0),
             };
             (uid, entry)
         })
@@ -84,7 +84,7 @@ async fn unprepare(edge: &Edge, ids: Vec<ClaimId>) -> HashMap<String, String> {
     edge.unprepare(&ids)
         .await
         .into_iter()
-        .map(|(uid, o)| (uid, o.err().unwrap_or_default()))
+        .map(|(uid, o)| (uid, o.err().map(|e| e.0).unwrap_or_default()))
         .collect()
 }
 

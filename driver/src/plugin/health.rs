@@ -16,8 +16,8 @@ use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};
 
-use crate::discovery::Device;
 use crate::health::HealthReport;
+use crate::model::Device;
 
 /// The longest the kubelet goes without a fresh copy of the list.
 pub const RESEND: Duration = Duration::from_secs(10);
@@ -150,8 +150,8 @@ mod tests {
     use tokio_stream::wrappers::UnixListenerStream;
 
     use super::*;
-    use crate::discovery::Kind;
     use crate::health::{Condition, DeviceHealth as Health};
+    use crate::model::Kind;
 
     fn device(name: &str) -> Device {
         Device::new(name, Kind::Gpu)

@@ -81,24 +81,27 @@ pub struct BoundSocket {
 impl BoundSocket {
     /// Removes a stale file left by a previous run, then binds.
     pub fn bind(path: &Path) -> Result<Self> {
-        let err = |reason: String| DriverError::Socket {
-            path: path.to_path_buf(),
-            reason,
+        let err = |what: &'static str| {
+            move |source| DriverError::SocketIo {
+                path: path.to_path_buf(),
+                what,
+                source,
+            }
         };
         if let Some(dir) = path.parent() {
-            std::fs::create_dir_all(dir).map_err(|e| err(format!("create directory: {e}")))?;
+            std::fs::create_dir_all(dir).map_err(err("create directory"))?;
         }
         match std::fs::remove_file(path) {
             Ok(()) => tracing::info!(path = %path.display(), "removed stale socket"),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(err(format!("remove stale socket: {e}"))),
+            Err(e) => return Err(err("remove stale socket")(e)),
         }
-        let listener = UnixListener::bind(path).map_err(|e| err(format!("bind: {e}")))?;
+        let listener = UnixListener::bind(path).map_err(err("bind"))?;
         // Root only: whoever can connect can prepare claims. The daemon's umask (077) already
         // closes the window between bind and this.
         use std::os::unix::fs::PermissionsExt;
         std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
-            .map_err(|e| err(format!("chmod 0600: {e}")))?;
+            .map_err(err("chmod 0600"))?;
         Ok(BoundSocket {
             path: path.to_path_buf(),
             listener: Some(listener),

@@ -190,7 +190,10 @@ pub async fn run(opts: &Options) -> anyhow::Result<Report> {
     let health = NvidiaDiscovery::new(discover::config(opts))
         .and_then(|d| d.nvml_path())
         .map_err(|e| e.to_string())
-        .and_then(|lib| graft_driver::health::monitor::check_events(&lib, &scan.devices));
+        .and_then(|lib| {
+            graft_driver::health::monitor::check_events(&lib, &scan.devices)
+                .map_err(|e| e.to_string())
+        });
     match health {
         Ok((registered, gpus)) => r.check(
             "NVML health events register and wait",

@@ -19,89 +19,21 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
-
 use crate::error::{DriverError, Result};
+
+mod entry;
+mod slot;
 
 use super::keylocks::{KeyGuard, KeyLocks};
 pub use super::lifecycle::ClaimState;
+pub use entry::{ClaimEntry, PreparedDevice};
+pub use slot::CHECKPOINT_VERSION;
+use slot::{boot_time, checksum, needed_version, read_slot, OnDisk};
 
-/// The newest schema this driver reads and writes. Version 2 added MIG instance and MPS
-/// share setups; version 3 a VFIO setup's IOMMU group peers and persistence mode, which an
-/// older driver would not put back. A file is written as the oldest version that holds its
-/// claims, so that an older driver rolled back onto the node still reads it when it can.
-pub const CHECKPOINT_VERSION: u32 = 3;
-const OLDEST_VERSION: u32 = 1;
 const SLOTS: [&str; 2] = ["checkpoint-a.json", "checkpoint-b.json"];
 const LOCK_NAME: &str = "checkpoint.lock";
 /// How long a transaction waits for another one to finish.
 const LOCK_WAIT: Duration = Duration::from_secs(10);
-
-/// One device handed to a claim, with what unprepare and the overlap check need.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct PreparedDevice {
-    pub pool: String,
-    pub device: String,
-    /// Request names with any subrequest suffix stripped.
-    pub requests: Vec<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub share_id: Option<String>,
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub admin_access: bool,
-    /// Node-side work done for the device, undone at unprepare.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub setup: Option<crate::setup::Setup>,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct ClaimEntry {
-    pub state: ClaimState,
-    pub namespace: String,
-    pub name: String,
-    pub devices: Vec<PreparedDevice>,
-}
-
-#[derive(Debug, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct OnDisk {
-    version: u32,
-    seq: u64,
-    boot_id: String,
-    checksum: String,
-    claims: BTreeMap<String, ClaimEntry>,
-}
-
-/// The oldest schema that holds `claims`.
-fn needed_version(claims: &BTreeMap<String, ClaimEntry>) -> u32 {
-    use crate::setup::Setup;
-    let setups = || {
-        claims
-            .values()
-            .flat_map(|e| &e.devices)
-            .flat_map(|d| &d.setup)
-    };
-    let group = setups().any(|s| {
-        matches!(s, Setup::Vfio { persistence, peers, .. } if *persistence || !peers.is_empty())
-    });
-    let mig = setups().any(|s| matches!(s, Setup::Mig { .. } | Setup::Mps { .. }));
-    if group {
-        3
-    } else if mig {
-        2
-    } else {
-        OLDEST_VERSION
-    }
-}
-
-fn checksum(claims: &BTreeMap<String, ClaimEntry>) -> String {
-    // BTreeMap and struct field order make the encoding deterministic.
-    let bytes = serde_json::to_vec(claims).unwrap_or_default();
-    let digest = Sha256::digest(&bytes);
-    digest.iter().map(|b| format!("{b:02x}")).collect()
-}
 
 /// What opening found besides the current claims.
 #[derive(Debug, Default)]
@@ -119,18 +51,6 @@ pub struct Quarantined {
     /// Last written before this boot began: its claims, whatever they were, belong to a
     /// boot that is over.
     pub from_earlier_boot: bool,
-}
-
-/// When this boot began, from `btime` in /proc/stat.
-fn boot_time() -> Option<std::time::SystemTime> {
-    let stat = std::fs::read_to_string("/proc/stat").ok()?;
-    let secs: u64 = stat
-        .lines()
-        .find_map(|l| l.strip_prefix("btime "))?
-        .trim()
-        .parse()
-        .ok()?;
-    Some(std::time::UNIX_EPOCH + Duration::from_secs(secs))
 }
 
 #[derive(Debug, Clone)]
@@ -189,10 +109,10 @@ impl Checkpoint {
                 Err(TryLockError::WouldBlock) if Instant::now() < deadline => {
                     std::thread::sleep(Duration::from_millis(5))
                 }
-                Err(e) => {
-                    return Err(DriverError::Checkpoint {
+                Err(source) => {
+                    return Err(DriverError::CheckpointLock {
                         path: lock_path,
-                        reason: format!("cannot take the lock: {e}"),
+                        source,
                     })
                 }
             }
@@ -219,7 +139,7 @@ impl Checkpoint {
     pub fn peek(&self) -> Result<BTreeMap<String, ClaimEntry>> {
         let mut best: Option<OnDisk> = None;
         for path in self.paths() {
-            if let Some(Ok(f)) = Txn::read_slot(&path)? {
+            if let Some(Ok(f)) = read_slot(&path)? {
                 if best.as_ref().is_none_or(|b| f.seq > b.seq) {
                     best = Some(f);
                 }
@@ -248,30 +168,13 @@ pub struct Txn {
 }
 
 impl Txn {
-    fn read_slot(path: &Path) -> Result<Option<std::result::Result<OnDisk, String>>> {
-        let data = match std::fs::read(path) {
-            Ok(d) => d,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(DriverError::io("read", path, e)),
-        };
-        Ok(Some(match serde_json::from_slice::<OnDisk>(&data) {
-            Err(e) => Err(format!("not a checkpoint: {e}")),
-            Ok(f) if !(OLDEST_VERSION..=CHECKPOINT_VERSION).contains(&f.version) => Err(format!(
-                "schema version {} (this driver knows {OLDEST_VERSION} to {CHECKPOINT_VERSION})",
-                f.version
-            )),
-            Ok(f) if f.checksum != checksum(&f.claims) => Err("checksum mismatch".into()),
-            Ok(f) => Ok(f),
-        }))
-    }
-
     fn load(&mut self) -> Result<()> {
         let mut best: Option<(usize, OnDisk)> = None;
         let mut problems = Vec::new();
         for (i, path) in self.paths.iter().enumerate() {
-            match Self::read_slot(path)? {
+            match read_slot(path)? {
                 None => {}
-                Some(Err(reason)) => problems.push((i, reason)),
+                Some(Err(reason)) => problems.push((i, reason.to_string())),
                 Some(Ok(f)) if best.as_ref().is_none_or(|(_, b)| f.seq > b.seq) => {
                     best = Some((i, f));
                 }
@@ -365,9 +268,9 @@ impl Txn {
         };
         let slot = self.current.map_or(0, |c| 1 - c);
         let path = &self.paths[slot];
-        let data = serde_json::to_vec(&file).map_err(|e| DriverError::Checkpoint {
+        let data = serde_json::to_vec(&file).map_err(|source| DriverError::CheckpointEncode {
             path: path.clone(),
-            reason: format!("cannot encode: {e}"),
+            source,
         })?;
         let io = |what, e| DriverError::io(what, path, e);
         let created = !path.exists();

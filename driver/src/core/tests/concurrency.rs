@@ -131,3 +131,26 @@ fn a_device_busy_past_the_deadline_fails_only_that_claim() {
     // b's retry goes through.
     assert!(prepare(&core, vec![shared("b")])["b"].is_ok());
 }
+
+#[test]
+fn a_panicking_setup_fails_its_claim_as_a_panic_and_the_others_go_on() {
+    let node = Node::new();
+    let core = node.start();
+    node.setup.kernel().panicking.insert(VFIO_0.into());
+    let out = prepare(
+        &core,
+        vec![claim("a", &["vfio-0"]), claim("b", &["vfio-1"])],
+    );
+    let e = claim_error(&out["a"]);
+    assert!(
+        matches!(e, ClaimError::SetupPanicked { claim } if claim == "ns/claim-a"),
+        "{e:?}"
+    );
+    assert!(e.to_string().contains("a device setup panicked"), "{e}");
+    assert!(!e.to_string().contains("discovery"), "{e}");
+    assert!(out["b"].is_ok(), "{out:?}");
+    // Failed as a failed setup fails it; the other claim's setup is in force.
+    assert_eq!(core.stage("a").unwrap(), Stage::Absent);
+    assert_eq!(core.stage("b").unwrap(), Stage::Completed);
+    assert_eq!(node.applied(), BTreeSet::from([VFIO_1.to_string()]));
+}

@@ -15,10 +15,10 @@ use std::time::{Duration, Instant};
 use graft_record::{ContainerEdits, DeviceNode};
 
 use super::input::{Allocated, ClaimError, ClaimId, ClaimInput, Outcome};
-use super::seams::{CrashHook, CrashPoint, Crashed, NriGate};
+use super::seams::{CrashHook, CrashPoint, Crashed, NotReady, NriGate};
 use super::{Core, CoreError, PreparedDevice};
-use crate::discovery::{Attribute, Device, Kind};
 use crate::mapping::{ContainerUse, PodUse};
+use crate::model::{Attribute, Device, Kind};
 use crate::opaque::DeviceConfig;
 use crate::setup::{DeviceSetup, Setup, SetupError, VfioPeer};
 
@@ -29,8 +29,8 @@ const BOOT: &str = "boot-1";
 struct Gate(Result<(), String>);
 
 impl NriGate for Gate {
-    fn ready(&self) -> Result<(), String> {
-        self.0.clone()
+    fn ready(&self) -> Result<(), NotReady> {
+        self.0.clone().map_err(NotReady::Status)
     }
 }
 
@@ -62,6 +62,8 @@ struct Kernel {
     held: BTreeSet<String>,
     /// Setups that fail.
     failing: BTreeSet<String>,
+    /// Setups that panic.
+    panicking: BTreeSet<String>,
 }
 
 /// VFIO for devices of kind `Vfio`, time-slicing for GPUs whose claim asks to share them;
@@ -140,6 +142,11 @@ impl DeviceSetup for FakeSetup {
     fn apply(&self, setup: &Setup) -> Result<Option<ContainerEdits>, SetupError> {
         let pci = setup.pci_bus_id().unwrap_or_default().to_string();
         let mut k = self.kernel();
+        if k.panicking.contains(&pci) {
+            // Not while holding the fake kernel's lock: later calls still use it.
+            drop(k);
+            panic!("the fake setup of {pci} panics");
+        }
         *k.running.entry(pci.clone()).or_default() += 1;
         k.most_on_one_device = k.most_on_one_device.max(k.running[&pci]);
         k.most_at_once = k.most_at_once.max(k.running.values().sum());
@@ -176,17 +183,11 @@ impl DeviceSetup for FakeSetup {
 
 fn char_device(name: &str, minor: i64) -> Device {
     Device {
-        name: name.into(),
-        kind: Kind::Char,
-        attributes: BTreeMap::new(),
-        capacity: BTreeMap::new(),
         edits: ContainerEdits {
             device_nodes: vec![DeviceNode::char(format!("/dev/{name}"), 10, minor, 0o666)],
             ..Default::default()
         },
-        optional_edits: BTreeMap::new(),
-        consumes: None,
-        shared: None,
+        ..Device::new(name, Kind::Char)
     }
 }
 

@@ -12,7 +12,7 @@
 //! gid = 20
 //! ```
 //!
-//! The config (shared with the files backend: [`super::config`]) is re-read on every scan,
+//! The config (shared with the files backend, and read by `discovery::config`) is re-read on every scan,
 //! so edits apply without a restart.
 
 pub mod backend;
@@ -23,79 +23,13 @@ use std::path::{Path, PathBuf};
 
 use graft_record::{validate_edits, ContainerEdits, DeviceKind, DeviceNode, EnvVar};
 use nix::sys::stat::{major, minor};
-use serde::Deserialize;
 
-use super::config::{load_config, ConfigAttribute};
-use super::{pcie_root, Attribute, Device, Discovery, Kind, PCIE_ROOT_ATTRIBUTE};
+use super::config::{load_config, CharEntry};
+use super::pcie::pcie_root;
+use super::scan::Discovery;
 use crate::error::{DriverError, Result};
 use crate::limits;
-
-/// One `[[devices]]` entry.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct CharEntry {
-    /// A device path under /dev, or a glob of them.
-    pub path: String,
-    /// Device name in the ResourceSlice; only for a single path. Default: the path below
-    /// /dev with `/` turned into `-`, lowercased.
-    pub name: Option<String>,
-    /// Where the node appears in the container; only for a single path. Default: `path`.
-    pub container_path: Option<String>,
-    /// Permission bits of the node in the container. Default: the host node's.
-    pub mode: Option<u32>,
-    pub uid: Option<u32>,
-    pub gid: Option<u32>,
-    #[serde(default)]
-    pub attributes: BTreeMap<String, ConfigAttribute>,
-    /// Environment variables a container that gets the device receives.
-    #[serde(default)]
-    pub env: BTreeMap<String, String>,
-}
-
-impl CharEntry {
-    fn is_glob(&self) -> bool {
-        self.path.contains(['*', '?', '['])
-    }
-}
-
-pub(crate) fn check_entry(e: &CharEntry) -> std::result::Result<(), String> {
-    // Clean: `/dev/../etc` would leave /dev (and, with a glob, walk the whole host).
-    if !e.path.starts_with("/dev/") || !graft_record::paths::is_clean_absolute(&e.path) {
-        return Err("path: must be a clean path under /dev/ (no '..', '.' or '//')".into());
-    }
-    if e.is_glob() && (e.name.is_some() || e.container_path.is_some()) {
-        return Err("name and container_path apply to a single path, not a glob".into());
-    }
-    if let Some(n) = &e.name {
-        limits::check_device_name(n).map_err(|r| format!("name: {r}"))?;
-    }
-    if let Some(cp) = &e.container_path {
-        if !cp.starts_with("/dev/") || !graft_record::paths::is_clean_absolute(cp) {
-            return Err(
-                "container_path: must be a clean path under /dev/ (no '..', '.' or '//')".into(),
-            );
-        }
-    }
-    if let Some(m) = e.mode {
-        if m > 0o7777 {
-            return Err(format!("mode: {m:#o} has bits beyond 0o7777"));
-        }
-    }
-    for (k, v) in &e.attributes {
-        limits::check_attribute(k, &v.into()).map_err(|r| format!("attributes.{k}: {r}"))?;
-    }
-    // The backend adds path, major and minor (and maybe pcieRoot) itself.
-    if e.attributes.len() + 4 > limits::MAX_ATTRIBUTES_AND_CAPACITY {
-        return Err(format!(
-            "attributes: at most {} may be configured",
-            limits::MAX_ATTRIBUTES_AND_CAPACITY - 4
-        ));
-    }
-    for (k, v) in &e.env {
-        graft_record::env::check_env(&format!("env[{k:?}]"), k, v).map_err(|e| e.to_string())?;
-    }
-    Ok(())
-}
+use crate::model::{Attribute, Device, Kind, PCIE_ROOT_ATTRIBUTE};
 
 /// The default device name for a host path: `/dev/net/tun` becomes `net-tun`.
 pub fn default_name(path: &str) -> String {
@@ -159,7 +93,7 @@ impl CharDiscovery {
             tracing::warn!(
                 path = host_str,
                 name,
-                reason = r,
+                reason = %r,
                 "cannot name device; skipped"
             );
             return None;
@@ -214,14 +148,9 @@ impl CharDiscovery {
             return None;
         }
         Some(Device {
-            kind: Kind::Char,
-            name,
             attributes,
-            capacity: BTreeMap::new(),
             edits,
-            optional_edits: Default::default(),
-            consumes: None,
-            shared: None,
+            ..Device::new(name, Kind::Char)
         })
     }
 }
@@ -238,9 +167,10 @@ impl Discovery for CharDiscovery {
             let pattern = self.seen(&entry.path);
             let paths: Vec<PathBuf> = if entry.is_glob() {
                 let mut v: Vec<PathBuf> = glob::glob(&pattern.to_string_lossy())
-                    .map_err(|e| DriverError::Config {
+                    .map_err(|source| DriverError::ConfigGlob {
                         path: self.config_path.clone(),
-                        reason: format!("path {}: {e}", entry.path),
+                        pattern: entry.path.clone(),
+                        source,
                     })?
                     .filter_map(|p| p.ok())
                     .collect();

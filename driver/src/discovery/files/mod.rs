@@ -34,21 +34,19 @@ use graft_record::paths::is_under;
 use graft_record::{validate_edits, ContainerEdits, EnvVar, Mount};
 
 pub use check::ServedEntries;
-pub(crate) use entry::check_entry;
 use entry::default_env;
-pub use entry::{device_name, Entries, FilesEntry};
+pub use entry::device_name;
 pub use refused::RefusedDirs;
 
-use super::config::load_config;
-use super::{Attribute, Device, Discovery, Kind, Unavailable};
+use super::config::{load_config, FilesEntry};
+use super::scan::{Discovery, Unavailable};
 use crate::error::{DriverError, Result};
 use crate::limits;
+use crate::model::{Attribute, Device, Kind};
 
 /// A directory's size is the sum of its regular files' up to this many entries; beyond,
 /// it is not published (a walk must not stall a scan).
 const MAX_SIZE_WALK: usize = 10_000;
-/// What the backend adds to the configured attributes: path, entry.
-pub(super) const OWN_ATTRIBUTES: usize = 2;
 pub struct FilesDiscovery {
     config_path: PathBuf,
     /// Where the host's root is visible here (`/`, or `/host`).
@@ -110,15 +108,14 @@ impl FilesDiscovery {
 
     /// The devices of one `[[files]]` entry, in name order; `Err` when the directory is
     /// refused, with the reason.
-    fn scan(&self, e: &FilesEntry) -> std::result::Result<Vec<Device>, String> {
+    fn scan(&self, e: &FilesEntry) -> std::result::Result<Vec<Device>, EntryError> {
         match open_entry(&self.host_root, &e.dir) {
             Ok(d) if d.kind == EntryType::Directory => {
-                d.check_trusted_dir(&e.dir).map_err(|err| err.to_string())?;
+                d.check_trusted_dir(&e.dir)?;
                 if e.read_write && !d.private && d.mode & 0o077 != 0 {
                     return Err(EntryError::NotPrivate {
                         path: e.dir.clone(),
-                    }
-                    .to_string());
+                    });
                 }
             }
             Ok(d) => {
@@ -129,7 +126,7 @@ impl FilesDiscovery {
                 tracing::debug!(dir = e.dir, "served directory not present");
                 return Ok(Vec::new());
             }
-            Err(err) => return Err(err.to_string()),
+            Err(err) => return Err(err),
         }
         let mut names: Vec<String> = match std::fs::read_dir(self.seen(&e.dir)) {
             Ok(rd) => rd
@@ -202,7 +199,7 @@ impl FilesDiscovery {
             Err(reason) => {
                 tracing::warn!(
                     path = host,
-                    reason,
+                    %reason,
                     "cannot name a device after this entry; skipped"
                 );
                 return None;
@@ -255,14 +252,10 @@ impl FilesDiscovery {
             return None;
         }
         Some(Device {
-            name,
-            kind: Kind::Entry(want),
             attributes,
             capacity,
             edits,
-            optional_edits: Default::default(),
-            consumes: None,
-            shared: None,
+            ..Device::new(name, Kind::Entry(want))
         })
     }
 }
@@ -303,7 +296,7 @@ impl Discovery for FilesDiscovery {
             let devices = match self.scan(&e) {
                 Ok(d) => d,
                 Err(reason) => {
-                    refused.insert(e.dir.clone(), reason);
+                    refused.insert(e.dir.clone(), reason.to_string());
                     continue;
                 }
             };

@@ -1,6 +1,6 @@
 //! Served directories refused because another account could change them: each scan says
 //! which, in the log (path, owner, mode), in a gauge (`graft_driver_served_dirs_refused`)
-//! and, through [`crate::discovery::Discovery::unavailable`], in a `ServedDirectoryRefused`
+//! and, through the backend's `Discovery::unavailable`, in a `ServedDirectoryRefused`
 //! Warning Event on the Node, so that an operator sees why a directory's devices are
 //! missing.
 

@@ -1,27 +1,20 @@
-//! The async edge between the kubelet's calls and the core: it reads claims and the pods
-//! they are reserved for from the API server, turns them into the core's plain inputs, and
-//! runs the core on a blocking thread under the kubelet's deadline. A call the core cannot
-//! finish in time (a device setup waiting for a GPU to be freed) is answered with a
-//! retryable error per claim while the work goes on; the kubelet's retry finds it done.
+//! The edge itself: one kubelet call at a time turned into core work under its deadline.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::resource::v1::ResourceClaim;
 use kube::api::Api;
 
-use crate::core::input::Outcome;
-use crate::core::input::{Allocated, ClaimError, ClaimInput};
-use crate::core::{Core, CoreError, CoreResult, PreparedDevice};
-use crate::error::DriverError;
+use super::errors::{core_error, in_progress, told, CallError, ClaimFailure, ClaimOutcome};
+use super::fetch::fetch;
+use crate::core::input::{ClaimError, ClaimInput, Outcome};
+use crate::core::{Core, CoreResult, PreparedDevice};
 use crate::events::claims::prepare_failed;
 use crate::events::Poster;
-use crate::mapping::pod_use;
 use crate::metrics::DriverMetrics;
-
-pub use crate::core::input::ClaimId;
+use crate::model::ClaimId;
 
 /// The kubelet gives NodePrepareResources and NodeUnprepareResources this long.
 pub const KUBELET_DEADLINE: Duration = Duration::from_secs(45);
@@ -31,37 +24,8 @@ pub const DEFAULT_MARGIN: Duration = Duration::from_secs(5);
 /// the kubelet's retry (which comes within seconds).
 const LATE_KEPT: Duration = Duration::from_secs(300);
 
-/// Errors that fail a whole call, as the reference helper does; the kubelet retries.
-#[derive(Debug, thiserror::Error)]
-pub enum CallError {
-    #[error("retrieve claim {claim}: {source}")]
-    Fetch {
-        claim: String,
-        #[source]
-        source: kube::Error,
-    },
-    #[error("claim {claim} not found")]
-    NotFound { claim: String },
-    #[error("claim {claim} got replaced (uid {found}, expected {expected})")]
-    Replaced {
-        claim: String,
-        found: String,
-        expected: String,
-    },
-    #[error("claim {claim} not allocated")]
-    NotAllocated { claim: String },
-    #[error(transparent)]
-    Local(#[from] DriverError),
-    /// The core stopped in a way it should not (a panic on its thread).
-    #[error("graft-driver failed internally: {0}")]
-    Internal(String),
-}
-
 /// What the core answers a prepare.
 type PreparedMap = BTreeMap<String, Outcome<Vec<PreparedDevice>>>;
-
-/// A claim's result as the kubelet gets it: devices, or the error text.
-pub type ClaimOutcome<T> = Result<T, String>;
 
 pub struct Edge {
     core: Arc<Core>,
@@ -71,7 +35,7 @@ pub struct Edge {
     /// Claims whose prepare failed after their call was answered "still running": the
     /// kubelet's retry gets this error rather than a new attempt that may outlast its call
     /// again (a VFIO bind timing out after 60 s would otherwise never be reported).
-    late: Arc<Mutex<HashMap<String, (String, Instant)>>>,
+    late: Arc<Mutex<HashMap<String, (ClaimFailure, Instant)>>>,
     /// Where `PrepareFailed` Events go (none in tests without an API server to post to).
     events: Option<Poster>,
     metrics: Option<Arc<DriverMetrics>>,
@@ -141,7 +105,7 @@ impl Edge {
         let task = tokio::task::spawn_blocking(move || f(&core));
         match tokio::time::timeout_at(deadline.into(), task).await {
             Ok(Ok(v)) => Ok(Some(v)),
-            Ok(Err(e)) => Err(CallError::Internal(e.to_string())),
+            Ok(Err(e)) => Err(CallError::Internal(e)),
             Err(_) => Ok(None),
         }
     }
@@ -169,7 +133,7 @@ impl Edge {
         // Claims that failed for good (not "still running"): their Events.
         let mut failed: Vec<String> = out.keys().cloned().collect();
         match tokio::time::timeout_at(deadline.into(), &mut task).await {
-            Ok(joined) => match joined.map_err(|e| CallError::Internal(e.to_string()))? {
+            Ok(joined) => match joined.map_err(CallError::Internal)? {
                 Ok(map) => out.extend(map.into_iter().map(|(uid, o)| {
                     if o.as_ref()
                         .is_err_and(|e| !matches!(e, ClaimError::InProgress { .. }))
@@ -189,7 +153,7 @@ impl Edge {
         let reports: Vec<(&ClaimId, &str)> = ids
             .iter()
             .filter(|id| failed.contains(&id.uid))
-            .filter_map(|id| Some((id, out.get(&id.uid)?.as_ref().err()?.as_str())))
+            .filter_map(|id| Some((id, out.get(&id.uid)?.as_ref().err()?.0.as_str())))
             .collect();
         self.report_failed(&reports);
         // The API half and the local half (locks, fsyncs, setups), for latency tracking.
@@ -212,7 +176,7 @@ impl Edge {
     fn keep_late(&self, task: tokio::task::JoinHandle<CoreResult<PreparedMap>>, ids: Vec<ClaimId>) {
         let late = Arc::clone(&self.late);
         tokio::spawn(async move {
-            let failed: Vec<(String, String)> = match task.await {
+            let failed: Vec<(String, ClaimFailure)> = match task.await {
                 Ok(Ok(map)) => map
                     .into_iter()
                     .filter_map(|(uid, o)| Some((uid.clone(), told(&ids, &uid, o.err()?))))
@@ -232,7 +196,7 @@ impl Edge {
             for (uid, e) in failed {
                 tracing::warn!(
                     claim_uid = uid,
-                    error = e,
+                    error = %e,
                     "prepare failed after its call was answered"
                 );
                 late.insert(uid, (e, now));
@@ -241,7 +205,7 @@ impl Edge {
     }
 
     /// The failure a prepare of `uid` met after its call was answered, once.
-    fn take_late(&self, uid: &str) -> Option<String> {
+    fn take_late(&self, uid: &str) -> Option<ClaimFailure> {
         let mut late = self.late.lock().unwrap_or_else(|p| p.into_inner());
         let (e, at) = late.remove(uid)?;
         (at.elapsed() < LATE_KEPT).then_some(e)
@@ -275,13 +239,16 @@ impl Edge {
             Ok(Some(Err(e))) => {
                 let msg = core_error(e).for_tenant();
                 ids.iter()
-                    .map(|id| (id.uid.clone(), Err(format!("unprepare {id}: {msg}"))))
+                    .map(|id| {
+                        let e = ClaimFailure(format!("unprepare {id}: {msg}"));
+                        (id.uid.clone(), Err(e))
+                    })
                     .collect()
             }
             Ok(None) => in_progress(ids),
             Err(e) => ids
                 .iter()
-                .map(|id| (id.uid.clone(), Err(e.to_string())))
+                .map(|id| (id.uid.clone(), Err(ClaimFailure(e.to_string()))))
                 .collect(),
         }
     }
@@ -291,7 +258,7 @@ impl Edge {
         let deadline = Instant::now() + Duration::from_secs(600);
         match self.on_core(deadline, |core| core.startup()).await? {
             Some(r) => r.map_err(core_error),
-            None => Err(CallError::Internal("start-up did not finish".into())),
+            None => Err(CallError::StartupUnfinished),
         }
     }
 
@@ -332,130 +299,6 @@ impl Edge {
     /// Reads the claims and their pods. Any claim that is missing, replaced or not
     /// allocated fails the whole call.
     pub async fn fetch(&self, ids: &[ClaimId]) -> Result<Vec<ClaimInput>, CallError> {
-        let mut out = Vec::with_capacity(ids.len());
-        for id in ids {
-            let claims: Api<ResourceClaim> = Api::namespaced(self.client.clone(), &id.namespace);
-            let claim = claims
-                .get_opt(&id.name)
-                .await
-                .map_err(|source| CallError::Fetch {
-                    claim: id.to_string(),
-                    source,
-                })?
-                .ok_or_else(|| CallError::NotFound {
-                    claim: id.to_string(),
-                })?;
-            let found = claim.metadata.uid.clone().unwrap_or_default();
-            if found != id.uid {
-                return Err(CallError::Replaced {
-                    claim: id.to_string(),
-                    found,
-                    expected: id.uid.clone(),
-                });
-            }
-            let status = claim.status.as_ref();
-            let Some(alloc) = status.and_then(|s| s.allocation.as_ref()) else {
-                return Err(CallError::NotAllocated {
-                    claim: id.to_string(),
-                });
-            };
-            let devices = alloc.devices.as_ref();
-            let results = devices
-                .map(|d| {
-                    d.results
-                        .iter()
-                        .flatten()
-                        .filter(|r| r.driver == self.core.driver_name)
-                        .map(|r| Allocated {
-                            request: r.request.clone(),
-                            pool: r.pool.clone(),
-                            device: r.device.clone(),
-                            share_id: r.share_id.clone(),
-                            admin_access: r.admin_access.unwrap_or(false),
-                            consumed: r
-                                .consumed_capacity
-                                .iter()
-                                .flatten()
-                                .map(|(k, q)| (k.clone(), q.0.clone()))
-                                .collect(),
-                        })
-                        .collect()
-                })
-                .unwrap_or_default();
-            let configs = devices.and_then(|d| d.config.clone()).unwrap_or_default();
-            let pods_api: Api<Pod> = Api::namespaced(self.client.clone(), &id.namespace);
-            let mut pods = Vec::new();
-            let mut pod_errors = Vec::new();
-            for r in status
-                .and_then(|s| s.reserved_for.as_deref())
-                .unwrap_or_default()
-            {
-                if r.resource != "pods" || r.api_group.as_deref().is_some_and(|g| !g.is_empty()) {
-                    continue;
-                }
-                match pods_api.get_opt(&r.name).await {
-                    Ok(Some(p)) if p.metadata.uid.as_deref() == Some(r.uid.as_str()) => {
-                        pods.extend(pod_use(&p, &id.name))
-                    }
-                    // Gone or replaced: it will never run a container with this claim.
-                    Ok(_) => tracing::debug!(pod = r.name, "reserved pod not found; skipped"),
-                    Err(e) => pod_errors.push(format!("pod {}/{}: {e}", id.namespace, r.name)),
-                }
-            }
-            out.push(ClaimInput {
-                id: id.clone(),
-                results,
-                configs,
-                pods,
-                pod_errors,
-            });
-        }
-        Ok(out)
+        fetch(&self.client, &self.core.driver_name, ids).await
     }
-}
-
-/// A failed claim's text for its author (the kubelet's and graft's Events); the node's log
-/// keeps what that leaves out.
-fn told(ids: &[ClaimId], uid: &str, e: ClaimError) -> String {
-    let namespace = ids
-        .iter()
-        .find(|i| i.uid == uid)
-        .map_or("", |i| &i.namespace);
-    let text = e.for_tenant(namespace);
-    if text != e.to_string() {
-        tracing::warn!(claim_uid = uid, error = %e, "claim failed");
-    }
-    text
-}
-
-impl CallError {
-    /// The text for the kubelet (the pod's Events): without the host paths local state
-    /// errors name, which stay in the node's log.
-    pub fn for_tenant(&self) -> String {
-        let full = self.to_string();
-        let text = crate::core::tenant::without_paths(&full);
-        if text != full {
-            tracing::warn!(error = %full, "NodePrepareResources or NodeUnprepareResources failed");
-        }
-        text
-    }
-}
-
-fn core_error(e: CoreError) -> CallError {
-    match e {
-        CoreError::Local(e) => CallError::Local(e),
-        CoreError::Crashed(c) => CallError::Internal(c.to_string()),
-    }
-}
-
-/// Every claim of the call is still being worked on.
-fn in_progress<T>(ids: &[ClaimId]) -> BTreeMap<String, ClaimOutcome<T>> {
-    ids.iter()
-        .map(|id| {
-            let e = ClaimError::InProgress {
-                claim: id.to_string(),
-            };
-            (id.uid.clone(), Err(e.to_string()))
-        })
-        .collect()
 }

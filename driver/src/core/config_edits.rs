@@ -1,0 +1,104 @@
+//! A claim's opaque configuration laid over its devices' edits.
+
+use graft_record::{ContainerEdits, DeviceRecord, EnvVar};
+
+use crate::model::Device;
+use crate::opaque;
+
+/// Why a device's configuration cannot be applied to it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigRefused {
+    /// The configuration sets a variable the device itself sets.
+    #[error(
+        "opaque configuration sets {name}, which the device itself sets; it cannot be \
+         overridden"
+    )]
+    SetsDeviceEnv { name: String },
+    /// Driver capabilities asked of a device that is no NVIDIA GPU.
+    #[error("driverCapabilities apply to NVIDIA GPUs and MIG devices, not to {device}")]
+    NotGpu { device: String },
+    /// A driver capability whose files the node's driver lacks.
+    #[error(
+        "driver capability {capability} was asked for, but the node's NVIDIA driver has no \
+         {capability} files"
+    )]
+    NoCapabilityFiles { capability: String },
+}
+
+/// Splits the configuration's variables of each device (`config_env`, in `records` order)
+/// into those every device has with the same value, returned to be stored once as the
+/// claim's own, and the rest, added to their device's edits. A container receives the
+/// claim's own with any of its devices, so either way it gets the same variables.
+pub fn share_config_env(records: &mut [DeviceRecord], config_env: Vec<Vec<EnvVar>>) -> Vec<EnvVar> {
+    let shared: Vec<EnvVar> = match config_env.split_first() {
+        Some((first, rest)) => first
+            .iter()
+            .filter(|v| rest.iter().all(|r| r.contains(v)))
+            .cloned()
+            .collect(),
+        None => Vec::new(),
+    };
+    for (rec, env) in records.iter_mut().zip(config_env) {
+        rec.edits
+            .env
+            .extend(env.into_iter().filter(|v| !shared.contains(v)));
+    }
+    shared
+}
+
+/// The device's edits with the claim's configuration on top, and the variables the
+/// configuration adds (kept apart: [`share_config_env`] places them). Configuration may
+/// add environment variables but not replace one the device itself sets (its path
+/// variable, or graft's own), and may add the device's optional edits it names (NVIDIA
+/// driver capabilities).
+pub fn apply_config(
+    dev: &Device,
+    config: Option<&opaque::DeviceConfig>,
+) -> Result<(ContainerEdits, Vec<EnvVar>), ConfigRefused> {
+    let base = &dev.edits;
+    let mut edits = base.clone();
+    let mut env = Vec::new();
+    let Some(c) = config else {
+        return Ok((edits, env));
+    };
+    for n in &mut edits.device_nodes {
+        if c.file_mode.is_some() {
+            n.file_mode = c.file_mode;
+        }
+        if c.uid.is_some() {
+            n.uid = c.uid;
+        }
+        if c.gid.is_some() {
+            n.gid = c.gid;
+        }
+    }
+    for (name, value) in &c.env {
+        if base.env.iter().any(|e| &e.name == name) {
+            return Err(ConfigRefused::SetsDeviceEnv { name: name.clone() });
+        }
+        env.push(EnvVar {
+            name: name.clone(),
+            value: value.clone(),
+        });
+    }
+    if let Some(caps) = &c.driver_capabilities {
+        if !dev.kind.is_gpu() {
+            return Err(ConfigRefused::NotGpu {
+                device: dev.name.clone(),
+            });
+        }
+        for cap in caps.iter().filter(|c| !c.is_default()) {
+            let extra = dev.optional_edits.get(cap.name()).ok_or_else(|| {
+                ConfigRefused::NoCapabilityFiles {
+                    capability: cap.to_string(),
+                }
+            })?;
+            for m in &extra.mounts {
+                if !edits.mounts.iter().any(|x| x.destination == m.destination) {
+                    edits.mounts.push(m.clone());
+                }
+            }
+        }
+    }
+    Ok((edits, env))
+}

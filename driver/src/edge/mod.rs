@@ -1,0 +1,13 @@
+//! The async edge between the kubelet's calls and the core: it reads claims and the pods
+//! they are reserved for from the API server, turns them into the core's plain inputs, and
+//! runs the core on a blocking thread under the kubelet's deadline. A call the core cannot
+//! finish in time (a device setup waiting for a GPU to be freed) is answered with a
+//! retryable error per claim while the work goes on; the kubelet's retry finds it done.
+
+mod call;
+mod errors;
+mod fetch;
+
+pub use crate::model::ClaimId;
+pub use call::{Edge, DEFAULT_MARGIN, KUBELET_DEADLINE};
+pub use errors::{CallError, ClaimFailure, ClaimOutcome};

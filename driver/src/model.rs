@@ -1,0 +1,152 @@
+//! The driver's shared vocabulary, as plain data: the devices a node offers and the
+//! allocations the core prepares. It imports nothing from the rest of the driver, so every
+//! module (discovery backends, the core, setups, health, metrics) can use it without
+//! reaching into another's insides.
+
+use std::collections::BTreeMap;
+
+use graft_record::ContainerEdits;
+
+/// Standard attribute for the PCIe root complex a device hangs off.
+pub const PCIE_ROOT_ATTRIBUTE: &str = "resource.kubernetes.io/pcieRoot";
+
+/// A ResourceSlice device attribute value.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Attribute {
+    Bool(bool),
+    Int(i64),
+    String(String),
+    /// A semantic version (semver 2.0.0).
+    Version(String),
+}
+
+/// What kind of device it is: what setups and configuration apply to it. (The `type`
+/// attribute says the same to DeviceClass selectors; code asks this instead.)
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Kind {
+    /// A device node from the char backend's list.
+    Char,
+    /// A whole NVIDIA GPU.
+    Gpu,
+    /// A MIG device of an NVIDIA GPU.
+    Mig,
+    /// An NVIDIA IMEX channel.
+    ImexChannel,
+    /// An NVIDIA GPU's PCI function for VFIO passthrough.
+    Vfio,
+    /// An entry of a served directory (the files backend), of this type.
+    Entry(graft_record::nofollow::EntryType),
+}
+
+impl Kind {
+    /// NVIDIA GPUs and MIG devices: what driver capabilities and sharing apply to.
+    pub fn is_gpu(self) -> bool {
+        matches!(self, Kind::Gpu | Kind::Mig)
+    }
+}
+
+/// One device this node offers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Device {
+    /// DNS label, unique in the node's pool.
+    pub name: String,
+    pub kind: Kind,
+    pub attributes: BTreeMap<String, Attribute>,
+    /// Capacity name to Kubernetes quantity.
+    pub capacity: BTreeMap<String, String>,
+    /// What a container that is allocated this device receives.
+    pub edits: ContainerEdits,
+    /// Edits added only when the claim's configuration asks for them by name (the NVIDIA
+    /// driver capabilities beyond compute and utility: `graphics`, `video`, `display`).
+    pub optional_edits: BTreeMap<String, ContainerEdits>,
+    /// Counters it takes from a counter set of the pool while allocated (a partitionable
+    /// device: a dynamic MIG placement); `None` for devices that stand alone.
+    pub consumes: Option<Consumption>,
+    /// Set when several claims may be allocated the device at once, each consuming part of
+    /// its capacity (DRA consumable capacity: a GPU shared through MPS): how much of each
+    /// capacity a request may take.
+    pub shared: Option<BTreeMap<String, CapacityPolicy>>,
+}
+
+/// How a request consumes one capacity of a shared device (quantities as the API writes
+/// them): `default` when the request names none, otherwise rounded up to `min + n * step`
+/// and at most `max`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CapacityPolicy {
+    pub default: String,
+    pub min: String,
+    pub max: String,
+    pub step: String,
+}
+
+/// A partitionable device's use of a shared counter set.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Consumption {
+    /// The counter set: a DNS label, unique in the pool.
+    pub set: String,
+    /// What the set holds in all; the same on every device that names the set.
+    pub totals: BTreeMap<String, i64>,
+    /// What this device takes from it.
+    pub counters: BTreeMap<String, i64>,
+}
+
+impl Device {
+    /// A device with nothing but its name and kind yet.
+    pub fn new(name: impl Into<String>, kind: Kind) -> Self {
+        Device {
+            name: name.into(),
+            kind,
+            attributes: BTreeMap::new(),
+            capacity: BTreeMap::new(),
+            edits: ContainerEdits::default(),
+            optional_edits: BTreeMap::new(),
+            consumes: None,
+            shared: None,
+        }
+    }
+
+    /// A string attribute's value.
+    pub fn string_attribute(&self, key: &str) -> Option<&str> {
+        match self.attributes.get(key) {
+            Some(Attribute::String(s)) => Some(s),
+            _ => None,
+        }
+    }
+
+    /// An integer attribute's value.
+    pub fn int_attribute(&self, key: &str) -> Option<i64> {
+        match self.attributes.get(key) {
+            Some(Attribute::Int(i)) => Some(*i),
+            _ => None,
+        }
+    }
+}
+
+/// A claim as the kubelet names it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct ClaimId {
+    pub namespace: String,
+    pub uid: String,
+    pub name: String,
+}
+
+impl std::fmt::Display for ClaimId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.namespace, self.name)
+    }
+}
+
+/// One allocation result of this driver.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Allocated {
+    /// The request's full name (`main/sub` for a subrequest).
+    pub request: String,
+    pub pool: String,
+    pub device: String,
+    pub share_id: Option<String>,
+    pub admin_access: bool,
+    /// Of a shared device (consumable capacity): what the allocation takes of each of its
+    /// capacities, as the scheduler rounded it (Kubernetes quantities).
+    pub consumed: BTreeMap<String, String>,
+}
