@@ -10,9 +10,10 @@ use tokio::sync::{mpsc, watch};
 
 use crate::core::Core;
 use crate::daemon::Daemon;
-use crate::discovery::{Device, Discovery};
+use crate::discovery::scan::Discovery;
 use crate::health::HealthReport;
 use crate::metrics::DriverMetrics;
+use crate::model::Device;
 
 /// What every family may need of the node and the driver.
 #[derive(Clone)]

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use graft_record::ContainerEdits;
 
 use crate::core::input::Allocated;
-use crate::discovery::{Device, Kind};
+use crate::model::{Device, Kind};
 use crate::opaque::DeviceConfig;
 use crate::setup::{DeviceSetup, NoSetup, Setup, SetupError};
 

@@ -8,9 +8,9 @@ use graft_record::{ClaimRecord, ClaimRef, DeviceRecord, EnvVar};
 
 use super::checkpoint::{ClaimEntry, ClaimState, PreparedDevice, Txn};
 use super::config_edits::{apply_config, share_config_env};
+use super::engine::{Core, CoreResult};
 use super::input::{ClaimError, ClaimInput};
 use super::lifecycle::{Stage, Step};
-use super::{Core, CoreResult};
 use crate::mapping::base_request;
 use crate::model::{Attribute, Device};
 use crate::opaque;
@@ -31,7 +31,7 @@ pub(super) struct Plan {
 
 impl Plan {
     pub fn span(&self) -> tracing::Span {
-        super::claim_span(&self.entry.namespace, &self.entry.name, &self.uid)
+        super::engine::claim_span(&self.entry.namespace, &self.entry.name, &self.uid)
     }
 
     /// The claim as `namespace/name`.

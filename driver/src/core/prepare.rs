@@ -12,11 +12,11 @@ use std::collections::BTreeMap;
 use std::time::Instant;
 
 use super::checkpoint::{ClaimState, PreparedDevice};
+use super::engine::{Core, CoreResult};
 use super::input::{ClaimError, ClaimInput, Outcome};
 use super::lifecycle::{Stage, Step};
 use super::plan::{Plan, Planned};
 use super::seams::CrashPoint;
-use super::{Core, CoreResult};
 use crate::setup::Setup;
 
 impl Core {
@@ -64,7 +64,7 @@ impl Core {
         {
             let mut txn = self.checkpoint.begin()?;
             for input in &mine {
-                let _span = super::id_span(&input.id).entered();
+                let _span = super::engine::id_span(&input.id).entered();
                 match self.plan_one(&mut txn, &inventory, input, &plans)? {
                     Ok(Planned::Done(devices)) => {
                         out.insert(input.id.uid.clone(), Ok(devices));

@@ -4,8 +4,8 @@
 use graft_record::ClaimRecord;
 
 use super::checkpoint::{ClaimEntry, ClaimState, PreparedDevice};
+use super::engine::{Core, CoreResult};
 use super::lifecycle::{Stage, Step};
-use super::{Core, CoreResult};
 
 impl Core {
     pub fn startup(&self) -> CoreResult<()> {

@@ -6,10 +6,10 @@ use std::collections::BTreeMap;
 use std::time::Instant;
 
 use super::checkpoint::ClaimState;
+use super::engine::{Core, CoreResult};
 use super::input::{ClaimError, ClaimId, Outcome};
 use super::lifecycle::{Stage, Step};
 use super::seams::CrashPoint;
-use super::{Core, CoreResult};
 
 impl Core {
     /// Unprepares claims: setups undone, record removed, entry removed, in that order, so
@@ -22,7 +22,7 @@ impl Core {
     ) -> CoreResult<BTreeMap<String, Outcome<()>>> {
         let mut out = BTreeMap::new();
         for id in ids {
-            let _span = super::id_span(id).entered();
+            let _span = super::engine::id_span(id).entered();
             let r = self.unprepare_one(id, Step::Unprepare, deadline)?;
             if let Err(e) = &r {
                 tracing::warn!(error = %e, "unprepare failed");
@@ -114,7 +114,7 @@ impl Core {
     pub fn roll_back_gone(&self, gone: &[ClaimId], deadline: Instant) -> CoreResult<usize> {
         let mut n = 0;
         for id in gone {
-            let _span = super::id_span(id).entered();
+            let _span = super::engine::id_span(id).entered();
             match self.unprepare_one(id, Step::RollBack, deadline)? {
                 Ok(true) => n += 1,
                 Ok(false) => {}

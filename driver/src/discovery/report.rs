@@ -85,7 +85,7 @@ pub fn seconds_since(t: SystemTime) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::discovery::Unavailable;
+    use crate::discovery::scan::Unavailable;
     use std::time::Duration;
 
     #[test]

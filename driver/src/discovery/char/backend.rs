@@ -1,9 +1,9 @@
 //! The char family as a [`Backend`]: device nodes from the devices config, with no
 //! node-side setup and no tasks of its own.
 
+use super::scan::CharDiscovery;
 use crate::backend::{Backend, BackendError, Node};
-use crate::discovery::char::CharDiscovery;
-use crate::discovery::Discovery;
+use crate::discovery::scan::Discovery;
 
 /// The char family on this node.
 pub struct CharBackend {

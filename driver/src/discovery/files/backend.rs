@@ -4,10 +4,13 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use super::check::ServedEntries;
+use super::refused::RefusedDirs;
+use super::scan::FilesDiscovery;
 use crate::backend::router::Route;
 use crate::backend::{Backend, BackendError, Node};
-use crate::discovery::files::{FilesDiscovery, RefusedDirs, ServedEntries};
-use crate::discovery::{Discovery, Kind};
+use crate::discovery::scan::Discovery;
+use crate::model::Kind;
 use crate::setup::NoSetup;
 
 /// The files family on this node.

@@ -1,6 +1,7 @@
 use std::os::unix::fs::symlink;
 
 use super::*;
+use crate::discovery::files::ServedEntries;
 
 struct Node {
     root: tempfile::TempDir,

@@ -21,9 +21,10 @@ use crate::backend::router::Route;
 use crate::backend::{Backend, BackendError, Injection, Node, Running};
 use crate::core::Core;
 use crate::daemon::{Daemon, Ends};
-use crate::discovery::{Discovery, Kind};
+use crate::discovery::scan::Discovery;
 use crate::health::classify::parse_xids;
 use crate::health::monitor::{self, MonitorConfig};
+use crate::model::Kind;
 use crate::setup::Setup;
 
 /// The family's name, as `--discovery` spells it.

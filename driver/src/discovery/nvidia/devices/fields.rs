@@ -6,7 +6,7 @@ use std::path::Path;
 use super::edits;
 use super::identity::{MINOR, SHARING, UUID};
 use crate::discovery::nvidia::nvml::Gpu;
-use crate::discovery::{Attribute, CapacityPolicy, Device, Kind};
+use crate::model::{Attribute, CapacityPolicy, Device, Kind};
 
 pub fn full_gpu(
     g: &Gpu,

@@ -3,7 +3,7 @@
 //! writes these as attributes under the names below, and [`Identity::of`] is the one place
 //! that reads them back, so that no setup looks up an attribute by name.
 
-use crate::discovery::{Attribute, Device};
+use crate::model::{Attribute, Device};
 
 /// The device's own UUID (a GPU's, a static MIG device's).
 pub const UUID: &str = "uuid";

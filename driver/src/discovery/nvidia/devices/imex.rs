@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use super::edits;
 use crate::discovery::nvidia::nvml::Inventory;
-use crate::discovery::{Attribute, Device, Kind};
+use crate::model::{Attribute, Device, Kind};
 
 /// `count` channels when every GPU that is in a clique is in the same one; none, with a
 /// warning, when they disagree or `/proc/devices` has no channel major.

@@ -15,7 +15,7 @@ use super::identity::{
     COMPUTE_SLICES, DYNAMIC, PARENT_UUID, PLACEMENT_SIZE, PLACEMENT_START, PROFILE_ID,
 };
 use crate::discovery::nvidia::nvml::{GiInstance, GiProfile, Gpu, MigLayout};
-use crate::discovery::{Attribute, Consumption, Device, Kind};
+use crate::model::{Attribute, Consumption, Device, Kind};
 
 /// The memory-slice counter of slice `i`.
 fn slice_counter(i: u32) -> String {

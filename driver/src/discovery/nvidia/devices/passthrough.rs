@@ -8,7 +8,8 @@ use super::fields::numa_node;
 use super::identity::{PCI_BUS_ID, UUID};
 use super::pci::{peers_attribute, PciTree};
 use crate::discovery::nvidia::nvml::Inventory;
-use crate::discovery::{pcie_root, Attribute, Device, Kind, PCIE_ROOT_ATTRIBUTE};
+use crate::discovery::pcie::pcie_root;
+use crate::model::{Attribute, Device, Kind, PCIE_ROOT_ATTRIBUTE};
 
 /// NVIDIA functions with an IOMMU group; the GPU's NVML data when it is bound to nvidia.
 pub fn devices(sys_root: &Path, inv: &Inventory) -> Vec<Device> {

@@ -11,8 +11,9 @@ use super::ledger::MigLedger;
 use super::partitions;
 use crate::discovery::nvidia::driver_files::mig_access_cap;
 use crate::discovery::nvidia::nvml::{self, Gpu};
-use crate::discovery::{pcie_root, Attribute, Device, Kind, PCIE_ROOT_ATTRIBUTE};
+use crate::discovery::pcie::pcie_root;
 use crate::error::Result;
+use crate::model::{Attribute, Device, Kind, PCIE_ROOT_ATTRIBUTE};
 
 /// One GPU's devices: the whole GPU, its MIG devices, or its dynamic-MIG placements.
 pub fn gpu_devices(

@@ -16,8 +16,9 @@ use super::per_gpu;
 use super::unread::{GpuDevices, Unread};
 use crate::discovery::nvidia::driver_files::{self, DriverFiles};
 use crate::discovery::nvidia::nvml::{self, FailedGpu, Inventory};
-use crate::discovery::{Device, Discovery, Unavailable};
+use crate::discovery::scan::{Discovery, Unavailable};
 use crate::error::Result;
+use crate::model::Device;
 
 /// The nvidia backend's discovery.
 pub struct NvidiaDiscovery {

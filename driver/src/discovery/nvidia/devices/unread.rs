@@ -8,7 +8,8 @@ use std::collections::BTreeMap;
 use std::sync::Mutex;
 
 use crate::discovery::nvidia::nvml::FailedGpu;
-use crate::discovery::{Device, Unavailable};
+use crate::discovery::scan::Unavailable;
+use crate::model::Device;
 
 /// The Event reason of a GPU the scan could not read.
 pub const REASON: &str = "GpuUnavailable";
@@ -91,7 +92,7 @@ impl Unread {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::discovery::Kind;
+    use crate::model::Kind;
 
     fn dev(name: &str) -> Device {
         Device::new(name, Kind::Gpu)

@@ -10,7 +10,7 @@ use super::node::NvidiaSetup;
 use super::passthrough::Passthrough;
 use crate::core::input::Allocated;
 use crate::discovery::nvidia::devices::{Identity, Placement};
-use crate::discovery::{Device, Kind};
+use crate::model::{Device, Kind};
 use crate::opaque::DeviceConfig;
 use crate::setup::{DeviceSetup, Setup, SetupError};
 
@@ -186,7 +186,7 @@ mod tests {
     use super::super::smi::Smi;
     use super::super::vfio::tests::{FakeKernel, BDF};
     use super::*;
-    use crate::discovery::Attribute;
+    use crate::model::Attribute;
     use std::collections::BTreeMap;
     use std::path::Path;
     use std::sync::{Arc, Mutex};
