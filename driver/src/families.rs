@@ -6,6 +6,7 @@ use crate::backend::{Backend, BackendError, Node};
 use crate::discovery::char::backend::CharBackend;
 use crate::discovery::files::backend::FilesBackend;
 use crate::discovery::nvidia::backend::{NvidiaBackend, NvidiaFlags};
+use crate::discovery::render::backend::RenderBackend;
 
 /// A device family graft-driver can serve (`--discovery`, comma separated).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, clap::ValueEnum)]
@@ -16,6 +17,8 @@ pub enum Family {
     Files,
     /// NVIDIA GPUs, MIG devices, IMEX channels, VFIO passthrough.
     Nvidia,
+    /// DRM render nodes (`/dev/dri/renderD<N>`).
+    Render,
 }
 
 impl Family {
@@ -25,6 +28,7 @@ impl Family {
             Family::Char => "char",
             Family::Files => "files",
             Family::Nvidia => "nvidia",
+            Family::Render => "render",
         }
     }
 
@@ -40,6 +44,7 @@ impl Family {
             Family::Char => Box::new(CharBackend::new(node)?),
             Family::Files => Box::new(FilesBackend::new(node)?),
             Family::Nvidia => Box::new(NvidiaBackend::new(node, &flags.nvidia)?),
+            Family::Render => Box::new(RenderBackend::new(node)),
         })
     }
 }
@@ -54,8 +59,17 @@ pub struct Flags {
 
 /// A `--discovery` name that is no family's.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown backend {0:?} (known: char, files, nvidia)")]
+#[error("unknown backend {0:?} (known: {known})", known = known())]
 pub struct UnknownFamily(pub String);
+
+/// Every family's name, as `--discovery` lists them.
+fn known() -> String {
+    let names: Vec<&str> = <Family as clap::ValueEnum>::value_variants()
+        .iter()
+        .map(|f| f.name())
+        .collect();
+    names.join(", ")
+}
 
 #[cfg(test)]
 mod tests {
@@ -69,10 +83,10 @@ mod tests {
         let err = Family::parse("gpu").unwrap_err();
         assert_eq!(
             err.to_string(),
-            "unknown backend \"gpu\" (known: char, files, nvidia)"
+            "unknown backend \"gpu\" (known: char, files, nvidia, render)"
         );
         assert!(Family::parse("").is_err());
-        for f in [Family::Char, Family::Files, Family::Nvidia] {
+        for f in [Family::Char, Family::Files, Family::Nvidia, Family::Render] {
             assert_eq!(Family::parse(f.name()), Ok(f));
         }
     }

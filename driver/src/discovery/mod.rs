@@ -21,6 +21,7 @@ pub mod inotify;
 pub mod inventory;
 pub mod nvidia;
 pub mod pcie;
+pub mod render;
 pub mod report;
 pub mod scan;
 
