@@ -6,10 +6,10 @@
 {{/* GRAFT_DISCOVERY: the backends switched on, in a fixed order. */}}
 {{- define "graft.discovery" -}}
 {{- $on := list -}}
-{{- range $b := list "char" "files" "nvidia" -}}
+{{- range $b := list "char" "files" "nvidia" "render" -}}
 {{- if index $.Values.backends $b }}{{ $on = append $on $b }}{{ end -}}
 {{- end -}}
-{{- required "backends: switch on at least one of char, files, nvidia" (join "," $on | default "") -}}
+{{- required "backends: switch on at least one of char, files, nvidia, render" (join "," $on | default "") -}}
 {{- end }}
 
 {{/* The MutatingAdmissionPolicy API version: the value, or v1 where the cluster serves it. */}}
