@@ -23,6 +23,8 @@ mod health;
 mod mps;
 #[path = "cluster_gpu/mps_support.rs"]
 mod mps_support;
+#[path = "cluster_gpu/render.rs"]
+mod render;
 #[path = "cluster_gpu/vfio.rs"]
 mod vfio;
 
@@ -168,4 +170,18 @@ fn a_lost_gpu_at_start_leaves_the_rest_published() -> anyhow::Result<()> {
 #[test]
 fn fatal_xid_waits_for_recovery() -> anyhow::Result<()> {
     health::fatal_xid_test()
+}
+
+/// The render family beside GPU mode: a render node published with what sysfs says of its
+/// GPU, in the claiming container only; a modesetting node never.
+#[test]
+fn render_nodes_through_the_chart() -> anyhow::Result<()> {
+    with_bed(|bed| {
+        let mut host_node = None;
+        bed.fresh(&render::values(), |node| {
+            host_node = Some(render::before_start(node)?);
+            Ok(())
+        })?;
+        render::render(&bed.cluster)
+    })
 }
