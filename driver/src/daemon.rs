@@ -36,13 +36,13 @@ pub struct Ended(Arc<Mutex<Vec<(&'static str, String)>>>);
 
 impl Ended {
     /// `Err` naming each task that ended, and how, once any did.
-    pub fn check(&self) -> Result<(), String> {
+    pub fn check(&self) -> Result<(), TasksStopped> {
         let ended = self.0.lock().unwrap_or_else(|p| p.into_inner());
         if ended.is_empty() {
             return Ok(());
         }
         let list: Vec<String> = ended.iter().map(|(t, how)| format!("{t} {how}")).collect();
-        Err(format!("a task stopped: {}", list.join("; ")))
+        Err(TasksStopped(list.join("; ")))
     }
 
     fn record(&self, task: &'static str, how: String) {
@@ -52,6 +52,11 @@ impl Ended {
             .push((task, how));
     }
 }
+
+/// Tasks that ended before shutdown: each one's name and how it ended.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("a task stopped: {0}")]
+pub struct TasksStopped(pub String);
 
 /// graft-driver's long-running tasks, and the token that stops them.
 pub struct Daemon {
@@ -184,7 +189,7 @@ mod tests {
         assert!(ended.check().is_ok());
         d.spawn("returns", async {});
         settle(&ended, true).await;
-        let why = ended.check().unwrap_err();
+        let why = ended.check().unwrap_err().to_string();
         assert!(why.contains("returns returned"), "{why}");
         assert_eq!(metrics.tasks_ended("returns"), 1);
         let mut registry = prometheus_client::registry::Registry::default();
@@ -202,7 +207,7 @@ mod tests {
             }
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
-        let why = ended.check().unwrap_err();
+        let why = ended.check().unwrap_err().to_string();
         assert!(why.contains("panics panicked: boom"), "{why}");
         assert_eq!(metrics.tasks_ended("forever"), 0);
         d.shutdown(Duration::from_secs(1)).await;
@@ -230,7 +235,7 @@ mod tests {
         tokio::time::timeout(Duration::from_secs(5), settle(&ended, true))
             .await
             .unwrap();
-        let why = ended.check().unwrap_err();
+        let why = ended.check().unwrap_err().to_string();
         assert!(why.contains("thread panicked: thread boom"), "{why}");
         assert_eq!(metrics.tasks_ended("thread"), 1);
         d.shutdown(Duration::from_secs(1)).await;

@@ -8,7 +8,7 @@
 
 use std::sync::{Arc, Mutex};
 
-use graft_driver::daemon::Ended;
+use graft_driver::daemon::{Ended, TasksStopped};
 use graft_driver::discovery::report::seconds_since;
 use graft_driver::metrics::{DriverMetrics, FailingBackend};
 use graft_driver::plugin::registration::RegistrationState;
@@ -43,7 +43,7 @@ fn readiness(
     registration: &RegistrationState,
     published: bool,
     failing: &[FailingBackend],
-    tasks: Result<(), String>,
+    tasks: Result<(), TasksStopped>,
 ) -> Result<String, String> {
     tasks.map_err(|why| format!("not ready: {why}"))?;
     match (registration, published) {
@@ -111,7 +111,7 @@ mod tests {
             &RegistrationState::Registered,
             true,
             &[],
-            Err("a task stopped: publisher panicked: boom".into()),
+            Err(TasksStopped("publisher panicked: boom".into())),
         )
         .unwrap_err();
         assert_eq!(why, "not ready: a task stopped: publisher panicked: boom");

@@ -14,7 +14,7 @@ use nix::sys::stat::{major, minor};
 use crate::discovery::pcie::pcie_root;
 use crate::discovery::scan::{Discovery, Unavailable};
 use crate::error::Result;
-use crate::limits;
+use crate::limits::{self, LimitError};
 use crate::model::{Attribute, Device, Kind, PCIE_ROOT_ATTRIBUTE};
 
 /// The value of every render device's `type` attribute (the `render.graft.dev` class).
@@ -22,6 +22,49 @@ pub const TYPE: &str = "render";
 
 /// sysfs attribute files are a page at most; anything longer is not what the kernel wrote.
 const MAX_SYSFS_FILE: u64 = 4096;
+
+/// Why a render node sysfs lists is not offered.
+#[derive(Debug, thiserror::Error)]
+pub enum NotOffered {
+    /// Its sysfs entry has no readable `major:minor`.
+    #[error("sysfs gives no device number")]
+    NoNumber,
+    /// Its node in /dev cannot be looked at (missing, most often).
+    #[error("{path}: {source}")]
+    Node {
+        /// The node's host path.
+        path: String,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// Its node in /dev is a symlink, a file, or another kind of node.
+    #[error("{path} is not a character device")]
+    NotChar {
+        /// The node's host path.
+        path: String,
+    },
+    /// Its node in /dev has another device number than sysfs gives.
+    #[error("{path} is {found}, sysfs says {want}")]
+    Swapped {
+        /// The node's host path.
+        path: String,
+        /// `major:minor` of the node.
+        found: String,
+        /// `major:minor` sysfs gives.
+        want: String,
+    },
+    /// A name or attribute the API would refuse.
+    #[error("{what}: {source}")]
+    Limit {
+        /// Which name or attribute.
+        what: String,
+        /// The limit it breaks.
+        source: LimitError,
+    },
+    /// Edits graft-nri's policy would refuse.
+    #[error(transparent)]
+    Edits(#[from] graft_record::InvalidRecord),
+}
 
 /// The render nodes of one node.
 pub struct RenderDiscovery {
@@ -48,21 +91,27 @@ impl RenderDiscovery {
     }
 
     /// The device for sysfs entry `entry` (`renderD<N>`), or why it is not offered.
-    fn device(&self, entry: &str) -> std::result::Result<Device, String> {
+    fn device(&self, entry: &str) -> std::result::Result<Device, NotOffered> {
         let sys = self.class_dir().join(entry);
-        let numbers = read_small(&sys.join("dev")).ok_or("sysfs gives no device number")?;
-        let (want_major, want_minor) = parse_dev(&numbers).ok_or("sysfs' device number")?;
+        let (want_major, want_minor) = read_small(&sys.join("dev"))
+            .and_then(|n| parse_dev(&n))
+            .ok_or(NotOffered::NoNumber)?;
         let host_path = format!("/dev/dri/{entry}");
         let seen = self.dev.join("dri").join(entry);
-        let meta = std::fs::symlink_metadata(&seen).map_err(|e| format!("{host_path}: {e}"))?;
+        let meta = std::fs::symlink_metadata(&seen).map_err(|source| NotOffered::Node {
+            path: host_path.clone(),
+            source,
+        })?;
         if !meta.file_type().is_char_device() {
-            return Err(format!("{host_path} is not a character device"));
+            return Err(NotOffered::NotChar { path: host_path });
         }
         let (maj, min) = (major(meta.rdev()), minor(meta.rdev()));
         if (maj, min) != (want_major, want_minor) {
-            return Err(format!(
-                "{host_path} is {maj}:{min}, sysfs says {want_major}:{want_minor}"
-            ));
+            return Err(NotOffered::Swapped {
+                path: host_path,
+                found: format!("{maj}:{min}"),
+                want: format!("{want_major}:{want_minor}"),
+            });
         }
         let (maj, min) = (
             i64::try_from(maj).unwrap_or(i64::MAX),
@@ -74,7 +123,10 @@ impl RenderDiscovery {
             Some(bdf) => limits::label_from(&format!("render-{bdf}")),
             None => format!("render-{min}"),
         };
-        limits::check_device_name(&name).map_err(|e| format!("name {name:?}: {e}"))?;
+        limits::check_device_name(&name).map_err(|source| NotOffered::Limit {
+            what: format!("name {name:?}"),
+            source,
+        })?;
 
         let mut attributes = BTreeMap::from([
             ("type".to_string(), Attribute::String(TYPE.into())),
@@ -98,7 +150,10 @@ impl RenderDiscovery {
             attributes.insert(PCIE_ROOT_ATTRIBUTE.into(), Attribute::String(root));
         }
         for (k, v) in &attributes {
-            limits::check_attribute(k, v).map_err(|e| format!("attribute {k}: {e}"))?;
+            limits::check_attribute(k, v).map_err(|source| NotOffered::Limit {
+                what: format!("attribute {k}"),
+                source,
+            })?;
         }
         let edits = ContainerEdits {
             device_nodes: vec![DeviceNode {
@@ -112,7 +167,7 @@ impl RenderDiscovery {
             }],
             ..Default::default()
         };
-        validate_edits(&host_path, &edits).map_err(|e| e.to_string())?;
+        validate_edits(&host_path, &edits)?;
         Ok(Device {
             attributes,
             edits,
