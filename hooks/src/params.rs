@@ -220,9 +220,7 @@ fn create_copy(dir: &OwnedFd, name: &str, data: &[u8]) -> anyhow::Result<OwnedFd
 }
 
 #[cfg(test)]
-#[path = "params_tests.rs"]
 mod tests;
 
 #[cfg(test)]
-#[path = "params_kernel_tests.rs"]
 mod kernel_tests;

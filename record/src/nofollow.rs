@@ -300,5 +300,4 @@ fn describe(fmt: SFlag) -> &'static str {
 }
 
 #[cfg(test)]
-#[path = "nofollow_tests.rs"]
 mod tests;

@@ -414,5 +414,4 @@ pub fn remove(root: &Path, name: &str) -> Result<()> {
 }
 
 #[cfg(test)]
-#[path = "refusals_tests.rs"]
 mod tests;

@@ -224,5 +224,4 @@ fn unavailable_changes(
 }
 
 #[cfg(test)]
-#[path = "inventory_tests.rs"]
 mod tests;

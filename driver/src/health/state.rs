@@ -189,5 +189,4 @@ impl Tracker {
 }
 
 #[cfg(test)]
-#[path = "state_tests.rs"]
 mod tests;

@@ -215,5 +215,4 @@ impl Discovery for CharDiscovery {
 }
 
 #[cfg(test)]
-#[path = "tests.rs"]
 mod tests;

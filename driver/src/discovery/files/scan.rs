@@ -323,5 +323,4 @@ impl Discovery for FilesDiscovery {
 }
 
 #[cfg(test)]
-#[path = "tests.rs"]
 mod tests;

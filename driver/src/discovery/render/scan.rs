@@ -276,5 +276,4 @@ fn read_small(path: &Path) -> Option<String> {
 }
 
 #[cfg(test)]
-#[path = "tests.rs"]
 mod tests;

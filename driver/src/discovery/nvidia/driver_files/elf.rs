@@ -156,5 +156,4 @@ fn read_full(r: &mut impl Read, buf: &mut [u8]) -> std::io::Result<usize> {
 }
 
 #[cfg(test)]
-#[path = "elf_tests.rs"]
 pub mod tests;

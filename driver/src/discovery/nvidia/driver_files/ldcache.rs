@@ -86,5 +86,4 @@ fn c_str_at(data: &[u8], at: usize) -> Option<String> {
 }
 
 #[cfg(test)]
-#[path = "ldcache_tests.rs"]
 pub mod tests;

@@ -321,5 +321,4 @@ fn read_mig(
 }
 
 #[cfg(test)]
-#[path = "inventory_tests.rs"]
 mod tests;
