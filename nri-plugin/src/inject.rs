@@ -52,8 +52,7 @@ pub enum PlanError {
     /// Two claims disagree.
     #[error(transparent)]
     Conflict(#[from] Conflict),
-    /// A claim sets a variable the container's own spec already sets. The values are not
-    /// named: the pod's may be a secret.
+    /// A claim sets a variable the container's own spec sets; values unnamed: they may be secret.
     #[error(
         "claim {claim} sets environment variable {name}, which the container's own spec (its \
          pod or image) already sets; a claim may add variables but not replace the \
@@ -76,9 +75,8 @@ pub enum PlanError {
     },
 }
 
-/// Merges what `container` of pod `pod_uid` receives from `claims`. `None` when it receives
-/// nothing. Identical repeats (a shared device node from two claims) are merged; differing
-/// ones are a conflict. Every device the container receives must pass `policy`.
+/// Merges what `container` of pod `pod_uid` receives from `claims`; `None` when nothing. Equal
+/// repeats merge, differing ones conflict. Every device the container receives must pass `policy`.
 pub fn plan(
     claims: &[ClaimRecord],
     pod_uid: &str,
