@@ -22,26 +22,48 @@ pub const HOOK_MODE: u32 = 0o500;
 /// Mode of the directory that holds it.
 pub const DIR_MODE: u32 = 0o700;
 
+/// Why graft-hook could not be installed.
 #[derive(Debug, thiserror::Error)]
 pub enum InstallError {
+    /// A file or directory could not be read or written.
     #[error("{op} {path}: {source}")]
     Io {
+        /// The step.
         op: &'static str,
+        /// The file.
         path: PathBuf,
+        /// The error.
         #[source]
         source: std::io::Error,
     },
     /// The atomic replacement (temporary file, fsync, rename, directory fsync) failed.
     #[error("installing graft-hook: {0}")]
     Write(#[source] graft_record::RecordError),
+    /// The binary to install is not a static executable, so it could not run in every
+    /// container.
     #[error("graft-hook {path} is not a static executable: {reason}")]
-    NotStatic { path: PathBuf, reason: String },
+    NotStatic {
+        /// The binary.
+        path: PathBuf,
+        /// What it is instead.
+        reason: String,
+    },
+    /// The install path, or a directory above it, is not safe to run from as root.
     #[error("{path} is not a safe place for graft-hook: {reason}")]
-    UnsafeLocation { path: PathBuf, reason: String },
+    UnsafeLocation {
+        /// The path found unsafe.
+        path: PathBuf,
+        /// Why.
+        reason: String,
+    },
+    /// The installed file is not the one that was written.
     #[error("graft-hook at {path} has sha256 {found} after installing, expected {expected}")]
     Mismatch {
+        /// The installed file.
         path: PathBuf,
+        /// Its digest.
         found: String,
+        /// The digest of the one written.
         expected: String,
     },
 }
@@ -57,7 +79,9 @@ fn io<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> In
 /// What [`install`] found or did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Installed {
+    /// Where graft-hook is.
     pub path: PathBuf,
+    /// Its SHA-256, hex.
     pub sha256: String,
     /// Whether the file was (re)written; false when the installed one already matched.
     pub changed: bool,

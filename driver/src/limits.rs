@@ -4,14 +4,21 @@
 
 use crate::model::{Attribute, Device};
 
+/// Devices in one ResourceSlice.
 pub const MAX_DEVICES_PER_SLICE: usize = 128;
 /// Once any device in a slice has taints or consumes counters.
 pub const MAX_DEVICES_PER_SLICE_WITH_TAINTS_OR_COUNTERS: usize = 64;
+/// Shared counter sets in one ResourceSlice.
 pub const MAX_COUNTER_SETS_PER_SLICE: usize = 8;
+/// Counters in one counter set.
 pub const MAX_COUNTERS_PER_SET: usize = 32;
+/// Attributes and capacities of one device, together.
 pub const MAX_ATTRIBUTES_AND_CAPACITY: usize = 32;
+/// The name part of an attribute or capacity (after the domain).
 pub const MAX_ID_LENGTH: usize = 32;
+/// The domain part of an attribute or capacity name.
 pub const MAX_DOMAIN_LENGTH: usize = 63;
+/// Characters of a string or version attribute value.
 pub const MAX_ATTRIBUTE_VALUE: usize = 64;
 
 /// What the API server would refuse about a name, an attribute or a device.
@@ -40,14 +47,18 @@ pub enum LimitError {
     /// One attribute of a device.
     #[error("attribute {name}: {source}")]
     Attribute {
+        /// The attribute's name.
         name: String,
+        /// What it breaks.
         #[source]
         source: Box<LimitError>,
     },
     /// One capacity of a device.
     #[error("capacity {name}: {source}")]
     Capacity {
+        /// The capacity's name.
         name: String,
+        /// What it breaks.
         #[source]
         source: Box<LimitError>,
     },
@@ -57,13 +68,28 @@ pub enum LimitError {
     /// More counters in a set than the API allows.
     #[error(
         "counter set {set}: {count} counters; at most {max} are allowed", max = MAX_COUNTERS_PER_SET)]
-    TooManyCounters { set: String, count: usize },
+    TooManyCounters {
+        /// The counter set.
+        set: String,
+        /// How many it holds.
+        count: usize,
+    },
     /// A counter name that is not a DNS label.
     #[error("counter {counter:?} of set {set}: not a DNS label")]
-    CounterName { set: String, counter: String },
+    CounterName {
+        /// The counter set.
+        set: String,
+        /// The counter.
+        counter: String,
+    },
     /// A device consumes a counter its set does not hold.
     #[error("consumes counter {counter}, which set {set} does not hold")]
-    UnknownCounter { set: String, counter: String },
+    UnknownCounter {
+        /// The counter set.
+        set: String,
+        /// The counter.
+        counter: String,
+    },
 }
 
 /// A device name must be a DNS label.

@@ -17,8 +17,11 @@ use k8s_openapi::api::core::v1::{Container, Pod};
 /// How one pod uses a claim.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PodUse {
+    /// The pod's UID.
     pub uid: String,
+    /// The pod's namespace.
     pub namespace: String,
+    /// The pod's name.
     pub name: String,
     /// Init containers first, then the others, each with what it asks of the claim.
     pub containers: Vec<ContainerUse>,
@@ -27,13 +30,17 @@ pub struct PodUse {
 /// One container's references to the claim: request names, `None` for the whole claim.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ContainerUse {
+    /// The container's name.
     pub name: String,
+    /// The requests it names; `None` for the whole claim.
     pub requests: Vec<Option<String>>,
 }
 
 /// A device of the claim and the (base) request names it was allocated for.
 pub struct ClaimDevice<'a> {
+    /// The device's name.
     pub name: &'a str,
+    /// The request names it was allocated for.
     pub requests: &'a [String],
 }
 

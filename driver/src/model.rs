@@ -14,8 +14,11 @@ pub const PCIE_ROOT_ATTRIBUTE: &str = "resource.kubernetes.io/pcieRoot";
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Attribute {
+    /// A boolean.
     Bool(bool),
+    /// An integer.
     Int(i64),
+    /// A string.
     String(String),
     /// A semantic version (semver 2.0.0).
     Version(String),
@@ -51,7 +54,9 @@ impl Kind {
 pub struct Device {
     /// DNS label, unique in the node's pool.
     pub name: String,
+    /// What setups and configuration apply to it.
     pub kind: Kind,
+    /// Its ResourceSlice attributes, by name.
     pub attributes: BTreeMap<String, Attribute>,
     /// Capacity name to Kubernetes quantity.
     pub capacity: BTreeMap<String, String>,
@@ -74,9 +79,13 @@ pub struct Device {
 /// and at most `max`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CapacityPolicy {
+    /// The quantity when the request names none.
     pub default: String,
+    /// The least a request may take.
     pub min: String,
+    /// The most a request may take.
     pub max: String,
+    /// The granularity above `min`.
     pub step: String,
 }
 
@@ -126,8 +135,11 @@ impl Device {
 /// A claim as the kubelet names it.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct ClaimId {
+    /// The claim's namespace.
     pub namespace: String,
+    /// The claim's UID.
     pub uid: String,
+    /// The claim's name.
     pub name: String,
 }
 
@@ -142,9 +154,13 @@ impl std::fmt::Display for ClaimId {
 pub struct Allocated {
     /// The request's full name (`main/sub` for a subrequest).
     pub request: String,
+    /// The pool allocated from.
     pub pool: String,
+    /// The device allocated.
     pub device: String,
+    /// The share of a shared device, as the scheduler allocated it; `None` for a whole device.
     pub share_id: Option<String>,
+    /// DRA admin access: the device is given even while other claims hold it.
     pub admin_access: bool,
     /// Of a shared device (consumable capacity): what the allocation takes of each of its
     /// capacities, as the scheduler rounded it (Kubernetes quantities).

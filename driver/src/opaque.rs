@@ -29,7 +29,9 @@ use graft_record::env::check_user_env;
 use crate::discovery::nvidia::driver_files::Capability;
 use crate::mapping::base_request;
 
+/// The `apiVersion` of graft's opaque device configuration.
 pub const API_VERSION: &str = "graft.dev/v1alpha1";
+/// The `kind` of graft's opaque device configuration.
 pub const KIND: &str = "DeviceConfig";
 
 /// The parameters graft understands.
@@ -45,7 +47,9 @@ pub struct DeviceConfig {
     pub env: BTreeMap<String, String>,
     /// Permission bits of the device node in the container.
     pub file_mode: Option<u32>,
+    /// Owner of the device node in the container.
     pub uid: Option<u32>,
+    /// Group of the device node in the container.
     pub gid: Option<u32>,
     /// GPU sharing (full NVIDIA GPUs only).
     pub sharing: Option<Sharing>,
@@ -60,29 +64,39 @@ pub struct DeviceConfig {
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct Sharing {
+    /// How the GPU is shared.
     pub strategy: SharingStrategy,
+    /// Time-slicing settings; defaults when absent.
     pub time_slicing: Option<TimeSlicing>,
 }
 
 /// Only time-slicing; MPS is not supported, and says so through serde's list of variants.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 pub enum SharingStrategy {
+    /// Every claim's containers run on the GPU in turns.
     TimeSlicing,
 }
 
+/// Time-slicing settings.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct TimeSlicing {
+    /// How long each turn is.
     #[serde(default)]
     pub interval: TimeSliceInterval,
 }
 
+/// The GPU's compute time slice, as nvidia-smi names it.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
 pub enum TimeSliceInterval {
+    /// The driver's default.
     #[default]
     Default,
+    /// The shortest.
     Short,
+    /// Between short and long.
     Medium,
+    /// The longest.
     Long,
 }
 
@@ -99,6 +113,7 @@ impl TimeSliceInterval {
 }
 
 impl Sharing {
+    /// The time slice asked for; the default when none is.
     pub fn interval(&self) -> TimeSliceInterval {
         self.time_slicing
             .as_ref()
@@ -121,6 +136,7 @@ struct TypeMeta {
 pub struct ConfigError {
     /// The field, e.g. `status.allocation.devices.config[1].opaque.parameters.env`.
     pub at: String,
+    /// What is wrong with it.
     pub reason: String,
 }
 

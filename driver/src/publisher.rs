@@ -25,6 +25,7 @@ use crate::slices::{
 };
 use crate::snapshot::{snapshot, SnapshotWriter};
 
+/// Reconciles the node's ResourceSlices with the inventory; see the module's note.
 pub struct Publisher {
     client: kube::Client,
     driver: String,
@@ -56,6 +57,8 @@ pub struct Publisher {
 }
 
 impl Publisher {
+    /// A publisher for `driver`'s slices of `node`; `started` is when the process began (the
+    /// log says how long the first slices took).
     pub fn new(client: kube::Client, driver: String, node: String, started: Instant) -> Self {
         Publisher {
             client,

@@ -20,38 +20,65 @@ pub enum SetupError {
     /// The configuration asks for something this kind of device cannot do.
     #[error("device {device}: {reason}")]
     NotSupported {
+        /// The device's name.
         device: String,
+        /// What it cannot do.
         reason: &'static str,
     },
     /// A kernel interface file (sysfs, procfs) could not be read or written.
     #[error("{op} {path}: {source}")]
     Io {
+        /// What was being done (`read`, `write`).
         op: String,
+        /// The file.
         path: PathBuf,
+        /// The error the kernel gave.
         #[source]
         source: std::io::Error,
     },
     /// The kernel did not get there in time (a GPU still in use, a bind not showing).
     #[error("{what} after {after:?}")]
-    Timeout { what: String, after: Duration },
+    Timeout {
+        /// What was awaited.
+        what: String,
+        /// How long it was awaited.
+        after: Duration,
+    },
     /// The PCI function is not where sysfs should show it.
     #[error("PCI function {pci} is not in {path}")]
-    NoPciFunction { pci: String, path: PathBuf },
+    NoPciFunction {
+        /// The function, as a PCI bus ID.
+        pci: String,
+        /// Where it was looked for.
+        path: PathBuf,
+    },
     /// Another driver than the two graft switches between holds the function.
     #[error("{pci} is bound to {driver}, neither nvidia nor vfio-pci; leaving it alone")]
-    ForeignDriver { pci: String, driver: String },
+    ForeignDriver {
+        /// The function, as a PCI bus ID.
+        pci: String,
+        /// The driver bound to it.
+        driver: String,
+    },
     /// The function has no IOMMU group, so VFIO cannot hand it out.
     #[error("{pci} has no IOMMU group")]
-    NoIommuGroup { pci: String },
+    NoIommuGroup {
+        /// The function, as a PCI bus ID.
+        pci: String,
+    },
     /// A function of the GPU's IOMMU group cannot be passed through with it.
     #[error(
         "{pci} cannot be passed through: {peer}, in the same IOMMU group {group}, {reason}; \
          VFIO hands out whole groups"
     )]
     GroupPeer {
+        /// The function to pass through.
         pci: String,
+        /// The IOMMU group.
         group: u32,
+        /// The function that cannot go along.
         peer: String,
+        /// Why not.
         reason: String,
     },
     /// Another prepared claim holds a device on a function passthrough would take (or
@@ -61,34 +88,60 @@ pub enum SetupError {
          and passthrough takes a GPU's whole IOMMU group; retried until that claim is gone"
     )]
     FunctionHeld {
+        /// The function, as a PCI bus ID.
         function: String,
         /// `namespace/name (uid)`.
         holder: String,
+        /// The holder's device on that function.
         holder_device: String,
     },
     /// Persistence mode could not be read or set.
     #[error("persistence mode of GPU {pci}: {reason}")]
-    Persistence { pci: String, reason: String },
+    Persistence {
+        /// The GPU, as a PCI bus ID.
+        pci: String,
+        /// What failed.
+        reason: String,
+    },
     /// Where a device node should be, something else is.
     #[error("{path} is not a character device")]
-    NotCharDevice { path: PathBuf },
+    NotCharDevice {
+        /// Where the node should be.
+        path: PathBuf,
+    },
     /// A driver tool (nvidia-smi) failed.
     #[error("{tool} {args} failed ({status}): {stderr}")]
     Tool {
+        /// The program.
         tool: String,
+        /// Its arguments, joined.
         args: String,
+        /// How it exited.
         status: String,
+        /// What it wrote to stderr.
         stderr: String,
     },
     /// A served entry is not what was published any more (gone, or now a symlink).
     #[error("device {device} cannot be served: {reason}")]
-    EntryChanged { device: String, reason: String },
+    EntryChanged {
+        /// The device's name.
+        device: String,
+        /// What changed.
+        reason: String,
+    },
     /// A MIG instance could not be made or removed.
     #[error("{reason}")]
-    Mig { reason: String },
+    Mig {
+        /// What failed.
+        reason: String,
+    },
     /// The GPU's MPS control daemon could not be started or stopped, or a share is invalid.
     #[error("MPS: {reason}")]
-    Mps { reason: String },
+    Mps {
+        /// What failed.
+        reason: String,
+    },
+    /// A setup reached a node with no backend to run it.
     #[error("no backend on this node sets devices up")]
     NoBackend,
 }
@@ -107,26 +160,38 @@ pub enum Setup {
     /// its IOMMU group (`peers`): VFIO hands out whole groups.
     #[serde(rename_all = "camelCase")]
     Vfio {
+        /// The GPU's PCI function.
         pci_bus_id: String,
         /// Its persistence mode was on: turned off before the unbind (nvidia-persistenced
         /// holds an open GPU, which the nvidia driver will not let go) and back on once the
         /// GPU is on nvidia again.
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         persistence: bool,
+        /// The other functions of the group, moved with it.
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         peers: Vec<VfioPeer>,
     },
     /// The GPU's compute time slice was set (0 Default, 1 Short, 2 Medium, 3 Long).
     #[serde(rename_all = "camelCase")]
-    TimeSlice { pci_bus_id: String, interval: u32 },
+    TimeSlice {
+        /// The GPU's PCI function.
+        pci_bus_id: String,
+        /// The time slice set.
+        interval: u32,
+    },
     /// A MIG GPU instance of `profile` at memory slices `start..start+size`, with one
     /// compute instance over its `slices` compute slices, made on the GPU for the claim.
     #[serde(rename_all = "camelCase")]
     Mig {
+        /// The GPU the instance is on.
         gpu_uuid: String,
+        /// The GPU instance profile's id.
         profile: u32,
+        /// The first memory slice.
         start: u32,
+        /// The memory slices it spans.
         size: u32,
+        /// The compute slices of its compute instance.
         slices: u32,
     },
     /// A share of a GPU shared through MPS (graft_driver::mps): graft-mps runs the GPU's
@@ -136,14 +201,21 @@ pub enum Setup {
     /// claim's (stamped by the core, [`Setup::for_claim`]; empty in older checkpoints).
     #[serde(rename_all = "camelCase")]
     Mps {
+        /// The GPU shared.
         gpu_uuid: String,
+        /// Its minor number (`/dev/nvidia<minor>`).
         minor: u32,
+        /// The allocation's share id (`whole` without one).
         share: String,
+        /// The active thread percentage.
         compute: u32,
+        /// The pinned device memory limit, in MiB.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         memory_mib: Option<u64>,
+        /// The claim's namespace.
         #[serde(default)]
         namespace: String,
+        /// The claim's UID.
         #[serde(default)]
         claim_uid: String,
     },
@@ -153,6 +225,7 @@ pub enum Setup {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct VfioPeer {
+    /// The function, as a PCI bus ID.
     pub pci_bus_id: String,
     /// The driver it was bound to, which unprepare binds it back to; `None`: unbound.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -230,6 +303,7 @@ pub fn with_setup_edits(base: ContainerEdits, add: ContainerEdits) -> ContainerE
     out
 }
 
+/// The port through which the core has devices set up and undone; backends implement it.
 pub trait DeviceSetup: Send + Sync {
     /// What preparing `device` with `config` for allocation `alloc` needs (a shared device's
     /// setup depends on the share allocated), or why it cannot be done. Called before
@@ -245,6 +319,7 @@ pub trait DeviceSetup: Send + Sync {
     /// instance's capability nodes once it is made). May take long (a
     /// GPU to be freed): callers run it on a blocking thread, outside any shared lock.
     fn apply(&self, setup: &Setup) -> Result<Option<ContainerEdits>, SetupError>;
+    /// Undoes `setup`; nothing to do (already undone) is success.
     fn undo(&self, setup: &Setup) -> Result<(), SetupError>;
 }
 

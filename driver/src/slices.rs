@@ -21,7 +21,9 @@ use crate::model::{Attribute, Device};
 /// The Node that owns the slices, so they go when it goes.
 #[derive(Debug, Clone)]
 pub struct NodeOwner {
+    /// The Node's name.
     pub name: String,
+    /// The Node's UID.
     pub uid: String,
 }
 
@@ -45,6 +47,7 @@ fn api_attribute(a: &Attribute) -> DeviceAttribute {
     out
 }
 
+/// The API's form of a device.
 pub fn api_device(d: &Device) -> ApiDevice {
     ApiDevice {
         name: d.name.clone(),

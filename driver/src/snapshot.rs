@@ -19,6 +19,7 @@ pub struct SnapshotWriter {
 }
 
 impl SnapshotWriter {
+    /// A writer of `<state_dir>/devices.json`, with nothing written yet.
     pub fn new(state_dir: PathBuf) -> Self {
         SnapshotWriter {
             state_dir,

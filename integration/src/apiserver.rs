@@ -16,10 +16,15 @@ use nix::sys::signal::Signal;
 
 use crate::testbed::Testbed;
 
+/// etcd and kube-apiserver, running; stopped on drop.
 pub struct ControlPlane {
+    /// Their files: certificates, tokens, data, logs.
     pub dir: PathBuf,
+    /// The API server's URL.
     pub server: String,
+    /// A kubeconfig for the API server, as an admin.
     pub kubeconfig: PathBuf,
+    /// The testbed's kubectl.
     pub kubectl_bin: PathBuf,
     children: Vec<Child>,
 }
@@ -174,6 +179,7 @@ impl ControlPlane {
         Ok(String::from_utf8_lossy(&out.stdout).into_owned())
     }
 
+    /// A client for the API server, as an admin.
     pub async fn client(&self) -> anyhow::Result<kube::Client> {
         let kc = kube::config::Kubeconfig::read_from(&self.kubeconfig)?;
         let cfg = kube::Config::from_custom_kubeconfig(kc, &Default::default()).await?;

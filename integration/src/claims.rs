@@ -16,6 +16,7 @@ fn reserved(pods: &[&Pod]) -> Vec<Value> {
         .collect()
 }
 
+/// Creates namespace `name` with its default service account.
 pub async fn namespace(client: &kube::Client, name: &str) -> anyhow::Result<()> {
     let ns: Api<Namespace> = Api::all(client.clone());
     let mut n = Namespace::default();
@@ -111,6 +112,7 @@ pub async fn allocated_claim(
         .await?)
 }
 
+/// Reserves `claim` for `pods`, as the scheduler does.
 pub async fn reserve_for(
     client: &kube::Client,
     claim: &ResourceClaim,
@@ -127,6 +129,7 @@ pub async fn reserve_for(
     Ok(())
 }
 
+/// The claim as the kubelet names it in a DRA call.
 pub fn claim_msg(c: &ResourceClaim) -> v1::Claim {
     v1::Claim {
         namespace: c.metadata.namespace.clone().unwrap_or_default(),
@@ -135,6 +138,7 @@ pub fn claim_msg(c: &ResourceClaim) -> v1::Claim {
     }
 }
 
+/// The claim's UID.
 pub fn uid(c: &ResourceClaim) -> String {
     c.metadata.uid.clone().unwrap_or_default()
 }

@@ -13,6 +13,7 @@ use oci_spec::runtime::Spec;
 
 use crate::testbed::Testbed;
 
+/// Which containerd the testbed runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Version {
     /// containerd 2.2.x, built from the Go module proxy.
@@ -24,6 +25,7 @@ pub enum Version {
 }
 
 impl Version {
+    /// How test names and logs call it.
     pub fn label(self) -> &'static str {
         match self {
             Version::V2_2 => "containerd-2.2",
@@ -46,10 +48,15 @@ const TEARDOWN_TRIES: u32 = 3;
 /// The busybox test image.
 pub const BUSYBOX_IMAGE: &str = "docker.io/library/busybox:test";
 
+/// A containerd of the testbed, running under its own directory; stopped on drop.
 pub struct Containerd {
+    /// Which one.
     pub version: Version,
+    /// Its directory: config, state, logs.
     pub dir: PathBuf,
+    /// Its CRI socket.
     pub socket: PathBuf,
+    /// Its NRI socket.
     pub nri_socket: PathBuf,
     bin_dir: PathBuf,
     runc_dir: PathBuf,
@@ -229,6 +236,7 @@ state = "{d}/state"
         Ok(())
     }
 
+    /// Its log.
     pub fn log_path(&self) -> PathBuf {
         self.dir.join("logs/containerd.log")
     }
@@ -293,6 +301,7 @@ state = "{d}/state"
         Ok(())
     }
 
+    /// Stops it and starts it again on the same directory.
     pub fn restart(&mut self) -> anyhow::Result<()> {
         self.stop()?;
         self.spawn()

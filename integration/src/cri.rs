@@ -16,6 +16,7 @@ const CALL_TIMEOUT: Duration = Duration::from_secs(30);
 /// How often removing a pod is tried before what is left is reported.
 const REMOVE_TRIES: u32 = 3;
 
+/// A CRI client of a containerd, with where its containers log.
 #[derive(Clone)]
 pub struct Cri {
     client: RuntimeServiceClient<Channel>,
@@ -25,14 +26,20 @@ pub struct Cri {
 /// A pod sandbox we created, with what a container needs to join it.
 #[derive(Debug, Clone)]
 pub struct Pod {
+    /// The sandbox's ID.
     pub id: String,
+    /// The pod's UID.
     pub uid: String,
+    /// The pod's name.
     pub name: String,
+    /// The config it was made with.
     pub config: PodSandboxConfig,
+    /// Where its containers log.
     pub log_dir: PathBuf,
 }
 
 impl Cri {
+    /// Connects to `socket`; containers log under `log_root`.
     pub async fn connect(socket: &Path, log_root: &Path) -> anyhow::Result<Self> {
         let channel = crate::unix::unix_channel(socket)
             .await
@@ -43,6 +50,7 @@ impl Cri {
         })
     }
 
+    /// The runtime's name and version.
     pub async fn version(&self) -> anyhow::Result<String> {
         let v = self
             .client
@@ -169,6 +177,7 @@ impl Cri {
             .container_id)
     }
 
+    /// Starts container `id`.
     pub async fn start(&self, id: &str) -> anyhow::Result<()> {
         self.client
             .clone()
@@ -180,6 +189,7 @@ impl Cri {
         Ok(())
     }
 
+    /// Creates a container in `pod` and starts it.
     pub async fn create_and_start(
         &self,
         pod: &Pod,
@@ -194,6 +204,7 @@ impl Cri {
         Ok(id)
     }
 
+    /// Container `id`'s state.
     pub async fn state(&self, id: &str) -> anyhow::Result<ContainerState> {
         let s = self
             .client

@@ -20,18 +20,29 @@ use crate::driver::{DriverOpts, GraftDriver};
 use crate::nri::GraftNri;
 use crate::testbed::Testbed;
 
+/// The DRA driver name the tests register.
 pub const DRIVER_NAME: &str = "graft.dev";
 
+/// A node without a kubelet: containerd, graft-nri and graft-driver, registered with a
+/// control plane; the tests speak the kubelet's side.
 pub struct DraNode {
+    /// The node's name.
     pub name: String,
+    /// Its files; removed on drop.
     pub dir: tempfile::TempDir,
+    /// A client of the control plane.
     pub client: kube::Client,
+    /// Its containerd.
     pub containerd: Containerd,
+    /// Its graft-nri.
     pub nri: GraftNri,
+    /// Its graft-driver.
     pub driver: GraftDriver,
     /// The DRA socket named by the registration socket's GetInfo.
     pub endpoint: PathBuf,
+    /// graft's state directory.
     pub state_dir: PathBuf,
+    /// The file graft reads the boot id from.
     pub boot_id_path: PathBuf,
     /// The state directory is a tmpfs of its own (unmounted on drop).
     state_mounted: bool,
@@ -43,6 +54,7 @@ impl DraNode {
         Self::start_with(cp, name, devices_toml, &[]).await
     }
 
+    /// [`DraNode::start`] with more graft-driver arguments.
     pub async fn start_with(
         cp: &ControlPlane,
         name: &str,
@@ -134,6 +146,7 @@ impl DraNode {
         })
     }
 
+    /// `rel` below the node's directory.
     pub fn path(&self, rel: &str) -> PathBuf {
         self.dir.path().join(rel)
     }
@@ -147,10 +160,12 @@ impl DraNode {
         Ok(())
     }
 
+    /// A client of graft-driver's DRA service (v1).
     pub async fn dra(&self) -> anyhow::Result<v1::dra_plugin_client::DraPluginClient<Channel>> {
         self.driver.dra(&self.endpoint).await
     }
 
+    /// The record of claim `claim_uid`, if there is one.
     pub fn record(&self, claim_uid: &str) -> anyhow::Result<Option<graft_record::ClaimRecord>> {
         Ok(graft_record::RecordStore::open(&self.state_dir)?.get_claim(claim_uid)?)
     }
@@ -172,10 +187,12 @@ impl DraNode {
         Ok(best)
     }
 
+    /// The checkpoint's two slot files.
     pub fn checkpoint_slots(&self) -> [PathBuf; 2] {
         ["a", "b"].map(|s| self.state_dir.join(format!("driver/checkpoint-{s}.json")))
     }
 
+    /// Where the node's processes log.
     pub fn log_dir(&self) -> &Path {
         self.dir.path()
     }

@@ -16,26 +16,40 @@ use crate::containerd::signal;
 use crate::testbed::workspace_bin;
 use crate::unix::unix_channel;
 
+/// How graft-driver is run.
 #[derive(Debug, Clone)]
 pub struct DriverOpts {
+    /// `--driver-name`.
     pub driver_name: String,
+    /// `--node-name`.
     pub node_name: String,
+    /// The kubelet's directory (plugin sockets).
     pub kubelet_dir: PathBuf,
+    /// `--state-dir`.
     pub state_dir: PathBuf,
+    /// The device config (the char and files backends).
     pub device_config: PathBuf,
+    /// The file it reads the boot id from.
     pub boot_id_path: PathBuf,
+    /// The control plane's kubeconfig.
     pub kubeconfig: PathBuf,
+    /// `--pod-uid`: per-instance socket names.
     pub pod_uid: Option<String>,
+    /// Its log.
     pub log: PathBuf,
+    /// More arguments, last.
     pub extra: Vec<String>,
 }
 
+/// A graft-driver process; killed on drop.
 pub struct GraftDriver {
+    /// How it runs.
     pub opts: DriverOpts,
     child: Option<Child>,
 }
 
 impl GraftDriver {
+    /// Starts graft-driver with `opts`.
     pub fn start(opts: DriverOpts) -> anyhow::Result<Self> {
         let mut d = GraftDriver { opts, child: None };
         d.spawn(None)?;
@@ -94,6 +108,7 @@ impl GraftDriver {
         crate::scrape::metrics(&self.health_socket())
     }
 
+    /// Its process id while it runs.
     pub fn pid(&self) -> Option<u32> {
         self.child.as_ref().map(|c| c.id())
     }
@@ -138,14 +153,17 @@ impl GraftDriver {
         }
     }
 
+    /// Its log so far.
     pub fn log_text(&self) -> String {
         std::fs::read_to_string(&self.opts.log).unwrap_or_default()
     }
 
+    /// The kubelet's plugin registry.
     pub fn registry_dir(&self) -> PathBuf {
         self.opts.kubelet_dir.join("plugins_registry")
     }
 
+    /// The driver's plugin directory.
     pub fn plugin_dir(&self) -> PathBuf {
         self.opts
             .kubelet_dir
@@ -201,10 +219,12 @@ impl GraftDriver {
         }
     }
 
+    /// A client of the registration socket `socket`.
     pub async fn registration(&self, socket: &Path) -> anyhow::Result<RegistrationClient<Channel>> {
         Ok(RegistrationClient::new(unix_channel(socket).await?))
     }
 
+    /// A client of the DRA service (v1) at `endpoint`.
     pub async fn dra(
         &self,
         endpoint: &Path,
@@ -214,6 +234,7 @@ impl GraftDriver {
         ))
     }
 
+    /// A client of the DRA service (v1beta1) at `endpoint`.
     pub async fn dra_v1beta1(
         &self,
         endpoint: &Path,

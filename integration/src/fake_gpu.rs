@@ -15,13 +15,19 @@ use std::time::Duration;
 
 use anyhow::{bail, Context};
 
+/// The driver version the fake libraries report.
 pub const DRIVER_VERSION: &str = "580.95.05";
+/// Where the fake driver's libraries are, below the driver root.
 pub const LIB_DIR: &str = "/usr/lib/x86_64-linux-gnu";
 /// NVML index to minor number, as the fake library reports them.
 pub const MINORS: [u32; 8] = [2, 3, 0, 1, 6, 7, 4, 5];
+/// PCI bus of each GPU, by NVML index, as the fake library reports them.
 pub const PCI_BUSES: [u32; 8] = [0x18, 0x2a, 0x3a, 0x5d, 0x9a, 0xab, 0xba, 0xdb];
+/// The character major of `nvidia-uvm` in the fake /proc.
 pub const UVM_MAJOR: u32 = 510;
+/// The character major of `nvidia-caps` in the fake /proc.
 pub const CAPS_MAJOR: u32 = 235;
+/// The character major of `nvidia-caps-imex-channels` in the fake /proc.
 pub const IMEX_MAJOR: u32 = 234;
 
 /// A GPU instance in the fake NVML's MIG state file, with the ids of its compute
@@ -36,17 +42,22 @@ pub struct MigInstance {
     pub profile: u32,
     /// Placement: first memory slice, and how many.
     pub start: u32,
+    /// How many memory slices.
     pub size: u32,
     /// Compute instance ids, ascending.
     pub cis: Vec<u32>,
 }
 
+/// A fake NVIDIA node on disk; see the module's note.
 #[derive(Clone)]
 pub struct FakeNode {
     /// Stands in for the host's `/` (driver root `/` inside it).
     pub host: PathBuf,
+    /// Stands in for the host's /proc.
     pub proc: PathBuf,
+    /// Stands in for the host's /sys.
     pub sys: PathBuf,
+    /// Stands in for the host's /dev.
     pub dev: PathBuf,
 }
 
@@ -175,6 +186,7 @@ impl FakeNode {
         ]
     }
 
+    /// Lays out a fake node under `dir`.
     pub fn create(dir: &Path) -> anyhow::Result<Self> {
         let node = FakeNode {
             host: dir.join("host"),
@@ -431,10 +443,12 @@ impl FakeNode {
         std::fs::read_to_string(log_dir.join("server.log")).unwrap_or_default()
     }
 
+    /// The minor of GPU instance `gi`'s capability node, as `mig-minors` numbers it.
     pub fn gi_cap_minor(gpu_minor: u32, gi: u32) -> u32 {
         3 + gpu_minor * 15 * 9 + gi * 9
     }
 
+    /// The minor of compute instance `ci`'s capability node, as `mig-minors` numbers it.
     pub fn ci_cap_minor(gpu_minor: u32, gi: u32, ci: u32) -> u32 {
         Self::gi_cap_minor(gpu_minor, gi) + 1 + ci
     }

@@ -31,6 +31,7 @@ use crate::fake_gpu::{FakeNode, LIB_DIR, PCI_BUSES};
 
 /// The major number the fake kernel gives VFIO group nodes (vfio's is dynamic).
 pub const VFIO_GROUP_MAJOR: u32 = 511;
+/// The driver of the GPUs' HDMI audio functions.
 pub const AUDIO_DRIVER: &str = "snd_hda_intel";
 const DRIVERS: [&str; 4] = ["nvidia", "vfio-pci", AUDIO_DRIVER, "pcieport"];
 

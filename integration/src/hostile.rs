@@ -12,6 +12,7 @@ use sha2::{Digest, Sha256};
 
 /// Host directories an attack would write into, with known contents.
 pub struct Decoy {
+    /// The directory.
     pub dir: PathBuf,
 }
 

@@ -15,6 +15,7 @@ const APPLETS: &[&str] = &[
 
 /// A root directory for an image, starting as a minimal busybox system.
 pub struct ImageRoot {
+    /// The root directory.
     pub dir: PathBuf,
 }
 

@@ -81,6 +81,7 @@ pub fn mounted_under(dir: &Path) -> bool {
 pub struct Scratch(PathBuf);
 
 impl Scratch {
+    /// A scratch directory at `path`, made empty.
     pub fn new(path: impl Into<PathBuf>) -> anyhow::Result<Self> {
         let s = Scratch(path.into());
         s.clear();
@@ -91,6 +92,7 @@ impl Scratch {
         Ok(s)
     }
 
+    /// The directory.
     pub fn path(&self) -> &Path {
         &self.0
     }

@@ -11,8 +11,11 @@ use nix::sys::signal::Signal;
 use crate::containerd::signal;
 use crate::testbed::workspace_bin;
 
+/// A graft-nri process; stopped on drop.
 pub struct GraftNri {
+    /// The state directory it shares with the driver.
     pub state_dir: PathBuf,
+    /// Its log.
     pub log: PathBuf,
     socket: PathBuf,
     extra: Vec<String>,
@@ -38,6 +41,7 @@ impl GraftNri {
         Ok(n)
     }
 
+    /// Starts the process.
     pub fn spawn(&mut self) -> anyhow::Result<()> {
         let child = Command::new(workspace_bin("graft-nri")?)
             .arg("--socket")
@@ -71,6 +75,7 @@ impl GraftNri {
         crate::scrape::metrics(&self.health_socket())
     }
 
+    /// Its process id while it runs.
     pub fn pid(&self) -> Option<u32> {
         self.child.as_ref().map(|c| c.id())
     }
@@ -123,6 +128,7 @@ impl GraftNri {
         }
     }
 
+    /// Its log so far.
     pub fn log_text(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }

@@ -17,7 +17,9 @@ use kube::ResourceExt;
 /// When the watch first showed a pod, and first showed it Ready.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct Seen {
+    /// When the watch first showed the pod.
     pub added: Option<Instant>,
+    /// When it first showed it Ready.
     pub ready: Option<Instant>,
 }
 
@@ -28,6 +30,7 @@ impl Seen {
     }
 }
 
+/// A watch of pods that notes when each was first seen and first Ready.
 pub struct PodClock {
     seen: Arc<Mutex<HashMap<String, Seen>>>,
     task: tokio::task::JoinHandle<()>,
@@ -85,6 +88,7 @@ impl PodClock {
         Ok(Self { seen, task })
     }
 
+    /// What was seen of pod `name`.
     pub fn get(&self, name: &str) -> Option<Seen> {
         self.seen
             .lock()

@@ -8,10 +8,12 @@ use anyhow::{bail, Context};
 /// Paths written by `integration/testbed/setup.sh` into `$GRAFT_CACHE/env`.
 #[derive(Debug, Clone)]
 pub struct Testbed {
+    /// The directory holding the runc the tests run.
     pub runc_dir: PathBuf,
     /// An older runc (1.2.x) whose createContainer hooks inherit the container's
     /// environment; for the hostile-image tests.
     pub old_runc_dir: PathBuf,
+    /// The crictl binary.
     pub crictl: PathBuf,
     /// helm, for the chart in deploy/helm/graft.
     pub helm: PathBuf,
@@ -19,13 +21,16 @@ pub struct Testbed {
     pub containerd_2: PathBuf,
     /// containerd 2.4.x.
     pub containerd_24: PathBuf,
+    /// containerd 1.7.24.
     pub containerd_17: PathBuf,
+    /// The test images' tars.
     pub images: PathBuf,
     /// Kubernetes binaries and etcd.
     pub k8s: PathBuf,
 }
 
 impl Testbed {
+    /// The testbed cache: `$GRAFT_CACHE`, or `~/.cache/graft-testbed`.
     pub fn cache_dir() -> PathBuf {
         match std::env::var_os("GRAFT_CACHE") {
             Some(d) => PathBuf::from(d),

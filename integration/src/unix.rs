@@ -7,6 +7,7 @@ use hyper_util::rt::TokioIo;
 use tokio::net::UnixStream;
 use tonic::transport::{Channel, Endpoint, Uri};
 
+/// A gRPC channel over the Unix socket `socket`.
 pub async fn unix_channel(socket: &Path) -> anyhow::Result<Channel> {
     let path = socket.to_path_buf();
     Endpoint::try_from("http://[::]:0")?

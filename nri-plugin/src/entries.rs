@@ -14,10 +14,15 @@ use crate::inject::Plan;
 
 /// Whom the entry is about.
 pub struct Target<'a> {
+    /// The runtime's container ID.
     pub container_id: &'a str,
+    /// The container's name in its pod.
     pub container: &'a str,
+    /// The pod's UID.
     pub pod_uid: &'a str,
+    /// The pod's namespace.
     pub pod_namespace: &'a str,
+    /// The pod's name.
     pub pod_name: &'a str,
 }
 

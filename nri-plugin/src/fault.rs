@@ -6,10 +6,12 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+/// What a handler is made to do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Fault {
     /// Block the handler's thread this long.
     Sleep(Duration),
+    /// Panic in the handler.
     Panic,
 }
 
@@ -18,6 +20,7 @@ pub enum Fault {
 pub struct FaultSwitch(Arc<Mutex<VecDeque<Fault>>>);
 
 impl FaultSwitch {
+    /// Queues `f` for the next handler call.
     pub fn push(&self, f: Fault) {
         self.0
             .lock()

@@ -13,7 +13,9 @@ use serde::Serialize;
 /// What one container receives from all the claims its pod holds.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Plan {
+    /// The merged edits of every claim.
     pub edits: ContainerEdits,
+    /// One per claim that contributed, in record order.
     pub grants: Vec<Grant>,
     /// Which claim (`namespace/name`) set each variable of `edits.env`.
     pub env_owners: BTreeMap<String, String>,
@@ -22,8 +24,11 @@ pub struct Plan {
 /// One claim's contribution, as listed in the `graft.dev/injected` annotation.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Grant {
+    /// The claim as `namespace/name`.
     pub claim: String,
+    /// The claim's UID.
     pub uid: String,
+    /// The devices of the claim this container receives, by name.
     pub devices: Vec<String>,
 }
 
@@ -31,37 +36,47 @@ pub struct Grant {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{what} {key:?} is requested differently by claims {first} and {second}")]
 pub struct Conflict {
+    /// The kind of thing both claims set (`device node`, `mount destination`, ...).
     pub what: &'static str,
+    /// Which one: a path or a variable name.
     pub key: String,
+    /// The claim that set it first (`namespace/name`).
     pub first: String,
+    /// The claim that set it differently.
     pub second: String,
 }
 
 /// Why a container cannot be given what its pod's records say.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum PlanError {
+    /// Two claims disagree.
     #[error(transparent)]
     Conflict(#[from] Conflict),
-    /// A claim sets a variable the container's own spec already sets. The values are not
-    /// named: the pod's may be a secret.
+    /// A claim sets a variable the container's own spec sets; values unnamed: they may be secret.
     #[error(
         "claim {claim} sets environment variable {name}, which the container's own spec (its \
          pod or image) already sets; a claim may add variables but not replace the \
          container's own"
     )]
-    Overrides { claim: String, name: String },
+    Overrides {
+        /// The claim that sets it (`namespace/name`).
+        claim: String,
+        /// The variable.
+        name: String,
+    },
     /// A record asks for something the node's injection policy does not allow.
     #[error("claim {claim}: its record breaks graft's injection policy: {source}")]
     Policy {
+        /// The claim whose record it is (`namespace/name`).
         claim: String,
+        /// What the policy refused.
         #[source]
         source: InvalidRecord,
     },
 }
 
-/// Merges what `container` of pod `pod_uid` receives from `claims`. `None` when it receives
-/// nothing. Identical repeats (a shared device node from two claims) are merged; differing
-/// ones are a conflict. Every device the container receives must pass `policy`.
+/// Merges what `container` of pod `pod_uid` receives from `claims`; `None` when nothing. Equal
+/// repeats merge, differing ones conflict. Every device the container receives must pass `policy`.
 pub fn plan(
     claims: &[ClaimRecord],
     pod_uid: &str,

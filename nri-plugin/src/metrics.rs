@@ -15,10 +15,15 @@ use prometheus_client::registry::Registry;
 /// A request from the runtime, as the `event` label names it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RequestKind {
+    /// The runtime asks which events the plugin wants.
     Configure,
+    /// The runtime lists its pods and containers (on each connection).
     Synchronize,
+    /// A container is about to be created: graft injects here.
     CreateContainer,
+    /// A container is being stopped.
     StopContainer,
+    /// A container was removed.
     RemoveContainer,
     /// Any other lifecycle event (graft subscribes to none).
     Other,
@@ -34,6 +39,7 @@ impl RequestKind {
         RequestKind::Other,
     ];
 
+    /// The value of the `event` label.
     pub fn label(self) -> &'static str {
         match self {
             RequestKind::Configure => "configure",
@@ -70,6 +76,7 @@ impl Refusal {
         Refusal::Internal,
     ];
 
+    /// The value of the `reason` label.
     pub fn label(self) -> &'static str {
         match self {
             Refusal::RecordUnreadable => "record_unreadable",
@@ -144,6 +151,7 @@ impl Default for NriMetrics {
 }
 
 impl NriMetrics {
+    /// Adds every metric to `r`.
     pub fn register(&self, r: &mut Registry) {
         r.register(
             "graft_nri_request_duration_seconds",
@@ -192,6 +200,7 @@ impl NriMetrics {
         );
     }
 
+    /// Counts one answered request: its duration, and whether it missed the deadline.
     pub fn observe(&self, kind: RequestKind, elapsed: Duration, deadline_exceeded: bool) {
         let i = RequestKind::ALL
             .iter()
@@ -205,14 +214,17 @@ impl NriMetrics {
         }
     }
 
+    /// A container was created with its devices.
     pub fn injected(&self) {
         self.injected.inc();
     }
 
+    /// A container was created unchanged: no graft claim in its pod.
     pub fn skipped(&self) {
         self.skipped.inc();
     }
 
+    /// A container was refused, for `why`.
     pub fn refused(&self, why: Refusal) {
         let i = Refusal::ALL.iter().position(|r| *r == why).unwrap_or(4);
         if let Some(c) = self.refused_by.get(i) {
@@ -220,10 +232,12 @@ impl NriMetrics {
         }
     }
 
+    /// A Synchronize found `n` running containers without their recorded devices.
     pub fn uninjected_found(&self, n: u64) {
         self.uninjected_found.inc_by(n);
     }
 
+    /// A connection was configured; every one after the first counts as a reconnect.
     pub fn configured(&self) {
         if self.ever_configured.swap(true, Ordering::Relaxed) {
             self.reconnects.inc();
@@ -232,10 +246,12 @@ impl NriMetrics {
         self.synchronized.set(0);
     }
 
+    /// The current connection's initial Synchronize is answered.
     pub fn synchronized(&self) {
         self.synchronized.set(1);
     }
 
+    /// The connection to the runtime is lost.
     pub fn disconnected(&self) {
         self.connected.set(0);
         self.synchronized.set(0);

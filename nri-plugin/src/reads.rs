@@ -46,16 +46,19 @@ impl Default for Reads {
 /// Why a read was not waited for.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ReadError {
+    /// This read missed its deadline (the deadline in force).
     #[error(
         "graft-nri could not read and check this pod's graft records within its deadline of \
          {0:?} (is the state directory on a stuck filesystem?)"
     )]
     TimedOut(Duration),
+    /// At least [`MAX_OVERDUE_PER_POD`] of this pod's reads are overdue.
     #[error(
         "earlier reads of this pod's graft records have not returned; refused without \
          starting another"
     )]
     PodOverdue,
+    /// At least [`MAX_OVERDUE`] reads are overdue node-wide (the count).
     #[error(
         "{0} reads of graft records have not returned (is the state directory on a stuck \
          filesystem?); refused without starting another"

@@ -39,8 +39,6 @@
 //! events a runtime accepts, `options` says how to reach the runtime, `session` keeps one
 //! connection alive and reconnects, `dispatcher` serves the runtime's requests.
 
-#![warn(missing_docs)]
-
 mod dispatcher;
 pub mod events;
 pub mod guard;

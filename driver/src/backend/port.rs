@@ -28,6 +28,7 @@ pub struct Node {
     pub host_root: PathBuf,
     /// The host's /sys and /proc as seen here.
     pub sysfs_root: PathBuf,
+    /// The host's /proc as seen here.
     pub proc_root: PathBuf,
     /// The host's /dev as seen here; `None`: `dev` below the host root.
     pub dev_root: Option<PathBuf>,
@@ -47,6 +48,7 @@ pub struct Node {
 pub struct Injection {
     /// As a host path.
     pub driver_root: PathBuf,
+    /// Host path of the ldconfig graft-hook runs.
     pub ldconfig: String,
 }
 
@@ -54,6 +56,7 @@ pub struct Injection {
 pub struct Running<'a> {
     /// The API server (Events, taints).
     pub client: kube::Client,
+    /// What every family may need of the node and the driver.
     pub node: &'a Node,
     /// This boot's id: state from another boot has seen a reset.
     pub boot_id: &'a str,
@@ -73,8 +76,11 @@ pub enum BackendError {
     /// shows it above its cause).
     #[error("{what}")]
     Step {
+        /// The family whose start failed.
         family: &'static str,
+        /// The step.
         what: &'static str,
+        /// Its cause.
         #[source]
         source: Box<dyn std::error::Error + Send + Sync>,
     },

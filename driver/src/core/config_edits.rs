@@ -13,16 +13,25 @@ pub enum ConfigRefused {
         "opaque configuration sets {name}, which the device itself sets; it cannot be \
          overridden"
     )]
-    SetsDeviceEnv { name: String },
+    SetsDeviceEnv {
+        /// The variable.
+        name: String,
+    },
     /// Driver capabilities asked of a device that is no NVIDIA GPU.
     #[error("driverCapabilities apply to NVIDIA GPUs and MIG devices, not to {device}")]
-    NotGpu { device: String },
+    NotGpu {
+        /// The device.
+        device: String,
+    },
     /// A driver capability whose files the node's driver lacks.
     #[error(
         "driver capability {capability} was asked for, but the node's NVIDIA driver has no \
          {capability} files"
     )]
-    NoCapabilityFiles { capability: String },
+    NoCapabilityFiles {
+        /// The capability asked for.
+        capability: String,
+    },
 }
 
 /// Splits the configuration's variables of each device (`config_env`, in `records` order)

@@ -23,8 +23,10 @@ use crate::setup::{DeviceSetup, NoSetup};
 /// crash point.
 #[derive(Debug, thiserror::Error)]
 pub enum CoreError {
+    /// Local state (records, checkpoint) could not be read or written.
     #[error(transparent)]
     Local(#[from] DriverError),
+    /// A test's crash point was reached.
     #[error(transparent)]
     Crashed(#[from] Crashed),
 }
@@ -35,6 +37,7 @@ impl From<graft_record::RecordError> for CoreError {
     }
 }
 
+/// A result of the core.
 pub type CoreResult<T> = std::result::Result<T, CoreError>;
 
 /// The span of everything done for one claim: its lines carry `claim` (namespace/name) and
@@ -47,8 +50,12 @@ pub(super) fn id_span(id: &ClaimId) -> tracing::Span {
     claim_span(&id.namespace, &id.name, &id.uid)
 }
 
+/// The claim state machine run against the node's records and checkpoint: prepares and
+/// unprepares claims, and cleans up after a crash.
 pub struct Core {
+    /// The DRA driver's name (`graft.dev` by default).
     pub driver_name: String,
+    /// The node this core runs on.
     pub node_name: String,
     pub(super) store: RecordStore,
     pub(super) checkpoint: Checkpoint,
@@ -107,16 +114,19 @@ impl Core {
         self
     }
 
+    /// The gate that says whether graft-nri is in place to inject.
     pub fn with_gate(mut self, gate: Box<dyn NriGate>) -> Self {
         self.gate = gate;
         self
     }
 
+    /// Named crash points for tests; none in production.
     pub fn with_crash_hook(mut self, crash: Box<dyn CrashHook>) -> Self {
         self.crash = crash;
         self
     }
 
+    /// The devices now published, which prepares check allocations against.
     pub fn set_inventory(&self, devices: &[Device]) {
         let map = devices
             .iter()

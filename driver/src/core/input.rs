@@ -18,9 +18,13 @@ pub use crate::model::{Allocated, ClaimId};
 /// entries of the allocation, and the pods it is reserved for.
 #[derive(Debug, Clone)]
 pub struct ClaimInput {
+    /// Which claim.
     pub id: ClaimId,
+    /// Its allocation results for this driver.
     pub results: Vec<Allocated>,
+    /// The configuration entries of its allocation.
     pub configs: Vec<DeviceAllocationConfiguration>,
+    /// The pods it is reserved for, as read.
     pub pods: Vec<PodUse>,
     /// Pods in `reservedFor` that could not be read; the claim fails if there are any.
     pub pod_errors: Vec<String>,
@@ -30,75 +34,123 @@ pub struct ClaimInput {
 /// the pod's events.
 #[derive(Debug, thiserror::Error)]
 pub enum ClaimError {
+    /// graft-nri is not in place to inject, so nothing is prepared.
     #[error("graft-nri is not ready to inject devices: {0}")]
     NriNotReady(#[source] NotReady),
     /// Another operation on the claim still runs (a slow device setup); the kubelet's retry
     /// picks up its result.
     #[error("claim {claim}: an earlier prepare or unprepare of it is still running (a device setup can take a while); the kubelet retries")]
-    InProgress { claim: String },
+    InProgress {
+        /// The claim (`namespace/name`).
+        claim: String,
+    },
     /// Its devices are busy with another claim's setup past the deadline.
     #[error("claim {claim}: devices {devices:?} are still being set up for another claim; the kubelet retries")]
-    DevicesBusy { claim: String, devices: Vec<String> },
+    DevicesBusy {
+        /// The claim (`namespace/name`).
+        claim: String,
+        /// The busy devices.
+        devices: Vec<String>,
+    },
+    /// Pods it is reserved for could not be read.
     #[error("{}", .0.join("; "))]
     PodsUnreadable(Vec<String>),
+    /// An allocated device belongs to another node's pool.
     #[error("device {pool}/{device} of request {request} is not in this node's pool {node}")]
     NotInPool {
+        /// The pool allocated from.
         pool: String,
+        /// The device allocated.
         device: String,
+        /// The request it was allocated for.
         request: String,
+        /// This node.
         node: String,
     },
+    /// An allocated device is not (any more) on this node.
     #[error("device {device} (request {request}) is not present on node {node}")]
     NotPresent {
+        /// The device allocated.
         device: String,
+        /// The request it was allocated for.
         request: String,
+        /// This node.
         node: String,
     },
+    /// The claim's configuration is invalid.
     #[error(transparent)]
     Config(#[from] ConfigError),
+    /// A device's configuration cannot be applied to it.
     #[error("request {request}: device {device}: {source}")]
     Configure {
+        /// The request the device was allocated for.
         request: String,
+        /// The device.
         device: String,
+        /// What was refused.
         #[source]
         source: ConfigRefused,
     },
+    /// Sharing settings given for a device that cannot be shared.
     #[error(
         "request {request}: device {device} cannot be shared (sharing applies to full NVIDIA GPUs)"
     )]
-    CannotShare { request: String, device: String },
+    CannotShare {
+        /// The request the device was allocated for.
+        request: String,
+        /// The device.
+        device: String,
+    },
+    /// A device's backend refused to plan its setup.
     #[error("request {request}: {source}")]
     SetupRefused {
+        /// The request the device was allocated for.
         request: String,
+        /// Why.
         #[source]
         source: SetupError,
     },
     /// A device setup panicked on its thread: the claim fails as it does when a setup
     /// fails, the other claims of the call go on.
     #[error("claim {claim}: a device setup panicked")]
-    SetupPanicked { claim: String },
+    SetupPanicked {
+        /// The claim (`namespace/name`).
+        claim: String,
+    },
+    /// A device's setup or its undo failed.
     #[error("device {device}: {source}")]
     Setup {
+        /// The device.
         device: String,
+        /// What failed.
         #[source]
         source: SetupError,
     },
+    /// The device is prepared for another claim.
     #[error("device {device} is already prepared for claim {holder} ({holder_uid})")]
     AlreadyPrepared {
+        /// The device.
         device: String,
+        /// The holder (`namespace/name`).
         holder: String,
+        /// The holder's UID.
         holder_uid: String,
     },
+    /// The claim's record would break the injection policy.
     #[error("the record for claim {claim} would break graft's injection policy: {source}")]
     Policy {
+        /// The claim (`namespace/name`).
         claim: String,
+        /// What the policy refused.
         #[source]
         source: InvalidRecord,
     },
     /// Local state (records, checkpoint) could not be read or written.
     #[error("{claim}: {source}")]
     Local {
+        /// The claim (`namespace/name`).
         claim: String,
+        /// What failed.
         #[source]
         source: DriverError,
     },

@@ -8,6 +8,7 @@ use std::collections::HashSet;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Instant;
 
+/// Named locks; see the module's note.
 #[derive(Debug, Default)]
 pub struct KeyLocks {
     held: Mutex<HashSet<String>>,
@@ -22,6 +23,7 @@ pub struct KeyGuard {
 }
 
 impl KeyLocks {
+    /// No key held.
     pub fn new() -> Arc<Self> {
         Arc::new(KeyLocks::default())
     }

@@ -39,7 +39,9 @@ pub enum Stage {
 /// The persisted form of the two stages that have an entry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum ClaimState {
+    /// Devices reserved; setups and record may or may not exist yet.
     PrepareStarted,
+    /// Setups applied and the record written.
     PrepareCompleted,
 }
 
@@ -73,10 +75,13 @@ pub enum Step {
     Rebuild,
 }
 
+/// A step the claim life cycle does not allow from a stage.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[error("claim life cycle: {step:?} is not allowed from {from:?}")]
 pub struct InvalidStep {
+    /// The stage the claim was in.
     pub from: Stage,
+    /// The step asked for.
     pub step: Step,
 }
 

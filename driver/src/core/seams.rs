@@ -29,7 +29,9 @@ pub trait NriGate: Send + Sync {
 
 /// graft-nri's status file and liveness lock in the state directory.
 pub struct StatusFile {
+    /// graft's state directory.
     pub state_dir: PathBuf,
+    /// This boot's id: a status from another boot is stale.
     pub boot_id: String,
 }
 
@@ -66,6 +68,7 @@ pub enum CrashPoint {
 #[error("crashed at {0:?}")]
 pub struct Crashed(pub CrashPoint);
 
+/// Where a test stops the process at a crash point.
 pub trait CrashHook: Send + Sync {
     /// Called at each crash point; `Err` stops the operation where it is, with nothing
     /// undone, as a killed process would.

@@ -8,6 +8,8 @@ use super::engine::{Core, CoreResult};
 use super::lifecycle::{Stage, Step};
 
 impl Core {
+    /// Settles the checkpoint at start and makes the records agree with it; see the module's
+    /// note. Blocking: call before serving the kubelet.
     pub fn startup(&self) -> CoreResult<()> {
         let report = self.checkpoint.open()?;
         let mut txn = self.checkpoint.begin()?;

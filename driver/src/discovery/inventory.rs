@@ -24,23 +24,34 @@ pub struct Failing {
 pub enum Change {
     /// A backend's scan failed, the first time or the first since it last worked.
     Failed {
+        /// The backend's name.
         backend: &'static str,
+        /// The scan's error.
         error: String,
         /// How many devices of its last good scan stay published.
         kept: usize,
     },
     /// A failing backend scanned again.
     Recovered {
+        /// The backend's name.
         backend: &'static str,
+        /// How long its scans failed.
         failed_for: Duration,
     },
     /// A part a backend could not offer, new (or with a new message) at this scan.
     Unavailable {
+        /// The backend's name.
         backend: &'static str,
+        /// What it cannot offer, and why.
         part: Unavailable,
     },
     /// A part reported unavailable is offered again.
-    Available { backend: &'static str, key: String },
+    Available {
+        /// The backend's name.
+        backend: &'static str,
+        /// The part, by its key.
+        key: String,
+    },
 }
 
 struct Backend {
@@ -53,11 +64,13 @@ struct Backend {
 /// What one [`Inventory::scan`] found.
 #[derive(Debug, Default)]
 pub struct Scan {
+    /// What changed since the last scan, in backend order.
     pub changes: Vec<Change>,
     /// The backends whose scan failed this time (for the failure counters).
     pub failed: Vec<&'static str>,
 }
 
+/// The devices of every backend, merged, and what each backend's last scan said.
 pub struct Inventory {
     backends: Vec<Backend>,
     merged: Vec<Device>,

@@ -27,6 +27,8 @@ const LATE_KEPT: Duration = Duration::from_secs(300);
 /// What the core answers a prepare.
 type PreparedMap = BTreeMap<String, Outcome<Vec<PreparedDevice>>>;
 
+/// The kubelet's DRA calls turned into core work: claims fetched from the API server, the
+/// core run on a blocking thread under the call's deadline, failures posted as Events.
 pub struct Edge {
     core: Arc<Core>,
     client: kube::Client,
@@ -90,6 +92,7 @@ impl Edge {
         }
     }
 
+    /// The core it drives.
     pub fn core(&self) -> &Arc<Core> {
         &self.core
     }
@@ -110,6 +113,8 @@ impl Edge {
         }
     }
 
+    /// Prepare: one outcome per claim; a claim whose prepare outlasts the call is answered
+    /// "still running", and the kubelet's retry gets its result.
     pub async fn prepare(
         &self,
         ids: &[ClaimId],

@@ -11,22 +11,38 @@ use crate::error::DriverError;
 /// Errors that fail a whole call, as the reference helper does; the kubelet retries.
 #[derive(Debug, thiserror::Error)]
 pub enum CallError {
+    /// The claim could not be read from the API server.
     #[error("retrieve claim {claim}: {source}")]
     Fetch {
+        /// The claim (`namespace/name`).
         claim: String,
+        /// The API's error.
         #[source]
         source: kube::Error,
     },
+    /// The claim is gone from the API server.
     #[error("claim {claim} not found")]
-    NotFound { claim: String },
+    NotFound {
+        /// The claim (`namespace/name`).
+        claim: String,
+    },
+    /// The claim of that name is another one than the kubelet asked for.
     #[error("claim {claim} got replaced (uid {found}, expected {expected})")]
     Replaced {
+        /// The claim (`namespace/name`).
         claim: String,
+        /// The UID found.
         found: String,
+        /// The UID the kubelet gave.
         expected: String,
     },
+    /// The claim has no allocation.
     #[error("claim {claim} not allocated")]
-    NotAllocated { claim: String },
+    NotAllocated {
+        /// The claim (`namespace/name`).
+        claim: String,
+    },
+    /// Local state (records, checkpoint) could not be read or written.
     #[error(transparent)]
     Local(#[from] DriverError),
     /// The core's thread stopped in a way it should not (a panic).

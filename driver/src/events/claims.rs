@@ -9,6 +9,7 @@ use kube::runtime::events::{Event, EventType};
 use super::post::{claim_ref, Posting};
 use crate::core::input::ClaimId;
 
+/// The Event reason of a prepare that failed.
 pub const PREPARE_FAILED: &str = "PrepareFailed";
 
 /// The Event for a failed prepare of `claim` on `node`; `error` is what the kubelet got.

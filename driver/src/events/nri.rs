@@ -16,7 +16,9 @@ use kube::runtime::events::{Event, EventType};
 use super::post::{node_ref, Poster};
 use crate::core::seams::{NotReady, NriGate, StatusFile};
 
+/// The Event reason of an outage of graft-nri.
 pub const NOT_CONNECTED: &str = "NRIPluginNotConnected";
+/// The Event reason of its end.
 pub const CONNECTED: &str = "NRIPluginConnected";
 
 /// What the check knows of the current outage.
@@ -38,6 +40,7 @@ pub struct NriWatch {
 }
 
 impl NriWatch {
+    /// A watch that reports outages longer than `grace`.
     pub fn new(grace: Duration) -> Self {
         NriWatch {
             grace,

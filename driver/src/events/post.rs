@@ -25,6 +25,7 @@ pub fn recorder(client: kube::Client, node: &str) -> Recorder {
     Recorder::new(client, reporter(node))
 }
 
+/// A reference to the Node `node`, for its Events.
 pub fn node_ref(node: &str) -> ObjectReference {
     ObjectReference {
         api_version: Some("v1".into()),
@@ -34,6 +35,7 @@ pub fn node_ref(node: &str) -> ObjectReference {
     }
 }
 
+/// A reference to a ResourceClaim, for its Events.
 pub fn claim_ref(namespace: &str, name: &str, uid: &str) -> ObjectReference {
     ObjectReference {
         api_version: Some("resource.k8s.io/v1".into()),
@@ -45,6 +47,7 @@ pub fn claim_ref(namespace: &str, name: &str, uid: &str) -> ObjectReference {
     }
 }
 
+/// A reference to a Pod, for its Events.
 pub fn pod_ref(namespace: &str, name: &str, uid: &str) -> ObjectReference {
     ObjectReference {
         api_version: Some("v1".into()),

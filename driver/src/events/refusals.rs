@@ -13,10 +13,12 @@ use kube::runtime::events::{Event, EventType};
 use super::post::{pod_ref, Poster, Posting};
 use crate::discovery::inotify;
 
+/// The Event reason of a container graft-nri refused.
 pub const REFUSED: &str = "DeviceInjectionRefused";
 /// The journal is read at least this often (inotify may miss a change).
 const EVERY: Duration = Duration::from_secs(30);
 
+/// The Event on the pod of refusal `r`.
 pub fn refusal_event(r: &Refusal) -> Posting {
     let claims = match r.claims.as_slice() {
         [] => String::new(),

@@ -72,7 +72,9 @@ fn xid_name(xid: u64) -> Option<&'static str> {
 /// What NVML told us about one GPU (or one of its MIG instances).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Signal {
+    /// An XID error, with its number.
     Xid(u64),
+    /// An uncorrectable (double-bit) ECC error.
     DoubleBitEcc,
     /// The GPU cannot be used (NVML's GPU-unavailable event).
     Unavailable,
@@ -94,9 +96,13 @@ pub enum Signal {
 /// A signal's meaning: a condition with its reason and message, or "healthy again".
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Verdict {
+    /// The device is unhealthy or degraded.
     Condition {
+        /// Which.
         condition: Condition,
+        /// Short, for the taint value and the Event (e.g. `xid-79`).
         reason: String,
+        /// One line for people.
         message: String,
     },
     /// The driver says nothing needs doing (recovery action "none").
@@ -173,7 +179,9 @@ pub fn classify(signal: Signal, informational: &BTreeSet<u64>) -> Verdict {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{item:?} is not an XID number")]
 pub struct NotAnXid {
+    /// The item as written.
     pub item: String,
+    /// The parser's error.
     #[source]
     pub source: std::num::ParseIntError,
 }

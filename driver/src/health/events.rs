@@ -16,7 +16,9 @@ use crate::events::{claim_ref, pod_ref};
 /// One device's change between two reports.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Transition {
+    /// The device (by name) entered a condition.
     Became(String, DeviceHealth),
+    /// The device (by name) is healthy again.
     Recovered(String),
 }
 

@@ -27,10 +27,12 @@ use super::targets::{gpu_uuids, targets, Instance};
 use crate::discovery::nvidia::nvml;
 use crate::model::Device;
 
+/// What the health monitor is run with.
 #[derive(Debug, Clone)]
 pub struct MonitorConfig {
     /// libnvidia-ml.so.1 as this process loads it.
     pub nvml_lib: PathBuf,
+    /// XIDs an application causes: they leave a device degraded, not unhealthy.
     pub informational_xids: BTreeSet<u64>,
     /// How long a degraded device must be quiet to clear; `None`: only a reset clears it.
     pub quiet: Option<Duration>,

@@ -86,15 +86,22 @@ fn supported_types(nvml: &Nvml, d: &nvml_wrapper::Device<'_>) -> Option<u64> {
     (rc == nvmlReturn_enum_NVML_SUCCESS).then_some(types)
 }
 
+/// What one wait for NVML events brought.
 pub enum Waited {
+    /// A health event of a watched GPU.
     Event {
+        /// The GPU's UUID.
         uuid: String,
         /// The GPU's raw handle, for instance lookups.
         device: nvmlDevice_t,
+        /// What it reports.
         signal: Signal,
+        /// The MIG GPU instance it is about, if any.
         gi: Option<u32>,
+        /// The MIG compute instance it is about, if any.
         ci: Option<u32>,
     },
+    /// No event of interest within the wait.
     Nothing,
     /// A GPU of the set is lost (NVML's `GPU_IS_LOST`).
     Lost,
@@ -112,7 +119,9 @@ pub enum EventsError {
     /// The NVML library could not be loaded.
     #[error("loading {path}: {source}")]
     Load {
+        /// The library's path.
         path: PathBuf,
+        /// The loader's error.
         #[source]
         source: NvmlError,
     },

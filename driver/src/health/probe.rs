@@ -36,6 +36,7 @@ use super::state::{Action, Probed};
 pub struct Check {
     /// Conditions the reads found.
     pub findings: Vec<Signal>,
+    /// What the probe says about clearing the GPU's conditions.
     pub probed: Probed,
     /// NVML gave a handle for it (its events can be registered).
     pub reached: bool,

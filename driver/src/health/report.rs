@@ -16,6 +16,7 @@ pub enum Condition {
 /// One device's health, as last determined.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DeviceHealth {
+    /// Unhealthy or degraded.
     pub condition: Condition,
     /// Short, label-value shaped: `xid-79`, `ecc-double-bit`, `gpu-lost`, `reset-required`.
     pub reason: String,
@@ -29,10 +30,12 @@ pub struct DeviceHealth {
 /// Device name (as published) to its health; devices absent are healthy.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct HealthReport {
+    /// Each device with a condition, by name.
     pub devices: BTreeMap<String, DeviceHealth>,
 }
 
 impl HealthReport {
+    /// The health of `device`; `None` when healthy.
     pub fn get(&self, device: &str) -> Option<&DeviceHealth> {
         self.devices.get(device)
     }

@@ -23,6 +23,7 @@ use super::report::{whole_seconds, Condition, DeviceHealth, HealthReport};
 /// One device's condition and what clearing it depends on.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Entry {
+    /// The condition, its reason and since when.
     pub health: DeviceHealth,
     /// The last event of it (probe findings do not count: they repeat every tick).
     pub last_event: SystemTime,
@@ -33,6 +34,7 @@ pub struct Entry {
 /// NVML's recovery action for a GPU, as a probe read it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Action {
+    /// The action read (NVML's value).
     Read(u64),
     /// This driver has no such field.
     NotSupported,
@@ -46,6 +48,7 @@ pub enum Action {
 pub struct Probed {
     /// NVML reached the GPU and every read that applies to it passed.
     pub passes: bool,
+    /// The GPU's recovery action.
     pub action: Action,
 }
 
@@ -61,6 +64,7 @@ pub struct Tracker {
 }
 
 impl Tracker {
+    /// A tracker with nothing said yet; `quiet` and `settle` as on [`Tracker`]'s fields.
     pub fn new(quiet: Option<Duration>, settle: Duration, boot_id: &str) -> Self {
         Tracker {
             quiet,
@@ -75,6 +79,7 @@ impl Tracker {
         self.entries = entries;
     }
 
+    /// Every device's entry, by device name.
     pub fn entries(&self) -> &BTreeMap<String, Entry> {
         &self.entries
     }

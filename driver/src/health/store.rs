@@ -40,6 +40,7 @@ struct Saved {
     boot_id: String,
 }
 
+/// `<state-dir>/health/conditions.json`.
 pub fn path(state_dir: &Path) -> PathBuf {
     state_dir.join("health").join("conditions.json")
 }

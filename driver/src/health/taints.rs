@@ -21,7 +21,9 @@ pub fn taint_key(driver: &str, condition: Condition) -> String {
 /// What an unhealthy device's taint does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FatalEffect {
+    /// New pods are not scheduled on it; running ones stay.
     NoSchedule,
+    /// Running pods that use it are evicted as well.
     NoExecute,
 }
 
@@ -44,8 +46,11 @@ impl std::str::FromStr for FatalEffect {
 /// Turns a health report into taints for one driver.
 #[derive(Debug, Clone)]
 pub struct Tainting {
+    /// The driver whose devices are tainted (the taint key's prefix).
     pub driver: String,
+    /// The effect of the unhealthy taint.
     pub fatal: FatalEffect,
+    /// The health of each device.
     pub report: HealthReport,
 }
 
@@ -59,10 +64,12 @@ impl Tainting {
         }
     }
 
+    /// The taint key for `condition`.
     pub fn key(&self, condition: Condition) -> String {
         taint_key(&self.driver, condition)
     }
 
+    /// The taints of device `name`; `None` when it is healthy.
     pub fn for_device(&self, name: &str) -> Option<Vec<DeviceTaint>> {
         let h = self.report.get(name)?;
         let effect = match (h.condition, self.fatal) {

@@ -14,7 +14,9 @@ use crate::model::{Attribute, Device, Kind};
 /// The GPU instance NVML attributed a signal to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Instance {
+    /// The GPU instance's id.
     pub gi: u32,
+    /// The compute instance's id, when NVML named one.
     pub ci: Option<u32>,
     /// The GPU instance's profile id and placement start, when NVML could tell.
     pub placement: Option<(u32, u32)>,

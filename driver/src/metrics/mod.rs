@@ -1,5 +1,4 @@
-//! graft-driver's Prometheus metrics. Label values come from fixed sets (device classes,
-//! results, health event kinds, XIDs up to 4 digits), so the series stay few.
+//! graft-driver's Prometheus metrics. Labels come from fixed sets (XIDs up to 4 digits).
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -65,6 +64,7 @@ pub fn class(kind: Kind) -> &'static str {
     }
 }
 
+/// graft-driver's metrics, each series made up front.
 pub struct DriverMetrics {
     prepare: Histograms,
     unprepare: Histograms,
@@ -123,6 +123,7 @@ impl Default for DriverMetrics {
 }
 
 impl DriverMetrics {
+    /// Adds every metric to `r`.
     pub fn register(&self, r: &mut Registry) {
         r.register(
             "graft_driver_prepare_duration_seconds",
@@ -191,6 +192,7 @@ impl DriverMetrics {
     pub fn task_ended(&self, task: &'static str) {
         self.tasks_ended.ended(task);
     }
+    /// How many times `task` ended before shutdown.
     pub fn tasks_ended(&self, task: &'static str) -> u64 {
         self.tasks_ended.get(task)
     }
@@ -200,8 +202,7 @@ impl DriverMetrics {
         self.served_dirs_refused.clone()
     }
 
-    /// A discovery pass: each backend's state, the backends that failed this time, and
-    /// those failing now (named by the readiness body).
+    /// A discovery pass: each backend's state, those failed this time, those failing now.
     pub fn discovery_scanned(
         &self,
         up: &[(&'static str, bool)],
@@ -241,6 +242,7 @@ impl DriverMetrics {
         observe(&self.prepare, ok, elapsed);
     }
 
+    /// One claim's unprepare (`ok`: it succeeded) that took `elapsed`.
     pub fn unprepared(&self, ok: bool, elapsed: Duration) {
         observe(&self.unprepare, ok, elapsed);
     }
@@ -343,8 +345,7 @@ fn event_labels(reason: &str) -> EventLabels {
     }
 }
 
-/// Keeps the device gauges and health event counts up to date with what the publisher
-/// publishes: the inventory and the health report.
+/// Keeps the device gauges and health event counts up to date with the inventory and health.
 pub async fn watch_devices(
     metrics: Arc<DriverMetrics>,
     mut inventory: watch::Receiver<Vec<Device>>,
@@ -366,8 +367,7 @@ pub async fn watch_devices(
     }
 }
 
-/// Keeps the claim counts and graft-nri's state up to date: after each prepare and
-/// unprepare, and every `every`. File reads: on a blocking thread.
+/// Keeps claim counts and graft-nri's state current: after each (un)prepare and every `every`.
 pub async fn keep_counts(
     metrics: Arc<DriverMetrics>,
     core: Arc<Core>,

@@ -35,7 +35,9 @@ pub enum DaemonError {
     /// The sandbox's set-up failed at `step` (what the child reported before it failed).
     #[error("setting up the MPS daemon's sandbox ({step}): {source}")]
     SandboxStep {
+        /// The step.
         step: String,
+        /// What the child reported.
         #[source]
         source: std::io::Error,
     },
@@ -45,7 +47,9 @@ pub enum DaemonError {
     /// The control client failed; `output` is its stderr and stdout.
     #[error("nvidia-cuda-mps-control ({status}): {output}")]
     Failed {
+        /// How it exited.
         status: std::process::ExitStatus,
+        /// Its stderr and stdout.
         output: String,
     },
     /// The control client did not answer in time.

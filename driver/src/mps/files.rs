@@ -14,7 +14,9 @@ pub const FILE_CAP: u64 = 64 << 10;
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ShareMarker {
+    /// The claim's namespace: a GPU's daemon serves one at a time.
     pub namespace: String,
+    /// The claim's UID.
     pub claim_uid: String,
     /// Active thread percentage.
     pub compute: u32,
@@ -45,14 +47,20 @@ pub enum Phase {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Status {
+    /// Which tenancy (its directory `t-<generation>`).
     pub generation: u64,
+    /// The namespace the daemon serves.
     pub namespace: String,
+    /// Where it stands.
     pub phase: Phase,
     /// The shares the running daemon's limits account for.
     pub shares: Vec<String>,
+    /// The active thread percentage in force.
     pub compute: u32,
+    /// The pinned device memory limit in force; `None`: the whole GPU's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory_mib: Option<u64>,
+    /// Why it failed; empty otherwise.
     #[serde(default)]
     pub message: String,
 }
@@ -75,6 +83,7 @@ pub fn valid_share(share: &str) -> bool {
 /// The paths of one GPU's MPS state.
 #[derive(Debug, Clone)]
 pub struct GpuPaths {
+    /// `<state>/mps/<gpu uuid>`.
     pub dir: PathBuf,
 }
 
@@ -86,22 +95,27 @@ impl GpuPaths {
         })
     }
 
+    /// The lock graft-driver and graft-mps take to change the GPU's state.
     pub fn lock(&self) -> PathBuf {
         self.dir.with_extension("lock")
     }
 
+    /// The directory of share markers.
     pub fn shares(&self) -> PathBuf {
         self.dir.join("shares")
     }
 
+    /// The marker of share `id`.
     pub fn share(&self, id: &str) -> PathBuf {
         self.shares().join(format!("{id}.json"))
     }
 
+    /// The status graft-mps writes.
     pub fn status(&self) -> PathBuf {
         self.dir.join("status.json")
     }
 
+    /// The directories of tenancy `generation`.
     pub fn tenancy(&self, generation: u64) -> TenancyPaths {
         TenancyPaths {
             dir: self.dir.join(format!("t-{generation}")),
@@ -112,19 +126,24 @@ impl GpuPaths {
 /// The directories of one tenancy.
 #[derive(Debug, Clone)]
 pub struct TenancyPaths {
+    /// `<gpu dir>/t-<generation>`.
     pub dir: PathBuf,
 }
 
 impl TenancyPaths {
+    /// The daemon's pipe directory.
     pub fn pipe(&self) -> PathBuf {
         self.dir.join("pipe")
     }
+    /// The daemon's own shared memory mount.
     pub fn shm(&self) -> PathBuf {
         self.dir.join("shm")
     }
+    /// The daemon's log directory.
     pub fn log(&self) -> PathBuf {
         self.dir.join("log")
     }
+    /// The root of the daemon's sandbox.
     pub fn root(&self) -> PathBuf {
         self.dir.join("root")
     }

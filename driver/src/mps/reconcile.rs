@@ -17,7 +17,9 @@ use super::tenancy::{
     backoff, generations, make_dirs, nodes, remove_tenancy, write_status, TenancyError,
 };
 
+/// What graft-mps is run with.
 pub struct Config {
+    /// graft's state directory (the share markers and status files under `mps/`).
     pub state_dir: PathBuf,
     /// The driver root as a host path.
     pub driver_root: PathBuf,
@@ -40,12 +42,14 @@ struct Tenancy {
     retry_at: Instant,
 }
 
+/// The tenancies of every GPU, and the work that makes them match the shares.
 pub struct Reconciler {
     cfg: Config,
     gpus: BTreeMap<String, Tenancy>,
 }
 
 impl Reconciler {
+    /// A reconciler with no tenancy known yet.
     pub fn new(cfg: Config) -> Self {
         Reconciler {
             cfg,

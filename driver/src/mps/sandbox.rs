@@ -34,8 +34,11 @@ const CONTROL: &str = "nvidia-cuda-mps-control";
 /// A character device node the sandbox's /dev gets.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Node {
+    /// Its name under /dev.
     pub name: String,
+    /// Its major number.
     pub major: u64,
+    /// Its minor number.
     pub minor: u64,
 }
 
@@ -44,8 +47,11 @@ pub struct Node {
 pub struct Spec {
     /// The driver root as a host path.
     pub driver_root: std::path::PathBuf,
+    /// The tenancy's directories.
     pub tenancy: TenancyPaths,
+    /// The GPU the daemon serves.
     pub gpu_uuid: String,
+    /// The device nodes of its /dev.
     pub nodes: Vec<Node>,
 }
 

@@ -18,14 +18,18 @@ pub enum TenancyError {
     /// The shared-memory tmpfs could not be mounted.
     #[error("mounting the shared-memory tmpfs at {path}: {source}")]
     Mount {
+        /// The mount point.
         path: PathBuf,
+        /// The kernel's error.
         #[source]
         source: nix::errno::Errno,
     },
     /// The shared-memory tmpfs could not be unmounted.
     #[error("unmounting {path}: {source}")]
     Unmount {
+        /// The mount point.
         path: PathBuf,
+        /// The kernel's error.
         #[source]
         source: nix::errno::Errno,
     },

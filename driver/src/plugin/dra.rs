@@ -9,11 +9,13 @@ use tonic::{Request, Response, Status};
 
 use crate::edge::{CallError, ClaimId, Edge};
 
+/// The DRA services, both versions, over one [`Edge`].
 pub struct DraService {
     edge: Arc<Edge>,
 }
 
 impl DraService {
+    /// Serves the kubelet's calls through `edge`.
     pub fn new(edge: Arc<Edge>) -> Self {
         DraService { edge }
     }

@@ -33,8 +33,11 @@ const QUEUE: usize = 1;
 /// What the health stream reports: the node's pool (the node name), the published inventory and the health report.
 #[derive(Clone)]
 pub struct HealthFeed {
+    /// The node's pool (the node name).
     pub pool: String,
+    /// The devices published.
     pub inventory: watch::Receiver<Vec<Device>>,
+    /// Their health.
     pub health: watch::Receiver<HealthReport>,
 }
 

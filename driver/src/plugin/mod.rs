@@ -26,11 +26,15 @@ use socket::BoundSocket;
 
 /// Where the kubelet looks.
 pub struct PluginPaths {
+    /// The registration socket, in the kubelet's plugin registry.
     pub registration: PathBuf,
+    /// The DRA service's socket.
     pub dra: PathBuf,
 }
 
 impl PluginPaths {
+    /// The paths for `driver` under `kubelet_dir`; with `pod_uid`, each pod's own (so that a
+    /// rolling update's two pods do not share one).
     pub fn new(kubelet_dir: &Path, driver: &str, pod_uid: Option<&str>) -> Result<Self> {
         Ok(PluginPaths {
             registration: socket::registration_socket(

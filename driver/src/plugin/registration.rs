@@ -9,6 +9,7 @@ use graft_proto::pluginregistration::{
 };
 use tonic::{Request, Response, Status};
 
+/// The plugin type graft registers as with the kubelet.
 pub const DRA_PLUGIN_TYPE: &str = "DRAPlugin";
 /// The gRPC services graft offers, most preferred first: the kubelet picks the first
 /// DRAPlugin it knows, and from 1.37 on streams device health only from a plugin that lists
@@ -22,18 +23,24 @@ pub const SUPPORTED_VERSIONS: [&str; 3] = [
 /// The kubelet's last verdict, kept for logs and health checks.
 #[derive(Debug, Clone, Default)]
 pub enum RegistrationState {
+    /// Not answered yet.
     #[default]
     Pending,
+    /// The kubelet accepted the plugin.
     Registered,
+    /// The kubelet refused it, with its reason.
     Rejected(String),
 }
 
+/// The kubelet's plugin registration service: says what graft is, hears the verdict.
 pub struct RegistrationService {
     info: PluginInfo,
     state: Arc<Mutex<RegistrationState>>,
 }
 
 impl RegistrationService {
+    /// A service registering `driver` with its DRA service at `dra_endpoint`; the verdict goes
+    /// to `state`.
     pub fn new(driver: &str, dra_endpoint: &str, state: Arc<Mutex<RegistrationState>>) -> Self {
         RegistrationService {
             info: PluginInfo {

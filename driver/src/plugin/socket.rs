@@ -74,7 +74,9 @@ pub fn dra_socket(plugin_dir: &Path, pod_uid: Option<&str>) -> Result<PathBuf> {
 
 /// A listening socket whose file is unlinked when it is dropped.
 pub struct BoundSocket {
+    /// The socket file.
     pub path: PathBuf,
+    /// The listener, until the server takes it.
     pub listener: Option<UnixListener>,
 }
 

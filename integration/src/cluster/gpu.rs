@@ -62,8 +62,11 @@ pub enum GpuNode<'a> {
     Driver(&'a Path),
 }
 
+/// The GPU cluster and the fake node it runs on, shared by a test process.
 pub struct GpuBed {
+    /// The cluster.
     pub cluster: Cluster,
+    /// The fake NVIDIA node graft is installed on.
     pub node: FakeNode,
 }
 

@@ -14,17 +14,22 @@ use crate::testbed::Testbed;
 pub mod gpu;
 pub mod workloads;
 
+/// How long the waits of these tests last.
 pub const WAIT: Duration = Duration::from_secs(120);
 
+/// The testbed's cluster, with graft deployed; taken down on drop unless `GRAFT_KEEP_CLUSTER`
+/// is set.
 pub struct Cluster {
     scripts: PathBuf,
     kubectl: PathBuf,
     helm: PathBuf,
     crictl: PathBuf,
+    /// A kubeconfig for it.
     pub kubeconfig: PathBuf,
     endpoint: String,
 }
 
+/// Runs `cmd`: its stdout, or an error with its stderr.
 pub fn run(cmd: &mut Command) -> anyhow::Result<String> {
     let out = cmd.output().with_context(|| format!("running {cmd:?}"))?;
     if !out.status.success() {
@@ -38,6 +43,7 @@ pub fn run(cmd: &mut Command) -> anyhow::Result<String> {
 }
 
 impl Cluster {
+    /// Brings the cluster up with graft from `target/debug`.
     pub fn up() -> anyhow::Result<Self> {
         let top = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
         Self::up_with(&top.join("target/debug"), None)
@@ -124,6 +130,7 @@ impl Cluster {
             .args(args))
     }
 
+    /// Runs kubectl against the cluster.
     pub fn kubectl(&self, args: &[&str]) -> anyhow::Result<String> {
         run(Command::new(&self.kubectl)
             .arg("--kubeconfig")
@@ -151,6 +158,7 @@ impl Cluster {
         Ok(std::net::SocketAddr::from((ip, port)).to_string())
     }
 
+    /// Applies the manifest `yaml`.
     pub fn apply(&self, yaml: &str) -> anyhow::Result<()> {
         let mut child = Command::new(&self.kubectl)
             .arg("--kubeconfig")
@@ -174,6 +182,7 @@ impl Cluster {
         Ok(())
     }
 
+    /// Runs crictl against the node's containerd.
     pub fn crictl(&self, args: &[&str]) -> anyhow::Result<String> {
         run(Command::new(&self.crictl)
             .arg("--runtime-endpoint")
@@ -182,11 +191,13 @@ impl Cluster {
             .stderr(Stdio::null()))
     }
 
+    /// Pod `name`'s phase; empty when it cannot be read.
     pub fn pod_phase(&self, name: &str) -> String {
         self.kubectl(&["get", "pod", name, "-o", "jsonpath={.status.phase}"])
             .unwrap_or_default()
     }
 
+    /// Waits until pod `name` is in `phase`, up to [`WAIT`].
     pub fn wait_phase(&self, name: &str, phase: &str) -> anyhow::Result<()> {
         let start = Instant::now();
         while self.pod_phase(name) != phase {
@@ -228,6 +239,7 @@ impl Cluster {
         )
     }
 
+    /// Waits until object `kind`/`name` is gone, up to [`WAIT`].
     pub fn wait_gone(&self, kind: &str, name: &str) -> anyhow::Result<()> {
         let start = Instant::now();
         while !self

@@ -11,8 +11,11 @@ use super::image::{IMAGE, PROBE};
 /// One command's output and exit status, as the container logged it.
 #[derive(Debug, Clone, Default)]
 pub struct Section {
+    /// What the command was for.
     pub title: String,
+    /// What it printed.
     pub output: String,
+    /// Its exit status; `None` when the container did not say.
     pub rc: Option<i32>,
 }
 

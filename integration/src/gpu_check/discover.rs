@@ -13,8 +13,11 @@ use super::Options;
 
 /// What a scan found, or why it failed.
 pub struct Scan {
+    /// The devices discovered.
     pub devices: Vec<Device>,
+    /// How long discovery took.
     pub elapsed: Duration,
+    /// Why it failed, if it did.
     pub error: Option<String>,
 }
 
@@ -34,6 +37,7 @@ fn ldconfig(driver_root: &Path) -> String {
     .unwrap_or_else(|| "/sbin/ldconfig".into())
 }
 
+/// The NVIDIA discovery config for `opts`'s roots.
 pub fn config(opts: &Options) -> NvidiaConfig {
     NvidiaConfig {
         roots: Roots {

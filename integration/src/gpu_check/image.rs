@@ -13,7 +13,9 @@ use anyhow::{bail, Context};
 
 use crate::images::ImageRoot;
 
+/// The check's image, as imported into containerd.
 pub const IMAGE: &str = "docker.io/library/graft-gpu-check:test";
+/// The CUDA probe's path in the image.
 pub const PROBE: &str = "/usr/local/bin/graft-cuda-probe";
 const PATH_ENV: &str = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 /// What the driver's libraries need besides libc (the real libnvidia-ml.so.1 and
@@ -32,8 +34,11 @@ const LIB_DIRS: &[&str] = &[
 /// The image as built: its tar, the host libraries it holds, and what `ldd` could not
 /// resolve (reported, since a container will miss it too).
 pub struct Built {
+    /// The image's tar.
     pub tar: PathBuf,
+    /// The host libraries copied into it.
     pub libs: Vec<PathBuf>,
+    /// What `ldd` could not resolve.
     pub unresolved: Vec<String>,
 }
 

@@ -25,11 +25,15 @@ use crate::records::one_device_claim;
 use crate::{Containerd, Cri, GraftNri, Testbed, Version};
 use report::Report;
 
+/// How the GPU check runs: the node's roots, the binaries, and what to do.
 pub struct Options {
     /// The NVIDIA driver's root as a host path (`/`, or `/run/nvidia/driver`).
     pub driver_root: PathBuf,
+    /// The host's /proc as seen here.
     pub proc_root: PathBuf,
+    /// The host's /sys as seen here.
     pub sys_root: PathBuf,
+    /// The host's /dev as seen here.
     pub dev_root: PathBuf,
     /// The static graft-hook the GPU container's createContainer hook runs.
     pub hook: PathBuf,

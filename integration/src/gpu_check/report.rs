@@ -12,27 +12,36 @@ use super::timing::Timing;
 /// One PASS/FAIL line.
 #[derive(Debug, Clone)]
 pub struct Check {
+    /// What was checked.
     pub name: String,
+    /// Whether it passed.
     pub pass: bool,
+    /// What was seen.
     pub detail: String,
 }
 
 /// A container's sections, or why it never ran.
 pub type Run = Result<Vec<Section>, String>;
 
+/// What the GPU check found, rendered as markdown.
 #[derive(Default)]
 pub struct Report {
     /// (what, value) rows: GPU, driver, CUDA, kernel, containerd, runc, ...
     pub machine: Vec<(String, String)>,
+    /// What discovery found, as text.
     pub discovery: String,
+    /// The PASS/FAIL lines.
     pub checks: Vec<Check>,
     /// (heading, markdown body) per container.
     pub containers: Vec<(String, String)>,
+    /// The start costs measured.
     pub timing: Vec<Timing>,
+    /// Anything else worth a line.
     pub notes: Vec<String>,
 }
 
 impl Report {
+    /// Adds a check.
     pub fn check(&mut self, name: &str, pass: bool, detail: impl Into<String>) {
         self.checks.push(Check {
             name: name.into(),
@@ -46,6 +55,7 @@ impl Report {
         !self.checks.is_empty() && self.checks.iter().all(|c| c.pass)
     }
 
+    /// The report as markdown.
     pub fn markdown(&self) -> String {
         let mut s = String::from("# graft GPU check\n\n## Machine\n\n| | |\n|---|---|\n");
         for (k, v) in &self.machine {

@@ -42,9 +42,13 @@ pub fn rounds(n: usize) -> Vec<String> {
         .collect()
 }
 
+/// Container start times of one image set, plain and with the GPU, sorted.
 pub struct Timing {
+    /// Which image set.
     pub label: String,
+    /// Without the GPU.
     pub plain: Vec<Duration>,
+    /// With the GPU.
     pub gpu: Vec<Duration>,
 }
 
@@ -105,6 +109,7 @@ pub fn pct(sorted: &[Duration], p: f64) -> Duration {
     sorted[idx.min(sorted.len() - 1)]
 }
 
+/// `d` in milliseconds.
 pub fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
 }

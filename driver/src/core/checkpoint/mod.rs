@@ -44,15 +44,20 @@ pub struct OpenReport {
     pub quarantined: Option<Quarantined>,
 }
 
+/// A checkpoint file that failed its checks, and where it went.
 #[derive(Debug)]
 pub struct Quarantined {
+    /// Where it was moved.
     pub moved_to: PathBuf,
+    /// Which check it failed.
     pub reason: String,
     /// Last written before this boot began: its claims, whatever they were, belong to a
     /// boot that is over.
     pub from_earlier_boot: bool,
 }
 
+/// The prepare checkpoint: what each claim in flight or prepared has on the node, written
+/// durably to one of two slots so that a torn write never loses the last good one.
 #[derive(Debug, Clone)]
 pub struct Checkpoint {
     dir: PathBuf,
@@ -63,6 +68,7 @@ pub struct Checkpoint {
 }
 
 impl Checkpoint {
+    /// A checkpoint in `dir` for boot `boot_id`, with no claims loaded yet.
     pub fn new(dir: impl Into<PathBuf>, boot_id: impl Into<String>) -> Result<Self> {
         let dir = dir.into();
         graft_record::atomic::create_dir(&dir)?;
@@ -225,10 +231,12 @@ impl Txn {
         Ok(())
     }
 
+    /// The entry of claim `uid`.
     pub fn get(&self, uid: &str) -> Option<&ClaimEntry> {
         self.claims.get(uid)
     }
 
+    /// Every entry, by claim UID.
     pub fn claims(&self) -> &BTreeMap<String, ClaimEntry> {
         &self.claims
     }
@@ -257,6 +265,7 @@ impl Txn {
         Ok(())
     }
 
+    /// Writes the entries to the older slot, durably.
     pub fn save(&mut self) -> Result<()> {
         let seq = self.seq + 1;
         let file = OnDisk {

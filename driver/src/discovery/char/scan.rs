@@ -19,6 +19,7 @@ pub fn default_name(path: &str) -> String {
     limits::label_from(path.strip_prefix("/dev/").unwrap_or(path))
 }
 
+/// The char backend's discovery: the configured device nodes of the host.
 pub struct CharDiscovery {
     config_path: PathBuf,
     sysfs: PathBuf,

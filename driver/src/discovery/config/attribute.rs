@@ -8,10 +8,17 @@ use crate::model::Attribute;
 #[derive(Debug, Clone, Deserialize)]
 #[serde(untagged)]
 pub enum ConfigAttribute {
+    /// A boolean.
     Bool(bool),
+    /// An integer.
     Int(i64),
+    /// A string.
     String(String),
-    Version { version: String },
+    /// A semantic version, written `{ version = "1.2.3" }`.
+    Version {
+        /// The version, semver 2.0.0.
+        version: String,
+    },
 }
 
 impl From<&ConfigAttribute> for Attribute {

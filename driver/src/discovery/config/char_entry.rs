@@ -22,8 +22,11 @@ pub struct CharEntry {
     pub container_path: Option<String>,
     /// Permission bits of the node in the container. Default: the host node's.
     pub mode: Option<u32>,
+    /// Owner of the node in the container. Default: the host node's.
     pub uid: Option<u32>,
+    /// Group of the node in the container. Default: the host node's.
     pub gid: Option<u32>,
+    /// The devices' attributes; `type` is required.
     #[serde(default)]
     pub attributes: BTreeMap<String, ConfigAttribute>,
     /// Environment variables a container that gets the device receives.

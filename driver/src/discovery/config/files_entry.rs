@@ -22,9 +22,12 @@ const NOT_SERVED: &[&str] = &["/proc", "/sys", "/dev"];
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Entries {
+    /// Regular files (the default).
     #[default]
     Files,
+    /// Subdirectories.
     Directories,
+    /// Unix sockets.
     Sockets,
 }
 
@@ -45,6 +48,7 @@ impl Entries {
 pub struct FilesEntry {
     /// The served directory, a host path without symlinks.
     pub dir: String,
+    /// Which entries are devices (default: files).
     #[serde(default)]
     pub entries: Entries,
     /// A glob the entry names must match.
@@ -55,10 +59,13 @@ pub struct FilesEntry {
     pub env: Option<String>,
     /// Prepended to the device names (derived from the entry names).
     pub name_prefix: Option<String>,
+    /// Mounted read-write; read-only by default.
     #[serde(default)]
     pub read_write: bool,
+    /// Mounted without `noexec`.
     #[serde(default)]
     pub exec: bool,
+    /// The devices' attributes; `type` is required.
     #[serde(default)]
     pub attributes: BTreeMap<String, ConfigAttribute>,
 }

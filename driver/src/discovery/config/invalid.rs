@@ -12,7 +12,9 @@ pub enum InvalidEntry {
     /// A name or attribute the API server would refuse.
     #[error("{field}: {source}")]
     Limit {
+        /// The field.
         field: String,
+        /// The limit it breaks.
         #[source]
         source: LimitError,
     },

@@ -8,8 +8,10 @@ use super::char_entry::{self, CharEntry};
 use super::files_entry::{self, FilesEntry};
 use crate::error::{DriverError, Result};
 
+/// Where the device config is read from unless a flag says otherwise.
 pub const DEFAULT_CONFIG_PATH: &str = "/etc/graft/devices.toml";
 
+/// The device config: what the char and files backends serve.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct DevicesConfig {

@@ -15,6 +15,7 @@ use crate::setup::{DeviceSetup, Setup, SetupError};
 
 /// The node's device setup, with served entries checked before the rest is planned.
 pub struct ServedEntries {
+    /// The setup for everything else.
     pub inner: Arc<dyn DeviceSetup>,
     /// Where the host's root is visible here.
     pub host_root: PathBuf,

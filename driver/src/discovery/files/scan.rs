@@ -20,6 +20,7 @@ use crate::model::{Attribute, Device, Kind};
 /// A directory's size is the sum of its regular files' up to this many entries; beyond,
 /// it is not published (a walk must not stall a scan).
 const MAX_SIZE_WALK: usize = 10_000;
+/// The files backend's discovery: the entries of the configured served directories.
 pub struct FilesDiscovery {
     config_path: PathBuf,
     /// Where the host's root is visible here (`/`, or `/host`).

@@ -39,6 +39,7 @@ pub struct AuthorityFix<S> {
 }
 
 impl<S> AuthorityFix<S> {
+    /// Wraps the connection `inner`.
     pub fn new(inner: S) -> Self {
         AuthorityFix {
             inner,

@@ -27,13 +27,17 @@ const MACHINE: u16 = object::elf::EM_X86_64;
 /// Why a candidate is not the driver's executable.
 #[derive(Debug)]
 pub enum Rejected {
+    /// It could not be read.
     Io(std::io::Error),
+    /// Not a regular file.
     NotAFile,
+    /// No execute permission.
     NotExecutable,
     /// Not a 64-bit ELF (a script, most likely).
     NotElf,
     /// An ELF, but a relocatable object or core file.
     NotAnExecutable(u16),
+    /// An executable for another machine (its `e_machine`).
     OtherMachine(u16),
     /// No trace of the running version in the first [`MAX_SCAN_BYTES`].
     OtherVersion,

@@ -27,6 +27,7 @@ pub fn build(entries: &[(i32, &str, &str)]) -> Vec<u8> {
     out
 }
 
+/// The flags of this machine's native 64-bit ELF entries.
 pub fn native() -> i32 {
     if cfg!(target_arch = "aarch64") {
         FLAG_ELF_LIBC6 | FLAG_AARCH64_LIB64
