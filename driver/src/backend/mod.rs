@@ -2,7 +2,7 @@
 //! graft-nri's policy, its start-up work and its long-running tasks. graft-driver's
 //! assembly asks each [`Backend`] for these at the right point of its start-up, and
 //! [`router::Router`] sends each setup call to the family that owns the device or setup.
-//! A family is chosen with `--discovery` ([`Family`]); see the checklist in
+//! A family is chosen with `--discovery` ([`crate::families::Family`]); see the checklist in
 //! [`crate::discovery`] for what a new one touches.
 
 mod port;
