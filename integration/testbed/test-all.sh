@@ -10,12 +10,16 @@ cargo clippy --workspace --all-targets --quiet -- -D warnings
 cargo build --workspace --bins --quiet
 # graft-hook as shipped: statically linked (the tests install and run this one).
 bash hooks/build-static.sh --quiet >/dev/null
-# No doc-tests: the crates have none, and their empty runs would close the log.
+# Doc-tests only where there are some (the NRI SDK's usage example): the other crates' empty
+# runs would only lengthen the log.
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 set +e
 cargo test --workspace --no-fail-fast --lib --bins --tests 2>&1 | tee "$log"
 rc=${PIPESTATUS[0]}
+cargo test -p graft-nri-sdk --doc 2>&1 | tee -a "$log"
+doc_rc=${PIPESTATUS[0]}
+[ "$rc" -ne 0 ] || rc=$doc_rc
 set -e
 passed=$(grep -Eo '^test result: .* ([0-9]+) passed' "$log" | grep -Eo '[0-9]+ passed' | awk '{s+=$1} END {print s+0}')
 failed=$(grep -Eo '^test result: .*; ([0-9]+) failed' "$log" | grep -Eo '[0-9]+ failed' | awk '{s+=$1} END {print s+0}')
