@@ -28,7 +28,8 @@ pub enum Attribute {
 /// attribute says the same to DeviceClass selectors; code asks this instead.)
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Kind {
-    /// A device node from the char backend's list.
+    /// A plain device node, with no setup or configuration of its own: the char
+    /// backend's list, a render node.
     Char,
     /// A whole NVIDIA GPU.
     Gpu,

@@ -6,10 +6,13 @@
 //! A new device family touches these places, and nothing else:
 //! 1. A folder `discovery/<family>/`: its [`Discovery`], and in `backend.rs` its
 //!    [`crate::backend::Backend`] (discovery, setup route, start-up work, long-running
-//!    tasks) with its flags as a `clap::Args` struct if it has any.
+//!    tasks) with its flags as a `clap::Args` struct if it has any; and its `pub mod` line
+//!    below.
 //! 2. [`crate::families::Family`]: a variant, its name and its arm in `Family::open` (and
 //!    its flags in `families::Flags`).
-//! 3. [`Kind`]: the kinds of its devices (the compiler then asks for their metrics class).
+//! 3. [`Kind`]: only if its devices need a setup or configuration of their own (the
+//!    compiler then asks for their metrics class); a plain device node is [`Kind::Char`],
+//!    as the render family's are.
 //! 4. Node-side work that must survive a crash: a [`crate::setup::Setup`] variant (the
 //!    checkpoint schema; see the note there), named by its route's `setups`.
 //! 5. The chart: its DeviceClass, and its name in `backends` (`graft.discovery`).
