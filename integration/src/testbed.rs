@@ -74,6 +74,32 @@ impl Testbed {
     }
 }
 
+/// The Helm chart as shipped (`deploy/helm/graft`).
+pub fn chart_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/helm/graft")
+}
+
+impl Testbed {
+    /// `helm template` of the chart as shipped, release `graft` in `graft-system`, with
+    /// these arguments.
+    pub fn render_chart(&self, args: &[&str]) -> anyhow::Result<String> {
+        let out = std::process::Command::new(&self.helm)
+            .args(["template", "graft"])
+            .arg(chart_dir())
+            .args(["--namespace", "graft-system"])
+            .args(args)
+            .output()
+            .context("running helm")?;
+        if !out.status.success() {
+            bail!(
+                "helm template {args:?}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        Ok(String::from_utf8(out.stdout)?)
+    }
+}
+
 /// A workspace binary (graft-nri, ...), built by `cargo build --workspace --bins`.
 pub fn workspace_bin(name: &str) -> anyhow::Result<PathBuf> {
     // Test and bench executables live in target/<profile>/deps; binaries one level up.

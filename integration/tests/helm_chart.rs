@@ -16,24 +16,7 @@ fn top() -> PathBuf {
 }
 
 fn chart() -> PathBuf {
-    top().join("deploy/helm/graft")
-}
-
-/// `helm template` of the chart with these arguments.
-fn render(tb: &Testbed, args: &[&str]) -> anyhow::Result<String> {
-    let out = Command::new(&tb.helm)
-        .args(["template", "graft"])
-        .arg(chart())
-        .args(["--namespace", "graft-system"])
-        .args(args)
-        .output()
-        .context("running helm")?;
-    ensure!(
-        out.status.success(),
-        "helm template {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    Ok(String::from_utf8(out.stdout)?)
+    graft_integration::testbed::chart_dir()
 }
 
 #[test]
@@ -77,31 +60,28 @@ fn chart_lints() -> anyhow::Result<()> {
 fn values_reach_the_daemonset() -> anyhow::Result<()> {
     let tb = Testbed::load()?;
     // Defaults: no GPU mode, nothing privileged, no namespace object (helm makes it).
-    let plain = render(&tb, &[])?;
+    let plain = tb.render_chart(&[])?;
     ensure!(plain.contains("value: char,files\n"), "{plain}");
     ensure!(!plain.contains("privileged: true"), "{plain}");
     ensure!(!plain.contains("kind: Namespace"), "{plain}");
     ensure!(!plain.contains("MutatingAdmissionPolicy"), "{plain}");
 
-    let gpu = render(
-        &tb,
-        &[
-            "-f",
-            &chart().join("values-gpu.yaml").to_string_lossy(),
-            "--set",
-            "nvidia.driverRoot=/run/nvidia/driver",
-            "--set",
-            "nvidia.mps=all",
-            "--set",
-            "nriSocket=/run/containerd/nri/nri.sock",
-            "--set",
-            "logLevel=debug",
-            "--set",
-            "backends.files=false",
-            "--set",
-            "deviceClasses={graft.dev,gpu.graft.dev}",
-        ],
-    )?;
+    let gpu = tb.render_chart(&[
+        "-f",
+        &chart().join("values-gpu.yaml").to_string_lossy(),
+        "--set",
+        "nvidia.driverRoot=/run/nvidia/driver",
+        "--set",
+        "nvidia.mps=all",
+        "--set",
+        "nriSocket=/run/containerd/nri/nri.sock",
+        "--set",
+        "logLevel=debug",
+        "--set",
+        "backends.files=false",
+        "--set",
+        "deviceClasses={graft.dev,gpu.graft.dev}",
+    ])?;
     for want in [
         "value: char,nvidia\n",
         "privileged: true",
@@ -123,16 +103,14 @@ fn values_reach_the_daemonset() -> anyhow::Result<()> {
     );
     ensure!(!gpu.contains("name: fuse.graft.dev"), "{gpu}");
     // Without a backend there is nothing to run: the chart refuses.
-    ensure!(render(
-        &tb,
-        &[
+    ensure!(tb
+        .render_chart(&[
             "--set",
             "backends.char=false",
             "--set",
             "backends.files=false"
-        ]
-    )
-    .is_err());
+        ])
+        .is_err());
     Ok(())
 }
 
@@ -142,22 +120,19 @@ fn graft_mps_runs_only_where_gpus_are_shared_through_mps() -> anyhow::Result<()>
     let gpu_values = chart().join("values-gpu.yaml");
     let gpu_values = gpu_values.to_string_lossy();
     for off in [
-        render(&tb, &["--set", "nvidia.mps=all"])?,
-        render(&tb, &["-f", &gpu_values])?,
+        tb.render_chart(&["--set", "nvidia.mps=all"])?,
+        tb.render_chart(&["-f", &gpu_values])?,
     ] {
         ensure!(!off.contains("graft-mps"), "{off}");
     }
-    let on = render(
-        &tb,
-        &[
-            "-f",
-            &gpu_values,
-            "--set",
-            "nvidia.mps=0\\,1",
-            "--set",
-            "nvidia.mpsShmSize=2Gi",
-        ],
-    )?;
+    let on = tb.render_chart(&[
+        "-f",
+        &gpu_values,
+        "--set",
+        "nvidia.mps=0\\,1",
+        "--set",
+        "nvidia.mpsShmSize=2Gi",
+    ])?;
     let mps = on
         .split("---")
         .find(|d| d.contains("name: graft-mps\n"))
@@ -187,7 +162,7 @@ fn admission_policy_version() -> anyhow::Result<()> {
     };
     let on = ["--set", "requireGraftNri.enabled=true"];
     // A cluster that does not serve v1 (1.34, 1.35; helm template assumes none does).
-    let beta = render(&tb, &on)?;
+    let beta = tb.render_chart(&on)?;
     ensure!(beta.contains(&kind("v1beta1")), "{beta}");
     // One that does (1.36 and later): helm install asks it.
     let mut args = on.to_vec();
@@ -195,14 +170,14 @@ fn admission_policy_version() -> anyhow::Result<()> {
         "--api-versions",
         "admissionregistration.k8s.io/v1/MutatingAdmissionPolicy",
     ]);
-    let ga = render(&tb, &args)?;
+    let ga = tb.render_chart(&args)?;
     ensure!(ga.contains(&kind("v1")), "{ga}");
     // The value overrides what the cluster says.
     args.extend([
         "--set",
         "requireGraftNri.apiVersion=admissionregistration.k8s.io/v1beta1",
     ]);
-    let pinned = render(&tb, &args)?;
+    let pinned = tb.render_chart(&args)?;
     ensure!(pinned.contains(&kind("v1beta1")), "{pinned}");
     Ok(())
 }
@@ -215,7 +190,7 @@ fn passthrough_makes_only_the_binding_paths_writable() -> anyhow::Result<()> {
     let tb = Testbed::load()?;
     let values_gpu = chart().join("values-gpu.yaml");
     let gpu = ["-f", values_gpu.to_str().context("path")?];
-    let off = render(&tb, &gpu)?;
+    let off = tb.render_chart(&gpu)?;
     ensure!(
         off.contains("name: GRAFT_NVIDIA_PASSTHROUGH\n              value: \"false\""),
         "{off}"
@@ -232,7 +207,7 @@ fn passthrough_makes_only_the_binding_paths_writable() -> anyhow::Result<()> {
         "--set-json",
         r#"driverExtraVolumeMounts=[{"name":"extra","mountPath":"/host/opt/x"}]"#,
     ]);
-    let on = render(&tb, &args)?;
+    let on = tb.render_chart(&args)?;
     for want in [
         "name: GRAFT_NVIDIA_PASSTHROUGH\n              value: \"true\"",
         "name: GRAFT_NVIDIA_VFIO_TIMEOUT\n              value: \"20\"",
@@ -247,6 +222,8 @@ fn passthrough_makes_only_the_binding_paths_writable() -> anyhow::Result<()> {
     // Only graft-driver: graft-nri's mounts stay as they were.
     ensure!(on.matches("/sys/devices}").count() == 1, "{on}");
     // Without GPU mode there is nothing to pass through: the chart refuses.
-    ensure!(render(&tb, &["--set", "nvidia.passthrough.enabled=true"]).is_err());
+    ensure!(tb
+        .render_chart(&["--set", "nvidia.passthrough.enabled=true"])
+        .is_err());
     Ok(())
 }

@@ -15,11 +15,10 @@
 //! Needs the testbed (`integration/testbed/setup.sh`) and, for the last, the workspace
 //! binaries (`cargo build --workspace --bins`).
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, ensure, Context};
+use anyhow::{bail, ensure};
 use graft_integration::apiserver::ControlPlane;
 use graft_integration::Testbed;
 
@@ -33,24 +32,7 @@ mod tenants;
 const GRAFT_SA: &str = "system:serviceaccount:graft-system:graft";
 
 fn chart() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/helm/graft")
-}
-
-/// `helm template` of the chart with these arguments.
-fn render(tb: &Testbed, args: &[&str]) -> anyhow::Result<String> {
-    let out = Command::new(&tb.helm)
-        .args(["template", "graft"])
-        .arg(chart())
-        .args(["--namespace", "graft-system"])
-        .args(args)
-        .output()
-        .context("running helm")?;
-    ensure!(
-        out.status.success(),
-        "helm template {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    Ok(String::from_utf8(out.stdout)?)
+    graft_integration::testbed::chart_dir()
 }
 
 /// Writes `yaml` to a file of the control plane's and runs `kubectl <verb...> -f` it.
@@ -76,6 +58,32 @@ fn install(cp: &ControlPlane, name: &str, yaml: &str) -> anyhow::Result<()> {
     let _turn = TURN.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
     let _ = cp.kubectl(&["create", "namespace", "graft-system"]);
     kubectl_file(cp, name, yaml, &["apply"]).map(drop)
+}
+
+/// The chart's RBAC and admission policies, rendered as shipped and applied.
+fn install_policies(tb: &Testbed, cp: &ControlPlane) -> anyhow::Result<()> {
+    let yaml = tb.render_chart(&[
+        "--show-only",
+        "templates/10-rbac.yaml",
+        "--show-only",
+        "templates/20-admission-policy.yaml",
+    ])?;
+    install(cp, "policies.yaml", &yaml)
+}
+
+/// `Ok` when `r` was refused by the admission policy named `policy`; `why` names the attempt.
+fn refused_by(policy: &str, r: anyhow::Result<String>, why: &str) -> anyhow::Result<()> {
+    match r {
+        Ok(out) => bail!("accepted ({why}): {out}"),
+        Err(e) => {
+            let e = format!("{e:#}");
+            ensure!(
+                e.contains(&format!("ValidatingAdmissionPolicy '{policy}'")),
+                "refused, but not by graft's policy ({why}): {e}"
+            );
+            Ok(())
+        }
+    }
 }
 
 /// Retries `attempt` until it says the policy acts (Ok(true)), for up to 60 s: policies and

@@ -1,12 +1,12 @@
 //! Events: only as graft-driver on the node's own, about what graft reports on.
 
-use anyhow::{bail, ensure, Context};
+use anyhow::Context;
 use graft_integration::apiserver::{self, ControlPlane};
 use graft_integration::Testbed;
 use k8s_openapi::api::events::v1::Event;
 use kube::api::{Api, Patch, PatchParams};
 
-use super::{install, kubectl_file, render, until_active, GRAFT_SA};
+use super::{install_policies, kubectl_file, refused_by, until_active, GRAFT_SA};
 
 fn event(name: &str, ns: &str, controller: &str, instance: &str, regarding: &str) -> String {
     format!(
@@ -18,17 +18,7 @@ fn event(name: &str, ns: &str, controller: &str, instance: &str, regarding: &str
 }
 
 fn refused_event(r: anyhow::Result<String>, why: &str) -> anyhow::Result<()> {
-    match r {
-        Ok(out) => bail!("accepted ({why}): {out}"),
-        Err(e) => {
-            let e = format!("{e:#}");
-            ensure!(
-                e.contains("ValidatingAdmissionPolicy 'graft-events-own-node'"),
-                "refused, but not by graft's policy ({why}): {e}"
-            );
-            Ok(())
-        }
-    }
+    refused_by("graft-events-own-node", r, why)
 }
 
 /// A compromised node's graft-driver tries to speak for another node or component: Events
@@ -39,16 +29,7 @@ fn refused_event(r: anyhow::Result<String>, why: &str) -> anyhow::Result<()> {
 fn a_node_posts_only_its_own_events() -> anyhow::Result<()> {
     let tb = Testbed::load()?;
     let cp = apiserver::shared()?;
-    let yaml = render(
-        &tb,
-        &[
-            "--show-only",
-            "templates/10-rbac.yaml",
-            "--show-only",
-            "templates/20-admission-policy.yaml",
-        ],
-    )?;
-    install(cp, "events-policy.yaml", &yaml)?;
+    install_policies(&tb, cp)?;
     let _ = cp.kubectl(&["create", "namespace", "events-tenant"]);
     let as_a = [
         "--as",

@@ -1,10 +1,10 @@
 //! ResourceSlices: only graft.dev's, only of the node's own.
 
-use anyhow::{bail, ensure};
+use anyhow::ensure;
 use graft_integration::apiserver::{self, ControlPlane};
 use graft_integration::Testbed;
 
-use super::{install, kubectl_file, render, until_active, GRAFT_SA};
+use super::{install_policies, kubectl_file, refused_by, until_active, GRAFT_SA};
 
 fn slice(name: &str, driver: &str, node: Option<&str>) -> String {
     let placement = match node {
@@ -45,17 +45,7 @@ fn update(cp: &ControlPlane, yaml: String) -> anyhow::Result<String> {
 }
 
 fn refused(r: anyhow::Result<String>, why: &str) -> anyhow::Result<()> {
-    match r {
-        Ok(out) => bail!("accepted ({why}): {out}"),
-        Err(e) => {
-            let e = format!("{e:#}");
-            ensure!(
-                e.contains("ValidatingAdmissionPolicy 'graft-resourceslices-own-node'"),
-                "refused, but not by graft's policy ({why}): {e}"
-            );
-            Ok(())
-        }
-    }
+    refused_by("graft-resourceslices-own-node", r, why)
 }
 
 /// A compromised node's graft-driver tries to write slices it must not: another driver's
@@ -65,16 +55,7 @@ fn refused(r: anyhow::Result<String>, why: &str) -> anyhow::Result<()> {
 fn a_node_writes_only_graft_slices_of_its_own_node() -> anyhow::Result<()> {
     let tb = Testbed::load()?;
     let cp = apiserver::shared()?;
-    let yaml = render(
-        &tb,
-        &[
-            "--show-only",
-            "templates/10-rbac.yaml",
-            "--show-only",
-            "templates/20-admission-policy.yaml",
-        ],
-    )?;
-    install(cp, "slices-policy.yaml", &yaml)?;
+    install_policies(&tb, cp)?;
 
     // Active once another node's slice is refused (RBAC and the policy both arrive late).
     let probe = slice("probe-node-b", "graft.dev", Some("node-b"));

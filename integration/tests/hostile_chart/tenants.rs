@@ -10,7 +10,7 @@ use graft_integration::Testbed;
 use k8s_openapi::api::events::v1::Event;
 use kube::api::{Api, ListParams};
 
-use super::{chart, install, kubectl_file, render, until_active};
+use super::{chart, install, kubectl_file, until_active};
 
 fn pod(name: &str, annotation: Option<&str>, claims: bool, limit: Option<(&str, bool)>) -> String {
     let mut y =
@@ -68,17 +68,14 @@ fn admitted(cp: &ControlPlane, yaml: &str) -> anyhow::Result<String> {
 fn require_graft_nri_marks_every_pod_that_asks_for_devices() -> anyhow::Result<()> {
     let tb = Testbed::load()?;
     let cp = apiserver::shared()?;
-    let yaml = render(
-        &tb,
-        &[
-            "--set",
-            "requireGraftNri.enabled=true",
-            "--api-versions",
-            "admissionregistration.k8s.io/v1/MutatingAdmissionPolicy",
-            "--show-only",
-            "templates/60-require-graft-nri.yaml",
-        ],
-    )?;
+    let yaml = tb.render_chart(&[
+        "--set",
+        "requireGraftNri.enabled=true",
+        "--api-versions",
+        "admissionregistration.k8s.io/v1/MutatingAdmissionPolicy",
+        "--show-only",
+        "templates/60-require-graft-nri.yaml",
+    ])?;
     install(cp, "require-nri.yaml", &yaml)?;
     let _ = cp.kubectl(&["create", "namespace", "tenant"]);
     let _ = cp.kubectl(&["create", "serviceaccount", "default", "-n", "tenant"]);
@@ -143,7 +140,7 @@ fn metrics_listen_on_the_pods_ip_only() -> anyhow::Result<()> {
         if !values.is_empty() {
             args.extend(["-f", gpu.to_str().context("path")?]);
         }
-        let ds = render(&tb, &args)?;
+        let ds = tb.render_chart(&args)?;
         let pod_ip = "- name: POD_IP\n              valueFrom:\n                fieldRef:\n                  fieldPath: status.podIP\n";
         ensure!(ds.matches(pod_ip).count() == 2, "{ds}");
         for port in ["9477", "9478"] {
