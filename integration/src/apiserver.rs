@@ -4,11 +4,12 @@
 //! [`shared`] starts one per test process. The processes are started from a thread that
 //! never exits and carry PR_SET_PDEATHSIG, so they die with the test process.
 
+use std::collections::BTreeMap;
 use std::net::TcpListener;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::OnceLock;
+use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
@@ -196,16 +197,32 @@ impl Drop for ControlPlane {
     }
 }
 
-static SHARED: OnceLock<Result<ControlPlane, String>> = OnceLock::new();
+/// The control planes of this test process, by name; each is started on first use and
+/// lives until the process exits.
+static PLANES: Mutex<BTreeMap<&'static str, &'static OnceLock<Result<ControlPlane, String>>>> =
+    Mutex::new(BTreeMap::new());
 
-/// One control plane per test process, started on first use.
+/// The control plane the test suites of this process share, started on first use.
 pub fn shared() -> anyhow::Result<&'static ControlPlane> {
-    let r = SHARED.get_or_init(|| {
+    named("shared")
+}
+
+/// A control plane of its own for a suite that changes cluster-wide objects (admission
+/// policies) the others must not see, started on first use.
+pub fn named(name: &'static str) -> anyhow::Result<&'static ControlPlane> {
+    let cell: &'static OnceLock<Result<ControlPlane, String>> = {
+        let mut planes = PLANES.lock().unwrap_or_else(|p| p.into_inner());
+        planes
+            .entry(name)
+            .or_insert_with(|| Box::leak(Box::new(OnceLock::new())))
+    };
+    // Started outside the map's lock: another suite's plane may start meanwhile.
+    let r = cell.get_or_init(|| {
         let (tx, rx) = std::sync::mpsc::channel();
         // PDEATHSIG fires when the spawning thread exits, so spawn from one that never does.
         std::thread::spawn(move || {
             remove_stale_dirs();
-            let dir = std::env::temp_dir().join(format!("graft-cp-{}", std::process::id()));
+            let dir = std::env::temp_dir().join(format!("graft-cp-{}-{name}", std::process::id()));
             let r = Testbed::load().and_then(|tb| ControlPlane::start(&tb, &dir));
             let _ = tx.send(r.map_err(|e| format!("{e:#}")));
             loop {
@@ -227,7 +244,12 @@ fn remove_stale_dirs() {
     };
     for e in entries.flatten() {
         let name = e.file_name();
-        let Some(pid) = name.to_str().and_then(|n| n.strip_prefix("graft-cp-")) else {
+        // graft-cp-<pid>-<name>
+        let pid = name
+            .to_str()
+            .and_then(|n| n.strip_prefix("graft-cp-"))
+            .and_then(|rest| rest.split('-').next());
+        let Some(pid) = pid else {
             continue;
         };
         if !Path::new("/proc").join(pid).exists() {

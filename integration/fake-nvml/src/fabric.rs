@@ -1,14 +1,20 @@
-//! NVLink fabric registration, switched on by the environment.
+//! NVLink fabric registration, switched on per node by the file `fake-nvml-fabric` next to
+//! the library: one line `<32 hex digits>:<clique id>` (the cluster UUID and clique every
+//! GPU of the node reports). Per node rather than per process, so that nodes of one
+//! test process can sit in different cliques.
 
 use nvml_wrapper_sys::bindings::*;
 
 use super::*;
 
-/// `GRAFT_FAKE_NVML_FABRIC=<32 hex>:<clique>`, read on every call so that one test
-/// process can switch it.
+/// The file's name.
+const FILE_NAME: &str = "fake-nvml-fabric";
+
+/// The node's fabric, read on every call so that a test can switch it; `None` (no fabric)
+/// when the file is absent or malformed.
 fn fabric() -> Option<([u8; 16], u32)> {
-    let v = std::env::var("GRAFT_FAKE_NVML_FABRIC").ok()?;
-    let (hex, clique) = v.split_once(':')?;
+    let v = std::fs::read_to_string(beside_library(FILE_NAME)?).ok()?;
+    let (hex, clique) = v.trim().split_once(':')?;
     if hex.len() != 32 {
         return None;
     }

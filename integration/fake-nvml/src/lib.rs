@@ -10,8 +10,9 @@
 //!   create and destroy through NVML's calls, under the real placement rules; the file
 //!   `fake-nvml-mig` next to the library sets MIG modes, the model (H100 80GB or A100
 //!   40GB), and a state file that processes share (see the `mig` module);
-//! - no NVLink fabric, unless `GRAFT_FAKE_NVML_FABRIC=<32 hex digits>:<clique id>` is set,
-//!   in which case every GPU reports a completed fabric registration in that clique;
+//! - no NVLink fabric, unless the file `fake-nvml-fabric` next to the library says
+//!   `<32 hex digits>:<clique id>`, in which case every GPU reports a completed fabric
+//!   registration in that clique (see the `fabric` module);
 //! - like the real library, it needs libpthread, libdl, libm and librt (build.rs), and
 //!   finds the CUDA driver version by loading `libcuda.so.1` by name;
 //! - events (`nvmlEventSetCreate`, `nvmlDeviceRegisterEvents`,

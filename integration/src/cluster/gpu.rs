@@ -1,6 +1,6 @@
-//! The GPU tests' cluster: one testbed cluster per test binary, shared by its tests one at
-//! a time, with graft installed from the chart in GPU mode (values-gpu.yaml) on the fake
-//! NVIDIA node. Every test starts from a fresh install: no pods or claims left, graft
+//! The GPU tests' cluster: one testbed cluster per test process, shared by its tests one at
+//! a time (and with cluster_e2e, which takes its turn through [`own_cluster`]), with graft
+//! installed from the chart in GPU mode (values-gpu.yaml) on the fake NVIDIA node. Every test starts from a fresh install: no pods or claims left, graft
 //! uninstalled, a new fake node (events, MIG state, lost GPUs) and none of graft's GPU
 //! state (MPS, health), then graft installed with the test's values. The cluster is taken
 //! down when the test process exits (GRAFT_KEEP_CLUSTER=1 keeps it).
@@ -104,6 +104,17 @@ pub fn bed() -> anyhow::Result<MutexGuard<'static, Option<GpuBed>>> {
         }
     }
     Ok(guard)
+}
+
+/// The turn of a test that brings its own cluster up (cluster_e2e): the shared bed is
+/// taken down, and no GPU test starts until the returned guard is dropped. One testbed
+/// cluster runs per host.
+pub fn own_cluster() -> MutexGuard<'static, Option<GpuBed>> {
+    let m = BED.get_or_init(|| Mutex::new(None));
+    let mut guard = m.lock().unwrap_or_else(|p| p.into_inner());
+    // Dropping the cluster takes it down (see Cluster's Drop).
+    drop(guard.take());
+    guard
 }
 
 /// A fake NVIDIA node at [`FAKE_DIR`], made anew.

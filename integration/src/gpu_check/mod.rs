@@ -1,5 +1,5 @@
 //! The GPU check (`graft-gpu-check`, run by integration/gpu/check.sh on a node with an
-//! NVIDIA GPU, and by integration/tests/gpu_check.rs on the fake node): graft-driver's
+//! NVIDIA GPU, and by integration/tests/suite/gpu_check.rs on the fake node): graft-driver's
 //! discovery on the node, then the testbed's containerd 2.2 with graft-nri, a record
 //! giving the first GPU to container `gpu` of a pod whose container `sibling` gets
 //! nothing, what each container sees (nvidia-smi, a CUDA probe, /dev), and the cost of

@@ -9,7 +9,7 @@
 //! Needs root (mounts, a /dev per client, servers of other UIDs), gcc, cc and the
 //! workspace binaries (`cargo build --workspace --bins`).
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::os::unix::fs::PermissionsExt;

@@ -1,7 +1,7 @@
 //! ResourceSlices: only graft.dev's, only of the node's own.
 
 use anyhow::ensure;
-use graft_integration::apiserver::{self, ControlPlane};
+use graft_integration::apiserver::ControlPlane;
 use graft_integration::Testbed;
 
 use super::{install_policies, kubectl_file, refused_by, until_active, GRAFT_SA};
@@ -54,7 +54,7 @@ fn refused(r: anyhow::Result<String>, why: &str) -> anyhow::Result<()> {
 #[test]
 fn a_node_writes_only_graft_slices_of_its_own_node() -> anyhow::Result<()> {
     let tb = Testbed::load()?;
-    let cp = apiserver::shared()?;
+    let cp = super::control_plane()?;
     install_policies(&tb, cp)?;
 
     // Active once another node's slice is refused (RBAC and the policy both arrive late).

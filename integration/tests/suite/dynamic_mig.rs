@@ -15,7 +15,7 @@ use graft_driver::discovery::{Device, Discovery};
 use graft_driver::setup::{DeviceSetup, Setup};
 use graft_integration::fake_gpu::{FakeNode, MigInstance};
 
-mod common;
+use crate::common;
 
 /// The fake library's MIG configuration is per node directory, but NVML handles are
 /// process-wide: one test at a time.

@@ -11,7 +11,7 @@ use graft_integration::cluster::workloads::{phase, wait_running};
 use graft_integration::cluster::{wait_until, workloads, Cluster};
 use graft_integration::fake_gpu::FakeNode;
 
-use crate::mps_support::*;
+use super::mps_support::*;
 
 /// The chart's values for these tests: MPS on for one GPU, a small /dev/shm.
 pub fn values() -> GpuValues {

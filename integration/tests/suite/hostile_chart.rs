@@ -19,17 +19,20 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure};
-use graft_integration::apiserver::ControlPlane;
+use graft_integration::apiserver::{self, ControlPlane};
 use graft_integration::Testbed;
 
-#[path = "hostile_chart/events.rs"]
 mod events;
-#[path = "hostile_chart/slices.rs"]
 mod slices;
-#[path = "hostile_chart/tenants.rs"]
 mod tenants;
 
 const GRAFT_SA: &str = "system:serviceaccount:graft-system:graft";
+
+/// This suite's API server: its admission policies are cluster-wide, so the other suites
+/// of the test process do not share it.
+fn control_plane() -> anyhow::Result<&'static ControlPlane> {
+    apiserver::named("hostile_chart")
+}
 
 fn chart() -> PathBuf {
     graft_integration::testbed::chart_dir()

@@ -13,19 +13,12 @@ use anyhow::ensure;
 use graft_integration::cluster::gpu::{with_bed, GpuValues, MIG_STATE};
 use graft_integration::cluster::workloads::{device_pod, wait_log, wait_unprepared};
 
-#[path = "cluster_gpu/dynamic_mig.rs"]
 mod dynamic_mig;
-#[path = "cluster_gpu/gpu_health.rs"]
 mod gpu_health;
-#[path = "cluster_gpu/health.rs"]
 mod health;
-#[path = "cluster_gpu/mps.rs"]
 mod mps;
-#[path = "cluster_gpu/mps_support.rs"]
 mod mps_support;
-#[path = "cluster_gpu/render.rs"]
 mod render;
-#[path = "cluster_gpu/vfio.rs"]
 mod vfio;
 
 /// A pod's GPU container runs the driver's nvidia-smi and sees its libraries; its sibling

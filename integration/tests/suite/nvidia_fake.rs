@@ -29,7 +29,7 @@ use oci_spec::runtime::LinuxDeviceType;
 /// The fake library reads its fabric setting from the environment: one test at a time.
 static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
-mod common;
+use crate::common;
 
 use common::{as_driver_root, as_host_root};
 
@@ -271,12 +271,9 @@ fn discovery_of_a_fake_h100_node() -> anyhow::Result<()> {
 
     // Every GPU in one NVLink fabric clique: IMEX channels appear, and every GPU says which
     // clique it is in.
-    std::env::set_var(
-        "GRAFT_FAKE_NVML_FABRIC",
-        "7b1f0c9e2d3a4b5c8e6f00112233aabb:32766",
-    );
+    node.set_fabric(Some(("7b1f0c9e2d3a4b5c8e6f00112233aabb", 32766)))?;
     let with_fabric = d.discover();
-    std::env::remove_var("GRAFT_FAKE_NVML_FABRIC");
+    node.set_fabric(None)?;
     let with_fabric = with_fabric?;
     let clique = s("7b1f0c9e-2d3a-4b5c-8e6f-00112233aabb.32766");
     let imex: Vec<&Device> = with_fabric

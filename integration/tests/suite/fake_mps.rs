@@ -8,7 +8,7 @@
 //! Needs gcc and the static glibc (FakeNode builds its fakes), nothing else: no root, no
 //! GPU.
 
-mod common;
+use crate::common;
 
 use std::cell::Cell;
 use std::io::Write;

@@ -21,7 +21,7 @@ use nvml_wrapper_sys::bindings::*;
 use prometheus_client::registry::Registry;
 use tokio::sync::watch;
 
-mod common;
+use crate::common;
 
 /// Waits for the report to satisfy `ok`; how long it took.
 fn wait_for(

@@ -15,11 +15,8 @@ use graft_integration::cluster::workloads::{
 use graft_integration::cluster::{wait_until, Cluster, WAIT};
 use graft_integration::scrape;
 
-#[path = "cluster_e2e/events.rs"]
 mod events;
-#[path = "cluster_e2e/extended_resource.rs"]
 mod extended_resource;
-#[path = "cluster_e2e/graftctl.rs"]
 mod graftctl;
 
 /// The metrics graft serves on this node's port (hostNetwork) once every `(series, min)`
@@ -63,6 +60,8 @@ fn fuse_pod(name: &str) -> String {
 
 #[test]
 fn pods_get_their_devices_on_a_real_cluster() -> anyhow::Result<()> {
+    // The host's one testbed cluster is ours until the test ends (cluster_gpu waits).
+    let _turn = graft_integration::cluster::gpu::own_cluster();
     let c = Cluster::up()?;
 
     // One pod, one device: scheduled, prepared, injected into the container that asks.

@@ -8,7 +8,7 @@
 //! Needs root and the testbed; the README's test command provides them. The served trees
 //! live under /run (root's, 0755): /tmp is world-writable, so nothing below it is served.
 
-mod common;
+use crate::common;
 mod served_node;
 
 use std::os::unix::fs::MetadataExt;

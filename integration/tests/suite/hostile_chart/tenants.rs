@@ -3,7 +3,7 @@
 use std::time::{Duration, Instant};
 
 use anyhow::{ensure, Context};
-use graft_integration::apiserver::{self, ControlPlane};
+use graft_integration::apiserver::ControlPlane;
 use graft_integration::claims::{claim_with_pod, namespace, uid};
 use graft_integration::dra_node::{prepare, DraNode};
 use graft_integration::Testbed;
@@ -67,7 +67,7 @@ fn admitted(cp: &ControlPlane, yaml: &str) -> anyhow::Result<String> {
 #[test]
 fn require_graft_nri_marks_every_pod_that_asks_for_devices() -> anyhow::Result<()> {
     let tb = Testbed::load()?;
-    let cp = apiserver::shared()?;
+    let cp = super::control_plane()?;
     let yaml = tb.render_chart(&[
         "--set",
         "requireGraftNri.enabled=true",
@@ -165,7 +165,7 @@ fn metrics_listen_on_the_pods_ip_only() -> anyhow::Result<()> {
 /// holder's namespace, name or uid.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refusal_names_no_claim_of_another_namespace() -> anyhow::Result<()> {
-    let cp = apiserver::shared()?;
+    let cp = super::control_plane()?;
     let devices = "[[devices]]\npath = \"/dev/null\"\nattributes = { type = \"test\" }\n";
     let node = DraNode::start(cp, "node-tenants", devices).await?;
     let c = &node.client;

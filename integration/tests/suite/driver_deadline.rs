@@ -4,8 +4,6 @@
 //! running" while it goes on; a claim on another device is prepared meanwhile without
 //! waiting for it; the kubelet's retry gets the setup's own error, at once.
 
-mod common;
-
 use std::time::{Duration, Instant};
 
 use anyhow::ensure;

@@ -8,7 +8,7 @@
 //! Needs root, the testbed and the static graft-hook; the README's test command provides
 //! them.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;

@@ -11,7 +11,6 @@
 //! Needs root, the testbed and the static graft-hook; the README's test command provides
 //! them.
 
-mod common;
 mod records_node;
 
 use std::os::unix::fs::PermissionsExt;

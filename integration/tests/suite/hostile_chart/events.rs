@@ -1,7 +1,7 @@
 //! Events: only as graft-driver on the node's own, about what graft reports on.
 
 use anyhow::Context;
-use graft_integration::apiserver::{self, ControlPlane};
+use graft_integration::apiserver::ControlPlane;
 use graft_integration::Testbed;
 use k8s_openapi::api::events::v1::Event;
 use kube::api::{Api, Patch, PatchParams};
@@ -28,7 +28,7 @@ fn refused_event(r: anyhow::Result<String>, why: &str) -> anyhow::Result<()> {
 #[test]
 fn a_node_posts_only_its_own_events() -> anyhow::Result<()> {
     let tb = Testbed::load()?;
-    let cp = apiserver::shared()?;
+    let cp = super::control_plane()?;
     install_policies(&tb, cp)?;
     let _ = cp.kubectl(&["create", "namespace", "events-tenant"]);
     let as_a = [

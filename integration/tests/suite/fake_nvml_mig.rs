@@ -15,10 +15,8 @@ use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::Nvml;
 use nvml_wrapper_sys::bindings::*;
 
-#[path = "fake_nvml_mig/raw.rs"]
 mod raw;
 use raw::{name, Raw};
-#[path = "fake_nvml_mig/presets.rs"]
 mod presets;
 
 const NOT_SUPPORTED: nvmlReturn_t = nvmlReturn_enum_NVML_ERROR_NOT_SUPPORTED;

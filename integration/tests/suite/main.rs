@@ -1,0 +1,40 @@
+//! graft's integration and end-to-end tests, one test binary (a clean build links kube,
+//! tonic and the testbed harness once). Each module is one suite; run one with a filter,
+//! e.g. `cargo test -p graft-integration --test suite cluster_gpu::`.
+//!
+//! The suites run in one process, so what they share is shared on purpose:
+//! - the testbed cluster (one per host): cluster tests take turns through
+//!   `graft_integration::cluster::gpu`'s bed lock ([`cluster_e2e`] takes the bed down
+//!   for its own cluster);
+//! - the API server of the driver suites (`apiserver::shared`), in which each suite uses
+//!   its own node and namespace names; [`hostile_chart`] installs cluster-wide admission
+//!   policies, so it has an API server of its own (`apiserver::named`).
+//!
+//! Needs root, the testbed and the workspace binaries; README's test command provides them.
+
+mod common;
+
+mod cluster_e2e;
+mod cluster_gpu;
+mod driver_apiserver;
+mod driver_deadline;
+mod driver_events;
+mod dynamic_mig;
+mod fake_mps;
+mod fake_mps_clients;
+mod fake_nvml_events;
+mod fake_nvml_mig;
+mod fake_sysfs;
+mod gpu_check;
+mod gpu_health;
+mod graftctl;
+mod helm_chart;
+mod hostile;
+mod hostile_chart;
+mod hostile_env_reads;
+mod hostile_records;
+mod hostile_served;
+mod mps;
+mod nri_containerd;
+mod nvidia_fake;
+mod state_dir_faults;
