@@ -18,7 +18,7 @@ use graft_telemetry::logs::LogFormat;
 use tokio::task::{JoinError, JoinSet};
 use tracing_subscriber::fmt::writer::BoxMakeWriter;
 
-mod health;
+mod endpoints;
 
 #[derive(Debug, Parser)]
 #[command(name = "graft-nri", version, about)]
@@ -162,7 +162,7 @@ fn main() -> anyhow::Result<()> {
     rt.block_on(async move {
         tracing::info!(version = env!("CARGO_PKG_VERSION"), state_dir = %args.state_dir.display(), "graft-nri starting");
         // From the start, so that probes answer while this instance waits for the lock.
-        let endpoints = health::endpoints(
+        let endpoints = endpoints::endpoints(
             &metrics,
             holding.clone(),
             args.state_dir.clone(),

@@ -872,14 +872,14 @@ fn events_and_configure_from_mutated_requests() {
             }
             let bytes = mutated(conf.write_to_bytes().unwrap(), &m2);
             if let Some(c) = reparse::<nri::ConfigureRequest>(&bytes)? {
-                let mask = graft_nri_sdk::events::valid_events(
+                let mask = graft_nri_sdk::event_mask::valid_events(
                     &c.runtime_name,
                     &c.runtime_version,
                     &c.NRI_version,
                 );
                 prop_assert!(
-                    mask == graft_nri_sdk::events::VALID_BEFORE_NRI_0_10
-                        || mask == graft_nri_sdk::events::VALID_FROM_NRI_0_10
+                    mask == graft_nri_sdk::event_mask::VALID_BEFORE_NRI_0_10
+                        || mask == graft_nri_sdk::event_mask::VALID_FROM_NRI_0_10
                 );
             }
             Ok(())

@@ -10,7 +10,7 @@ use graft_proto::nri_ttrpc::{self, RuntimeClient};
 use ttrpc::r#async::TtrpcContext;
 use ttrpc::{Code, Error as TtrpcError};
 
-use crate::events::{valid_events, EventMask};
+use crate::event_mask::{valid_events, EventMask};
 use crate::guard::{effective_deadline, guarded};
 use crate::plugin::{
     unimplemented, Answered, ConnectionState, NriPlugin, Request, Runtime, RuntimeInfo,

@@ -35,19 +35,19 @@
 //! # }
 //! ```
 //!
-//! Inside: [`mux`] carries NRI's logical connections over one socket, [`events`] knows which
+//! Inside: [`mux`] carries NRI's logical connections over one socket, [`event_mask`] knows which
 //! events a runtime accepts, `options` says how to reach the runtime, `session` keeps one
 //! connection alive and reconnects, `dispatcher` serves the runtime's requests.
 
 mod dispatcher;
-pub mod events;
+pub mod event_mask;
 pub mod guard;
 pub mod mux;
 mod options;
 mod plugin;
 mod session;
 
-pub use events::{valid_events, EventMask};
+pub use event_mask::{valid_events, EventMask};
 pub use guard::{guarded, panic_message, spawn_logged, DEFAULT_DEADLINE};
 pub use options::{Options, OptionsError, Transport};
 pub use plugin::{

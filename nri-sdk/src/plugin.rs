@@ -7,7 +7,7 @@ use graft_proto::nri::{self, Event};
 use graft_proto::nri_ttrpc::RuntimeClient;
 use ttrpc::{Code, Error as TtrpcError};
 
-use crate::events::EventMask;
+use crate::event_mask::EventMask;
 #[cfg(doc)]
 use crate::Options;
 
