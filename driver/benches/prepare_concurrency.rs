@@ -13,13 +13,14 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use graft_driver::core::input::{Allocated, ClaimId, ClaimInput};
-use graft_driver::core::seams::NriGate;
-use graft_driver::core::Core;
+use graft_driver::claims::input::ClaimInput;
+use graft_driver::claims::seams::NriGate;
+use graft_driver::claims::setup_port::{DeviceSetup, Setup, SetupError};
+use graft_driver::claims::Core;
 use graft_driver::mapping::{ContainerUse, PodUse};
+use graft_driver::model::{Allocated, ClaimId};
 use graft_driver::model::{Attribute, Device, Kind};
 use graft_driver::opaque::DeviceConfig;
-use graft_driver::setup::{DeviceSetup, Setup, SetupError};
 use graft_record::{ContainerEdits, DeviceNode};
 
 const FAST: usize = 100;
@@ -30,7 +31,7 @@ const NODE: &str = "bench-node";
 struct Ready;
 
 impl NriGate for Ready {
-    fn ready(&self) -> Result<(), graft_driver::core::seams::NotReady> {
+    fn ready(&self) -> Result<(), graft_driver::claims::seams::NotReady> {
         Ok(())
     }
 }

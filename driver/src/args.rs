@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 
 use clap::Parser;
-use graft_driver::core::seams::CrashPoint;
+use graft_driver::claims::seams::CrashPoint;
 use graft_driver::discovery::config::DEFAULT_CONFIG_PATH;
 use graft_driver::edge::DEFAULT_MARGIN;
 use graft_driver::families::{Family, Flags};

@@ -13,8 +13,8 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context};
 use graft_driver::backend::router::Router;
 use graft_driver::backend::{Backend, Node, Running};
-use graft_driver::core::seams::{KillAt, NriGate, StatusFile};
-use graft_driver::core::Core;
+use graft_driver::claims::seams::{KillAt, NriGate, StatusFile};
+use graft_driver::claims::Core;
 use graft_driver::daemon::{Daemon, Ends};
 use graft_driver::discovery::inventory::Inventory;
 use graft_driver::discovery::{inotify, report, Discovery};
@@ -228,7 +228,7 @@ pub async fn run(
             _ = restart.notified() => {}
         }
     };
-    let feed = plugin::health::HealthFeed {
+    let feed = plugin::resource_health::HealthFeed {
         pool: args.node_name.clone(),
         inventory: inv_rx,
         health: health_rx,

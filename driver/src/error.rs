@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use graft_record::RecordError;
 
-use crate::core::lifecycle::InvalidStep;
+use crate::claims::lifecycle::InvalidStep;
 use crate::discovery::config::InvalidEntry;
 
 /// A driver library result.

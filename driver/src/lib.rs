@@ -4,7 +4,7 @@
 //! these together; tests and benchmarks drive them directly.
 
 pub mod backend;
-pub mod core;
+pub mod claims;
 pub mod daemon;
 pub mod discovery;
 pub mod edge;
@@ -22,7 +22,6 @@ pub mod opaque;
 pub mod plugin;
 pub mod publisher;
 pub mod quantity;
-pub mod setup;
 pub mod slices;
 pub mod snapshot;
 

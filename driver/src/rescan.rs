@@ -7,12 +7,13 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use graft_driver::core::Core;
+use graft_driver::claims::Core;
 use graft_driver::discovery::inventory::Inventory;
-use graft_driver::discovery::{report, Device, Discovery};
+use graft_driver::discovery::{report, Discovery};
 use graft_driver::events::Poster;
 use graft_driver::health::absent;
 use graft_driver::metrics::DriverMetrics;
+use graft_driver::model::Device;
 use tokio::sync::{mpsc, watch, Notify};
 
 /// While a backend fails or a GPU is left out, rescans come at least this often.

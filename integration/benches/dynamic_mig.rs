@@ -13,9 +13,10 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use graft_driver::core::input::{Allocated, ClaimId, ClaimInput};
-use graft_driver::core::seams::NriGate;
-use graft_driver::core::Core;
+use graft_driver::claims::input::ClaimInput;
+use graft_driver::claims::seams::NriGate;
+use graft_driver::claims::setup_port::SetupError;
+use graft_driver::claims::Core;
 use graft_driver::discovery::nvidia::devices::HookConfig;
 use graft_driver::discovery::nvidia::devices::MigLedger;
 use graft_driver::discovery::nvidia::driver_files::Roots;
@@ -26,7 +27,7 @@ use graft_driver::discovery::nvidia::setup::{NvidiaSetup, Smi};
 use graft_driver::discovery::nvidia::{NvidiaConfig, NvidiaDiscovery};
 use graft_driver::discovery::Discovery;
 use graft_driver::mapping::{ContainerUse, PodUse};
-use graft_driver::setup::SetupError;
+use graft_driver::model::{Allocated, ClaimId};
 use graft_integration::fake_gpu::FakeNode;
 use graft_record::policy::DEFAULT_HOOK_PATH;
 use graft_record::InjectionPolicy;
@@ -38,7 +39,7 @@ const DYNAMIC: &str = "gpu-7-mig-3g-40gb-4";
 
 struct Ready;
 impl NriGate for Ready {
-    fn ready(&self) -> Result<(), graft_driver::core::seams::NotReady> {
+    fn ready(&self) -> Result<(), graft_driver::claims::seams::NotReady> {
         Ok(())
     }
 }

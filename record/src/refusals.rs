@@ -25,7 +25,7 @@ use nix::fcntl::{openat, renameat2, AtFlags, OFlag, RenameFlags};
 use nix::sys::stat::{fstat, fstatat, Mode, SFlag};
 
 use crate::atomic::{self, FILE_MODE};
-pub use crate::error::BadEntry;
+use crate::error::BadEntry;
 use crate::error::{RecordError, Result};
 mod entry;
 pub use entry::{PodRef, Refusal};

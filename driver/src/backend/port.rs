@@ -8,7 +8,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use tokio::sync::{mpsc, watch};
 
-use crate::core::Core;
+use crate::claims::Core;
 use crate::daemon::Daemon;
 use crate::discovery::scan::Discovery;
 use crate::health::HealthReport;

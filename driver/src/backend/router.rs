@@ -8,10 +8,10 @@ use std::sync::Arc;
 
 use graft_record::ContainerEdits;
 
-use crate::core::input::Allocated;
+use crate::claims::setup_port::{DeviceSetup, NoSetup, Setup, SetupError};
+use crate::model::Allocated;
 use crate::model::{Device, Kind};
 use crate::opaque::DeviceConfig;
-use crate::setup::{DeviceSetup, NoSetup, Setup, SetupError};
 
 /// A family's setup and what it answers for.
 pub struct Route {

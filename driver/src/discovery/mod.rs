@@ -13,7 +13,7 @@
 //! 3. [`Kind`]: only if its devices need a setup or configuration of their own (the
 //!    compiler then asks for their metrics class); a plain device node is [`Kind::Char`],
 //!    as the render family's are.
-//! 4. Node-side work that must survive a crash: a [`crate::setup::Setup`] variant (the
+//! 4. Node-side work that must survive a crash: a [`crate::claims::setup_port::Setup`] variant (the
 //!    checkpoint schema; see the note there), named by its route's `setups`.
 //! 5. The chart: its DeviceClass, and its name in `backends` (`graft.discovery`).
 
@@ -28,6 +28,5 @@ pub mod render;
 pub mod report;
 pub mod scan;
 
-pub use crate::model::{Attribute, CapacityPolicy, Consumption, Device, Kind, PCIE_ROOT_ATTRIBUTE};
 pub use pcie::pcie_root;
 pub use scan::{Discovery, Unavailable};

@@ -9,8 +9,8 @@ use kube::api::Api;
 
 use super::errors::{core_error, in_progress, told, CallError, ClaimFailure, ClaimOutcome};
 use super::fetch::fetch;
-use crate::core::input::{ClaimError, ClaimInput, Outcome};
-use crate::core::{Core, CoreResult, PreparedDevice};
+use crate::claims::input::{ClaimError, ClaimInput, Outcome};
+use crate::claims::{Core, CoreResult, PreparedDevice};
 use crate::events::claims::prepare_failed;
 use crate::events::Poster;
 use crate::metrics::DriverMetrics;

@@ -2,11 +2,12 @@
 
 use std::collections::BTreeMap;
 
-use crate::core::input::{ClaimError, ClaimId};
-use crate::core::seams::Crashed;
-use crate::core::tenant::without_paths;
-use crate::core::CoreError;
+use crate::claims::input::ClaimError;
+use crate::claims::seams::Crashed;
+use crate::claims::tenant::without_paths;
+use crate::claims::CoreError;
 use crate::error::DriverError;
+use crate::model::ClaimId;
 
 /// Errors that fail a whole call, as the reference helper does; the kubelet retries.
 #[derive(Debug, thiserror::Error)]

@@ -5,7 +5,7 @@ use k8s_openapi::api::resource::v1::ResourceClaim;
 use kube::api::Api;
 
 use super::errors::CallError;
-use crate::core::input::ClaimInput;
+use crate::claims::input::ClaimInput;
 use crate::mapping::pod_use;
 use crate::model::{Allocated, ClaimId};
 

@@ -8,6 +8,5 @@ mod call;
 mod errors;
 mod fetch;
 
-pub use crate::model::ClaimId;
 pub use call::{Edge, DEFAULT_MARGIN, KUBELET_DEADLINE};
 pub use errors::{CallError, ClaimFailure, ClaimOutcome};

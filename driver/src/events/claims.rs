@@ -7,7 +7,7 @@
 use kube::runtime::events::{Event, EventType};
 
 use super::post::{claim_ref, Posting};
-use crate::core::input::ClaimId;
+use crate::model::ClaimId;
 
 /// The Event reason of a prepare that failed.
 pub const PREPARE_FAILED: &str = "PrepareFailed";

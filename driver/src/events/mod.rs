@@ -1,10 +1,11 @@
 //! Kubernetes Events graft-driver posts where an operator looks (`kubectl describe`): on the
 //! claims whose prepare failed ([`claims`]), on the Node while graft-nri is away ([`nri`]),
-//! on pods whose container graft-nri refused ([`refusals`]); health Events live in
-//! the health module's `events`. One reporter for all of them, and one background [`Poster`]:
+//! on pods whose container graft-nri refused ([`refusals`]), and device health changes on
+//! the Node and the claims and pods that hold the device ([`health`]). One reporter for all of them, and one background [`Poster`]:
 //! posting never delays or fails the work it reports on.
 
 pub mod claims;
+pub mod health;
 pub mod nri;
 mod post;
 pub mod refusals;

@@ -1,5 +1,5 @@
 //! The Node's Events while graft-nri is away: graft-driver then refuses every prepare on the
-//! node (see `core::seams::NriGate`). `NRIPluginNotConnected` (Warning) once per outage that
+//! node (see `claims::seams::NriGate`). `NRIPluginNotConnected` (Warning) once per outage that
 //! lasts past a grace period, `NRIPluginConnected` (Normal) when it ends.
 //!
 //! A periodic check rather than one at prepare time: the operator learns of the outage
@@ -14,7 +14,7 @@ use k8s_openapi::jiff::Timestamp;
 use kube::runtime::events::{Event, EventType};
 
 use super::post::{node_ref, Poster};
-use crate::core::seams::{NotReady, NriGate, StatusFile};
+use crate::claims::seams::{NotReady, NriGate, StatusFile};
 
 /// The Event reason of an outage of graft-nri.
 pub const NOT_CONNECTED: &str = "NRIPluginNotConnected";

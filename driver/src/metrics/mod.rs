@@ -13,7 +13,7 @@ use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 use tokio::sync::{watch, Notify};
 
-use crate::core::Core;
+use crate::claims::Core;
 use crate::health::HealthReport;
 use crate::model::{Device, Kind};
 

@@ -7,7 +7,8 @@ use std::sync::Arc;
 use graft_proto::dra::{v1, v1beta1};
 use tonic::{Request, Response, Status};
 
-use crate::edge::{CallError, ClaimId, Edge};
+use crate::edge::{CallError, Edge};
+use crate::model::ClaimId;
 
 /// The DRA services, both versions, over one [`Edge`].
 pub struct DraService {

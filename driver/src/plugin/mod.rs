@@ -3,8 +3,8 @@
 
 pub mod authority;
 pub mod dra;
-pub mod health;
 pub mod registration;
+pub mod resource_health;
 pub mod socket;
 
 use std::future::Future;
@@ -61,7 +61,7 @@ pub async fn serve(
     edge: Arc<Edge>,
     paths: &PluginPaths,
     state: Arc<Mutex<RegistrationState>>,
-    health: Option<health::HealthFeed>,
+    health: Option<resource_health::HealthFeed>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<()> {
     let dra_path =
@@ -86,7 +86,7 @@ pub async fn serve(
     // The kubelet opens the health stream on its own when its feature gate is on; without
     // the service each try fails with Unimplemented, which it logs and retries every 5 s.
     let health_service = health.map(|feed| {
-        DraResourceHealthServer::new(health::HealthService::new(feed, stop_rx.clone()))
+        DraResourceHealthServer::new(resource_health::HealthService::new(feed, stop_rx.clone()))
     });
     let dra_server = tokio::spawn(
         tonic::transport::Server::builder()

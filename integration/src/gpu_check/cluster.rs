@@ -11,7 +11,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
-use graft_driver::discovery::Device;
+use graft_driver::model::Device;
 use serde_json::json;
 
 use super::containers::{self, parse, script};

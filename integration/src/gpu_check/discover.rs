@@ -7,7 +7,8 @@ use std::time::{Duration, Instant};
 use graft_driver::discovery::nvidia::devices::HookConfig;
 use graft_driver::discovery::nvidia::driver_files::Roots;
 use graft_driver::discovery::nvidia::{NvidiaConfig, NvidiaDiscovery};
-use graft_driver::discovery::{Attribute, Device, Discovery};
+use graft_driver::discovery::Discovery;
+use graft_driver::model::{Attribute, Device};
 
 use super::Options;
 

@@ -152,7 +152,7 @@ fn cluster_stage(
     opts: &Options,
     bin: &Path,
     image_tar: &Path,
-    dev: &graft_driver::discovery::Device,
+    dev: &graft_driver::model::Device,
     r: &mut Report,
 ) -> anyhow::Result<()> {
     cluster::preflight()?;

@@ -3,7 +3,7 @@
 use std::collections::BTreeSet;
 use std::fmt::Write;
 
-use graft_driver::discovery::Device;
+use graft_driver::model::Device;
 
 use super::containers::{section, Section};
 use super::discover::{attr, Scan};

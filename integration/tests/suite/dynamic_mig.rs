@@ -6,13 +6,14 @@
 use std::collections::BTreeSet;
 use std::path::Path;
 
+use graft_driver::claims::setup_port::{DeviceSetup, Setup};
 use graft_driver::discovery::nvidia::devices::MigLedger;
 use graft_driver::discovery::nvidia::nvml::GpuSelection;
 use graft_driver::discovery::nvidia::setup::MigManager;
 use graft_driver::discovery::nvidia::setup::NvidiaSetup;
 use graft_driver::discovery::nvidia::NvidiaDiscovery;
-use graft_driver::discovery::{Device, Discovery};
-use graft_driver::setup::{DeviceSetup, Setup};
+use graft_driver::discovery::Discovery;
+use graft_driver::model::Device;
 use graft_integration::fake_gpu::{FakeNode, MigInstance};
 
 use crate::common;

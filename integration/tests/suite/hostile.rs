@@ -14,7 +14,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{ensure, Context};
-use graft_driver::discovery::{Device, Discovery};
+use graft_driver::discovery::Discovery;
+use graft_driver::model::Device;
 use graft_integration::cri::Pod;
 use graft_integration::fake_gpu::{FakeNode, DRIVER_VERSION, LIB_DIR};
 use graft_integration::hostile::{preload_library, runc_with_hook, Decoy};

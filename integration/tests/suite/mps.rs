@@ -17,13 +17,14 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use graft_driver::core::input::Allocated;
+use graft_driver::claims::setup_port::{DeviceSetup, Setup};
 use graft_driver::discovery::nvidia::nvml::GpuSelection;
 use graft_driver::discovery::nvidia::setup::MpsManager;
 use graft_driver::discovery::nvidia::NvidiaDiscovery;
-use graft_driver::discovery::{Device, Discovery};
+use graft_driver::discovery::Discovery;
+use graft_driver::model::Allocated;
+use graft_driver::model::Device;
 use graft_driver::mps::{self, GpuPaths, Phase};
-use graft_driver::setup::{DeviceSetup, Setup};
 use graft_integration::fake_gpu::{FakeNode, LIB_DIR};
 use graft_integration::fake_mps::{send_control, with_gpu_dev, PIPE_IN_DEV};
 use graft_integration::gpu_check::compile_probe;

@@ -30,7 +30,6 @@ pub use mounts::{MOUNT_OPTIONS, NVIDIA_HOST_ROOTS};
 
 /// Where graft-driver installs graft-hook on the host unless told otherwise.
 pub const DEFAULT_HOOK_PATH: &str = "/var/lib/graft/bin/graft-hook";
-pub use crate::params::PARAMS_COPY;
 
 /// The node's injection policy.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -9,9 +9,9 @@ use super::refused::RefusedDirs;
 use super::scan::FilesDiscovery;
 use crate::backend::router::Route;
 use crate::backend::{Backend, BackendError, Node};
+use crate::claims::setup_port::NoSetup;
 use crate::discovery::scan::Discovery;
 use crate::model::Kind;
-use crate::setup::NoSetup;
 
 /// The files family on this node.
 pub struct FilesBackend {

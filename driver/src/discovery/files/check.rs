@@ -9,9 +9,9 @@ use std::sync::Arc;
 use graft_record::nofollow::open_served;
 use graft_record::ContainerEdits;
 
+use crate::claims::setup_port::{DeviceSetup, Setup, SetupError};
 use crate::model::{Allocated, Device, Kind};
 use crate::opaque::DeviceConfig;
-use crate::setup::{DeviceSetup, Setup, SetupError};
 
 /// The node's device setup, with served entries checked before the rest is planned.
 pub struct ServedEntries {

@@ -19,13 +19,13 @@ use super::setup::{
 };
 use crate::backend::router::Route;
 use crate::backend::{Backend, BackendError, Injection, Node, Running};
-use crate::core::Core;
+use crate::claims::setup_port::Setup;
+use crate::claims::Core;
 use crate::daemon::{Daemon, Ends};
 use crate::discovery::scan::Discovery;
 use crate::health::classify::parse_xids;
 use crate::health::monitor::{self, MonitorConfig};
 use crate::model::Kind;
-use crate::setup::Setup;
 
 /// The family's name, as `--discovery` spells it.
 const NAME: &str = "nvidia";
@@ -301,7 +301,7 @@ impl Backend for NvidiaBackend {
         daemon.watch_thread("gpu-health", Ends::Never, thread);
         daemon.spawn(
             "health-events",
-            crate::health::events::run(
+            crate::events::health::run(
                 running.client.clone(),
                 self.node.node_name.clone(),
                 self.node.driver_name.clone(),

@@ -2,6 +2,7 @@
 
 #![allow(dead_code)]
 
+use graft_driver::claims::setup_port::SetupError;
 use graft_driver::discovery::nvidia::devices::HookConfig;
 use graft_driver::discovery::nvidia::driver_files::Roots;
 use graft_driver::discovery::nvidia::setup::MigManager;
@@ -9,7 +10,6 @@ use graft_driver::discovery::nvidia::setup::MpsManager;
 use graft_driver::discovery::nvidia::setup::Vfio;
 use graft_driver::discovery::nvidia::setup::{NvidiaSetup, Smi};
 use graft_driver::discovery::nvidia::{NvidiaConfig, NvidiaDiscovery};
-use graft_driver::setup::SetupError;
 use graft_integration::fake_gpu::FakeNode;
 
 /// The fake tree seen as the host's `/` (as the DaemonSet sees the host at /host).
@@ -81,7 +81,7 @@ pub fn discovery_in(
     state: &std::path::Path,
 ) -> anyhow::Result<NvidiaDiscovery> {
     let mut config = discovery_config(node, roots, 0, hook);
-    config.hook.params_copy = format!("{}/{}", state.display(), graft_record::policy::PARAMS_COPY);
+    config.hook.params_copy = format!("{}/{}", state.display(), graft_record::params::PARAMS_COPY);
     Ok(NvidiaDiscovery::new(config)?)
 }
 

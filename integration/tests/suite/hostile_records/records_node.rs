@@ -5,8 +5,9 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::Context;
-use graft_driver::discovery::{Device, Discovery};
+use graft_driver::discovery::Discovery;
 use graft_driver::health::HealthReport;
+use graft_driver::model::Device;
 use graft_integration::cri::Pod;
 use graft_integration::fake_gpu::FakeNode;
 use graft_integration::records::{one_device_claim, plant};

@@ -199,7 +199,7 @@ fn names_from_entries() {
 
 #[test]
 fn prepare_refuses_an_entry_that_changed() {
-    use crate::setup::{DeviceSetup, NoSetup};
+    use crate::claims::setup_port::{DeviceSetup, NoSetup};
     let n = node(LICENCES);
     let devs = discover(&n);
     let check = ServedEntries {

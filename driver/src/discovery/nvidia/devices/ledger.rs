@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, RwLock};
 
-use crate::setup::Setup;
+use crate::claims::setup_port::Setup;
 
 /// `(profile id, placement start)` of each GPU instance graft made on one GPU.
 pub type Placements = BTreeSet<(u32, u32)>;

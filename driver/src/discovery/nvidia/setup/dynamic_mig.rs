@@ -1,5 +1,5 @@
 //! Dynamic MIG at prepare time: the GPU and compute instance of an allocated placement are
-//! created through NVML (and destroyed at unprepare), as a [`crate::setup::Setup::Mig`] that the
+//! created through NVML (and destroyed at unprepare), as a [`crate::claims::setup_port::Setup::Mig`] that the
 //! checkpoint holds before anything is created, so a driver killed half way destroys or
 //! adopts it on the next unprepare or retry.
 //!
@@ -12,12 +12,12 @@ use std::sync::Mutex;
 use graft_record::ContainerEdits;
 use nvml_wrapper::Nvml;
 
+use crate::claims::setup_port::SetupError;
 use crate::discovery::nvidia::devices::{cap_node, MigLedger};
 use crate::discovery::nvidia::driver_files::{mig_access_cap, read_char_majors};
 use crate::discovery::nvidia::nvml::{
     create_gi, destroy_gi, find_gi, full_compute_instance, open, MigCallError,
 };
-use crate::setup::SetupError;
 
 /// Makes and removes instances through one long-lived NVML handle (its init can take
 /// a while on a GPU without persistence mode).

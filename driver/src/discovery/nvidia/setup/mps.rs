@@ -12,9 +12,9 @@ use std::time::{Duration, Instant};
 
 use graft_record::{ContainerEdits, EnvVar, Mount};
 
+use crate::claims::setup_port::{Setup, SetupError};
 use crate::discovery::nvidia::devices::IPC_MOUNT_OPTIONS;
 use crate::mps::{self, GpuPaths, Phase, ShareMarker, CLIENT_PIPE_DIR};
-use crate::setup::{Setup, SetupError};
 
 /// How long prepare waits for graft-mps by default: well within the kubelet's deadline.
 pub const DEFAULT_WAIT: Duration = Duration::from_secs(20);

@@ -5,7 +5,7 @@
 //! needs: the peers with the drivers they had, and which GPUs had persistence mode on. So a
 //! driver killed half way puts back exactly what it found. Whether another claim holds a
 //! function of the group is checked with the other claims, in the core's plan
-//! ([`crate::setup::Setup::passed_through`]).
+//! ([`crate::claims::setup_port::Setup::passed_through`]).
 
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::Path;
@@ -16,7 +16,7 @@ use nix::sys::stat::{major, minor};
 
 use super::node::NvidiaSetup;
 use super::vfio::{NVIDIA_DRIVER, VFIO_DRIVER};
-use crate::setup::{Setup, SetupError};
+use crate::claims::setup_port::{Setup, SetupError};
 
 /// A char device node as it is on the host, read with stat.
 fn stat_node(dev_root: &Path, rel: &str) -> Result<DeviceNode, SetupError> {
@@ -196,7 +196,7 @@ mod tests {
     use super::super::smi::Smi;
     use super::super::vfio::tests::{FakeKernel, BDF, GROUP};
     use super::*;
-    use crate::setup::{DeviceSetup, VfioPeer};
+    use crate::claims::setup_port::{DeviceSetup, VfioPeer};
 
     const AUDIO: &str = "0000:18:00.1";
 

@@ -15,8 +15,8 @@ use std::path::PathBuf;
 use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::Nvml;
 
+use crate::claims::setup_port::SetupError;
 use crate::discovery::nvidia::nvml;
-use crate::setup::SetupError;
 
 /// A GPU's persistence mode, read and turned back on around passthrough.
 pub trait PersistenceMode: Send + Sync {

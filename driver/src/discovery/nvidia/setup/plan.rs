@@ -8,11 +8,11 @@ use super::dynamic_mig::MigManager;
 use super::mps::{MpsManager, Share};
 use super::node::NvidiaSetup;
 use super::passthrough::Passthrough;
-use crate::core::input::Allocated;
+use crate::claims::setup_port::{DeviceSetup, Setup, SetupError};
 use crate::discovery::nvidia::devices::{Identity, Placement};
+use crate::model::Allocated;
 use crate::model::{Device, Kind};
 use crate::opaque::DeviceConfig;
-use crate::setup::{DeviceSetup, Setup, SetupError};
 
 /// A share of an MPS GPU, from what the scheduler allocated: the compute percentage and
 /// memory it consumed (its defaults, the whole GPU, when the API server gave none).

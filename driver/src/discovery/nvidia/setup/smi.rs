@@ -5,7 +5,7 @@ use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::Command;
 
-use crate::setup::SetupError;
+use crate::claims::setup_port::SetupError;
 
 /// Runs nvidia-smi with arguments.
 pub trait Smi: Send + Sync {

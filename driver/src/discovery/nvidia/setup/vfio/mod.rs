@@ -17,8 +17,8 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use crate::claims::setup_port::{SetupError, VfioPeer};
 use crate::discovery::nvidia::devices::{read_trim, PciFunction, PciTree, NVIDIA_VENDOR};
-use crate::setup::{SetupError, VfioPeer};
 
 /// Moves NVIDIA functions between drivers through sysfs.
 pub struct Vfio {

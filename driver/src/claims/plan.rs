@@ -11,10 +11,10 @@ use super::config_edits::{apply_config, share_config_env};
 use super::engine::{Core, CoreResult};
 use super::input::{ClaimError, ClaimInput};
 use super::lifecycle::{Stage, Step};
+use crate::claims::setup_port::Setup;
 use crate::mapping::base_request;
 use crate::model::{Attribute, Device};
 use crate::opaque;
-use crate::setup::Setup;
 
 /// What one claim of a prepare call needs.
 pub(super) enum Planned {
@@ -319,7 +319,7 @@ impl Contested {
         }
         ClaimError::Setup {
             device: p.device.clone(),
-            source: crate::setup::SetupError::FunctionHeld {
+            source: crate::claims::setup_port::SetupError::FunctionHeld {
                 function: self.function,
                 holder: format!("{holder} ({holder_uid})"),
                 holder_device: o.device.clone(),

@@ -7,9 +7,10 @@ use std::time::Instant;
 
 use super::checkpoint::ClaimState;
 use super::engine::{Core, CoreResult};
-use super::input::{ClaimError, ClaimId, Outcome};
+use super::input::{ClaimError, Outcome};
 use super::lifecycle::{Stage, Step};
 use super::seams::CrashPoint;
+use crate::model::ClaimId;
 
 impl Core {
     /// Unprepares claims: setups undone, record removed, entry removed, in that order, so

@@ -10,14 +10,15 @@ use graft_record::policy::DEFAULT_HOOK_PATH;
 use graft_record::{ClaimRecord, InjectionPolicy, RecordStore};
 
 use super::checkpoint::{Checkpoint, ClaimEntry};
-use super::input::{ClaimError, ClaimId, ClaimInput};
+use super::input::{ClaimError, ClaimInput};
 use super::keylocks::KeyLocks;
 use super::lifecycle::{next, Stage, Step};
 use super::seams::{CrashHook, Crashed, NoCrash, NriGate, StatusFile};
+use crate::claims::setup_port::{DeviceSetup, NoSetup};
 use crate::error::{DriverError, Result};
 use crate::mapping::{pod_record, ClaimDevice};
+use crate::model::ClaimId;
 use crate::model::Device;
-use crate::setup::{DeviceSetup, NoSetup};
 
 /// What stops a whole call: local state that cannot be read or written, or (in tests) a
 /// crash point.
@@ -152,7 +153,7 @@ impl Core {
 
     /// Every setup the checkpoint holds (what graft has done to devices, or was about to),
     /// read before start-up settles it: nothing is moved aside or rebuilt here.
-    pub fn setups(&self) -> Result<Vec<crate::setup::Setup>> {
+    pub fn setups(&self) -> Result<Vec<crate::claims::setup_port::Setup>> {
         Ok(self
             .checkpoint
             .peek()?

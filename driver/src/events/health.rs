@@ -9,9 +9,9 @@ use k8s_openapi::api::core::v1::ObjectReference;
 use kube::runtime::events::{Event, EventType};
 use tokio::sync::watch;
 
-use super::report::{Condition, DeviceHealth, HealthReport};
-use super::taints::taint_key;
-use crate::events::{claim_ref, pod_ref};
+use super::post::{claim_ref, pod_ref};
+use crate::health::taints::taint_key;
+use crate::health::{Condition, DeviceHealth, HealthReport};
 
 /// One device's change between two reports.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -119,8 +119,8 @@ pub async fn run(
     state_dir: PathBuf,
     mut health: watch::Receiver<HealthReport>,
 ) {
-    let recorder = crate::events::recorder(client, &node);
-    let node_ref = crate::events::node_ref(&node);
+    let recorder = super::post::recorder(client, &node);
+    let node_ref = super::post::node_ref(&node);
     let mut before = health.borrow_and_update().clone();
     while health.changed().await.is_ok() {
         let after = health.borrow_and_update().clone();

@@ -5,7 +5,7 @@
 //! namespace: those stay in graft-driver's log on the node, which an operator reads.
 
 use super::input::ClaimError;
-use crate::setup::SetupError;
+use crate::claims::setup_port::SetupError;
 
 /// Where the rest of a redacted error is.
 const SEE_LOG: &str = "graft-driver's log on the node says why";
@@ -102,7 +102,7 @@ mod tests {
     use std::path::PathBuf;
 
     use super::*;
-    use crate::core::seams::NotReady;
+    use crate::claims::seams::NotReady;
     use crate::error::DriverError;
 
     /// Another namespace's claim, host paths and tool output never reach the tenant's text;

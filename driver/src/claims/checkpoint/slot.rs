@@ -47,7 +47,7 @@ pub struct OnDisk {
 
 /// The oldest schema that holds `claims`.
 pub fn needed_version(claims: &BTreeMap<String, ClaimEntry>) -> u32 {
-    use crate::setup::Setup;
+    use crate::claims::setup_port::Setup;
     let setups = || {
         claims
             .values()

@@ -7,12 +7,12 @@ use k8s_openapi::api::resource::v1::DeviceAllocationConfiguration;
 
 use super::config_edits::ConfigRefused;
 use super::seams::NotReady;
+use crate::claims::setup_port::SetupError;
 use crate::error::DriverError;
 use crate::mapping::PodUse;
 use crate::opaque::ConfigError;
-use crate::setup::SetupError;
 
-pub use crate::model::{Allocated, ClaimId};
+use crate::model::{Allocated, ClaimId};
 
 /// A claim to prepare: its allocation (this driver's results only), the configuration
 /// entries of the allocation, and the pods it is reserved for.

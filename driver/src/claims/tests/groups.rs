@@ -2,7 +2,7 @@
 //! while it is prepared, whichever came first.
 
 use super::*;
-use crate::core::lifecycle::Stage;
+use crate::claims::lifecycle::Stage;
 
 /// The refusal's text, which the kubelet puts in the pod's Event.
 fn refusal(out: &Prepared, uid: &str) -> String {

@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::core::lifecycle::ClaimState;
+use crate::claims::lifecycle::ClaimState;
 
 /// One device handed to a claim, with what unprepare and the overlap check need.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -22,7 +22,7 @@ pub struct PreparedDevice {
     pub admin_access: bool,
     /// Node-side work done for the device, undone at unprepare.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub setup: Option<crate::setup::Setup>,
+    pub setup: Option<crate::claims::setup_port::Setup>,
 }
 
 /// One claim as the checkpoint keeps it, keyed by its UID.

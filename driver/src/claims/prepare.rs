@@ -17,7 +17,7 @@ use super::input::{ClaimError, ClaimInput, Outcome};
 use super::lifecycle::{Stage, Step};
 use super::plan::{Plan, Planned};
 use super::seams::CrashPoint;
-use crate::setup::Setup;
+use crate::claims::setup_port::Setup;
 
 impl Core {
     /// Prepares a kubelet call's claims. Waits for other operations on the same claims and
@@ -182,7 +182,7 @@ impl Core {
                         if let Some(rec) =
                             plan.record.devices.iter_mut().find(|r| r.name == d.device)
                         {
-                            rec.edits = crate::setup::with_setup_edits(
+                            rec.edits = crate::claims::setup_port::with_setup_edits(
                                 std::mem::take(&mut rec.edits),
                                 edits,
                             );

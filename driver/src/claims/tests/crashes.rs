@@ -3,8 +3,8 @@
 //! never gives a device to two claims.
 
 use super::*;
-use crate::core::checkpoint;
-use crate::core::lifecycle::Stage;
+use crate::claims::checkpoint;
+use crate::claims::lifecycle::Stage;
 use CrashPoint::*;
 
 const PREPARE_POINTS: [CrashPoint; 4] = [AfterStarted, AfterSetup, AfterRecord, AfterCompleted];

@@ -108,7 +108,7 @@ fn mig_entry() -> ClaimEntry {
     ClaimEntry {
         devices: vec![PreparedDevice {
             device: "gpu-7-mig-3g-40gb-4".into(),
-            setup: Some(crate::setup::Setup::Mig {
+            setup: Some(crate::claims::setup_port::Setup::Mig {
                 gpu_uuid: "GPU-x".into(),
                 profile: 2,
                 start: 4,
@@ -153,7 +153,7 @@ fn a_version_1_file_is_read_and_stays_version_1_until_it_holds_a_mig_instance() 
     let e = t.get("u1").unwrap().clone();
     assert_eq!(
         e.devices[0].setup,
-        Some(crate::setup::Setup::vfio("0000:18:00.0"))
+        Some(crate::claims::setup_port::Setup::vfio("0000:18:00.0"))
     );
     // Rewritten without a MIG instance: still version 1, which an older driver reads.
     t.put("u2", entry(ClaimState::PrepareCompleted)).unwrap();
@@ -177,10 +177,10 @@ fn a_version_1_file_is_read_and_stays_version_1_until_it_holds_a_mig_instance() 
 fn group_entry() -> ClaimEntry {
     ClaimEntry {
         devices: vec![PreparedDevice {
-            setup: Some(crate::setup::Setup::Vfio {
+            setup: Some(crate::claims::setup_port::Setup::Vfio {
                 pci_bus_id: "0000:18:00.0".into(),
                 persistence: true,
-                peers: vec![crate::setup::VfioPeer {
+                peers: vec![crate::claims::setup_port::VfioPeer {
                     pci_bus_id: "0000:18:00.1".into(),
                     driver: Some("snd_hda_intel".into()),
                     persistence: false,

@@ -3,7 +3,7 @@
 //! picks up the work still running.
 
 use super::*;
-use crate::core::lifecycle::Stage;
+use crate::claims::lifecycle::Stage;
 
 const VFIO_0: &str = "0000:01:00.0";
 const VFIO_1: &str = "0000:02:00.0";

@@ -1,6 +1,7 @@
-//! graft-driver's core: the claims this node has prepared, and every change to them, as a
-//! synchronous state machine (see [`lifecycle`]) over the checkpoint, the records graft-nri
-//! reads and the devices' node-side setups.
+//! graft-driver's claims core ([`Core`]): the claims this node has prepared, and every
+//! change to them, as a synchronous state machine (see [`lifecycle`]) over the checkpoint,
+//! the records graft-nri reads and the devices' node-side setups, which the device families
+//! provide through the port in [`setup_port`].
 //!
 //! It knows no Kubernetes client and no async runtime: the async edge (`edge.rs`) reads
 //! claims and pods from the API server, turns them into [`input::ClaimInput`]s and calls
@@ -23,6 +24,7 @@ pub mod lifecycle;
 mod plan;
 mod prepare;
 pub mod seams;
+pub mod setup_port;
 mod startup;
 pub mod tenant;
 mod unprepare;

@@ -14,13 +14,14 @@ use std::time::{Duration, Instant};
 
 use graft_record::{ContainerEdits, DeviceNode};
 
-use super::input::{Allocated, ClaimError, ClaimId, ClaimInput, Outcome};
+use super::input::{ClaimError, ClaimInput, Outcome};
 use super::seams::{CrashHook, CrashPoint, Crashed, NotReady, NriGate};
 use super::{Core, CoreError, PreparedDevice};
+use crate::claims::setup_port::{DeviceSetup, Setup, SetupError, VfioPeer};
 use crate::mapping::{ContainerUse, PodUse};
+use crate::model::{Allocated, ClaimId};
 use crate::model::{Attribute, Device, Kind};
 use crate::opaque::DeviceConfig;
-use crate::setup::{DeviceSetup, Setup, SetupError, VfioPeer};
 
 const NODE: &str = "node-a";
 const BOOT: &str = "boot-1";

@@ -2,7 +2,7 @@
 //! refusals that keep a device with one claim.
 
 use super::*;
-use crate::core::lifecycle::Stage;
+use crate::claims::lifecycle::Stage;
 
 #[test]
 fn prepare_then_unprepare_walks_absent_started_completed_absent() {
