@@ -11,6 +11,9 @@
 //! - [`setup`]: the node-side setups ([`setup::NvidiaSetup`]: passthrough, time-slicing,
 //!   dynamic MIG, MPS), which read the devices' identity.
 //!
+//! Beside them, [`opaque`]: NVIDIA's fields of the claims' opaque configuration
+//! (`sharing`, `driverCapabilities`), a leaf that needs only `driver_files`'s capabilities.
+//!
 //! Layering: `driver_files` ← `nvml` ← `devices` ← `setup` (an arrow points at a part's
 //! user); `nvml` does not need `driver_files` and `devices` does not need `setup`.
 
@@ -18,6 +21,7 @@ pub mod backend;
 pub mod devices;
 pub mod driver_files;
 pub mod nvml;
+pub mod opaque;
 pub mod setup;
 
 #[cfg(test)]
