@@ -232,7 +232,7 @@ impl Backend for NvidiaBackend {
 
     fn injection(&self) -> Option<Injection> {
         Some(Injection {
-            driver_root: self.flags.nvidia_driver_root.clone(),
+            mount_roots: graft_record::policy::nvidia_mount_roots(&self.flags.nvidia_driver_root),
             ldconfig: self.config.hook.ldconfig.clone(),
         })
     }
