@@ -16,9 +16,9 @@
 //! entries first, then the claim's, each in its listed order, a later value replacing an
 //! earlier one (`env` per variable, `fileMode`, `uid`, `gid` and each family's fields as
 //! its family merges them: NVIDIA's `sharing` as a whole). Other drivers' entries are
-//! skipped. An unknown kind, a field graft does not know, or an
-//! environment variable outside the rules of `graft_record::env` (loader variables, `PATH`,
-//! the variables graft owns) fails the claim with an error naming the entry and field.
+//! skipped. An unknown kind, a field graft does not know, or an environment variable
+//! outside the rules of `graft_record::env` (loader variables, `PATH`, the variables graft
+//! owns) fails the claim with an error naming the entry and field.
 //!
 //! The fields a device family owns are parsed by that family, once per entry: this module
 //! hands them over through [`families::FamilyConfig`] and imports no family itself.
@@ -128,8 +128,8 @@ pub struct ConfigError {
 fn decode(index: usize, params: &serde_json::Value) -> Result<DeviceConfig, ConfigError> {
     let at = format!("status.allocation.devices.config[{index}].opaque.parameters");
     let err = |at: String, reason: String| ConfigError { at, reason };
-    let meta: TypeMeta =
-        serde_json::from_value(params.clone()).map_err(|e| err(at.clone(), e.to_string()))?;
+    // Read from the borrowed value: no copy of the parameters per entry.
+    let meta = TypeMeta::deserialize(params).map_err(|e| err(at.clone(), e.to_string()))?;
     if meta.api_version != API_VERSION || meta.kind != KIND {
         return Err(err(
             at,
@@ -139,8 +139,7 @@ fn decode(index: usize, params: &serde_json::Value) -> Result<DeviceConfig, Conf
             ),
         ));
     }
-    let cfg: DeviceConfig =
-        serde_json::from_value(params.clone()).map_err(|e| err(at.clone(), e.to_string()))?;
+    let cfg = DeviceConfig::deserialize(params).map_err(|e| err(at.clone(), e.to_string()))?;
     if let Some(m) = cfg.file_mode {
         if m > 0o777 {
             return Err(err(
