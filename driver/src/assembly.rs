@@ -261,14 +261,19 @@ fn policy(
     args: &Args,
     backends: &[Box<dyn Backend>],
 ) -> Result<InjectionPolicy, graft_record::InvalidRecord> {
-    let injection = backends.iter().find_map(|b| b.injection());
+    let injections: Vec<_> = backends.iter().filter_map(|b| b.injection()).collect();
+    let family_roots: Vec<String> = injections
+        .iter()
+        .flat_map(|i| i.mount_roots.iter().cloned())
+        .collect();
     let policy = InjectionPolicy::for_node(
         &args.state_dir,
         &args.backends.nvidia.nvidia_hook_path,
-        injection.as_ref().map(|i| i.driver_root.as_path()),
+        &family_roots,
         &args.allowed_mount_roots,
     )?;
-    match injection {
+    // One ldconfig: graft-hook's `--ldconfig` names one (only NVIDIA asks for it today).
+    match injections.first() {
         Some(i) => policy.with_ldconfig(&i.ldconfig),
         None => Ok(policy),
     }

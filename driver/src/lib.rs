@@ -12,7 +12,6 @@ pub mod error;
 pub mod events;
 pub mod families;
 pub mod health;
-pub mod hook_install;
 pub mod limits;
 pub mod mapping;
 pub mod metrics;

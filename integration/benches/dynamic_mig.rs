@@ -29,7 +29,7 @@ use graft_driver::discovery::Discovery;
 use graft_driver::mapping::{ContainerUse, PodUse};
 use graft_driver::model::{Allocated, ClaimId};
 use graft_integration::fake_gpu::FakeNode;
-use graft_record::policy::DEFAULT_HOOK_PATH;
+use graft_record::policy::{nvidia_mount_roots, DEFAULT_HOOK_PATH};
 use graft_record::InjectionPolicy;
 
 const ROUNDS: usize = 50;
@@ -143,8 +143,13 @@ fn main() -> anyhow::Result<()> {
             ledger,
         )),
     };
-    let policy = InjectionPolicy::for_node(&state, DEFAULT_HOOK_PATH, Some(&node.host), &[])?
-        .with_ldconfig("/sbin/ldconfig")?;
+    let policy = InjectionPolicy::for_node(
+        &state,
+        DEFAULT_HOOK_PATH,
+        &nvidia_mount_roots(&node.host),
+        &[],
+    )?
+    .with_ldconfig("/sbin/ldconfig")?;
     let core = Core::new("graft.dev", NODE, state.clone(), "bench-boot")?
         .with_policy(policy)
         .with_setup(Arc::new(setup))

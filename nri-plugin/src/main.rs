@@ -10,7 +10,7 @@ use clap::Parser;
 use graft_nri::metrics::NriMetrics;
 use graft_nri::plugin::GraftPlugin;
 use graft_nri_sdk::{self as sdk, Options, Transport};
-use graft_record::policy::DEFAULT_HOOK_PATH;
+use graft_record::policy::{nvidia_mount_roots, DEFAULT_HOOK_PATH};
 use graft_record::{
     read_boot_id, InjectionPolicy, RecordStore, StatusPublisher, BOOT_ID_PATH, DEFAULT_STATE_DIR,
 };
@@ -128,10 +128,16 @@ fn main() -> anyhow::Result<()> {
     if let Err(e) = graft_record::refusals::create_dir(&args.state_dir) {
         tracing::warn!(error = %e, "no refusal journal; refusals get no Event on the pod");
     }
+    // graft-nri has no backends: NVIDIA's roots are the one family's it is told of.
+    let family_roots: Vec<String> = args
+        .nvidia_driver_root
+        .as_deref()
+        .map(nvidia_mount_roots)
+        .unwrap_or_default();
     let policy = InjectionPolicy::for_node(
         &args.state_dir,
         &args.hook_path,
-        args.nvidia_driver_root.as_deref(),
+        &family_roots,
         &args.allowed_mount_roots,
     )
     // The ldconfig graft-hook may run: the configured one, else any graft-driver picks

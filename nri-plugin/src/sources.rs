@@ -151,7 +151,7 @@ mod tests {
         let policy = InjectionPolicy::for_node(
             Path::new("/var/lib/graft"),
             graft_record::policy::DEFAULT_HOOK_PATH,
-            None,
+            &[],
             &["/srv".into()],
         )
         .unwrap();
@@ -182,7 +182,7 @@ mod tests {
         let policy = InjectionPolicy::for_node(
             Path::new("/var/lib/graft"),
             graft_record::policy::DEFAULT_HOOK_PATH,
-            Some(Path::new("/drv")),
+            &graft_record::policy::nvidia_mount_roots(Path::new("/drv")),
             &[],
         )
         .unwrap();

@@ -42,12 +42,12 @@ pub struct Node {
     pub rescan: mpsc::Sender<()>,
 }
 
-/// What a family adds to graft-nri's injection policy: a driver installation whose files
-/// containers get, and the ldconfig graft-hook runs for them.
+/// What a family adds to the injection policy: the host directories its containers' files
+/// are mounted from, and the ldconfig graft-hook runs for them.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Injection {
-    /// As a host path.
-    pub driver_root: PathBuf,
+    /// Allowed mount roots, as host paths.
+    pub mount_roots: Vec<String>,
     /// Host path of the ldconfig graft-hook runs.
     pub ldconfig: String,
 }

@@ -90,18 +90,19 @@ pub fn apply_config(
             value: value.clone(),
         });
     }
-    if let Some(caps) = &c.driver_capabilities {
+    if let Some(names) = c.family.optional_edits() {
         if !dev.kind.is_gpu() {
             return Err(ConfigRefused::NotGpu {
                 device: dev.name.clone(),
             });
         }
-        for cap in caps.iter().filter(|c| !c.is_default()) {
-            let extra = dev.optional_edits.get(cap.name()).ok_or_else(|| {
-                ConfigRefused::NoCapabilityFiles {
-                    capability: cap.to_string(),
-                }
-            })?;
+        for name in names {
+            let extra =
+                dev.optional_edits
+                    .get(name)
+                    .ok_or_else(|| ConfigRefused::NoCapabilityFiles {
+                        capability: name.to_string(),
+                    })?;
             for m in &extra.mounts {
                 if !edits.mounts.iter().any(|x| x.destination == m.destination) {
                     edits.mounts.push(m.clone());

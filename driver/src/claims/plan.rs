@@ -161,7 +161,7 @@ impl Core {
                     source,
                 })?
                 .map(|s| s.for_claim(&id.namespace, &id.uid));
-            if setup.is_none() && config.as_ref().is_some_and(|c| c.sharing.is_some()) {
+            if setup.is_none() && config.as_ref().is_some_and(|c| c.family.asks_sharing()) {
                 return Err(ClaimError::CannotShare {
                     request: r.request.clone(),
                     device: r.device.clone(),

@@ -333,7 +333,7 @@ impl DeviceSetup for NoSetup {
         config: Option<&DeviceConfig>,
         _: &Allocated,
     ) -> Result<Option<Setup>, SetupError> {
-        if config.is_some_and(|c| c.sharing.is_some()) {
+        if config.is_some_and(|c| c.family.asks_sharing()) {
             return Err(SetupError::NotSupported {
                 device: device.name.clone(),
                 reason: "sharing settings apply to NVIDIA GPUs only",

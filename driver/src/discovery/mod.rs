@@ -15,7 +15,11 @@
 //!    as the render family's are.
 //! 4. Node-side work that must survive a crash: a [`crate::claims::setup_port::Setup`] variant (the
 //!    checkpoint schema; see the note there), named by its route's `setups`.
-//! 5. The chart: its DeviceClass, and its name in `backends` (`graft.discovery`).
+//! 5. Fields of its own in the claims' opaque configuration: `discovery/<family>/opaque.rs`
+//!    (its types, which fields it takes, its merge and checks, as NVIDIA's
+//!    [`nvidia::opaque`]) and one field in [`crate::opaque::FamilyConfig`]; the generic
+//!    parse hands each family its fields, once per entry.
+//! 6. The chart: its DeviceClass, and its name in `backends` (`graft.discovery`).
 
 pub mod char;
 pub mod config;

@@ -26,7 +26,7 @@ pub use hooks::{
     default_ldconfig, HOOK_ENV, HOOK_NAME, HOOK_SUBCOMMANDS, LDCONFIG_CANDIDATES,
     MAX_HOOK_TIMEOUT_S,
 };
-pub use mounts::{MOUNT_OPTIONS, NVIDIA_HOST_ROOTS};
+pub use mounts::{nvidia_mount_roots, MOUNT_OPTIONS, NVIDIA_HOST_ROOTS};
 
 /// Where graft-driver installs graft-hook on the host unless told otherwise.
 pub const DEFAULT_HOOK_PATH: &str = "/var/lib/graft/bin/graft-hook";
@@ -85,13 +85,13 @@ impl InjectionPolicy {
         })
     }
 
-    /// The policy of a node: `extra_roots` (as given on a command line: entries are
-    /// trimmed, empty ones ignored) plus, when the NVIDIA backend is on, its driver root (or
-    /// [`NVIDIA_HOST_ROOTS`] when that is `/`).
+    /// The policy of a node: `extra_roots` (the operator's, as given on a command line:
+    /// entries are trimmed, empty ones ignored) plus `family_roots`, the mount roots the
+    /// enabled device families contribute (NVIDIA's: [`nvidia_mount_roots`]).
     pub fn for_node(
         state_dir: &Path,
         hook_path: &str,
-        nvidia_driver_root: Option<&Path>,
+        family_roots: &[String],
         extra_roots: &[String],
     ) -> Result<Self, InvalidRecord> {
         let mut roots: Vec<String> = extra_roots
@@ -100,13 +100,7 @@ impl InjectionPolicy {
             .filter(|r| !r.is_empty())
             .collect();
         let served = roots.clone();
-        match nvidia_driver_root {
-            Some(r) if r == Path::new("/") => {
-                roots.extend(NVIDIA_HOST_ROOTS.iter().map(|s| s.to_string()))
-            }
-            Some(r) => roots.push(r.to_string_lossy().into_owned()),
-            None => {}
-        }
+        roots.extend(family_roots.iter().cloned());
         let mut policy = Self::new(state_dir, hook_path, &roots)?;
         policy.served_roots = served;
         Ok(policy)

@@ -4,6 +4,8 @@
 //! includes `nosuid` and `nodev`. Destinations: never `/`, `/dev` itself, the container's
 //! identity and name-service files, its service-account credentials, or `/proc` and `/sys`.
 
+use std::path::Path;
+
 use super::InjectionPolicy;
 use crate::error::InvalidRecord;
 use crate::format::Mount;
@@ -14,6 +16,18 @@ pub const MOUNT_OPTIONS: &[&str] = &[
     "ro", "rw", "nosuid", "nodev", "noexec", "bind", "rbind", "private", "rprivate", "slave",
     "rslave",
 ];
+/// The mount roots the NVIDIA driver at `driver_root` (a host path) contributes: the
+/// driver root as a whole (a driver container's `/run/nvidia/driver`), or
+/// [`NVIDIA_HOST_ROOTS`] when the driver is installed on the host itself (`/`). Here, not
+/// in graft-driver's NVIDIA backend, because graft-nri, which has no backends, needs it too.
+pub fn nvidia_mount_roots(driver_root: &Path) -> Vec<String> {
+    if driver_root == Path::new("/") {
+        NVIDIA_HOST_ROOTS.iter().map(|s| s.to_string()).collect()
+    } else {
+        vec![driver_root.to_string_lossy().into_owned()]
+    }
+}
+
 /// With the NVIDIA driver installed on the host itself (driver root `/`), the host
 /// directories its user-space files live in on the layouts graft supports: these, not the
 /// whole host, are the allowed mount roots. A driver root other than `/` (a driver

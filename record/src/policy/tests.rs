@@ -184,7 +184,13 @@ fn policy_roots_must_be_clean() {
 #[test]
 fn node_policy_narrows_a_host_driver_root_to_the_driver_directories() {
     let s = Path::new("/var/lib/graft");
-    let host = InjectionPolicy::for_node(s, DEFAULT_HOOK_PATH, Some(Path::new("/")), &[]).unwrap();
+    let host = InjectionPolicy::for_node(
+        s,
+        DEFAULT_HOOK_PATH,
+        &nvidia_mount_roots(Path::new("/")),
+        &[],
+    )
+    .unwrap();
     let ro = ["ro", "nosuid", "nodev", "rbind"];
     let ok = mount("/usr/lib/x86_64-linux-gnu/libcuda.so.1", "/x", &ro);
     assert!(host.check_edits("e", &ok).is_ok());
@@ -202,7 +208,7 @@ fn node_policy_narrows_a_host_driver_root_to_the_driver_directories() {
     let container = InjectionPolicy::for_node(
         s,
         DEFAULT_HOOK_PATH,
-        Some(Path::new("/run/nvidia/driver")),
+        &nvidia_mount_roots(Path::new("/run/nvidia/driver")),
         &[],
     )
     .unwrap();
@@ -216,7 +222,7 @@ fn node_policy_narrows_a_host_driver_root_to_the_driver_directories() {
     let none = InjectionPolicy::for_node(
         s,
         DEFAULT_HOOK_PATH,
-        None,
+        &[],
         &[" /srv/licences".into(), "".into()],
     )
     .unwrap();
@@ -240,7 +246,7 @@ fn served_entries_are_the_operators_roots_only() {
     let p = InjectionPolicy::for_node(
         Path::new("/var/lib/graft"),
         DEFAULT_HOOK_PATH,
-        Some(Path::new("/")),
+        &nvidia_mount_roots(Path::new("/")),
         &[" /srv/files ".into(), "/".into(), String::new()],
     )
     .unwrap();

@@ -114,7 +114,7 @@ impl DeviceSetup for FakeSetup {
         let Some(pci) = device.string_attribute("pciBusID").map(str::to_string) else {
             return Ok(None);
         };
-        let sharing = config.and_then(|c| c.sharing.as_ref());
+        let sharing = config.and_then(|c| c.family.nvidia.sharing.as_ref());
         Ok(match (device.kind, sharing) {
             // Its IOMMU group peers, as the test inventory lists them.
             (Kind::Vfio, _) => Some(Setup::Vfio {

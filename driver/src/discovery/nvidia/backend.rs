@@ -214,7 +214,7 @@ impl NvidiaBackend {
                 .with_file_name("graft-hook"),
         };
         let dest = Path::new(&self.flags.nvidia_hook_path);
-        let installed = crate::hook_install::install(&source, dest, &self.node.host_root)
+        let installed = super::hook_install::install(&source, dest, &self.node.host_root)
             .map_err(|e| BackendError::step(NAME, "installing graft-hook", e))?;
         tracing::info!(
             path = %installed.path.display(), sha256 = installed.sha256,
@@ -232,7 +232,7 @@ impl Backend for NvidiaBackend {
 
     fn injection(&self) -> Option<Injection> {
         Some(Injection {
-            driver_root: self.flags.nvidia_driver_root.clone(),
+            mount_roots: graft_record::policy::nvidia_mount_roots(&self.flags.nvidia_driver_root),
             ldconfig: self.config.hook.ldconfig.clone(),
         })
     }

@@ -11,13 +11,20 @@
 //! - [`setup`]: the node-side setups ([`setup::NvidiaSetup`]: passthrough, time-slicing,
 //!   dynamic MIG, MPS), which read the devices' identity.
 //!
+//! Beside them, [`opaque`]: NVIDIA's fields of the claims' opaque configuration
+//! (`sharing`, `driverCapabilities`), a leaf that needs only `driver_files`'s capabilities;
+//! and, private to the backend, `hook_install`: graft-hook's install, checked on every
+//! start (only NVIDIA's edits run it).
+//!
 //! Layering: `driver_files` ← `nvml` ← `devices` ← `setup` (an arrow points at a part's
 //! user); `nvml` does not need `driver_files` and `devices` does not need `setup`.
 
 pub mod backend;
 pub mod devices;
 pub mod driver_files;
+mod hook_install;
 pub mod nvml;
+pub mod opaque;
 pub mod setup;
 
 #[cfg(test)]

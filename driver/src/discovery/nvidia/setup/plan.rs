@@ -100,7 +100,7 @@ impl DeviceSetup for NvidiaSetup {
         config: Option<&DeviceConfig>,
         alloc: &Allocated,
     ) -> Result<Option<Setup>, SetupError> {
-        let sharing = config.and_then(|c| c.sharing.as_ref());
+        let sharing = config.and_then(|c| c.family.nvidia.sharing.as_ref());
         let id = Identity::of(device);
         let pci = id.pci_bus_id.clone();
         let refuse = |reason| {

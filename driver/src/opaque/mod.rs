@@ -14,36 +14,39 @@
 //!
 //! Every entry of this driver that applies to a request is merged, key by key: the class's
 //! entries first, then the claim's, each in its listed order, a later value replacing an
-//! earlier one (`env` per variable, `fileMode`, `uid`, `gid` and `sharing` as a whole).
-//! Other drivers' entries are skipped. An unknown kind, a field graft does not know, or an
-//! environment variable outside the rules of `graft_record::env` (loader variables, `PATH`,
-//! the variables graft owns) fails the claim with an error naming the entry and field.
+//! earlier one (`env` per variable, `fileMode`, `uid`, `gid` and each family's fields as
+//! its family merges them: NVIDIA's `sharing` as a whole). Other drivers' entries are
+//! skipped. An unknown kind, a field graft does not know, or an environment variable
+//! outside the rules of `graft_record::env` (loader variables, `PATH`, the variables graft
+//! owns) fails the claim with an error naming the entry and field.
+//!
+//! The fields a device family owns are parsed by that family, once per entry: this module
+//! hands them over through [`families::FamilyConfig`] and imports no family itself.
 
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::resource::v1::DeviceAllocationConfiguration;
 use serde::Deserialize;
+use serde_json::{Map, Value};
 
 use graft_record::env::check_user_env;
 
-use crate::discovery::nvidia::driver_files::Capability;
 use crate::mapping::base_request;
+
+pub mod families;
+
+pub use families::FamilyConfig;
 
 /// The `apiVersion` of graft's opaque device configuration.
 pub const API_VERSION: &str = "graft.dev/v1alpha1";
 /// The `kind` of graft's opaque device configuration.
 pub const KIND: &str = "DeviceConfig";
 
-/// The parameters graft understands.
+/// The parameters graft understands: the generic ones, and the families' parts.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
+#[serde(try_from = "Params")]
 pub struct DeviceConfig {
-    #[serde(rename = "apiVersion")]
-    _api_version: String,
-    #[serde(rename = "kind")]
-    _kind: String,
     /// Extra environment for containers that get the device.
-    #[serde(default)]
     pub env: BTreeMap<String, String>,
     /// Permission bits of the device node in the container.
     pub file_mode: Option<u32>,
@@ -51,74 +54,56 @@ pub struct DeviceConfig {
     pub uid: Option<u32>,
     /// Group of the device node in the container.
     pub gid: Option<u32>,
-    /// GPU sharing (full NVIDIA GPUs only).
-    pub sharing: Option<Sharing>,
-    /// NVIDIA driver capabilities beyond the default `compute` and `utility` (GPU and MIG
-    /// devices only): `graphics`, `video`, `display`, each adding exactly its files.
-    pub driver_capabilities: Option<Vec<Capability>>,
+    /// The fields the device families own (NVIDIA's `sharing` and `driverCapabilities`).
+    pub family: FamilyConfig,
 }
 
-/// ```yaml
-/// sharing: {strategy: TimeSlicing, timeSlicing: {interval: Long}}
-/// ```
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct Sharing {
-    /// How the GPU is shared.
-    pub strategy: SharingStrategy,
-    /// Time-slicing settings; defaults when absent.
-    pub time_slicing: Option<TimeSlicing>,
-}
-
-/// Only time-slicing; MPS is not supported, and says so through serde's list of variants.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-pub enum SharingStrategy {
-    /// Every claim's containers run on the GPU in turns.
-    TimeSlicing,
-}
-
-/// Time-slicing settings.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct TimeSlicing {
-    /// How long each turn is.
+/// The generic fields as written; the fields left over go to the families.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Params {
+    #[serde(rename = "apiVersion")]
+    _api_version: String,
+    #[serde(rename = "kind")]
+    _kind: String,
     #[serde(default)]
-    pub interval: TimeSliceInterval,
+    env: BTreeMap<String, String>,
+    file_mode: Option<u32>,
+    uid: Option<u32>,
+    gid: Option<u32>,
+    #[serde(flatten)]
+    rest: Map<String, Value>,
 }
 
-/// The GPU's compute time slice, as nvidia-smi names it.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
-pub enum TimeSliceInterval {
-    /// The driver's default.
-    #[default]
-    Default,
-    /// The shortest.
-    Short,
-    /// Between short and long.
-    Medium,
-    /// The longest.
-    Long,
-}
+/// The generic fields, as users spell them.
+const FIELDS: &[&str] = &["apiVersion", "kind", "env", "fileMode", "uid", "gid"];
 
-impl TimeSliceInterval {
-    /// nvidia-smi's `--set-timeslice` value.
-    pub fn smi_value(self) -> u32 {
-        match self {
-            TimeSliceInterval::Default => 0,
-            TimeSliceInterval::Short => 1,
-            TimeSliceInterval::Medium => 2,
-            TimeSliceInterval::Long => 3,
+impl TryFrom<Params> for DeviceConfig {
+    type Error = serde_json::Error;
+
+    fn try_from(p: Params) -> Result<Self, Self::Error> {
+        let mut rest = p.rest;
+        let known = |k: &str| FamilyConfig::fields().any(|f| f == k);
+        // A field nobody knows is named first, with every field's name, as serde names it.
+        if let Some(k) = rest.keys().find(|k| !known(k)) {
+            let all: Vec<String> = FIELDS
+                .iter()
+                .copied()
+                .chain(FamilyConfig::fields())
+                .map(|f| format!("`{f}`"))
+                .collect();
+            return Err(serde::de::Error::custom(format_args!(
+                "unknown field `{k}`, expected one of {}",
+                all.join(", ")
+            )));
         }
-    }
-}
-
-impl Sharing {
-    /// The time slice asked for; the default when none is.
-    pub fn interval(&self) -> TimeSliceInterval {
-        self.time_slicing
-            .as_ref()
-            .map(|t| t.interval)
-            .unwrap_or_default()
+        Ok(DeviceConfig {
+            env: p.env,
+            file_mode: p.file_mode,
+            uid: p.uid,
+            gid: p.gid,
+            family: FamilyConfig::take(&mut rest)?,
+        })
     }
 }
 
@@ -143,8 +128,8 @@ pub struct ConfigError {
 fn decode(index: usize, params: &serde_json::Value) -> Result<DeviceConfig, ConfigError> {
     let at = format!("status.allocation.devices.config[{index}].opaque.parameters");
     let err = |at: String, reason: String| ConfigError { at, reason };
-    let meta: TypeMeta =
-        serde_json::from_value(params.clone()).map_err(|e| err(at.clone(), e.to_string()))?;
+    // Read from the borrowed value: no copy of the parameters per entry.
+    let meta = TypeMeta::deserialize(params).map_err(|e| err(at.clone(), e.to_string()))?;
     if meta.api_version != API_VERSION || meta.kind != KIND {
         return Err(err(
             at,
@@ -154,8 +139,7 @@ fn decode(index: usize, params: &serde_json::Value) -> Result<DeviceConfig, Conf
             ),
         ));
     }
-    let cfg: DeviceConfig =
-        serde_json::from_value(params.clone()).map_err(|e| err(at.clone(), e.to_string()))?;
+    let cfg = DeviceConfig::deserialize(params).map_err(|e| err(at.clone(), e.to_string()))?;
     if let Some(m) = cfg.file_mode {
         if m > 0o777 {
             return Err(err(
@@ -183,12 +167,7 @@ impl DeviceConfig {
         if later.gid.is_some() {
             self.gid = later.gid;
         }
-        if later.sharing.is_some() {
-            self.sharing = later.sharing;
-        }
-        if later.driver_capabilities.is_some() {
-            self.driver_capabilities = later.driver_capabilities;
-        }
+        self.family.merge(later.family);
     }
 }
 
@@ -230,6 +209,7 @@ pub fn resolve(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::discovery::nvidia::driver_files::Capability;
 
     fn cfgs(v: serde_json::Value) -> Vec<DeviceAllocationConfiguration> {
         serde_json::from_value(v).unwrap()
@@ -285,7 +265,7 @@ mod tests {
         ]));
         let got = resolve("graft.dev", &c, "r").unwrap().unwrap();
         assert_eq!(
-            got.driver_capabilities,
+            got.family.nvidia.driver_capabilities,
             Some(vec![Capability::Graphics, Capability::Display])
         );
         let bad = cfgs(serde_json::json!([
@@ -314,6 +294,31 @@ mod tests {
             );
             assert!(e.reason.contains(name), "{e}");
         }
+    }
+
+    #[test]
+    fn an_unknown_field_is_named_with_every_known_one_as_serde_names_it() {
+        let c = cfgs(serde_json::json!([
+            {"source": "FromClaim", "opaque": {"driver": "graft.dev", "parameters": params(serde_json::json!({"colour": "red", "sharing": {"strategy": "TimeSlicing"}}))}}
+        ]));
+        let e = resolve("graft.dev", &c, "r").unwrap_err();
+        assert_eq!(
+            e.reason,
+            "unknown field `colour`, expected one of `apiVersion`, `kind`, `env`, `fileMode`, \
+             `uid`, `gid`, `sharing`, `driverCapabilities`"
+        );
+        let bad_family_field = cfgs(serde_json::json!([
+            {"source": "FromClaim", "opaque": {"driver": "graft.dev", "parameters": params(serde_json::json!({"sharing": {"strategy": "MPS"}}))}}
+        ]));
+        let e = resolve("graft.dev", &bad_family_field, "r").unwrap_err();
+        assert_eq!(
+            e.at,
+            "status.allocation.devices.config[0].opaque.parameters"
+        );
+        assert!(
+            e.reason.contains("MPS") && e.reason.contains("TimeSlicing"),
+            "{e}"
+        );
     }
 
     #[test]
