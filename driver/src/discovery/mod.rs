@@ -13,8 +13,8 @@
 //! 3. [`Kind`]: only if its devices need a setup or configuration of their own (the
 //!    compiler then asks for their metrics class); a plain device node is [`Kind::Char`],
 //!    as the render family's are.
-//! 4. Node-side work that must survive a crash: a [`crate::claims::setup_port::Setup`] variant (the
-//!    checkpoint schema; see the note there), named by its route's `setups`.
+//! 4. Node-side work that must survive a crash: a [`Setup`] variant (the checkpoint
+//!    schema; see the note there), named by its route's `setups`.
 //! 5. Fields of its own in the claims' opaque configuration: `discovery/<family>/opaque.rs`
 //!    (its types, which fields it takes, its merge and checks, as NVIDIA's
 //!    [`nvidia::opaque`]) and one field in [`crate::opaque::FamilyConfig`]; the generic
@@ -31,6 +31,9 @@ pub mod pcie;
 pub mod render;
 pub mod report;
 pub mod scan;
+
+#[cfg(doc)]
+use crate::{claims::setup_port::Setup, model::Device, model::Kind};
 
 pub use pcie::pcie_root;
 pub use scan::{Discovery, Unavailable};

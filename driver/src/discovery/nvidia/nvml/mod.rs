@@ -1,5 +1,5 @@
 //! NVML inventory: the GPUs, their MIG devices and MIG layouts as NVML reports them, in
-//! plain data ([`Inventory`]); the MIG management calls dynamic MIG makes; and [`open`], the
+//! plain data ([`Inventory`]); the MIG management calls dynamic MIG makes; and [`open()`], the
 //! one place that loads NVML, used by discovery, the MIG and persistence setups and the
 //! health monitor alike.
 
