@@ -259,3 +259,30 @@ fn children_do_not_import_from_their_ancestors() {
          leaf module they import as a sibling):\n{up:#?}"
     );
 }
+
+/// The graph by top-level module, for reading (`-- --nocapture`): each module and the
+/// top-level modules its files import. Prints only; the two tests above are the rules.
+#[test]
+fn top_level_imports_listing() {
+    let g = graph();
+    let top = |m: &str| m.split("::").next().unwrap_or(m).to_string();
+    let mut by_top: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for m in &g.modules {
+        by_top.entry(top(m)).or_default();
+    }
+    for (a, b) in &g.edges {
+        let (ta, tb) = (top(a), top(b));
+        if ta != tb && !tb.is_empty() {
+            by_top.entry(ta).or_default().insert(tb);
+        }
+    }
+    println!(
+        "{} modules, {} import edges between files",
+        g.modules.len(),
+        g.edges.len()
+    );
+    for (m, uses) in &by_top {
+        let uses: Vec<&str> = uses.iter().map(String::as_str).collect();
+        println!("{m:>12} -> {}", uses.join(", "));
+    }
+}
