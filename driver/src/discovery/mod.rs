@@ -6,8 +6,9 @@
 //! A new device family touches these places, and nothing else:
 //! 1. A folder `discovery/<family>/`: its [`Discovery`], and in `backend.rs` its
 //!    [`crate::backend::Backend`] (discovery, setup route, start-up work, long-running
-//!    tasks) with its flags as a `clap::Args` struct if it has any; and its `pub mod` line
-//!    below.
+//!    tasks) with its flags as a `clap::Args` struct if it has any; a health source, if it
+//!    has one, in `discovery/<family>/health/` feeding a [`crate::health::HealthReport`]
+//!    (as NVIDIA's); and its `pub mod` line below.
 //! 2. [`crate::families::Family`]: a variant, its name and its arm in `Family::open` (and
 //!    its flags in `families::Flags`).
 //! 3. [`Kind`]: only if its devices need a setup or configuration of their own (the

@@ -195,7 +195,7 @@ pub async fn run(opts: &Options) -> anyhow::Result<Report> {
         .and_then(|d| d.nvml_path())
         .map_err(|e| e.to_string())
         .and_then(|lib| {
-            graft_driver::health::monitor::check_events(&lib, &scan.devices)
+            graft_driver::discovery::nvidia::health::monitor::check_events(&lib, &scan.devices)
                 .map_err(|e| e.to_string())
         });
     match health {

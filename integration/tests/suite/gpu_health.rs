@@ -7,11 +7,11 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context};
+use graft_driver::discovery::nvidia::health::classify::default_informational;
+use graft_driver::discovery::nvidia::health::monitor::{self, MonitorConfig};
 use graft_driver::discovery::nvidia::nvml::GpuSelection;
 use graft_driver::discovery::nvidia::NvidiaDiscovery;
 use graft_driver::discovery::Discovery;
-use graft_driver::health::classify::default_informational;
-use graft_driver::health::monitor::{self, MonitorConfig};
 use graft_driver::health::{Condition, HealthReport};
 use graft_driver::metrics::{self, DriverMetrics};
 use graft_driver::model::Device;

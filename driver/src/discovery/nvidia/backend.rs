@@ -22,9 +22,9 @@ use crate::backend::{Backend, BackendError, Injection, Node, Running};
 use crate::claims::setup_port::Setup;
 use crate::claims::Core;
 use crate::daemon::{Daemon, Ends};
+use crate::discovery::nvidia::health::classify::parse_xids;
+use crate::discovery::nvidia::health::monitor::{self, MonitorConfig};
 use crate::discovery::scan::Discovery;
-use crate::health::classify::parse_xids;
-use crate::health::monitor::{self, MonitorConfig};
 use crate::model::Kind;
 
 /// The family's name, as `--discovery` spells it.

@@ -11,7 +11,8 @@
 //! - [`setup`]: the node-side setups ([`setup::NvidiaSetup`]: passthrough, time-slicing,
 //!   dynamic MIG, MPS), which read the devices' identity.
 //!
-//! Beside them, [`opaque`]: NVIDIA's fields of the claims' opaque configuration
+//! Beside them, [`health`]: the GPUs' health source (NVML events and probes, feeding the
+//! generic [`crate::health`]); [`opaque`]: NVIDIA's fields of the claims' opaque configuration
 //! (`sharing`, `driverCapabilities`), a leaf that needs only `driver_files`'s capabilities;
 //! and, private to the backend, `hook_install`: graft-hook's install, checked on every
 //! start (only NVIDIA's edits run it).
@@ -22,6 +23,7 @@
 pub mod backend;
 pub mod devices;
 pub mod driver_files;
+pub mod health;
 mod hook_install;
 pub mod nvml;
 pub mod opaque;

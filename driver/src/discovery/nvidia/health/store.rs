@@ -15,9 +15,9 @@ use graft_record::atomic;
 use graft_record::read::{read_state_file, SMALL_FILE_CAP};
 use serde::{Deserialize, Serialize};
 
-use super::report::{Condition, DeviceHealth};
 use super::state::Entry;
 use crate::error::{DriverError, Result};
+use crate::health::{Condition, DeviceHealth};
 
 const VERSION: u32 = 1;
 

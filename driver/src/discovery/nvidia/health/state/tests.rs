@@ -1,5 +1,7 @@
 use super::*;
-use crate::health::classify::{classify, default_informational, Signal, Verdict};
+use crate::discovery::nvidia::health::classify::{
+    classify, default_informational, Signal, Verdict,
+};
 
 fn at(s: u64) -> SystemTime {
     SystemTime::UNIX_EPOCH + Duration::from_millis(s * 1000 + 300)

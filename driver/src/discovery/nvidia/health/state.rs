@@ -18,7 +18,7 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
 
-use super::report::{whole_seconds, Condition, DeviceHealth, HealthReport};
+use crate::health::{whole_seconds, Condition, DeviceHealth, HealthReport};
 
 /// One device's condition and what clearing it depends on.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -20,11 +20,11 @@ use super::classify::{classify, Verdict};
 pub use super::nvml_events::check_events;
 use super::nvml_events::{register, wait, Registered, Waited, WAIT_MS};
 use super::probe::{self, Check};
-use super::report::HealthReport;
 use super::state::Tracker;
 use super::store;
 use super::targets::{gpu_uuids, targets, Instance};
 use crate::discovery::nvidia::nvml;
+use crate::health::HealthReport;
 use crate::model::Device;
 
 /// What the health monitor is run with.

@@ -7,7 +7,7 @@
 
 use std::collections::BTreeSet;
 
-use super::report::Condition;
+use crate::health::Condition;
 
 /// XIDs that are informational unless the operator says otherwise, each with why.
 pub const DEFAULT_INFORMATIONAL_XIDS: &[(u64, &str)] = &[
