@@ -41,6 +41,9 @@
 #include <string.h>
 #include <unistd.h>
 
+#ifndef DRIVER_VERSION
+#define DRIVER_VERSION "580.95.05"
+#endif
 #define DEFAULT_CONFIG "/etc/nvidia-imex/config.cfg"
 #define MAX_NODES 64
 #define MAX_LINE 1024
@@ -184,7 +187,7 @@ __attribute__((unused)) static int read_nodes(const char *path, char nodes[][64]
     return n ? n : -1;
 }
 
-/* The node's clique as `<cluster UUID hex>.<clique id>` into `out`, from the fake NVML's
+/* The node's clique as `<cluster UUID, dashed>.<clique id>` into `out`, from the fake NVML's
  * fabric file (format in integration/fake-nvml/src/fabric.rs: `<32 hex>:<clique>` and an
  * optional `:<state>`, `completed` when absent). Returns -1 with why in `err` when the GPUs
  * are in no fabric or their registration is not complete. */
@@ -224,7 +227,11 @@ __attribute__((unused)) static int read_clique(char *out, size_t outlen, char *e
         snprintf(err, errlen, "GPU fabric registration is %s, not completed", state);
         return -1;
     }
-    snprintf(out, outlen, "%s.%s", l, clique);
+    /* As graft's driver and NVIDIA's write a clique: the dashed UUID, a dot, the id. */
+    snprintf(out, outlen, "%.8s-%.4s-%.4s-%.4s-%.12s.%s", l, l + 8, l + 12, l + 16, l + 20,
+             clique);
+    for (char *c = out; *c; c++)
+        if (*c >= 'A' && *c <= 'F') *c = (char)(*c - 'A' + 'a');
     return 0;
 }
 

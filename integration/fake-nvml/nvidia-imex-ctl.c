@@ -32,6 +32,10 @@ int main(int argc, char **argv) {
     const char *config = DEFAULT_CONFIG, *ip = NULL, *req = NULL;
     int port = -1;
     for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "-v") || !strcmp(argv[i], "--version")) {
+            printf("nvidia-imex-ctl (graft's stand-in) version %s\n", DRIVER_VERSION);
+            return 0;
+        }
         if (!strcmp(argv[i], "-q") || !strcmp(argv[i], "--query")) req = "q\n";
         else if (!strcmp(argv[i], "-N")) req = "N\n";
         else if (!strcmp(argv[i], "-c") && i + 1 < argc) config = argv[++i];
