@@ -20,13 +20,13 @@
  *   nvidia-imex-ctl (nvidia-imex-ctl.c);
  * - DAEMONIZE=1 (the default) forks once the sockets are bound and the parent exits 0.
  *
- * graft's own, not NVIDIA's (whose protocol is private gRPC): peers open with the line
- * `graft-fake-imex 1 <own address> <cluster UUID>.<clique id>`; a node answers with its
- * own line, or `reject <reason>` and closes when the address is not in its list or the
- * clique is not its own, so daemons only join peers of their own clique, as NVIDIA's
- * ComputeDomain daemons do. Connected peers then send `row <state> <letters>` every
- * 250 ms: their view, for the ctl's table. The command service takes one line, `q` or `N`,
- * answers and closes.
+ * graft's own, not NVIDIA's (whose peer protocol is private: gRPC over TCP, by its error
+ * codes): peers open with the line `graft-fake-imex 1 <own address> <cluster UUID>.<clique
+ * id>`; a node answers with its own line, or `reject <reason>` and closes when the address
+ * is not in its list or the clique is not its own, so daemons only join peers of their
+ * own clique, as NVIDIA's ComputeDomain daemons do. Connected peers then send
+ * `row <state> <letters>`, their view, for the ctl's table: at once when it changes, and
+ * every 250 ms. The command service takes one line, `q` or `N`, answers and closes.
  */
 #include "imex-common.h"
 
@@ -323,6 +323,7 @@ int main(int argc, char **argv) {
     logmsg("node %d (%s) of %d, clique %s, peer port %d", self, nodes[self], n_nodes, clique,
            cfg.server_port);
     double next_row = 0;
+    char sent[MAX_NODES + 64] = "";
     while (!stop) {
         struct pollfd fds[2 + MAX_NODES + MAX_IN];
         int who[2 + MAX_NODES + MAX_IN], n = 0;
@@ -353,13 +354,16 @@ int main(int argc, char **argv) {
                 on_in(&in[who[k] - 1000]);
             }
         }
-        if (now() >= next_row) {
-            char line[MAX_NODES + 64], row[MAX_NODES + 1];
-            own_row(row);
-            snprintf(line, sizeof line, "row %s %s\n", state(), row);
+        /* The view goes to the peers at once when it changed (a peer joined or was
+         * lost), else every 250 ms, for a peer that joined since. */
+        char line[MAX_NODES + 64], row[MAX_NODES + 1];
+        own_row(row);
+        snprintf(line, sizeof line, "row %s %s\n", state(), row);
+        if (now() >= next_row || strcmp(line, sent)) {
             for (int i = 0; i < n_nodes; i++)
                 if (peers[i].phase == 3 && write_all(peers[i].fd, line, strlen(line)) < 0)
                     drop_out(i, strerror(errno));
+            snprintf(sent, sizeof sent, "%s", line);
             next_row = now() + 0.25;
         }
     }
