@@ -97,7 +97,8 @@ __attribute__((unused)) static int valid_ip(const char *s) {
 }
 
 /* Reads `path` into `c`; on a malformed file writes why to `err` and returns -1. */
-__attribute__((unused)) static int read_config(const char *path, struct imex_config *c, char *err, size_t errlen) {
+__attribute__((unused)) static int read_config(const char *path, struct imex_config *c,
+                                               char *err, size_t errlen) {
     memset(c, 0, sizeof *c);
     snprintf(c->path, sizeof c->path, "%s", path);
     c->server_port = 50000;
@@ -128,19 +129,24 @@ __attribute__((unused)) static int read_config(const char *path, struct imex_con
         int known = 0;
         for (const char *const *p = KNOWN_KEYS; *p; p++) known |= !strcmp(*p, k);
         const char *bad = NULL;
+        int *port = !strcmp(k, "SERVER_PORT")     ? &c->server_port
+                    : !strcmp(k, "IMEX_CMD_PORT") ? &c->cmd_port
+                                                  : NULL;
+        int is_bind = !strcmp(k, "BIND_INTERFACE_IP");
         if (!known) bad = "unknown key";
-        else if (!strcmp(k, "SERVER_PORT")) bad = (c->server_port = parse_port(v)) < 0 ? "not a port (0..65535)" : NULL;
-        else if (!strcmp(k, "IMEX_CMD_PORT")) bad = (c->cmd_port = parse_port(v)) < 0 ? "not a port (0..65535)" : NULL;
+        else if (port) bad = (*port = parse_port(v)) < 0 ? "not a port (0..65535)" : NULL;
         else if (!strcmp(k, "IMEX_CMD_ENABLED") || !strcmp(k, "DAEMONIZE")) {
             if (strcmp(v, "0") && strcmp(v, "1")) bad = "not 0 or 1";
             else *(!strcmp(k, "DAEMONIZE") ? &c->daemonize : &c->cmd_enabled) = atoi(v);
-        } else if (!strcmp(k, "BIND_INTERFACE_IP") || !strcmp(k, "IMEX_CMD_BIND_INTERFACE_IP")) {
+        } else if (is_bind || !strcmp(k, "IMEX_CMD_BIND_INTERFACE_IP")) {
             if (*v && !valid_ip(v)) bad = "not an IP address";
-            else snprintf(!strcmp(k, "BIND_INTERFACE_IP") ? c->bind_ip : c->cmd_bind_ip, 64, "%s", v);
+            else snprintf(is_bind ? c->bind_ip : c->cmd_bind_ip, 64, "%s", v);
         } else if (!strcmp(k, "IMEX_NODE_CONFIG_FILE")) {
             if (!*v) bad = "empty";
             else snprintf(c->node_file, sizeof c->node_file, "%s", v);
-        } else if (!strcmp(k, "LOG_FILE_NAME")) snprintf(c->log_file, sizeof c->log_file, "%s", v);
+        } else if (!strcmp(k, "LOG_FILE_NAME")) {
+            snprintf(c->log_file, sizeof c->log_file, "%s", v);
+        }
         if (bad) {
             snprintf(err, errlen, "Failed to parse config file %s line %d: %s=%s: %s", path, n,
                      k, v, bad);
@@ -154,7 +160,8 @@ __attribute__((unused)) static int read_config(const char *path, struct imex_con
 
 /* Reads the node list: one IP address a line (blank lines skipped). Returns how many, or
  * -1 with why in `err`. */
-__attribute__((unused)) static int read_nodes(const char *path, char nodes[][64], char *err, size_t errlen) {
+__attribute__((unused)) static int read_nodes(const char *path, char nodes[][64], char *err,
+                                              size_t errlen) {
     FILE *f = fopen(path, "r");
     if (!f) {
         snprintf(err, errlen, "Failed to read node configuration file %.512s: %s", path,
@@ -187,21 +194,39 @@ __attribute__((unused)) static int read_nodes(const char *path, char nodes[][64]
     return n ? n : -1;
 }
 
+/* The directory of the driver's libraries, beside the running executable's (see above). */
+__attribute__((unused)) static void driver_lib_dir(char *out, size_t len) {
+    char exe[PATH_MAX - 64];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    exe[n < 0 ? 0 : n] = 0;
+    char *slash = strrchr(exe, '/');
+    if (slash) *slash = 0;
+    snprintf(out, len, "%s/../lib/x86_64-linux-gnu", exe);
+}
+
+/* The real daemon aborts unless the loaded driver stack is of a compatible version (IMEX
+ * guide, "Getting Started"); the stand-in needs its driver's NVML,
+ * libnvidia-ml.so.<DRIVER_VERSION>, beside it. */
+__attribute__((unused)) static int check_driver(char *err, size_t errlen) {
+    char path[PATH_MAX + 64];
+    driver_lib_dir(path, PATH_MAX);
+    size_t n = strlen(path);
+    snprintf(path + n, sizeof path - n, "/libnvidia-ml.so.%s", DRIVER_VERSION);
+    if (access(path, R_OK) == 0) return 0;
+    snprintf(err, errlen, "NVIDIA driver %s not found (%.512s: %s): IMEX needs a loaded, "
+             "compatible driver", DRIVER_VERSION, path, strerror(errno));
+    return -1;
+}
+
 /* The node's clique as `<cluster UUID, dashed>.<clique id>` into `out`, from the fake NVML's
  * fabric file (format in integration/fake-nvml/src/fabric.rs: `<32 hex>:<clique>` and an
  * optional `:<state>`, `completed` when absent). Returns -1 with why in `err` when the GPUs
  * are in no fabric or their registration is not complete. */
-__attribute__((unused)) static int read_clique(char *out, size_t outlen, char *err, size_t errlen) {
-    char exe[PATH_MAX], path[PATH_MAX + 64];
-    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    if (n < 0) {
-        snprintf(err, errlen, "readlink /proc/self/exe: %s", strerror(errno));
-        return -1;
-    }
-    exe[n] = 0;
-    char *slash = strrchr(exe, '/');
-    if (slash) *slash = 0;
-    snprintf(path, sizeof path, "%s/../lib/x86_64-linux-gnu/fake-nvml-fabric", exe);
+__attribute__((unused)) static int read_clique(char *out, size_t outlen, char *err,
+                                               size_t errlen) {
+    char path[PATH_MAX + 64];
+    driver_lib_dir(path, PATH_MAX);
+    strcat(path, "/fake-nvml-fabric");
     FILE *f = fopen(path, "r");
     char line[MAX_LINE] = "";
     if (!f || !fgets(line, sizeof line, f)) {

@@ -7,7 +7,9 @@
  * letters and "Domain State"):
  * - reads config.cfg and the node list at startup and refuses a malformed one (exit 1,
  *   the reason on stderr and in the log);
- * - refuses to start when the node's GPUs are not in a completed fabric clique;
+ * - refuses to start without its driver's NVML beside it (the real one aborts unless the
+ *   loaded driver stack is compatible), or when the node's GPUs are not in a completed
+ *   fabric clique;
  * - listens on SERVER_PORT at its own address of the node list (BIND_INTERFACE_IP, or the
  *   listed address one of the host's interfaces has) and connects over TCP to every other
  *   listed node at its SERVER_PORT, retrying every second, so that an absent or
@@ -305,6 +307,7 @@ int main(int argc, char **argv) {
     }
     logmsg("IMEX stand-in %s starting with %s", DRIVER_VERSION, path);
     if ((n_nodes = read_nodes(cfg.node_file, nodes, err, sizeof err)) < 0) die("%s", err);
+    if (check_driver(err, sizeof err) < 0) die("%s", err);
     if (read_clique(clique, sizeof clique, err, sizeof err) < 0) die("%s", err);
     self = find_self();
     int lfd = listen_on(nodes[self], cfg.server_port, "peer service");

@@ -150,6 +150,9 @@ fn domain(dir: &Path, test: u8, cliques: &[Option<u32>]) -> Vec<ImexNode> {
             std::fs::create_dir_all(root.host.join(&LIB_DIR[1..])).unwrap();
             std::fs::copy(t.imex_path(), root.imex_path()).unwrap();
             std::fs::copy(t.imex_ctl_path(), root.imex_ctl_path()).unwrap();
+            // The driver the daemon needs: the template's NVML, by the versioned name.
+            let nvml = format!("{}/libnvidia-ml.so.{DRIVER_VERSION}", &LIB_DIR[1..]);
+            std::os::unix::fs::symlink(t.host.join(&nvml), root.host.join(&nvml)).unwrap();
             root.set_fabric(clique.map(|c| (CLUSTER, c))).unwrap();
             let cfg = ImexConfig {
                 nodes: ips.clone(),
@@ -420,9 +423,62 @@ fn a_node_outside_a_completed_fabric_refuses_to_start() {
         .root
         .set_fabric_state(CLUSTER, 1, FabricState::Completed)
         .unwrap();
+    // Without its driver, the daemon does not start either.
+    let nvml = nodes[0]
+        .root
+        .host
+        .join(&LIB_DIR[1..])
+        .join(format!("libnvidia-ml.so.{DRIVER_VERSION}"));
+    let target = std::fs::read_link(&nvml).unwrap();
+    std::fs::remove_file(&nvml).unwrap();
+    let out = nodes[0].refused();
+    assert!(stderr(&out).contains("NVIDIA driver"), "{}", text(&out));
+    std::os::unix::fs::symlink(target, &nvml).unwrap();
     let _d = nodes[0].start();
     // Alone in its list, the node is its whole domain.
     wait_for(&nodes[0], "READY");
+}
+
+#[test]
+fn the_fake_nvml_reports_the_fabric_state() {
+    use nvml_wrapper_sys::bindings::*;
+    let dir = tempfile::tempdir().unwrap();
+    let node = FakeNode::create(dir.path()).unwrap();
+    let lib = node.host.join(&LIB_DIR[1..]).join("libnvidia-ml.so.1");
+    let nvml = nvml_wrapper::Nvml::builder()
+        .lib_path(lib.as_os_str())
+        .init()
+        .unwrap();
+    let gpu = nvml.device_by_index(0).unwrap();
+    let info = || {
+        // SAFETY: all-zero is a valid nvmlGpuFabricInfo_t (plain numbers and bytes).
+        let mut info: nvmlGpuFabricInfo_t = unsafe { std::mem::zeroed() };
+        // SAFETY: the device handle is live (borrowed) and `info` is a live local.
+        let rc = unsafe {
+            nvml.lib()
+                .nvmlDeviceGetGpuFabricInfo(gpu.handle(), &mut info)
+        };
+        (rc, info.state as u32, info.status, info.cliqueId)
+    };
+    assert_eq!(info().0, nvmlReturn_enum_NVML_ERROR_NOT_SUPPORTED);
+    node.set_fabric_state(CLUSTER, 7, FabricState::InProgress)
+        .unwrap();
+    let (rc, state, status, clique) = info();
+    assert_eq!(rc, nvmlReturn_enum_NVML_SUCCESS);
+    assert_eq!(state, NVML_GPU_FABRIC_STATE_IN_PROGRESS);
+    assert_ne!(status, nvmlReturn_enum_NVML_SUCCESS);
+    assert_eq!(clique, 0);
+    node.set_fabric_state(CLUSTER, 7, FabricState::Completed)
+        .unwrap();
+    assert_eq!(
+        info(),
+        (
+            nvmlReturn_enum_NVML_SUCCESS,
+            NVML_GPU_FABRIC_STATE_COMPLETED,
+            nvmlReturn_enum_NVML_SUCCESS,
+            7
+        )
+    );
 }
 
 #[test]
