@@ -235,16 +235,7 @@ impl FakeNode {
         build_fake_mps_server(&mps_server)?;
         std::fs::set_permissions(&mps_server, std::fs::Permissions::from_mode(0o755))?;
         // nvidia-imex and nvidia-imex-ctl: static stand-ins that form a domain over TCP.
-        for (path, build) in [
-            (
-                node.imex_path(),
-                build_fake_imex as fn(&Path) -> anyhow::Result<()>,
-            ),
-            (node.imex_ctl_path(), build_fake_imex_ctl),
-        ] {
-            build(&path)?;
-            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755))?;
-        }
+        imex::install(&node)?;
         // Mount points graft-mps's sandbox needs in a driver root, as a real root has them.
         for d in ["tmp", "proc"] {
             std::fs::create_dir_all(node.host.join(d))?;

@@ -3,6 +3,7 @@
 //! their headers), the fabric registration state they and the fake NVML read, the IMEX
 //! channel device nodes, and the config files the daemon takes.
 
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
@@ -17,6 +18,21 @@ pub fn build_fake_imex(out: &Path) -> anyhow::Result<()> {
 /// Compiles the fake `nvidia-imex-ctl` (integration/fake-nvml/nvidia-imex-ctl.c) to `out`.
 pub fn build_fake_imex_ctl(out: &Path) -> anyhow::Result<()> {
     build_static_c("nvidia-imex-ctl.c", out)
+}
+
+/// Installs both stand-ins in the node's driver root, beside nvidia-smi.
+pub(super) fn install(node: &FakeNode) -> anyhow::Result<()> {
+    for (path, build) in [
+        (
+            node.imex_path(),
+            build_fake_imex as fn(&Path) -> anyhow::Result<()>,
+        ),
+        (node.imex_ctl_path(), build_fake_imex_ctl),
+    ] {
+        build(&path)?;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755))?;
+    }
+    Ok(())
 }
 
 /// A fabric registration state, as NVML's `nvmlGpuFabricState_t` names them.
