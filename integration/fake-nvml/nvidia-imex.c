@@ -183,9 +183,14 @@ static void try_connect(int i) {
     struct sockaddr_storage ss;
     socklen_t len = addr_of(nodes[i], cfg.server_port, &ss);
     p->fd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (p->fd < 0) return drop_out(i, strerror(errno));
-    if (connect(p->fd, (struct sockaddr *)&ss, len) < 0 && errno != EINPROGRESS)
-        return drop_out(i, strerror(errno));
+    if (p->fd < 0) {
+        drop_out(i, strerror(errno));
+        return;
+    }
+    if (connect(p->fd, (struct sockaddr *)&ss, len) < 0 && errno != EINPROGRESS) {
+        drop_out(i, strerror(errno));
+        return;
+    }
     p->phase = 1;
 }
 
@@ -219,16 +224,26 @@ static void on_out(int i, short ev) {
         int e = 0;
         socklen_t l = sizeof e;
         getsockopt(p->fd, SOL_SOCKET, SO_ERROR, &e, &l);
-        if (e) return drop_out(i, strerror(e));
+        if (e) {
+            drop_out(i, strerror(e));
+            return;
+        }
         if (!(ev & POLLOUT)) return;
         snprintf(line, sizeof line, HELLO " %s %s\n", nodes[self], clique);
-        if (write_all(p->fd, line, strlen(line)) < 0) return drop_out(i, strerror(errno));
+        if (write_all(p->fd, line, strlen(line)) < 0) {
+            drop_out(i, strerror(errno));
+            return;
+        }
         p->phase = 2;
         return;
     }
     if (!(ev & (POLLIN | POLLHUP | POLLERR))) return;
     ssize_t r = read(p->fd, p->buf + p->len, sizeof p->buf - 1 - p->len);
-    if (r <= 0) return drop_out(i, r ? strerror(errno) : "connection closed");
+    if (r < 0 && (errno == EAGAIN || errno == EINTR)) return;
+    if (r <= 0) {
+        drop_out(i, r ? strerror(errno) : "connection closed");
+        return;
+    }
     p->len += (size_t)r;
     p->buf[p->len] = 0;
     char *nl = strchr(p->buf, '\n');
@@ -251,6 +266,7 @@ static void on_out(int i, short ev) {
 
 static void on_in(struct inbound *c) {
     ssize_t r = read(c->fd, c->buf + c->len, sizeof c->buf - 1 - c->len);
+    if (r < 0 && (errno == EAGAIN || errno == EINTR)) return;
     if (r <= 0 || c->len + (size_t)r >= sizeof c->buf - 1) {
         if (c->peer >= 0) peers[c->peer].row[0] = 0;
         close(c->fd);
