@@ -1,15 +1,17 @@
 /* A stand-in for NVIDIA's `nvidia-imex-ctl`, the IMEX daemon's query tool, for GPU-less
  * tests; it talks to the stand-in daemon's command service (nvidia-imex.c, imex-cmd.h).
  *
- * What it does, as the real one (sources: NVIDIA's IMEX guide, "IMEX Service Command
- * Service"; NVIDIA's ComputeDomain daemon, which runs `nvidia-imex-ctl -q` and takes the
- * domain as ready only when stdout is exactly "READY\n", giving `-q -i 127.0.0.1 50005`
- * before release 580 and `-q` alone, which reads the config, since; operators' guides,
- * where `Query Status returned error code: 14` means that no daemon answers):
+ * What it does, as the real one (sources: the command service keys of NVIDIA's default
+ * config.cfg, see imex-common.h; NVIDIA's ComputeDomain daemon, which runs
+ * `nvidia-imex-ctl -q` and takes the domain as ready only when stdout is exactly
+ * "READY\n", giving `-q -i 127.0.0.1 50005` before release 580 and `-q` alone, which reads
+ * the config, since; an operator's guide, where `Query Status returned error code: 14`
+ * means that no daemon answers):
  * - `-q`: prints the local daemon's state (READY, WAITING_FOR_PEERS, ...) and exits 0;
  * - `-N`: prints the node table and the domain state, exits 0;
- * - finds the command service in the config (`-c <file>`, default
- *   /etc/nvidia-imex/config.cfg): IMEX_CMD_ENABLED must be 1, IMEX_CMD_PORT and
+ * - finds the command service in the config (default /etc/nvidia-imex/config.cfg; `-c
+ *   <file>` as the daemon takes it, which the tests need and the real ctl may not have):
+ *   IMEX_CMD_ENABLED must be 1, IMEX_CMD_PORT and
  *   IMEX_CMD_BIND_INTERFACE_IP (empty: the local host) say where; `-i <ip> <port>` names
  *   the service directly, as releases before 580 needed;
  * - no daemon answering: the error on stderr, exit 1 (the exact status of the real tool is

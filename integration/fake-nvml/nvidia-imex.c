@@ -1,10 +1,12 @@
 /* A stand-in for NVIDIA's IMEX daemon, `nvidia-imex -c <config>`, for GPU-less tests.
  *
  * What it needs and does, as the real one (sources: imex-common.h for the config and the
- * fabric; NVIDIA's IMEX guide, "Connections, Quorum, and Clean up" and "IMEX Service
- * Command Service"; DCGM's field DCGM_FI_IMEX_DAEMON_STATUS, which names the states
- * `nvidia-imex-ctl -q` reports; public `nvidia-imex-ctl -N` captures for the connectivity
- * letters and "Domain State"):
+ * fabric; NVIDIA's IMEX guide, "Getting Started with IMEX" (the driver check); the comments
+ * of NVIDIA's default config.cfg (IMEX_NODE_DISCONNECTED_GRACE_TIME); DCGM's field
+ * DCGM_FI_IMEX_DAEMON_STATUS, which names the states `nvidia-imex-ctl -q` reports; public
+ * `nvidia-imex-ctl -N` captures for the connectivity letters and "Domain State"; a cloud
+ * vendor's IMEX setup guide: the daemons talk TCP, C in the table means connected). Not
+ * read, so not followed: the guide's "Connections, Quorum, and Clean up" (quorum waits).
  * - reads config.cfg and the node list at startup and refuses a malformed one (exit 1,
  *   the reason on stderr and in the log);
  * - refuses to start without its driver's NVML beside it (the real one aborts unless the
