@@ -1,7 +1,8 @@
 //! A fake NVIDIA node on disk for GPU-less tests: a driver root holding the fake
 //! `libnvidia-ml.so.1` (integration/fake-nvml), the fake `libcuda.so.1`
 //! (integration/fake-cuda), dummy versioned driver libraries, static fakes of nvidia-smi,
-//! nvidia-cuda-mps-control and nvidia-cuda-mps-server, firmware, the persistenced socket
+//! nvidia-cuda-mps-control, nvidia-cuda-mps-server, nvidia-imex and nvidia-imex-ctl
+//! (those two in [`imex`], with the fabric state and IMEX channel nodes), firmware, the persistenced socket
 //! path and the `tmp` and `proc` mount points a driver root has; a /proc with
 //! the NVIDIA character majors, `mig-minors` and one capability file; a /sys with the
 //! GPUs' PCI functions, NUMA nodes and PCIe roots. Shaped like the fake library's 8 x H100.
@@ -14,6 +15,9 @@ use std::process::Command;
 use std::time::Duration;
 
 use anyhow::{bail, Context};
+
+mod imex;
+pub use imex::{build_fake_imex, build_fake_imex_ctl, FabricState, ImexConfig};
 
 /// The driver version the fake libraries report.
 pub const DRIVER_VERSION: &str = "580.95.05";
@@ -230,6 +234,8 @@ impl FakeNode {
         let mps_server = node.host.join("usr/bin/nvidia-cuda-mps-server");
         build_fake_mps_server(&mps_server)?;
         std::fs::set_permissions(&mps_server, std::fs::Permissions::from_mode(0o755))?;
+        // nvidia-imex and nvidia-imex-ctl: static stand-ins that form a domain over TCP.
+        imex::install(&node)?;
         // Mount points graft-mps's sandbox needs in a driver root, as a real root has them.
         for d in ["tmp", "proc"] {
             std::fs::create_dir_all(node.host.join(d))?;

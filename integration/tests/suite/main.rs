@@ -20,6 +20,7 @@ mod driver_apiserver;
 mod driver_deadline;
 mod driver_events;
 mod dynamic_mig;
+mod fake_imex;
 mod fake_mps;
 mod fake_mps_clients;
 mod fake_nvml_events;

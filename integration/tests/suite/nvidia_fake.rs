@@ -156,9 +156,9 @@ fn discovery_of_a_fake_h100_node() -> anyhow::Result<()> {
             ("/dev/nvidia-uvm-tools".into(), UVM_MAJOR as i64, 1),
         ]
     );
-    // Every GPU container's driver files: the compute and utility libraries, nvidia-smi and
-    // nvidia-cuda-mps-control (executables of the running version, at /usr/bin: MPS
-    // clients may call the control program), GSP firmware and the
+    // Every GPU container's driver files: the compute and utility libraries, nvidia-smi,
+    // nvidia-cuda-mps-control and nvidia-imex(-ctl) (executables of the running version, at
+    // /usr/bin: MPS clients may call the control program), GSP firmware and the
     // persistenced socket; the host path is the container's, the driver root being `/`.
     let mounts: Vec<(&str, &str)> = g
         .edits
@@ -173,6 +173,8 @@ fn discovery_of_a_fake_h100_node() -> anyhow::Result<()> {
         format!("{LIB_DIR}/libnvidia-ptxjitcompiler.so.{DRIVER_VERSION}"),
         "/usr/bin/nvidia-cuda-mps-control".into(),
         "/usr/bin/nvidia-cuda-mps-server".into(),
+        "/usr/bin/nvidia-imex".into(),
+        "/usr/bin/nvidia-imex-ctl".into(),
         format!("{LIB_DIR}/libnvidia-ml.so.{DRIVER_VERSION}"),
         "/usr/bin/nvidia-smi".into(),
         format!("{fw}/gsp_ga10x.bin"),
