@@ -108,6 +108,16 @@ pub fn crd_yaml() -> Result<String, serde_yaml::Error> {
     serde_yaml::to_string(&ComputeDomain::crd())
 }
 
+/// The chart's template of the CRD: [`crd_yaml`] behind `computeDomains.enabled`.
+pub fn crd_template() -> Result<String, serde_yaml::Error> {
+    Ok(format!(
+        "{{{{- if .Values.computeDomains.enabled }}}}\n\
+         # Generated from graft-compute-domain's types: \
+         cargo run -p graft-compute-domain -- --print-crd\n{}{{{{- end }}}}\n",
+        crd_yaml()?
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

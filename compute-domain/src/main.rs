@@ -33,9 +33,12 @@ struct Args {
     /// Seconds the Lease holds without renewal.
     #[arg(long, default_value_t = 15)]
     lease_seconds: u64,
-    /// The IMEX daemon's image.
+    /// The IMEX daemon's image (required to run).
     #[arg(long, env = "GRAFT_IMEX_IMAGE")]
-    daemon_image: String,
+    daemon_image: Option<String>,
+    /// Print the chart's CRD template (templates/70-compute-domain-crd.yaml) and exit.
+    #[arg(long)]
+    print_crd: bool,
     /// The IMEX daemon's command (repeat for arguments).
     #[arg(long = "daemon-command", default_value = "graft-imex-daemon")]
     daemon_command: Vec<String>,
@@ -53,6 +56,13 @@ struct Args {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
+    if args.print_crd {
+        print!("{}", graft_compute_domain::crd::crd_template()?);
+        return Ok(());
+    }
+    let Some(image) = args.daemon_image else {
+        anyhow::bail!("--daemon-image (GRAFT_IMEX_IMAGE) is required");
+    };
     graft_telemetry::logs::init(
         args.log_format,
         BoxMakeWriter::new(std::io::stderr),
@@ -82,7 +92,7 @@ async fn main() -> anyhow::Result<()> {
     let defaults = DaemonConfig::default();
     let cfg = DaemonConfig {
         namespace: args.namespace.clone(),
-        image: args.daemon_image,
+        image,
         command: args.daemon_command,
         channel_class: args.channel_class,
         ..defaults
