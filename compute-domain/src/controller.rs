@@ -33,6 +33,7 @@ pub struct Context {
     cfg: DaemonConfig,
     recorder: Recorder,
     metrics: Metrics,
+    scope: Option<String>,
 }
 
 impl Context {
@@ -44,7 +45,14 @@ impl Context {
             cfg,
             recorder,
             metrics,
+            scope: None,
         }
+    }
+
+    /// Watches the domains of `namespace` only (default: every namespace).
+    pub fn only_namespace(mut self, namespace: &str) -> Self {
+        self.scope = Some(namespace.to_string());
+        self
     }
 }
 
@@ -390,7 +398,11 @@ pub fn chain(e: &dyn std::error::Error) -> String {
 pub async fn run(ctx: Arc<Context>) {
     let c = ctx.client.clone();
     let pods: Api<Pod> = Api::namespaced(c.clone(), &ctx.cfg.namespace);
-    Controller::new(Api::<ComputeDomain>::all(c), watcher::Config::default())
+    let domains: Api<ComputeDomain> = match &ctx.scope {
+        Some(ns) => Api::namespaced(c, ns),
+        None => Api::all(c),
+    };
+    Controller::new(domains, watcher::Config::default())
         .watches(
             pods,
             watcher::Config::default().labels(DOMAIN_LABEL),

@@ -48,6 +48,9 @@ struct Args {
     /// Where /metrics, /healthz and /readyz are served ("off": nowhere).
     #[arg(long, env = "GRAFT_METRICS_ADDR", default_value = ":9479")]
     metrics_addr: String,
+    /// Reconcile the domains of this namespace only (default: every namespace).
+    #[arg(long)]
+    watch_namespace: Option<String>,
     /// Log format: text or json.
     #[arg(long, env = "GRAFT_LOG_FORMAT", default_value = "text")]
     log_format: LogFormat,
@@ -101,7 +104,11 @@ async fn main() -> anyhow::Result<()> {
         controller: "graft-compute-domain-controller".into(),
         instance: Some(args.identity.clone()),
     };
-    let ctx = Arc::new(Context::new(client, cfg, metrics, reporter));
+    let mut ctx = Context::new(client, cfg, metrics, reporter);
+    if let Some(ns) = &args.watch_namespace {
+        ctx = ctx.only_namespace(ns);
+    }
+    let ctx = Arc::new(ctx);
     let election = Election {
         namespace: args.namespace,
         name: args.lease,

@@ -2,7 +2,8 @@
 # Builds graft's container image as an OCI image-layout tar, without a registry or a
 # container engine: graft-driver, graft-mps, graft-nri, graftctl, graft-hook and
 # graft-compute-domain-controller in /usr/bin plus the shared libraries they load (glibc,
-# libgcc_s), taken from this machine. The Dockerfile beside this script builds the same image with a container engine.
+# libgcc_s), taken from this machine. The Dockerfile beside this script builds the same
+# image with a container engine.
 #
 #   build.sh BIN_DIR OUT_TAR [REF]       REF defaults to localhost/graft:dev
 #
