@@ -6,9 +6,9 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceClaimTemplate, ResourceSlice};
-use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
+use kube::api::{ListParams, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::finalizer::{finalizer, Event as Finalize};
@@ -29,10 +29,10 @@ const MANAGER: &str = "graft-compute-domain-controller";
 
 /// What every reconcile shares.
 pub struct Context {
-    client: Client,
-    cfg: DaemonConfig,
+    pub(crate) client: Client,
+    pub(crate) cfg: DaemonConfig,
     recorder: Recorder,
-    metrics: Metrics,
+    pub(crate) metrics: Metrics,
     scope: Option<String>,
 }
 
@@ -56,11 +56,11 @@ impl Context {
     }
 }
 
-fn key(cd: &ComputeDomain) -> String {
+pub(crate) fn key(cd: &ComputeDomain) -> String {
     format!("{}/{}", cd.namespace().unwrap_or_default(), cd.name_any())
 }
 
-fn kube_err(cd: &ComputeDomain, action: &str) -> impl FnOnce(kube::Error) -> Error {
+pub(crate) fn kube_err(cd: &ComputeDomain, action: &str) -> impl FnOnce(kube::Error) -> Error {
     let domain = key(cd);
     let action = action.to_string();
     move |source| Error::Kube {
@@ -285,73 +285,6 @@ async fn apply(cd: Arc<ComputeDomain>, ctx: &Context) -> Result<Action, Error> {
     Ok(Action::requeue(Duration::from_secs(60)))
 }
 
-async fn ignore_404<T>(r: Result<T, kube::Error>) -> Result<(), kube::Error> {
-    match r {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
-        Err(e) => Err(e),
-    }
-}
-
-async fn cleanup(cd: Arc<ComputeDomain>, ctx: &Context) -> Result<Action, Error> {
-    let (name, ns, uid) = objects::identity(&cd)?;
-    let c = &ctx.client;
-    let dp = DeleteParams::background();
-    let daemon = objects::daemon_name(&uid);
-    let ds: Api<DaemonSet> = Api::namespaced(c.clone(), &ctx.cfg.namespace);
-    ignore_404(ds.delete(&daemon, &dp).await)
-        .await
-        .map_err(kube_err(&cd, "deleting the DaemonSet"))?;
-    let drct: Api<ResourceClaimTemplate> = Api::namespaced(c.clone(), &ctx.cfg.namespace);
-    ignore_404(drct.delete(&daemon, &dp).await)
-        .await
-        .map_err(kube_err(&cd, "deleting the daemon template"))?;
-    // The workload template only if it is the domain's (a name may have been taken).
-    let rct: Api<ResourceClaimTemplate> = Api::namespaced(c.clone(), &ns);
-    let tname = &cd.spec.channel.resource_claim_template.name;
-    if !tname.is_empty() {
-        if let Some(t) = rct
-            .get_opt(tname)
-            .await
-            .map_err(kube_err(&cd, "reading the workload template"))?
-        {
-            if t.labels().get(DOMAIN_LABEL) == Some(&uid) {
-                ignore_404(rct.delete(tname, &dp).await)
-                    .await
-                    .map_err(kube_err(&cd, "deleting the workload template"))?;
-            }
-        }
-    }
-    let key = objects::node_label(&uid);
-    let nodes: Api<Node> = Api::all(c.clone());
-    let labelled = nodes
-        .list(&ListParams::default().labels(&key))
-        .await
-        .map_err(kube_err(&cd, "listing labelled nodes"))?;
-    for n in labelled.items {
-        let patch = serde_json::json!({"metadata": {"labels": {key.as_str(): null}}});
-        ignore_404(
-            nodes
-                .patch(
-                    &n.name_any(),
-                    &PatchParams::default(),
-                    &Patch::Merge(&patch),
-                )
-                .await,
-        )
-        .await
-        .map_err(kube_err(
-            &cd,
-            &format!("removing the domain's label from node {}", n.name_any()),
-        ))?;
-    }
-    ctx.metrics.forget(&DomainLabels {
-        namespace: ns,
-        name,
-    });
-    Ok(Action::await_change())
-}
-
 async fn reconcile(cd: Arc<ComputeDomain>, ctx: Arc<Context>) -> Result<Action, Error> {
     let domain = key(&cd);
     let api: Api<ComputeDomain> =
@@ -359,7 +292,7 @@ async fn reconcile(cd: Arc<ComputeDomain>, ctx: Arc<Context>) -> Result<Action, 
     let r = finalizer(&api, FINALIZER, cd, |ev| async {
         match ev {
             Finalize::Apply(cd) => apply(cd, &ctx).await,
-            Finalize::Cleanup(cd) => cleanup(cd, &ctx).await,
+            Finalize::Cleanup(cd) => crate::cleanup::cleanup(cd, &ctx).await,
         }
     })
     .await

@@ -8,6 +8,7 @@
 //! per-node readiness from the daemon pods; and on deletion removes all of it and the
 //! domain's node labels. One replica acts at a time (a Lease).
 
+mod cleanup;
 pub mod clique;
 pub mod controller;
 pub mod crd;

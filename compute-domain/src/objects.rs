@@ -233,3 +233,63 @@ pub fn daemonset(cd: &ComputeDomain, cfg: &DaemonConfig, clique: &str) -> Result
         source: e,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cd(mode: &str) -> ComputeDomain {
+        serde_json::from_value(json!({
+            "apiVersion": "resource.graft.dev/v1alpha1", "kind": "ComputeDomain",
+            "metadata": {"name": "d", "namespace": "ns", "uid": "0000-1111"},
+            "spec": {"numNodes": 2, "channel": {"resourceClaimTemplate": {"name": "w"},
+                                                "allocationMode": mode}},
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn all_mode_asks_every_channel_of_the_clique() {
+        let t = workload_template(&cd("All"), &DaemonConfig::default(), "u.1").unwrap();
+        let spec = serde_json::to_value(&t.spec.spec).unwrap();
+        let req = &spec["devices"]["requests"][0]["exactly"];
+        assert_eq!(req["allocationMode"], "All");
+        assert_eq!(req.get("count"), None);
+        assert_eq!(
+            req["selectors"][0]["cel"]["expression"],
+            "device.attributes['graft.dev'].?cliqueID.orValue('') == 'u.1'"
+        );
+        let p = &spec["devices"]["config"][0]["opaque"]["parameters"];
+        assert_eq!(p["allocationMode"], "All");
+        assert_eq!(p["apiVersion"], CONFIG_API_VERSION);
+        assert_eq!(t.metadata.namespace.as_deref(), Some("ns"));
+    }
+
+    #[test]
+    fn daemons_run_where_the_domain_label_is() {
+        let ds = daemonset(&cd("Single"), &DaemonConfig::default(), "u.1").unwrap();
+        let pod = ds.spec.unwrap().template.spec.unwrap();
+        let sel = pod.node_selector.unwrap();
+        assert_eq!(
+            sel.get("resource.graft.dev/computeDomain.0000-1111")
+                .map(String::as_str),
+            Some("true")
+        );
+        assert_eq!(ds.metadata.name.as_deref(), Some("imex-0000-1111"));
+    }
+
+    #[test]
+    fn clique_ids_that_could_break_cel_are_refused() {
+        assert!(valid_clique("5f1c3f7e-1b2a-4c3d-9e8f-000000000000.7"));
+        assert!(!valid_clique("u.1' || true || '"));
+        assert!(!valid_clique(""));
+    }
+
+    #[test]
+    fn a_domain_without_uid_is_refused() {
+        let mut d = cd("Single");
+        d.metadata.uid = None;
+        let e = identity(&d).unwrap_err().to_string();
+        assert!(e.contains("ns/d"), "{e}");
+    }
+}
