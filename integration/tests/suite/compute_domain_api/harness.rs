@@ -26,7 +26,8 @@ pub const WAIT: Duration = Duration::from_secs(30);
 /// The nodes and their cliques: two in u.1, one in u.2, two channels each.
 pub const NODES: [(&str, &str); 3] = [("cd-a", "u.1"), ("cd-b", "u.1"), ("cd-c", "u.2")];
 
-fn cp() -> anyhow::Result<&'static ControlPlane> {
+/// The suite's API server.
+pub fn cp() -> anyhow::Result<&'static ControlPlane> {
     apiserver::named("compute_domain")
 }
 
