@@ -40,7 +40,8 @@ pub(crate) async fn cleanup(cd: Arc<ComputeDomain>, ctx: &Context) -> Result<Act
     // The workload template only if it is the domain's (a name may have been taken).
     let rct: Api<ResourceClaimTemplate> = Api::namespaced(c.clone(), &ns);
     let tname = &cd.spec.channel.resource_claim_template.name;
-    if !tname.is_empty() {
+    // A domain refused as written never had one (and its name may not even be one).
+    if crate::controller::validate(&cd).is_ok() {
         if let Some(t) = rct
             .get_opt(tname)
             .await

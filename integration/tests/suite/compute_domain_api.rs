@@ -449,5 +449,9 @@ async fn malformed_domain_is_refused_or_reported() -> anyhow::Result<()> {
     })
     .await?;
     ensure!(has_event(&c, "cd-bad", "badname", "Invalid").await?);
+    // And it can be deleted.
+    let domains: Api<ComputeDomain> = Api::namespaced(c.clone(), "cd-bad");
+    domains.delete("badname", &DeleteParams::default()).await?;
+    wait(|| async { Ok(domains.get_opt("badname").await?.is_none()) }).await?;
     Ok(())
 }

@@ -20,8 +20,9 @@ use kube::runtime::events::Reporter;
 use kube::CustomResourceExt;
 use serde_json::json;
 
-/// How long anything the controller does may take here.
-pub const WAIT: Duration = Duration::from_secs(30);
+/// How long anything the controller does may take here (generous: CI runs every suite at
+/// once on two cores).
+pub const WAIT: Duration = Duration::from_secs(60);
 
 /// The nodes and their cliques: two in u.1, one in u.2, two channels each.
 pub const NODES: [(&str, &str); 3] = [("cd-a", "u.1"), ("cd-b", "u.1"), ("cd-c", "u.2")];
