@@ -367,8 +367,14 @@ pub struct Election {
     pub retry: Duration,
 }
 
-/// Runs the controller while this replica holds the Lease; runs forever (drop to stop).
-pub async fn run_elected(ctx: Arc<Context>, election: Election) {
+/// Runs the controller while this replica holds the Lease, until `shutdown` completes; then
+/// gives the Lease up, so that another replica takes over at once rather than after its
+/// duration.
+pub async fn run_elected(
+    ctx: Arc<Context>,
+    election: Election,
+    shutdown: impl std::future::Future<Output = ()>,
+) {
     let elector = Elector::new(
         ctx.client.clone(),
         &election.namespace,
@@ -376,12 +382,21 @@ pub async fn run_elected(ctx: Arc<Context>, election: Election) {
         &election.identity,
         election.duration,
     );
-    loop {
-        elector.acquire(election.retry).await;
-        tracing::info!(identity = %election.identity, "leading: reconciling ComputeDomains");
-        tokio::select! {
-            _ = elector.hold(election.retry) => tracing::warn!("lost the lease: stopping"),
-            _ = run(ctx.clone()) => tracing::warn!("the controller stopped"),
+    let lead = async {
+        loop {
+            elector.acquire(election.retry).await;
+            tracing::info!(identity = %election.identity, "leading: reconciling ComputeDomains");
+            tokio::select! {
+                _ = elector.hold(election.retry) => tracing::warn!("lost the lease: stopping"),
+                _ = run(ctx.clone()) => tracing::warn!("the controller stopped"),
+            }
         }
+    };
+    tokio::select! {
+        _ = lead => {}
+        _ = shutdown => {}
+    }
+    if let Err(e) = elector.release().await {
+        tracing::warn!(error = %e, "giving the lease up");
     }
 }

@@ -116,10 +116,13 @@ async fn main() -> anyhow::Result<()> {
         duration: Duration::from_secs(args.lease_seconds.max(2)),
         retry: Duration::from_secs((args.lease_seconds / 5).max(1)),
     };
-    tokio::select! {
-        _ = run_elected(ctx, election) => {}
-        _ = term.recv() => tracing::info!("terminating"),
-        r = tokio::signal::ctrl_c() => r.context("waiting for a signal")?,
-    }
+    let shutdown = async move {
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = tokio::signal::ctrl_c() => {}
+        }
+        tracing::info!("terminating");
+    };
+    run_elected(ctx, election, shutdown).await;
     Ok(())
 }

@@ -455,3 +455,31 @@ async fn malformed_domain_is_refused_or_reported() -> anyhow::Result<()> {
     wait(|| async { Ok(domains.get_opt("badname").await?.is_none()) }).await?;
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_given_up_is_taken_at_once() -> anyhow::Result<()> {
+    let c = client().await?;
+    let daemons = namespaces(&c, "cd-release").await?;
+    let long = Duration::from_secs(300);
+    let a = Elector::new(c.clone(), &daemons, "lease", "a", long);
+    let b = Elector::new(c.clone(), &daemons, "lease", "b", long);
+    ensure!(
+        a.try_acquire_or_renew().await?,
+        "a could not take a free lease"
+    );
+    ensure!(
+        a.try_acquire_or_renew().await?,
+        "a could not renew its lease"
+    );
+    ensure!(!b.try_acquire_or_renew().await?, "b took a held lease");
+    // b giving up a lease it does not hold changes nothing.
+    b.release().await?;
+    ensure!(!b.try_acquire_or_renew().await?, "b took a held lease");
+    a.release().await?;
+    ensure!(
+        b.try_acquire_or_renew().await?,
+        "b could not take a released lease"
+    );
+    ensure!(!a.try_acquire_or_renew().await?, "a took b's lease back");
+    Ok(())
+}

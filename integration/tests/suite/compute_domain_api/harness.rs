@@ -117,7 +117,11 @@ pub fn controller(
         duration: Duration::from_secs(4),
         retry: Duration::from_secs(1),
     };
-    tokio::spawn(graft_compute_domain::run_elected(Arc::new(ctx), election))
+    tokio::spawn(graft_compute_domain::run_elected(
+        Arc::new(ctx),
+        election,
+        std::future::pending(),
+    ))
 }
 
 /// Creates a domain.
