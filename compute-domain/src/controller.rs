@@ -17,7 +17,6 @@ use kube::runtime::{watcher, Controller};
 use kube::{Api, Client, Resource, ResourceExt};
 
 use crate::crd::{ComputeDomain, ComputeDomainStatus, Readiness};
-use crate::lease::Elector;
 use crate::metrics::{DomainLabels, Metrics, ResultLabels};
 use crate::objects::{self, DaemonConfig, DOMAIN_LABEL, NAMESPACE_ANNOTATION, NAME_ANNOTATION};
 use crate::{clique, status, Error};
@@ -351,52 +350,4 @@ pub async fn run(ctx: Arc<Context>) {
             }
         })
         .await;
-}
-
-/// The Lease that elects the acting replica.
-pub struct Election {
-    /// Its namespace.
-    pub namespace: String,
-    /// Its name.
-    pub name: String,
-    /// This replica's identity (its pod name).
-    pub identity: String,
-    /// How long the lease holds without renewal.
-    pub duration: Duration,
-    /// How often it is tried or renewed.
-    pub retry: Duration,
-}
-
-/// Runs the controller while this replica holds the Lease, until `shutdown` completes; then
-/// gives the Lease up, so that another replica takes over at once rather than after its
-/// duration.
-pub async fn run_elected(
-    ctx: Arc<Context>,
-    election: Election,
-    shutdown: impl std::future::Future<Output = ()>,
-) {
-    let elector = Elector::new(
-        ctx.client.clone(),
-        &election.namespace,
-        &election.name,
-        &election.identity,
-        election.duration,
-    );
-    let lead = async {
-        loop {
-            elector.acquire(election.retry).await;
-            tracing::info!(identity = %election.identity, "leading: reconciling ComputeDomains");
-            tokio::select! {
-                _ = elector.hold(election.retry) => tracing::warn!("lost the lease: stopping"),
-                _ = run(ctx.clone()) => tracing::warn!("the controller stopped"),
-            }
-        }
-    };
-    tokio::select! {
-        _ = lead => {}
-        _ = shutdown => {}
-    }
-    if let Err(e) = elector.release().await {
-        tracing::warn!(error = %e, "giving the lease up");
-    }
 }

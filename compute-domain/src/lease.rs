@@ -4,6 +4,7 @@
 //! been renewed for that long. Updates carry the resourceVersion read, so two candidates
 //! that race get one success and one conflict.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
@@ -11,6 +12,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::PostParams;
 use kube::Api;
+
+use crate::controller::{run, Context};
 
 /// One candidate for a Lease.
 pub struct Elector {
@@ -161,5 +164,53 @@ impl Elector {
                 }
             }
         }
+    }
+}
+
+/// The Lease that elects the acting replica.
+pub struct Election {
+    /// Its namespace.
+    pub namespace: String,
+    /// Its name.
+    pub name: String,
+    /// This replica's identity (its pod name).
+    pub identity: String,
+    /// How long the lease holds without renewal.
+    pub duration: Duration,
+    /// How often it is tried or renewed.
+    pub retry: Duration,
+}
+
+/// Runs the controller while this replica holds the Lease, until `shutdown` completes; then
+/// gives the Lease up, so that another replica takes over at once rather than after its
+/// duration.
+pub async fn run_elected(
+    ctx: Arc<Context>,
+    election: Election,
+    shutdown: impl std::future::Future<Output = ()>,
+) {
+    let elector = Elector::new(
+        ctx.client.clone(),
+        &election.namespace,
+        &election.name,
+        &election.identity,
+        election.duration,
+    );
+    let lead = async {
+        loop {
+            elector.acquire(election.retry).await;
+            tracing::info!(identity = %election.identity, "leading: reconciling ComputeDomains");
+            tokio::select! {
+                _ = elector.hold(election.retry) => tracing::warn!("lost the lease: stopping"),
+                _ = run(ctx.clone()) => tracing::warn!("the controller stopped"),
+            }
+        }
+    };
+    tokio::select! {
+        _ = lead => {}
+        _ = shutdown => {}
+    }
+    if let Err(e) = elector.release().await {
+        tracing::warn!(error = %e, "giving the lease up");
     }
 }

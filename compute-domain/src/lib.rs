@@ -17,8 +17,9 @@ pub mod metrics;
 pub mod objects;
 pub mod status;
 
-pub use controller::{run, run_elected, Context, Election};
+pub use controller::{run, Context};
 pub use crd::{ComputeDomain, ComputeDomainSpec, ComputeDomainStatus};
+pub use lease::{run_elected, Election};
 pub use objects::DaemonConfig;
 
 /// What went wrong with a domain; each names the domain.

@@ -8,14 +8,14 @@
 //!
 //! Needs the testbed (`integration/testbed/setup.sh`).
 
+mod chart;
 mod harness;
+mod lease;
 
 use std::path::Path;
-use std::time::Duration;
 
 use anyhow::{ensure, Context as _};
 use graft_compute_domain::crd::{ComputeDomain, Readiness};
-use graft_compute_domain::lease::Elector;
 use graft_compute_domain::objects::{
     daemon_name, node_label, DOMAIN_LABEL, NAMESPACE_ANNOTATION, NAME_ANNOTATION,
 };
@@ -90,87 +90,6 @@ async fn crd_in_the_chart_is_generated_from_the_types() -> anyhow::Result<()> {
         "{} is not what the types generate: cargo run -p graft-compute-domain -- --print-crd > deploy/helm/graft/templates/70-compute-domain-crd.yaml",
         path.display()
     );
-    Ok(())
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn chart_installs_the_controller_with_only_what_it_needs() -> anyhow::Result<()> {
-    let _c = client().await?;
-    let cp = harness::cp()?;
-    let tb = graft_integration::Testbed::load()?;
-    let rendered = tb.render_chart(&[
-        "--set",
-        "computeDomains.enabled=true",
-        "--show-only",
-        "templates/70-compute-domain-crd.yaml",
-        "--show-only",
-        "templates/70-compute-domain-controller.yaml",
-    ])?;
-    ensure!(
-        tb.render_chart(&[])?.find("ComputeDomain").is_none(),
-        "on by default"
-    );
-    let dir = tempfile::tempdir()?;
-    let file = dir.path().join("cd.yaml");
-    std::fs::write(&file, rendered)?;
-    let _ = cp.kubectl(&["create", "namespace", "graft-system"]);
-    cp.kubectl(&[
-        "apply",
-        "--server-side",
-        "--force-conflicts",
-        "-f",
-        &file.to_string_lossy(),
-    ])?;
-    let sa = "--as=system:serviceaccount:graft-system:graft-compute-domain-controller";
-    let can = |args: &[&str]| -> bool {
-        let mut a = vec!["auth", "can-i", sa];
-        a.extend_from_slice(args);
-        cp.kubectl(&a).is_ok_and(|o| o.trim() == "yes")
-    };
-    // Every call the controller makes...
-    for call in [
-        &["watch", "computedomains.resource.graft.dev", "-A"][..],
-        &[
-            "patch",
-            "computedomains.resource.graft.dev",
-            "--subresource=status",
-            "-n",
-            "x",
-        ],
-        &[
-            "update",
-            "computedomains.resource.graft.dev",
-            "--subresource=finalizers",
-            "-n",
-            "x",
-        ],
-        &["list", "resourceslices.resource.k8s.io"],
-        &["list", "resourceclaims.resource.k8s.io", "-A"],
-        &[
-            "create",
-            "resourceclaimtemplates.resource.k8s.io",
-            "-n",
-            "x",
-        ],
-        &["patch", "nodes"],
-        &["create", "events.events.k8s.io", "-n", "x"],
-        &["create", "daemonsets.apps", "-n", "graft-system"],
-        &["watch", "pods", "-n", "graft-system"],
-        &["update", "leases.coordination.k8s.io", "-n", "graft-system"],
-    ] {
-        ensure!(can(call), "the chart's RBAC does not allow {call:?}");
-    }
-    // ...and not more.
-    for call in [
-        &["create", "daemonsets.apps", "-n", "x"][..],
-        &["list", "pods", "-A"],
-        &["get", "secrets", "-n", "graft-system"],
-        &["delete", "nodes"],
-        &["update", "leases.coordination.k8s.io", "-n", "kube-system"],
-        &["create", "resourceslices.resource.k8s.io"],
-    ] {
-        ensure!(!can(call), "the chart's RBAC allows {call:?}");
-    }
     Ok(())
 }
 
@@ -385,38 +304,6 @@ async fn deletion_leaves_nothing() -> anyhow::Result<()> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn second_instance_waits_for_the_lease() -> anyhow::Result<()> {
-    let c = client().await?;
-    let daemons = namespaces(&c, "cd-lease").await?;
-    // Another replica holds the lease and keeps renewing it.
-    let first = Elector::new(
-        c.clone(),
-        &daemons,
-        "lease",
-        "first",
-        Duration::from_secs(4),
-    );
-    ensure!(
-        first.try_acquire_or_renew().await?,
-        "the first replica could not take the lease"
-    );
-    let holder = tokio::spawn(async move { first.hold(Duration::from_secs(1)).await });
-    let _second = controller(&c, "cd-lease", "lease", "second");
-    domain(&c, "cd-lease", "d", 1, "work").await?;
-    tokio::time::sleep(Duration::from_secs(5)).await;
-    let rcts = Api::<ResourceClaimTemplate>::namespaced(c.clone(), "cd-lease");
-    ensure!(
-        rcts.get_opt("work").await?.is_none(),
-        "the second replica acted while the first led"
-    );
-    ensure!(status_of(&c, "cd-lease", "d").await?.is_none());
-    // The first stops renewing: the second takes over once the lease runs out.
-    holder.abort();
-    wait(|| async { Ok(rcts.get_opt("work").await?.is_some()) }).await?;
-    Ok(())
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn malformed_domain_is_refused_or_reported() -> anyhow::Result<()> {
     let c = client().await?;
     namespaces(&c, "cd-bad").await?;
@@ -453,33 +340,5 @@ async fn malformed_domain_is_refused_or_reported() -> anyhow::Result<()> {
     let domains: Api<ComputeDomain> = Api::namespaced(c.clone(), "cd-bad");
     domains.delete("badname", &DeleteParams::default()).await?;
     wait(|| async { Ok(domains.get_opt("badname").await?.is_none()) }).await?;
-    Ok(())
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_lease_given_up_is_taken_at_once() -> anyhow::Result<()> {
-    let c = client().await?;
-    let daemons = namespaces(&c, "cd-release").await?;
-    let long = Duration::from_secs(300);
-    let a = Elector::new(c.clone(), &daemons, "lease", "a", long);
-    let b = Elector::new(c.clone(), &daemons, "lease", "b", long);
-    ensure!(
-        a.try_acquire_or_renew().await?,
-        "a could not take a free lease"
-    );
-    ensure!(
-        a.try_acquire_or_renew().await?,
-        "a could not renew its lease"
-    );
-    ensure!(!b.try_acquire_or_renew().await?, "b took a held lease");
-    // b giving up a lease it does not hold changes nothing.
-    b.release().await?;
-    ensure!(!b.try_acquire_or_renew().await?, "b took a held lease");
-    a.release().await?;
-    ensure!(
-        b.try_acquire_or_renew().await?,
-        "b could not take a released lease"
-    );
-    ensure!(!a.try_acquire_or_renew().await?, "a took b's lease back");
     Ok(())
 }
