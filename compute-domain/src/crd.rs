@@ -102,19 +102,20 @@ pub struct ComputeDomainStatus {
     pub message: Option<String>,
 }
 
-/// The CRD as YAML, as the chart installs it (templates/70-compute-domain-crd.yaml).
-pub fn crd_yaml() -> Result<String, serde_yaml::Error> {
+/// The CRD as the chart installs it (templates/70-compute-domain-crd.yaml): JSON, which is
+/// also YAML, so that no YAML serializer is needed.
+pub fn crd_json() -> Result<String, serde_json::Error> {
     use kube::CustomResourceExt;
-    serde_yaml::to_string(&ComputeDomain::crd())
+    serde_json::to_string_pretty(&ComputeDomain::crd())
 }
 
-/// The chart's template of the CRD: [`crd_yaml`] behind `computeDomains.enabled`.
-pub fn crd_template() -> Result<String, serde_yaml::Error> {
+/// The chart's template of the CRD: [`crd_json`] behind `computeDomains.enabled`.
+pub fn crd_template() -> Result<String, serde_json::Error> {
     Ok(format!(
         "{{{{- if .Values.computeDomains.enabled }}}}\n\
          # Generated from graft-compute-domain's types: \
-         cargo run -p graft-compute-domain -- --print-crd\n{}{{{{- end }}}}\n",
-        crd_yaml()?
+         cargo run -p graft-compute-domain -- --print-crd\n{}\n{{{{- end }}}}\n",
+        crd_json()?
     ))
 }
 
@@ -144,9 +145,9 @@ mod tests {
 
     #[test]
     fn crd_is_namespaced_v1alpha1() {
-        let y = crd_yaml().unwrap();
-        assert!(y.contains("scope: Namespaced"), "{y}");
-        assert!(y.contains("name: v1alpha1"), "{y}");
-        assert!(y.contains("computedomains.resource.graft.dev"), "{y}");
+        let crd: serde_json::Value = serde_json::from_str(&crd_json().unwrap()).unwrap();
+        assert_eq!(crd["spec"]["scope"], "Namespaced");
+        assert_eq!(crd["spec"]["versions"][0]["name"], "v1alpha1");
+        assert_eq!(crd["metadata"]["name"], "computedomains.resource.graft.dev");
     }
 }
