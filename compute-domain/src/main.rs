@@ -1,0 +1,128 @@
+//! graft-compute-domain-controller: reconciles ComputeDomains while it holds its Lease.
+
+use std::io::IsTerminal;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use clap::Parser;
+use graft_compute_domain::metrics::Metrics;
+use graft_compute_domain::{run_elected, Context, DaemonConfig, Election};
+use graft_telemetry::logs::LogFormat;
+use graft_telemetry::prometheus_client::registry::Registry;
+use kube::runtime::events::Reporter;
+use tokio::signal::unix::{signal, SignalKind};
+use tracing_subscriber::fmt::writer::BoxMakeWriter;
+
+#[derive(Parser)]
+#[command(version, about)]
+struct Args {
+    /// graft's namespace: the Lease, the IMEX daemons and their claim templates.
+    #[arg(long, env = "POD_NAMESPACE", default_value = "graft-system")]
+    namespace: String,
+    /// This replica's identity in the Lease (its pod name).
+    #[arg(
+        long,
+        env = "POD_NAME",
+        default_value = "graft-compute-domain-controller"
+    )]
+    identity: String,
+    /// The Lease's name.
+    #[arg(long, default_value = "graft-compute-domain-controller")]
+    lease: String,
+    /// Seconds the Lease holds without renewal.
+    #[arg(long, default_value_t = 15)]
+    lease_seconds: u64,
+    /// The IMEX daemon's image (required to run).
+    #[arg(long, env = "GRAFT_IMEX_IMAGE")]
+    daemon_image: Option<String>,
+    /// Print the chart's CRD template (templates/70-compute-domain-crd.yaml) and exit.
+    #[arg(long)]
+    print_crd: bool,
+    /// The IMEX daemon's command (repeat for arguments).
+    #[arg(long = "daemon-command", default_value = "graft-imex-daemon")]
+    daemon_command: Vec<String>,
+    /// The DeviceClass of workload IMEX channels.
+    #[arg(long, default_value = "imex-channel.graft.dev")]
+    channel_class: String,
+    /// Where /metrics, /healthz and /readyz are served ("off": nowhere).
+    #[arg(long, env = "GRAFT_METRICS_ADDR", default_value = ":9479")]
+    metrics_addr: String,
+    /// Reconcile the domains of this namespace only (default: every namespace).
+    #[arg(long)]
+    watch_namespace: Option<String>,
+    /// Log format: text or json.
+    #[arg(long, env = "GRAFT_LOG_FORMAT", default_value = "text")]
+    log_format: LogFormat,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    if args.print_crd {
+        print!("{}", graft_compute_domain::crd::crd_template()?);
+        return Ok(());
+    }
+    let Some(image) = args.daemon_image else {
+        anyhow::bail!("--daemon-image (GRAFT_IMEX_IMAGE) is required");
+    };
+    graft_telemetry::logs::init(
+        args.log_format,
+        BoxMakeWriter::new(std::io::stderr),
+        std::io::stderr().is_terminal(),
+    );
+    let mut term = signal(SignalKind::terminate())?;
+    let client = kube::Client::try_default()
+        .await
+        .context("connecting to the API server")?;
+    let mut registry = Registry::default();
+    graft_telemetry::register_build_info(
+        &mut registry,
+        "graft_compute_domain_build_info",
+        env!("CARGO_PKG_VERSION"),
+    );
+    let metrics = Metrics::register(&mut registry);
+    let ready: graft_telemetry::ReadyCheck = Arc::new(|| Ok("ok".to_string()));
+    let tcp = graft_telemetry::parse_addr(&args.metrics_addr)?;
+    graft_telemetry::serve(
+        graft_telemetry::Endpoints::new(registry, ready),
+        graft_telemetry::ServeConfig {
+            tcp,
+            unix: None,
+            retry: Duration::from_secs(2),
+        },
+    )?;
+    let defaults = DaemonConfig::default();
+    let cfg = DaemonConfig {
+        namespace: args.namespace.clone(),
+        image,
+        command: args.daemon_command,
+        channel_class: args.channel_class,
+        ..defaults
+    };
+    let reporter = Reporter {
+        controller: "graft-compute-domain-controller".into(),
+        instance: Some(args.identity.clone()),
+    };
+    let mut ctx = Context::new(client, cfg, metrics, reporter);
+    if let Some(ns) = &args.watch_namespace {
+        ctx = ctx.only_namespace(ns);
+    }
+    let ctx = Arc::new(ctx);
+    let election = Election {
+        namespace: args.namespace,
+        name: args.lease,
+        identity: args.identity,
+        duration: Duration::from_secs(args.lease_seconds.max(2)),
+        retry: Duration::from_secs((args.lease_seconds / 5).max(1)),
+    };
+    let shutdown = async move {
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = tokio::signal::ctrl_c() => {}
+        }
+        tracing::info!("terminating");
+    };
+    run_elected(ctx, election, shutdown).await;
+    Ok(())
+}

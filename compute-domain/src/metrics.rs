@@ -1,0 +1,70 @@
+//! The controller's metrics (`graft_compute_domain_*`).
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+
+/// A domain, as metric labels.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DomainLabels {
+    /// Its namespace.
+    pub namespace: String,
+    /// Its name.
+    pub name: String,
+}
+
+/// How a reconcile ended.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ResultLabels {
+    /// `ok` or `error`.
+    pub result: String,
+}
+
+/// The controller's metrics.
+#[derive(Clone, Default)]
+pub struct Metrics {
+    /// Reconciles, by result.
+    pub reconciles: Family<ResultLabels, Counter>,
+    /// Ready nodes per domain.
+    pub ready_nodes: Family<DomainLabels, Gauge>,
+    /// 1 for a Ready domain, 0 otherwise.
+    pub ready: Family<DomainLabels, Gauge>,
+    /// Reconciles that found no clique with room.
+    pub placement_failures: Counter,
+}
+
+impl Metrics {
+    /// New metrics, registered in `registry`.
+    pub fn register(registry: &mut Registry) -> Self {
+        let m = Metrics::default();
+        registry.register(
+            "graft_compute_domain_reconciles",
+            "Reconciles of ComputeDomains, by result",
+            m.reconciles.clone(),
+        );
+        registry.register(
+            "graft_compute_domain_ready_nodes",
+            "Nodes of a ComputeDomain whose IMEX daemon is ready",
+            m.ready_nodes.clone(),
+        );
+        registry.register(
+            "graft_compute_domain_ready",
+            "1 while a ComputeDomain is Ready",
+            m.ready.clone(),
+        );
+        registry.register(
+            "graft_compute_domain_placement_failures",
+            "Reconciles that found no NVLink clique with room for a domain",
+            m.placement_failures.clone(),
+        );
+        m
+    }
+
+    /// Forgets a deleted domain.
+    pub fn forget(&self, d: &DomainLabels) {
+        self.ready_nodes.remove(d);
+        self.ready.remove(d);
+    }
+}

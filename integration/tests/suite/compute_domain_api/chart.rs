@@ -1,0 +1,86 @@
+//! The chart's controller: installed only when asked, with RBAC for exactly its calls.
+
+use anyhow::ensure;
+
+use super::harness::{self, client};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chart_installs_the_controller_with_only_what_it_needs() -> anyhow::Result<()> {
+    let _c = client().await?;
+    let cp = harness::cp()?;
+    let tb = graft_integration::Testbed::load()?;
+    let rendered = tb.render_chart(&[
+        "--set",
+        "computeDomains.enabled=true",
+        "--show-only",
+        "templates/70-compute-domain-crd.yaml",
+        "--show-only",
+        "templates/70-compute-domain-controller.yaml",
+    ])?;
+    ensure!(
+        tb.render_chart(&[])?.find("ComputeDomain").is_none(),
+        "on by default"
+    );
+    let dir = tempfile::tempdir()?;
+    let file = dir.path().join("cd.yaml");
+    std::fs::write(&file, rendered)?;
+    let _ = cp.kubectl(&["create", "namespace", "graft-system"]);
+    cp.kubectl(&[
+        "apply",
+        "--server-side",
+        "--force-conflicts",
+        "-f",
+        &file.to_string_lossy(),
+    ])?;
+    let sa = "--as=system:serviceaccount:graft-system:graft-compute-domain-controller";
+    let can = |args: &[&str]| -> bool {
+        let mut a = vec!["auth", "can-i", sa];
+        a.extend_from_slice(args);
+        cp.kubectl(&a).is_ok_and(|o| o.trim() == "yes")
+    };
+    // Every call the controller makes...
+    for call in [
+        &["watch", "computedomains.resource.graft.dev", "-A"][..],
+        &[
+            "patch",
+            "computedomains.resource.graft.dev",
+            "--subresource=status",
+            "-n",
+            "x",
+        ],
+        &[
+            "update",
+            "computedomains.resource.graft.dev",
+            "--subresource=finalizers",
+            "-n",
+            "x",
+        ],
+        &["list", "resourceslices.resource.k8s.io"],
+        &["list", "resourceclaims.resource.k8s.io", "-A"],
+        &[
+            "create",
+            "resourceclaimtemplates.resource.k8s.io",
+            "-n",
+            "x",
+        ],
+        &["patch", "nodes"],
+        &["create", "events.events.k8s.io", "-n", "x"],
+        &["create", "daemonsets.apps", "-n", "graft-system"],
+        &["watch", "pods", "-n", "graft-system"],
+        &["update", "leases.coordination.k8s.io", "-n", "graft-system"],
+    ] {
+        ensure!(can(call), "the chart's RBAC does not allow {call:?}");
+    }
+    // ...and not more.
+    for call in [
+        &["create", "daemonsets.apps", "-n", "x"][..],
+        &["list", "pods", "-A"],
+        &["get", "secrets", "-n", "graft-system"],
+        &["delete", "nodes"],
+        &["update", "leases.coordination.k8s.io", "-n", "kube-system"],
+        &["create", "resourceslices.resource.k8s.io"],
+    ] {
+        ensure!(!can(call), "the chart's RBAC allows {call:?}");
+    }
+    Ok(())
+}
