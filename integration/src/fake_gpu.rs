@@ -127,29 +127,55 @@ pub fn build_fake_mps_server(out: &Path) -> anyhow::Result<()> {
 }
 
 /// Compiles integration/fake-nvml/`src` with gcc -static to `out`, with [`DRIVER_VERSION`]
-/// as `DRIVER_VERSION`.
+/// as `DRIVER_VERSION`. Each build is kept in the temp directory under the hash of its
+/// source and settings, so that the suite's many fake nodes compile each program once.
 fn build_static_c(src: &str, out: &Path) -> anyhow::Result<()> {
+    use sha2::{Digest, Sha256};
     let src = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("fake-nvml")
         .join(src);
+    let code = std::fs::read(&src).with_context(|| format!("{}", src.display()))?;
+    let mut h = Sha256::new();
+    h.update(DRIVER_VERSION.as_bytes());
+    h.update(&code);
+    // The stand-ins include the headers beside them.
+    for e in std::fs::read_dir(src.with_file_name(""))?.flatten() {
+        if e.path().extension().is_some_and(|x| x == "h") {
+            h.update(std::fs::read(e.path())?);
+        }
+    }
+    let digest = h.finalize();
+    let key: String = digest.iter().take(12).map(|b| format!("{b:02x}")).collect();
+    let cache = std::env::temp_dir().join("graft-fake-bin");
+    std::fs::create_dir_all(&cache)?;
+    let stem = src.file_stem().and_then(|s| s.to_str()).unwrap_or("fake");
+    let built = cache.join(format!("{stem}-{key}"));
+    if !built.exists() {
+        // Built under a name of this process, renamed into place whole.
+        let tmp = cache.join(format!("{stem}-{key}.{}.tmp", std::process::id()));
+        let res = Command::new("gcc")
+            .args(["-static", "-O2", "-Wall"])
+            .arg(format!("-DDRIVER_VERSION=\"{DRIVER_VERSION}\""))
+            .arg("-o")
+            .arg(&tmp)
+            .arg(&src)
+            .output()
+            .context("running gcc (packages gcc and libc6-dev, installed by the testbed setup)")?;
+        if !res.status.success() {
+            let _ = std::fs::remove_file(&tmp);
+            bail!(
+                "gcc -static {}: {}",
+                src.display(),
+                String::from_utf8_lossy(&res.stderr)
+            );
+        }
+        std::fs::rename(&tmp, &built).with_context(|| format!("{}", built.display()))?;
+    }
     if let Some(d) = out.parent() {
         std::fs::create_dir_all(d)?;
     }
-    let res = Command::new("gcc")
-        .args(["-static", "-O2", "-Wall"])
-        .arg(format!("-DDRIVER_VERSION=\"{DRIVER_VERSION}\""))
-        .arg("-o")
-        .arg(out)
-        .arg(&src)
-        .output()
-        .context("running gcc (packages gcc and libc6-dev, installed by the testbed setup)")?;
-    if !res.status.success() {
-        bail!(
-            "gcc -static {}: {}",
-            src.display(),
-            String::from_utf8_lossy(&res.stderr)
-        );
-    }
+    std::fs::copy(&built, out)
+        .with_context(|| format!("{} -> {}", built.display(), out.display()))?;
     Ok(())
 }
 
