@@ -83,7 +83,18 @@ async fn event(ctx: &Context, cd: &ComputeDomain, type_: EventType, reason: &str
 }
 
 /// What is wrong with a domain as written, beyond what the CRD's schema refuses.
-pub fn validate(cd: &ComputeDomain) -> Result<(), String> {
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Invalid {
+    /// The workload template's name is not an object name.
+    #[error("channel.resourceClaimTemplate.name {0:?} is not a valid object name")]
+    TemplateName(String),
+    /// No nodes asked for.
+    #[error("numNodes must be at least 1")]
+    NoNodes,
+}
+
+/// Checks a domain as written, beyond what the CRD's schema refuses.
+pub fn validate(cd: &ComputeDomain) -> Result<(), Invalid> {
     let t = &cd.spec.channel.resource_claim_template.name;
     let dns = !t.is_empty()
         && t.len() <= 253
@@ -95,12 +106,10 @@ pub fn validate(cd: &ComputeDomain) -> Result<(), String> {
                 && !l.ends_with('-')
         });
     if !dns {
-        return Err(format!(
-            "channel.resourceClaimTemplate.name {t:?} is not a valid object name"
-        ));
+        return Err(Invalid::TemplateName(t.clone()));
     }
     if cd.spec.num_nodes == 0 {
-        return Err("numNodes must be at least 1".into());
+        return Err(Invalid::NoNodes);
     }
     Ok(())
 }
@@ -148,6 +157,7 @@ async fn apply(cd: Arc<ComputeDomain>, ctx: &Context) -> Result<Action, Error> {
         name: name.clone(),
     };
     if let Err(why) = validate(&cd) {
+        let why = why.to_string();
         let st = ComputeDomainStatus {
             message: Some(why.clone()),
             ..Default::default()
