@@ -3,7 +3,8 @@
 //! members of one clique become READY per `--check`; a member of another clique is left
 //! out of the node list; a member dropped from the domain's status stops its IMEX daemon
 //! and leaves the other not ready; SIGTERM stops the child and exits 0; a child that dies
-//! on its own fails the process.
+//! on its own fails the process. The chart's ServiceAccount for the daemons may read
+//! domains and nothing more, and the controller is told to use it and the driver root.
 //!
 //! No cluster and no controller: the test writes the domain's status as the controller
 //! would, and runs the daemons as processes, each on its own loopback address
@@ -269,5 +270,79 @@ async fn a_child_that_dies_fails_the_pod() -> anyhow::Result<()> {
     let st = ma.exit_within(Duration::from_secs(15))?;
     assert!(!st.success(), "{st}; log:\n{}", ma.log());
     assert!(ma.log().contains("exited on its own"), "{}", ma.log());
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chart_lets_the_daemons_read_domains_and_nothing_more() -> anyhow::Result<()> {
+    let _c = client().await?;
+    let cp = cp()?;
+    let tb = graft_integration::Testbed::load()?;
+    let template = "templates/71-imex-daemon-rbac.yaml";
+    let rendered = tb.render_chart(&[
+        "--set",
+        "computeDomains.enabled=true",
+        "--show-only",
+        template,
+    ])?;
+    assert!(
+        tb.render_chart(&[])?.find("graft-imex-daemon").is_none(),
+        "on by default"
+    );
+    let controller = tb.render_chart(&[
+        "--set",
+        "computeDomains.enabled=true",
+        "--set",
+        "nvidia.driverRoot=/run/nvidia/driver",
+        "--show-only",
+        "templates/70-compute-domain-controller.yaml",
+    ])?;
+    for arg in [
+        "--daemon-service-account=graft-imex-daemon",
+        "--daemon-driver-root=/run/nvidia/driver",
+    ] {
+        assert!(controller.contains(arg), "{arg} not in:\n{controller}");
+    }
+    let dir = tempfile::tempdir()?;
+    let file = dir.path().join("imexd.yaml");
+    std::fs::write(&file, rendered)?;
+    let _ = cp.kubectl(&["create", "namespace", "graft-system"]);
+    cp.kubectl(&[
+        "apply",
+        "--server-side",
+        "--force-conflicts",
+        "-f",
+        &file.to_string_lossy(),
+    ])?;
+    let sa = "--as=system:serviceaccount:graft-system:graft-imex-daemon";
+    let can = |args: &[&str]| -> bool {
+        let mut a = vec!["auth", "can-i", sa];
+        a.extend_from_slice(args);
+        cp.kubectl(&a).is_ok_and(|o| o.trim() == "yes")
+    };
+    // What graft-imex-daemon's watch of its one domain needs, in any namespace...
+    for call in [
+        &["watch", "computedomains.resource.graft.dev", "-n", "x"][..],
+        &["list", "computedomains.resource.graft.dev", "-n", "x"],
+        &["get", "computedomains.resource.graft.dev", "-n", "x"],
+    ] {
+        assert!(can(call), "the chart's RBAC does not allow {call:?}");
+    }
+    // ...and not more.
+    for call in [
+        &["patch", "computedomains.resource.graft.dev", "-n", "x"][..],
+        &[
+            "patch",
+            "computedomains.resource.graft.dev",
+            "--subresource=status",
+            "-n",
+            "x",
+        ],
+        &["list", "pods", "-n", "graft-system"],
+        &["get", "secrets", "-n", "graft-system"],
+        &["list", "nodes"],
+    ] {
+        assert!(!can(call), "the chart's RBAC allows {call:?}");
+    }
     Ok(())
 }
