@@ -257,6 +257,42 @@ async fn members_of_one_clique_become_ready_and_a_dropped_member_stops() -> anyh
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn imex_waits_for_the_domain_and_restarts_with_a_new_member() -> anyhow::Result<()> {
+    let c = client().await?;
+    let cd = domain_with(&c, "imexd-3", "d").await?;
+    let (a, b, n3) = ("127.28.3.1", "127.28.3.2", "127.28.3.3");
+    set_members(&c, &cd, &[(a, CLIQUE)]).await?;
+    let dir = tempfile::tempdir()?;
+    let ma = Member::start(dir.path(), a, &cd, 3)?;
+    let mb = Member::start(dir.path(), b, &cd, 3)?;
+    // One of two members listed: no IMEX yet, so nothing answers the probe.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    ma.wait_check("", false).await?;
+    assert!(!ma.imex_dir.join("config.cfg").exists(), "{}", ma.log());
+    set_members(&c, &cd, &[(a, CLIQUE), (b, CLIQUE)]).await?;
+    ma.wait_check("READY", true).await?;
+    mb.wait_check("READY", true).await?;
+    // A third member joins: the others restart with it in their list.
+    let m3 = Member::start(dir.path(), n3, &cd, 3)?;
+    set_members(&c, &cd, &[(a, CLIQUE), (b, CLIQUE), (n3, CLIQUE)]).await?;
+    for m in [&ma, &mb, &m3] {
+        let start = Instant::now();
+        while std::fs::read_to_string(m.imex_dir.join("nodes_config.cfg"))
+            .unwrap_or_default()
+            .lines()
+            .count()
+            != 3
+        {
+            anyhow::ensure!(start.elapsed() < WAIT, "{}: no new list\n{}", m.ip, m.log());
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        m.wait_check("READY", true).await?;
+    }
+    assert!(ma.log().contains("restarting nvidia-imex"), "{}", ma.log());
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_child_that_dies_fails_the_pod() -> anyhow::Result<()> {
     let c = client().await?;
     let cd = domain_with(&c, "imexd-2", "d").await?;
