@@ -14,6 +14,7 @@ use anyhow::{bail, Context as _};
 use clap::Parser;
 use futures::StreamExt;
 use graft_compute_domain::daemon::{self, ImexFiles, Plan, CONFIG_FILE};
+use graft_compute_domain::objects::{DAEMON_CONFIG_DIR, DAEMON_DRIVER_ROOT};
 use graft_compute_domain::ComputeDomain;
 use graft_telemetry::logs::LogFormat;
 use kube::runtime::{watcher, WatchStreamExt};
@@ -57,10 +58,10 @@ struct Args {
     #[arg(long, env = "POD_IP")]
     pod_ip: Option<IpAddr>,
     /// The driver root as mounted in the pod; nvidia-imex is in its usr/bin.
-    #[arg(long, env = "GRAFT_DRIVER_ROOT", default_value = "/driver-root")]
+    #[arg(long, env = "GRAFT_DRIVER_ROOT", default_value = DAEMON_DRIVER_ROOT)]
     driver_root: PathBuf,
     /// The private directory for config.cfg and nodes_config.cfg.
-    #[arg(long, env = "GRAFT_IMEX_DIR", default_value = "/run/graft-imex")]
+    #[arg(long, env = "GRAFT_IMEX_DIR", default_value = DAEMON_CONFIG_DIR)]
     config_dir: PathBuf,
     /// IMEX's SERVER_PORT (its default).
     #[arg(long, env = "GRAFT_IMEX_SERVER_PORT", default_value_t = 50000)]
