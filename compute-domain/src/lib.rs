@@ -12,6 +12,7 @@ mod cleanup;
 pub mod clique;
 pub mod controller;
 pub mod crd;
+pub mod daemon;
 pub mod lease;
 pub mod metrics;
 pub mod objects;

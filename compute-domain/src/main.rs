@@ -42,6 +42,12 @@ struct Args {
     /// The IMEX daemon's command (repeat for arguments).
     #[arg(long = "daemon-command", default_value = "graft-imex-daemon")]
     daemon_command: Vec<String>,
+    /// The IMEX daemon pods' ServiceAccount (they read their domain).
+    #[arg(long)]
+    daemon_service_account: Option<String>,
+    /// The NVIDIA driver root on the hosts, mounted read-only into the IMEX daemon pods.
+    #[arg(long, default_value = "/")]
+    daemon_driver_root: String,
     /// The DeviceClass of workload IMEX channels.
     #[arg(long, default_value = "imex-channel.graft.dev")]
     channel_class: String,
@@ -98,6 +104,8 @@ async fn main() -> anyhow::Result<()> {
         image,
         command: args.daemon_command,
         channel_class: args.channel_class,
+        service_account: args.daemon_service_account,
+        driver_root: args.daemon_driver_root,
         ..defaults
     };
     let reporter = Reporter {

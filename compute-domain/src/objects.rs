@@ -31,6 +31,11 @@ pub fn daemon_name(uid: &str) -> String {
     format!("imex-{uid}")
 }
 
+/// Where the daemon pod sees the driver root (graft-imex-daemon's default).
+pub const DAEMON_DRIVER_ROOT: &str = "/driver-root";
+/// The daemon's private directory for the IMEX config (graft-imex-daemon's default).
+pub const DAEMON_CONFIG_DIR: &str = "/run/graft-imex";
+
 /// What the daemon objects are made of; the chart sets it.
 #[derive(Debug, Clone)]
 pub struct DaemonConfig {
@@ -40,8 +45,11 @@ pub struct DaemonConfig {
     pub image: String,
     /// Its command.
     pub command: Vec<String>,
-    /// Its service account, if any.
+    /// Its service account, if any (it reads its domain: get, list, watch).
     pub service_account: Option<String>,
+    /// The NVIDIA driver installation's root on the host (`nvidia.driverRoot`); mounted
+    /// read-only at [`DAEMON_DRIVER_ROOT`] for its `nvidia-imex`.
+    pub driver_root: String,
     /// The DeviceClass of the daemon's claim.
     pub device_class: String,
     /// The CEL selector of the daemon's device.
@@ -57,6 +65,7 @@ impl Default for DaemonConfig {
             image: "ghcr.io/graft-dev/graft:latest".into(),
             command: vec!["graft-imex-daemon".into()],
             service_account: None,
+            driver_root: "/".into(),
             device_class: "graft.dev".into(),
             device_selector: "device.attributes['graft.dev'].?type.orValue('') == 'imex-daemon'"
                 .into(),
@@ -198,8 +207,14 @@ pub fn daemonset(cd: &ComputeDomain, cfg: &DaemonConfig, clique: &str) -> Result
         {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
         {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
     ]);
+    let mut probe = cfg.command.clone();
+    probe.push("--check".into());
+    // hostNetwork, so that POD_IP is the node's address, which the peers connect to;
+    // ClusterFirstWithHostNet keeps cluster DNS for the API server's name.
     let mut pod_spec = json!({
         "nodeSelector": {node_label(&uid): "true"},
+        "hostNetwork": true,
+        "dnsPolicy": "ClusterFirstWithHostNet",
         "resourceClaims": [{"name": "imex", "resourceClaimTemplateName": daemon_name(&uid)}],
         "containers": [{
             "name": "imex",
@@ -207,7 +222,17 @@ pub fn daemonset(cd: &ComputeDomain, cfg: &DaemonConfig, clique: &str) -> Result
             "command": cfg.command,
             "env": env,
             "resources": {"claims": [{"name": "imex"}]},
+            "readinessProbe": {"exec": {"command": probe},
+                               "periodSeconds": 5, "timeoutSeconds": 10},
+            "volumeMounts": [
+                {"name": "driver-root", "mountPath": DAEMON_DRIVER_ROOT, "readOnly": true},
+                {"name": "imex-config", "mountPath": DAEMON_CONFIG_DIR},
+            ],
         }],
+        "volumes": [
+            {"name": "driver-root", "hostPath": {"path": cfg.driver_root, "type": "Directory"}},
+            {"name": "imex-config", "emptyDir": {"medium": "Memory"}},
+        ],
     });
     if let Some(sa) = &cfg.service_account {
         pod_spec["serviceAccountName"] = json!(sa);
@@ -276,6 +301,30 @@ mod tests {
             Some("true")
         );
         assert_eq!(ds.metadata.name.as_deref(), Some("imex-0000-1111"));
+    }
+
+    #[test]
+    fn daemon_pods_use_the_node_network_the_driver_root_and_a_readiness_check() {
+        let cfg = DaemonConfig {
+            driver_root: "/run/nvidia/driver".into(),
+            service_account: Some("graft-imex-daemon".into()),
+            command: vec!["/usr/bin/graft-imex-daemon".into()],
+            ..Default::default()
+        };
+        let ds = daemonset(&cd("Single"), &cfg, "u.1").unwrap();
+        let pod = serde_json::to_value(ds.spec.unwrap().template.spec.unwrap()).unwrap();
+        assert_eq!(pod["hostNetwork"], true);
+        assert_eq!(pod["dnsPolicy"], "ClusterFirstWithHostNet");
+        assert_eq!(pod["serviceAccountName"], "graft-imex-daemon");
+        let c = &pod["containers"][0];
+        assert_eq!(
+            c["readinessProbe"]["exec"]["command"],
+            json!(["/usr/bin/graft-imex-daemon", "--check"])
+        );
+        let mount = &c["volumeMounts"][0];
+        assert_eq!(mount["mountPath"], DAEMON_DRIVER_ROOT);
+        assert_eq!(mount["readOnly"], true);
+        assert_eq!(pod["volumes"][0]["hostPath"]["path"], "/run/nvidia/driver");
     }
 
     #[test]

@@ -36,6 +36,7 @@ mod hostile_chart;
 mod hostile_env_reads;
 mod hostile_records;
 mod hostile_served;
+mod imex_daemon;
 mod mps;
 mod nri_containerd;
 mod nvidia_fake;

@@ -1,0 +1,256 @@
+//! graft-imex-daemon: the IMEX daemon pod's entry point. Watches its ComputeDomain, writes
+//! the IMEX config and node list from the members of its clique, and runs the driver's
+//! `nvidia-imex` as its child: restarted when the list changes, SIGTERM forwarded, and the
+//! pod fails when the child dies on its own (the kubelet restarts it). `--check` is the
+//! readiness probe: ready only when `nvidia-imex-ctl -q` prints exactly READY.
+
+use std::io::IsTerminal;
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+use std::process::{ExitCode, ExitStatus, Stdio};
+use std::time::Duration;
+
+use anyhow::{bail, Context as _};
+use clap::Parser;
+use futures::StreamExt;
+use graft_compute_domain::daemon::{self, ImexFiles, Plan, CONFIG_FILE};
+use graft_compute_domain::objects::{DAEMON_CONFIG_DIR, DAEMON_DRIVER_ROOT};
+use graft_compute_domain::ComputeDomain;
+use graft_telemetry::logs::LogFormat;
+use kube::runtime::{watcher, WatchStreamExt};
+use kube::Api;
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+use tokio::process::{Child, Command};
+use tokio::signal::unix::{signal, SignalKind};
+use tracing_subscriber::fmt::writer::BoxMakeWriter;
+
+/// How long the IMEX daemon gets to shut down before it is killed.
+const GRACE: Duration = Duration::from_secs(10);
+/// How long `--check` waits for `nvidia-imex-ctl`.
+const CHECK_LIMIT: Duration = Duration::from_secs(5);
+
+#[derive(Parser)]
+#[command(version, about)]
+struct Args {
+    /// Readiness probe: exit 0 only when the IMEX daemon reports READY.
+    #[arg(long)]
+    check: bool,
+    /// The domain's uid (a domain recreated under the same name is another domain).
+    #[arg(long, env = "COMPUTE_DOMAIN_UID")]
+    uid: Option<String>,
+    /// The domain's name.
+    #[arg(long, env = "COMPUTE_DOMAIN_NAME")]
+    name: Option<String>,
+    /// The domain's namespace.
+    #[arg(long, env = "COMPUTE_DOMAIN_NAMESPACE")]
+    namespace: Option<String>,
+    /// The domain's size: IMEX starts once that many members are listed.
+    #[arg(long, env = "COMPUTE_DOMAIN_NUM_NODES")]
+    num_nodes: Option<usize>,
+    /// The domain's clique: members of other cliques are ignored.
+    #[arg(long, env = "COMPUTE_DOMAIN_CLIQUE")]
+    clique: Option<String>,
+    /// This node's name (for the logs).
+    #[arg(long, env = "NODE_NAME", default_value = "")]
+    node_name: String,
+    /// This pod's address: the node's, with hostNetwork.
+    #[arg(long, env = "POD_IP")]
+    pod_ip: Option<IpAddr>,
+    /// The driver root as mounted in the pod; nvidia-imex is in its usr/bin.
+    #[arg(long, env = "GRAFT_DRIVER_ROOT", default_value = DAEMON_DRIVER_ROOT)]
+    driver_root: PathBuf,
+    /// The private directory for config.cfg and nodes_config.cfg.
+    #[arg(long, env = "GRAFT_IMEX_DIR", default_value = DAEMON_CONFIG_DIR)]
+    config_dir: PathBuf,
+    /// IMEX's SERVER_PORT (its default).
+    #[arg(long, env = "GRAFT_IMEX_SERVER_PORT", default_value_t = 50000)]
+    server_port: u16,
+    /// IMEX's IMEX_CMD_PORT (its default).
+    #[arg(long, env = "GRAFT_IMEX_CMD_PORT", default_value_t = 50005)]
+    cmd_port: u16,
+    /// Log format: text or json.
+    #[arg(long, env = "GRAFT_LOG_FORMAT", default_value = "text")]
+    log_format: LogFormat,
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let args = Args::parse();
+    if args.check {
+        return check(&args).await;
+    }
+    graft_telemetry::logs::init(
+        args.log_format,
+        BoxMakeWriter::new(std::io::stderr),
+        std::io::stderr().is_terminal(),
+    );
+    match run(args).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!("{e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The readiness probe: prints what the ctl said, 0 only for exactly "READY\n".
+async fn check(args: &Args) -> ExitCode {
+    let ctl = args.driver_root.join("usr/bin/nvidia-imex-ctl");
+    let out = Command::new(&ctl)
+        .arg("-q")
+        .arg("-c")
+        .arg(args.config_dir.join(CONFIG_FILE))
+        .stdin(Stdio::null())
+        .kill_on_drop(true)
+        .output();
+    match tokio::time::timeout(CHECK_LIMIT, out).await {
+        Ok(Ok(out)) => {
+            let said = String::from_utf8_lossy(&out.stdout);
+            print!("{said}");
+            eprint!("{}", String::from_utf8_lossy(&out.stderr));
+            if out.status.success() && said == "READY\n" {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            }
+        }
+        Ok(Err(e)) => {
+            eprintln!("running {}: {e}", ctl.display());
+            ExitCode::FAILURE
+        }
+        Err(_) => {
+            eprintln!("{} did not answer within {CHECK_LIMIT:?}", ctl.display());
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The running IMEX daemon and the node list it was started with.
+struct Imex {
+    child: Child,
+    members: Vec<IpAddr>,
+}
+
+fn required<T>(v: Option<T>, what: &str) -> anyhow::Result<T> {
+    v.with_context(|| format!("{what} is not set"))
+}
+
+async fn run(args: Args) -> anyhow::Result<()> {
+    let uid = required(args.uid, "COMPUTE_DOMAIN_UID")?;
+    let name = required(args.name, "COMPUTE_DOMAIN_NAME")?;
+    let namespace = required(args.namespace, "COMPUTE_DOMAIN_NAMESPACE")?;
+    let num_nodes = required(args.num_nodes, "COMPUTE_DOMAIN_NUM_NODES")?;
+    let clique = required(args.clique, "COMPUTE_DOMAIN_CLIQUE")?;
+    let own = required(args.pod_ip, "POD_IP")?;
+    let imex = args.driver_root.join("usr/bin/nvidia-imex");
+    let files = ImexFiles {
+        dir: args.config_dir,
+        bind_ip: own,
+        server_port: args.server_port,
+        cmd_port: args.cmd_port,
+    };
+    tracing::info!(domain = %format!("{namespace}/{name}"), %uid, node = %args.node_name,
+                   %own, %clique, "watching the domain");
+    let mut term = signal(SignalKind::terminate()).context("SIGTERM handler")?;
+    let mut int = signal(SignalKind::interrupt()).context("SIGINT handler")?;
+    let client = kube::Client::try_default()
+        .await
+        .context("connecting to the API server")?;
+    let api: Api<ComputeDomain> = Api::namespaced(client, &namespace);
+    let mut events = watcher::watch_object(api, &name).default_backoff().boxed();
+    let mut running: Option<Imex> = None;
+    loop {
+        tokio::select! {
+            _ = term.recv() => break,
+            _ = int.recv() => break,
+            status = exited(&mut running) => {
+                let status = status.context("waiting for nvidia-imex")?;
+                bail!("nvidia-imex exited on its own ({status})");
+            }
+            ev = events.next() => {
+                let domain = match ev {
+                    None => bail!("the watch of the domain ended"),
+                    Some(Err(e)) => {
+                        tracing::warn!("watching the domain: {e}");
+                        continue;
+                    }
+                    Some(Ok(d)) => d,
+                };
+                let list = match domain {
+                    Some(d) if d.metadata.uid.as_deref() == Some(uid.as_str()) => {
+                        let nodes = d.status.map(|s| s.nodes).unwrap_or_default();
+                        daemon::members(&nodes, &clique)
+                    }
+                    // Deleted, or recreated under the name: this node is in no domain.
+                    _ => Vec::new(),
+                };
+                let now = running.as_ref().map(|r| r.members.as_slice());
+                match daemon::plan(now, &list, own, num_nodes) {
+                    Plan::Keep => {}
+                    Plan::Stop => {
+                        tracing::info!("this node left the domain: stopping nvidia-imex");
+                        if let Some(r) = running.take() {
+                            stop(r.child).await;
+                        }
+                    }
+                    Plan::Run(members) => {
+                        if let Some(r) = running.take() {
+                            tracing::info!(old = ?r.members, new = ?members,
+                                           "members changed: restarting nvidia-imex");
+                            stop(r.child).await;
+                        }
+                        let cfg = files.write(&members).with_context(|| {
+                            format!("writing the IMEX config in {}", files.dir.display())
+                        })?;
+                        let child = start(&imex, &cfg)?;
+                        tracing::info!(?members, "nvidia-imex started");
+                        running = Some(Imex { child, members });
+                    }
+                }
+            }
+        }
+    }
+    tracing::info!("terminating");
+    if let Some(r) = running.take() {
+        stop(r.child).await;
+    }
+    Ok(())
+}
+
+/// The child's exit; never, while none runs.
+async fn exited(running: &mut Option<Imex>) -> std::io::Result<ExitStatus> {
+    match running {
+        Some(r) => r.child.wait().await,
+        None => std::future::pending().await,
+    }
+}
+
+fn start(imex: &Path, cfg: &Path) -> anyhow::Result<Child> {
+    Command::new(imex)
+        .arg("-c")
+        .arg(cfg)
+        .stdin(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .with_context(|| format!("starting {}", imex.display()))
+}
+
+/// SIGTERM (IMEX tells its peers it is going), SIGKILL after [`GRACE`].
+async fn stop(mut child: Child) {
+    if let Some(pid) = child.id().and_then(|p| i32::try_from(p).ok()) {
+        if let Err(e) = kill(Pid::from_raw(pid), Signal::SIGTERM) {
+            tracing::warn!("SIGTERM to nvidia-imex: {e}");
+        }
+    }
+    match tokio::time::timeout(GRACE, child.wait()).await {
+        Ok(Ok(status)) => tracing::info!("nvidia-imex stopped ({status})"),
+        Ok(Err(e)) => tracing::warn!("waiting for nvidia-imex: {e}"),
+        Err(_) => {
+            tracing::warn!("nvidia-imex ignored SIGTERM for {GRACE:?}: killing it");
+            if let Err(e) = child.kill().await {
+                tracing::warn!("killing nvidia-imex: {e}");
+            }
+        }
+    }
+}
