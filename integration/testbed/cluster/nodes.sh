@@ -172,6 +172,8 @@ node_down() { # i
   done
   # The holder is the mount namespace's last process: its mounts go with it.
   node_stop "$i" sleep
+  # The veth pair first: a netns's devices go asynchronously after `ip netns del`.
+  ip link del "gn${i}h" 2>/dev/null || true
   ip netns del "graft-n$i" 2>/dev/null || true
   for c in $(node_cgroups "$i"); do
     [ -d "$c" ] && find "$c" -depth -type d -exec rmdir {} + 2>/dev/null || true

@@ -16,6 +16,7 @@ mod common;
 
 mod cluster_e2e;
 mod cluster_gpu;
+mod cluster_multi;
 mod driver_apiserver;
 mod driver_deadline;
 mod driver_events;
