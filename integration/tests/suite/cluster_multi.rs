@@ -59,7 +59,8 @@ fn imex_cliques(slices: &str) -> anyhow::Result<Vec<String>> {
 
 /// Three nodes join the one control plane; graft's DaemonSet runs one Ready pod on each;
 /// each node publishes its own slices, its IMEX channel in its own clique; a pod pinned to
-/// each node gets its channel there (graft-nri on that node); `down` leaves nothing.
+/// each node gets its channel there (graft-nri on that node); one node's kubelet stops and
+/// starts again; `down` leaves nothing.
 #[test]
 fn multi_node_testbed_runs_graft_on_every_node() -> anyhow::Result<()> {
     let _turn = graft_integration::cluster::gpu::own_cluster();
@@ -145,6 +146,20 @@ fn multi_node_testbed_runs_graft_on_every_node() -> anyhow::Result<()> {
             "{name}'s container is not on {node}'s containerd"
         );
     }
+
+    // One node's kubelet stopped and started again: the API server reaches it (the node
+    // proxy to its kubelet's healthz) only while it runs.
+    let node = &mc.nodes[2];
+    let healthz = format!("/api/v1/nodes/{node}/proxy/healthz");
+    mc.stop_kubelet(node)?;
+    ensure!(
+        c.kubectl(&["get", "--raw", &healthz]).is_err(),
+        "{node}'s kubelet still answers after stop-kubelet"
+    );
+    mc.start_kubelet(node)?;
+    wait_until(&format!("{node}'s kubelet never answered again"), || {
+        Ok(c.kubectl(&["get", "--raw", &healthz]).is_ok())
+    })?;
 
     let left = mc.down()?;
     ensure!(left.is_empty(), "down left behind: {left:?}");
