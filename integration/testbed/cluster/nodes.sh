@@ -13,8 +13,8 @@
 #     (containerd pins pod network namespaces there), /run/containerd (runc's state) and
 #     $D/fake-nvidia (each node's own fake NVIDIA node at the one driver root the chart
 #     names). Those mounts exist only in that namespace: they go with its last process;
-#   - a cgroup root /graft-node-<i> in every cgroup v1 hierarchy (kubelet `cgroupRoot`), so
-#     that the kubelets' QoS cgroups (<root>/kubepods) stay apart.
+#   - a cgroup root /graft-node-<i> (in every hierarchy on cgroup v1; kubelet `cgroupRoot`),
+#     so that the kubelets' QoS cgroups (<root>/kubepods) stay apart.
 # containerd's socket is $R/n<i>/containerd.sock (a path socket: reachable from the host).
 # `down` kills the node's processes (the namespaces' last holders), deletes the netns (and
 # with it the veth pair), the bridge, the cgroups and what `up` created.
@@ -51,9 +51,15 @@ node_stop() { # i, name
   fi
   rm -f "$(node_dir "$1")/run/$2.pid"
 }
-node_cgroups() { # i: the node's cgroup root in each hierarchy (runc makes it in all)
+node_cgroups() { # i: the node's cgroup root, in each v1 hierarchy (runc makes it in all)
   local h
-  for h in /sys/fs/cgroup/*/; do echo "${h}graft-node-$1"; done
+  if [ "$(stat -fc %T /sys/fs/cgroup)" = cgroup2fs ]; then
+    echo "/sys/fs/cgroup/graft-node-$1"
+    return
+  fi
+  for h in /sys/fs/cgroup/*/; do
+    if mountpoint -q "$h"; then echo "${h}graft-node-$1"; fi
+  done
 }
 
 # The host side: bridge, netns, veth, cgroups, the namespace holder.
