@@ -144,6 +144,12 @@ impl MultiCluster {
             .stderr(std::process::Stdio::null()))
     }
 
+    /// The network namespace of extra node `node` (`ip netns` name); `None` for the first.
+    pub fn netns(&self, node: &str) -> Option<String> {
+        node.strip_prefix("graft-node-")
+            .map(|i| format!("graft-n{i}"))
+    }
+
     /// Stops extra node `node`'s kubelet (the node goes NotReady after the API server's
     /// grace period).
     pub fn stop_kubelet(&self, node: &str) -> anyhow::Result<()> {

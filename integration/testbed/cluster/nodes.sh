@@ -3,9 +3,9 @@
 # containerd (NRI on) of its own in
 #   - a network namespace `graft-n<i>` (ip netns) with a veth pair into the host bridge
 #     `graftnodes` (10.201.0.1/24; the node is 10.201.0.<i>). Nothing is routed or
-#     masqueraded: the node reaches the API server on the service IP that the first node put
-#     on the host's loopback (delivered locally, no forwarding), the API server reaches the
-#     node's kubelet over the bridge;
+#     masqueraded: the node's one route beyond the bridge is to the service IP that the
+#     first node put on the host's loopback (the API server, delivered locally), and the
+#     API server reaches the node's kubelet over the bridge;
 #   - a mount namespace (unshare --mount, private) held by a `sleep` process, in which the
 #     places graft's DaemonSet and the kubelet use at fixed paths are bind mounts of the
 #     node's own directories under $D/nodes/<i>: /var/lib/kubelet, /var/lib/graft, /run/nri,
@@ -76,7 +76,9 @@ node_up_ns() { # i
     ip -n "$ns" link set "gn${i}p" name eth0
     ip -n "$ns" addr add "$NODES_NET.$i/24" dev eth0
     ip -n "$ns" link set eth0 up
-    ip -n "$ns" route add default via "$NODES_NET.1"
+    # No default route: the node reaches the bridge's subnet and the API server's service
+    # IP on the host, nothing beyond (the host may forward what it is sent).
+    ip -n "$ns" route add "${SERVICE_IP%/*}/32" via "$NODES_NET.1"
   fi
   for c in $(node_cgroups "$i"); do
     [ -d "$c" ] && continue

@@ -79,6 +79,17 @@ fn multi_node_testbed_runs_graft_on_every_node() -> anyhow::Result<()> {
         );
     }
 
+    // An extra node reaches the bridge and the API server, nothing beyond.
+    let ns = mc.netns(&mc.nodes[1]).context("node 2 has no netns")?;
+    let out = std::process::Command::new("ip")
+        .args(["-n", &ns, "route", "get", "198.51.100.1"])
+        .output()?;
+    ensure!(
+        !out.status.success(),
+        "{ns} has a route out: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+
     mc.deploy_gpu(&[
         Some((FABRIC_UUID, CLIQUE_A)),
         Some((FABRIC_UUID, CLIQUE_A)),
