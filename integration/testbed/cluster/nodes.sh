@@ -3,9 +3,10 @@
 # containerd (NRI on) of its own in
 #   - a network namespace `graft-n<i>` (ip netns) with a veth pair into the host bridge
 #     `graftnodes` (10.201.0.1/24; the node is 10.201.0.<i>). Nothing is routed or
-#     masqueraded: the node's one route beyond the bridge is to the service IP that the
-#     first node put on the host's loopback (the API server, delivered locally), and the
-#     API server reaches the node's kubelet over the bridge;
+#     masqueraded: the node's only routes beyond the bridge are to the service IP that the
+#     first node put on the host's loopback (the API server) and to the first node's
+#     InternalIP, both delivered locally on the host; the host (API server, the first
+#     node's pods) reaches the node over the bridge;
 #   - a mount namespace (unshare --mount, private) held by a `sleep` process, in which the
 #     places graft's DaemonSet and the kubelet use at fixed paths are bind mounts of the
 #     node's own directories under $D/nodes/<i>: /var/lib/kubelet, /var/lib/graft, /run/nri,
@@ -79,6 +80,10 @@ node_up_ns() { # i
     # No default route: the node reaches the bridge's subnet and the API server's service
     # IP on the host, nothing beyond (the host may forward what it is sent).
     ip -n "$ns" route add "${SERVICE_IP%/*}/32" via "$NODES_NET.1"
+    # The first node's address too (its hostNetwork pods listen there): local on the host.
+    if [ -n "${FIRST_NODE_IP:-}" ]; then
+      ip -n "$ns" route add "$FIRST_NODE_IP/32" via "$NODES_NET.1"
+    fi
   fi
   for c in $(node_cgroups "$i"); do
     [ -d "$c" ] && continue
@@ -153,6 +158,8 @@ nodes_up() {
     ip addr add "$NODES_NET.1/24" dev "$NODES_BRIDGE"
     ip link set "$NODES_BRIDGE" up
   fi
+  FIRST_NODE_IP=$(kc get node "$NODE" \
+    -o jsonpath='{.status.addresses[?(@.type=="InternalIP")].address}' 2>/dev/null || true)
   for i in $(seq 2 "$n"); do node_up "$i"; done
   for i in $(seq 2 "$n"); do
     wait_for "node graft-node-$i Ready" 180 sh -c \

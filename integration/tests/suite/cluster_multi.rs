@@ -89,6 +89,23 @@ fn multi_node_testbed_runs_graft_on_every_node() -> anyhow::Result<()> {
         "{ns} has a route out: {}",
         String::from_utf8_lossy(&out.stdout)
     );
+    let first_ip = c.kubectl(&[
+        "get",
+        "node",
+        &mc.nodes[0],
+        "-o",
+        "jsonpath={.status.addresses[?(@.type==\"InternalIP\")].address}",
+    ])?;
+    // ... and the first node's address (the API server listens on every address).
+    let to_first = std::process::Command::new("ip")
+        .args(["netns", "exec", &ns, "bash", "-c"])
+        .arg(format!("exec 3<>/dev/tcp/{}/443", first_ip.trim()))
+        .output()?;
+    ensure!(
+        to_first.status.success(),
+        "{ns} cannot connect to the first node at {first_ip}: {}",
+        String::from_utf8_lossy(&to_first.stderr)
+    );
 
     mc.deploy_gpu(&[
         Some((FABRIC_UUID, CLIQUE_A)),
