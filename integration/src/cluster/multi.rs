@@ -105,11 +105,24 @@ impl MultiCluster {
     /// after putting node `i`'s GPUs in fabric `fabrics[i]` (cluster UUID as 32 hex digits,
     /// clique id; `None`: no fabric); returns once every node has published its GPUs.
     pub fn deploy_gpu(&self, fabrics: &[Option<(&str, u32)>]) -> anyhow::Result<()> {
+        self.deploy_gpu_with(fabrics, &GpuValues::default())
+    }
+
+    /// [`MultiCluster::deploy_gpu`] with the chart values `values` (more `--set`s in its
+    /// `helm`).
+    pub fn deploy_gpu_with(
+        &self,
+        fabrics: &[Option<(&str, u32)>],
+        values: &GpuValues,
+    ) -> anyhow::Result<()> {
+        if fabrics.len() != self.fakes.len() {
+            bail!("{} fabrics for {} nodes", fabrics.len(), self.fakes.len());
+        }
         for (fake, fabric) in self.fakes.iter().zip(fabrics) {
             fake.set_fabric(*fabric)?;
         }
         self.cluster
-            .deploy_graft_gpu_values(Path::new(FAKE_DIR), &GpuValues::default())?;
+            .deploy_graft_gpu_values(Path::new(FAKE_DIR), values)?;
         for node in &self.nodes {
             super::wait_until(&format!("{node} published no GPU"), || {
                 Ok(self.slices(node)?.contains("\"gpu-"))
