@@ -56,18 +56,19 @@ impl MultiCluster {
         run(Command::new("bash")
             .arg(scripts.join("cluster.sh"))
             .arg("down"))?;
-        run(Command::new("bash")
-            .arg(scripts.join("cluster.sh"))
-            .arg("up")
-            .env("GRAFT_CLUSTER_NODES", nodes.to_string()))?;
+        // Made before `up`, so that its Drop takes down what a failed `up` left running.
         let cluster = Cluster {
             kubectl: tb.k8s.join("kubectl"),
             helm: tb.helm.clone(),
             crictl: tb.crictl.clone(),
             kubeconfig: PathBuf::from(format!("{CLUSTER_DIR}/admin.kubeconfig")),
             endpoint: format!("unix://{RUN_DIR}/containerd.sock"),
-            scripts,
+            scripts: scripts.clone(),
         };
+        run(Command::new("bash")
+            .arg(scripts.join("cluster.sh"))
+            .arg("up")
+            .env("GRAFT_CLUSTER_NODES", nodes.to_string()))?;
         let names = std::iter::once(FIRST_NODE.to_string())
             .chain((2..=nodes).map(|i| format!("graft-node-{i}")))
             .collect();
