@@ -210,10 +210,19 @@ impl MultiCluster {
                 left.push(format!("mount {point}"));
             }
         }
-        for (what, pid) in pids {
-            if Path::new(&format!("/proc/{pid}")).exists() {
-                left.push(format!("process {what} ({pid})"));
+        // A killed process may take a moment to go on a loaded host; a pid reused since by
+        // someone else's process (another comm) is not ours.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        let mut alive: Vec<_> = pids;
+        loop {
+            alive.retain(|(comm, _, pid)| still_running(pid, comm));
+            if alive.is_empty() || std::time::Instant::now() > deadline {
+                break;
             }
+            std::thread::sleep(std::time::Duration::from_millis(200));
+        }
+        for (comm, node, pid) in alive {
+            left.push(format!("process {comm} of node {node} ({pid})"));
         }
         for h in std::fs::read_dir("/sys/fs/cgroup")? {
             let h = h?.path();
@@ -233,8 +242,19 @@ impl MultiCluster {
     }
 }
 
-/// The extra nodes' processes, from their pid files: (what, pid).
-fn node_pids() -> Vec<(String, String)> {
+/// Whether process `pid` runs (not a zombie) under the name `comm`.
+fn still_running(pid: &str, comm: &str) -> bool {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // "pid (comm) state ...": comm may hold spaces, so split at the last ')'.
+    let Some((head, rest)) = stat.rsplit_once(')') else {
+        return false;
+    };
+    let name = head.split_once('(').map(|(_, n)| n).unwrap_or("");
+    name == comm && !rest.trim_start().starts_with('Z')
+}
+
+/// The extra nodes' processes, from their pid files: (comm, node, pid).
+fn node_pids() -> Vec<(String, String, String)> {
     let mut pids = Vec::new();
     let Ok(nodes) = std::fs::read_dir(format!("{CLUSTER_DIR}/nodes")) else {
         return pids;
@@ -248,7 +268,7 @@ fn node_pids() -> Vec<(String, String)> {
             if let Some(what) = name.strip_suffix(".pid") {
                 if let Ok(pid) = std::fs::read_to_string(f.path()) {
                     let node = node.file_name().to_string_lossy().into_owned();
-                    pids.push((format!("{what} of node {node}"), pid.trim().to_string()));
+                    pids.push((what.to_string(), node, pid.trim().to_string()));
                 }
             }
         }

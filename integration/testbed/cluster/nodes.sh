@@ -17,13 +17,13 @@
 #   - a cgroup root /graft-node-<i> (in every hierarchy on cgroup v1; kubelet `cgroupRoot`),
 #     so that the kubelets' QoS cgroups (<root>/kubepods) stay apart.
 # containerd's socket is $R/n<i>/containerd.sock (a path socket: reachable from the host).
-# `down` kills the node's processes (the namespaces' last holders), deletes the netns (and
-# with it the veth pair), the bridge, the cgroups and what `up` created.
+# `down` kills the node's processes (the namespaces' last holders), deletes the veth pair,
+# the netns, the bridge, the cgroups and what `up` created.
 # shellcheck shell=bash
 
 NODES_NET=10.201.0
 NODES_BRIDGE=graftnodes
-# What each extra node gets its own copy of (created on the host as empty mount points).
+# What each extra node gets its own copy of (mount points, made on the host where missing).
 NODE_MOUNTS=(/var/lib/kubelet /var/lib/graft /run/nri /var/lib/graft-files /var/log/pods
              /var/log/containers /var/lib/cni /run/netns /run/containerd "$D/fake-nvidia")
 
@@ -49,6 +49,8 @@ node_stop() { # i, name
     kill "$p" 2>/dev/null || true
     for _ in $(seq 50); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
     kill -9 "$p" 2>/dev/null || true
+    # A loaded host takes a moment to end it: gone before what needs it gone goes on.
+    for _ in $(seq 50); do node_pid "$1" "$2" >/dev/null || break; sleep 0.1; done
   fi
   rm -f "$(node_dir "$1")/run/$2.pid"
 }
