@@ -12,6 +12,7 @@ use serde_json::Value;
 use crate::testbed::Testbed;
 
 pub mod gpu;
+pub mod multi;
 pub mod workloads;
 
 /// How long the waits of these tests last.

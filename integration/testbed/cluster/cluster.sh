@@ -8,6 +8,12 @@
 #   cluster.sh env     print the KUBECONFIG and CONTAINER_RUNTIME_ENDPOINT to export
 #   cluster.sh status  exit 0 when any part of the cluster is running
 #   cluster.sh restart kubelet|containerd   stop one component and bring the cluster up again
+#   cluster.sh node NAME stop-kubelet|start-kubelet   (multi-node) one extra node's kubelet
+#
+# GRAFT_CLUSTER_NODES=N (N >= 2) at `up` makes a multi-node testbed: this node as below, plus
+# nodes graft-node-2..N, each a kubelet and a containerd in network and mount namespaces of
+# its own (nodes.sh says how). Unset or 1: the single node only. `down` removes the extra
+# nodes whatever the variable says.
 #
 # Logs and configuration live under $GRAFT_CLUSTER_DIR (default /var/lib/graft-cluster);
 # sockets under /run/graft-cluster. The kubelet uses the standard /var/lib/kubelet and
@@ -223,6 +229,11 @@ KL
     "kubectl --kubeconfig '$D/admin.kubeconfig' get node '$NODE' -o jsonpath='{.status.conditions[?(@.type==\"Ready\")].status}' | grep -qx True"
   wait_for "the default service account" 60 kc get serviceaccount default -n default
   log "node $NODE is Ready; KUBECONFIG=$D/admin.kubeconfig"
+  if [ "${GRAFT_CLUSTER_NODES:-1}" != 1 ]; then
+    # shellcheck source=nodes.sh
+    source "$here/nodes.sh"
+    nodes_up
+  fi
 }
 
 down() {
@@ -231,6 +242,11 @@ down() {
   # Pods first, so that their containers do not outlive the runtime.
   if running kubelet; then
     kc delete pods --all -A --grace-period=0 --force >/dev/null 2>&1 || true
+  fi
+  if [ -d "$D/nodes" ]; then
+    # shellcheck source=nodes.sh
+    source "$here/nodes.sh"
+    nodes_down
   fi
   for c in kubelet kube-scheduler kube-controller-manager kube-apiserver etcd; do stop "$c"; done
   if [ -S "$R/containerd.sock" ] && running containerd; then
@@ -272,6 +288,10 @@ case "${1:-}" in
       kubelet|containerd) stop "$2"; up ;;
       *) echo "usage: $0 restart kubelet|containerd" >&2; exit 2 ;;
     esac ;;
+  node)
+    # shellcheck source=nodes.sh
+    source "$here/nodes.sh"
+    node_cmd "${2:-}" "${3:-}" ;;
   env) echo "export KUBECONFIG=$D/admin.kubeconfig CONTAINER_RUNTIME_ENDPOINT=unix://$R/containerd.sock" ;;
   status)
     for c in etcd kube-apiserver kube-controller-manager kube-scheduler containerd kubelet; do

@@ -34,6 +34,10 @@ tar="$D/graft-image.tar"
 case "$bin" in */release) hook=$(bash "$top/hooks/build-static.sh" --release) ;; *) hook=$(bash "$top/hooks/build-static.sh") ;; esac
 HOOK_BIN=$hook bash "$top/deploy/image/build.sh" "$bin" "$tar" "$IMAGE" >/dev/null
 ctr -a /run/graft-cluster/containerd.sock -n k8s.io images import "$tar" >/dev/null 2>&1
+# A multi-node testbed's other nodes (cluster.sh, GRAFT_CLUSTER_NODES) have a containerd each.
+for sock in /run/graft-cluster/n*/containerd.sock; do
+  if [ -S "$sock" ]; then ctr -a "$sock" -n k8s.io images import "$tar" >/dev/null 2>&1; fi
+done
 chart=$top/deploy/helm/graft
 # The testbed serves the MutatingAdmissionPolicy API and runs NRI's default validator.
 values=(--set image.repository="${IMAGE%:*}" --set image.tag="${IMAGE##*:}"

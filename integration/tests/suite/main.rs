@@ -1,14 +1,15 @@
 //! graft's integration and end-to-end tests, one test binary (a clean build links kube,
 //! tonic and the testbed harness once). Each module is one suite; run one with a filter,
-//! e.g. `cargo test -p graft-integration --test suite cluster_gpu::`.
+//! e.g. `cargo test -p graft-integration --test suite -- cluster_gpu::`.
 //!
 //! The suites run in one process, so what they share is shared on purpose:
 //! - the testbed cluster (one per host): cluster tests take turns through
-//!   `graft_integration::cluster::gpu`'s bed lock ([`cluster_e2e`] takes the bed down
-//!   for its own cluster);
+//!   `graft_integration::cluster::gpu`'s bed lock ([`cluster_e2e`] and [`cluster_multi`]
+//!   take the bed down for their own cluster);
 //! - the API server of the driver suites (`apiserver::shared`), in which each suite uses
 //!   its own node and namespace names; [`hostile_chart`] installs cluster-wide admission
-//!   policies, so it has an API server of its own (`apiserver::named`).
+//!   policies, so it has an API server of its own (`apiserver::named`), as do
+//!   [`compute_domain_api`] and [`imex_daemon`] (CRDs and cluster-wide RBAC).
 //!
 //! Needs root, the testbed and the workspace binaries; README's test command provides them.
 
@@ -16,6 +17,7 @@ mod common;
 
 mod cluster_e2e;
 mod cluster_gpu;
+mod cluster_multi;
 mod compute_domain_api;
 mod driver_apiserver;
 mod driver_deadline;
