@@ -310,10 +310,12 @@ fn tenancies_are_one_namespace_at_a_time_and_hold_their_limits() {
     }
 
     // A tenant's /dev/shm is the tenancy's tmpfs: full at its size, nothing on the host.
+    // The secret goes in first: what the filled tmpfs frees on unlink is not this test's
+    // point, and under load it was once not free again at once.
+    std::fs::write(t1.shm().join("secret"), "a's").unwrap();
     let big = std::fs::write(t1.shm().join("big"), vec![0u8; 2 * SHM as usize]);
     assert!(big.is_err(), "wrote past the tmpfs size");
     std::fs::remove_file(t1.shm().join("big")).unwrap();
-    std::fs::write(t1.shm().join("secret"), "a's").unwrap();
 
     // A tenant plants a symlink and a FIFO, then quits the daemon: graft-mps starts it
     // again on an emptied pipe directory; what the links point at is untouched.
