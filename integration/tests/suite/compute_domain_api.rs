@@ -8,7 +8,7 @@
 //!
 //! Needs the testbed (`integration/testbed/setup.sh`).
 
-mod chart;
+pub(crate) mod chart;
 mod harness;
 mod lease;
 

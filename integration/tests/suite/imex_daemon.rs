@@ -27,6 +27,8 @@ use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use serde_json::json;
 
+use crate::compute_domain_api::chart::{apply_rendered, can_i};
+
 const CLUSTER: &str = "5d0c9e2f3a4b4c5d8e6f00112233ccdd";
 const CLIQUE: &str = "5d0c9e2f-3a4b-4c5d-8e6f-00112233ccdd.1";
 const OTHER_CLIQUE: &str = "5d0c9e2f-3a4b-4c5d-8e6f-00112233ccdd.2";
@@ -339,23 +341,8 @@ async fn chart_lets_the_daemons_read_domains_and_nothing_more() -> anyhow::Resul
     ] {
         assert!(controller.contains(arg), "{arg} not in:\n{controller}");
     }
-    let dir = tempfile::tempdir()?;
-    let file = dir.path().join("imexd.yaml");
-    std::fs::write(&file, rendered)?;
-    let _ = cp.kubectl(&["create", "namespace", "graft-system"]);
-    cp.kubectl(&[
-        "apply",
-        "--server-side",
-        "--force-conflicts",
-        "-f",
-        &file.to_string_lossy(),
-    ])?;
-    let sa = "--as=system:serviceaccount:graft-system:graft-imex-daemon";
-    let can = |args: &[&str]| -> bool {
-        let mut a = vec!["auth", "can-i", sa];
-        a.extend_from_slice(args);
-        cp.kubectl(&a).is_ok_and(|o| o.trim() == "yes")
-    };
+    apply_rendered(cp, &rendered)?;
+    let can = |args: &[&str]| can_i(cp, "graft-imex-daemon", args);
     // What graft-imex-daemon's watch of its one domain needs, in any namespace...
     for call in [
         &["watch", "computedomains.resource.graft.dev", "-n", "x"][..],

@@ -2,7 +2,33 @@
 
 use anyhow::ensure;
 
+use graft_integration::apiserver::ControlPlane;
+
 use super::harness::{self, client};
+
+/// Applies chart objects rendered by `helm template` (graft's namespace made first).
+pub(crate) fn apply_rendered(cp: &ControlPlane, rendered: &str) -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let file = dir.path().join("rendered.yaml");
+    std::fs::write(&file, rendered)?;
+    let _ = cp.kubectl(&["create", "namespace", "graft-system"]);
+    cp.kubectl(&[
+        "apply",
+        "--server-side",
+        "--force-conflicts",
+        "-f",
+        &file.to_string_lossy(),
+    ])?;
+    Ok(())
+}
+
+/// Whether graft's ServiceAccount `sa` may make the call `args` (`kubectl auth can-i`).
+pub(crate) fn can_i(cp: &ControlPlane, sa: &str, args: &[&str]) -> bool {
+    let as_sa = format!("--as=system:serviceaccount:graft-system:{sa}");
+    let mut a = vec!["auth", "can-i", as_sa.as_str()];
+    a.extend_from_slice(args);
+    cp.kubectl(&a).is_ok_and(|o| o.trim() == "yes")
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn chart_installs_the_controller_with_only_what_it_needs() -> anyhow::Result<()> {
@@ -21,23 +47,8 @@ async fn chart_installs_the_controller_with_only_what_it_needs() -> anyhow::Resu
         tb.render_chart(&[])?.find("ComputeDomain").is_none(),
         "on by default"
     );
-    let dir = tempfile::tempdir()?;
-    let file = dir.path().join("cd.yaml");
-    std::fs::write(&file, rendered)?;
-    let _ = cp.kubectl(&["create", "namespace", "graft-system"]);
-    cp.kubectl(&[
-        "apply",
-        "--server-side",
-        "--force-conflicts",
-        "-f",
-        &file.to_string_lossy(),
-    ])?;
-    let sa = "--as=system:serviceaccount:graft-system:graft-compute-domain-controller";
-    let can = |args: &[&str]| -> bool {
-        let mut a = vec!["auth", "can-i", sa];
-        a.extend_from_slice(args);
-        cp.kubectl(&a).is_ok_and(|o| o.trim() == "yes")
-    };
+    apply_rendered(cp, &rendered)?;
+    let can = |args: &[&str]| can_i(cp, "graft-compute-domain-controller", args);
     // Every call the controller makes...
     for call in [
         &["watch", "computedomains.resource.graft.dev", "-A"][..],
