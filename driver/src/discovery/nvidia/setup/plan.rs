@@ -100,6 +100,9 @@ impl DeviceSetup for NvidiaSetup {
         config: Option<&DeviceConfig>,
         alloc: &Allocated,
     ) -> Result<Option<Setup>, SetupError> {
+        if let Some(cd) = config.and_then(|c| c.family.nvidia.compute_domain.as_ref()) {
+            return super::domain::plan(device, cd);
+        }
         let sharing = config.and_then(|c| c.family.nvidia.sharing.as_ref());
         let id = Identity::of(device);
         let pci = id.pci_bus_id.clone();
@@ -160,6 +163,7 @@ impl DeviceSetup for NvidiaSetup {
                 Some(share) => self.mps_manager()?.open_share(&share).map(Some),
                 None => Ok(None),
             },
+            Setup::ComputeDomain { .. } => self.join_domain(setup).map(|()| None),
         }
     }
 
@@ -177,6 +181,8 @@ impl DeviceSetup for NvidiaSetup {
                 Some(share) => self.mps_manager()?.close_share(&share),
                 None => Ok(()),
             },
+            // The label stays for the domain's other claims here; the controller removes it.
+            Setup::ComputeDomain { .. } => Ok(()),
         }
     }
 }
@@ -239,6 +245,7 @@ mod tests {
             rescan: Box::new(|| {}),
             mig: None,
             mps: None,
+            domains: Default::default(),
         }
     }
 
