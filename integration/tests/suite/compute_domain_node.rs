@@ -3,7 +3,8 @@
 //! places; a workload channel's prepare labels its node for the domain and is refused
 //! (the kubelet retries) until the domain's status lists the node Ready; a claim of another
 //! namespace cannot join the domain; a domain made again under the same name is not the
-//! claim's; a ComputeDomain configuration on the wrong device is refused by name. The test
+//! claim's; a ComputeDomain configuration on the wrong device, or a daemon place without
+//! a daemon's configuration, is refused by name. The test
 //! plays the controller: it writes the domain's status itself.
 
 use std::path::Path;
@@ -233,6 +234,20 @@ async fn a_domain_channel_waits_for_the_domain_on_its_node() -> anyhow::Result<(
     .await?;
     let e = prepare(&dra, &[&wrong]).await?[&uid(&wrong)].error.clone();
     ensure!(e.contains("imex-channel devices only"), "{e}");
+
+    // A daemon place without a domain's daemon configuration: refused.
+    let squat = allocated_claim(
+        &c,
+        "team-b",
+        "squat",
+        NODE,
+        &[("d", "imex-daemon-1")],
+        json!([]),
+        &[&q],
+    )
+    .await?;
+    let e = prepare(&dra, &[&squat]).await?[&uid(&squat)].error.clone();
+    ensure!(e.contains("ComputeDomainDaemonConfig"), "{e}");
 
     // Unprepared: the record goes; the label stays for the controller to remove.
     let r = unprepare(&dra, &[claim_msg(&claim)]).await?;

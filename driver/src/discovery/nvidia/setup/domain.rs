@@ -93,5 +93,14 @@ mod tests {
         assert!(e.to_string().contains("imex-channel devices only"), "{e}");
         let daemon = Device::new("imex-daemon-0", Kind::ImexDaemon);
         assert!(plan(&daemon, &channel_cfg()).is_err());
+        let daemon_cfg = DomainConfig::parse(
+            crate::discovery::nvidia::domain::config::DAEMON_KIND,
+            &serde_json::json!({"apiVersion": "graft.dev/v1alpha1", "kind": "ComputeDomainDaemonConfig",
+                "domainID": "u-1", "domainName": "train", "domainNamespace": "team-a",
+                "cliqueID": "c.1", "numNodes": 2}),
+        )
+        .unwrap();
+        assert_eq!(plan(&daemon, &daemon_cfg).unwrap(), None);
+        assert!(plan(&ch, &daemon_cfg).is_err());
     }
 }

@@ -137,6 +137,11 @@ impl DeviceSetup for NvidiaSetup {
                 }
             },
             (Kind::ImexChannel, _, Some(_)) => refuse("an IMEX channel cannot be time-sliced"),
+            // Only a domain's daemon claim may hold one (its config returned above).
+            (Kind::ImexDaemon, _, _) => refuse(
+                "an imex-daemon place is for a ComputeDomain's IMEX daemon, whose claim carries \
+                 a ComputeDomainDaemonConfig",
+            ),
             // A char device with sharing: refused by prepare, which says why.
             _ => Ok(None),
         }
