@@ -1,6 +1,6 @@
 //! graft-driver's side of a ComputeDomain, against a real kube-apiserver with the CRD, on a
 //! fake NVIDIA node in a fabric clique: it publishes IMEX channels and as many imex-daemon
-//! places; a workload channel's prepare labels its node for the domain and is refused
+//! places, and labels its node with the clique; a workload channel's prepare labels its node for the domain and is refused
 //! (the kubelet retries) until the domain's status lists the node Ready; a claim of another
 //! namespace cannot join the domain; a domain made again under the same name is not the
 //! claim's; a ComputeDomain configuration on the wrong device, or a daemon place without
@@ -106,6 +106,16 @@ async fn a_domain_channel_waits_for_the_domain_on_its_node() -> anyhow::Result<(
             ],
         "{names:?}"
     );
+
+    // The node carries its clique as a label.
+    let nodes: Api<Node> = Api::all(c.clone());
+    wait_for("the node's clique label", async || {
+        let labels = nodes.get(NODE).await?.metadata.labels.unwrap_or_default();
+        Ok(labels
+            .get("resource.graft.dev/clique")
+            .is_some_and(|v| v.ends_with(".3")))
+    })
+    .await?;
 
     for ns in ["team-a", "team-b"] {
         namespace(&c, ns).await?;

@@ -298,6 +298,14 @@ impl Backend for NvidiaBackend {
                 timeout: Duration::from_secs(10),
             }));
         }
+        daemon.spawn(
+            "clique-label",
+            super::domain::clique_label::run(
+                running.client.clone(),
+                self.node.node_name.clone(),
+                running.inventory.clone(),
+            ),
+        );
         // Device health: NVML events for GPUs. Without NVML at start nothing runs (the
         // restart once NVML appears starts it).
         let Some(lib) = self.nvml.clone() else {

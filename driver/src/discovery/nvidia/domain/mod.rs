@@ -3,6 +3,7 @@
 //! workload channel passes at prepare ([`gate`]): the node labelled for the domain, the
 //! domain Ready here. The domain's objects and its IMEX daemons are the controller's.
 
+pub mod clique_label;
 pub mod config;
 pub mod gate;
 
