@@ -70,6 +70,7 @@ async fn a_domain_channel_waits_for_the_domain_on_its_node() -> anyhow::Result<(
         arg(&hook_source),
         "--nvidia-imex-channels".into(),
         "2".into(),
+        "--nvidia-clique-label".into(),
     ];
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let cp = apiserver::named("compute_domain_node")?;

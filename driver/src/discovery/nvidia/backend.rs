@@ -59,6 +59,10 @@ pub struct NvidiaFlags {
     /// IMEX channels offered when the node's GPUs are in an NVLink fabric clique.
     #[arg(long, env = "GRAFT_NVIDIA_IMEX_CHANNELS", default_value_t = 1)]
     pub nvidia_imex_channels: u32,
+    /// Label the node with its NVLink clique (`resource.graft.dev/clique`); needs the right
+    /// to patch its Node, which the chart grants with ComputeDomains on.
+    #[arg(long, env = "GRAFT_NVIDIA_CLIQUE_LABEL")]
+    pub nvidia_clique_label: bool,
     /// Offer GPUs for VFIO passthrough (rebound to vfio-pci while prepared).
     #[arg(long, env = "GRAFT_NVIDIA_PASSTHROUGH")]
     pub nvidia_passthrough: bool,
@@ -298,14 +302,16 @@ impl Backend for NvidiaBackend {
                 timeout: Duration::from_secs(10),
             }));
         }
-        daemon.spawn(
-            "clique-label",
-            super::domain::clique_label::run(
-                running.client.clone(),
-                self.node.node_name.clone(),
-                running.inventory.clone(),
-            ),
-        );
+        if self.flags.nvidia_clique_label {
+            daemon.spawn(
+                "clique-label",
+                super::domain::clique_label::run(
+                    running.client.clone(),
+                    self.node.node_name.clone(),
+                    running.inventory.clone(),
+                ),
+            );
+        }
         // Device health: NVML events for GPUs. Without NVML at start nothing runs (the
         // restart once NVML appears starts it).
         let Some(lib) = self.nvml.clone() else {

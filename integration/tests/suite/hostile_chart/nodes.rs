@@ -270,6 +270,22 @@ fn a_node_only_adds_domain_labels_to_its_own_node() -> anyhow::Result<()> {
             "{NODE_A}'s labels: {:?}",
             after.metadata.labels
         );
+        // Its clique label: set, changed and removed as its scans find the clique.
+        for v in [json!("u1.3"), json!("u1.4"), json!(null)] {
+            merge(
+                &nodes,
+                NODE_A,
+                labels(json!({"resource.graft.dev/clique": v})),
+            )
+            .await?;
+        }
+        let r = merge(
+            &nodes,
+            NODE_A,
+            labels(json!({"resource.graft.dev/clique": "u1.3", "app": "x"})),
+        )
+        .await;
+        refused_by(POLICY, r, "the clique label with a second label")?;
         let b: Node = Api::all(cp.client().await?).get(NODE_B).await?;
         ensure!(
             !b.metadata
