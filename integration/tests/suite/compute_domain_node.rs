@@ -266,5 +266,27 @@ async fn a_domain_channel_waits_for_the_domain_on_its_node() -> anyhow::Result<(
     ensure!(dra.record(&uid(&claim))?.is_none());
     let labels = nodes.get(NODE).await?.metadata.labels.unwrap_or_default();
     ensure!(labels.contains_key(&key), "{labels:?}");
+
+    // The domain deleted and made again under its name, Ready here: not the claim's domain.
+    domains.delete("train", &Default::default()).await?;
+    wait_for("the domain gone", async || {
+        Ok(domains.get_opt("train").await?.is_none())
+    })
+    .await?;
+    let again: ComputeDomain = serde_json::from_value(json!({
+        "apiVersion": "resource.graft.dev/v1alpha1", "kind": "ComputeDomain",
+        "metadata": {"name": "train", "namespace": "team-a"},
+        "spec": {"numNodes": 1, "channel": {"resourceClaimTemplate": {"name": "train-channel"}}}
+    }))?;
+    domains.create(&PostParams::default(), &again).await?;
+    domains
+        .patch_status(
+            "train",
+            &PatchParams::default(),
+            &Patch::Merge(status(NODE)),
+        )
+        .await?;
+    let e = prepare(&dra, &[&claim]).await?[&uid(&claim)].error.clone();
+    ensure!(e.contains("not the") && e.contains("made again"), "{e}");
     Ok(())
 }
