@@ -32,6 +32,15 @@ fn channel_config(domain: &ComputeDomain, ns: &str) -> serde_json::Value {
             "domainNamespace": ns, "allocationMode": "Single"}}}])
 }
 
+/// The domain `team-a/train` of one node, as its user writes it.
+fn train() -> anyhow::Result<ComputeDomain> {
+    Ok(serde_json::from_value(json!({
+        "apiVersion": "resource.graft.dev/v1alpha1", "kind": "ComputeDomain",
+        "metadata": {"name": "train", "namespace": "team-a"},
+        "spec": {"numNodes": 1, "channel": {"resourceClaimTemplate": {"name": "train-channel"}}}
+    }))?)
+}
+
 async fn wait_for(
     what: &str,
     mut f: impl AsyncFnMut() -> anyhow::Result<bool>,
@@ -122,12 +131,7 @@ async fn a_domain_channel_waits_for_the_domain_on_its_node() -> anyhow::Result<(
         namespace(&c, ns).await?;
     }
     let domains: Api<ComputeDomain> = Api::namespaced(c.clone(), "team-a");
-    let cd: ComputeDomain = serde_json::from_value(json!({
-        "apiVersion": "resource.graft.dev/v1alpha1", "kind": "ComputeDomain",
-        "metadata": {"name": "train", "namespace": "team-a"},
-        "spec": {"numNodes": 1, "channel": {"resourceClaimTemplate": {"name": "train-channel"}}}
-    }))?;
-    let cd = domains.create(&PostParams::default(), &cd).await?;
+    let cd = domains.create(&PostParams::default(), &train()?).await?;
     let p = pod(
         &c,
         "team-a",
@@ -273,12 +277,7 @@ async fn a_domain_channel_waits_for_the_domain_on_its_node() -> anyhow::Result<(
         Ok(domains.get_opt("train").await?.is_none())
     })
     .await?;
-    let again: ComputeDomain = serde_json::from_value(json!({
-        "apiVersion": "resource.graft.dev/v1alpha1", "kind": "ComputeDomain",
-        "metadata": {"name": "train", "namespace": "team-a"},
-        "spec": {"numNodes": 1, "channel": {"resourceClaimTemplate": {"name": "train-channel"}}}
-    }))?;
-    domains.create(&PostParams::default(), &again).await?;
+    domains.create(&PostParams::default(), &train()?).await?;
     domains
         .patch_status(
             "train",
