@@ -129,6 +129,7 @@ pub async fn run(
             .with_events(events.clone())
             .with_metrics(metrics.clone()),
     );
+    let (nri_outage_tx, nri_outage) = tokio::sync::watch::channel(None);
     daemon.spawn(
         "nri-events",
         graft_driver::events::nri::run(
@@ -137,6 +138,7 @@ pub async fn run(
             args.state_dir.clone(),
             boot_id.clone(),
             Duration::from_secs(args.nri_event_grace_seconds),
+            nri_outage_tx,
         ),
     );
     daemon.spawn(
@@ -183,6 +185,7 @@ pub async fn run(
         started,
     )
     .with_health(health_rx.clone(), args.health_taint_effect)
+    .with_nri(nri_outage)
     .with_metrics(metrics.clone())
     .with_snapshot(args.state_dir.clone());
     daemon.spawn("publisher", publisher.run(inv_rx.clone()));

@@ -6,7 +6,7 @@
 //! own slices sees anything (the kubelet deletes them at its start and 30 s after the last
 //! driver instance goes away), and periodically.
 
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Node;
@@ -40,6 +40,8 @@ pub struct Publisher {
     /// Device health, published as taints.
     health: Option<watch::Receiver<HealthReport>>,
     fatal: FatalEffect,
+    /// Since when graft-nri has been away past its grace, published as a taint.
+    nri: Option<watch::Receiver<Option<SystemTime>>>,
     /// False once the API server dropped the taints we wrote (its DRADeviceTaints feature
     /// gate is off): from then on slices are compared and written without them, or every
     /// reconcile would rewrite them forever.
@@ -71,6 +73,7 @@ impl Publisher {
             resync: Duration::from_secs(60),
             health: None,
             fatal: FatalEffect::NoSchedule,
+            nri: None,
             taints_kept: true,
             counters_kept: true,
             shared_kept: true,
@@ -114,15 +117,23 @@ impl Publisher {
         self
     }
 
+    /// Taints every device while graft-nri has been away past its grace (`outage`).
+    pub fn with_nri(mut self, outage: watch::Receiver<Option<SystemTime>>) -> Self {
+        self.nri = Some(outage);
+        self
+    }
+
     fn tainting(&self) -> Tainting {
-        match &self.health {
-            Some(h) if self.taints_kept => Tainting {
-                driver: self.driver.clone(),
-                fatal: self.fatal,
-                report: h.borrow().clone(),
-            },
-            _ => Tainting::none(&self.driver),
+        if !self.taints_kept {
+            return Tainting::none(&self.driver);
         }
+        let mut t = Tainting::none(&self.driver);
+        if let Some(h) = &self.health {
+            t.fatal = self.fatal;
+            t.report = h.borrow().clone();
+        }
+        t.nri_outage = self.nri.as_ref().and_then(|n| *n.borrow());
+        t
     }
 
     fn api(&self) -> Api<ResourceSlice> {
@@ -279,6 +290,7 @@ impl Publisher {
     /// Runs until the task is dropped.
     pub async fn run(mut self, mut inventory: watch::Receiver<Vec<Device>>) {
         let mut health = self.health.clone();
+        let mut nri = self.nri.clone();
         let (tx, mut events) = mpsc::channel::<()>(1);
         let api = self.api();
         let cfg = watcher::Config::default().fields(&self.selector());
@@ -334,6 +346,7 @@ impl Publisher {
             tokio::select! {
                 r = inventory.changed() => if r.is_err() { return },
                 Ok(()) = changed(&mut health) => {}
+                Ok(()) = changed(&mut nri) => {}
                 _ = events.recv() => {
                     // Let a burst of events (a wipe deletes several slices) settle.
                     tokio::time::sleep(Duration::from_millis(50)).await;
@@ -345,15 +358,13 @@ impl Publisher {
     }
 }
 
-/// Resolves when the health report changes; never when there is none (or it is gone).
-async fn changed(
-    health: &mut Option<watch::Receiver<HealthReport>>,
-) -> std::result::Result<(), ()> {
-    match health {
+/// Resolves when the watched value changes; never when there is none (or it is gone).
+async fn changed<T>(w: &mut Option<watch::Receiver<T>>) -> std::result::Result<(), ()> {
+    match w {
         Some(h) => match h.changed().await {
             Ok(()) => Ok(()),
             Err(_) => {
-                *health = None;
+                *w = None;
                 Err(())
             }
         },
