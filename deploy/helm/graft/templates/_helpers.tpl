@@ -93,10 +93,16 @@ tolerations:
 {{- end }}
 {{- end }}
 
-{{/* Refusals that need no cluster to decide (helm template has none). */}}
+{{/* Refusals that need no cluster to decide (helm template has none): a class under one of
+the names NVIDIA's device plugin hands GPUs out by (nvidia.com/gpu, nvidia.com/mig-...)
+needs nvidia.allowDevicePluginCoexistence. */}}
 {{- define "graft.guards" -}}
-{{- $gpuName := include "graft.extendedResourceName" (list $ "gpu.graft.dev") -}}
-{{- if and .Values.backends.nvidia (has "gpu.graft.dev" .Values.deviceClasses) (hasPrefix "nvidia.com/" $gpuName) (not .Values.nvidia.allowDevicePluginCoexistence) -}}
-{{- fail (printf "extendedResourceNames.gpu.graft.dev is %s, the name NVIDIA's device plugin hands out the same GPUs by: set nvidia.allowDevicePluginCoexistence=true once no device plugin runs on graft's GPU nodes (docs/configuration.md), or leave the name empty" $gpuName) -}}
+{{- if not .Values.nvidia.allowDevicePluginCoexistence -}}
+{{- range $class := .Values.deviceClasses -}}
+{{- $name := include "graft.extendedResourceName" (list $ $class) -}}
+{{- if hasPrefix "nvidia.com/" $name -}}
+{{- fail (printf "extendedResourceNames.%s is %s, a name NVIDIA's device plugin hands out the same GPUs by: set nvidia.allowDevicePluginCoexistence=true once no device plugin runs on graft's GPU nodes (docs/configuration.md), or leave the name empty" $class $name) -}}
+{{- end -}}
+{{- end -}}
 {{- end -}}
 {{- end }}

@@ -326,6 +326,14 @@ fn device_plugin_resource_name_needs_acknowledging() -> anyhow::Result<()> {
         acked.contains("name: GRAFT_HEALTH_INFORMATIONAL_XIDS\n              value: \"13,43\"\n"),
         "{acked}"
     );
+    // A MIG profile's device-plugin name is refused the same way.
+    let mig = [
+        "-f",
+        gpu,
+        "--set",
+        "extendedResourceNames.mig\\.graft\\.dev=nvidia.com/mig-1g.10gb",
+    ];
+    ensure!(tb.render_chart(&mig).is_err());
     // Without GPUs graft maps nothing there: nothing to refuse.
     tb.render_chart(&[
         "--set",
