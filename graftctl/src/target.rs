@@ -123,13 +123,13 @@ pub fn resolve(root: &Path, target: &Target, arg: &str) -> anyhow::Result<Resolv
     let name = match container {
         Some(c) if names.contains(&c.as_str()) => c.as_str(),
         Some(c) => bail!(
-            "{arg:?}: pod {namespace}/{pod} has no container {c:?} that graft injected into; \
+            "container {arg:?}: pod {namespace}/{pod} has no container {c:?} that graft injected into; \
              its containers with graft's devices: {}",
             clean(&names.join(", "))
         ),
         None if names.len() == 1 => names[0],
         None => bail!(
-            "{arg:?}: pod {namespace}/{pod} has {} containers with graft's devices ({}); \
+            "container {arg:?}: pod {namespace}/{pod} has {} containers with graft's devices ({}); \
              name one: {namespace}/{pod}/<container>",
             names.len(),
             clean(&names.join(", "))
