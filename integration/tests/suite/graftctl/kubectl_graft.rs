@@ -67,10 +67,9 @@ fn kubectl_graft(dir: &Path, args: &[&str]) -> anyhow::Result<(i32, String, Stri
 
 #[test]
 fn kubectl_graft_runs_graftctl_in_the_nodes_graft_pod() -> anyhow::Result<()> {
-    let dir = Scratch::new(format!(
-        "/tmp/graft-it-kubectl-graft-{}",
-        std::process::id()
-    ))?;
+    let dir = Scratch::new(
+        std::env::temp_dir().join(format!("graft-it-kubectl-graft-{}", std::process::id())),
+    )?;
     let kubectl = dir.join("kubectl");
     std::fs::write(&kubectl, FAKE_KUBECTL)?;
     std::fs::set_permissions(&kubectl, std::fs::Permissions::from_mode(0o755))?;
