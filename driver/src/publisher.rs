@@ -15,6 +15,7 @@ use kube::api::{Api, DeleteParams, ListParams, PostParams, Preconditions};
 use kube::runtime::{watcher, WatchStreamExt};
 use tokio::sync::{mpsc, watch};
 
+use crate::coexistence::Verdict;
 use crate::error::Result;
 use crate::health::taints::{FatalEffect, Tainting};
 use crate::health::HealthReport;
@@ -42,6 +43,8 @@ pub struct Publisher {
     fatal: FatalEffect,
     /// Since when graft-nri has been away past its grace, published as a taint.
     nri: Option<watch::Receiver<Option<SystemTime>>>,
+    /// Whether a device plugin beside graft makes it withhold its GPUs.
+    coexistence: Option<watch::Receiver<Verdict>>,
     /// False once the API server dropped the taints we wrote (its DRADeviceTaints feature
     /// gate is off): from then on slices are compared and written without them, or every
     /// reconcile would rewrite them forever.
@@ -74,6 +77,7 @@ impl Publisher {
             health: None,
             fatal: FatalEffect::NoSchedule,
             nri: None,
+            coexistence: None,
             taints_kept: true,
             counters_kept: true,
             shared_kept: true,
@@ -120,6 +124,12 @@ impl Publisher {
     /// Taints every device while graft-nri has been away past its grace (`outage`).
     pub fn with_nri(mut self, outage: watch::Receiver<Option<SystemTime>>) -> Self {
         self.nri = Some(outage);
+        self
+    }
+
+    /// Leaves out the devices `verdict` withholds (GPUs beside a device plugin).
+    pub fn with_coexistence(mut self, verdict: watch::Receiver<Verdict>) -> Self {
+        self.coexistence = Some(verdict);
         self
     }
 
@@ -291,6 +301,7 @@ impl Publisher {
     pub async fn run(mut self, mut inventory: watch::Receiver<Vec<Device>>) {
         let mut health = self.health.clone();
         let mut nri = self.nri.clone();
+        let mut coexistence = self.coexistence.clone();
         let (tx, mut events) = mpsc::channel::<()>(1);
         let api = self.api();
         let cfg = watcher::Config::default().fields(&self.selector());
@@ -313,7 +324,11 @@ impl Publisher {
         let mut first = true;
         let mut backoff = Duration::from_millis(200);
         loop {
-            let devices = inventory.borrow_and_update().clone();
+            let mut devices = inventory.borrow_and_update().clone();
+            if let Some(v) = coexistence.as_mut() {
+                let v = v.borrow_and_update().clone();
+                devices.retain(|d| v.publishes(d.kind));
+            }
             let result = self.reconcile(&devices).await;
             drop(devices);
             if let Some(m) = &self.metrics {
@@ -347,6 +362,7 @@ impl Publisher {
                 r = inventory.changed() => if r.is_err() { return },
                 Ok(()) = changed(&mut health) => {}
                 Ok(()) = changed(&mut nri) => {}
+                Ok(()) = changed(&mut coexistence) => {}
                 _ = events.recv() => {
                     // Let a burst of events (a wipe deletes several slices) settle.
                     tokio::time::sleep(Duration::from_millis(50)).await;
