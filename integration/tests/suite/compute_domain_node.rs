@@ -80,6 +80,8 @@ async fn a_domain_channel_waits_for_the_domain_on_its_node() -> anyhow::Result<(
         "--nvidia-imex-channels".into(),
         "2".into(),
         "--nvidia-clique-label".into(),
+        "--nvidia-compute-domain-wait-seconds".into(),
+        "2".into(),
     ];
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let cp = apiserver::named("compute_domain_node")?;

@@ -59,6 +59,15 @@ pub struct NvidiaFlags {
     /// IMEX channels offered when the node's GPUs are in an NVLink fabric clique.
     #[arg(long, env = "GRAFT_NVIDIA_IMEX_CHANNELS", default_value_t = 1)]
     pub nvidia_imex_channels: u32,
+    /// Seconds a ComputeDomain channel's prepare waits for its domain to be Ready on this
+    /// node before it refuses (the kubelet then retries a minute or more later); keep it
+    /// well inside the kubelet's deadline for the call.
+    #[arg(
+        long,
+        env = "GRAFT_NVIDIA_COMPUTE_DOMAIN_WAIT_SECONDS",
+        default_value_t = 25
+    )]
+    pub nvidia_compute_domain_wait_seconds: u64,
     /// Label the node with its NVLink clique (`resource.graft.dev/clique`); needs the right
     /// to patch its Node, which the chart grants with ComputeDomains on.
     #[arg(long, env = "GRAFT_NVIDIA_CLIQUE_LABEL")]
@@ -300,6 +309,7 @@ impl Backend for NvidiaBackend {
                 node: self.node.node_name.clone(),
                 runtime,
                 timeout: Duration::from_secs(10),
+                wait: Duration::from_secs(self.flags.nvidia_compute_domain_wait_seconds),
             }));
         }
         if self.flags.nvidia_clique_label {

@@ -72,8 +72,12 @@ pub struct KubeGate {
     pub node: String,
     /// The runtime the calls run on (prepare runs on a blocking thread).
     pub runtime: tokio::runtime::Handle,
-    /// How long the calls of one prepare may take.
+    /// How long one round of calls may take.
     pub timeout: Duration,
+    /// How long a prepare waits for the domain to turn Ready here before it refuses (the
+    /// kubelet retries a refused prepare only at the pod's next resync, a minute or more
+    /// later, while a domain forms in seconds); within the kubelet's deadline for the call.
+    pub wait: Duration,
 }
 
 fn domains_resource() -> ApiResource {
@@ -136,13 +140,22 @@ pub fn ready_here(d: &DomainRef, node: &str, cd: &DynamicObject) -> Result<(), S
 
 impl DomainGate for KubeGate {
     fn join(&self, d: &DomainRef) -> Result<(), SetupError> {
-        let call = tokio::time::timeout(self.timeout, self.join_async(d));
-        match self.runtime.block_on(call) {
-            Ok(r) => r,
-            Err(_) => Err(d.refuse(format!(
-                "the API server did not answer within {:?}",
-                self.timeout
-            ))),
+        let start = std::time::Instant::now();
+        loop {
+            let call = tokio::time::timeout(self.timeout, self.join_async(d));
+            let r = match self.runtime.block_on(call) {
+                Ok(r) => r,
+                Err(_) => Err(d.refuse(format!(
+                    "the API server did not answer within {:?}",
+                    self.timeout
+                ))),
+            };
+            // The domain's daemon here needs the label just set, then its pod, then its
+            // peers: look again every second until the wait is spent.
+            if r.is_ok() || start.elapsed() + Duration::from_secs(1) > self.wait {
+                return r;
+            }
+            std::thread::sleep(Duration::from_secs(1));
         }
     }
 }
