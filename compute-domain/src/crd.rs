@@ -47,7 +47,8 @@ pub struct ChannelSpec {
     shortname = "cd",
     printcolumn = r#"{"name":"Nodes","type":"integer","jsonPath":".spec.numNodes"}"#,
     printcolumn = r#"{"name":"Status","type":"string","jsonPath":".status.status"}"#,
-    printcolumn = r#"{"name":"Clique","type":"string","jsonPath":".status.clique"}"#
+    printcolumn = r#"{"name":"Clique","type":"string","jsonPath":".status.clique"}"#,
+    printcolumn = r#"{"name":"Slot","type":"integer","jsonPath":".status.slot"}"#
 )]
 #[serde(rename_all = "camelCase")]
 pub struct ComputeDomainSpec {
@@ -94,6 +95,10 @@ pub struct ComputeDomainStatus {
     /// The clique chosen for the domain; kept once chosen.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub clique: Option<String>,
+    /// The domain's slot N in its clique, kept once chosen: its IMEX channel in Single mode
+    /// (`channel == N` on every node) and its IMEX ports (50000 + 10 N, 50005 + 10 N).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slot: Option<u32>,
     /// The nodes where the domain's daemons run.
     #[serde(default)]
     pub nodes: Vec<NodeStatus>,

@@ -2,20 +2,25 @@
 //! NVLink through IMEX, and its controller (`graft-compute-domain-controller`).
 //!
 //! For a domain the controller chooses one NVLink clique with room (graft's ResourceSlices
-//! publish each IMEX channel's `cliqueID`) and keeps it; creates the workload
+//! publish each IMEX channel's `cliqueID`) and a slot in it (its channel number and IMEX
+//! ports), and keeps both; creates the workload
 //! ResourceClaimTemplate, whose claims can only get channels of that clique, and, in
 //! graft's namespace, the domain's IMEX daemon DaemonSet and its claim template; reports
-//! per-node readiness from the daemon pods; and on deletion removes all of it and the
+//! per-node readiness from the daemon pods; takes the domain's node label from nodes that
+//! hold no allocated workload claim of it; and on deletion removes all of it and the
 //! domain's node labels. One replica acts at a time (a Lease).
 
+mod apply;
 mod cleanup;
 pub mod clique;
 pub mod controller;
 pub mod crd;
 pub mod daemon;
+pub mod labels;
 pub mod lease;
 pub mod metrics;
 pub mod objects;
+pub mod slot;
 pub mod status;
 
 pub use controller::{run, Context};

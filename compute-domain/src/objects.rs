@@ -7,7 +7,11 @@ use kube::Resource;
 use serde_json::json;
 
 use crate::clique::{CLIQUE_ATTRIBUTE, DRIVER};
+
+/// The attribute that numbers an IMEX channel device (graft-driver's `imex-channel-<n>`).
+pub const CHANNEL_ATTRIBUTE: &str = "channel";
 use crate::crd::{AllocationMode, ComputeDomain};
+use crate::slot::{self, Placement};
 use crate::Error;
 
 /// The label every object of a domain carries, with the domain's uid as value; graft's
@@ -103,6 +107,12 @@ pub fn clique_selector(clique: &str) -> String {
     format!("device.attributes['{DRIVER}'].?{CLIQUE_ATTRIBUTE}.orValue('') == '{clique}'")
 }
 
+/// The CEL expression that selects channel `slot` only (Single mode: a domain's channel
+/// number is its slot on every node).
+pub fn channel_selector(slot: u32) -> String {
+    format!("device.attributes['{DRIVER}'].?{CHANNEL_ATTRIBUTE}.orValue(-1) == {slot}")
+}
+
 /// Whether a clique id can go into a CEL string literal as it is.
 pub fn valid_clique(clique: &str) -> bool {
     !clique.is_empty()
@@ -111,12 +121,14 @@ pub fn valid_clique(clique: &str) -> bool {
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_'))
 }
 
-/// The workload ResourceClaimTemplate: IMEX channels of `clique` only, all of one clique
-/// (matchAttribute), with the domain's uid in graft's opaque config; owned by the domain.
+/// The workload ResourceClaimTemplate: IMEX channels of the placement's clique only, all of
+/// one clique (matchAttribute), in Single mode channel number `slot` only, with the
+/// domain's uid in graft's opaque config; owned by the domain. Its claims carry the
+/// domain's label and name, so that the controller sees them change.
 pub fn workload_template(
     cd: &ComputeDomain,
     cfg: &DaemonConfig,
-    clique: &str,
+    place: &Placement,
 ) -> Result<ResourceClaimTemplate, Error> {
     let (name, ns, uid) = identity(cd)?;
     let owner = cd.controller_owner_ref(&()).ok_or_else(|| Error::Invalid {
@@ -124,10 +136,12 @@ pub fn workload_template(
         why: "no owner reference can be made".into(),
     })?;
     let mode = cd.spec.channel.allocation_mode;
-    let mut request = json!({
-        "deviceClassName": cfg.channel_class,
-        "selectors": [{"cel": {"expression": clique_selector(clique)}}],
-    });
+    let mut selectors = vec![json!({"cel": {"expression": clique_selector(&place.clique)}})];
+    // All mode takes every channel of the node's clique: no pin.
+    if mode == AllocationMode::Single {
+        selectors.push(json!({"cel": {"expression": channel_selector(place.slot)}}));
+    }
+    let mut request = json!({"deviceClassName": cfg.channel_class, "selectors": selectors});
     match mode {
         AllocationMode::Single => request["allocationMode"] = json!("ExactCount"),
         AllocationMode::All => request["allocationMode"] = json!("All"),
@@ -146,7 +160,8 @@ pub fn workload_template(
             "ownerReferences": [owner],
         },
         "spec": {
-            "metadata": {"labels": {DOMAIN_LABEL: uid}},
+            "metadata": {"labels": {DOMAIN_LABEL: uid},
+                         "annotations": {NAME_ANNOTATION: name, NAMESPACE_ANNOTATION: ns}},
             "spec": {"devices": {
                 "requests": [{"name": "channel", "exactly": request}],
                 "constraints": [{"requests": ["channel"],
@@ -163,13 +178,15 @@ pub fn workload_template(
     })
 }
 
-/// The IMEX daemon's ResourceClaimTemplate in graft's namespace.
+/// The IMEX daemon's ResourceClaimTemplate in graft's namespace: an `imex-daemon` device
+/// of the domain's clique.
 pub fn daemon_template(
     cd: &ComputeDomain,
     cfg: &DaemonConfig,
-    clique: &str,
+    place: &Placement,
 ) -> Result<ResourceClaimTemplate, Error> {
     let (name, ns, uid) = identity(cd)?;
+    let clique = place.clique.as_str();
     let t = json!({
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceClaimTemplate",
@@ -180,7 +197,8 @@ pub fn daemon_template(
             "spec": {"devices": {
                 "requests": [{"name": "daemon", "exactly": {
                     "deviceClassName": cfg.device_class,
-                    "selectors": [{"cel": {"expression": cfg.device_selector}}],
+                    "selectors": [{"cel": {"expression": cfg.device_selector}},
+                                  {"cel": {"expression": clique_selector(clique)}}],
                 }}],
                 "config": [{"requests": ["daemon"], "opaque": opaque(
                     "ComputeDomainDaemonConfig", &uid,
@@ -195,9 +213,19 @@ pub fn daemon_template(
     })
 }
 
-/// The DaemonSet of the domain's IMEX daemons: on the nodes labelled for the domain.
-pub fn daemonset(cd: &ComputeDomain, cfg: &DaemonConfig, clique: &str) -> Result<DaemonSet, Error> {
+/// The DaemonSet of the domain's IMEX daemons: on the nodes labelled for the domain, on the
+/// slot's IMEX ports.
+pub fn daemonset(
+    cd: &ComputeDomain,
+    cfg: &DaemonConfig,
+    place: &Placement,
+) -> Result<DaemonSet, Error> {
     let (name, ns, uid) = identity(cd)?;
+    let clique = place.clique.as_str();
+    let (server_port, cmd_port) = slot::ports(place.slot).ok_or_else(|| Error::Invalid {
+        domain: format!("{ns}/{name}"),
+        why: format!("slot {} has no IMEX ports", place.slot),
+    })?;
     let env = json!([
         {"name": "COMPUTE_DOMAIN_UID", "value": uid},
         {"name": "COMPUTE_DOMAIN_NAME", "value": name},
@@ -206,6 +234,8 @@ pub fn daemonset(cd: &ComputeDomain, cfg: &DaemonConfig, clique: &str) -> Result
         {"name": "COMPUTE_DOMAIN_CLIQUE", "value": clique},
         {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
         {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+        {"name": "GRAFT_IMEX_SERVER_PORT", "value": server_port.to_string()},
+        {"name": "GRAFT_IMEX_CMD_PORT", "value": cmd_port.to_string()},
     ]);
     let mut probe = cfg.command.clone();
     probe.push("--check".into());
@@ -260,85 +290,4 @@ pub fn daemonset(cd: &ComputeDomain, cfg: &DaemonConfig, clique: &str) -> Result
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn cd(mode: &str) -> ComputeDomain {
-        serde_json::from_value(json!({
-            "apiVersion": "resource.graft.dev/v1alpha1", "kind": "ComputeDomain",
-            "metadata": {"name": "d", "namespace": "ns", "uid": "0000-1111"},
-            "spec": {"numNodes": 2, "channel": {"resourceClaimTemplate": {"name": "w"},
-                                                "allocationMode": mode}},
-        }))
-        .unwrap()
-    }
-
-    #[test]
-    fn all_mode_asks_every_channel_of_the_clique() {
-        let t = workload_template(&cd("All"), &DaemonConfig::default(), "u.1").unwrap();
-        let spec = serde_json::to_value(&t.spec.spec).unwrap();
-        let req = &spec["devices"]["requests"][0]["exactly"];
-        assert_eq!(req["allocationMode"], "All");
-        assert_eq!(req.get("count"), None);
-        assert_eq!(
-            req["selectors"][0]["cel"]["expression"],
-            "device.attributes['graft.dev'].?cliqueID.orValue('') == 'u.1'"
-        );
-        let p = &spec["devices"]["config"][0]["opaque"]["parameters"];
-        assert_eq!(p["allocationMode"], "All");
-        assert_eq!(p["apiVersion"], CONFIG_API_VERSION);
-        assert_eq!(t.metadata.namespace.as_deref(), Some("ns"));
-    }
-
-    #[test]
-    fn daemons_run_where_the_domain_label_is() {
-        let ds = daemonset(&cd("Single"), &DaemonConfig::default(), "u.1").unwrap();
-        let pod = ds.spec.unwrap().template.spec.unwrap();
-        let sel = pod.node_selector.unwrap();
-        assert_eq!(
-            sel.get("resource.graft.dev/computeDomain.0000-1111")
-                .map(String::as_str),
-            Some("true")
-        );
-        assert_eq!(ds.metadata.name.as_deref(), Some("imex-0000-1111"));
-    }
-
-    #[test]
-    fn daemon_pods_use_the_node_network_the_driver_root_and_a_readiness_check() {
-        let cfg = DaemonConfig {
-            driver_root: "/run/nvidia/driver".into(),
-            service_account: Some("graft-imex-daemon".into()),
-            command: vec!["/usr/bin/graft-imex-daemon".into()],
-            ..Default::default()
-        };
-        let ds = daemonset(&cd("Single"), &cfg, "u.1").unwrap();
-        let pod = serde_json::to_value(ds.spec.unwrap().template.spec.unwrap()).unwrap();
-        assert_eq!(pod["hostNetwork"], true);
-        assert_eq!(pod["dnsPolicy"], "ClusterFirstWithHostNet");
-        assert_eq!(pod["serviceAccountName"], "graft-imex-daemon");
-        let c = &pod["containers"][0];
-        assert_eq!(
-            c["readinessProbe"]["exec"]["command"],
-            json!(["/usr/bin/graft-imex-daemon", "--check"])
-        );
-        let mount = &c["volumeMounts"][0];
-        assert_eq!(mount["mountPath"], DAEMON_DRIVER_ROOT);
-        assert_eq!(mount["readOnly"], true);
-        assert_eq!(pod["volumes"][0]["hostPath"]["path"], "/run/nvidia/driver");
-    }
-
-    #[test]
-    fn clique_ids_that_could_break_cel_are_refused() {
-        assert!(valid_clique("5f1c3f7e-1b2a-4c3d-9e8f-000000000000.7"));
-        assert!(!valid_clique("u.1' || true || '"));
-        assert!(!valid_clique(""));
-    }
-
-    #[test]
-    fn a_domain_without_uid_is_refused() {
-        let mut d = cd("Single");
-        d.metadata.uid = None;
-        let e = identity(&d).unwrap_err().to_string();
-        assert!(e.contains("ns/d"), "{e}");
-    }
-}
+mod tests;

@@ -8,6 +8,7 @@ use k8s_openapi::api::core::v1::Pod;
 
 use crate::clique::NodeChannels;
 use crate::crd::{ComputeDomainStatus, NodeStatus, Readiness};
+use crate::slot::Placement;
 
 fn pod_ready(p: &Pod) -> bool {
     p.status
@@ -16,13 +17,18 @@ fn pod_ready(p: &Pod) -> bool {
         .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
 }
 
-/// The status of a domain of `num_nodes` nodes in `clique` whose daemons are `pods`.
+/// The status of a domain of `num_nodes` nodes placed at `place` whose daemons are `pods`.
+/// A node whose daemon pod is not Ready (a crashed daemon, or a lost node: the node
+/// lifecycle controller marks its pods not Ready) is listed NotReady and named in the
+/// message; the domain is Ready only while every member is (a lost member breaks the IMEX
+/// domain whatever the count).
 pub fn aggregate(
     pods: &[Pod],
     nodes: &BTreeMap<String, NodeChannels>,
     num_nodes: usize,
-    clique: &str,
+    place: &Placement,
 ) -> ComputeDomainStatus {
+    let clique = place.clique.as_str();
     let mut by_node: BTreeMap<String, NodeStatus> = BTreeMap::new();
     for p in pods {
         if p.metadata.deletion_timestamp.is_some() {
@@ -71,20 +77,43 @@ pub fn aggregate(
                 strays.join(", ")
             )),
         )
-    } else if ready >= num_nodes {
+    } else if ready >= num_nodes && ready == list.len() {
         (Readiness::Ready, None)
     } else {
-        (
-            Readiness::NotReady,
-            Some(format!("{ready} of {num_nodes} nodes ready")),
-        )
+        let not_ready: Vec<&str> = list
+            .iter()
+            .filter(|n| n.status != Readiness::Ready)
+            .map(|n| n.name.as_str())
+            .collect();
+        let mut m = format!("{ready} of {num_nodes} nodes ready");
+        if !not_ready.is_empty() {
+            m.push_str(&format!("; not ready: {}", not_ready.join(", ")));
+        }
+        (Readiness::NotReady, Some(m))
     };
     ComputeDomainStatus {
         status,
         clique: Some(clique.to_string()),
+        slot: Some(place.slot),
         nodes: list,
         message,
     }
+}
+
+/// The nodes that were Ready in `old` and are not in `new` (not Ready, or gone): each
+/// gets an Event naming it.
+pub fn lost(old: Option<&ComputeDomainStatus>, new: &ComputeDomainStatus) -> Vec<String> {
+    let Some(old) = old else { return Vec::new() };
+    old.nodes
+        .iter()
+        .filter(|o| o.status == Readiness::Ready)
+        .filter(|o| {
+            !new.nodes
+                .iter()
+                .any(|n| n.name == o.name && n.status == Readiness::Ready)
+        })
+        .map(|o| o.name.clone())
+        .collect()
 }
 
 #[cfg(test)]
@@ -117,24 +146,57 @@ mod tests {
             .collect()
     }
 
+    fn at(clique: &str) -> Placement {
+        Placement {
+            clique: clique.into(),
+            slot: 1,
+        }
+    }
+
     #[test]
     fn ready_when_enough_nodes_are() {
         let c = cliques(&[("a", "u.1"), ("b", "u.1")]);
-        let s = aggregate(&[pod("a", true), pod("b", false)], &c, 2, "u.1");
+        let s = aggregate(&[pod("a", true), pod("b", false)], &c, 2, &at("u.1"));
         assert_eq!(s.status, Readiness::NotReady);
-        assert_eq!(s.message.as_deref(), Some("1 of 2 nodes ready"));
+        assert_eq!(
+            s.message.as_deref(),
+            Some("1 of 2 nodes ready; not ready: b")
+        );
         assert_eq!(s.nodes[0].ip_address, "10.0.0.9");
-        let s = aggregate(&[pod("a", true), pod("b", true)], &c, 2, "u.1");
+        let s = aggregate(&[pod("a", true), pod("b", true)], &c, 2, &at("u.1"));
         assert_eq!(s.status, Readiness::Ready);
         assert_eq!(s.nodes.len(), 2);
         assert_eq!(s.nodes[1].clique_id, "u.1");
+        assert_eq!((s.clique.as_deref(), s.slot), (Some("u.1"), Some(1)));
+    }
+
+    #[test]
+    fn a_lost_node_turns_the_domain_not_ready_and_is_named() {
+        let c = cliques(&[("a", "u.1"), ("b", "u.1"), ("c", "u.1")]);
+        let before = aggregate(&[pod("a", true), pod("b", true)], &c, 2, &at("u.1"));
+        assert_eq!(before.status, Readiness::Ready);
+        // b's kubelet stopped: the node lifecycle controller marks its pods not Ready.
+        let after = aggregate(&[pod("a", true), pod("b", false)], &c, 2, &at("u.1"));
+        assert_eq!(after.status, Readiness::NotReady);
+        assert_eq!(after.nodes[1].status, Readiness::NotReady);
+        assert!(after.message.as_deref().unwrap().contains("not ready: b"));
+        assert_eq!(lost(Some(&before), &after), ["b"]);
+        // Gone altogether (its pod deleted) counts as lost too; a recovered node does not.
+        let gone = aggregate(&[pod("a", true)], &c, 2, &at("u.1"));
+        assert_eq!(lost(Some(&before), &gone), ["b"]);
+        assert!(lost(Some(&after), &before).is_empty());
+        assert!(lost(None, &after).is_empty());
+        // More members than numNodes: still not Ready while one of them is not.
+        let three = [pod("a", true), pod("b", true), pod("c", false)];
+        let s = aggregate(&three, &c, 2, &at("u.1"));
+        assert_eq!(s.status, Readiness::NotReady);
     }
 
     #[test]
     fn a_node_of_another_clique_keeps_it_not_ready() {
         let c = cliques(&[("a", "u.1"), ("b", "u.1"), ("c", "u.2")]);
         let pods = [pod("a", true), pod("b", true), pod("c", true)];
-        let s = aggregate(&pods, &c, 2, "u.1");
+        let s = aggregate(&pods, &c, 2, &at("u.1"));
         assert_eq!(s.status, Readiness::NotReady);
         assert!(s.message.unwrap().contains("c"));
     }
@@ -143,7 +205,7 @@ mod tests {
     fn unscheduled_pods_are_not_nodes() {
         let mut p = pod("a", true);
         p.spec.as_mut().unwrap().node_name = None;
-        let s = aggregate(&[p], &cliques(&[]), 1, "u.1");
+        let s = aggregate(&[p], &cliques(&[]), 1, &at("u.1"));
         assert!(s.nodes.is_empty());
         assert_eq!(s.status, Readiness::NotReady);
     }

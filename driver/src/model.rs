@@ -37,6 +37,9 @@ pub enum Kind {
     Mig,
     /// An NVIDIA IMEX channel.
     ImexChannel,
+    /// A place for one ComputeDomain's IMEX daemon on the node: no device node, it holds
+    /// the node for the daemon's pod (docs/compute-domains.md).
+    ImexDaemon,
     /// An NVIDIA GPU's PCI function for VFIO passthrough.
     Vfio,
     /// An entry of a served directory (the files backend), of this type.

@@ -137,6 +137,7 @@ fn main() -> anyhow::Result<()> {
         persistence: Box::new(graft_driver::discovery::nvidia::setup::Untouched),
         rescan: Box::new(|| {}),
         mps: None,
+        domains: Default::default(),
         mig: Some(MigManager::new(
             discovery.nvml_path()?,
             node.proc.clone(),

@@ -141,6 +141,14 @@ pub enum SetupError {
         /// What failed.
         reason: String,
     },
+    /// A ComputeDomain's channel cannot be handed out (yet): the kubelet retries.
+    #[error("ComputeDomain {domain}: {reason}")]
+    ComputeDomain {
+        /// `namespace/name`.
+        domain: String,
+        /// Why not.
+        reason: String,
+    },
     /// A setup reached a node with no backend to run it.
     #[error("no backend on this node sets devices up")]
     NoBackend,
@@ -219,6 +227,23 @@ pub enum Setup {
         #[serde(default)]
         claim_uid: String,
     },
+    /// An IMEX channel of a ComputeDomain's workload: its node labelled for the domain (so
+    /// that the domain's IMEX daemon runs there), and the domain Ready on the node before
+    /// the channel is handed out. The label stays when this is undone: the domain's
+    /// controller removes it once no claim of the domain is allocated on the node.
+    #[serde(rename_all = "camelCase")]
+    ComputeDomain {
+        /// The domain's uid.
+        domain_id: String,
+        /// The domain's name.
+        domain_name: String,
+        /// The domain's namespace.
+        domain_namespace: String,
+        /// The claim's namespace (stamped by the core, [`Setup::for_claim`]): a claim
+        /// joins only a domain of its own namespace.
+        #[serde(default)]
+        claim_namespace: String,
+    },
 }
 
 /// Another function of a passed-through GPU's IOMMU group, moved to vfio-pci with it.
@@ -248,14 +273,19 @@ impl Setup {
     /// The setup as done for the claim `namespace`/`claim_uid`: backends plan from the
     /// device alone, and an MPS share needs its claim's namespace (one per GPU at a time).
     pub fn for_claim(mut self, namespace: &str, claim_uid: &str) -> Setup {
-        if let Setup::Mps {
-            namespace: ns,
-            claim_uid: uid,
-            ..
-        } = &mut self
-        {
-            *ns = namespace.to_string();
-            *uid = claim_uid.to_string();
+        match &mut self {
+            Setup::Mps {
+                namespace: ns,
+                claim_uid: uid,
+                ..
+            } => {
+                *ns = namespace.to_string();
+                *uid = claim_uid.to_string();
+            }
+            Setup::ComputeDomain {
+                claim_namespace, ..
+            } => *claim_namespace = namespace.to_string(),
+            _ => {}
         }
         self
     }
@@ -267,7 +297,7 @@ impl Setup {
             Setup::Vfio { pci_bus_id, .. } | Setup::TimeSlice { pci_bus_id, .. } => {
                 Some(pci_bus_id)
             }
-            Setup::Mig { .. } | Setup::Mps { .. } => None,
+            Setup::Mig { .. } | Setup::Mps { .. } | Setup::ComputeDomain { .. } => None,
         }
     }
 

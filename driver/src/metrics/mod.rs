@@ -50,7 +50,15 @@ fn call_histogram() -> Histogram {
     Histogram::new(graft_telemetry::request_buckets())
 }
 
-const CLASSES: [&str; 6] = ["char", "files", "gpu", "imex_channel", "mig", "vfio"];
+const CLASSES: [&str; 7] = [
+    "char",
+    "files",
+    "gpu",
+    "imex_channel",
+    "imex_daemon",
+    "mig",
+    "vfio",
+];
 
 /// The `class` label of a device.
 pub fn class(kind: Kind) -> &'static str {
@@ -59,6 +67,7 @@ pub fn class(kind: Kind) -> &'static str {
         Kind::Entry(_) => "files",
         Kind::Gpu => "gpu",
         Kind::ImexChannel => "imex_channel",
+        Kind::ImexDaemon => "imex_daemon",
         Kind::Mig => "mig",
         Kind::Vfio => "vfio",
     }

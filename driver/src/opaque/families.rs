@@ -19,6 +19,20 @@ impl FamilyConfig {
         NvidiaOpaque::FIELDS.iter().copied()
     }
 
+    /// The kinds of configuration besides `DeviceConfig` that a family owns.
+    pub fn kinds() -> impl Iterator<Item = &'static str> {
+        crate::discovery::nvidia::domain::DomainConfig::KINDS
+            .iter()
+            .copied()
+    }
+
+    /// A configuration of a family's own kind (one of [`Self::kinds`]).
+    pub(super) fn of_kind(kind: &str, params: &Value) -> Result<Self, String> {
+        Ok(FamilyConfig {
+            nvidia: NvidiaOpaque::of_kind(kind, params)?,
+        })
+    }
+
     /// Each family takes its fields out of `rest` and parses them; what is left is no
     /// family's.
     pub(super) fn take(rest: &mut Map<String, Value>) -> Result<Self, serde_json::Error> {

@@ -130,14 +130,26 @@ fn decode(index: usize, params: &serde_json::Value) -> Result<DeviceConfig, Conf
     let err = |at: String, reason: String| ConfigError { at, reason };
     // Read from the borrowed value: no copy of the parameters per entry.
     let meta = TypeMeta::deserialize(params).map_err(|e| err(at.clone(), e.to_string()))?;
-    if meta.api_version != API_VERSION || meta.kind != KIND {
+    let family_kind = FamilyConfig::kinds().any(|k| k == meta.kind);
+    if meta.api_version != API_VERSION || (meta.kind != KIND && !family_kind) {
+        let kinds: Vec<&str> = std::iter::once(KIND).chain(FamilyConfig::kinds()).collect();
         return Err(err(
             at,
             format!(
-                "unknown kind {:?} of apiVersion {:?} (graft knows {KIND} of {API_VERSION})",
-                meta.kind, meta.api_version
+                "unknown kind {:?} of apiVersion {:?} (graft knows {} of {API_VERSION})",
+                meta.kind,
+                meta.api_version,
+                kinds.join(", ")
             ),
         ));
+    }
+    if family_kind {
+        return FamilyConfig::of_kind(&meta.kind, params)
+            .map(|family| DeviceConfig {
+                family,
+                ..Default::default()
+            })
+            .map_err(|reason| err(at, reason));
     }
     let cfg = DeviceConfig::deserialize(params).map_err(|e| err(at.clone(), e.to_string()))?;
     if let Some(m) = cfg.file_mode {
@@ -350,5 +362,28 @@ mod tests {
             e.at,
             "status.allocation.devices.config[0].opaque.parameters.fileMode"
         );
+    }
+    #[test]
+    fn a_compute_domain_kind_is_its_familys() {
+        let ch = serde_json::json!({"apiVersion": API_VERSION, "kind": "ComputeDomainChannelConfig",
+            "domainID": "u-1", "domainName": "d", "domainNamespace": "ns", "allocationMode": "All"});
+        let c = cfgs(serde_json::json!([
+            {"source": "FromClass", "opaque": {"driver": "graft.dev", "parameters": params(serde_json::json!({"env": {"A": "class"}}))}},
+            {"source": "FromClaim", "requests": ["channel"], "opaque": {"driver": "graft.dev", "parameters": ch}}
+        ]));
+        let got = resolve("graft.dev", &c, "channel").unwrap().unwrap();
+        assert_eq!(got.env["A"], "class");
+        let cd = got.family.nvidia.compute_domain.unwrap();
+        assert_eq!(cd.domain_id(), "u-1");
+        let mut bad = ch_with("colour");
+        let e = resolve("graft.dev", &cfgs(bad.take()), "channel").unwrap_err();
+        assert!(e.at.ends_with("config[0].opaque.parameters") && e.reason.contains("colour"));
+    }
+
+    fn ch_with(field: &str) -> serde_json::Value {
+        serde_json::json!([{"source": "FromClaim", "opaque": {"driver": "graft.dev", "parameters": {
+            "apiVersion": API_VERSION, "kind": "ComputeDomainDaemonConfig", "domainID": "u-1",
+            "domainName": "d", "domainNamespace": "ns", "cliqueID": "c.1", "numNodes": 2,
+            field: 1}}}])
     }
 }

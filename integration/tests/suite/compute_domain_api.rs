@@ -1,8 +1,10 @@
 //! graft's ComputeDomain controller against a real kube-apiserver (no scheduler or
 //! controller-manager: the tests stand in for the DaemonSet controller, making the daemon
 //! pods and setting their readiness through the API). A domain gets its workload template
-//! (channels of its clique only, its uid in graft's config) and its DaemonSet; the clique
-//! is chosen with room; status follows the daemon pods; deletion leaves nothing; a second
+//! (channels of its clique only, its slot's channel, its uid in graft's config) and its
+//! DaemonSet (its slot's IMEX ports); the clique is chosen with room, the slot free in it
+//! (`slots`); status follows the daemon pods and names a lost one; nodes without the
+//! domain's allocated claims lose its label; deletion leaves nothing; a second
 //! replica waits for the Lease; a malformed domain is refused or reported. The chart's CRD
 //! is the one the types generate.
 //!
@@ -11,6 +13,7 @@
 pub(crate) mod chart;
 mod harness;
 mod lease;
+mod slots;
 
 use std::path::Path;
 
@@ -100,16 +103,14 @@ async fn domain_gets_its_templates_and_daemonset() -> anyhow::Result<()> {
     let _ctl = controller(&c, "cd-objects", "lease", "one");
     let cd = domain(&c, "cd-objects", "d", 2, "work").await?;
     let uid = cd.uid().context("uid")?;
-    wait(|| async {
-        Ok(status_of(&c, "cd-objects", "d")
-            .await?
-            .and_then(|s| s.clique)
-            .is_some())
-    })
-    .await?;
+    // The placement is written first (so that no other domain takes the slot), the
+    // objects after it; the DaemonSet is the last.
+    let dss = Api::<DaemonSet>::namespaced(c.clone(), &daemons);
+    wait(|| async { Ok(dss.get_opt(&daemon_name(&uid)).await?.is_some()) }).await?;
     // Two nodes fit only u.1.
     let st = status_of(&c, "cd-objects", "d").await?.context("status")?;
     ensure!(st.clique.as_deref() == Some("u.1"), "{st:?}");
+    ensure!(st.slot == Some(0), "{st:?}");
     ensure!(st.status == Readiness::NotReady, "{st:?}");
 
     let rct = Api::<ResourceClaimTemplate>::namespaced(c.clone(), "cd-objects")
@@ -123,6 +124,12 @@ async fn domain_gets_its_templates_and_daemonset() -> anyhow::Result<()> {
         .as_str()
         .unwrap_or_default();
     ensure!(cel.contains("cliqueID") && cel.contains("'u.1'"), "{cel}");
+    // Single mode: the slot's channel only.
+    ensure!(
+        req["selectors"][1]["cel"]["expression"]
+            == "device.attributes['graft.dev'].?channel.orValue(-1) == 0",
+        "{spec}"
+    );
     ensure!(
         spec["devices"]["constraints"][0]["matchAttribute"] == "graft.dev/cliqueID",
         "{spec}"
@@ -155,6 +162,21 @@ async fn domain_gets_its_templates_and_daemonset() -> anyhow::Result<()> {
         sel.get(&node_label(&uid)).map(String::as_str) == Some("true"),
         "{sel:?}"
     );
+    let env: Vec<(String, String)> = pod.containers[0]
+        .env
+        .iter()
+        .flatten()
+        .map(|e| (e.name.clone(), e.value.clone().unwrap_or_default()))
+        .collect();
+    for (k, v) in [
+        ("GRAFT_IMEX_SERVER_PORT", "50000"),
+        ("GRAFT_IMEX_CMD_PORT", "50005"),
+    ] {
+        ensure!(
+            env.contains(&(k.into(), v.into())),
+            "{k}={v} not in {env:?}"
+        );
+    }
     let claims = pod.resource_claims.unwrap_or_default();
     ensure!(claims[0].resource_claim_template_name.as_deref() == Some(daemon_name(&uid).as_str()));
     let got = Api::<ComputeDomain>::namespaced(c.clone(), "cd-objects")
@@ -243,6 +265,11 @@ async fn status_follows_the_daemon_pods() -> anyhow::Result<()> {
     })
     .await?;
     ensure!(has_event(&c, "cd-status", "d", "Ready").await?);
+    let st = status_of(&c, "cd-status", "d").await?.context("status")?;
+    ensure!(
+        st.message.is_none(),
+        "a Ready domain keeps a message: {st:?}"
+    );
     // A member in the other clique: not Ready, whatever its daemon says.
     daemon_pod(&c, &daemons, &cd, "cd-c", true).await?;
     wait(|| async {
@@ -268,7 +295,9 @@ async fn deletion_leaves_nothing() -> anyhow::Result<()> {
     let uid = cd.uid().context("uid")?;
     let ds = Api::<DaemonSet>::namespaced(c.clone(), &daemons);
     wait(|| async { Ok(ds.get_opt(&daemon_name(&uid)).await?.is_some()) }).await?;
-    // The node plugin's label, as if a workload claim had been prepared there.
+    // The node plugin's label, as if a workload claim had been prepared there (allocated
+    // there, so that the controller keeps the label while the domain lives).
+    slots::claim(&c, &cd, "cd-a").await?;
     let nodes: Api<Node> = Api::all(c.clone());
     let label = json!({"metadata": {"labels": {node_label(&uid): "true"}}});
     nodes

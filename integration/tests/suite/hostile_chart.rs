@@ -4,6 +4,8 @@
 //! - a compromised node's graft-driver (its service account, with the node name the API
 //!   server puts in a pod-bound token's user info) writes only graft's ResourceSlices of its
 //!   own node: not another driver's, not another node's, not one for all nodes;
+//! - with ComputeDomains on, it only adds domain labels (`resource.graft.dev/computeDomain.
+//!   <uid>=true`) to its own Node; with them off it patches no Node;
 //! - its Events say they come from graft-driver on its own node, and are about a Pod, a
 //!   ResourceClaim or its own Node; it patches only its own;
 //! - `requireGraftNri` marks every pod that asks for devices, whatever annotation the pod
@@ -23,6 +25,7 @@ use graft_integration::apiserver::{self, ControlPlane};
 use graft_integration::Testbed;
 
 mod events;
+mod nodes;
 mod slices;
 mod tenants;
 
@@ -103,4 +106,19 @@ fn until_active(mut attempt: impl FnMut() -> anyhow::Result<bool>) -> anyhow::Re
             Err(e) => return Err(e),
         }
     }
+}
+
+/// A client that is graft-driver's service account on `node`, as a pod-bound token makes it.
+async fn node_client(cp: &ControlPlane, node: &str) -> anyhow::Result<kube::Client> {
+    let kc = kube::config::Kubeconfig::read_from(&cp.kubeconfig)?;
+    let mut cfg = kube::Config::from_custom_kubeconfig(kc, &Default::default()).await?;
+    cfg.auth_info.impersonate = Some(GRAFT_SA.into());
+    cfg.auth_info.impersonate_user_extra = Some(
+        [(
+            "authentication.kubernetes.io/node-name".to_string(),
+            vec![node.to_string()],
+        )]
+        .into(),
+    );
+    Ok(kube::Client::try_from(cfg)?)
 }

@@ -3,8 +3,9 @@
 //! members of one clique become READY per `--check`; a member of another clique is left
 //! out of the node list; a member dropped from the domain's status stops its IMEX daemon
 //! and leaves the other not ready; SIGTERM stops the child and exits 0; a child that dies
-//! on its own fails the process. The chart's ServiceAccount for the daemons may read
-//! domains and nothing more, and the controller is told to use it and the driver root.
+//! on its own fails the process; two domains' daemons on one address use their own ports.
+//! The chart's ServiceAccount for the daemons may read domains and nothing more, and the
+//! controller is told to use it and the driver root.
 //!
 //! No cluster and no controller: the test writes the domain's status as the controller
 //! would, and runs the daemons as processes, each on its own loopback address
@@ -291,6 +292,35 @@ async fn imex_waits_for_the_domain_and_restarts_with_a_new_member() -> anyhow::R
         m.wait_check("READY", true).await?;
     }
     assert!(ma.log().contains("restarting nvidia-imex"), "{}", ma.log());
+    Ok(())
+}
+
+/// Two domains' daemons on the same addresses (hostNetwork), each on its slot's ports:
+/// both form, and `--check` asks each its own (the port is in the config it reads).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_domains_on_the_same_nodes_use_their_own_ports() -> anyhow::Result<()> {
+    let c = client().await?;
+    let (a, b) = ("127.28.4.1", "127.28.4.2");
+    let (d1, d2) = (tempfile::tempdir()?, tempfile::tempdir()?);
+    let mut members = Vec::new();
+    for (ns, dir, test) in [("imexd-4", &d1, 4), ("imexd-5", &d2, 5)] {
+        let cd = domain_with(&c, ns, "d").await?;
+        set_members(&c, &cd, &[(a, CLIQUE), (b, CLIQUE)]).await?;
+        members.push(Member::start(dir.path(), a, &cd, test)?);
+        members.push(Member::start(dir.path(), b, &cd, test)?);
+    }
+    for m in &members {
+        m.wait_check("READY", true).await?;
+    }
+    // On shared ports one domain's IMEX cannot listen, its daemon exits (the other answers).
+    for m in &mut members {
+        anyhow::ensure!(
+            m.proc.try_wait()?.is_none(),
+            "{} exited:\n{}",
+            m.ip,
+            m.log()
+        );
+    }
     Ok(())
 }
 

@@ -20,6 +20,7 @@ mod cluster_gpu;
 mod cluster_multi;
 mod compute_domain_api;
 mod compute_domain_cluster;
+mod compute_domain_node;
 mod driver_apiserver;
 mod driver_deadline;
 mod driver_events;

@@ -172,6 +172,27 @@ fn a_version_1_file_is_read_and_stays_version_1_until_it_holds_a_mig_instance() 
     assert_eq!(again["u4"], group_entry());
     t.remove("u4").unwrap();
     assert_eq!(version_of(&cp), 1);
+    // A ComputeDomain channel's setup needs version 4.
+    t.put("u5", domain_entry()).unwrap();
+    assert_eq!(version_of(&cp), 4);
+    assert_eq!(cp.peek().unwrap()["u5"], domain_entry());
+    t.remove("u5").unwrap();
+    assert_eq!(version_of(&cp), 1);
+}
+
+fn domain_entry() -> ClaimEntry {
+    ClaimEntry {
+        devices: vec![PreparedDevice {
+            setup: Some(crate::claims::setup_port::Setup::ComputeDomain {
+                domain_id: "0b6f7c1e-5d1a-4f7e-9a43-2f1c1d7b2a10".into(),
+                domain_name: "train".into(),
+                domain_namespace: "team-a".into(),
+                claim_namespace: "team-a".into(),
+            }),
+            ..entry(ClaimState::PrepareCompleted).devices[0].clone()
+        }],
+        ..entry(ClaimState::PrepareCompleted)
+    }
 }
 
 fn group_entry() -> ClaimEntry {

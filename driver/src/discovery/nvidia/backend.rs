@@ -11,6 +11,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use super::devices::{HookConfig, MigLedger, NvidiaConfig, NvidiaDiscovery};
+use super::domain::KubeGate;
 use super::driver_files::Roots;
 use super::nvml::GpuSelection;
 use super::setup::{
@@ -58,6 +59,10 @@ pub struct NvidiaFlags {
     /// IMEX channels offered when the node's GPUs are in an NVLink fabric clique.
     #[arg(long, env = "GRAFT_NVIDIA_IMEX_CHANNELS", default_value_t = 1)]
     pub nvidia_imex_channels: u32,
+    /// Label the node with its NVLink clique (`resource.graft.dev/clique`); needs the right
+    /// to patch its Node, which the chart grants with ComputeDomains on.
+    #[arg(long, env = "GRAFT_NVIDIA_CLIQUE_LABEL")]
+    pub nvidia_clique_label: bool,
     /// Offer GPUs for VFIO passthrough (rebound to vfio-pci while prepared).
     #[arg(long, env = "GRAFT_NVIDIA_PASSTHROUGH")]
     pub nvidia_passthrough: bool,
@@ -192,6 +197,7 @@ impl NvidiaBackend {
             }),
             mig,
             mps: mps.clone(),
+            domains: Default::default(),
         };
         Ok(NvidiaBackend {
             node: node.clone(),
@@ -254,7 +260,12 @@ impl Backend for NvidiaBackend {
     fn route(&self) -> Option<Route> {
         Some(Route {
             family: NAME,
-            kinds: |k| matches!(k, Kind::Gpu | Kind::Mig | Kind::ImexChannel | Kind::Vfio),
+            kinds: |k| {
+                matches!(
+                    k,
+                    Kind::Gpu | Kind::Mig | Kind::ImexChannel | Kind::ImexDaemon | Kind::Vfio
+                )
+            },
             setups: |s| {
                 matches!(
                     s,
@@ -262,6 +273,7 @@ impl Backend for NvidiaBackend {
                         | Setup::TimeSlice { .. }
                         | Setup::Mig { .. }
                         | Setup::Mps { .. }
+                        | Setup::ComputeDomain { .. }
                 )
             },
             setup: self.setup.clone(),
@@ -281,6 +293,25 @@ impl Backend for NvidiaBackend {
     }
 
     fn start(&mut self, daemon: &mut Daemon, running: &Running<'_>) -> Result<(), BackendError> {
+        // ComputeDomain channels ask the API server at prepare, from a blocking thread.
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            self.setup.domains.set(Arc::new(KubeGate {
+                client: running.client.clone(),
+                node: self.node.node_name.clone(),
+                runtime,
+                timeout: Duration::from_secs(10),
+            }));
+        }
+        if self.flags.nvidia_clique_label {
+            daemon.spawn(
+                "clique-label",
+                super::domain::clique_label::run(
+                    running.client.clone(),
+                    self.node.node_name.clone(),
+                    running.inventory.clone(),
+                ),
+            );
+        }
         // Device health: NVML events for GPUs. Without NVML at start nothing runs (the
         // restart once NVML appears starts it).
         let Some(lib) = self.nvml.clone() else {

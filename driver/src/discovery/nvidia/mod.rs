@@ -22,6 +22,7 @@
 
 pub mod backend;
 pub mod devices;
+pub mod domain;
 pub mod driver_files;
 pub mod health;
 mod hook_install;

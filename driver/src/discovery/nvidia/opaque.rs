@@ -11,6 +11,7 @@
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
+use super::domain::DomainConfig;
 use super::driver_files::Capability;
 
 /// NVIDIA's fields of a `DeviceConfig`.
@@ -22,6 +23,10 @@ pub struct NvidiaOpaque {
     /// NVIDIA driver capabilities beyond the default `compute` and `utility` (GPU and MIG
     /// devices only): `graphics`, `video`, `display`, each adding exactly its files.
     pub driver_capabilities: Option<Vec<Capability>>,
+    /// The ComputeDomain the claim's IMEX devices belong to: from a configuration of its
+    /// own kind ([`DomainConfig::KINDS`]), never a `DeviceConfig` field.
+    #[serde(skip)]
+    pub compute_domain: Option<DomainConfig>,
 }
 
 impl NvidiaOpaque {
@@ -49,6 +54,17 @@ impl NvidiaOpaque {
         if later.driver_capabilities.is_some() {
             self.driver_capabilities = later.driver_capabilities;
         }
+        if later.compute_domain.is_some() {
+            self.compute_domain = later.compute_domain;
+        }
+    }
+
+    /// A configuration of one of NVIDIA's own kinds (a ComputeDomain's).
+    pub fn of_kind(kind: &str, params: &Value) -> Result<Self, String> {
+        Ok(NvidiaOpaque {
+            compute_domain: Some(DomainConfig::parse(kind, params)?),
+            ..Default::default()
+        })
     }
 
     /// The names of the devices' optional edits the capabilities ask for (the defaults

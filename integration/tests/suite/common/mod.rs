@@ -112,5 +112,6 @@ pub fn nvidia_setup(
         rescan: Box::new(|| {}),
         mig,
         mps,
+        domains: Default::default(),
     }
 }

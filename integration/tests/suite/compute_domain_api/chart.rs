@@ -68,6 +68,8 @@ async fn chart_installs_the_controller_with_only_what_it_needs() -> anyhow::Resu
         ],
         &["list", "resourceslices.resource.k8s.io"],
         &["list", "resourceclaims.resource.k8s.io", "-A"],
+        &["watch", "resourceclaims.resource.k8s.io", "-A"],
+        &["list", "computedomains.resource.graft.dev", "-A"],
         &[
             "create",
             "resourceclaimtemplates.resource.k8s.io",
@@ -90,6 +92,8 @@ async fn chart_installs_the_controller_with_only_what_it_needs() -> anyhow::Resu
         &["delete", "nodes"],
         &["update", "leases.coordination.k8s.io", "-n", "kube-system"],
         &["create", "resourceslices.resource.k8s.io"],
+        &["watch", "resourceslices.resource.k8s.io"],
+        &["update", "resourceclaims.resource.k8s.io", "-n", "x"],
     ] {
         ensure!(!can(call), "the chart's RBAC allows {call:?}");
     }

@@ -1,12 +1,11 @@
 //! Events: only as graft-driver on the node's own, about what graft reports on.
 
 use anyhow::Context;
-use graft_integration::apiserver::ControlPlane;
 use graft_integration::Testbed;
 use k8s_openapi::api::events::v1::Event;
 use kube::api::{Api, Patch, PatchParams};
 
-use super::{install_policies, kubectl_file, refused_by, until_active, GRAFT_SA};
+use super::{install_policies, kubectl_file, node_client, refused_by, until_active, GRAFT_SA};
 
 fn event(name: &str, ns: &str, controller: &str, instance: &str, regarding: &str) -> String {
     format!(
@@ -128,19 +127,4 @@ fn a_node_posts_only_its_own_events() -> anyhow::Result<()> {
         }
         anyhow::Ok(())
     })
-}
-
-/// A client that is graft-driver's service account on `node`, as a pod-bound token makes it.
-async fn node_client(cp: &ControlPlane, node: &str) -> anyhow::Result<kube::Client> {
-    let kc = kube::config::Kubeconfig::read_from(&cp.kubeconfig)?;
-    let mut cfg = kube::Config::from_custom_kubeconfig(kc, &Default::default()).await?;
-    cfg.auth_info.impersonate = Some(GRAFT_SA.into());
-    cfg.auth_info.impersonate_user_extra = Some(
-        [(
-            "authentication.kubernetes.io/node-name".to_string(),
-            vec![node.to_string()],
-        )]
-        .into(),
-    );
-    Ok(kube::Client::try_from(cfg)?)
 }

@@ -1,4 +1,5 @@
-//! IMEX channels: offered when the node's GPUs are registered in one NVLink fabric clique.
+//! IMEX channels, and as many places for ComputeDomain IMEX daemons (`imex-daemon-<n>`):
+//! offered when the node's GPUs are registered in one NVLink fabric clique.
 //! What keeps them from being offered (GPUs in different cliques, no channel major) is a
 //! warning, never a failed scan: the GPUs themselves are fine.
 
@@ -8,7 +9,7 @@ use super::edits;
 use crate::discovery::nvidia::nvml::Inventory;
 use crate::model::{Attribute, Device, Kind};
 
-/// `count` channels when every GPU that is in a clique is in the same one; none, with a
+/// `count` channels and `count` daemon places when every GPU that is in a clique is in the same one; none, with a
 /// warning, when they disagree or `/proc/devices` has no channel major.
 pub fn channels(inv: &Inventory, majors: &BTreeMap<String, u32>, count: u32) -> Vec<Device> {
     let cliques: BTreeSet<&String> = inv.gpus.iter().filter_map(|g| g.clique.as_ref()).collect();
@@ -33,27 +34,56 @@ pub fn channels(inv: &Inventory, majors: &BTreeMap<String, u32>, count: u32) -> 
         );
         return Vec::new();
     };
-    (0..count)
-        .map(|n| {
-            let mut attributes = BTreeMap::new();
-            attributes.insert("type".into(), Attribute::String("imex-channel".into()));
-            attributes.insert("channel".into(), Attribute::Int(n.into()));
-            attributes.insert("cliqueID".into(), Attribute::String((*clique).clone()));
-            Device {
-                kind: Kind::ImexChannel,
-                name: format!("imex-channel-{n}"),
-                attributes,
-                capacity: BTreeMap::new(),
-                edits: graft_record::ContainerEdits {
-                    device_nodes: vec![edits::imex_node(major, n)],
-                    ..Default::default()
-                },
-                optional_edits: Default::default(),
-                consumes: None,
-                shared: None,
-            }
-        })
-        .collect()
+    let clique = (*clique).clone();
+    let channels = (0..count).map(|n| {
+        let mut attributes = BTreeMap::new();
+        attributes.insert("type".into(), Attribute::String("imex-channel".into()));
+        attributes.insert("channel".into(), Attribute::Int(n.into()));
+        attributes.insert("cliqueID".into(), Attribute::String(clique.clone()));
+        let edits = graft_record::ContainerEdits {
+            device_nodes: vec![edits::imex_node(major, n)],
+            ..Default::default()
+        };
+        device(
+            format!("imex-channel-{n}"),
+            Kind::ImexChannel,
+            attributes,
+            edits,
+        )
+    });
+    // As many places for ComputeDomain IMEX daemons as channels: each domain on the node
+    // holds one channel number and one daemon place.
+    let daemons = (0..count).map(|n| {
+        let mut attributes = BTreeMap::new();
+        attributes.insert("type".into(), Attribute::String("imex-daemon".into()));
+        attributes.insert("slot".into(), Attribute::Int(n.into()));
+        attributes.insert("cliqueID".into(), Attribute::String(clique.clone()));
+        device(
+            format!("imex-daemon-{n}"),
+            Kind::ImexDaemon,
+            attributes,
+            Default::default(),
+        )
+    });
+    channels.chain(daemons).collect()
+}
+
+fn device(
+    name: String,
+    kind: Kind,
+    attributes: BTreeMap<String, Attribute>,
+    edits: graft_record::ContainerEdits,
+) -> Device {
+    Device {
+        kind,
+        name,
+        attributes,
+        capacity: BTreeMap::new(),
+        edits,
+        optional_edits: Default::default(),
+        consumes: None,
+        shared: None,
+    }
 }
 
 #[cfg(test)]
@@ -89,8 +119,22 @@ mod tests {
             failed: vec![],
         };
         let ch = channels(&inv, &majors, 2);
-        assert_eq!(ch.len(), 2);
-        assert_eq!(ch[1].name, "imex-channel-1");
+        let names: Vec<&str> = ch.iter().map(|d| d.name.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "imex-channel-0",
+                "imex-channel-1",
+                "imex-daemon-0",
+                "imex-daemon-1"
+            ]
+        );
+        assert_eq!(ch[3].kind, Kind::ImexDaemon);
+        assert!(ch[3].edits.device_nodes.is_empty());
+        assert_eq!(
+            ch[3].attributes["cliqueID"],
+            Attribute::String("c.1".into())
+        );
         assert!(channels(&inv, &BTreeMap::new(), 2).is_empty());
         // Two cliques: no channels, and no error either.
         inv.gpus.push(gpu(3, Some("c.2")));

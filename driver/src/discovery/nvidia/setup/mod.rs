@@ -4,6 +4,7 @@
 //! dynamic-MIG instances ([`MigManager`]) and opens and closes MPS shares
 //! ([`MpsManager`]). It reads each device's typed identity, never its attributes.
 
+mod domain;
 mod dynamic_mig;
 mod mps;
 mod node;

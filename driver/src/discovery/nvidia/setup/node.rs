@@ -7,6 +7,7 @@ use super::mps::MpsManager;
 use super::persistence::PersistenceMode;
 use super::smi::Smi;
 use super::vfio::Vfio;
+use crate::discovery::nvidia::domain::GateSlot;
 
 /// The nvidia backend's node-side setup, one per node.
 pub struct NvidiaSetup {
@@ -24,4 +25,6 @@ pub struct NvidiaSetup {
     pub mig: Option<MigManager>,
     /// MPS: marks the shares graft-mps serves; `None` when no GPU is shared so.
     pub mps: Option<MpsManager>,
+    /// ComputeDomains: the gate a workload channel passes (set once the API client is).
+    pub domains: GateSlot,
 }

@@ -268,6 +268,7 @@ mod tests {
             rescan: Box::new(|| {}),
             mig: None,
             mps: None,
+            domains: Default::default(),
         };
         let plan = s.plan_vfio(BDF).unwrap();
         assert_eq!(

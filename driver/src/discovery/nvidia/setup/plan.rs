@@ -100,6 +100,9 @@ impl DeviceSetup for NvidiaSetup {
         config: Option<&DeviceConfig>,
         alloc: &Allocated,
     ) -> Result<Option<Setup>, SetupError> {
+        if let Some(cd) = config.and_then(|c| c.family.nvidia.compute_domain.as_ref()) {
+            return super::domain::plan(device, cd);
+        }
         let sharing = config.and_then(|c| c.family.nvidia.sharing.as_ref());
         let id = Identity::of(device);
         let pci = id.pci_bus_id.clone();
@@ -134,6 +137,11 @@ impl DeviceSetup for NvidiaSetup {
                 }
             },
             (Kind::ImexChannel, _, Some(_)) => refuse("an IMEX channel cannot be time-sliced"),
+            // Only a domain's daemon claim may hold one (its config returned above).
+            (Kind::ImexDaemon, _, _) => refuse(
+                "an imex-daemon place is for a ComputeDomain's IMEX daemon, whose claim carries \
+                 a ComputeDomainDaemonConfig",
+            ),
             // A char device with sharing: refused by prepare, which says why.
             _ => Ok(None),
         }
@@ -160,6 +168,7 @@ impl DeviceSetup for NvidiaSetup {
                 Some(share) => self.mps_manager()?.open_share(&share).map(Some),
                 None => Ok(None),
             },
+            Setup::ComputeDomain { .. } => self.join_domain(setup).map(|()| None),
         }
     }
 
@@ -177,6 +186,8 @@ impl DeviceSetup for NvidiaSetup {
                 Some(share) => self.mps_manager()?.close_share(&share),
                 None => Ok(()),
             },
+            // The label stays for the domain's other claims here; the controller removes it.
+            Setup::ComputeDomain { .. } => Ok(()),
         }
     }
 }
@@ -239,6 +250,7 @@ mod tests {
             rescan: Box::new(|| {}),
             mig: None,
             mps: None,
+            domains: Default::default(),
         }
     }
 

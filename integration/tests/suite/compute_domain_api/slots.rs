@@ -1,0 +1,208 @@
+//! Slots, node labels and lost nodes, as the controller writes them: each domain of a
+//! clique its own slot (channel pin, IMEX ports), none left means not placed with a reason
+//! until one frees; a node holding no allocated claim of the domain loses its label; a
+//! daemon pod that stops being Ready is named in the status and an Event.
+
+use anyhow::{ensure, Context as _};
+use graft_compute_domain::crd::{ComputeDomain, Readiness};
+use graft_compute_domain::objects::{
+    daemon_name, node_label, DOMAIN_LABEL, NAMESPACE_ANNOTATION, NAME_ANNOTATION,
+};
+use k8s_openapi::api::apps::v1::DaemonSet;
+use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::events::v1::Event;
+use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceClaimTemplate};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::ResourceExt;
+use serde_json::json;
+
+use super::harness::{client, controller, domain, namespaces, wait};
+use super::{daemon_pod, has_event, status_of};
+
+/// An Event of `reason` about domain `name` whose note contains `text`.
+async fn event_says(
+    c: &kube::Client,
+    ns: &str,
+    name: &str,
+    reason: &str,
+    text: &str,
+) -> anyhow::Result<bool> {
+    let api: Api<Event> = Api::namespaced(c.clone(), ns);
+    Ok(api
+        .list(&ListParams::default())
+        .await?
+        .items
+        .iter()
+        .any(|e| {
+            e.reason.as_deref() == Some(reason)
+                && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name)
+                && e.note.as_deref().unwrap_or_default().contains(text)
+        }))
+}
+
+async fn slot_of(c: &kube::Client, ns: &str, name: &str) -> anyhow::Result<Option<u32>> {
+    Ok(status_of(c, ns, name).await?.and_then(|s| s.slot))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_domain_of_a_clique_gets_its_own_slot_until_none_is_left() -> anyhow::Result<()> {
+    let c = client().await?;
+    let daemons = namespaces(&c, "cd-slots").await?;
+    let _ctl = controller(&c, "cd-slots", "lease", "one");
+    // u.1's nodes publish two channels each: two slots.
+    let x = domain(&c, "cd-slots", "x", 2, "wx").await?;
+    let y = domain(&c, "cd-slots", "y", 2, "wy").await?;
+    let dss = Api::<DaemonSet>::namespaced(c.clone(), &daemons);
+    // The slot is written first, the objects after it; the DaemonSet is the last.
+    wait(|| async {
+        for cd in [&x, &y] {
+            let name = daemon_name(&cd.uid().context("uid")?);
+            if dss.get_opt(&name).await?.is_none() {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    })
+    .await?;
+    let sx = slot_of(&c, "cd-slots", "x").await?.context("x")?;
+    let sy = slot_of(&c, "cd-slots", "y").await?.context("y")?;
+    ensure!(sx != sy && sx < 2 && sy < 2, "slots {sx} and {sy}");
+    let rcts = Api::<ResourceClaimTemplate>::namespaced(c.clone(), "cd-slots");
+    for (cd, t, n) in [(&x, "wx", sx), (&y, "wy", sy)] {
+        let spec = serde_json::to_value(rcts.get(t).await?.spec.spec)?;
+        let pin = format!("device.attributes['graft.dev'].?channel.orValue(-1) == {n}");
+        ensure!(
+            spec["devices"]["requests"][0]["exactly"]["selectors"][1]["cel"]["expression"] == pin,
+            "{spec}"
+        );
+        let ds = serde_json::to_value(dss.get(&daemon_name(&cd.uid().context("uid")?)).await?)?;
+        let env = &ds["spec"]["template"]["spec"]["containers"][0]["env"];
+        let port = |k: &str| {
+            env.as_array()
+                .and_then(|a| a.iter().find(|e| e["name"] == k))
+                .and_then(|e| e["value"].as_str().map(str::to_string))
+        };
+        let want = (50000 + 10 * n).to_string();
+        ensure!(port("GRAFT_IMEX_SERVER_PORT") == Some(want), "{env}");
+        let want = (50005 + 10 * n).to_string();
+        ensure!(port("GRAFT_IMEX_CMD_PORT") == Some(want), "{env}");
+    }
+    // A third domain of two nodes: u.1 has them but no slot; not placed, and it says why.
+    domain(&c, "cd-slots", "z", 2, "wz").await?;
+    wait(|| async {
+        let m = status_of(&c, "cd-slots", "z")
+            .await?
+            .and_then(|s| s.message)
+            .unwrap_or_default();
+        Ok(m.contains("no free slot"))
+    })
+    .await?;
+    ensure!(slot_of(&c, "cd-slots", "z").await?.is_none());
+    ensure!(rcts.get_opt("wz").await?.is_none(), "z has a template");
+    ensure!(has_event(&c, "cd-slots", "z", "NoSlot").await?);
+    // x goes: z takes its slot.
+    Api::<ComputeDomain>::namespaced(c.clone(), "cd-slots")
+        .delete("x", &DeleteParams::default())
+        .await?;
+    wait(|| async { Ok(slot_of(&c, "cd-slots", "z").await? == Some(sx)) }).await?;
+    Ok(())
+}
+
+/// A workload claim of `cd` as its template makes it, allocated on `node`.
+pub(super) async fn claim(c: &kube::Client, cd: &ComputeDomain, node: &str) -> anyhow::Result<()> {
+    let ns = cd.namespace().unwrap_or_default();
+    let api: Api<ResourceClaim> = Api::namespaced(c.clone(), &ns);
+    let rc: ResourceClaim = serde_json::from_value(json!({
+        "metadata": {"name": "work-0", "labels": {DOMAIN_LABEL: cd.uid()},
+                     "annotations": {NAME_ANNOTATION: cd.name_any(), NAMESPACE_ANNOTATION: ns}},
+        "spec": {"devices": {"requests": [{"name": "channel",
+                                           "exactly": {"deviceClassName": "imex-channel.graft.dev"}}]}},
+    }))?;
+    api.create(&PostParams::default(), &rc).await?;
+    // As the scheduler allocates it: the node in the allocation's node selector.
+    let status = json!({"status": {"allocation": {
+        "devices": {"results": [{"request": "channel", "driver": "graft.dev",
+                                 "pool": node, "device": "imex-channel-1"}]},
+        "nodeSelector": {"nodeSelectorTerms": [{"matchFields": [
+            {"key": "metadata.name", "operator": "In", "values": [node]}]}]},
+    }}});
+    api.patch_status("work-0", &PatchParams::default(), &Patch::Merge(&status))
+        .await?;
+    Ok(())
+}
+
+fn labelled(n: &Node, key: &str) -> bool {
+    n.labels().contains_key(key)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nodes_without_an_allocated_claim_lose_the_domain_label() -> anyhow::Result<()> {
+    let c = client().await?;
+    namespaces(&c, "cd-labels").await?;
+    let _ctl = controller(&c, "cd-labels", "lease", "one");
+    let cd = domain(&c, "cd-labels", "d", 2, "work").await?;
+    wait(|| async { Ok(slot_of(&c, "cd-labels", "d").await?.is_some()) }).await?;
+    let key = node_label(&cd.uid().context("uid")?);
+    // A claim allocated on cd-a; both nodes labelled (cd-b's claim has gone since).
+    claim(&c, &cd, "cd-a").await?;
+    let nodes: Api<Node> = Api::all(c.clone());
+    let label = json!({"metadata": {"labels": {key.as_str(): "true"}}});
+    for n in ["cd-a", "cd-b"] {
+        nodes
+            .patch(n, &PatchParams::default(), &Patch::Merge(&label))
+            .await?;
+    }
+    // A change of the claim wakes the controller.
+    let claims: Api<ResourceClaim> = Api::namespaced(c.clone(), "cd-labels");
+    let touch = json!({"metadata": {"annotations": {"test/touched": "1"}}});
+    claims
+        .patch("work-0", &PatchParams::default(), &Patch::Merge(&touch))
+        .await?;
+    wait(|| async { Ok(!labelled(&nodes.get("cd-b").await?, &key)) }).await?;
+    ensure!(
+        labelled(&nodes.get("cd-a").await?, &key),
+        "cd-a holds an allocated claim and lost its label"
+    );
+    wait(|| async { event_says(&c, "cd-labels", "d", "NodeLeft", "cd-b").await }).await?;
+    // Deallocated: cd-a loses it too.
+    let free = json!({"status": {"allocation": null}});
+    claims
+        .patch_status("work-0", &PatchParams::default(), &Patch::Merge(&free))
+        .await?;
+    wait(|| async { Ok(!labelled(&nodes.get("cd-a").await?, &key)) }).await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_whose_daemon_stops_being_ready_is_named() -> anyhow::Result<()> {
+    let c = client().await?;
+    let daemons = namespaces(&c, "cd-loss").await?;
+    let _ctl = controller(&c, "cd-loss", "lease", "one");
+    let cd = domain(&c, "cd-loss", "d", 2, "work").await?;
+    wait(|| async { Ok(slot_of(&c, "cd-loss", "d").await?.is_some()) }).await?;
+    daemon_pod(&c, &daemons, &cd, "cd-a", true).await?;
+    daemon_pod(&c, &daemons, &cd, "cd-b", true).await?;
+    wait(|| async {
+        Ok(status_of(&c, "cd-loss", "d")
+            .await?
+            .is_some_and(|s| s.status == Readiness::Ready))
+    })
+    .await?;
+    // cd-b's kubelet stops: the node lifecycle controller marks its pods not Ready.
+    daemon_pod(&c, &daemons, &cd, "cd-b", false).await?;
+    wait(|| async {
+        Ok(status_of(&c, "cd-loss", "d")
+            .await?
+            .is_some_and(|s| s.status == Readiness::NotReady))
+    })
+    .await?;
+    let st = status_of(&c, "cd-loss", "d").await?.context("status")?;
+    let b = st.nodes.iter().find(|n| n.name == "cd-b").context("cd-b")?;
+    ensure!(b.status == Readiness::NotReady, "{st:?}");
+    ensure!(
+        st.message.as_deref().unwrap_or_default().contains("cd-b"),
+        "{st:?}"
+    );
+    wait(|| async { event_says(&c, "cd-loss", "d", "NodeNotReady", "cd-b").await }).await?;
+    Ok(())
+}
