@@ -4,11 +4,13 @@
 //! a domain's status and Events, a daemon's `nvidia-imex-ctl -N` table, what a container
 //! sees in /dev, and what a deleted domain may not leave behind.
 //!
-//! The network, as nodes.sh makes it: the first node is in the host's namespaces, the
-//! others each in their own (bridge 10.201.0.0/24). Pods on the host network (graft's
-//! DaemonSet, the IMEX daemons) reach the API server from every node and each other at the
-//! nodes' InternalIPs; other pods reach it only on the first node, so the controller (a
-//! Deployment on the pod network) is pinned there.
+//! The network, as cluster.sh and nodes.sh make it: the first node is in the host's
+//! namespaces, the others each in their own (bridge 10.201.0.0/24). Pods on the host network
+//! (graft's DaemonSet, the IMEX daemons) reach the API server from every node and each
+//! other at the nodes' InternalIPs. Pods on the pod network reach nothing beyond their
+//! node's bridge (the CNI config gives them no default route), so the controller (a
+//! Deployment on the pod network as the chart ships it) is moved to the host network of
+//! the first node here.
 
 use std::time::Duration;
 
@@ -131,11 +133,11 @@ impl MultiCluster {
             ..GpuValues::default()
         };
         self.deploy_gpu_with(fabrics, &values)?;
-        // The controller is on the pod network, which reaches the API server only on the
-        // first node (see the module's header); the chart has no placement value for it.
+        // The testbed's pod network does not reach the API server (see the module's
+        // header), and the chart has no value for the controller's network or placement.
         let c = &self.cluster;
         let pin = format!(
-            r#"{{"spec":{{"template":{{"spec":{{"nodeSelector":{{"kubernetes.io/hostname":"{FIRST_NODE}"}}}}}}}}}}"#
+            r#"{{"spec":{{"template":{{"spec":{{"hostNetwork":true,"dnsPolicy":"ClusterFirstWithHostNet","nodeSelector":{{"kubernetes.io/hostname":"{FIRST_NODE}"}}}}}}}}}}"#
         );
         let deploy = "deployment/graft-compute-domain-controller";
         c.kubectl(&["-n", GRAFT_NS, "patch", deploy, "--type=merge", "-p", &pin])?;
