@@ -10,168 +10,18 @@
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
-use anyhow::{ensure, Context};
+use anyhow::ensure;
 use graft_integration::cluster::multi::domains::{
-    clique_id, compute_domain, is_ready, plain_pod, ready_nodes, template_pod, CHANNEL_DIR,
-    DOMAIN_LABEL, STAYS,
+    is_ready, plain_pod, ready_nodes, template_pod, CHANNEL_DIR, DOMAIN_LABEL, STAYS,
 };
-use graft_integration::cluster::multi::MultiCluster;
 use graft_integration::cluster::wait_until;
 use graft_integration::cluster::workloads::{claim_template, phase, wait_running};
 use graft_integration::fake_gpu::IMEX_MAJOR;
 use serde_json::Value;
 
-const NS: &str = "default";
-/// One NVLink fabric, two cliques: node 1 in B, nodes 2 and 3 in A.
-const FABRIC: &str = "6a7b8c9d0e1f4a5b9c8d7e6f5a4b3c2d";
-const CLIQUE_A: u32 = 7;
-const CLIQUE_B: u32 = 8;
-const FABRICS: [Option<(&str, u32)>; 3] = [
-    Some((FABRIC, CLIQUE_B)),
-    Some((FABRIC, CLIQUE_A)),
-    Some((FABRIC, CLIQUE_A)),
-];
-/// How long a node's loss may take to show: the node controller's grace period (50 s by
-/// default) and the domain's reconcile after it.
-const NODE_LOSS: Duration = Duration::from_secs(240);
+mod setup;
 
-/// Brings a three-node cluster up with ComputeDomains and `channels` IMEX channels per
-/// node, runs `test`, takes the cluster down; fails with the test's error, else with what
-/// `down` left behind.
-fn on_cluster(
-    channels: u32,
-    test: impl FnOnce(&MultiCluster) -> anyhow::Result<()>,
-) -> anyhow::Result<()> {
-    let _turn = graft_integration::cluster::gpu::own_cluster();
-    let mc = MultiCluster::up(3)?;
-    let r = mc
-        .deploy_domains(&FABRICS, channels)
-        .and_then(|()| test(&mc))
-        .map_err(|e| e.context(mc.domain_state(NS)));
-    let left = mc.down()?;
-    r?;
-    ensure!(left.is_empty(), "down left behind: {left:?}");
-    Ok(())
-}
-
-/// Creates domain `name` of `nodes` nodes (workload template `<name>-channel`) and waits
-/// until the controller chose clique A for it and wrote the template; returns its uid.
-fn create_domain(mc: &MultiCluster, name: &str, nodes: u32) -> anyhow::Result<String> {
-    let template = format!("{name}-channel");
-    mc.cluster
-        .apply(&compute_domain(NS, name, nodes, &template, "Single"))?;
-    let want = clique_id(FABRIC, CLIQUE_A);
-    let d = mc.wait_domain(NS, name, "no clique chosen", |d| {
-        d["status"]["clique"].as_str().is_some()
-    })?;
-    ensure!(
-        d["status"]["clique"] == want.as_str(),
-        "{name} went to clique {}, not {want}",
-        d["status"]["clique"]
-    );
-    wait_until(&format!("no workload template {template}"), || {
-        Ok(mc
-            .cluster
-            .kubectl(&[
-                "-n",
-                NS,
-                "get",
-                "resourceclaimtemplate",
-                &template,
-                "-o",
-                "name",
-            ])
-            .is_ok())
-    })?;
-    d["metadata"]["uid"]
-        .as_str()
-        .map(str::to_string)
-        .context("the domain has no uid")
-}
-
-/// The node pod `name` runs on; empty while it is not scheduled.
-fn node_of(mc: &MultiCluster, name: &str) -> String {
-    mc.cluster
-        .kubectl(&[
-            "-n",
-            NS,
-            "get",
-            "pod",
-            name,
-            "-o",
-            "jsonpath={.spec.nodeName}",
-        ])
-        .unwrap_or_default()
-}
-
-/// Waits until domain `name` is Ready with exactly `nodes` as its Ready members, every one
-/// in clique A.
-fn wait_ready_on(mc: &MultiCluster, name: &str, nodes: &BTreeSet<String>) -> anyhow::Result<Value> {
-    let d = mc.wait_domain(NS, name, "not Ready", is_ready)?;
-    let members: BTreeSet<String> = ready_nodes(&d).into_iter().collect();
-    ensure!(
-        members == *nodes,
-        "{name}'s Ready nodes are {members:?}, not {nodes:?}"
-    );
-    let a = clique_id(FABRIC, CLIQUE_A);
-    for n in d["status"]["nodes"].as_array().into_iter().flatten() {
-        ensure!(
-            n["cliqueID"] == a.as_str(),
-            "{name}: a member outside clique A: {n}"
-        );
-    }
-    Ok(d)
-}
-
-/// Checks that each member's IMEX daemon lists every member's address as READY and the
-/// domain UP.
-fn daemons_see_each_other(
-    mc: &MultiCluster,
-    uid: &str,
-    nodes: &BTreeSet<String>,
-) -> anyhow::Result<()> {
-    let ips = nodes
-        .iter()
-        .map(|n| mc.node_ip(n))
-        .collect::<anyhow::Result<Vec<_>>>()?;
-    for node in nodes {
-        let table = mc.imex_table(uid, node)?;
-        ensure!(
-            table.contains("Domain State: UP"),
-            "{node}'s IMEX daemon:\n{table}"
-        );
-        for ip in &ips {
-            ensure!(
-                table
-                    .lines()
-                    .any(|l| l.contains(&format!(" {ip} ")) && l.trim_end().ends_with("READY")),
-                "{node}'s IMEX daemon does not see {ip} READY:\n{table}"
-            );
-        }
-    }
-    Ok(())
-}
-
-/// Deletes the test's pods and domain `name` and waits until nothing of it is left.
-fn delete_all(mc: &MultiCluster, domains: &[(&str, &str)]) -> anyhow::Result<()> {
-    let c = &mc.cluster;
-    c.kubectl(&[
-        "-n",
-        NS,
-        "delete",
-        "pods",
-        "-l",
-        "graft-test=domains",
-        "--wait=true",
-    ])?;
-    for (name, _) in domains {
-        c.kubectl(&["-n", NS, "delete", "computedomain", name, "--wait=true"])?;
-    }
-    for (name, uid) in domains {
-        mc.wait_domain_gone(NS, name, uid)?;
-    }
-    Ok(())
-}
+use setup::*;
 
 /// A two-node domain: its pods land on the two nodes of clique A, both containers get the
 /// same channel (the domain's), the IMEX daemons on both nodes report each other READY,

@@ -335,6 +335,17 @@ impl MultiCluster {
         Ok(())
     }
 
+    /// Waits until no claim is left in `ns` and graft keeps no claim record on any node.
+    pub fn wait_unprepared(&self, ns: &str) -> anyhow::Result<()> {
+        super::super::wait_until(&format!("claims of {ns} left prepared"), || {
+            let claims =
+                self.cluster
+                    .kubectl(&["-n", ns, "get", "resourceclaims", "-o", "name"])?;
+            Ok(claims.trim().is_empty() && self.nodes.iter().all(|n| self.claim_records(n) == 0))
+        })?;
+        Ok(())
+    }
+
     /// What a failed domain test needs explained: domains, claims, graft's pods and the
     /// controller's and daemons' last log lines.
     pub fn domain_state(&self, ns: &str) -> String {
