@@ -48,6 +48,7 @@ fn kubelet() -> io::Result<()> {
         "kubelet/dra_v1.proto",
         "kubelet/dra_v1beta1.proto",
         "kubelet/dra_health_v1alpha1.proto",
+        "kubelet/dra_health_v1.proto",
     ];
     for p in protos {
         println!("cargo:rerun-if-changed={p}");

@@ -234,6 +234,42 @@ impl GraftDriver {
         ))
     }
 
+    /// The first list of the health stream at `endpoint`, through v1 and v1alpha1 of the
+    /// service, as (device, health, message) each.
+    pub async fn health_lists(
+        &self,
+        endpoint: &Path,
+    ) -> anyhow::Result<[Vec<(String, i32, String)>; 2]> {
+        use graft_proto::dra_health::{v1 as h1, v1alpha1 as h0};
+        let mut c1 = h1::dra_resource_health_client::DraResourceHealthClient::new(
+            unix_channel(endpoint).await?,
+        );
+        let mut s1 = c1
+            .node_watch_resources(h1::NodeWatchResourcesRequest {})
+            .await?
+            .into_inner();
+        let m1 = s1.message().await?.unwrap_or_default();
+        let mut c0 = h0::dra_resource_health_client::DraResourceHealthClient::new(
+            unix_channel(endpoint).await?,
+        );
+        let mut s0 = c0
+            .node_watch_resources(h0::NodeWatchResourcesRequest {})
+            .await?
+            .into_inner();
+        let m0 = s0.message().await?.unwrap_or_default();
+        let name = |d: Option<String>| d.unwrap_or_default();
+        Ok([
+            m1.devices
+                .into_iter()
+                .map(|d| (name(d.device.map(|i| i.device_name)), d.health, d.message))
+                .collect(),
+            m0.devices
+                .into_iter()
+                .map(|d| (name(d.device.map(|i| i.device_name)), d.health, d.message))
+                .collect(),
+        ])
+    }
+
     /// A client of the DRA service (v1beta1) at `endpoint`.
     pub async fn dra_v1beta1(
         &self,

@@ -81,7 +81,7 @@ pub enum SdkError {
 #[derive(Debug, thiserror::Error)]
 pub enum ConnectionError {
     /// The runtime's NRI socket could not be dialled.
-    #[error("cannot connect to {}: {source}", path.display())]
+    #[error("cannot connect to {}: {source}{}", path.display(), nri_hint(source))]
     Connect {
         /// The socket.
         path: PathBuf,
@@ -179,4 +179,40 @@ where
     };
     let _ = server.shutdown().await;
     result
+}
+
+/// What to check when the runtime's socket is not there or not listening: NRI is off
+/// (containerd before 2.0 ships it off), or listens elsewhere.
+fn nri_hint(e: &std::io::Error) -> &'static str {
+    match e.kind() {
+        std::io::ErrorKind::NotFound | std::io::ErrorKind::ConnectionRefused => {
+            " (is NRI enabled in the container runtime? containerd: \
+             [plugins.\"io.containerd.nri.v1.nri\"] disable = false, off by default before \
+             containerd 2.0, and its socket_path must be this path)"
+        }
+        _ => "",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_missing_socket_asks_whether_nri_is_on() {
+        let e = ConnectionError::Connect {
+            path: "/var/run/nri/nri.sock".into(),
+            source: std::io::Error::from(std::io::ErrorKind::NotFound),
+        };
+        let text = e.to_string();
+        assert!(
+            text.contains("is NRI enabled") && text.contains("/var/run/nri/nri.sock"),
+            "{text}"
+        );
+        let e = ConnectionError::Connect {
+            path: "/x".into(),
+            source: std::io::Error::from(std::io::ErrorKind::PermissionDenied),
+        };
+        assert!(!e.to_string().contains("NRI enabled"));
+    }
 }

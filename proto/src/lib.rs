@@ -59,10 +59,14 @@ pub mod dra {
     }
 }
 
-/// The kubelet's DRA resource health stream (package `v1alpha1`, feature gate
+/// The kubelet's DRA resource health stream (packages `v1` and `v1alpha1`, feature gate
 /// `ResourceHealthStatus`), served on the same socket as [`dra`].
 #[cfg(feature = "kubelet")]
 pub mod dra_health {
+    #[allow(clippy::all, missing_docs, unreachable_pub)]
+    pub mod v1 {
+        tonic::include_proto!("v1");
+    }
     #[allow(clippy::all, missing_docs, unreachable_pub)]
     pub mod v1alpha1 {
         tonic::include_proto!("v1alpha1");

@@ -14,20 +14,18 @@ use prometheus_client::registry::Registry;
 use tokio::sync::{watch, Notify};
 
 use crate::claims::Core;
-use crate::health::HealthReport;
-use crate::model::{Device, Kind};
+use crate::health::{Condition, HealthReport};
+use crate::model::Device;
 
+mod devices;
 mod tasks;
+
+pub use devices::class;
+use devices::{DeviceLabels, CLASSES, HEALTHS};
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ResultLabel {
     result: &'static str,
-}
-
-#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct DeviceLabels {
-    class: &'static str,
-    health: &'static str,
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -48,29 +46,6 @@ type Histograms = Family<ResultLabel, Histogram, fn() -> Histogram>;
 
 fn call_histogram() -> Histogram {
     Histogram::new(graft_telemetry::request_buckets())
-}
-
-const CLASSES: [&str; 7] = [
-    "char",
-    "files",
-    "gpu",
-    "imex_channel",
-    "imex_daemon",
-    "mig",
-    "vfio",
-];
-
-/// The `class` label of a device.
-pub fn class(kind: Kind) -> &'static str {
-    match kind {
-        Kind::Char => "char",
-        Kind::Entry(_) => "files",
-        Kind::Gpu => "gpu",
-        Kind::ImexChannel => "imex_channel",
-        Kind::ImexDaemon => "imex_daemon",
-        Kind::Mig => "mig",
-        Kind::Vfio => "vfio",
-    }
 }
 
 /// graft-driver's metrics, each series made up front.
@@ -106,7 +81,7 @@ impl Default for DriverMetrics {
         };
         let devices = Family::<DeviceLabels, Gauge>::default();
         for class in CLASSES {
-            for health in ["healthy", "unhealthy"] {
+            for health in HEALTHS {
                 let _ = devices.get_or_create(&DeviceLabels { class, health });
             }
         }
@@ -156,7 +131,7 @@ impl DriverMetrics {
         );
         r.register(
             "graft_driver_devices",
-            "Devices published, by class and health",
+            "Devices published, by class and health (healthy, degraded, unhealthy)",
             self.devices.clone(),
         );
         r.register(
@@ -284,15 +259,15 @@ impl DriverMetrics {
     fn set_devices(&self, devices: &[Device], health: &HealthReport) {
         let mut counts: BTreeMap<(&'static str, &'static str), i64> = BTreeMap::new();
         for d in devices {
-            let h = if health.is_unhealthy(&d.name) {
-                "unhealthy"
-            } else {
-                "healthy"
+            let h = match health.get(&d.name).map(|h| h.condition) {
+                Some(Condition::Unhealthy) => "unhealthy",
+                Some(Condition::Degraded) => "degraded",
+                None => "healthy",
             };
             *counts.entry((class(d.kind), h)).or_default() += 1;
         }
         for class in CLASSES {
-            for health in ["healthy", "unhealthy"] {
+            for health in HEALTHS {
                 let n = counts.get(&(class, health)).copied().unwrap_or(0);
                 self.devices
                     .get_or_create(&DeviceLabels { class, health })

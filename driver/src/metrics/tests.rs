@@ -1,5 +1,6 @@
 use super::*;
 use crate::health::{Condition, DeviceHealth};
+use crate::model::Kind;
 
 fn text(m: &DriverMetrics) -> String {
     let mut r = Registry::default();
@@ -93,5 +94,26 @@ fn calls_and_publishing_are_counted() {
         "graft_driver_nri_plugin_connected 0",
     ] {
         assert!(t.contains(want), "{want} missing from\n{t}");
+    }
+}
+
+#[test]
+fn devices_are_counted_by_health_degraded_apart() {
+    let m = DriverMetrics::default();
+    let devices = [
+        Device::new("gpu-0", Kind::Gpu),
+        Device::new("gpu-1", Kind::Gpu),
+        Device::new("gpu-2", Kind::Gpu),
+    ];
+    let mut report = HealthReport::default();
+    report.devices.insert("gpu-1".into(), unhealthy("xid-79"));
+    let mut degraded = unhealthy("xid-13");
+    degraded.condition = Condition::Degraded;
+    report.devices.insert("gpu-2".into(), degraded);
+    m.set_devices(&devices, &report);
+    let t = text(&m);
+    for health in ["healthy", "degraded", "unhealthy"] {
+        let want = format!("graft_driver_devices{{class=\"gpu\",health=\"{health}\"}} 1");
+        assert!(t.contains(&want), "{want} missing from\n{t}");
     }
 }

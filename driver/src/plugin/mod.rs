@@ -5,6 +5,7 @@ pub mod authority;
 pub mod dra;
 pub mod registration;
 pub mod resource_health;
+pub mod resource_health_v1;
 pub mod socket;
 
 use std::future::Future;
@@ -12,6 +13,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use graft_proto::dra::{v1, v1beta1};
+use graft_proto::dra_health::v1::dra_resource_health_server::DraResourceHealthServer as V1HealthServer;
 use graft_proto::dra_health::v1alpha1::dra_resource_health_server::DraResourceHealthServer;
 use graft_proto::pluginregistration::registration_server::RegistrationServer;
 use tokio_stream::wrappers::UnixListenerStream;
@@ -85,14 +87,20 @@ pub async fn serve(
     let dra_beta = dra::DraService::new(Arc::clone(&edge));
     // The kubelet opens the health stream on its own when its feature gate is on; without
     // the service each try fails with Unimplemented, which it logs and retries every 5 s.
-    let health_service = health.map(|feed| {
+    let health_service = health.clone().map(|feed| {
         DraResourceHealthServer::new(resource_health::HealthService::new(feed, stop_rx.clone()))
+    });
+    let health_v1 = health.map(|feed| {
+        V1HealthServer::new(resource_health_v1::HealthServiceV1(
+            resource_health::HealthService::new(feed, stop_rx.clone()),
+        ))
     });
     let dra_server = tokio::spawn(
         tonic::transport::Server::builder()
             .add_service(v1::dra_plugin_server::DraPluginServer::new(dra_service))
             .add_service(v1beta1::dra_plugin_server::DraPluginServer::new(dra_beta))
             .add_optional_service(health_service)
+            .add_optional_service(health_v1)
             .serve_with_incoming_shutdown(fixed(dra_listener), stopped(stop_rx.clone())),
     );
     tracing::info!(path = %dra_path.display(), "DRA service listening");

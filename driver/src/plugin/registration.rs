@@ -13,10 +13,13 @@ use tonic::{Request, Response, Status};
 pub const DRA_PLUGIN_TYPE: &str = "DRAPlugin";
 /// The gRPC services graft offers, most preferred first: the kubelet picks the first
 /// DRAPlugin it knows, and from 1.37 on streams device health only from a plugin that lists
-/// a DRAResourceHealth service here (1.35 asks every plugin, and ignores the entry).
-pub const SUPPORTED_VERSIONS: [&str; 3] = [
+/// a DRAResourceHealth service here (1.35 asks every plugin, and ignores the entry); a
+/// kubelet that knows v1 of the health service picks it over v1alpha1, which the older
+/// ones keep using.
+pub const SUPPORTED_VERSIONS: [&str; 4] = [
     "v1.DRAPlugin",
     "v1beta1.DRAPlugin",
+    "v1.DRAResourceHealth",
     "v1alpha1.DRAResourceHealth",
 ];
 

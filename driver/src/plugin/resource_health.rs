@@ -1,4 +1,5 @@
-//! The kubelet's DRA resource health stream (`v1alpha1.DRAResourceHealth`, feature gate
+//! The kubelet's DRA resource health stream (`v1alpha1.DRAResourceHealth`, and `v1` in
+//! [`super::resource_health_v1`]; feature gate
 //! `ResourceHealthStatus`) on the DRA socket: the kubelet keeps one stream open per plugin
 //! and shows what it receives in `status.containerStatuses[].allocatedResourcesStatus`.
 //!
@@ -68,10 +69,28 @@ pub fn snapshot(
                 health: health.into(),
                 last_updated_time: now,
                 health_check_timeout_seconds: HEALTH_TIMEOUT_SECONDS,
+                message: report.get(&d.name).map(message).unwrap_or_default(),
             }
         })
         .collect();
     NodeWatchResourcesResponse { devices }
+}
+
+/// The longest message the kubelet keeps (it cuts longer ones).
+pub const MESSAGE_MAX: usize = 1024;
+
+/// Why a device is in its condition, as pod status shows it: graft's reason and message
+/// (a degraded device is Healthy for the kubelet, and still says why).
+fn message(h: &crate::health::DeviceHealth) -> String {
+    let text = format!("{:?}: {} ({})", h.condition, h.message, h.reason);
+    if text.len() <= MESSAGE_MAX {
+        return text;
+    }
+    let mut cut = MESSAGE_MAX - 3;
+    while !text.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    format!("{}...", &text[..cut])
 }
 
 /// Answers `NodeWatchResources` from a [`HealthFeed`].
@@ -90,6 +109,19 @@ impl HealthService {
 
 type Item = Result<NodeWatchResourcesResponse, Status>;
 
+impl HealthService {
+    /// A stream of full lists, each made into the version's message by `to`.
+    pub fn open<T: Send + 'static>(
+        &self,
+        to: fn(NodeWatchResourcesResponse) -> T,
+    ) -> ReceiverStream<Result<T, Status>> {
+        let (tx, rx) = mpsc::channel(QUEUE);
+        tokio::spawn(produce(self.feed.clone(), self.stop.clone(), tx, to));
+        tracing::debug!("health stream opened");
+        ReceiverStream::new(rx)
+    }
+}
+
 #[tonic::async_trait]
 impl DraResourceHealth for HealthService {
     type NodeWatchResourcesStream = ReceiverStream<Item>;
@@ -98,16 +130,18 @@ impl DraResourceHealth for HealthService {
         &self,
         _request: Request<NodeWatchResourcesRequest>,
     ) -> Result<Response<Self::NodeWatchResourcesStream>, Status> {
-        let (tx, rx) = mpsc::channel(QUEUE);
-        tokio::spawn(produce(self.feed.clone(), self.stop.clone(), tx));
-        tracing::debug!("health stream opened");
-        Ok(Response::new(ReceiverStream::new(rx)))
+        Ok(Response::new(self.open(|m| m)))
     }
 }
 
 /// Sends the list now, on every change of either input and at least every [`RESEND`];
 /// returns when the client is gone (its end of the channel dropped) or on `stop`.
-async fn produce(mut feed: HealthFeed, mut stop: watch::Receiver<bool>, tx: mpsc::Sender<Item>) {
+async fn produce<T>(
+    mut feed: HealthFeed,
+    mut stop: watch::Receiver<bool>,
+    tx: mpsc::Sender<Result<T, Status>>,
+    to: fn(NodeWatchResourcesResponse) -> T,
+) {
     // A closed input (its sender dropped) keeps its last value but must not be polled:
     // `changed` would return at once, forever.
     let (mut inventory_open, mut health_open, mut stop_open) = (true, true, true);
@@ -119,7 +153,7 @@ async fn produce(mut feed: HealthFeed, mut stop: watch::Receiver<bool>, tx: mpsc
         let message = {
             let devices = feed.inventory.borrow_and_update();
             let report = feed.health.borrow_and_update();
-            snapshot(&feed.pool, &devices, &report, SystemTime::now())
+            to(snapshot(&feed.pool, &devices, &report, SystemTime::now()))
         };
         let sent = tokio::select! {
             r = tx.send(Ok(message)) => r.is_ok(),
@@ -214,6 +248,16 @@ mod tests {
                 ("gpu-0".to_owned(), HealthStatus::Healthy),
                 ("gpu-1".to_owned(), HealthStatus::Unhealthy),
                 ("gpu-2".to_owned(), HealthStatus::Healthy),
+            ]
+        );
+        // Why, for the unhealthy and the degraded one; nothing for the healthy one.
+        let why: Vec<&str> = msg.devices.iter().map(|d| d.message.as_str()).collect();
+        assert_eq!(
+            why,
+            [
+                "",
+                "Unhealthy: fell off the bus (xid-79)",
+                "Degraded: fell off the bus (xid-79)"
             ]
         );
     }
@@ -334,7 +378,7 @@ mod tests {
             health,
         };
         let (tx, mut rx) = mpsc::channel(QUEUE);
-        let task = tokio::spawn(produce(feed, stop, tx));
+        let task = tokio::spawn(produce(feed, stop, tx, |m| m));
         assert!(rx.recv().await.is_some());
         drop(rx);
         tokio::time::timeout(Duration::from_secs(2), task)

@@ -43,6 +43,17 @@ async fn status_of(
 }
 
 async fn has_event(c: &kube::Client, ns: &str, name: &str, reason: &str) -> anyhow::Result<bool> {
+    event_says(c, ns, name, reason, "").await
+}
+
+/// An Event of `reason` about domain `name` whose note contains `text`.
+async fn event_says(
+    c: &kube::Client,
+    ns: &str,
+    name: &str,
+    reason: &str,
+    text: &str,
+) -> anyhow::Result<bool> {
     let api: Api<Event> = Api::namespaced(c.clone(), ns);
     Ok(api
         .list(&ListParams::default())
@@ -52,6 +63,7 @@ async fn has_event(c: &kube::Client, ns: &str, name: &str, reason: &str) -> anyh
         .any(|e| {
             e.reason.as_deref() == Some(reason)
                 && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name)
+                && e.note.as_deref().unwrap_or_default().contains(text)
         }))
 }
 

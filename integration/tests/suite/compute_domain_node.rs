@@ -32,6 +32,15 @@ fn channel_config(domain: &ComputeDomain, ns: &str) -> serde_json::Value {
             "domainNamespace": ns, "allocationMode": "Single"}}}])
 }
 
+/// The domain `team-a/train` of one node, as its user writes it.
+fn train() -> anyhow::Result<ComputeDomain> {
+    Ok(serde_json::from_value(json!({
+        "apiVersion": "resource.graft.dev/v1alpha1", "kind": "ComputeDomain",
+        "metadata": {"name": "train", "namespace": "team-a"},
+        "spec": {"numNodes": 1, "channel": {"resourceClaimTemplate": {"name": "train-channel"}}}
+    }))?)
+}
+
 async fn wait_for(
     what: &str,
     mut f: impl AsyncFnMut() -> anyhow::Result<bool>,
@@ -122,12 +131,7 @@ async fn a_domain_channel_waits_for_the_domain_on_its_node() -> anyhow::Result<(
         namespace(&c, ns).await?;
     }
     let domains: Api<ComputeDomain> = Api::namespaced(c.clone(), "team-a");
-    let cd: ComputeDomain = serde_json::from_value(json!({
-        "apiVersion": "resource.graft.dev/v1alpha1", "kind": "ComputeDomain",
-        "metadata": {"name": "train", "namespace": "team-a"},
-        "spec": {"numNodes": 1, "channel": {"resourceClaimTemplate": {"name": "train-channel"}}}
-    }))?;
-    let cd = domains.create(&PostParams::default(), &cd).await?;
+    let cd = domains.create(&PostParams::default(), &train()?).await?;
     let p = pod(
         &c,
         "team-a",
@@ -266,5 +270,22 @@ async fn a_domain_channel_waits_for_the_domain_on_its_node() -> anyhow::Result<(
     ensure!(dra.record(&uid(&claim))?.is_none());
     let labels = nodes.get(NODE).await?.metadata.labels.unwrap_or_default();
     ensure!(labels.contains_key(&key), "{labels:?}");
+
+    // The domain deleted and made again under its name, Ready here: not the claim's domain.
+    domains.delete("train", &Default::default()).await?;
+    wait_for("the domain gone", async || {
+        Ok(domains.get_opt("train").await?.is_none())
+    })
+    .await?;
+    domains.create(&PostParams::default(), &train()?).await?;
+    domains
+        .patch_status(
+            "train",
+            &PatchParams::default(),
+            &Patch::Merge(status(NODE)),
+        )
+        .await?;
+    let e = prepare(&dra, &[&claim]).await?[&uid(&claim)].error.clone();
+    ensure!(e.contains("not the") && e.contains("made again"), "{e}");
     Ok(())
 }

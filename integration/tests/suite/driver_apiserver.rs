@@ -120,9 +120,17 @@ async fn registration_and_sockets() -> anyhow::Result<()> {
             == [
                 "v1.DRAPlugin",
                 "v1beta1.DRAPlugin",
+                "v1.DRAResourceHealth",
                 "v1alpha1.DRAResourceHealth"
             ],
         "{info:?}"
+    );
+    // Both health versions stream the same list, every device healthy and without a why.
+    let [h1, h0] = node.driver.health_lists(&node.endpoint).await?;
+    ensure!(h1 == h0 && h1.len() == 3, "{h1:?} {h0:?}");
+    ensure!(
+        h1.iter().all(|(_, h, why)| *h == 1 && why.is_empty()),
+        "{h1:?}"
     );
     ensure!(
         info.endpoint

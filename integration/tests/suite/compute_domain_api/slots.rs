@@ -10,35 +10,13 @@ use graft_compute_domain::objects::{
 };
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::Node;
-use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceClaimTemplate};
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::ResourceExt;
 use serde_json::json;
 
 use super::harness::{client, controller, domain, namespaces, wait};
-use super::{daemon_pod, has_event, status_of};
-
-/// An Event of `reason` about domain `name` whose note contains `text`.
-async fn event_says(
-    c: &kube::Client,
-    ns: &str,
-    name: &str,
-    reason: &str,
-    text: &str,
-) -> anyhow::Result<bool> {
-    let api: Api<Event> = Api::namespaced(c.clone(), ns);
-    Ok(api
-        .list(&ListParams::default())
-        .await?
-        .items
-        .iter()
-        .any(|e| {
-            e.reason.as_deref() == Some(reason)
-                && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name)
-                && e.note.as_deref().unwrap_or_default().contains(text)
-        }))
-}
+use super::{daemon_pod, event_says, has_event, status_of};
 
 async fn slot_of(c: &kube::Client, ns: &str, name: &str) -> anyhow::Result<Option<u32>> {
     Ok(status_of(c, ns, name).await?.and_then(|s| s.slot))
