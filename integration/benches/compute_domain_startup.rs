@@ -14,7 +14,8 @@
 //! Run (root, the testbed; graft from the debug build, as the cluster tests install it):
 //! `cargo build --workspace --bins && bash hooks/build-static.sh --quiet &&
 //! cargo bench -p graft-integration --bench compute_domain_startup`. GRAFT_BENCH_ROUNDS:
-//! rounds (5). Not part of CI; takes the host's one testbed cluster (run it under the same
+//! rounds (5); GRAFT_BENCH_EVENTS=1 prints each domain round's Events and daemon pod
+//! conditions (where the time went). Not part of CI; takes the host's one testbed cluster (run it under the same
 //! lock as the cluster tests).
 
 use std::time::Duration;
@@ -79,6 +80,9 @@ async fn once(
     let last = sa.ready.max(sb.ready).context("no Ready seen")?;
     let took = last.saturating_duration_since(first);
 
+    if kind == Kind::Domain && std::env::var_os("GRAFT_BENCH_EVENTS").is_some() {
+        eprintln!("{}", timeline(mc));
+    }
     c.kubectl(&["-n", NS, "delete", "pod", &a, &b, "--wait=true"])?;
     if kind == Kind::Domain {
         let uid = mc.domain(NS, &prefix)?["metadata"]["uid"]
@@ -90,6 +94,42 @@ async fn once(
     }
     mc.wait_unprepared(NS)?;
     Ok(took)
+}
+
+/// Where a domain round's time went: the cluster's Events in order (whole seconds), and
+/// the IMEX daemon pods' condition changes.
+fn timeline(mc: &MultiCluster) -> String {
+    let get = |args: &[&str]| {
+        mc.cluster
+            .kubectl(args)
+            .unwrap_or_else(|e| format!("{e:#}\n"))
+    };
+    let cols = "custom-columns=CREATED:.metadata.creationTimestamp,LAST:.lastTimestamp,N:.count,\
+                OBJECT:.involvedObject.name,REASON:.reason,MESSAGE:.message";
+    let conds =
+        "jsonpath={range .items[*]}{.metadata.name} {.spec.nodeName}{range .status.conditions[*]} \
+                 {.type}={.lastTransitionTime}{end}{\"\\n\"}{end}";
+    format!(
+        "--- events\n{}--- daemon pods\n{}",
+        get(&[
+            "get",
+            "events",
+            "-A",
+            "--sort-by=.metadata.creationTimestamp",
+            "-o",
+            cols
+        ]),
+        get(&[
+            "-n",
+            "graft-system",
+            "get",
+            "pods",
+            "-l",
+            "resource.graft.dev/computeDomain",
+            "-o",
+            conds
+        ]),
+    )
 }
 
 fn p50(v: &[Duration]) -> f64 {
