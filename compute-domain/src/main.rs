@@ -82,6 +82,7 @@ async fn main() -> anyhow::Result<()> {
         .await
         .context("connecting to the API server")?;
     let mut registry = Registry::default();
+    graft_telemetry::register_process(&mut registry);
     graft_telemetry::register_build_info(
         &mut registry,
         "graft_compute_domain_build_info",

@@ -86,6 +86,13 @@ pub struct Args {
     /// Event (a graft pod restart stays quiet).
     #[arg(long, env = "GRAFT_NRI_EVENT_GRACE_SECONDS", default_value_t = 30)]
     pub nri_event_grace_seconds: u64,
+    /// Publish NVIDIA GPUs even while a device plugin advertises `nvidia.com/` resources on
+    /// this Node (the two are kept apart some other way); otherwise they are withheld.
+    #[arg(long, env = "GRAFT_ALLOW_DEVICE_PLUGIN_COEXISTENCE")]
+    pub allow_device_plugin_coexistence: bool,
+    /// Seconds between looks at the Node for device plugin resources.
+    #[arg(long, hide = true, default_value_t = 30)]
+    pub device_plugin_check_seconds: u64,
     /// Serve /metrics, /healthz and /readyz on this TCP address (default: this host only;
     /// the chart gives the pod's IP; `:9477`: every address; empty or `off`: not at all). Bound as soon as it is free: during a rolling update the
     /// instance being replaced holds it.

@@ -15,6 +15,7 @@ use graft_driver::backend::router::Router;
 use graft_driver::backend::{Backend, Node, Running};
 use graft_driver::claims::seams::{KillAt, NriGate, StatusFile};
 use graft_driver::claims::Core;
+use graft_driver::coexistence::Verdict;
 use graft_driver::daemon::{Daemon, Ends};
 use graft_driver::discovery::inventory::Inventory;
 use graft_driver::discovery::{inotify, report, Discovery};
@@ -129,6 +130,30 @@ pub async fn run(
             .with_events(events.clone())
             .with_metrics(metrics.clone()),
     );
+    let (nri_outage_tx, nri_outage) = tokio::sync::watch::channel(None);
+    // GPUs beside NVIDIA's device plugin: withheld unless the operator allows both.
+    let guard = args
+        .discovery
+        .contains(&graft_driver::families::Family::Nvidia)
+        && !args.allow_device_plugin_coexistence;
+    let first = if guard {
+        Verdict::Unknown
+    } else {
+        Verdict::Clear
+    };
+    let (coexistence_tx, coexistence) = tokio::sync::watch::channel(first);
+    if guard {
+        daemon.spawn(
+            "device-plugin-guard",
+            graft_driver::coexistence::run(
+                client.clone(),
+                args.node_name.clone(),
+                events.clone(),
+                coexistence_tx,
+                Duration::from_secs(args.device_plugin_check_seconds.max(1)),
+            ),
+        );
+    }
     daemon.spawn(
         "nri-events",
         graft_driver::events::nri::run(
@@ -137,6 +162,7 @@ pub async fn run(
             args.state_dir.clone(),
             boot_id.clone(),
             Duration::from_secs(args.nri_event_grace_seconds),
+            nri_outage_tx,
         ),
     );
     daemon.spawn(
@@ -183,6 +209,8 @@ pub async fn run(
         started,
     )
     .with_health(health_rx.clone(), args.health_taint_effect)
+    .with_nri(nri_outage)
+    .with_coexistence(coexistence)
     .with_metrics(metrics.clone())
     .with_snapshot(args.state_dir.clone());
     daemon.spawn("publisher", publisher.run(inv_rx.clone()));

@@ -23,6 +23,7 @@ pub fn endpoints(
 ) -> Endpoints {
     let mut registry = Registry::default();
     metrics.register(&mut registry);
+    graft_telemetry::register_process(&mut registry);
     graft_telemetry::register_build_info(
         &mut registry,
         "graft_driver_build_info",

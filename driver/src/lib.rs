@@ -5,6 +5,7 @@
 
 pub mod backend;
 pub mod claims;
+pub mod coexistence;
 pub mod daemon;
 pub mod discovery;
 pub mod edge;

@@ -6,7 +6,7 @@
 //! own slices sees anything (the kubelet deletes them at its start and 30 s after the last
 //! driver instance goes away), and periodically.
 
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Node;
@@ -15,6 +15,7 @@ use kube::api::{Api, DeleteParams, ListParams, PostParams, Preconditions};
 use kube::runtime::{watcher, WatchStreamExt};
 use tokio::sync::{mpsc, watch};
 
+use crate::coexistence::Verdict;
 use crate::error::Result;
 use crate::health::taints::{FatalEffect, Tainting};
 use crate::health::HealthReport;
@@ -40,6 +41,10 @@ pub struct Publisher {
     /// Device health, published as taints.
     health: Option<watch::Receiver<HealthReport>>,
     fatal: FatalEffect,
+    /// Since when graft-nri has been away past its grace, published as a taint.
+    nri: Option<watch::Receiver<Option<SystemTime>>>,
+    /// Whether a device plugin beside graft makes it withhold its GPUs.
+    coexistence: Option<watch::Receiver<Verdict>>,
     /// False once the API server dropped the taints we wrote (its DRADeviceTaints feature
     /// gate is off): from then on slices are compared and written without them, or every
     /// reconcile would rewrite them forever.
@@ -71,6 +76,8 @@ impl Publisher {
             resync: Duration::from_secs(60),
             health: None,
             fatal: FatalEffect::NoSchedule,
+            nri: None,
+            coexistence: None,
             taints_kept: true,
             counters_kept: true,
             shared_kept: true,
@@ -114,15 +121,29 @@ impl Publisher {
         self
     }
 
+    /// Taints every device while graft-nri has been away past its grace (`outage`).
+    pub fn with_nri(mut self, outage: watch::Receiver<Option<SystemTime>>) -> Self {
+        self.nri = Some(outage);
+        self
+    }
+
+    /// Leaves out the devices `verdict` withholds (GPUs beside a device plugin).
+    pub fn with_coexistence(mut self, verdict: watch::Receiver<Verdict>) -> Self {
+        self.coexistence = Some(verdict);
+        self
+    }
+
     fn tainting(&self) -> Tainting {
-        match &self.health {
-            Some(h) if self.taints_kept => Tainting {
-                driver: self.driver.clone(),
-                fatal: self.fatal,
-                report: h.borrow().clone(),
-            },
-            _ => Tainting::none(&self.driver),
+        if !self.taints_kept {
+            return Tainting::none(&self.driver);
         }
+        let mut t = Tainting::none(&self.driver);
+        if let Some(h) = &self.health {
+            t.fatal = self.fatal;
+            t.report = h.borrow().clone();
+        }
+        t.nri_outage = self.nri.as_ref().and_then(|n| *n.borrow());
+        t
     }
 
     fn api(&self) -> Api<ResourceSlice> {
@@ -279,6 +300,8 @@ impl Publisher {
     /// Runs until the task is dropped.
     pub async fn run(mut self, mut inventory: watch::Receiver<Vec<Device>>) {
         let mut health = self.health.clone();
+        let mut nri = self.nri.clone();
+        let mut coexistence = self.coexistence.clone();
         let (tx, mut events) = mpsc::channel::<()>(1);
         let api = self.api();
         let cfg = watcher::Config::default().fields(&self.selector());
@@ -301,7 +324,11 @@ impl Publisher {
         let mut first = true;
         let mut backoff = Duration::from_millis(200);
         loop {
-            let devices = inventory.borrow_and_update().clone();
+            let mut devices = inventory.borrow_and_update().clone();
+            if let Some(v) = coexistence.as_mut() {
+                let v = v.borrow_and_update().clone();
+                devices.retain(|d| v.publishes(d.kind));
+            }
             let result = self.reconcile(&devices).await;
             drop(devices);
             if let Some(m) = &self.metrics {
@@ -334,6 +361,8 @@ impl Publisher {
             tokio::select! {
                 r = inventory.changed() => if r.is_err() { return },
                 Ok(()) = changed(&mut health) => {}
+                Ok(()) = changed(&mut nri) => {}
+                Ok(()) = changed(&mut coexistence) => {}
                 _ = events.recv() => {
                     // Let a burst of events (a wipe deletes several slices) settle.
                     tokio::time::sleep(Duration::from_millis(50)).await;
@@ -345,15 +374,13 @@ impl Publisher {
     }
 }
 
-/// Resolves when the health report changes; never when there is none (or it is gone).
-async fn changed(
-    health: &mut Option<watch::Receiver<HealthReport>>,
-) -> std::result::Result<(), ()> {
-    match health {
+/// Resolves when the watched value changes; never when there is none (or it is gone).
+async fn changed<T>(w: &mut Option<watch::Receiver<T>>) -> std::result::Result<(), ()> {
+    match w {
         Some(h) => match h.changed().await {
             Ok(()) => Ok(()),
             Err(_) => {
-                *health = None;
+                *w = None;
                 Err(())
             }
         },

@@ -12,9 +12,12 @@ pub struct Args {
     /// graft's state directory, as graft-driver and graft-nri use it.
     #[arg(long, global = true, env = "GRAFT_STATE_DIR", default_value = graft_record::DEFAULT_STATE_DIR)]
     pub state_dir: PathBuf,
-    /// Output format: a table for people, JSON for scripts.
+    /// Output format: a table for people (`wide`: every column), YAML or JSON for scripts.
     #[arg(short, long, global = true, value_enum, default_value_t = Output::Table)]
     pub output: Output,
+    /// Tables without their header line (as kubectl's `--no-headers`).
+    #[arg(long, global = true)]
+    pub no_headers: bool,
     #[command(subcommand)]
     pub command: Command,
 }
@@ -22,6 +25,8 @@ pub struct Args {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Output {
     Table,
+    Wide,
+    Yaml,
     Json,
 }
 
@@ -36,7 +41,8 @@ pub enum Command {
     },
     /// What graft injected into a container, and from which records.
     Explain {
-        /// Container id, or an unambiguous prefix of one.
+        /// The container: `containerd://<id>` (as kubectl shows it), an id or a unique prefix
+        /// (as crictl shows it), or `namespace/pod[/container]`.
         container: String,
     },
     /// graft-nri's status, graft-driver's version and process, counts.
@@ -72,13 +78,20 @@ mod tests {
             }
         );
         assert_eq!(parse(&["status"]).unwrap().command, Command::Status);
+        let a = parse(&["devices", "-o", "wide", "--no-headers"]).unwrap();
+        assert_eq!((a.output, a.no_headers), (Output::Wide, true));
+        assert_eq!(
+            parse(&["-o", "yaml", "status"]).unwrap().output,
+            Output::Yaml
+        );
     }
 
     #[test]
     fn bad_input_is_refused() {
         assert!(parse(&[]).is_err());
         assert!(parse(&["explain"]).is_err());
-        assert!(parse(&["devices", "-o", "yaml"]).is_err());
+        assert!(parse(&["devices", "-o", "xml"]).is_err());
+        assert!(parse(&["devices", "--no-headers=maybe"]).is_err());
         assert!(parse(&["frobnicate"]).is_err());
     }
 }

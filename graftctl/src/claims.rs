@@ -5,7 +5,7 @@ use std::path::Path;
 use graft_record::{claim_file_uids, read_claim_file, ClaimRecord, ContainerEdits};
 use serde::Serialize;
 
-use crate::table::{clean, Table};
+use crate::table::{clean, Style, Table};
 
 /// A record that could be read, or why not.
 pub enum Loaded {
@@ -171,9 +171,10 @@ pub fn matches(l: &Loaded, wanted: &str) -> bool {
     }
 }
 
-/// One row per container of each claim (a claim no pod holds yet gets one row).
-pub fn table(claims: &[ClaimView]) -> String {
-    let mut t = Table::new(&[
+/// One row per container of each claim (a claim no pod holds yet gets one row). `wide`
+/// adds the pod's UID, each device's pool and requests, and mounts as `source:destination`.
+pub fn table(claims: &[ClaimView], style: Style) -> String {
+    let mut headers = vec![
         "CLAIM",
         "UID",
         "POD",
@@ -183,7 +184,11 @@ pub fn table(claims: &[ClaimView]) -> String {
         "MOUNTS",
         "ENV",
         "HOOKS",
-    ]);
+    ];
+    if style.wide {
+        headers.extend(["POD UID", "POOLS", "REQUESTS", "MOUNT SOURCES"]);
+    }
+    let mut t = Table::new(&headers);
     let mut unreadable = String::new();
     for c in claims {
         let claim = clean(&format!("{}/{}", c.namespace, c.name));
@@ -196,11 +201,22 @@ pub fn table(claims: &[ClaimView]) -> String {
             continue;
         }
         let all: Vec<String> = c.devices.iter().map(|d| d.name.clone()).collect();
+        // Per device of the claim: `device=pool`, `device=request+request`.
+        let pools: Vec<String> = c
+            .devices
+            .iter()
+            .map(|d| format!("{}={}", d.name, d.pool))
+            .collect();
+        let requests: Vec<String> = c
+            .devices
+            .iter()
+            .map(|d| format!("{}={}", d.name, d.requests.join("+")))
+            .collect();
         let mut rows = 0;
         for p in &c.pods {
             for ctr in &p.containers {
                 let e = &ctr.edits;
-                t.row(vec![
+                let mut row = vec![
                     claim.clone(),
                     clean(&c.uid),
                     clean(&format!("{}/{}", p.namespace, p.name)),
@@ -216,21 +232,44 @@ pub fn table(claims: &[ClaimView]) -> String {
                     ),
                     clean(&e.env_names.join(",")),
                     clean(&e.hooks.join(",")),
-                ]);
+                ];
+                if style.wide {
+                    let sources: Vec<&str> = e
+                        .mounts
+                        .iter()
+                        .map(|m| m.rsplit_once(':').map_or(m.as_str(), |(s, _)| s))
+                        .collect();
+                    row.extend([
+                        clean(&p.uid),
+                        clean(&pools.join(",")),
+                        clean(&requests.join(",")),
+                        clean(&sources.join(",")),
+                    ]);
+                }
+                t.row(row);
                 rows += 1;
             }
         }
         if rows == 0 {
-            t.row(vec![
+            let mut row = vec![
                 claim,
                 clean(&c.uid),
                 String::new(),
                 String::new(),
                 clean(&all.join(",")),
-            ]);
+            ];
+            if style.wide {
+                row.resize(9, String::new());
+                row.extend([
+                    String::new(),
+                    clean(&pools.join(",")),
+                    clean(&requests.join(",")),
+                ]);
+            }
+            t.row(row);
         }
     }
-    t.render() + &unreadable
+    t.render(style.headers) + &unreadable
 }
 
 #[cfg(test)]
@@ -247,7 +286,11 @@ mod tests {
                 error: "claims/bad.json: is a symlink".into(),
             }),
         ];
-        let text = table(&views);
+        let style = Style {
+            wide: false,
+            headers: true,
+        };
+        let text = table(&views, style);
         assert!(text.starts_with("CLAIM"), "{text}");
         assert!(
             text.contains("demo/fuse-claim   claim-1   demo/web   app         fuse"),
@@ -260,6 +303,24 @@ mod tests {
         assert!(
             text.ends_with("claim bad: record unreadable: claims/bad.json: is a symlink\n"),
             "{text}"
+        );
+        let wide = table(
+            &views,
+            Style {
+                wide: true,
+                headers: true,
+            },
+        );
+        assert!(
+            wide.lines()
+                .next()
+                .unwrap()
+                .ends_with("POD UID   POOLS         REQUESTS    MOUNT SOURCES"),
+            "{wide}"
+        );
+        assert!(
+            wide.contains("pod-1     fuse=node-a   fuse=fuse   -"),
+            "{wide}"
         );
         let json = serde_json::to_string(&views).unwrap();
         assert!(!json.contains("s3cret") && !text.contains("s3cret"));

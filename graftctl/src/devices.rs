@@ -6,7 +6,7 @@ use graft_record::devices::{DeviceSnapshot, PublishedDevice};
 use serde::Serialize;
 
 use crate::claims::Loaded;
-use crate::table::{clean, Table};
+use crate::table::{clean, Style, Table};
 
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -105,22 +105,41 @@ fn what(d: &PublishedDevice) -> String {
     }
 }
 
-pub fn table(v: &DevicesView) -> String {
-    let mut t = Table::new(&["NAME", "CLASS", "HEALTH", "WHAT", "CLAIM"]);
+/// NAME CLASS HEALTH WHAT CLAIM; `wide` adds POOL, TYPE, DEVICE NODES and ATTRIBUTES.
+pub fn table(v: &DevicesView, style: Style) -> String {
+    let mut headers = vec!["NAME", "CLASS", "HEALTH", "WHAT", "CLAIM"];
+    if style.wide {
+        headers.extend(["POOL", "TYPE", "DEVICE NODES", "ATTRIBUTES"]);
+    }
+    let mut t = Table::new(&headers);
     for d in &v.devices {
         let health = match &d.health_reason {
             Some(why) => format!("{} ({why})", d.health),
             None => d.health.clone(),
         };
-        t.row(vec![
+        let mut row = vec![
             clean(&d.name),
             clean(&d.class),
             clean(&health),
             clean(&d.what),
             clean(&d.claims.join(",")),
-        ]);
+        ];
+        if style.wide {
+            let attrs: Vec<String> = d
+                .attributes
+                .iter()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect();
+            row.extend([
+                clean(&d.pool),
+                clean(&d.kind),
+                clean(&d.device_nodes.join(",")),
+                clean(&attrs.join(",")),
+            ]);
+        }
+        t.row(row);
     }
-    let mut out = t.render();
+    let mut out = t.render(style.headers);
     for (name, why) in &v.unpublished {
         out.push_str(&format!("not published: {}: {}\n", clean(name), clean(why)));
     }
@@ -135,11 +154,27 @@ mod tests {
     #[test]
     fn health_holder_and_what() {
         let v = view(&snapshot(), &[Loaded::Ok(record())]);
+        let plain = Style {
+            wide: false,
+            headers: true,
+        };
         assert_eq!(
-            table(&v),
+            table(&v, plain),
             "NAME    CLASS            HEALTH                                           WHAT            CLAIM\n\
              fuse    fuse.graft.dev   Healthy                                          /dev/fuse       demo/fuse-claim\n\
              gpu-0   gpu.graft.dev    Unhealthy (xid-79: GPU has fallen off the bus)   H100 GPU-1234   -\n"
+        );
+        let wide = table(
+            &v,
+            Style {
+                wide: true,
+                headers: false,
+            },
+        );
+        assert!(!wide.contains("NAME"), "{wide}");
+        assert!(
+            wide.contains("node-a   gpu    /dev/nvidia0   productName=H100,type=gpu,uuid=GPU-1234"),
+            "{wide}"
         );
         let json: serde_json::Value = serde_json::to_value(&v).unwrap();
         assert_eq!(json["devices"][0]["claims"][0], "demo/fuse-claim");

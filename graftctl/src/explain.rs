@@ -4,11 +4,12 @@
 use std::path::Path;
 
 use anyhow::bail;
-use graft_record::containers::{find_entry, read_entry, ContainerEntry, Lookup};
+use graft_record::containers::{read_entry, ContainerEntry};
 use graft_record::read_claim_file;
 use serde::Serialize;
 
 use crate::table::clean;
+use crate::target;
 
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -17,6 +18,10 @@ pub struct ExplainView {
     pub container: ContainerEntry,
     /// Each record the container was injected from, now.
     pub records: Vec<RecordState>,
+    /// Earlier instances of the container (restarts) still recorded, newest first; only
+    /// when it was named as `namespace/pod/container`.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub earlier: Vec<String>,
 }
 
 #[derive(Debug, Serialize)]
@@ -30,19 +35,10 @@ pub struct RecordState {
     pub error: Option<String>,
 }
 
+/// What `wanted` (any form [`target::parse`] takes) received, from which records.
 pub fn view(root: &Path, wanted: &str) -> anyhow::Result<ExplainView> {
-    let id = match find_entry(root, wanted)? {
-        Lookup::Found(id) => id,
-        Lookup::None => bail!(
-            "no container {wanted:?} in {}: graft injected nothing into it, or it was \
-             removed",
-            root.join("containers").display()
-        ),
-        Lookup::Ambiguous(ids) => bail!(
-            "container id prefix {wanted:?} is ambiguous: {}",
-            ids.join(", ")
-        ),
-    };
+    let found = target::resolve(root, &target::parse(wanted)?, wanted)?;
+    let id = found.id;
     let Some(container) = read_entry(root, &id)? else {
         bail!("container {id}'s entry was removed while reading it (the container is gone)");
     };
@@ -63,7 +59,11 @@ pub fn view(root: &Path, wanted: &str) -> anyhow::Result<ExplainView> {
             }
         })
         .collect();
-    Ok(ExplainView { container, records })
+    Ok(ExplainView {
+        container,
+        records,
+        earlier: found.earlier,
+    })
 }
 
 pub fn text(v: &ExplainView) -> String {
@@ -77,6 +77,12 @@ pub fn text(v: &ExplainView) -> String {
         clean(&c.pod.uid),
         age(c.injected_ms)
     );
+    if !v.earlier.is_empty() {
+        out.push_str(&format!(
+            "Earlier:    {} (instances before a restart; explain one by its id)\n",
+            clean(&v.earlier.join(", "))
+        ));
+    }
     out.push_str("Records:\n");
     for (r, s) in c.records.iter().zip(&v.records) {
         let state = match (s.state.as_str(), &s.error) {

@@ -8,6 +8,7 @@ mod devices;
 mod explain;
 mod status;
 mod table;
+mod target;
 #[cfg(test)]
 mod testdata;
 
@@ -20,6 +21,7 @@ use graft_record::devices::read_snapshot;
 use serde::Serialize;
 
 use args::{Args, Command, Output};
+use table::Style;
 
 fn main() {
     let args = Args::parse();
@@ -44,7 +46,7 @@ fn run(args: &Args) -> anyhow::Result<String> {
             root.display()
         );
     }
-    let out = args.output;
+    let out = (args.output, !args.no_headers);
     match &args.command {
         Command::Devices => {
             let snap = read_snapshot(root)?.with_context(|| {
@@ -66,29 +68,64 @@ fn run(args: &Args) -> anyhow::Result<String> {
                 }
             }
             let views: Vec<_> = all.iter().map(claims::view).collect();
-            render(out, &views, |v| claims::table(v))
+            render(out, &views, |v, s| claims::table(v, s))
         }
         Command::Explain { container } => {
             let v = explain::view(root, container)?;
-            render(out, &v, explain::text)
+            render(out, &v, |v, _| explain::text(v))
         }
         Command::Status => {
             let snap = read_snapshot(root)?;
             let all = claims::load(root)?;
             let containers = entry_ids(root)?.len();
             let v = status::view(root, snap.as_ref(), &all, containers)?;
-            render(out, &v, status::text)
+            render(out, &v, |v, _| status::text(v))
         }
     }
 }
 
+/// `v` as asked: `table` and `wide` through `table` (explain and status are the same text
+/// in both), `yaml` and `json` as serialized. `headers` is false with `--no-headers`.
 fn render<T: Serialize + ?Sized>(
-    out: Output,
+    (out, headers): (Output, bool),
     v: &T,
-    table: impl Fn(&T) -> String,
+    table: impl Fn(&T, Style) -> String,
 ) -> anyhow::Result<String> {
     Ok(match out {
-        Output::Table => table(v),
+        Output::Table | Output::Wide => table(
+            v,
+            Style {
+                wide: out == Output::Wide,
+                headers,
+            },
+        ),
+        Output::Yaml => serde_norway::to_string(v)?,
         Output::Json => serde_json::to_string_pretty(v)? + "\n",
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn yaml_json_and_tables_of_one_view() {
+        let v = devices::view(&testdata::snapshot(), &[]);
+        let yaml = render((Output::Yaml, true), &v, devices::table).unwrap();
+        assert!(yaml.starts_with("node: node-a\n"), "{yaml}");
+        assert!(yaml.contains("- name: gpu-0\n"), "{yaml}");
+        assert!(
+            yaml.contains("  healthReason: 'xid-79: GPU has fallen off the bus'\n"),
+            "{yaml}"
+        );
+        let json = render((Output::Json, false), &v, devices::table).unwrap();
+        assert_eq!(
+            serde_json::from_str::<serde_json::Value>(&json).unwrap()["node"],
+            "node-a"
+        );
+        let t = render((Output::Table, false), &v, devices::table).unwrap();
+        assert!(t.starts_with("fuse "), "{t}");
+        let t = render((Output::Wide, true), &v, devices::table).unwrap();
+        assert!(t.lines().next().unwrap().ends_with("ATTRIBUTES"), "{t}");
+    }
 }

@@ -1,5 +1,14 @@
 //! Plain aligned tables, as kubectl prints them.
 
+/// How a table is printed: `-o wide` adds columns, `--no-headers` drops the header line.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Style {
+    /// `-o wide`: every column.
+    pub wide: bool,
+    /// The header line (false with `--no-headers`).
+    pub headers: bool,
+}
+
 /// Columns separated by at least three spaces, headers in capitals, the last column unpadded.
 pub struct Table {
     headers: Vec<&'static str>,
@@ -18,17 +27,23 @@ impl Table {
         self.rows.push(cells);
     }
 
-    pub fn render(&self) -> String {
+    /// The table, with its header line unless `headers` is false (`--no-headers`).
+    pub fn render(&self, headers: bool) -> String {
         let cols = self.headers.len();
-        let mut width: Vec<usize> = self.headers.iter().map(|h| h.chars().count()).collect();
+        let mut width: Vec<usize> = self
+            .headers
+            .iter()
+            .map(|h| if headers { h.chars().count() } else { 1 })
+            .collect();
         for r in &self.rows {
             for (i, c) in r.iter().enumerate().take(cols) {
                 width[i] = width[i].max(c.chars().count());
             }
         }
         let mut out = String::new();
-        let headers: Vec<String> = self.headers.iter().map(|h| h.to_string()).collect();
-        for r in std::iter::once(&headers).chain(&self.rows) {
+        let header_line: Vec<String> = self.headers.iter().map(|h| h.to_string()).collect();
+        let skip = usize::from(!headers);
+        for r in std::iter::once(&header_line).chain(&self.rows).skip(skip) {
             let mut line = String::new();
             for (i, w) in width.iter().enumerate() {
                 let cell = r.get(i).map(String::as_str).unwrap_or("");
@@ -70,11 +85,15 @@ mod tests {
         t.row(vec!["fuse".into(), "Healthy".into(), "".into()]);
         t.row(vec!["gpu-0".into(), "Unhealthy".into(), "ns/c".into()]);
         assert_eq!(
-            t.render(),
+            t.render(true),
             "NAME    HEALTH      CLAIM\n\
              fuse    Healthy     -\n\
              gpu-0   Unhealthy   ns/c\n"
         );
+        // Without headers, as kubectl's --no-headers: widths from the rows alone.
+        let mut t = Table::new(&["NAME", "HEALTH", "CLAIM"]);
+        t.row(vec!["a".into(), "ok".into(), "".into()]);
+        assert_eq!(t.render(false), "a   ok   -\n");
     }
 
     #[test]

@@ -13,12 +13,14 @@ mod http;
 mod listen;
 pub mod logs;
 pub mod probe;
+mod process;
 
 pub use prometheus_client;
 
 pub use error::{NotReady, ProbeError, TelemetryError};
 pub use http::{Endpoints, ReadyCheck, OPENMETRICS_CONTENT_TYPE};
 pub use listen::{parse_addr, serve, serve_or_log, ServeConfig, Serving};
+pub use process::{figures as process_figures, register_process, Figures as ProcessFigures};
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::family::Family;

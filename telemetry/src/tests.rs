@@ -12,6 +12,7 @@ use crate::*;
 fn endpoints(ready: Arc<AtomicBool>) -> Endpoints {
     let mut reg = Registry::default();
     register_build_info(&mut reg, "graft_test_build_info", "1.2.3");
+    register_process(&mut reg);
     let c = Counter::<u64>::default();
     c.inc();
     reg.register("graft_test_things", "Things", c);
@@ -72,6 +73,20 @@ fn encoding_names_the_metrics() {
     );
     assert!(text.contains("graft_test_things_total 1"), "{text}");
     assert!(text.ends_with("# EOF\n"), "{text}");
+    // This process's own figures, as every Prometheus client names them.
+    for name in [
+        "process_resident_memory_bytes ",
+        "process_cpu_seconds_total ",
+        "process_open_fds ",
+        "process_start_time_seconds ",
+    ] {
+        assert!(text.contains(name), "{name} missing from {text}");
+    }
+    let f = process_figures().unwrap();
+    assert!(
+        f.resident_bytes > 1 << 20 && f.open_fds > 2 && f.max_fds >= f.open_fds,
+        "{f:?}"
+    );
 }
 
 #[tokio::test]

@@ -92,6 +92,19 @@ impl NriWatch {
             }
         }
     }
+
+    /// Since when graft-nri has been away, once the outage is past the grace; `None`
+    /// while it is up or within the grace.
+    pub fn outage(&self) -> Option<SystemTime> {
+        match self.state {
+            State::Down {
+                since_wall,
+                reported: true,
+                ..
+            } => Some(since_wall),
+            _ => None,
+        }
+    }
 }
 
 fn rfc3339(t: SystemTime) -> String {
@@ -131,13 +144,15 @@ fn connected(after: Duration) -> Event {
     }
 }
 
-/// Checks graft-nri's status every few seconds and posts the Node's Events.
+/// Checks graft-nri's status every few seconds, posts the Node's Events and keeps
+/// `outage` ([`NriWatch::outage`]) for the publisher's taint.
 pub async fn run(
     poster: Poster,
     node: String,
     state_dir: PathBuf,
     boot_id: String,
     grace: Duration,
+    outage: tokio::sync::watch::Sender<Option<SystemTime>>,
 ) {
     let gate = std::sync::Arc::new(StatusFile { state_dir, boot_id });
     let every = (grace / 2).clamp(Duration::from_secs(1), Duration::from_secs(5));
@@ -152,6 +167,8 @@ pub async fn run(
             tracing::info!(reason = ev.reason, note = ?ev.note, "graft-nri status changed");
             poster.post(ev, node_ref(&node));
         }
+        let now = watch.outage();
+        outage.send_if_modified(|o| std::mem::replace(o, now) != now);
         tokio::time::sleep(every).await;
     }
 }
@@ -173,7 +190,9 @@ mod tests {
         assert!(w.observe(s(5), wall, Ok(())).is_none());
         // A real outage: once, after the grace.
         assert!(w.observe(s(20), wall, down()).is_none());
+        assert_eq!(w.outage(), None);
         let ev = w.observe(s(30), wall, down()).expect("warning");
+        assert_eq!(w.outage(), Some(wall));
         assert_eq!(ev.type_, EventType::Warning);
         assert_eq!(ev.reason, "NRIPluginNotConnected");
         let note = ev.note.unwrap();
@@ -188,6 +207,7 @@ mod tests {
         assert_eq!(ev.type_, EventType::Normal);
         assert_eq!(ev.reason, "NRIPluginConnected");
         assert!(ev.note.unwrap().contains("after 30 s"));
+        assert_eq!(w.outage(), None);
         assert!(w.observe(s(51), wall, Ok(())).is_none());
         // The next outage is reported again.
         assert!(w.observe(s(60), wall, down()).is_none());

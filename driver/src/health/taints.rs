@@ -4,6 +4,10 @@
 //! `NoExecute` when the operator wants running pods evicted); a degraded one carries
 //! `<driver>/degraded=<reason>` with effect `None`, which only shows. `timeAdded` is when
 //! the condition began, so that republishing an unchanged condition writes nothing.
+//!
+//! While graft-nri has been away past its grace period, every device also carries
+//! `<driver>/nri-unavailable` with effect `NoSchedule`: no container on this node would get
+//! its devices, so the scheduler should not send new pods here.
 
 use k8s_openapi::api::resource::v1::DeviceTaint;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -52,6 +56,8 @@ pub struct Tainting {
     pub fatal: FatalEffect,
     /// The health of each device.
     pub report: HealthReport,
+    /// Since when graft-nri has been away past its grace period, if it is.
+    pub nri_outage: Option<std::time::SystemTime>,
 }
 
 impl Tainting {
@@ -61,6 +67,7 @@ impl Tainting {
             driver: driver.to_string(),
             fatal: FatalEffect::NoSchedule,
             report: HealthReport::default(),
+            nri_outage: None,
         }
     }
 
@@ -69,27 +76,37 @@ impl Tainting {
         taint_key(&self.driver, condition)
     }
 
-    /// The taints of device `name`; `None` when it is healthy.
+    /// The taints of device `name`; `None` when it has none.
     pub fn for_device(&self, name: &str) -> Option<Vec<DeviceTaint>> {
-        let h = self.report.get(name)?;
-        let effect = match (h.condition, self.fatal) {
-            (Condition::Degraded, _) => "None",
-            (Condition::Unhealthy, FatalEffect::NoSchedule) => "NoSchedule",
-            (Condition::Unhealthy, FatalEffect::NoExecute) => "NoExecute",
-        };
-        let secs = h
-            .since
-            .duration_since(std::time::SystemTime::UNIX_EPOCH)
-            .map(|d| d.as_secs() as i64)
-            .unwrap_or(0);
-        Some(vec![DeviceTaint {
-            key: self.key(h.condition),
-            value: Some(h.reason.clone()),
-            effect: effect.to_string(),
-            time_added: k8s_openapi::jiff::Timestamp::from_second(secs)
-                .ok()
-                .map(Time),
-        }])
+        let mut taints = Vec::new();
+        if let Some(h) = self.report.get(name) {
+            let effect = match (h.condition, self.fatal) {
+                (Condition::Degraded, _) => "None",
+                (Condition::Unhealthy, FatalEffect::NoSchedule) => "NoSchedule",
+                (Condition::Unhealthy, FatalEffect::NoExecute) => "NoExecute",
+            };
+            taints.push(taint(self.key(h.condition), &h.reason, effect, h.since));
+        }
+        if let Some(since) = self.nri_outage {
+            let key = format!("{}/nri-unavailable", self.driver);
+            taints.push(taint(key, "not-connected", "NoSchedule", since));
+        }
+        (!taints.is_empty()).then_some(taints)
+    }
+}
+
+fn taint(key: String, value: &str, effect: &str, since: std::time::SystemTime) -> DeviceTaint {
+    let secs = since
+        .duration_since(std::time::SystemTime::UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or(0);
+    DeviceTaint {
+        key,
+        value: Some(value.to_string()),
+        effect: effect.to_string(),
+        time_added: k8s_openapi::jiff::Timestamp::from_second(secs)
+            .ok()
+            .map(Time),
     }
 }
 
@@ -135,5 +152,14 @@ mod tests {
         t.fatal = "NoExecute".parse().unwrap();
         assert_eq!(t.for_device("gpu-2").unwrap()[0].effect, "NoExecute");
         assert!("PreferNoSchedule".parse::<FatalEffect>().is_err());
+        // graft-nri away: every device gets the NRI taint too, beside its own.
+        t.nri_outage = Some(since);
+        let both = t.for_device("gpu-2").unwrap();
+        assert_eq!(both.len(), 2);
+        assert_eq!(
+            (both[1].key.as_str(), both[1].effect.as_str()),
+            ("graft.dev/nri-unavailable", "NoSchedule")
+        );
+        assert_eq!(t.for_device("gpu-9").unwrap().len(), 1);
     }
 }

@@ -764,10 +764,29 @@ async fn reboot_discards_the_checkpoint() -> anyhow::Result<()> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn prepare_fails_retriably_without_graft_nri() -> anyhow::Result<()> {
-    let mut node = DraNode::start(cp(), "node-nri", DEVICES).await?;
+    let mut node = DraNode::start_with(
+        cp(),
+        "node-nri",
+        DEVICES,
+        &["--nri-event-grace-seconds", "1"],
+    )
+    .await?;
     let c = node.client.clone();
     namespace(&c, "nri").await?;
     let (_, claim) = claim_with_pod(&c, "nri", "c", "node-nri", "null").await?;
+    let nri_tainted = |slices: &[ResourceSlice]| {
+        let devices: Vec<_> = slices
+            .iter()
+            .flat_map(|s| s.spec.devices.iter().flatten())
+            .collect();
+        !devices.is_empty()
+            && devices.iter().all(|d| {
+                d.taints
+                    .iter()
+                    .flatten()
+                    .any(|t| t.key == "graft.dev/nri-unavailable" && t.effect == "NoSchedule")
+            })
+    };
 
     node.nri.stop()?;
     let r = prepare(&node, &[&claim]).await?;
@@ -777,9 +796,15 @@ async fn prepare_fails_retriably_without_graft_nri() -> anyhow::Result<()> {
         node.record(&uid(&claim))?.is_none(),
         "nothing may be recorded while graft-nri is away"
     );
+    // Away past its grace: every device is tainted, so no new pod is sent here.
+    wait_slices(&c, "node-nri", "the NRI taint on every device", nri_tainted).await?;
 
     node.nri.spawn()?;
     node.nri.wait_synchronized(WAIT)?;
+    wait_slices(&c, "node-nri", "the NRI taint gone", |s| {
+        !s.is_empty() && !s.iter().any(|s| nri_tainted(std::slice::from_ref(s)))
+    })
+    .await?;
     let r = prepare(&node, &[&claim]).await?;
     ensure!(
         r[&uid(&claim)].error.is_empty(),

@@ -4,6 +4,8 @@
 //! Needs the testbed (`integration/testbed/setup.sh`) and the workspace binaries
 //! (`cargo build --workspace --bins`).
 
+mod kubectl_graft;
+
 use std::collections::BTreeMap;
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
@@ -164,6 +166,62 @@ async fn graftctl_shows_devices_claims_and_containers() -> anyhow::Result<()> {
     ensure!(v["container"]["id"] == id.as_str(), "{v}");
     ensure!(v["container"]["container"] == "app", "{v}");
     ensure!(v["records"][0]["state"] == "present", "{v}");
+
+    // The forms kubectl shows (containerd://<id>) and pods by name, as the entry names them.
+    let v = json(&state, &["explain", &format!("containerd://{id}")])?;
+    ensure!(v["container"]["id"] == id.as_str(), "{v}");
+    for name in ["default/pod-ctl", "default/pod-ctl/app"] {
+        let v = json(&state, &["explain", name])?;
+        ensure!(v["container"]["id"] == id.as_str(), "{name}: {v}");
+    }
+    let out = ok(&state, &["explain", "default/pod-ctl", "-o", "yaml"])?;
+    ensure!(
+        out.contains("  id: ") && out.contains(&id) && out.contains("- GRAFT_SECRET"),
+        "{out}"
+    );
+    refused(
+        &state,
+        &["explain", "default/nope"],
+        &["no pod default/nope", "pods here: default/pod-ctl"],
+    )?;
+    refused(
+        &state,
+        &["explain", "default/pod-ctl/db"],
+        &["no container \"db\"", "app"],
+    )?;
+    refused(
+        &state,
+        &["explain", "containerd://xyz"],
+        &["\"containerd://xyz\"", "64 hex digits"],
+    )?;
+    refused(
+        &state,
+        &["explain", "Default/pod-ctl"],
+        &["\"Default/pod-ctl\"", "not a valid"],
+    )?;
+
+    // -o wide, yaml, --no-headers.
+    let out = ok(&state, &["devices", "-o", "wide", "--no-headers"])?;
+    ensure!(
+        !out.contains("NAME")
+            && out.lines().any(|l| l.contains("testdev-0")
+                && l.contains("default/claim-ctl")
+                && l.contains("/dev/graft-test0")
+                && l.contains("type=test")),
+        "{out}"
+    );
+    let out = ok(&state, &["devices", "-o", "yaml"])?;
+    ensure!(
+        out.contains("- name: testdev-0\n") && out.contains("- default/claim-ctl\n"),
+        "{out}"
+    );
+    let out = ok(&state, &["claims", "-o", "wide"])?;
+    ensure!(
+        out.lines().next().is_some_and(|h| h.contains("POD UID"))
+            && out.contains(&pod_uid)
+            && !out.contains("hunter2"),
+        "{out}"
+    );
 
     let v = json(&state, &["status"])?;
     ensure!(v["nri"]["ready"] == true, "{v}");

@@ -11,6 +11,9 @@ use std::process::Command;
 use anyhow::{ensure, Context};
 use graft_integration::Testbed;
 
+mod docs;
+mod values;
+
 fn top() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
 }
@@ -150,7 +153,7 @@ fn graft_mps_runs_only_where_gpus_are_shared_through_mps() -> anyhow::Result<()>
         "name: GRAFT_STATE_DIR\n              value: /var/lib/graft",
         "name: GRAFT_MPS_SHM_SIZE\n              value: \"2Gi\"",
         "priorityClassName: system-node-critical",
-        "operator: Exists",
+        "key: nvidia.com/gpu",
     ] {
         ensure!(mps.contains(want), "{want:?} missing from:\n{mps}");
     }

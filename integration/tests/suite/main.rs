@@ -18,6 +18,7 @@ mod common;
 mod cluster_e2e;
 mod cluster_gpu;
 mod cluster_multi;
+mod coexistence;
 mod compute_domain_api;
 mod compute_domain_cluster;
 mod compute_domain_node;

@@ -46,3 +46,63 @@ own name, and the name Kubernetes gives every DeviceClass
 {{- end -}}
 [{{ join ", " $names }}]
 {{- end }}
+
+{{/* The release's object names: fullnameOverride, else the release name (with the chart's
+name added when the release name does not hold it), at most 63 characters less the longest
+suffix the chart adds ("-resourceslices-own-node"). */}}
+{{- define "graft.fullname" -}}
+{{- $name := .Values.fullnameOverride -}}
+{{- if not $name -}}
+{{- $name = ternary .Release.Name (printf "%s-%s" .Release.Name .Chart.Name) (contains .Chart.Name .Release.Name) -}}
+{{- end -}}
+{{- $name | trunc 39 | trimSuffix "-" -}}
+{{- end }}
+
+{{/* The recommended labels (Kubernetes' "Recommended Labels") every object carries.
+Call with (list $ "component"). app.kubernetes.io/name is the DaemonSets' selector (which
+cannot change on an upgrade), so it stays what it was: graft, and graft-mps for MPS. */}}
+{{- define "graft.labels" -}}
+{{- $root := index . 0 -}}
+{{- $component := index . 1 -}}
+app.kubernetes.io/name: {{ ternary "graft-mps" "graft" (eq $component "mps") }}
+app.kubernetes.io/instance: {{ $root.Release.Name }}
+app.kubernetes.io/version: {{ $root.Values.image.tag | default $root.Chart.AppVersion | trunc 63 | quote }}
+app.kubernetes.io/component: {{ $component }}
+app.kubernetes.io/part-of: graft
+app.kubernetes.io/managed-by: {{ $root.Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" $root.Chart.Name $root.Chart.Version | replace "+" "_" }}
+{{- end }}
+
+{{/* The pods' imagePullSecrets, affinity, annotations: the values of the same names. */}}
+{{- define "graft.podScheduling" -}}
+{{- with .Values.imagePullSecrets }}
+imagePullSecrets:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .Values.nodeSelector }}
+nodeSelector:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .Values.affinity }}
+affinity:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .Values.tolerations }}
+tolerations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end }}
+
+{{/* Refusals that need no cluster to decide (helm template has none): a class under one of
+the names NVIDIA's device plugin hands GPUs out by (nvidia.com/gpu, nvidia.com/mig-...)
+needs nvidia.allowDevicePluginCoexistence. */}}
+{{- define "graft.guards" -}}
+{{- if not .Values.nvidia.allowDevicePluginCoexistence -}}
+{{- range $class := .Values.deviceClasses -}}
+{{- $name := include "graft.extendedResourceName" (list $ $class) -}}
+{{- if hasPrefix "nvidia.com/" $name -}}
+{{- fail (printf "extendedResourceNames.%s is %s, a name NVIDIA's device plugin hands out the same GPUs by: set nvidia.allowDevicePluginCoexistence=true once no device plugin runs on graft's GPU nodes (docs/configuration.md), or leave the name empty" $class $name) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- end }}

@@ -1,0 +1,167 @@
+//! NVIDIA's device plugin beside graft on one node: both would hand out the same GPUs. The
+//! device plugin advertises `nvidia.com/<resource>` in the Node's capacity; while it does,
+//! graft withholds its NVIDIA GPUs (full GPUs, MIG devices, VFIO functions) from its
+//! ResourceSlices and says so with a Warning Event on the Node, until the resource is gone
+//! or the operator says the two are kept apart (`--allow-device-plugin-coexistence`).
+//! Until the first look at the Node, GPUs are withheld too: better late than twice.
+
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Node;
+use kube::api::Api;
+use kube::runtime::events::{Event, EventType};
+use tokio::sync::watch;
+
+use crate::events::{node_ref, Poster};
+use crate::model::Kind;
+
+/// The resource prefix NVIDIA's device plugin advertises under.
+pub const PREFIX: &str = "nvidia.com/";
+/// The Warning Event's reason.
+pub const BESIDE: &str = "DevicePluginBesideGraft";
+/// The Normal Event's reason when the device plugin's resources are gone.
+pub const GONE: &str = "DevicePluginGone";
+
+/// What the guard knows.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// Not looked yet.
+    Unknown,
+    /// No device plugin resource on the Node: publish everything.
+    Clear,
+    /// These device plugin resources are on the Node: withhold the GPUs.
+    Withhold(Vec<String>),
+}
+
+impl Verdict {
+    /// Whether a device of `kind` is published under this verdict.
+    pub fn publishes(&self, kind: Kind) -> bool {
+        let gpu = kind.is_gpu() || kind == Kind::Vfio;
+        !gpu || *self == Verdict::Clear
+    }
+}
+
+/// The device plugin resources the Node advertises with a non-zero quantity.
+pub fn plugin_resources(node: &Node) -> Vec<String> {
+    let status = node.status.as_ref();
+    let mut found: Vec<String> = [
+        status.and_then(|s| s.capacity.as_ref()),
+        status.and_then(|s| s.allocatable.as_ref()),
+    ]
+    .into_iter()
+    .flatten()
+    .flat_map(|m| m.iter())
+    .filter(|(k, q)| k.starts_with(PREFIX) && q.0.trim() != "0")
+    .map(|(k, _)| k.clone())
+    .collect();
+    found.sort();
+    found.dedup();
+    found
+}
+
+fn event(v: &Verdict) -> Option<Event> {
+    let (type_, reason, note) = match v {
+        Verdict::Withhold(r) => (
+            EventType::Warning,
+            BESIDE,
+            format!(
+                "a device plugin advertises {} on this node: graft withholds its NVIDIA GPUs so \
+                 that no GPU is handed out twice (remove the device plugin from graft's GPU \
+                 nodes, or set nvidia.allowDevicePluginCoexistence if they are kept apart)",
+                r.join(", ")
+            ),
+        ),
+        Verdict::Clear => (
+            EventType::Normal,
+            GONE,
+            "no device plugin resource on this node any more: graft publishes its GPUs".into(),
+        ),
+        Verdict::Unknown => return None,
+    };
+    Some(Event {
+        type_,
+        reason: reason.into(),
+        note: Some(note),
+        action: "CheckDevicePlugin".into(),
+        secondary: None,
+    })
+}
+
+/// Looks at the Node every `every` and keeps `tx` up to date; an Event when GPUs are
+/// withheld, and when they are published again after that.
+pub async fn run(
+    client: kube::Client,
+    node: String,
+    poster: Poster,
+    tx: watch::Sender<Verdict>,
+    every: Duration,
+) {
+    let nodes: Api<Node> = Api::all(client);
+    loop {
+        match nodes.get(&node).await {
+            Ok(n) => {
+                let found = plugin_resources(&n);
+                let now = if found.is_empty() {
+                    Verdict::Clear
+                } else {
+                    Verdict::Withhold(found)
+                };
+                let before = tx.send_replace(now.clone());
+                let worth = match (&before, &now) {
+                    (Verdict::Unknown, Verdict::Clear) => false,
+                    (b, n) => b != n,
+                };
+                if worth {
+                    if let Some(ev) = event(&now) {
+                        tracing::warn!(verdict = ?now, "device plugin beside graft");
+                        poster.post(ev, node_ref(&node));
+                    }
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "reading this Node for device plugin resources"),
+        }
+        tokio::time::sleep(every).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn node(capacity: &[(&str, &str)]) -> Node {
+        let cap: serde_json::Map<String, serde_json::Value> = capacity
+            .iter()
+            .map(|(k, v)| (k.to_string(), serde_json::json!(v)))
+            .collect();
+        serde_json::from_value(serde_json::json!({"metadata": {"name": "n"},
+            "status": {"capacity": cap, "allocatable": cap}}))
+        .unwrap()
+    }
+
+    #[test]
+    fn only_nonzero_nvidia_resources_count() {
+        assert!(plugin_resources(&node(&[("cpu", "4"), ("graft.dev/fuse", "1")])).is_empty());
+        assert!(plugin_resources(&node(&[("nvidia.com/gpu", "0")])).is_empty());
+        assert_eq!(
+            plugin_resources(&node(&[
+                ("nvidia.com/gpu", "8"),
+                ("nvidia.com/mig-1g.10gb", "7")
+            ])),
+            ["nvidia.com/gpu", "nvidia.com/mig-1g.10gb"]
+        );
+    }
+
+    #[test]
+    fn gpus_are_published_only_when_clear() {
+        let w = Verdict::Withhold(vec!["nvidia.com/gpu".into()]);
+        for v in [&Verdict::Unknown, &w] {
+            assert!(!v.publishes(Kind::Gpu) && !v.publishes(Kind::Mig) && !v.publishes(Kind::Vfio));
+            assert!(v.publishes(Kind::Char) && v.publishes(Kind::ImexChannel));
+        }
+        assert!(Verdict::Clear.publishes(Kind::Gpu));
+        let ev = event(&w).unwrap();
+        assert_eq!((ev.type_, ev.reason.as_str()), (EventType::Warning, BESIDE));
+        assert!(ev.note.unwrap().contains("nvidia.com/gpu"));
+        assert!(event(&Verdict::Unknown).is_none());
+    }
+}
