@@ -111,8 +111,8 @@ spec:
 impl MultiCluster {
     /// Installs graft in GPU mode with ComputeDomains on, `channels` IMEX channels per node
     /// (`nvidia.imexChannels`, and the device nodes in each fake's /dev), node `i` in
-    /// `fabrics[i]`; returns once the controller runs on the first node and every node in a
-    /// fabric publishes its channels.
+    /// `fabrics[i]`; returns once the controller runs on the first node's host network and
+    /// every node in a fabric publishes its channels.
     pub fn deploy_domains(
         &self,
         fabrics: &[Option<(&str, u32)>],
