@@ -17,6 +17,8 @@ use super::{run, Cluster};
 use crate::fake_gpu::FakeNode;
 use crate::testbed::Testbed;
 
+pub mod domains;
+
 /// The cluster's directory on the host (cluster.sh's default GRAFT_CLUSTER_DIR).
 const CLUSTER_DIR: &str = "/var/lib/graft-cluster";
 /// cluster.sh's sockets.

@@ -1,0 +1,296 @@
+//! ComputeDomains on the multi-node testbed (harness `graft_integration::cluster::multi`,
+//! `multi::domains`): graft installed once from the chart with `computeDomains.enabled`,
+//! three nodes, the first in clique B and the two others in clique A, so that a two-node
+//! domain has one clique to go to and one to stay out of. Each test brings its own cluster
+//! up and takes it down (a node's kubelet stopped, or a test that failed half way, would
+//! leave the next one a cluster in an unknown state; bringing three nodes up takes seconds),
+//! taking its turn on the host's one testbed cluster through the GPU bed's lock. Needs
+//! root, the testbed and the workspace binaries, as cluster_e2e does.
+
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+
+use anyhow::ensure;
+use graft_integration::cluster::multi::domains::{
+    is_ready, plain_pod, ready_nodes, template_pod, CHANNEL_DIR, DOMAIN_LABEL, STAYS,
+};
+use graft_integration::cluster::wait_until;
+use graft_integration::cluster::workloads::{claim_template, phase, wait_running};
+use graft_integration::fake_gpu::IMEX_MAJOR;
+use serde_json::Value;
+
+mod setup;
+
+use setup::*;
+
+/// A two-node domain: its pods land on the two nodes of clique A, both containers get the
+/// same channel (the domain's), the IMEX daemons on both nodes report each other READY,
+/// the domain turns Ready with both nodes; a pod outside the domain gets no channel.
+#[test]
+fn compute_domain_across_two_nodes() -> anyhow::Result<()> {
+    on_cluster(1, |mc| {
+        let c = &mc.cluster;
+        let uid = create_domain(mc, "d1", 2)?;
+        c.apply(
+            &(template_pod(NS, "w1", "d1-channel", None)
+                + &template_pod(NS, "w2", "d1-channel", None)),
+        )?;
+        for w in ["w1", "w2"] {
+            wait_running(c, NS, w)?;
+        }
+        let on: BTreeSet<String> = ["w1", "w2"].iter().map(|w| node_of(mc, w)).collect();
+        let a: BTreeSet<String> = mc.nodes[1..].iter().cloned().collect();
+        ensure!(
+            on == a,
+            "the domain's pods run on {on:?}, not on clique A's {a:?}"
+        );
+        wait_ready_on(mc, "d1", &a)?;
+        let (ch1, ch2) = (mc.channels_in(NS, "w1")?, mc.channels_in(NS, "w2")?);
+        ensure!(
+            ch1.len() == 1 && ch1 == ch2,
+            "the pods' channels differ: {ch1:?} / {ch2:?}"
+        );
+        // The claims are the domain's (labelled with its uid) and hold that channel.
+        let label = format!("{DOMAIN_LABEL}={uid}");
+        let claims: Value = serde_json::from_str(&c.kubectl(&[
+            "-n",
+            NS,
+            "get",
+            "resourceclaims",
+            "-l",
+            &label,
+            "-o",
+            "json",
+        ])?)?;
+        let devices: Vec<&str> = claims["items"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|cl| cl["status"]["allocation"]["devices"]["results"][0]["device"].as_str())
+            .collect();
+        let want = ch1[0].replace("channel", "imex-channel-");
+        ensure!(
+            devices == [want.as_str(), want.as_str()],
+            "the domain's claims hold {devices:?}, not {want} twice"
+        );
+        daemons_see_each_other(mc, &uid, &a)?;
+
+        c.apply(&plain_pod(NS, "outside", &mc.nodes[1]))?;
+        wait_running(c, NS, "outside")?;
+        let ch = mc.channels_in(NS, "outside")?;
+        ensure!(
+            ch.is_empty(),
+            "a pod outside the domain has {CHANNEL_DIR}: {ch:?}"
+        );
+        delete_all(mc, &[("d1", &uid)])
+    })
+}
+
+/// A two-node domain goes to clique A (two nodes), not B (one). With clique A's room taken
+/// (a plain channel claim holds node 3's only channel), its first pod lands on node 2 and
+/// the second stays Pending, unschedulable with the scheduler's reason, while node 1 (clique
+/// B) has a free channel it never takes; once the room is back, it lands in A and the
+/// domain turns Ready.
+#[test]
+fn compute_domain_stays_in_one_clique() -> anyhow::Result<()> {
+    on_cluster(1, |mc| {
+        let c = &mc.cluster;
+        let uid = create_domain(mc, "d1", 2)?;
+        let (n1, n2, n3) = (&mc.nodes[0], &mc.nodes[1], &mc.nodes[2]);
+        c.apply(
+            &(claim_template("blocker", "imex-channel.graft.dev", None)
+                + &template_pod(NS, "blocker", "blocker", Some(n3))),
+        )?;
+        wait_running(c, NS, "blocker")?;
+        c.apply(&template_pod(NS, "w1", "d1-channel", None))?;
+        wait_until("w1 was not scheduled", || Ok(!node_of(mc, "w1").is_empty()))?;
+        ensure!(
+            node_of(mc, "w1") == *n2,
+            "w1 went to {}, not {n2}",
+            node_of(mc, "w1")
+        );
+        c.apply(&template_pod(NS, "w2", "d1-channel", None))?;
+        let reason = |what: &str| {
+            c.kubectl(&[
+                "-n",
+                NS,
+                "get",
+                "pod",
+                "w2",
+                "-o",
+                &format!("jsonpath={{.status.conditions[?(@.type==\"PodScheduled\")].{what}}}"),
+            ])
+            .unwrap_or_default()
+        };
+        wait_until("w2 was not found unschedulable", || {
+            Ok(reason("reason") == "Unschedulable")
+        })?;
+        let message = reason("message");
+        ensure!(!message.is_empty(), "w2 is unschedulable without a message");
+        // It stays so: not on node 1, whose channel (clique B) stays free.
+        let start = Instant::now();
+        while start.elapsed() < STAYS {
+            let on = node_of(mc, "w2");
+            ensure!(
+                on.is_empty(),
+                "w2 was placed on {on} (clique A is full): {message}"
+            );
+            ensure!(
+                phase(c, NS, "w2") == "Pending",
+                "w2 is {}",
+                phase(c, NS, "w2")
+            );
+            std::thread::sleep(Duration::from_secs(1));
+        }
+        let held = c.kubectl(&[
+            "get",
+            "resourceclaims",
+            "-A",
+            "-o",
+            "jsonpath={range .items[*]}{.status.allocation.devices.results[*].pool}{\"\\n\"}{end}",
+        ])?;
+        ensure!(
+            !held.lines().any(|l| l.trim() == n1.as_str()),
+            "a claim holds a channel of {n1} (clique B):\n{held}"
+        );
+        eprintln!("w2 stayed Pending {STAYS:?}: {message}");
+
+        c.kubectl(&["-n", NS, "delete", "pod", "blocker", "--wait=true"])?;
+        for w in ["w1", "w2"] {
+            wait_running(c, NS, w)?;
+        }
+        ensure!(
+            node_of(mc, "w2") == *n3,
+            "w2 went to {}, not {n3}",
+            node_of(mc, "w2")
+        );
+        let a: BTreeSet<String> = [n2.clone(), n3.clone()].into();
+        wait_ready_on(mc, "d1", &a)?;
+        delete_all(mc, &[("d1", &uid)])
+    })
+}
+
+/// Two two-node domains on the same two nodes (two channels each): each domain's pods get
+/// one channel, the same on both nodes, the two domains different ones; both domains' IMEX
+/// daemons run side by side on each node and turn READY; a container of one domain may
+/// open its own channel but not the other's (the device cgroup refuses it, even through a
+/// device node it makes itself).
+#[test]
+fn compute_domain_two_domains_one_node() -> anyhow::Result<()> {
+    on_cluster(2, |mc| {
+        let c = &mc.cluster;
+        let (n2, n3) = (&mc.nodes[1], &mc.nodes[2]);
+        let a: BTreeSet<String> = [n2.clone(), n3.clone()].into();
+        let uid1 = create_domain(mc, "d1", 2)?;
+        let uid2 = create_domain(mc, "d2", 2)?;
+        let mut yaml = String::new();
+        for (pod, d, node) in [
+            ("a1", "d1", n2),
+            ("a2", "d1", n3),
+            ("b1", "d2", n2),
+            ("b2", "d2", n3),
+        ] {
+            yaml += &template_pod(NS, pod, &format!("{d}-channel"), Some(node));
+        }
+        c.apply(&yaml)?;
+        for p in ["a1", "a2", "b1", "b2"] {
+            wait_running(c, NS, p)?;
+        }
+        wait_ready_on(mc, "d1", &a)?;
+        wait_ready_on(mc, "d2", &a)?;
+        let ch: Vec<Vec<String>> = ["a1", "a2", "b1", "b2"]
+            .iter()
+            .map(|p| mc.channels_in(NS, p))
+            .collect::<anyhow::Result<_>>()?;
+        ensure!(
+            ch[0].len() == 1 && ch[0] == ch[1],
+            "d1's pods: {:?} / {:?}",
+            ch[0],
+            ch[1]
+        );
+        ensure!(
+            ch[2].len() == 1 && ch[2] == ch[3],
+            "d2's pods: {:?} / {:?}",
+            ch[2],
+            ch[3]
+        );
+        ensure!(ch[0] != ch[2], "both domains have {:?}", ch[0]);
+        daemons_see_each_other(mc, &uid1, &a)?;
+        daemons_see_each_other(mc, &uid2, &a)?;
+
+        // Opening a channel with no driver behind it (this host has none) fails with ENXIO
+        // once the device cgroup lets it through, with EPERM when the cgroup refuses.
+        let minor = |name: &str| name.trim_start_matches("channel").parse::<u32>();
+        let (own, other) = (minor(&ch[0][0])?, minor(&ch[2][0])?);
+        let probe = format!(
+            "cat {CHANNEL_DIR}/channel{own} 2>&1 | sed 's/^/OWN /'; \
+             mknod /tmp/other c {IMEX_MAJOR} {other} && cat /tmp/other 2>&1 | sed 's/^/OTHER /'; true"
+        );
+        let out = mc.exec(NS, "a1", "app", &["/bin/sh", "-c", &probe])?;
+        ensure!(
+            out.contains("OWN") && out.contains("No such device or address"),
+            "a1 could not reach its own channel {own}:\n{out}"
+        );
+        ensure!(
+            out.lines()
+                .any(|l| l.starts_with("OTHER") && l.contains("Operation not permitted")),
+            "a1 was not refused d2's channel {other}:\n{out}"
+        );
+        delete_all(mc, &[("d1", &uid1), ("d2", &uid2)])
+    })
+}
+
+/// A Ready two-node domain loses a node (its kubelet stopped): the domain turns NotReady
+/// with a NotReady Event, and Ready again when the kubelet is back; deleting the pods and
+/// the domain leaves no node label, claim, claim template, DaemonSet, daemon pod or claim
+/// record behind.
+#[test]
+fn compute_domain_node_loss_and_cleanup() -> anyhow::Result<()> {
+    on_cluster(1, |mc| {
+        let c = &mc.cluster;
+        let uid = create_domain(mc, "d1", 2)?;
+        c.apply(
+            &(template_pod(NS, "w1", "d1-channel", None)
+                + &template_pod(NS, "w2", "d1-channel", None)),
+        )?;
+        for w in ["w1", "w2"] {
+            wait_running(c, NS, w)?;
+        }
+        let a: BTreeSet<String> = mc.nodes[1..].iter().cloned().collect();
+        wait_ready_on(mc, "d1", &a)?;
+
+        let lost = &mc.nodes[2];
+        mc.stop_kubelet(lost)?;
+        let start = Instant::now();
+        let mut events;
+        loop {
+            let d = mc.domain(NS, "d1")?;
+            events = mc.domain_events(NS, "d1")?;
+            if !is_ready(&d)
+                && !ready_nodes(&d).contains(lost)
+                && events.lines().any(|l| l.starts_with("NotReady:"))
+            {
+                break;
+            }
+            ensure!(
+                start.elapsed() < NODE_LOSS,
+                "no NotReady after {lost} was lost:\n{d:#}\n{events}"
+            );
+            std::thread::sleep(Duration::from_secs(1));
+        }
+        eprintln!(
+            "{lost} lost: NotReady after {:?}:\n{events}",
+            start.elapsed()
+        );
+        mc.start_kubelet(lost)?;
+        let start = Instant::now();
+        while !is_ready(&mc.domain(NS, "d1")?) {
+            ensure!(
+                start.elapsed() < NODE_LOSS,
+                "d1 not Ready again after {lost} came back"
+            );
+            std::thread::sleep(Duration::from_secs(1));
+        }
+        delete_all(mc, &[("d1", &uid)])
+    })
+}

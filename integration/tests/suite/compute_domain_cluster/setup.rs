@@ -1,0 +1,169 @@
+//! What compute_domain_cluster's tests share: the fabric, the cluster's turn, a domain
+//! created and waited for, the checks of its members and daemons, and its removal.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use anyhow::{ensure, Context};
+use graft_integration::cluster::multi::domains::{
+    clique_id, compute_domain, is_ready, ready_nodes,
+};
+use graft_integration::cluster::multi::MultiCluster;
+use graft_integration::cluster::wait_until;
+use serde_json::Value;
+
+pub(super) const NS: &str = "default";
+/// One NVLink fabric, two cliques: node 1 in B, nodes 2 and 3 in A.
+pub(super) const FABRIC: &str = "6a7b8c9d0e1f4a5b9c8d7e6f5a4b3c2d";
+pub(super) const CLIQUE_A: u32 = 7;
+pub(super) const CLIQUE_B: u32 = 8;
+pub(super) const FABRICS: [Option<(&str, u32)>; 3] = [
+    Some((FABRIC, CLIQUE_B)),
+    Some((FABRIC, CLIQUE_A)),
+    Some((FABRIC, CLIQUE_A)),
+];
+/// How long a node's loss may take to show: the node controller's grace period (50 s by
+/// default) and the domain's reconcile after it.
+pub(super) const NODE_LOSS: Duration = Duration::from_secs(240);
+
+/// Brings a three-node cluster up with ComputeDomains and `channels` IMEX channels per
+/// node, runs `test`, takes the cluster down; fails with the test's error, else with what
+/// `down` left behind.
+pub(super) fn on_cluster(
+    channels: u32,
+    test: impl FnOnce(&MultiCluster) -> anyhow::Result<()>,
+) -> anyhow::Result<()> {
+    let _turn = graft_integration::cluster::gpu::own_cluster();
+    let mc = MultiCluster::up(3)?;
+    let r = mc
+        .deploy_domains(&FABRICS, channels)
+        .and_then(|()| test(&mc))
+        .map_err(|e| e.context(mc.domain_state(NS)));
+    let left = mc.down()?;
+    r?;
+    ensure!(left.is_empty(), "down left behind: {left:?}");
+    Ok(())
+}
+
+/// Creates domain `name` of `nodes` nodes (workload template `<name>-channel`) and waits
+/// until the controller chose clique A for it and wrote the template; returns its uid.
+pub(super) fn create_domain(mc: &MultiCluster, name: &str, nodes: u32) -> anyhow::Result<String> {
+    let template = format!("{name}-channel");
+    mc.cluster
+        .apply(&compute_domain(NS, name, nodes, &template, "Single"))?;
+    let want = clique_id(FABRIC, CLIQUE_A);
+    let d = mc.wait_domain(NS, name, "no clique chosen", |d| {
+        d["status"]["clique"].as_str().is_some()
+    })?;
+    ensure!(
+        d["status"]["clique"] == want.as_str(),
+        "{name} went to clique {}, not {want}",
+        d["status"]["clique"]
+    );
+    wait_until(&format!("no workload template {template}"), || {
+        Ok(mc
+            .cluster
+            .kubectl(&[
+                "-n",
+                NS,
+                "get",
+                "resourceclaimtemplate",
+                &template,
+                "-o",
+                "name",
+            ])
+            .is_ok())
+    })?;
+    d["metadata"]["uid"]
+        .as_str()
+        .map(str::to_string)
+        .context("the domain has no uid")
+}
+
+/// The node pod `name` runs on; empty while it is not scheduled.
+pub(super) fn node_of(mc: &MultiCluster, name: &str) -> String {
+    mc.cluster
+        .kubectl(&[
+            "-n",
+            NS,
+            "get",
+            "pod",
+            name,
+            "-o",
+            "jsonpath={.spec.nodeName}",
+        ])
+        .unwrap_or_default()
+}
+
+/// Waits until domain `name` is Ready with exactly `nodes` as its Ready members, every one
+/// in clique A.
+pub(super) fn wait_ready_on(
+    mc: &MultiCluster,
+    name: &str,
+    nodes: &BTreeSet<String>,
+) -> anyhow::Result<Value> {
+    let d = mc.wait_domain(NS, name, "not Ready", is_ready)?;
+    let members: BTreeSet<String> = ready_nodes(&d).into_iter().collect();
+    ensure!(
+        members == *nodes,
+        "{name}'s Ready nodes are {members:?}, not {nodes:?}"
+    );
+    let a = clique_id(FABRIC, CLIQUE_A);
+    for n in d["status"]["nodes"].as_array().into_iter().flatten() {
+        ensure!(
+            n["cliqueID"] == a.as_str(),
+            "{name}: a member outside clique A: {n}"
+        );
+    }
+    Ok(d)
+}
+
+/// Checks that each member's IMEX daemon lists every member's address as READY and the
+/// domain UP.
+pub(super) fn daemons_see_each_other(
+    mc: &MultiCluster,
+    uid: &str,
+    nodes: &BTreeSet<String>,
+) -> anyhow::Result<()> {
+    let ips = nodes
+        .iter()
+        .map(|n| mc.node_ip(n))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    for node in nodes {
+        let table = mc.imex_table(uid, node)?;
+        ensure!(
+            table.contains("Domain State: UP"),
+            "{node}'s IMEX daemon:\n{table}"
+        );
+        for ip in &ips {
+            ensure!(
+                table
+                    .lines()
+                    .any(|l| l.contains(&format!(" {ip} ")) && l.trim_end().ends_with("READY")),
+                "{node}'s IMEX daemon does not see {ip} READY:\n{table}"
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Deletes the test's pods and domain `name` and waits until nothing of it is left.
+pub(super) fn delete_all(mc: &MultiCluster, domains: &[(&str, &str)]) -> anyhow::Result<()> {
+    let c = &mc.cluster;
+    c.kubectl(&[
+        "-n",
+        NS,
+        "delete",
+        "pods",
+        "-l",
+        "graft-test=domains",
+        "--wait=true",
+    ])?;
+    for (name, _) in domains {
+        c.kubectl(&["-n", NS, "delete", "computedomain", name, "--wait=true"])?;
+    }
+    for (name, uid) in domains {
+        mc.wait_domain_gone(NS, name, uid)?;
+    }
+    Ok(())
+}
