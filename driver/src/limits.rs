@@ -3,6 +3,7 @@
 //! server.
 
 use crate::model::{Attribute, Device};
+use graft_record::names::{is_dns_label, is_dns_subdomain};
 
 /// Devices in one ResourceSlice.
 pub const MAX_DEVICES_PER_SLICE: usize = 128;
@@ -115,19 +116,6 @@ pub fn label_from(text: &str) -> String {
         }
     }
     name.trim_end_matches('-').to_string()
-}
-
-fn is_dns_label(s: &str) -> bool {
-    !s.is_empty()
-        && s.len() <= 63
-        && s.bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-        && !s.starts_with('-')
-        && !s.ends_with('-')
-}
-
-fn is_dns_subdomain(s: &str) -> bool {
-    !s.is_empty() && s.len() <= 253 && s.split('.').all(is_dns_label)
 }
 
 fn is_c_identifier(s: &str) -> bool {

@@ -2,6 +2,7 @@
 //! crictl: `containerd://<id>` (a pod's `status.containerStatuses[].containerID`), a bare id
 //! or a unique prefix of one (crictl), or `namespace/pod[/container]`.
 
+use graft_record::names::{is_dns_label, is_dns_subdomain};
 use std::path::Path;
 
 use anyhow::bail;
@@ -65,9 +66,9 @@ pub fn parse(arg: &str) -> anyhow::Result<Target> {
     }
     let parts: Vec<&str> = arg.split('/').collect();
     let ok = matches!(parts.len(), 2 | 3)
-        && dns_label(parts[0])
-        && subdomain(parts[1])
-        && parts.get(2).is_none_or(|c| dns_label(c));
+        && is_dns_label(parts[0])
+        && is_dns_subdomain(parts[1])
+        && parts.get(2).is_none_or(|c| is_dns_label(c));
     if !ok {
         bail!(
             "container {arg:?} is not a valid container reference: expected \
@@ -81,21 +82,6 @@ pub fn parse(arg: &str) -> anyhow::Result<Target> {
         pod: parts[1].into(),
         container: parts.get(2).map(|c| c.to_string()),
     })
-}
-
-/// RFC 1123 label, as Kubernetes checks namespace and container names.
-fn dns_label(s: &str) -> bool {
-    !s.is_empty()
-        && s.len() <= 63
-        && s.bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-        && !s.starts_with('-')
-        && !s.ends_with('-')
-}
-
-/// RFC 1123 subdomain, as Kubernetes checks pod names.
-fn subdomain(s: &str) -> bool {
-    s.len() <= 253 && s.split('.').all(dns_label)
 }
 
 /// The container `target` names among graft-nri's entries in `root`; `arg` is the argument

@@ -14,6 +14,7 @@ pub mod devices;
 pub mod env;
 mod error;
 mod format;
+pub mod names;
 pub mod nofollow;
 pub mod params;
 pub mod paths;

@@ -21,6 +21,7 @@
 //! Parsed strictly, as graft's `DeviceConfig` is: an unknown field or a value that cannot go
 //! where graft puts it (the uid into a node label's key) fails the claim, naming it.
 
+use graft_record::names::{is_dns_label, is_dns_subdomain};
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -47,7 +48,8 @@ pub enum AllocationMode {
     All,
 }
 
-/// `ComputeDomainChannelConfig`.
+/// `ComputeDomainChannelConfig`. (The domain's three fields are repeated in both kinds
+/// rather than flattened: serde's `flatten` turns `deny_unknown_fields` off.)
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct ChannelConfig {
@@ -118,8 +120,8 @@ impl DomainConfig {
             other => return Err(format!("{other} is not a ComputeDomain configuration")),
         };
         check_uid(&id)?;
-        check_name("domainName", &name, 253)?;
-        check_name("domainNamespace", &ns, 63)?;
+        check_name("domainName", &name, false)?;
+        check_name("domainNamespace", &ns, true)?;
         Ok(cfg)
     }
 
@@ -147,15 +149,13 @@ fn check_uid(uid: &str) -> Result<(), String> {
     }
 }
 
-/// A DNS subdomain (names) or label (namespaces), as Kubernetes checks them.
-fn check_name(field: &str, v: &str, max: usize) -> Result<(), String> {
-    let ok = !v.is_empty()
-        && v.len() <= max
-        && v.bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.')
-        && v.starts_with(|c: char| c.is_ascii_alphanumeric())
-        && v.ends_with(|c: char| c.is_ascii_alphanumeric())
-        && (max > 63 || !v.contains('.'));
+/// `field` as Kubernetes checks it: a subdomain for a name, a label for a namespace.
+fn check_name(field: &str, v: &str, label: bool) -> Result<(), String> {
+    let ok = if label {
+        is_dns_label(v)
+    } else {
+        is_dns_subdomain(v)
+    };
     if ok {
         Ok(())
     } else {
