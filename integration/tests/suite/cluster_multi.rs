@@ -122,22 +122,26 @@ fn multi_node_testbed_runs_graft_on_every_node() -> anyhow::Result<()> {
         "jsonpath={.status.numberReady}",
     ])?;
     ensure!(ds == "3", "graft's DaemonSet has {ds:?} Ready pods, not 3");
-    let pods = c.kubectl(&[
-        "-n",
-        "graft-system",
-        "get",
-        "pods",
-        "-l",
-        "app.kubernetes.io/name=graft",
-        "-o",
-        "jsonpath={range .items[*]}{.spec.nodeName}{\"\\n\"}{end}",
-    ])?;
-    for node in &mc.nodes {
-        ensure!(
-            pods.lines().filter(|l| l == node).count() == 1,
-            "not one graft pod on {node}:\n{pods}"
-        );
-    }
+    // One graft pod per node, once a rollout's old pods are gone (the GPU values replace
+    // the first install's pods with a surge: for a moment a node has both).
+    let mut pods = String::new();
+    wait_until("not one graft pod per node", || {
+        pods = c.kubectl(&[
+            "-n",
+            "graft-system",
+            "get",
+            "pods",
+            "-l",
+            "app.kubernetes.io/name=graft",
+            "-o",
+            "jsonpath={range .items[*]}{.spec.nodeName}{\"\\n\"}{end}",
+        ])?;
+        Ok(mc
+            .nodes
+            .iter()
+            .all(|node| pods.lines().filter(|l| l == node).count() == 1))
+    })
+    .with_context(|| format!("graft's pods by node:\n{pods}"))?;
 
     for (node, clique) in mc.nodes.iter().zip([CLIQUE_A, CLIQUE_A, CLIQUE_B]) {
         let want = format!(
