@@ -44,7 +44,7 @@ struct Args {
     #[arg(long, env = "GRAFT_NVIDIA_HOOK_PATH", default_value = DEFAULT_HOOK_PATH)]
     hook_path: String,
     /// The NVIDIA driver root, when the node has the nvidia backend: its driver files may be
-    /// mounted (with `/`, only the driver's directories; see README).
+    /// mounted (with `/`, only the driver's directories; see docs/daemons.md).
     #[arg(long, env = "GRAFT_NVIDIA_DRIVER_ROOT")]
     nvidia_driver_root: Option<PathBuf>,
     /// The host ldconfig graft-hook may run (graft-driver's `--nvidia-ldconfig`); by

@@ -12,6 +12,16 @@
 //!   the claim receives it, before its devices' variables. A writer uses version 2 only for
 //!   a record that has claim `env`, so a record without it reads the same to a version-1
 //!   reader (one left from before an upgrade, or not yet upgraded).
+//!
+//! The rule that keeps a rolling update safe (docs/upgrading.md): during an update a node
+//! runs the old release's graft-nri beside the new graft-driver, and a rollback runs the old
+//! graft-driver over the new one's records. So a release
+//! - reads every version the releases it may follow wrote ([`OLDEST_RECORD_VERSION`] never
+//!   rises past the version the previous release wrote);
+//! - writes each record as the oldest version that holds it ([`ClaimRecord::needed_version`]),
+//!   never the newest by default;
+//! - adds a version only for content an older reader would mishandle, and a reader refuses a
+//!   version it does not know (the container is refused, never injected half).
 
 use serde::{Deserialize, Serialize};
 

@@ -22,6 +22,7 @@ mod coexistence;
 mod compute_domain_api;
 mod compute_domain_cluster;
 mod compute_domain_node;
+mod config_doc;
 mod driver_apiserver;
 mod driver_deadline;
 mod driver_events;
