@@ -172,3 +172,69 @@ fn help_pages_parse_as_clap_writes_them() {
         }]
     );
 }
+
+/// GitHub's anchor for a heading: lower case, punctuation other than `-` and `_` dropped,
+/// spaces turned into `-`.
+fn anchor(heading: &str) -> String {
+    heading
+        .trim()
+        .to_lowercase()
+        .chars()
+        .filter_map(|c| match c {
+            ' ' => Some('-'),
+            c if c.is_alphanumeric() || c == '-' || c == '_' => Some(c),
+            _ => None,
+        })
+        .collect()
+}
+
+/// README and docs/ moved their sections between pages: every relative link must name a
+/// file that exists and, with `#`, a heading in it.
+#[test]
+fn doc_links_resolve() {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    let mut pages = vec![root.join("README.md")];
+    for e in std::fs::read_dir(root.join("docs")).expect("docs/") {
+        let p = e.expect("docs entry").path();
+        if p.extension().is_some_and(|x| x == "md") {
+            pages.push(p);
+        }
+    }
+    let mut broken = Vec::new();
+    for page in &pages {
+        let text = std::fs::read_to_string(page).expect("page");
+        let targets = text.split("](").skip(1).filter_map(|rest| {
+            let end = rest.find(')')?;
+            let t = &rest[..end];
+            (!t.is_empty() && !t.contains(char::is_whitespace)).then_some(t)
+        });
+        for target in targets {
+            if target.contains("://") || target.starts_with("mailto:") {
+                continue;
+            }
+            let (file, frag) = target.split_once('#').unwrap_or((target, ""));
+            let dest = if file.is_empty() {
+                page.clone()
+            } else {
+                page.parent().expect("parent").join(file)
+            };
+            if !dest.exists() {
+                broken.push(format!("{}: {target} (no such file)", page.display()));
+                continue;
+            }
+            if frag.is_empty() || dest.is_dir() {
+                continue;
+            }
+            let body = std::fs::read_to_string(&dest).unwrap_or_default();
+            let found = body
+                .lines()
+                .filter_map(|l| l.strip_prefix('#'))
+                .map(|l| anchor(l.trim_start_matches('#')))
+                .any(|a| a == frag);
+            if !found {
+                broken.push(format!("{}: {target} (no such heading)", page.display()));
+            }
+        }
+    }
+    assert!(broken.is_empty(), "broken links:\n{}", broken.join("\n"));
+}
