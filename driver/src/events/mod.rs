@@ -11,6 +11,6 @@ mod post;
 pub mod refusals;
 
 pub use post::{
-    bounded_note, claim_ref, node_ref, pod_ref, recorder, reporter, Poster, Posting, NOTE_LIMIT,
+    bounded_note, claim_ref, CONTROLLER, node_ref, pod_ref, recorder, reporter, Poster, Posting, NOTE_LIMIT,
     QUEUE,
 };

@@ -99,7 +99,7 @@ async fn failed_prepare_posts_prepare_failed_on_the_claim() -> anyhow::Result<()
         "{note}"
     );
     ensure!(
-        ev.reporting_controller.as_deref() == Some("graft-driver"),
+        ev.reporting_controller.as_deref() == Some("graft.dev/graft-driver"),
         "{ev:?}"
     );
 
