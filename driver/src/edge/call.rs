@@ -258,8 +258,9 @@ impl Edge {
         }
     }
 
-    /// Start-up: the checkpoint settled and the records made to agree with it.
-    pub async fn startup(&self) -> Result<(), CallError> {
+    /// Start-up: the checkpoint settled and the records made to agree with it; `Some` when
+    /// it failed its checks and was rebuilt.
+    pub async fn startup(&self) -> Result<Option<crate::claims::Rebuilt>, CallError> {
         let deadline = Instant::now() + Duration::from_secs(600);
         match self.on_core(deadline, |core| core.startup()).await? {
             Some(r) => r.map_err(core_error),
