@@ -109,7 +109,7 @@ pub fn checkpoint_rebuilt(r: &Rebuilt) -> Event {
         CHECKPOINT_REBUILT,
         "SettleCheckpoint",
         format!(
-            "the prepare checkpoint failed its checks ({}) and was moved to {}; {what}",
+            "the prepare checkpoint failed its checks ({}); its files were moved aside ({}); {what}",
             r.reason,
             r.moved_to.display()
         ),
