@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use kube::runtime::events::{Event, EventType, Recorder};
 
-use super::{bounded_note, node_ref};
+use super::post::{bounded_note, node_ref};
 use crate::backend::BackendError;
 use crate::claims::Rebuilt;
 use crate::discovery::nvidia::backend::INSTALLING_HOOK;
