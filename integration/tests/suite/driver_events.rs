@@ -114,6 +114,15 @@ async fn failed_prepare_posts_prepare_failed_on_the_claim() -> anyhow::Result<()
     ensure!(events(c, "evt-claim", "good", "PrepareFailed")
         .await?
         .is_empty());
+    // Counted by reason (a configuration the device cannot take), none left in flight.
+    let m = node.driver.metrics()?;
+    let value = |series: &str| graft_integration::scrape::value(&m, series);
+    ensure!(
+        value("graft_driver_prepare_errors_total{reason=\"bad_config\"}") == Some(1.0)
+            && value("graft_driver_prepare_errors_total{reason=\"internal\"}") == Some(0.0)
+            && value("graft_driver_prepare_in_flight") == Some(0.0),
+        "{m}"
+    );
     Ok(())
 }
 
