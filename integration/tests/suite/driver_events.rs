@@ -2,9 +2,9 @@
 //! `PrepareFailed` on its claim, graft-nri's absence posts `NRIPluginNotConnected` on the
 //! Node once (and `NRIPluginConnected` when it is back), a refusal graft-nri journals
 //! becomes `DeviceInjectionRefused` on its pod, and `--log-format json` gives lines that
-//! parse and carry the claim. graft-driver's own trouble on its Node ([`node`]): devices.toml refused
-//! (`DeviceConfigInvalid`, after an edit and at start-up), the checkpoint rebuilt
-//! (`CheckpointRebuilt`), graft-hook not installed (`HookInstallFailed`).
+//! parse and carry the claim. graft-driver's own trouble on its Node ([`node`]):
+//! devices.toml refused (`DeviceConfigInvalid`, after an edit and at start-up), the
+//! checkpoint rebuilt (`CheckpointRebuilt`), graft-hook not installed (`HookInstallFailed`).
 //!
 //! Needs the testbed (`integration/testbed/setup.sh`) and the workspace binaries
 //! (`cargo build --workspace --bins`).
