@@ -109,8 +109,9 @@ async fn main() -> anyhow::Result<()> {
         driver_root: args.daemon_driver_root,
         ..defaults
     };
+    // A qualified name, as the Events API asks of reportingController.
     let reporter = Reporter {
-        controller: "graft-compute-domain-controller".into(),
+        controller: "graft.dev/compute-domain-controller".into(),
         instance: Some(args.identity.clone()),
     };
     let mut ctx = Context::new(client, cfg, metrics, reporter);

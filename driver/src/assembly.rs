@@ -20,13 +20,15 @@ use graft_driver::daemon::{Daemon, Ends};
 use graft_driver::discovery::inventory::Inventory;
 use graft_driver::discovery::{inotify, report, Discovery};
 use graft_driver::edge::{Edge, KUBELET_DEADLINE};
-use graft_driver::events::Poster;
+use graft_driver::events::node as node_events;
+use graft_driver::events::{node_ref, Poster};
 use graft_driver::health::HealthReport;
 use graft_driver::metrics::DriverMetrics;
 use graft_driver::plugin::registration::RegistrationState;
 use graft_driver::plugin::{self, PluginPaths};
 use graft_driver::publisher::Publisher;
 use graft_record::InjectionPolicy;
+use kube::runtime::events::Recorder;
 
 use crate::args::Args;
 use crate::{cleanup, endpoints, rescan};
@@ -69,7 +71,16 @@ pub async fn run(
         metrics: metrics.clone(),
         rescan: wake_tx.clone(),
     };
-    let mut backends = open(&args, &node)?;
+    // Made before the families open (no request yet): a start-up that fails on devices.toml
+    // or graft-hook's install says so on the Node before the process ends.
+    let client = kube::Client::try_default()
+        .await
+        .context("no Kubernetes client configuration (in-cluster or KUBECONFIG)")?;
+    let recorder = graft_driver::events::recorder(client.clone(), &args.node_name);
+    let mut backends = match open(&args, &node) {
+        Ok(b) => b,
+        Err(e) => return Err(told(&recorder, &args.node_name, e).await),
+    };
     let policy = policy(&args, &backends).context(
         "the injection policy (--nvidia-hook-path, --allowed-mount-roots, --nvidia-ldconfig)",
     )?;
@@ -82,7 +93,9 @@ pub async fn run(
     )?
     .with_policy(policy);
     for b in &mut backends {
-        b.before_scan(&core)?;
+        if let Err(e) = b.before_scan(&core) {
+            return Err(told(&recorder, &args.node_name, e.into()).await);
+        }
     }
     // Never fatal: a failing backend is reported and retried, the others are published.
     let discoveries: Vec<Box<dyn Discovery>> = backends
@@ -102,9 +115,6 @@ pub async fn run(
         .filter_map(|b| Some((b.name(), b.restart_when_up()?)))
         .collect();
 
-    let client = kube::Client::try_default()
-        .await
-        .context("no Kubernetes client configuration (in-cluster or KUBECONFIG)")?;
     if let Some(point) = args.crash_at {
         core = core.with_crash_hook(Box::new(KillAt(point)));
     }
@@ -119,10 +129,7 @@ pub async fn run(
             KUBELET_DEADLINE.as_secs()
         );
     }
-    let (events, posting) = Poster::with_task(graft_driver::events::recorder(
-        client.clone(),
-        &args.node_name,
-    ));
+    let (events, posting) = Poster::with_task(recorder);
     daemon.spawn("event-poster", posting);
     report::post(&first_scan.changes, &events, &args.node_name);
     let edge = Arc::new(
@@ -169,7 +176,12 @@ pub async fn run(
         "refusal-events",
         graft_driver::events::refusals::run(events.clone(), args.state_dir.clone()),
     );
-    edge.startup().await.context("settling the checkpoint")?;
+    if let Some(r) = edge.startup().await.context("settling the checkpoint")? {
+        events.post(
+            node_events::checkpoint_rebuilt(&r),
+            node_ref(&args.node_name),
+        );
+    }
     for b in &backends {
         b.after_startup(Arc::clone(edge.core())).await;
     }
@@ -270,6 +282,15 @@ pub async fn run(
 }
 
 /// The families `--discovery` names, each once, in its order.
+/// `e`, after its Event on the Node when it is one an operator fixes on the node
+/// (devices.toml, graft-hook's install).
+async fn told(recorder: &Recorder, node: &str, e: anyhow::Error) -> anyhow::Error {
+    if let Some(ev) = node_events::startup_failure(e.as_ref()) {
+        node_events::post_before_exit(recorder, node, ev).await;
+    }
+    e
+}
+
 fn open(args: &Args, node: &Node) -> anyhow::Result<Vec<Box<dyn Backend>>> {
     let mut out: Vec<Box<dyn Backend>> = Vec::new();
     for &family in &args.discovery {

@@ -154,4 +154,17 @@ impl DriverError {
             source,
         }
     }
+
+    /// Whether the device config (devices.toml) is what is wrong: unreadable, not TOML of
+    /// its schema, an entry or a glob refused.
+    pub fn is_device_config(&self) -> bool {
+        matches!(
+            self,
+            DriverError::Config { .. }
+                | DriverError::ConfigRead { .. }
+                | DriverError::ConfigParse { .. }
+                | DriverError::ConfigEntry { .. }
+                | DriverError::ConfigGlob { .. }
+        )
+    }
 }

@@ -34,3 +34,4 @@ mod tests;
 
 pub use checkpoint::PreparedDevice;
 pub use engine::{claim_span, Core, CoreError, CoreResult};
+pub use startup::Rebuilt;

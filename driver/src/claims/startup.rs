@@ -1,16 +1,35 @@
 //! Start-up: the checkpoint settled (one of another boot discarded with its records, a
 //! corrupt one rebuilt from the records), and the records made to agree with it.
 
+use std::path::PathBuf;
+
 use graft_record::ClaimRecord;
 
 use super::checkpoint::{ClaimEntry, ClaimState, PreparedDevice};
 use super::engine::{Core, CoreResult};
 use super::lifecycle::{Stage, Step};
 
+/// A checkpoint that failed its checks at start-up, and what became of its claims: for the
+/// operator's Event (`CheckpointRebuilt`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rebuilt {
+    /// Where the file that failed was moved.
+    pub moved_to: PathBuf,
+    /// Which check it failed.
+    pub reason: String,
+    /// Written before this boot: its claims were over, and their records were removed.
+    pub from_earlier_boot: bool,
+    /// Claims rebuilt from their records (prepared still, setups not known).
+    pub rebuilt: usize,
+    /// Claim records removed because the new checkpoint does not hold them.
+    pub removed: usize,
+}
+
 impl Core {
     /// Settles the checkpoint at start and makes the records agree with it; see the module's
-    /// note. Blocking: call before serving the kubelet.
-    pub fn startup(&self) -> CoreResult<()> {
+    /// note. Blocking: call before serving the kubelet. `Some` when the checkpoint failed its
+    /// checks and was rebuilt.
+    pub fn startup(&self) -> CoreResult<Option<Rebuilt>> {
         let report = self.checkpoint.open()?;
         let mut txn = self.checkpoint.begin()?;
         if let Some((boot, claims)) = report.discarded_other_boot {
@@ -24,7 +43,15 @@ impl Core {
                 self.store.remove_claim(uid)?;
             }
         }
+        let mut rebuilt = None;
         if let Some(q) = report.quarantined {
+            let mut r = Rebuilt {
+                moved_to: q.moved_to.clone(),
+                reason: q.reason.clone(),
+                from_earlier_boot: q.from_earlier_boot,
+                rebuilt: 0,
+                removed: 0,
+            };
             if q.from_earlier_boot {
                 // Written before this boot: like a checkpoint of another boot, its records
                 // go (below, as records the checkpoint does not hold).
@@ -43,10 +70,12 @@ impl Core {
                     if let Ok(Some(rec)) = self.store.get_claim(&uid) {
                         Self::step(&uid, Stage::Absent, Step::Rebuild)?;
                         txn.set(&uid, entry_from_record(&rec));
+                        r.rebuilt += 1;
                     }
                 }
                 txn.save()?;
             }
+            rebuilt = Some(r);
         }
         // Records with no checkpoint entry belong to nothing the driver tracks.
         for uid in self.store.claim_uids()? {
@@ -56,10 +85,13 @@ impl Core {
                     "removing a record the checkpoint does not hold"
                 );
                 self.store.remove_claim(&uid)?;
+                if let Some(r) = &mut rebuilt {
+                    r.removed += 1;
+                }
             }
         }
         self.store.repair_index()?;
-        Ok(())
+        Ok(rebuilt)
     }
 }
 

@@ -30,6 +30,8 @@ pub enum Change {
         error: String,
         /// How many devices of its last good scan stay published.
         kept: usize,
+        /// The error is devices.toml's (unreadable or refused).
+        config: bool,
     },
     /// A failing backend scanned again.
     Recovered {
@@ -121,6 +123,7 @@ impl Inventory {
                 }
                 Err(e) => {
                     let error = e.to_string();
+                    let config = e.is_device_config();
                     scan.failed.push(state.name);
                     match &mut state.failing {
                         Some(f) => {
@@ -144,6 +147,7 @@ impl Inventory {
                                 backend: state.name,
                                 error: error.clone(),
                                 kept: state.devices.len(),
+                                config,
                             });
                             state.failing = Some(Failing { since: now, error });
                         }

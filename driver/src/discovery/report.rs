@@ -1,6 +1,7 @@
 //! Where a scan's outcome goes: the discovery metrics and the readiness body (through
 //! [`DriverMetrics`]), and Events on the Node for each change: `DiscoveryFailed` (Warning)
-//! and `DiscoveryRecovered` (Normal) when a backend's scans start failing or work again,
+//! and `DiscoveryRecovered` (Normal) when a backend's scans start failing or work again
+//! (`DeviceConfigInvalid` instead of `DiscoveryFailed` when devices.toml is the cause),
 //! and the backend's own reason (`GpuUnavailable`, Warning) for a part it could not offer.
 
 use std::time::SystemTime;
@@ -31,6 +32,13 @@ pub fn event_for(change: &Change) -> Option<Event> {
             backend,
             error,
             kept,
+            config: true,
+        } => return Some(crate::events::node::config_invalid(backend, error, *kept)),
+        Change::Failed {
+            backend,
+            error,
+            kept,
+            config: false,
         } => (
             EventType::Warning,
             "DiscoveryFailed".to_string(),
@@ -94,11 +102,21 @@ mod tests {
             backend: "nvidia",
             error: "nvidia discovery: NVML not found".into(),
             kept: 0,
+            config: false,
         })
         .unwrap();
         assert_eq!(failed.reason, "DiscoveryFailed");
         assert_eq!(failed.type_, EventType::Warning);
         assert!(failed.note.unwrap().contains("NVML not found"));
+        let config = event_for(&Change::Failed {
+            backend: "char",
+            error: "device config devices.toml: TOML parse error at line 3".into(),
+            kept: 2,
+            config: true,
+        })
+        .unwrap();
+        assert_eq!(config.reason, "DeviceConfigInvalid");
+        assert!(config.note.unwrap().contains("line 3"));
         let back = event_for(&Change::Recovered {
             backend: "nvidia",
             failed_for: Duration::from_secs(12),

@@ -13,6 +13,7 @@ use crate::claims::input::{ClaimError, ClaimInput, Outcome};
 use crate::claims::{Core, CoreResult, PreparedDevice};
 use crate::events::claims::prepare_failed;
 use crate::events::Poster;
+use crate::metrics::prepare::{call_reason, claim_reason, InFlight, DEADLINE};
 use crate::metrics::DriverMetrics;
 use crate::model::ClaimId;
 
@@ -27,6 +28,9 @@ const LATE_KEPT: Duration = Duration::from_secs(300);
 /// What the core answers a prepare.
 type PreparedMap = BTreeMap<String, Outcome<Vec<PreparedDevice>>>;
 
+/// A failure kept for the kubelet's retry: its text, its metrics reason, when it came.
+type Late = (ClaimFailure, &'static str, Instant);
+
 /// The kubelet's DRA calls turned into core work: claims fetched from the API server, the
 /// core run on a blocking thread under the call's deadline, failures posted as Events.
 pub struct Edge {
@@ -37,7 +41,7 @@ pub struct Edge {
     /// Claims whose prepare failed after their call was answered "still running": the
     /// kubelet's retry gets this error rather than a new attempt that may outlast its call
     /// again (a VFIO bind timing out after 60 s would otherwise never be reported).
-    late: Arc<Mutex<HashMap<String, (ClaimFailure, Instant)>>>,
+    late: Arc<Mutex<HashMap<String, Late>>>,
     /// Where `PrepareFailed` Events go (none in tests without an API server to post to).
     events: Option<Poster>,
     metrics: Option<Arc<DriverMetrics>>,
@@ -74,6 +78,13 @@ impl Edge {
                 record(m, o.is_ok(), elapsed);
             }
             m.claims_changed();
+        }
+    }
+
+    /// Counts `claims` claims' prepare failed for `reason`.
+    fn count_failed(&self, reason: &'static str, claims: usize) {
+        if let Some(m) = &self.metrics {
+            m.prepare_failed(reason, claims);
         }
     }
 
@@ -125,36 +136,66 @@ impl Edge {
         let mut todo = Vec::with_capacity(ids.len());
         for id in ids {
             match self.take_late(&id.uid) {
-                Some(e) => {
+                Some((e, reason)) => {
+                    self.count_failed(reason, 1);
                     out.insert(id.uid.clone(), Err(e));
                 }
                 None => todo.push(id.clone()),
             }
         }
-        let inputs = self.fetch(&todo).await?;
+        let in_flight = self.metrics.as_ref().map(|m| m.prepare_started(todo.len()));
+        let inputs = match self.fetch(&todo).await {
+            Ok(i) => i,
+            Err(e) => {
+                self.count_failed(call_reason(&e), todo.len());
+                return Err(e);
+            }
+        };
         let fetched = Instant::now();
         let core = Arc::clone(&self.core);
         let mut task = tokio::task::spawn_blocking(move || core.prepare(inputs, deadline));
         // Claims that failed for good (not "still running"): their Events.
         let mut failed: Vec<String> = out.keys().cloned().collect();
-        match tokio::time::timeout_at(deadline.into(), &mut task).await {
-            Ok(joined) => match joined.map_err(CallError::Internal)? {
+        let joined = tokio::time::timeout_at(deadline.into(), &mut task).await;
+        let whole = |e: CallError| {
+            self.count_failed(call_reason(&e), todo.len());
+            e
+        };
+        match joined {
+            Ok(joined) => match joined.map_err(|e| whole(CallError::Internal(e)))? {
                 Ok(map) => out.extend(map.into_iter().map(|(uid, o)| {
-                    if o.as_ref()
-                        .is_err_and(|e| !matches!(e, ClaimError::InProgress { .. }))
-                    {
-                        failed.push(uid.clone());
+                    if let Err(e) = &o {
+                        self.count_failed(claim_reason(e), 1);
+                        if !matches!(e, ClaimError::InProgress { .. }) {
+                            failed.push(uid.clone());
+                        }
                     }
                     let o = o.map_err(|e| told(ids, &uid, e));
                     (uid, o)
                 })),
-                Err(e) => return Err(core_error(e)),
+                Err(e) => return Err(whole(core_error(e))),
             },
             Err(_) => {
+                self.count_failed(DEADLINE, todo.len());
                 out.extend(in_progress(&todo));
-                self.keep_late(task, todo);
+                // Still under way on the core: in flight until it ends.
+                self.keep_late(task, todo, in_flight);
+                return Ok(self.answered(ids, out, &failed, started, fetched));
             }
         }
+        drop(in_flight);
+        Ok(self.answered(ids, out, &failed, started, fetched))
+    }
+
+    /// The end of a prepare call: Events for the failed claims, the log line, the metrics.
+    fn answered(
+        &self,
+        ids: &[ClaimId],
+        out: BTreeMap<String, ClaimOutcome<Vec<PreparedDevice>>>,
+        failed: &[String],
+        started: Instant,
+        fetched: Instant,
+    ) -> BTreeMap<String, ClaimOutcome<Vec<PreparedDevice>>> {
         let reports: Vec<(&ClaimId, &str)> = ids
             .iter()
             .filter(|id| failed.contains(&id.uid))
@@ -173,18 +214,29 @@ impl Edge {
             "NodePrepareResources"
         );
         self.observe(&out, started.elapsed(), DriverMetrics::prepared);
-        Ok(out)
+        out
     }
 
     /// Lets a prepare that outlasted its call finish, and keeps its claims' failures for
     /// the kubelet's retry.
-    fn keep_late(&self, task: tokio::task::JoinHandle<CoreResult<PreparedMap>>, ids: Vec<ClaimId>) {
+    fn keep_late(
+        &self,
+        task: tokio::task::JoinHandle<CoreResult<PreparedMap>>,
+        ids: Vec<ClaimId>,
+        in_flight: Option<InFlight>,
+    ) {
         let late = Arc::clone(&self.late);
         tokio::spawn(async move {
-            let failed: Vec<(String, ClaimFailure)> = match task.await {
+            let done = task.await;
+            drop(in_flight);
+            let failed: Vec<(String, ClaimFailure, &'static str)> = match done {
                 Ok(Ok(map)) => map
                     .into_iter()
-                    .filter_map(|(uid, o)| Some((uid.clone(), told(&ids, &uid, o.err()?))))
+                    .filter_map(|(uid, o)| {
+                        let e = o.err()?;
+                        let reason = claim_reason(&e);
+                        Some((uid.clone(), told(&ids, &uid, e), reason))
+                    })
                     .collect(),
                 Ok(Err(e)) => {
                     tracing::error!(error = %e, "a prepare that outlasted its call failed");
@@ -197,23 +249,23 @@ impl Edge {
             };
             let now = Instant::now();
             let mut late = late.lock().unwrap_or_else(|p| p.into_inner());
-            late.retain(|_, (_, at)| now.duration_since(*at) < LATE_KEPT);
-            for (uid, e) in failed {
+            late.retain(|_, (_, _, at)| now.duration_since(*at) < LATE_KEPT);
+            for (uid, e, reason) in failed {
                 tracing::warn!(
                     claim_uid = uid,
                     error = %e,
                     "prepare failed after its call was answered"
                 );
-                late.insert(uid, (e, now));
+                late.insert(uid, (e, reason, now));
             }
         });
     }
 
-    /// The failure a prepare of `uid` met after its call was answered, once.
-    fn take_late(&self, uid: &str) -> Option<ClaimFailure> {
+    /// The failure a prepare of `uid` met after its call was answered, once, and its reason.
+    fn take_late(&self, uid: &str) -> Option<(ClaimFailure, &'static str)> {
         let mut late = self.late.lock().unwrap_or_else(|p| p.into_inner());
-        let (e, at) = late.remove(uid)?;
-        (at.elapsed() < LATE_KEPT).then_some(e)
+        let (e, reason, at) = late.remove(uid)?;
+        (at.elapsed() < LATE_KEPT).then_some((e, reason))
     }
 
     /// Unprepare: one outcome per claim; an unknown claim is success.
@@ -258,8 +310,9 @@ impl Edge {
         }
     }
 
-    /// Start-up: the checkpoint settled and the records made to agree with it.
-    pub async fn startup(&self) -> Result<(), CallError> {
+    /// Start-up: the checkpoint settled and the records made to agree with it; `Some` when
+    /// it failed its checks and was rebuilt.
+    pub async fn startup(&self) -> Result<Option<crate::claims::Rebuilt>, CallError> {
         let deadline = Instant::now() + Duration::from_secs(600);
         match self.on_core(deadline, |core| core.startup()).await? {
             Some(r) => r.map_err(core_error),

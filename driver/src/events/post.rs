@@ -12,10 +12,14 @@ pub const NOTE_LIMIT: usize = 1024;
 /// Events waiting to be posted; more are dropped (and counted).
 pub const QUEUE: usize = 256;
 
+/// graft-driver's reportingController: a qualified name, as the Events API asks (its
+/// example is `kubernetes.io/kubelet`). Releases before it reported as `graft-driver`.
+pub const CONTROLLER: &str = "graft.dev/graft-driver";
+
 /// graft-driver as the reporting controller, this node as the instance.
 pub fn reporter(node: &str) -> Reporter {
     Reporter {
-        controller: "graft-driver".into(),
+        controller: CONTROLLER.into(),
         instance: Some(node.to_string()),
     }
 }

@@ -14,10 +14,12 @@ use prometheus_client::registry::Registry;
 use tokio::sync::{watch, Notify};
 
 use crate::claims::Core;
+use crate::discovery::nvidia::health::classify::REASONS;
 use crate::health::{Condition, HealthReport};
 use crate::model::Device;
 
 mod devices;
+pub mod prepare;
 mod tasks;
 
 pub use devices::class;
@@ -52,6 +54,7 @@ fn call_histogram() -> Histogram {
 pub struct DriverMetrics {
     prepare: Histograms,
     unprepare: Histograms,
+    prepares: prepare::PrepareCounts,
     prepared_claims: Gauge,
     records: Gauge,
     devices: Family<DeviceLabels, Gauge>,
@@ -88,6 +91,7 @@ impl Default for DriverMetrics {
         DriverMetrics {
             prepare: histograms(),
             unprepare: histograms(),
+            prepares: Default::default(),
             prepared_claims: Gauge::default(),
             records: Gauge::default(),
             devices,
@@ -119,6 +123,7 @@ impl DriverMetrics {
             "Time to unprepare a claim (the whole kubelet call it came in), by result",
             self.unprepare.clone(),
         );
+        self.prepares.register(r);
         r.register(
             "graft_driver_prepared_claims",
             "Claims prepared on this node (the checkpoint's completed entries)",
@@ -131,12 +136,12 @@ impl DriverMetrics {
         );
         r.register(
             "graft_driver_devices",
-            "Devices published, by class and health (healthy, degraded, unhealthy)",
+            "Devices published, by DeviceClass (the chart's most specific class that selects the device) and health (healthy, degraded, unhealthy)",
             self.devices.clone(),
         );
         r.register(
             "graft_driver_health_events",
-            "Device health changes, by kind (xid, ecc-double-bit, gpu-lost, reset-required, recovered, other) and XID",
+            "Device health changes, by kind (xid with its number, a health reason such as ecc-double-bit or gpu-lost, recovered) and XID",
             self.health_events.clone(),
         );
         r.register(
@@ -226,6 +231,16 @@ impl DriverMetrics {
         observe(&self.prepare, ok, elapsed);
     }
 
+    /// `claims` claims' prepare begins: counted in flight until the guard is dropped.
+    pub fn prepare_started(&self, claims: usize) -> prepare::InFlight {
+        self.prepares.started(claims)
+    }
+
+    /// `claims` claims' prepare failed for `reason` (one of [`prepare::REASONS`]).
+    pub fn prepare_failed(&self, reason: &'static str, claims: usize) {
+        self.prepares.failed(reason, claims);
+    }
+
     /// One claim's unprepare (`ok`: it succeeded) that took `elapsed`.
     pub fn unprepared(&self, ok: bool, elapsed: Duration) {
         observe(&self.unprepare, ok, elapsed);
@@ -264,7 +279,7 @@ impl DriverMetrics {
                 Some(Condition::Degraded) => "degraded",
                 None => "healthy",
             };
-            *counts.entry((class(d.kind), h)).or_default() += 1;
+            *counts.entry((class(d), h)).or_default() += 1;
         }
         for class in CLASSES {
             for health in HEALTHS {
@@ -307,7 +322,8 @@ fn observe(h: &Histograms, ok: bool, elapsed: Duration) {
         .observe(elapsed.as_secs_f64());
 }
 
-/// A health reason as bounded labels: `xid-79` -> (xid, 79); known reasons as themselves.
+/// A health reason as bounded labels: `xid-79` -> (xid, 79); the health module's reasons as
+/// themselves; anything else `other`.
 fn event_labels(reason: &str) -> EventLabels {
     if let Some(n) = reason.strip_prefix("xid-") {
         let xid = if !n.is_empty() && n.len() <= 4 && n.bytes().all(|b| b.is_ascii_digit()) {
@@ -317,12 +333,11 @@ fn event_labels(reason: &str) -> EventLabels {
         };
         return EventLabels { kind: "xid", xid };
     }
-    let kind = match reason {
-        "ecc-double-bit" => "ecc-double-bit",
-        "gpu-lost" => "gpu-lost",
-        "reset-required" => "reset-required",
-        _ => "other",
-    };
+    let kind = REASONS
+        .iter()
+        .find(|r| **r == reason)
+        .copied()
+        .unwrap_or("other");
     EventLabels {
         kind,
         xid: String::new(),

@@ -25,6 +25,15 @@ fn health_events_have_bounded_labels() {
     assert_eq!(event_labels("xid-79999").xid, "other");
     assert_eq!(event_labels("xid-7a").xid, "other");
     assert_eq!(event_labels("anything at all").kind, "other");
+    // The health module's reasons are kinds of their own.
+    for r in [
+        "gpu-unavailable",
+        "row-remap-failure",
+        "drain-p2p",
+        "nvml-error",
+    ] {
+        assert_eq!(event_labels(r).kind, r);
+    }
     let m = DriverMetrics::default();
     let mut now = HealthReport::default();
     now.devices.insert("gpu-0".into(), unhealthy("xid-79"));
@@ -88,7 +97,9 @@ fn calls_and_publishing_are_counted() {
         "graft_driver_unprepare_duration_seconds_count{result=\"error\"} 1",
         "graft_driver_slices_published_total 1",
         "graft_driver_slice_publish_errors_total 1",
-        "graft_driver_devices{class=\"gpu\",health=\"unhealthy\"} 0",
+        "graft_driver_devices{class=\"gpu.graft.dev\",health=\"unhealthy\"} 0",
+        "graft_driver_prepare_in_flight 0",
+        "graft_driver_prepare_errors_total{reason=\"nri_unavailable\"} 0",
         "graft_driver_prepared_claims 0",
         "graft_driver_records 0",
         "graft_driver_nri_plugin_connected 0",
@@ -100,11 +111,7 @@ fn calls_and_publishing_are_counted() {
 #[test]
 fn devices_are_counted_by_health_degraded_apart() {
     let m = DriverMetrics::default();
-    let devices = [
-        Device::new("gpu-0", Kind::Gpu),
-        Device::new("gpu-1", Kind::Gpu),
-        Device::new("gpu-2", Kind::Gpu),
-    ];
+    let devices = ["gpu-0", "gpu-1", "gpu-2"].map(|n| typed(n, Kind::Gpu, "gpu"));
     let mut report = HealthReport::default();
     report.devices.insert("gpu-1".into(), unhealthy("xid-79"));
     let mut degraded = unhealthy("xid-13");
@@ -113,7 +120,97 @@ fn devices_are_counted_by_health_degraded_apart() {
     m.set_devices(&devices, &report);
     let t = text(&m);
     for health in ["healthy", "degraded", "unhealthy"] {
-        let want = format!("graft_driver_devices{{class=\"gpu\",health=\"{health}\"}} 1");
+        let want = format!("graft_driver_devices{{class=\"gpu.graft.dev\",health=\"{health}\"}} 1");
         assert!(t.contains(&want), "{want} missing from\n{t}");
     }
+}
+
+fn typed(name: &str, kind: Kind, ty: &str) -> Device {
+    let mut d = Device::new(name, kind);
+    d.attributes
+        .insert("type".into(), crate::model::Attribute::String(ty.into()));
+    d
+}
+
+#[test]
+fn the_class_is_the_charts_device_class() {
+    use crate::model::Attribute;
+    assert_eq!(class(&typed("fuse", Kind::Char, "fuse")), "fuse.graft.dev");
+    assert_eq!(class(&typed("mig-0-1", Kind::Mig, "mig")), "mig.graft.dev");
+    assert_eq!(
+        class(&typed("ch-0", Kind::ImexChannel, "imex-channel")),
+        "imex-channel.graft.dev"
+    );
+    // A type no class of the chart selects, and a GPU in MIG mode: only graft.dev has them.
+    assert_eq!(class(&typed("x", Kind::Char, "my-own-type")), "graft.dev");
+    assert_eq!(
+        class(&typed("d", Kind::ImexDaemon, "imex-daemon")),
+        "graft.dev"
+    );
+    let mut mig_mode = typed("gpu-0", Kind::Gpu, "gpu");
+    mig_mode
+        .attributes
+        .insert("migEnabled".into(), Attribute::Bool(true));
+    assert_eq!(class(&mig_mode), "graft.dev");
+    assert_eq!(class(&Device::new("bare", Kind::Char)), "graft.dev");
+    let t = text(&DriverMetrics::default());
+    assert!(
+        t.contains("graft_driver_devices{class=\"render.graft.dev\",health=\"healthy\"} 0"),
+        "{t}"
+    );
+}
+
+#[test]
+fn prepares_in_flight_and_failed_by_reason() {
+    use crate::claims::input::ClaimError;
+    use crate::edge::CallError;
+    use prepare::{call_reason, claim_reason, REASONS};
+
+    let m = DriverMetrics::default();
+    let a = m.prepare_started(3);
+    let b = m.prepare_started(1);
+    assert!(text(&m).contains("graft_driver_prepare_in_flight 4"));
+    drop(a);
+    assert!(text(&m).contains("graft_driver_prepare_in_flight 1"));
+    drop(b);
+    assert!(text(&m).contains("graft_driver_prepare_in_flight 0"));
+
+    let busy = ClaimError::InProgress {
+        claim: "ns/c".into(),
+    };
+    let gone = ClaimError::NotPresent {
+        device: "fuse".into(),
+        request: "r".into(),
+        node: "n".into(),
+    };
+    let share = ClaimError::CannotShare {
+        request: "r".into(),
+        device: "fuse".into(),
+    };
+    assert_eq!(claim_reason(&busy), "busy");
+    assert_eq!(claim_reason(&gone), "not_found");
+    assert_eq!(claim_reason(&share), "bad_config");
+    assert_eq!(
+        call_reason(&CallError::NotFound {
+            claim: "ns/c".into()
+        }),
+        "not_found"
+    );
+    assert_eq!(call_reason(&CallError::StartupUnfinished), "internal");
+    m.prepare_failed(claim_reason(&share), 1);
+    m.prepare_failed(prepare::DEADLINE, 2);
+    let t = text(&m);
+    for want in [
+        "graft_driver_prepare_errors_total{reason=\"bad_config\"} 1",
+        "graft_driver_prepare_errors_total{reason=\"deadline\"} 2",
+        "graft_driver_prepare_errors_total{reason=\"busy\"} 0",
+    ] {
+        assert!(t.contains(want), "{want} missing from\n{t}");
+    }
+    // Bounded: the reasons made up front are all there is.
+    let series = t
+        .lines()
+        .filter(|l| l.starts_with("graft_driver_prepare_errors_total{"))
+        .count();
+    assert_eq!(series, REASONS.len());
 }

@@ -159,7 +159,7 @@ async fn registration_and_sockets() -> anyhow::Result<()> {
     ensure!(ready.contains("ResourceSlices published"), "{ready}");
     let m = node.driver.metrics()?;
     ensure!(m.contains("graft_driver_build_info{version="), "{m}");
-    let char_devices = "graft_driver_devices{class=\"char\",health=\"healthy\"}";
+    let char_devices = "graft_driver_devices{class=\"graft.dev\",health=\"healthy\"}";
     ensure!(scrape::need(&m, char_devices)? >= 2.0, "{m}");
     ensure!(
         scrape::need(&m, "graft_driver_slices_published_total")? >= 1.0,

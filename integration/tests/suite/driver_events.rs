@@ -2,7 +2,9 @@
 //! `PrepareFailed` on its claim, graft-nri's absence posts `NRIPluginNotConnected` on the
 //! Node once (and `NRIPluginConnected` when it is back), a refusal graft-nri journals
 //! becomes `DeviceInjectionRefused` on its pod, and `--log-format json` gives lines that
-//! parse and carry the claim.
+//! parse and carry the claim. graft-driver's own trouble on its Node ([`node`]):
+//! devices.toml refused (`DeviceConfigInvalid`, after an edit and at start-up), the
+//! checkpoint rebuilt (`CheckpointRebuilt`), graft-hook not installed (`HookInstallFailed`).
 //!
 //! Needs the testbed (`integration/testbed/setup.sh`) and the workspace binaries
 //! (`cargo build --workspace --bins`).
@@ -99,7 +101,7 @@ async fn failed_prepare_posts_prepare_failed_on_the_claim() -> anyhow::Result<()
         "{note}"
     );
     ensure!(
-        ev.reporting_controller.as_deref() == Some("graft-driver"),
+        ev.reporting_controller.as_deref() == Some("graft.dev/graft-driver"),
         "{ev:?}"
     );
 
@@ -112,6 +114,15 @@ async fn failed_prepare_posts_prepare_failed_on_the_claim() -> anyhow::Result<()
     ensure!(events(c, "evt-claim", "good", "PrepareFailed")
         .await?
         .is_empty());
+    // Counted by reason (a configuration the device cannot take), none left in flight.
+    let m = node.driver.metrics()?;
+    let value = |series: &str| graft_integration::scrape::value(&m, series);
+    ensure!(
+        value("graft_driver_prepare_errors_total{reason=\"bad_config\"}") == Some(1.0)
+            && value("graft_driver_prepare_errors_total{reason=\"internal\"}") == Some(0.0)
+            && value("graft_driver_prepare_in_flight") == Some(0.0),
+        "{m}"
+    );
     Ok(())
 }
 
@@ -247,3 +258,5 @@ async fn journaled_refusal_becomes_a_pod_event() -> anyhow::Result<()> {
     ensure!(node.driver.pid().is_some());
     Ok(())
 }
+
+mod node;

@@ -156,12 +156,12 @@ fn events_taint_devices_and_only_a_fine_gpu_clears() -> anyhow::Result<()> {
     )?;
     wait_metric(
         &m,
-        r#"graft_driver_devices{class="gpu",health="unhealthy"}"#,
+        r#"graft_driver_devices{class="gpu.graft.dev",health="unhealthy"}"#,
         1.0,
     )?;
     wait_metric(
         &m,
-        r#"graft_driver_devices{class="vfio",health="unhealthy"}"#,
+        r#"graft_driver_devices{class="vfio.graft.dev",health="unhealthy"}"#,
         1.0,
     )?;
 
@@ -237,7 +237,7 @@ fn events_taint_devices_and_only_a_fine_gpu_clears() -> anyhow::Result<()> {
     node.inject("1 recovery 0")?;
     wait_metric(
         &m,
-        r#"graft_driver_devices{class="gpu",health="unhealthy"}"#,
+        r#"graft_driver_devices{class="gpu.graft.dev",health="unhealthy"}"#,
         0.0,
     )?;
     Ok(())

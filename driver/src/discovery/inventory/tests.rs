@@ -76,7 +76,8 @@ fn a_failing_backend_keeps_its_devices_and_never_takes_the_others() {
         [Change::Failed {
             backend: "nvidia",
             error: "nvidia discovery: NVML not found".into(),
-            kept: 0
+            kept: 0,
+            config: false,
         }]
     );
     assert!(inv.degraded());

@@ -30,6 +30,8 @@ use crate::model::Kind;
 
 /// The family's name, as `--discovery` spells it.
 const NAME: &str = "nvidia";
+/// The start-up step that installs graft-hook, as [`BackendError::Step`] names it.
+pub const INSTALLING_HOOK: &str = "installing graft-hook";
 
 /// The NVIDIA family's flags.
 #[derive(Debug, Clone, clap::Args)]
@@ -222,6 +224,7 @@ impl NvidiaBackend {
     }
 
     fn install_hook(&self) -> Result<(), BackendError> {
+        // (The step's name is how the HookInstallFailed Event recognises it.)
         let source = match &self.flags.hook_source {
             Some(s) => s.clone(),
             None => std::env::current_exe()
@@ -230,7 +233,7 @@ impl NvidiaBackend {
         };
         let dest = Path::new(&self.flags.nvidia_hook_path);
         let installed = super::hook_install::install(&source, dest, &self.node.host_root)
-            .map_err(|e| BackendError::step(NAME, "installing graft-hook", e))?;
+            .map_err(|e| BackendError::step(NAME, INSTALLING_HOOK, e))?;
         tracing::info!(
             path = %installed.path.display(), sha256 = installed.sha256,
             replaced = installed.changed, "graft-hook verified"

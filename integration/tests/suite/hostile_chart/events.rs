@@ -20,10 +20,15 @@ fn refused_event(r: anyhow::Result<String>, why: &str) -> anyhow::Result<()> {
     refused_by("graft-events-own-node", r, why)
 }
 
+/// graft-driver's reportingController now, and the one releases before it used: the policy
+/// takes both (old pods still post during a rolling update), each only from its own node.
+const CONTROLLER: &str = "graft.dev/graft-driver";
+const OLD_CONTROLLER: &str = "graft-driver";
+
 /// A compromised node's graft-driver tries to speak for another node or component: Events
-/// about another Node, reported as another node's graft-driver or as the kubelet, about an
-/// object graft never reports on, and a patch of the kubelet's Event. All refused; its own
-/// Events (on its Node, a pod, a claim) go through.
+/// about another Node, reported as another node's graft-driver (under either name) or as the
+/// kubelet, about an object graft never reports on, and a patch of the kubelet's Event. All
+/// refused; its own Events (on its Node, a pod, a claim) go through, and an old pod's.
 #[test]
 fn a_node_posts_only_its_own_events() -> anyhow::Result<()> {
     let tb = Testbed::load()?;
@@ -41,7 +46,7 @@ fn a_node_posts_only_its_own_events() -> anyhow::Result<()> {
         match kubectl_file(
             cp,
             "ev-probe.yaml",
-            &event("probe", "default", "graft-driver", "node-a", node_b),
+            &event("probe", "default", CONTROLLER, "node-a", node_b),
             &as_a,
         ) {
             Ok(_) => {
@@ -62,11 +67,19 @@ fn a_node_posts_only_its_own_events() -> anyhow::Result<()> {
     let cases = [
         (
             "another node's Node",
-            event("e1", "default", "graft-driver", "node-a", node_b),
+            event("e1", "default", CONTROLLER, "node-a", node_b),
         ),
         (
             "as another node's graft-driver",
-            event("e2", "events-tenant", "graft-driver", "node-b", pod),
+            event("e2", "events-tenant", CONTROLLER, "node-b", pod),
+        ),
+        (
+            "as another node's graft-driver, by its old name",
+            event("e2o", "events-tenant", OLD_CONTROLLER, "node-b", pod),
+        ),
+        (
+            "as a controller of graft.dev that is not graft-driver",
+            event("e2c", "events-tenant", "graft.dev/other", "node-a", pod),
         ),
         (
             "as the kubelet",
@@ -77,7 +90,7 @@ fn a_node_posts_only_its_own_events() -> anyhow::Result<()> {
             event(
                 "e4",
                 "events-tenant",
-                "graft-driver",
+                CONTROLLER,
                 "node-a",
                 "{apiVersion: v1, kind: Secret, namespace: events-tenant, name: s}",
             ),
@@ -86,6 +99,14 @@ fn a_node_posts_only_its_own_events() -> anyhow::Result<()> {
     for (why, yaml) in &cases {
         refused_event(kubectl_file(cp, "ev.yaml", yaml, &as_a), why)?;
     }
+    // An old graft-driver pod during a rolling update: its own Event, by its old name.
+    kubectl_file(
+        cp,
+        "ev-old.yaml",
+        &event("old-pod", "events-tenant", OLD_CONTROLLER, "node-a", pod),
+        &as_a,
+    )
+    .context("an old pod's Event by graft-driver's old name, on its own node")?;
     // A patch, as the recorder counts a repeat: through the API, as kubectl patch would
     // first read the Event (which graft may not).
     let rt = tokio::runtime::Runtime::new()?;
@@ -105,6 +126,7 @@ fn a_node_posts_only_its_own_events() -> anyhow::Result<()> {
 
         // graft-driver's own Events, through its own recorder: on its Node, a pod and a
         // claim, each posted twice (the second a patch that counts it).
+        anyhow::ensure!(graft_driver::events::CONTROLLER == CONTROLLER);
         let poster = graft_driver::events::recorder(graft, "node-a");
         let ev = kube::runtime::events::Event {
             type_: kube::runtime::events::EventType::Normal,

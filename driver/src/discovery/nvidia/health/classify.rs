@@ -93,6 +93,23 @@ pub enum Signal {
     PagesPendingRetirement,
 }
 
+/// Every health reason [`classify`] gives besides `xid-<n>`: the taint values, the Events'
+/// reasons and the `kind` label of `graft_driver_health_events_total`.
+pub const REASONS: [&str; 12] = [
+    "ecc-double-bit",
+    "gpu-unavailable",
+    "gpu-lost",
+    "nvml-error",
+    "row-remap-pending",
+    "row-remap-failure",
+    "page-retirement-pending",
+    "reset-required",
+    "reboot-required",
+    "drain-p2p",
+    "drain-and-reset",
+    "recovery-action",
+];
+
 /// A signal's meaning: a condition with its reason and message, or "healthy again".
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Verdict {
@@ -203,6 +220,31 @@ pub fn parse_xids(text: &str) -> Result<BTreeSet<u64>, NotAnXid> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn reasons_lists_every_reason_but_xids() {
+        let mut signals = vec![
+            Signal::DoubleBitEcc,
+            Signal::Unavailable,
+            Signal::Lost,
+            Signal::Unreachable,
+            Signal::RowRemapPending,
+            Signal::RowRemapFailed,
+            Signal::PagesPendingRetirement,
+        ];
+        signals.extend((1..=5).map(Signal::RecoveryAction));
+        let mut given: Vec<String> = signals
+            .into_iter()
+            .filter_map(|s| match classify(s, &BTreeSet::new()) {
+                Verdict::Condition { reason, .. } => Some(reason),
+                Verdict::Recovered => None,
+            })
+            .collect();
+        given.sort();
+        let mut listed: Vec<String> = REASONS.iter().map(|r| r.to_string()).collect();
+        listed.sort();
+        assert_eq!(given, listed);
+    }
 
     #[test]
     fn defaults_split_application_errors_from_gpu_faults() {
