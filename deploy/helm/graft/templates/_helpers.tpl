@@ -62,12 +62,15 @@ suffix the chart adds ("-resourceslices-own-node"). */}}
 {{- end }}
 
 {{/* The recommended labels (Kubernetes' "Recommended Labels") every object carries.
-Call with (list $ "component"). app.kubernetes.io/name is the DaemonSets' selector (which
-cannot change on an upgrade), so it stays what it was: graft, and graft-mps for MPS. */}}
+Call with (list $ "component"). app.kubernetes.io/name is the workloads' selector (which
+cannot change on an upgrade), so it stays what it was: graft (graft's DaemonSets),
+graft-mps for MPS, graft-compute-domain-controller for the ComputeDomain controller; no two
+workloads' pods share a name, so no selector takes another's pods. */}}
 {{- define "graft.labels" -}}
 {{- $root := index . 0 -}}
 {{- $component := index . 1 -}}
-app.kubernetes.io/name: {{ ternary "graft-mps" "graft" (eq $component "mps") }}
+{{- $names := dict "mps" "graft-mps" "compute-domain-controller" "graft-compute-domain-controller" -}}
+app.kubernetes.io/name: {{ get $names $component | default "graft" }}
 app.kubernetes.io/instance: {{ $root.Release.Name }}
 app.kubernetes.io/version: {{ $root.Values.image.tag | default $root.Chart.AppVersion | trunc 63 | quote }}
 app.kubernetes.io/component: {{ $component }}
@@ -143,4 +146,16 @@ needs nvidia.allowDevicePluginCoexistence. */}}
 {{- end -}}
 {{- end -}}
 {{- end -}}
+{{- end }}
+
+{{/* The port of a metrics address ("$(POD_IP):9477" -> 9477), or nothing ("off"). */}}
+{{- define "graft.metricsPort" -}}
+{{- regexFind "[0-9]+$" (regexFind ":[0-9]+$" .) -}}
+{{- end }}
+
+{{/* The labels of graft's metrics Service, which the ServiceMonitor selects it by. */}}
+{{- define "graft.metricsSelector" -}}
+app.kubernetes.io/name: graft
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: metrics
 {{- end }}

@@ -243,3 +243,55 @@ fn the_two_daemonsets_never_share_a_node() -> anyhow::Result<()> {
     ensure!(find(&objs, "DaemonSet", "graft").is_none());
     Ok(())
 }
+
+/// No workload's selector takes another's pods (the ComputeDomain controller's, graft-mps',
+/// the GPU DaemonSet's), but for the one overlap the chart keeps for upgrades: the other
+/// nodes' DaemonSet's selector (app.kubernetes.io/name: graft since its first release)
+/// matches the GPU DaemonSet's pods, which their ownerReferences keep apart. The metrics
+/// Service selects graft's two DaemonSets' pods only.
+#[test]
+fn selectors_never_take_another_workloads_pods() -> anyhow::Result<()> {
+    let tb = Testbed::load()?;
+    let (_, _, objs) = pools(
+        &tb,
+        &[
+            "--set",
+            "nvidia.mps=all",
+            "--set",
+            "computeDomains.enabled=true",
+        ],
+    )?;
+    let workloads: Vec<&Value> = objs
+        .iter()
+        .filter(|o| o["kind"] == "DaemonSet" || o["kind"] == "Deployment")
+        .collect();
+    let names: Vec<&str> = workloads
+        .iter()
+        .filter_map(|w| w["metadata"]["name"].as_str())
+        .collect();
+    ensure!(
+        names.len() == 4 && names.contains(&"graft-compute-domain-controller"),
+        "{names:?}"
+    );
+    for w in &workloads {
+        for other in &workloads {
+            let (a, b) = (&w["metadata"]["name"], &other["metadata"]["name"]);
+            let allowed = a == b || (a == "graft" && b == "graft-gpu");
+            ensure!(
+                selects(&w["spec"]["selector"], other) == allowed,
+                "{a}'s selector and {b}'s pods"
+            );
+        }
+        // Every workload's pods carry the recommended labels.
+        let labels = &w["spec"]["template"]["metadata"]["labels"];
+        ensure!(labels["app.kubernetes.io/part-of"] == "graft", "{w:#}");
+        ensure!(labels["app.kubernetes.io/instance"] == "graft", "{w:#}");
+    }
+    let svc = find(&objs, "Service", "graft-metrics").context("no metrics Service")?;
+    let service = serde_json::json!({"matchLabels": svc["spec"]["selector"]});
+    for w in &workloads {
+        let graft = w["metadata"]["name"] == "graft" || w["metadata"]["name"] == "graft-gpu";
+        ensure!(selects(&service, w) == graft, "{w:#}");
+    }
+    Ok(())
+}
