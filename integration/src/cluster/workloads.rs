@@ -148,14 +148,17 @@ pub fn wait_running(c: &Cluster, ns: &str, pod: &str) -> anyhow::Result<Duration
     })
 }
 
-/// `kubectl rollout restart` of graft's DaemonSet, until its new pods are ready.
+/// `kubectl rollout restart` of graft's DaemonSets (the GPU nodes' one too), until their
+/// new pods are ready.
 pub fn roll_graft(c: &Cluster) -> anyhow::Result<()> {
     c.kubectl(&[
         "-n",
         "graft-system",
         "rollout",
         "restart",
-        "daemonset/graft",
+        "daemonset",
+        "-l",
+        "app.kubernetes.io/name=graft",
     ])?;
     rolled_out(c)
 }
@@ -218,14 +221,16 @@ pub fn wait_unprepared(c: &Cluster) -> anyhow::Result<()> {
     }
 }
 
-/// Waits until graft's DaemonSet has all its pods up to date and ready.
+/// Waits until graft's DaemonSets have all their pods up to date and ready.
 pub fn rolled_out(c: &Cluster) -> anyhow::Result<()> {
     c.kubectl(&[
         "-n",
         "graft-system",
         "rollout",
         "status",
-        "daemonset/graft",
+        "daemonset",
+        "-l",
+        "app.kubernetes.io/name=graft",
         "--timeout=120s",
     ])?;
     Ok(())

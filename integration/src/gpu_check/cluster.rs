@@ -186,7 +186,8 @@ fn health_registered(c: &Cluster, r: &mut Report) -> anyhow::Result<()> {
                 "-n",
                 "graft-system",
                 "logs",
-                "daemonset/graft",
+                // GPU mode: the GPU nodes' DaemonSet (the node is labelled as a GPU node).
+                "daemonset/graft-gpu",
                 "-c",
                 "graft-driver",
             ])

@@ -53,6 +53,11 @@ if [ -n "${GRAFT_GPU_DRIVER_ROOT:-}" ]; then
            --set nvidia.dynamicMig="${GRAFT_GPU_DYNAMIC_MIG:-none}"
            --set nvidia.mps="${GRAFT_GPU_MPS:-none}")
 fi
+if [ -n "${GRAFT_GPU_FAKE:-}${GRAFT_GPU_DRIVER_ROOT:-}" ]; then
+  # The label NVIDIA's GPU feature discovery puts on GPU nodes, which values-gpu.yaml's
+  # nvidia.gpuNodeSelector selects: the testbed runs no GPU feature discovery.
+  kubectl label node --all nvidia.com/gpu.present=true --overwrite >&2
+fi
 if [ -n "${GRAFT_DEVICES_TOML:-}" ]; then
   values+=(--set-file devicesToml="$GRAFT_DEVICES_TOML")
 fi
@@ -65,9 +70,10 @@ fi
 # back).
 helm upgrade --install graft "$chart" --namespace graft-system --create-namespace \
   --reset-values "${values[@]}" >&2
-# A new image under the same tag: restart the pods so they run it.
-kubectl -n graft-system rollout restart daemonset/graft >&2
-kubectl -n graft-system rollout status daemonset/graft --timeout=120s >&2
+# A new image under the same tag: restart the pods so they run it (graft's DaemonSets: the
+# GPU nodes' one too).
+kubectl -n graft-system rollout restart daemonset -l app.kubernetes.io/name=graft >&2
+kubectl -n graft-system rollout status daemonset -l app.kubernetes.io/name=graft --timeout=120s >&2
 for _ in $(seq 120); do
   if kubectl get resourceslices --field-selector spec.driver=graft.dev -o name | grep . >/dev/null; then
     log "graft is running; its ResourceSlices:"

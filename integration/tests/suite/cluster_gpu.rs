@@ -40,7 +40,8 @@ fn gpus_through_the_gpu_setup() -> anyhow::Result<()> {
             "graft-system",
             "get",
             "daemonset",
-            "graft",
+            // The GPU nodes' DaemonSet: the testbed labels its node as a GPU node.
+            "graft-gpu",
             "-o",
             "jsonpath={.spec.template.spec.containers[0].securityContext.privileged}",
         ])?;

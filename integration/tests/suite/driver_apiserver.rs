@@ -846,8 +846,15 @@ async fn deploy_manifests_pass_server_side_dry_run() -> anyhow::Result<()> {
         ensure!(out.contains(kind), "{kind} missing from:\n{out}");
     }
     ensure!(out.lines().all(|l| l.contains("(server dry run)")), "{out}");
-    // The GPU DaemonSet is accepted too (the test API server allows privileged pods, as
-    // any cluster that runs GPU drivers' DaemonSets must).
-    ensure!(out.matches("daemonset.apps/graft").count() == 2, "{out}");
+    // The GPU nodes' DaemonSet is accepted too (the test API server allows privileged pods,
+    // as any cluster that runs GPU drivers' DaemonSets must), beside the other nodes' one.
+    ensure!(
+        out.matches("daemonset.apps/graft created").count() == 2,
+        "{out}"
+    );
+    ensure!(
+        out.matches("daemonset.apps/graft-gpu created").count() == 1,
+        "{out}"
+    );
     Ok(())
 }

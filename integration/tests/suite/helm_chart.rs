@@ -12,6 +12,8 @@ use anyhow::{ensure, Context};
 use graft_integration::Testbed;
 
 mod docs;
+mod observability;
+mod pools;
 mod values;
 
 fn top() -> PathBuf {

@@ -3,13 +3,16 @@
 {{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
 {{- end }}
 
-{{/* GRAFT_DISCOVERY: the backends switched on, in a fixed order. */}}
+{{/* GRAFT_DISCOVERY: the backends switched on, in a fixed order; nvidia only on the GPU
+DaemonSet. Call with (list $ gpu): empty when nothing is left (the caller decides). */}}
 {{- define "graft.discovery" -}}
+{{- $root := index . 0 -}}
+{{- $gpu := index . 1 -}}
 {{- $on := list -}}
 {{- range $b := list "char" "files" "nvidia" "render" -}}
-{{- if index $.Values.backends $b }}{{ $on = append $on $b }}{{ end -}}
+{{- if and (index $root.Values.backends $b) (or $gpu (ne $b "nvidia")) }}{{ $on = append $on $b }}{{ end -}}
 {{- end -}}
-{{- required "backends: switch on at least one of char, files, nvidia, render" (join "," $on | default "") -}}
+{{- join "," $on -}}
 {{- end }}
 
 {{/* The MutatingAdmissionPolicy API version: the value, or v1 where the cluster serves it. */}}
@@ -59,12 +62,15 @@ suffix the chart adds ("-resourceslices-own-node"). */}}
 {{- end }}
 
 {{/* The recommended labels (Kubernetes' "Recommended Labels") every object carries.
-Call with (list $ "component"). app.kubernetes.io/name is the DaemonSets' selector (which
-cannot change on an upgrade), so it stays what it was: graft, and graft-mps for MPS. */}}
+Call with (list $ "component"). app.kubernetes.io/name is the workloads' selector (which
+cannot change on an upgrade), so it stays what it was: graft (graft's DaemonSets),
+graft-mps for MPS, graft-compute-domain-controller for the ComputeDomain controller; no two
+workloads' pods share a name, so no selector takes another's pods. */}}
 {{- define "graft.labels" -}}
 {{- $root := index . 0 -}}
 {{- $component := index . 1 -}}
-app.kubernetes.io/name: {{ ternary "graft-mps" "graft" (eq $component "mps") }}
+{{- $names := dict "mps" "graft-mps" "compute-domain-controller" "graft-compute-domain-controller" -}}
+app.kubernetes.io/name: {{ get $names $component | default "graft" }}
 app.kubernetes.io/instance: {{ $root.Release.Name }}
 app.kubernetes.io/version: {{ $root.Values.image.tag | default $root.Chart.AppVersion | trunc 63 | quote }}
 app.kubernetes.io/component: {{ $component }}
@@ -73,21 +79,56 @@ app.kubernetes.io/managed-by: {{ $root.Release.Service }}
 helm.sh/chart: {{ printf "%s-%s" $root.Chart.Name $root.Chart.Version | replace "+" "_" }}
 {{- end }}
 
-{{/* The pods' imagePullSecrets, affinity, annotations: the values of the same names. */}}
+{{/* The pods' imagePullSecrets, nodeSelector, affinity and tolerations: the values of the
+same names, for pods that may run on any node. */}}
 {{- define "graft.podScheduling" -}}
-{{- with .Values.imagePullSecrets }}
+{{- include "graft.podSchedulingFor" (list . "any") -}}
+{{- end }}
+
+{{/* As graft.podScheduling for one pool of nodes, called with (list $ pool): "any", "gpu"
+(nvidia.gpuNodeSelector added to nodeSelector) or "plain" (the nodes "gpu" leaves out: for
+each key of the GPU node selector a copy of each of the affinity's required node terms (one
+empty term without any) with the key NotIn its value, which a node without the key also
+satisfies; terms are ORed, so a node qualifies when any key differs). */}}
+{{- define "graft.podSchedulingFor" -}}
+{{- $root := index . 0 -}}
+{{- $pool := index . 1 -}}
+{{- $v := $root.Values -}}
+{{- $gpuSel := $v.nvidia.gpuNodeSelector | default dict -}}
+{{- $nodeSelector := deepCopy ($v.nodeSelector | default dict) -}}
+{{- if eq $pool "gpu" }}{{ $nodeSelector = mergeOverwrite $nodeSelector (deepCopy $gpuSel) }}{{ end -}}
+{{- $affinity := deepCopy ($v.affinity | default dict) -}}
+{{- if and (eq $pool "plain") $gpuSel -}}
+{{- $na := get $affinity "nodeAffinity" | default dict -}}
+{{- $req := get $na "requiredDuringSchedulingIgnoredDuringExecution" | default dict -}}
+{{- $terms := get $req "nodeSelectorTerms" | default (list dict) -}}
+{{- $out := list -}}
+{{- range $t := $terms -}}
+{{- range $k := keys $gpuSel | sortAlpha -}}
+{{- $term := deepCopy $t -}}
+{{- $exprs := get $term "matchExpressions" | default list -}}
+{{- $not := dict "key" $k "operator" "NotIn" "values" (list (toString (get $gpuSel $k))) -}}
+{{- $_ := set $term "matchExpressions" (append $exprs $not) -}}
+{{- $out = append $out $term -}}
+{{- end -}}
+{{- end -}}
+{{- $_ := set $req "nodeSelectorTerms" $out -}}
+{{- $_ := set $na "requiredDuringSchedulingIgnoredDuringExecution" $req -}}
+{{- $_ := set $affinity "nodeAffinity" $na -}}
+{{- end -}}
+{{- with $v.imagePullSecrets }}
 imagePullSecrets:
   {{- toYaml . | nindent 2 }}
 {{- end }}
-{{- with .Values.nodeSelector }}
+{{- with $nodeSelector }}
 nodeSelector:
   {{- toYaml . | nindent 2 }}
 {{- end }}
-{{- with .Values.affinity }}
+{{- with $affinity }}
 affinity:
   {{- toYaml . | nindent 2 }}
 {{- end }}
-{{- with .Values.tolerations }}
+{{- with $v.tolerations }}
 tolerations:
   {{- toYaml . | nindent 2 }}
 {{- end }}
@@ -105,4 +146,16 @@ needs nvidia.allowDevicePluginCoexistence. */}}
 {{- end -}}
 {{- end -}}
 {{- end -}}
+{{- end }}
+
+{{/* The port of a metrics address ("$(POD_IP):9477" -> 9477), or nothing ("off"). */}}
+{{- define "graft.metricsPort" -}}
+{{- regexFind "[0-9]+$" (regexFind ":[0-9]+$" .) -}}
+{{- end }}
+
+{{/* The labels of graft's metrics Service, which the ServiceMonitor selects it by. */}}
+{{- define "graft.metricsSelector" -}}
+app.kubernetes.io/name: graft
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: metrics
 {{- end }}

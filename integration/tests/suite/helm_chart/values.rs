@@ -91,10 +91,10 @@ fn scheduling_values_reach_both_daemonsets() -> anyhow::Result<()> {
     let gpu = chart().join("values-gpu.yaml");
     let gpu = gpu.to_str().context("path")?;
     let plain = tb.render_chart(&["-f", gpu, "--set", "nvidia.mps=all"])?;
-    for ds in [
-        object(&plain, "DaemonSet", "graft")?,
-        object(&plain, "DaemonSet", "graft-mps")?,
-    ] {
+    // graft (the other nodes) has the affinity that keeps it off the GPU nodes
+    // (helm_chart::pools), the GPU nodes' DaemonSets none.
+    for name in ["graft", "graft-gpu", "graft-mps"] {
+        let ds = object(&plain, "DaemonSet", name)?;
         for want in [
             "      nodeSelector:\n        kubernetes.io/os: linux\n",
             "      tolerations:\n        - effect: NoSchedule\n          key: nvidia.com/gpu\n          operator: Exists\n",
@@ -102,7 +102,7 @@ fn scheduling_values_reach_both_daemonsets() -> anyhow::Result<()> {
             ensure!(ds.contains(want), "{want:?} missing from:\n{ds}");
         }
         ensure!(
-            !ds.contains("affinity:") && !ds.contains("imagePullSecrets"),
+            ds.contains("affinity:") == (name == "graft") && !ds.contains("imagePullSecrets"),
             "{ds}"
         );
         ensure!(!ds.contains("- operator: Exists"), "{ds}");
@@ -127,10 +127,12 @@ fn scheduling_values_reach_both_daemonsets() -> anyhow::Result<()> {
     ])?;
     for ds in [
         object(&set, "DaemonSet", "graft")?,
+        object(&set, "DaemonSet", "graft-gpu")?,
         object(&set, "DaemonSet", "graft-mps")?,
     ] {
         for want in [
-            "      nodeSelector:\n        kubernetes.io/os: linux\n        pool: gpu\n",
+            "      nodeSelector:\n        kubernetes.io/os: linux\n",
+            "        pool: gpu\n",
             "      tolerations:\n        - operator: Exists\n",
             "      affinity:\n        nodeAffinity:\n",
             "- key: zone\n",
@@ -242,8 +244,8 @@ fn fullname_override_names_the_release_objects() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Every object the chart renders (the ComputeDomain templates aside, which are not this
-/// part's yet) carries the recommended labels, and the namespace lets graft's pods run.
+/// Every object the chart renders (the ComputeDomain CRD aside, which graft-compute-domain
+/// generates) carries the recommended labels, and the namespace lets graft's pods run.
 #[test]
 fn every_object_carries_the_recommended_labels() -> anyhow::Result<()> {
     let tb = Testbed::load()?;
@@ -262,7 +264,7 @@ fn every_object_carries_the_recommended_labels() -> anyhow::Result<()> {
     ])?;
     let mut seen = 0;
     for doc in objects(&all) {
-        if doc.contains("# Source: graft/templates/7") {
+        if doc.contains("# Source: graft/templates/70-compute-domain-crd.yaml") {
             continue;
         }
         seen += 1;

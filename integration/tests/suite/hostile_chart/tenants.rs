@@ -137,16 +137,23 @@ fn metrics_listen_on_the_pods_ip_only() -> anyhow::Result<()> {
     for values in [&[][..], &["-f", "values-gpu.yaml"][..]] {
         let mut args = vec!["--show-only", "templates/50-daemonset.yaml"];
         let gpu = chart().join("values-gpu.yaml");
+        // Two containers per DaemonSet; with GPUs, the GPU nodes' DaemonSet too.
+        let mut containers = 2;
         if !values.is_empty() {
             args.extend(["-f", gpu.to_str().context("path")?]);
+            args.extend(["--show-only", "templates/51-gpu-daemonset.yaml"]);
+            containers = 4;
         }
         let ds = tb.render_chart(&args)?;
         let pod_ip = "- name: POD_IP\n              valueFrom:\n                fieldRef:\n                  fieldPath: status.podIP\n";
-        ensure!(ds.matches(pod_ip).count() == 2, "{ds}");
+        ensure!(ds.matches(pod_ip).count() == containers, "{ds}");
         for port in ["9477", "9478"] {
             let want =
                 format!("name: GRAFT_METRICS_ADDR\n              value: \"$(POD_IP):{port}\"");
-            ensure!(ds.contains(&want), "{want:?} missing from:\n{ds}");
+            ensure!(
+                ds.matches(&want).count() == containers / 2,
+                "{want:?} missing from:\n{ds}"
+            );
         }
         // POD_IP comes before its use in each container: the kubelet expands only those.
         for c in ds.split("- name: graft-").skip(1) {
