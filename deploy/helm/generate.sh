@@ -59,7 +59,7 @@ kustomization() { # dir, comment
     echo "$files"
   } >"$out/$1/kustomization.yaml"
 }
-kustomization graft "# graft for nodes without GPUs: kubectl apply -k deploy/graft (or helm install, README)."
+kustomization graft "# graft for nodes without GPUs: kubectl apply -k deploy/graft (or helm install, docs/install.md)."
 kustomization gpu "# graft on GPU nodes (the nvidia backend on): kubectl apply -k deploy/gpu instead of deploy/graft."
 
 status=0

@@ -111,7 +111,7 @@ fn entry_from_record(rec: &ClaimRecord) -> ClaimEntry {
                 share_id: None,
                 admin_access: false,
                 // Not in the record: a checkpoint rebuilt after corruption cannot undo
-                // setups (see README).
+                // setups (see docs/daemons.md).
                 setup: None,
             })
             .collect(),

@@ -103,7 +103,7 @@ spec:
             # The driver installation's root as a host path (values: nvidia.driverRoot).
             - name: GRAFT_NVIDIA_DRIVER_ROOT
               value: {{ .Values.nvidia.driverRoot }}
-            # GPU health (README: GPU health), values nvidia.healthTaintEffect and
+            # GPU health (docs/nvidia.md: GPU health), values nvidia.healthTaintEffect and
             # nvidia.healthRecoverySeconds.
             - name: GRAFT_HEALTH_TAINT_EFFECT
               value: {{ .Values.nvidia.healthTaintEffect }}
@@ -112,13 +112,13 @@ spec:
             # XIDs that only degrade a GPU (values: nvidia.informationalXids).
             - name: GRAFT_HEALTH_INFORMATIONAL_XIDS
               value: {{ join "," .Values.nvidia.informationalXids | quote }}
-            # GPUs graft partitions with dynamic MIG (README: Sharing a GPU).
+            # GPUs graft partitions with dynamic MIG (docs/nvidia.md: Sharing a GPU).
             - name: GRAFT_NVIDIA_DYNAMIC_MIG
               value: {{ .Values.nvidia.dynamicMig | quote }}
-            # GPUs shared through MPS (README: Sharing a GPU).
+            # GPUs shared through MPS (docs/nvidia.md: Sharing a GPU).
             - name: GRAFT_NVIDIA_MPS
               value: {{ .Values.nvidia.mps | quote }}
-            # VFIO passthrough (README: VFIO passthrough), values nvidia.passthrough.
+            # VFIO passthrough (docs/nvidia.md: VFIO passthrough), values nvidia.passthrough.
             - name: GRAFT_NVIDIA_PASSTHROUGH
               value: {{ .Values.nvidia.passthrough.enabled | quote }}
             - name: GRAFT_NVIDIA_VFIO_TIMEOUT

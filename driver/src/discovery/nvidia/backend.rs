@@ -85,14 +85,14 @@ pub struct NvidiaFlags {
     pub nvidia_dynamic_mig: GpuSelection,
     /// GPUs (MIG off) shared through NVIDIA MPS: several claims of one namespace at a time,
     /// each consuming a compute percentage and memory through DRA consumable capacity; the
-    /// daemons are graft-mps's (README: MPS). `all`, `none`, or UUIDs / indices.
+    /// daemons are graft-mps's (docs/nvidia.md: MPS). `all`, `none`, or UUIDs / indices.
     #[arg(long, env = "GRAFT_NVIDIA_MPS", default_value = "none", value_parser = GpuSelection::parse)]
     pub nvidia_mps: GpuSelection,
     /// Seconds to wait for a GPU to be free, and for a driver rebind to show.
     #[arg(long, env = "GRAFT_NVIDIA_VFIO_TIMEOUT", default_value_t = 60)]
     pub nvidia_vfio_timeout_seconds: u64,
     /// XIDs that only mark a GPU degraded (a taint with effect None) instead of unhealthy,
-    /// comma separated; the default lists application errors (README: GPU health).
+    /// comma separated; the default lists application errors (docs/nvidia.md: GPU health).
     #[arg(
         long,
         env = "GRAFT_HEALTH_INFORMATIONAL_XIDS",

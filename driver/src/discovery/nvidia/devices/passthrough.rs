@@ -23,7 +23,7 @@ pub fn devices(sys_root: &Path, inv: &Inventory) -> Vec<Device> {
             attributes.insert(PCI_BUS_ID.into(), Attribute::String(f.bdf.clone()));
             attributes.insert("iommuGroup".into(), Attribute::Int(group.into()));
             attributes.insert("pciDeviceID".into(), Attribute::String(f.device_id.clone()));
-            // Passed through with it (README: VFIO passthrough).
+            // Passed through with it (docs/nvidia.md: VFIO passthrough).
             let peers = peers_attribute(&f.group_peers);
             if !peers.is_empty() {
                 attributes.insert("iommuGroupPeers".into(), Attribute::String(peers));
