@@ -5,7 +5,10 @@
 # so no LD_PRELOAD or LD_LIBRARY_PATH from any environment is ever honoured. The explicit
 # --target keeps RUSTFLAGS off build scripts and proc-macros, which must stay dynamic.
 #
-#   bash hooks/build-static.sh [--release] [more cargo build arguments]
+#   bash hooks/build-static.sh [--release] [--target TRIPLE] [more cargo build arguments]
+#
+# TRIPLE defaults to the host's. A cross triple needs its linker and C compiler named the
+# usual way (CARGO_TARGET_<TRIPLE>_LINKER, CC_<triple>), as deploy/release/release.sh does.
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -17,6 +20,10 @@ if [[ "${1:-}" == "--release" ]]; then
     shift
 fi
 triple="$(rustc -vV | sed -n 's/^host: //p')"
+if [[ "${1:-}" == "--target" ]]; then
+    triple=${2:?build-static.sh: --target needs a triple}
+    shift 2
+fi
 RUSTFLAGS="${RUSTFLAGS:+$RUSTFLAGS }-C target-feature=+crt-static" \
     cargo build -p graft-hook ${args[@]+"${args[@]}"} --target "$triple" "$@" >&2
 target_dir="$(cargo metadata --format-version 1 --no-deps | sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')"

@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # Builds two OCI image-layout tars without any registry: a busybox test image and a pause
-# image, named with the fully qualified references CRI resolves.
+# image, named with the fully qualified references CRI resolves. The busybox image is also
+# named EXAMPLE_REF, the public image deploy/examples/ use, so that the examples run on the
+# testbed, which has no network.
 #   build-images.sh OUTDIR
 set -euo pipefail
 out=$1
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 BUSYBOX_REF=${BUSYBOX_REF:-docker.io/library/busybox:test}
+EXAMPLE_REF=docker.io/library/busybox:1.37
 # The sandbox image of Kubernetes 1.37 (kubeadm) and containerd 2.4's default. The kubelet
 # names none; every containerd config in the testbed pins this one. The tar carries the tag
 # in its name so that a cache built for another tag keeps working beside it.
@@ -27,11 +30,11 @@ for applet in $("$bb/bin/busybox" --list); do
 done
 echo 'root:x:0:0:root:/root:/bin/sh' >"$bb/etc/passwd"
 echo 'root:x:0:' >"$bb/etc/group"
-make_image "$BUSYBOX_REF" "$bb" '{"Env":["PATH=/bin"],"Cmd":["/bin/sh"]}' "$out/busybox.tar"
+make_image "$BUSYBOX_REF" "$bb" '{"Env":["PATH=/bin"],"Cmd":["/bin/sh"]}' "$out/busybox.tar" "$EXAMPLE_REF"
 
 pr="$work/pause-root"
 mkdir -p "$pr"
 gcc -static -Os -o "$pr/pause" "$here/pause.c"
 strip "$pr/pause"
 make_image "$PAUSE_REF" "$pr" '{"Entrypoint":["/pause"]}' "$out/pause-$PAUSE_TAG.tar"
-echo "$BUSYBOX_REF $PAUSE_REF" >"$out/refs"
+echo "$BUSYBOX_REF $EXAMPLE_REF $PAUSE_REF" >"$out/refs"
