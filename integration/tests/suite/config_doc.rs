@@ -62,7 +62,11 @@ fn parse(help: &str) -> Vec<Opt> {
         } else if let Some(v) = t.strip_prefix("[default: ") {
             o.default = Some(v.trim_end_matches(']').to_string());
         } else if let Some(v) = t.strip_prefix("[possible values: ") {
-            o.values = v.trim_end_matches(']').split(", ").map(String::from).collect();
+            o.values = v
+                .trim_end_matches(']')
+                .split(", ")
+                .map(String::from)
+                .collect();
         } else if t == "Possible values:" {
             in_values = true;
         } else if in_values && t.starts_with("- ") {
@@ -84,7 +88,9 @@ fn cell(s: &str) -> String {
 }
 
 fn render(bin: &str, opts: &[Opt]) -> String {
-    let mut out = format!("<!-- flags: {bin} -->\n| flag | environment | default | what |\n|---|---|---|---|\n");
+    let mut out = format!(
+        "<!-- flags: {bin} -->\n| flag | environment | default | what |\n|---|---|---|---|\n"
+    );
     for o in opts {
         let mut text = cell(&o.text);
         if !o.values.is_empty() {
@@ -93,7 +99,10 @@ fn render(bin: &str, opts: &[Opt]) -> String {
         out.push_str(&format!(
             "| `{}` | {} | {} | {} |\n",
             cell(&o.flag),
-            o.env.as_deref().map(|e| format!("`{e}`")).unwrap_or_default(),
+            o.env
+                .as_deref()
+                .map(|e| format!("`{e}`"))
+                .unwrap_or_default(),
             o.default
                 .as_deref()
                 .map(|d| format!("`{}`", cell(d)))
