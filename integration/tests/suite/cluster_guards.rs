@@ -45,7 +45,7 @@ fn scheduling(c: &Cluster, pod: &str) -> anyhow::Result<String> {
     ])
 }
 
-const NRI_TAINT: &str = "graft.dev/nri-unavailable=:NoSchedule\n";
+const NRI_TAINT: &str = "graft.dev/nri-unavailable=not-connected:NoSchedule\n";
 
 #[test]
 fn nri_unavailable_taints_devices() -> anyhow::Result<()> {
