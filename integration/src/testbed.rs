@@ -27,6 +27,8 @@ pub struct Testbed {
     pub images: PathBuf,
     /// Kubernetes binaries and etcd.
     pub k8s: PathBuf,
+    /// The oldest Kubernetes minor graft supports (1.34), binaries and etcd.
+    pub k8s_134: PathBuf,
 }
 
 impl Testbed {
@@ -70,6 +72,7 @@ impl Testbed {
             containerd_17: get("GRAFT_CONTAINERD_17")?,
             images: get("GRAFT_IMAGES")?,
             k8s: get("GRAFT_K8S")?,
+            k8s_134: get("GRAFT_K8S_134")?,
         })
     }
 }

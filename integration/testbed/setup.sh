@@ -136,25 +136,36 @@ maxglibc=$(objdump -T "$c17/containerd" 2>/dev/null | grep -o 'GLIBC_[0-9.]*' | 
 log "containerd 1.7.24 needs ${maxglibc:-no glibc symbols}"
 
 # Kubernetes (kube-apiserver, controller-manager, scheduler, kubelet, kubectl) and etcd,
-# through the wrapper module in k8s/: it pins every staging module to its release, which
-# k8s.io/kubernetes itself cannot do from its module zip. A stamp of go.mod and go.sum
-# rebuilds them when the wrapper changes.
-K8S_VERSION=$(awk '$1 == "k8s.io/kubernetes" && $2 ~ /^v/ {print $2; exit}' "$here/k8s/go.mod")
-k8s="$CACHE/bin/k8s-$K8S_VERSION"
-k8s_stamp=$(cat "$here/k8s/go.mod" "$here/k8s/go.sum" | sha256sum | cut -c1-16)
-if [ "$(cat "$k8s/.stamp" 2>/dev/null)" != "$k8s_stamp" ]; then
-  log "building Kubernetes $K8S_VERSION and etcd (10-20 minutes on a cold cache)"
-  mkdir -p "$k8s"
-  minor=$(echo "$K8S_VERSION" | cut -d. -f2)
-  ldf="-s -w"
-  for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
-    ldf="$ldf -X $pkg.gitVersion=$K8S_VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor -X $pkg.gitTreeState=clean"
-  done
-  (cd "$here/k8s" && CGO_ENABLED=0 go build -trimpath -ldflags "$ldf" -o "$k8s/" ./cmd/etcd \
-     k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
-     k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kubectl)
-  echo "$k8s_stamp" >"$k8s/.stamp"
-fi
+# through the wrapper modules: k8s/ (the newest release the testbed runs) and k8s-1.34/
+# (the oldest minor graft supports; it reuses k8s/'s etcd). Each pins every staging module
+# to its release, which k8s.io/kubernetes itself cannot do from its module zip. A stamp of
+# go.mod and go.sum rebuilds a set when its wrapper changes.
+build_k8s() { # wrapper dir, extra packages (etcd); prints the binary dir
+  local mod="$here/$1" version dir stamp minor ldf pkg
+  shift
+  version=$(awk '$1 == "k8s.io/kubernetes" && $2 ~ /^v/ {print $2; exit}' "$mod/go.mod")
+  [ -n "$version" ] || { log "no k8s.io/kubernetes version in $mod/go.mod"; return 1; }
+  dir="$CACHE/bin/k8s-$version"
+  stamp=$(cat "$mod/go.mod" "$mod/go.sum" | sha256sum | cut -c1-16)
+  if [ "$(cat "$dir/.stamp" 2>/dev/null)" != "$stamp" ]; then
+    log "building Kubernetes $version $* (10-20 minutes on a cold cache)"
+    mkdir -p "$dir"
+    minor=$(echo "$version" | cut -d. -f2)
+    ldf="-s -w"
+    for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+      ldf="$ldf -X $pkg.gitVersion=$version -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor -X $pkg.gitTreeState=clean"
+    done
+    (cd "$mod" && CGO_ENABLED=0 go build -trimpath -ldflags "$ldf" -o "$dir/" "$@" \
+       k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
+       k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kubectl) >&2
+    echo "$stamp" >"$dir/.stamp"
+  fi
+  echo "$dir"
+}
+k8s=$(build_k8s k8s ./cmd/etcd)
+k8s134=$(build_k8s k8s-1.34)
+# The 1.34 set runs the etcd built beside the newest one.
+ln -sf "$k8s/etcd" "$k8s134/etcd"
 
 # OCI images built by hand from the static busybox and a tiny pause binary.
 # The pause tar is named after its tag (build-images.sh), so a tag change builds a new one.
@@ -165,7 +176,8 @@ if [ ! -s "$CACHE/images/busybox.tar" ] || [ ! -s "$CACHE/images/pause-$pause_ta
   bash "$here/build-images.sh" "$CACHE/images"
 fi
 
-cat >"$CACHE/env" <<EOF
+# Written to a temp file and moved, so a reader never sees half an env file.
+cat >"$CACHE/env.tmp.$$" <<EOF
 GRAFT_CACHE=$CACHE
 GRAFT_RUNC=$CACHE/bin/runc
 GRAFT_RUNC_OLD=$runc_old/runc
@@ -176,6 +188,8 @@ GRAFT_CONTAINERD_24=$c24
 GRAFT_CONTAINERD_17=$c17
 GRAFT_IMAGES=$CACHE/images
 GRAFT_K8S=$k8s
+GRAFT_K8S_134=$k8s134
 EOF
+mv -f "$CACHE/env.tmp.$$" "$CACHE/env"
 log "testbed installed in $CACHE"
 echo "$CACHE/env"

@@ -6,7 +6,6 @@
 //! down when the test process exits (GRAFT_KEEP_CLUSTER=1 keeps it).
 
 use std::path::Path;
-use std::process::Command;
 use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -258,8 +257,7 @@ impl Cluster {
             GpuNode::Fake(d) => ("GRAFT_GPU_FAKE", d),
             GpuNode::Driver(d) => ("GRAFT_GPU_DRIVER_ROOT", d),
         };
-        run(Command::new("bash")
-            .arg(self.scripts.join("deploy-graft.sh"))
+        run(super::script(&self.scripts, "deploy-graft.sh", self.k8s)
             .arg(bin)
             .env(var, dir)
             .env("GRAFT_GPU_DYNAMIC_MIG", &values.dynamic_mig)

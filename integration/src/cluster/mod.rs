@@ -18,9 +18,30 @@ pub mod workloads;
 /// How long the waits of these tests last.
 pub const WAIT: Duration = Duration::from_secs(120);
 
+/// Which Kubernetes the testbed's cluster runs (cluster.sh's `GRAFT_CLUSTER_K8S`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kubernetes {
+    /// The newest release the testbed builds (setup.sh's `GRAFT_K8S`, 1.37).
+    Newest,
+    /// The oldest minor graft supports (setup.sh's `GRAFT_K8S_134`), with the gates
+    /// README's support table says to turn on there.
+    V1_34,
+}
+
+impl Kubernetes {
+    /// cluster.sh's and deploy-graft.sh's `GRAFT_CLUSTER_K8S` for it.
+    fn env(self) -> &'static str {
+        match self {
+            Kubernetes::Newest => "1.37",
+            Kubernetes::V1_34 => "1.34",
+        }
+    }
+}
+
 /// The testbed's cluster, with graft deployed; taken down on drop unless `GRAFT_KEEP_CLUSTER`
 /// is set.
 pub struct Cluster {
+    k8s: Kubernetes,
     scripts: PathBuf,
     kubectl: PathBuf,
     helm: PathBuf,
@@ -43,21 +64,37 @@ pub fn run(cmd: &mut Command) -> anyhow::Result<String> {
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
+/// `bash SCRIPT` of integration/testbed/cluster/ for a cluster on `k8s`.
+pub(crate) fn script(scripts: &Path, name: &str, k8s: Kubernetes) -> Command {
+    let mut cmd = Command::new("bash");
+    cmd.arg(scripts.join(name))
+        .env("GRAFT_CLUSTER_K8S", k8s.env());
+    cmd
+}
+
 impl Cluster {
     /// Brings the cluster up with graft from `target/debug`.
     pub fn up() -> anyhow::Result<Self> {
+        Self::up_on(Kubernetes::Newest)
+    }
+
+    /// [`Cluster::up`] on the Kubernetes `k8s`.
+    pub fn up_on(k8s: Kubernetes) -> anyhow::Result<Self> {
         let top = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-        Self::up_with(&top.join("target/debug"), None)
+        Self::up_full(k8s, &top.join("target/debug"), None)
     }
 
     /// [`Cluster::up`] with graft from the binaries in `bin` and, if given, `devices_toml`
     /// as its devices config (see [`Cluster::deploy_graft_with`]).
     pub fn up_with(bin: &Path, devices_toml: Option<&Path>) -> anyhow::Result<Self> {
+        Self::up_full(Kubernetes::Newest, bin, devices_toml)
+    }
+
+    fn up_full(k8s: Kubernetes, bin: &Path, devices_toml: Option<&Path>) -> anyhow::Result<Self> {
         let tb = Testbed::load()?;
         let top = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
         let scripts = top.join("integration/testbed/cluster");
-        let already = Command::new("bash")
-            .arg(scripts.join("cluster.sh"))
+        let already = script(&scripts, "cluster.sh", k8s)
             .arg("status")
             .status()
             .map(|s| s.success())
@@ -70,15 +107,16 @@ impl Cluster {
                  taking it down to start a fresh one, which is taken down at the end \
                  (GRAFT_KEEP_CLUSTER=1 keeps it)"
             );
-            run(Command::new("bash")
-                .arg(scripts.join("cluster.sh"))
-                .arg("down"))?;
+            run(script(&scripts, "cluster.sh", k8s).arg("down"))?;
         }
-        run(Command::new("bash")
-            .arg(scripts.join("cluster.sh"))
-            .arg("up"))?;
+        run(script(&scripts, "cluster.sh", k8s).arg("up"))?;
+        let bins = match k8s {
+            Kubernetes::Newest => &tb.k8s,
+            Kubernetes::V1_34 => &tb.k8s_134,
+        };
         let c = Cluster {
-            kubectl: tb.k8s.join("kubectl"),
+            kubectl: bins.join("kubectl"),
+            k8s,
             helm: tb.helm.clone(),
             crictl: tb.crictl.clone(),
             kubeconfig: PathBuf::from("/var/lib/graft-cluster/admin.kubeconfig"),
@@ -91,9 +129,7 @@ impl Cluster {
 
     /// Restarts one node component (`kubelet` or `containerd`) and waits for the node.
     pub fn restart(&self, component: &str) -> anyhow::Result<()> {
-        run(Command::new("bash")
-            .arg(self.scripts.join("cluster.sh"))
-            .args(["restart", component]))?;
+        run(script(&self.scripts, "cluster.sh", self.k8s).args(["restart", component]))?;
         Ok(())
     }
 
@@ -107,8 +143,8 @@ impl Cluster {
     /// (Re)installs graft from the binaries in `bin` (the benchmarks use the release
     /// build), with `devices_toml` as the chart's devicesToml value if given.
     pub fn deploy_graft_with(&self, bin: &Path, devices_toml: Option<&Path>) -> anyhow::Result<()> {
-        let mut cmd = Command::new("bash");
-        cmd.arg(self.scripts.join("deploy-graft.sh")).arg(bin);
+        let mut cmd = script(&self.scripts, "deploy-graft.sh", self.k8s);
+        cmd.arg(bin);
         if let Some(toml) = devices_toml {
             cmd.env("GRAFT_DEVICES_TOML", toml);
         }
@@ -349,9 +385,7 @@ impl Drop for HoldDown {
 impl Drop for Cluster {
     fn drop(&mut self) {
         if std::env::var_os("GRAFT_KEEP_CLUSTER").is_none() {
-            let _ = run(Command::new("bash")
-                .arg(self.scripts.join("cluster.sh"))
-                .arg("down"));
+            let _ = run(script(&self.scripts, "cluster.sh", self.k8s).arg("down"));
         }
     }
 }

@@ -66,6 +66,7 @@ impl MultiCluster {
             kubeconfig: PathBuf::from(format!("{CLUSTER_DIR}/admin.kubeconfig")),
             endpoint: format!("unix://{RUN_DIR}/containerd.sock"),
             scripts: scripts.clone(),
+            k8s: super::Kubernetes::Newest,
         };
         run(Command::new("bash")
             .arg(scripts.join("cluster.sh"))

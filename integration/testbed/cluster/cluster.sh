@@ -37,6 +37,7 @@ load_env() {
   env_file=$(bash "$here/../setup.sh")
   # shellcheck disable=SC1090
   source "$env_file"
+  if [ "$K8S_MINOR" = 1.34 ]; then GRAFT_K8S=$GRAFT_K8S_134; fi
   export PATH="$GRAFT_CONTAINERD_24:$(dirname "$GRAFT_RUNC"):$GRAFT_K8S:$PATH"
 }
 
@@ -55,6 +56,20 @@ BRIDGE=graft0
 # set to anything but its default, and a removed one stops the component: drop them here
 # when they graduate.
 GATES=ResourceHealthStatus=true,DRAPartitionableDevices=true,DRAConsumableCapacity=true
+KUBELET_GATES="ResourceHealthStatus: true, DRAPartitionableDevices: true, DRAConsumableCapacity: true"
+RUNTIME_CONFIG=admissionregistration.k8s.io/v1beta1=true
+# GRAFT_CLUSTER_K8S=1.34 runs the oldest minor graft supports (setup.sh's GRAFT_K8S_134)
+# with the gates README's support table says to turn on there: in 1.34 DRADeviceTaints,
+# DRAExtendedResource, ResourceHealthStatus, DRAPartitionableDevices and
+# DRAConsumableCapacity are alpha (off), MutatingAdmissionPolicy is beta and off (its
+# v1beta1 API is enabled above), and DeviceTaintRule is served only as resource.k8s.io
+# v1alpha3, which the device-taint eviction controller watches (pkg/features at v1.34.4).
+K8S_MINOR=${GRAFT_CLUSTER_K8S:-1.37}
+if [ "$K8S_MINOR" = 1.34 ]; then
+  GATES=MutatingAdmissionPolicy=true,DRADeviceTaints=true,DRAExtendedResource=true,$GATES
+  KUBELET_GATES="DRADeviceTaints: true, DRAExtendedResource: true, $KUBELET_GATES"
+  RUNTIME_CONFIG=$RUNTIME_CONFIG,resource.k8s.io/v1alpha3=true
+fi
 
 pidfile() { echo "$D/run/$1.pid"; }
 # The component's pid when it runs; a pid file left from before a reboot may name someone
@@ -136,7 +151,7 @@ up() {
     --service-account-issuer=https://kubernetes.default.svc \
     --service-account-key-file="$D/pki/sa.key" --service-account-signing-key-file="$D/pki/sa.key" \
     --feature-gates="$GATES" \
-    --runtime-config=admissionregistration.k8s.io/v1beta1=true --allow-privileged=true
+    --runtime-config="$RUNTIME_CONFIG" --allow-privileged=true
 
   cat >"$D/admin.kubeconfig" <<KC
 apiVersion: v1
@@ -221,7 +236,7 @@ oomScoreAdj: 0
 maxOpenFiles: 20000
 imageGCHighThresholdPercent: 100
 evictionHard: {nodefs.available: "0%", nodefs.inodesFree: "0%", imagefs.available: "0%"}
-featureGates: {ResourceHealthStatus: true, DRAPartitionableDevices: true, DRAConsumableCapacity: true}
+featureGates: {$KUBELET_GATES}
 KL
   start kubelet kubelet --kubeconfig="$D/admin.kubeconfig" --config="$D/kubelet.yaml" \
     --hostname-override="$NODE"

@@ -26,6 +26,8 @@ D=${GRAFT_CLUSTER_DIR:-/var/lib/graft-cluster}
 env_file=$(bash "$here/../setup.sh")
 # shellcheck disable=SC1090
 source "$env_file"
+# cluster.sh's choice of Kubernetes: its kubectl.
+if [ "${GRAFT_CLUSTER_K8S:-}" = 1.34 ]; then GRAFT_K8S=$GRAFT_K8S_134; fi
 export PATH="$GRAFT_CONTAINERD_24:$GRAFT_K8S:$(dirname "$GRAFT_HELM"):$PATH" KUBECONFIG="$D/admin.kubeconfig"
 log() { echo "[deploy-graft] $*" >&2; }
 

@@ -12,7 +12,7 @@ use anyhow::{bail, ensure, Context};
 use graft_integration::cluster::workloads::{
     device_pod, graft_ready, one_claim_pod, roll_graft, wait_log, wait_unprepared,
 };
-use graft_integration::cluster::{wait_until, Cluster, WAIT};
+use graft_integration::cluster::{wait_until, Cluster, Kubernetes, WAIT};
 use graft_integration::scrape;
 
 mod events;
@@ -59,21 +59,40 @@ fn fuse_pod(name: &str) -> String {
 }
 
 #[test]
-fn pods_get_their_devices_on_a_real_cluster() -> anyhow::Result<()> {
+fn end_to_end_on_kubernetes_1_37() -> anyhow::Result<()> {
     // The host's one testbed cluster is ours until the test ends (cluster_gpu waits).
     let _turn = graft_integration::cluster::gpu::own_cluster();
     let c = Cluster::up()?;
+    end_to_end(&c)
+}
 
+/// The same flow on the oldest minor graft supports, with the chart as shipped and the
+/// gates README's support table says to turn on there (cluster.sh lists them).
+#[test]
+fn end_to_end_on_kubernetes_1_34() -> anyhow::Result<()> {
+    let _turn = graft_integration::cluster::gpu::own_cluster();
+    let c = Cluster::up_on(Kubernetes::V1_34)?;
+    let version = c.kubectl(&["version", "-o", "json"])?;
+    ensure!(
+        version.contains("\"gitVersion\": \"v1.34."),
+        "not a 1.34 cluster: {version}"
+    );
+    end_to_end(&c)
+}
+
+/// graft as a user meets it on `c`: pods get their devices, graft rolls, restarts and
+/// outages heal.
+fn end_to_end(c: &Cluster) -> anyhow::Result<()> {
     // One pod, one device: scheduled, prepared, injected into the container that asks.
     c.apply(&fuse_pod("first"))?;
     c.wait_phase("first", "Running")?;
-    let app = wait_log(&c, "first", "app", "open-ok")?;
+    let app = wait_log(c, "first", "app", "open-ok")?;
     ensure!(
         app.contains("/dev/fuse a:e5 character special file"),
         "{app}"
     );
     for ctr in ["other", "third"] {
-        let l = wait_log(&c, "first", ctr, "fuse")?;
+        let l = wait_log(c, "first", ctr, "fuse")?;
         ensure!(
             l.contains("No such file"),
             "{ctr}, without the claim, got the device: {l}"
@@ -90,13 +109,13 @@ fn pods_get_their_devices_on_a_real_cluster() -> anyhow::Result<()> {
     );
     ensure!(spec["annotations"]["graft.dev/injected"].is_string());
     // An operator's view of it, from graft's pod.
-    graftctl::shows_fuse_pod(&c, "first")?;
+    graftctl::shows_fuse_pod(c, "first")?;
 
     // Both daemons passed their probes, and their metrics on the node's ports saw it.
-    graft_ready(&c)?;
+    graft_ready(c)?;
     let ok = r#"graft_driver_prepare_duration_seconds_count{result="ok"}"#;
     scrape_at_least(
-        &c,
+        c,
         9477,
         &[
             (ok, 1.0),
@@ -106,7 +125,7 @@ fn pods_get_their_devices_on_a_real_cluster() -> anyhow::Result<()> {
     )?;
     let created = r#"graft_nri_request_duration_seconds_count{event="create_container"}"#;
     scrape_at_least(
-        &c,
+        c,
         9478,
         &[
             ("graft_nri_containers_injected_total", 1.0),
@@ -125,15 +144,15 @@ fn pods_get_their_devices_on_a_real_cluster() -> anyhow::Result<()> {
     );
     c.kubectl(&["delete", "pod", "first", "--wait=true"])?;
     c.wait_phase("second", "Running")?;
-    wait_log(&c, "second", "app", "open-ok")?;
+    wait_log(c, "second", "app", "open-ok")?;
 
     // Deleting the pod unprepares its claim: the generated claim goes, and so does its record.
     c.kubectl(&["delete", "pod", "second", "--wait=true"])?;
-    wait_unprepared(&c)?;
+    wait_unprepared(c)?;
     c.wait_gone("pod", "second")?;
 
     // A device-plugin-style request (resources.limits) through the class's extendedResourceName.
-    extended_resource::fuse_by_limit(&c)?;
+    extended_resource::fuse_by_limit(c)?;
 
     // One claim, two requests split over two containers; an init container uses one of
     // them; a third container has none.
@@ -149,34 +168,34 @@ fn pods_get_their_devices_on_a_real_cluster() -> anyhow::Result<()> {
     ensure!(has("uses-fuse", "/dev/fuse")? && !has("uses-fuse", "/dev/net/tun")?);
     ensure!(has("uses-tun", "/dev/net/tun")? && !has("uses-tun", "/dev/fuse")?);
     ensure!(!has("none", "/dev/fuse")? && !has("none", "/dev/net/tun")?);
-    wait_log(&c, "split", "uses-tun", "tun-ok")?;
+    wait_log(c, "split", "uses-tun", "tun-ok")?;
 
     // graft's DaemonSet rolls (a new pod UID, new sockets) while that pod runs: it keeps
     // its devices, and a new pod gets its own afterwards.
-    roll_graft(&c)?;
+    roll_graft(c)?;
     ensure!(c.pod_phase("split") == "Running");
     // The new instances are ready and took the ports over: the new driver counts the
     // running pod's claim from the checkpoint it inherited.
-    graft_ready(&c)?;
-    scrape_at_least(&c, 9477, &[("graft_driver_prepared_claims", 1.0)])?;
-    scrape_at_least(&c, 9478, &[("graft_nri_synchronized", 1.0)])?;
+    graft_ready(c)?;
+    scrape_at_least(c, 9477, &[("graft_driver_prepared_claims", 1.0)])?;
+    scrape_at_least(c, 9478, &[("graft_nri_synchronized", 1.0)])?;
     c.kubectl(&["delete", "pod", "split", "--wait=true"])?;
     c.apply(&fuse_pod("after-roll"))?;
     c.wait_phase("after-roll", "Running")?;
-    wait_log(&c, "after-roll", "app", "open-ok")?;
+    wait_log(c, "after-roll", "app", "open-ok")?;
     c.kubectl(&["delete", "pod", "after-roll", "--wait=true"])?;
-    wait_unprepared(&c)?;
+    wait_unprepared(c)?;
 
     // One claim shared by two pods: both run with the device; it is unprepared once the
     // last of them is gone.
     c.apply(&shared_claim_and_pods())?;
     c.wait_phase("share-a", "Running")?;
     c.wait_phase("share-b", "Running")?;
-    wait_log(&c, "share-a", "app", "open-ok")?;
-    wait_log(&c, "share-b", "app", "open-ok")?;
+    wait_log(c, "share-a", "app", "open-ok")?;
+    wait_log(c, "share-b", "app", "open-ok")?;
     c.kubectl(&["delete", "pod", "share-a", "share-b", "--wait=true"])?;
     c.kubectl(&["delete", "resourceclaim", "shared", "--wait=true"])?;
-    wait_unprepared(&c)?;
+    wait_unprepared(c)?;
 
     // graft-nri alone down, graft-driver up. A new pod with a claim waits: the driver
     // refuses to prepare it. A running pod whose container is recreated waits too:
@@ -185,7 +204,7 @@ fn pods_get_their_devices_on_a_real_cluster() -> anyhow::Result<()> {
     // back, both run with their devices.
     c.apply(&fuse_pod("nri-restart"))?;
     c.wait_phase("nri-restart", "Running")?;
-    wait_log(&c, "nri-restart", "app", "open-ok")?;
+    wait_log(c, "nri-restart", "app", "open-ok")?;
     let annotations = c.kubectl(&[
         "get",
         "pod",
@@ -231,7 +250,7 @@ fn pods_get_their_devices_on_a_real_cluster() -> anyhow::Result<()> {
         );
     }
     c.wait_phase("nri-away", "Running")?;
-    wait_log(&c, "nri-away", "app", "open-ok")?;
+    wait_log(c, "nri-away", "app", "open-ok")?;
     wait_until(
         "nri-restart/app not recreated after graft-nri came back",
         || c.running("nri-restart", "app"),
@@ -241,9 +260,9 @@ fn pods_get_their_devices_on_a_real_cluster() -> anyhow::Result<()> {
         spec["annotations"]["graft.dev/injected"].is_string(),
         "{spec}"
     );
-    wait_log(&c, "nri-restart", "app", "open-ok")?;
+    wait_log(c, "nri-restart", "app", "open-ok")?;
     c.kubectl(&["delete", "pod", "nri-away", "nri-restart", "--wait=true"])?;
-    wait_unprepared(&c)?;
+    wait_unprepared(c)?;
 
     // graft gone: the kubelet wipes its slices 30 s after the last driver instance left,
     // and a pod with a claim waits (nothing to allocate from, nobody to prepare or
@@ -266,7 +285,7 @@ fn pods_get_their_devices_on_a_real_cluster() -> anyhow::Result<()> {
     ensure!(c.pod_phase("while-away") == "Pending");
     c.deploy_graft()?;
     c.wait_phase("while-away", "Running")?;
-    wait_log(&c, "while-away", "app", "open-ok")?;
+    wait_log(c, "while-away", "app", "open-ok")?;
 
     // The kubelet and then containerd restart under that running pod: it keeps its device,
     // graft's slices come back after the kubelet's start-up wipe, and graft-nri reconnects,
@@ -284,15 +303,15 @@ fn pods_get_their_devices_on_a_real_cluster() -> anyhow::Result<()> {
         );
     }
     c.kubectl(&["delete", "pod", "while-away", "--wait=true"])?;
-    wait_unprepared(&c)?;
+    wait_unprepared(c)?;
     c.apply(&fuse_pod("after-restarts"))?;
     c.wait_phase("after-restarts", "Running")?;
-    wait_log(&c, "after-restarts", "app", "open-ok")?;
+    wait_log(c, "after-restarts", "app", "open-ok")?;
     c.kubectl(&["delete", "pod", "after-restarts", "--wait=true"])?;
-    wait_unprepared(&c)?;
+    wait_unprepared(c)?;
 
-    events::graft_failures_show_in_describe(&c)?;
-    licences_one_per_pod(&c)
+    events::graft_failures_show_in_describe(c)?;
+    licences_one_per_pod(c)
 }
 
 /// The files backend as shipped (the chart's devicesToml, deploy/graft/40-configmap.yaml,

@@ -17,6 +17,7 @@ mod common;
 
 mod cluster_e2e;
 mod cluster_gpu;
+mod cluster_guards;
 mod cluster_multi;
 mod coexistence;
 mod compute_domain_api;
