@@ -331,15 +331,17 @@ impl Cluster {
         Ok(v["info"]["runtimeSpec"].clone())
     }
 
-    /// Keeps every process named `name` on the node dead until the guard is dropped, the
-    /// way a crash-looping container would be: the kubelet restarts it, it dies again.
+    /// Keeps every containerised process named `name` on the node dead until the guard is
+    /// dropped, the way a crash-looping container would be: the kubelet restarts it, it dies
+    /// again. Only processes in a container (a root other than the host's) are killed: the
+    /// suite's other tests run their own graft-nri on the host at the same time.
     pub fn hold_down(&self, name: &str) -> HoldDown {
         let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let flag = stop.clone();
         let name = name.to_string();
         let thread = std::thread::spawn(move || {
             while !flag.load(std::sync::atomic::Ordering::Relaxed) {
-                let _ = Command::new("pkill").args(["-KILL", "-x", &name]).status();
+                kill_contained(&name);
                 std::thread::sleep(Duration::from_millis(50));
             }
         });
@@ -364,6 +366,29 @@ pub fn wait_until(
         std::thread::sleep(Duration::from_millis(500));
     }
     Ok(start.elapsed())
+}
+
+/// SIGKILLs each process named `name` whose root is not the host's (it runs in a container).
+fn kill_contained(name: &str) {
+    let Ok(procs) = std::fs::read_dir("/proc") else {
+        return;
+    };
+    for p in procs.flatten() {
+        let Some(pid) = p.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
+            continue;
+        };
+        let dir = p.path();
+        let comm = std::fs::read_to_string(dir.join("comm")).unwrap_or_default();
+        if comm.trim_end() != name {
+            continue;
+        }
+        let contained = std::fs::read_link(dir.join("root")).is_ok_and(|r| r != Path::new("/"));
+        if contained {
+            let _ = Command::new("kill")
+                .args(["-KILL", &pid.to_string()])
+                .status();
+        }
+    }
 }
 
 /// See [`Cluster::hold_down`].
