@@ -187,19 +187,12 @@ fn write(path: &Path, text: &str) -> anyhow::Result<()> {
 }
 
 impl FakeNode {
-    /// graft-driver's arguments for the nvidia backend on this node with VFIO passthrough:
-    /// graft-hook installed from `hook_source` to `hook_path`, binds given up after
-    /// `vfio_timeout_s`.
-    pub fn passthrough_driver_args(
-        &self,
-        hook_path: &Path,
-        hook_source: &Path,
-        vfio_timeout_s: u64,
-    ) -> Vec<String> {
+    /// graft-driver's arguments that point the nvidia backend at this node (its driver root,
+    /// sysfs and proc), with graft-hook installed from `hook_source` to `hook_path`. The
+    /// caller names the backends (`--discovery`).
+    pub fn nvidia_args(&self, hook_path: &Path, hook_source: &Path) -> Vec<String> {
         let arg = |p: &Path| p.to_string_lossy().into_owned();
         vec![
-            "--discovery".into(),
-            "nvidia".into(),
             "--nvidia-driver-root".into(),
             arg(&self.host),
             "--sysfs-root".into(),
@@ -210,10 +203,26 @@ impl FakeNode {
             arg(hook_path),
             "--hook-source".into(),
             arg(hook_source),
+        ]
+    }
+
+    /// graft-driver's arguments for the nvidia backend on this node with VFIO passthrough:
+    /// graft-hook installed from `hook_source` to `hook_path`, binds given up after
+    /// `vfio_timeout_s`.
+    pub fn passthrough_driver_args(
+        &self,
+        hook_path: &Path,
+        hook_source: &Path,
+        vfio_timeout_s: u64,
+    ) -> Vec<String> {
+        let mut a: Vec<String> = vec!["--discovery".into(), "nvidia".into()];
+        a.extend(self.nvidia_args(hook_path, hook_source));
+        a.extend([
             "--nvidia-passthrough".into(),
             "--nvidia-vfio-timeout-seconds".into(),
             vfio_timeout_s.to_string(),
-        ]
+        ]);
+        a
     }
 
     /// Lays out a fake node under `dir`.

@@ -72,7 +72,6 @@ async fn set_capacity(c: &kube::Client, node: &str, gpus: Option<&str>) -> anyho
 }
 
 fn args(fake: &FakeNode, hook: &Path, source: &Path, extra: &[&str]) -> Vec<String> {
-    let arg = |p: &Path| p.to_string_lossy().into_owned();
     let mut a: Vec<String> = [
         "--discovery",
         "char,nvidia",
@@ -81,18 +80,7 @@ fn args(fake: &FakeNode, hook: &Path, source: &Path, extra: &[&str]) -> Vec<Stri
     ]
     .map(String::from)
     .into();
-    a.extend([
-        "--nvidia-driver-root".into(),
-        arg(&fake.host),
-        "--sysfs-root".into(),
-        arg(&fake.sys),
-        "--proc-root".into(),
-        arg(&fake.proc),
-        "--nvidia-hook-path".into(),
-        arg(hook),
-        "--hook-source".into(),
-        arg(source),
-    ]);
+    a.extend(fake.nvidia_args(hook, source));
     a.extend(extra.iter().map(|s| s.to_string()));
     a
 }

@@ -7,7 +7,6 @@
 //! a daemon's configuration, is refused by name. The test
 //! plays the controller: it writes the domain's status itself.
 
-use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::ensure;
@@ -63,26 +62,18 @@ async fn a_domain_channel_waits_for_the_domain_on_its_node() -> anyhow::Result<(
     fake.set_fabric(Some(CLIQUE))?;
     let hook = dir.path().join("bin/graft-hook");
     let hook_source = graft_integration::testbed::static_hook()?;
-    let arg = |p: &Path| p.to_string_lossy().into_owned();
-    let args = [
-        "--discovery".into(),
-        "nvidia".into(),
-        "--nvidia-driver-root".into(),
-        arg(&fake.host),
-        "--sysfs-root".into(),
-        arg(&fake.sys),
-        "--proc-root".into(),
-        arg(&fake.proc),
-        "--nvidia-hook-path".into(),
-        arg(&hook),
-        "--hook-source".into(),
-        arg(&hook_source),
-        "--nvidia-imex-channels".into(),
-        "2".into(),
-        "--nvidia-clique-label".into(),
-        "--nvidia-compute-domain-wait-seconds".into(),
-        "2".into(),
-    ];
+    let mut args: Vec<String> = vec!["--discovery".into(), "nvidia".into()];
+    args.extend(fake.nvidia_args(&hook, &hook_source));
+    args.extend(
+        [
+            "--nvidia-imex-channels",
+            "2",
+            "--nvidia-clique-label",
+            "--nvidia-compute-domain-wait-seconds",
+            "2",
+        ]
+        .map(String::from),
+    );
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let cp = apiserver::named("compute_domain_node")?;
     let c = cp.client().await?;

@@ -108,7 +108,6 @@ async fn a_failed_hook_install_posts_hook_install_failed() -> anyhow::Result<()>
         &boot_id_path,
         std::fs::read_to_string(graft_record::BOOT_ID_PATH)?,
     )?;
-    let arg = |p: &std::path::Path| p.to_string_lossy().into_owned();
     let mut driver = GraftDriver::start(DriverOpts {
         driver_name: DRIVER_NAME.into(),
         node_name: "node-evt-hook".into(),
@@ -119,20 +118,10 @@ async fn a_failed_hook_install_posts_hook_install_failed() -> anyhow::Result<()>
         kubeconfig: cp().kubeconfig.clone(),
         pod_uid: None,
         log: dir.path().join("graft-driver.log"),
-        extra: vec![
-            "--discovery".into(),
-            "char,nvidia".into(),
-            "--nvidia-driver-root".into(),
-            arg(&fake.host),
-            "--sysfs-root".into(),
-            arg(&fake.sys),
-            "--proc-root".into(),
-            arg(&fake.proc),
-            "--nvidia-hook-path".into(),
-            arg(&dir.path().join("bin/graft-hook")),
-            "--hook-source".into(),
-            arg(&source),
-        ],
+        extra: [vec!["--discovery".into(), "char,nvidia".into()], {
+            fake.nvidia_args(&dir.path().join("bin/graft-hook"), &source)
+        }]
+        .concat(),
     })?;
     let st = driver.wait_exit(WAIT)?;
     ensure!(!st.success(), "{st}");
