@@ -333,8 +333,8 @@ impl Cluster {
 
     /// Keeps every containerised process named `name` on the node dead until the guard is
     /// dropped, the way a crash-looping container would be: the kubelet restarts it, it dies
-    /// again. Only processes in a container (a root other than the host's) are killed: the
-    /// suite's other tests run their own graft-nri on the host at the same time.
+    /// again. Only processes in a pod are killed: the suite's other tests run their own
+    /// graft-nri on the host at the same time.
     pub fn hold_down(&self, name: &str) -> HoldDown {
         let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let flag = stop.clone();
@@ -368,7 +368,9 @@ pub fn wait_until(
     Ok(start.elapsed())
 }
 
-/// SIGKILLs each process named `name` whose root is not the host's (it runs in a container).
+/// SIGKILLs each process named `name` that runs in a pod: its cgroup is below the kubelet's
+/// `kubepods` (cgroupfs, on every testbed node). Its root says nothing: seen from the host, a
+/// container's root reads as `/` too.
 fn kill_contained(name: &str) {
     let Ok(procs) = std::fs::read_dir("/proc") else {
         return;
@@ -382,8 +384,8 @@ fn kill_contained(name: &str) {
         if comm.trim_end() != name {
             continue;
         }
-        let contained = std::fs::read_link(dir.join("root")).is_ok_and(|r| r != Path::new("/"));
-        if contained {
+        let cgroup = std::fs::read_to_string(dir.join("cgroup")).unwrap_or_default();
+        if cgroup.contains("kubepods") {
             let _ = Command::new("kill")
                 .args(["-KILL", &pid.to_string()])
                 .status();
