@@ -123,7 +123,10 @@ fn multi_node_testbed_runs_graft_on_every_node() -> anyhow::Result<()> {
     ])?;
     // Every node is a GPU node here (deploy-graft.sh labels them as GPU feature discovery
     // would), so the GPU DaemonSet runs on all three.
-    ensure!(ds == "3", "graft's GPU DaemonSet has {ds:?} Ready pods, not 3");
+    ensure!(
+        ds == "3",
+        "graft's GPU DaemonSet has {ds:?} Ready pods, not 3"
+    );
     // One graft pod per node, once a rollout's old pods are gone (the GPU values replace
     // the first install's pods with a surge: for a moment a node has both).
     let mut pods = String::new();
