@@ -6,7 +6,9 @@
 //! 2. the linker: when the image ships a newer CUDA's compat libcuda, its directory goes
 //!    first and the cache is rebuilt; otherwise the cache is rebuilt only when the image's
 //!    loader would not find the driver's libraries as it is (see `linker`), which for the
-//!    common images (Debian, Ubuntu, Red Hat family) it does;
+//!    common images (Debian, Ubuntu, Red Hat family) it does. The cache is rebuilt by
+//!    merging the driver's libraries into the image's own (`cache_build`), with the host's
+//!    ldconfig only where the image's cache is one graft-hook does not merge;
 //! 3. the driver's device-node settings hidden (as `disable-device-node-modification`).
 
 use std::path::{Path, PathBuf};
@@ -31,8 +33,11 @@ pub struct Options {
 pub enum Linker {
     /// The image's loader finds the libraries; its cache was left alone.
     AsIs,
-    /// The cache was rebuilt, for this reason.
+    /// The cache was rebuilt by graft-hook, for this reason.
     Rebuilt(String),
+    /// The cache was rebuilt by the host's ldconfig: the first reason is why it was
+    /// rebuilt, the second why graft-hook did not merge it itself.
+    Ldconfig(String, String),
 }
 
 pub fn run(container: &Container, o: &Options) -> anyhow::Result<Linker> {
@@ -58,11 +63,17 @@ pub fn run(container: &Container, o: &Options) -> anyhow::Result<Linker> {
             }
         }
     };
-    if let Linker::Rebuilt(_) = decision {
-        // The compat directory first: ldconfig lets the first directory win.
-        let folders: Vec<String> = compat.into_iter().chain(o.folders.clone()).collect();
-        ldcache::update(rootfs, &o.ldconfig, &folders)?;
-    }
+    let decision = match decision {
+        Linker::Rebuilt(why) => {
+            // The compat directory first: the first directory's library wins.
+            let folders: Vec<String> = compat.into_iter().chain(o.folders.clone()).collect();
+            match ldcache::refresh(rootfs, &o.ldconfig, &folders)? {
+                None => Linker::Rebuilt(why),
+                Some(fallback) => Linker::Ldconfig(why, fallback),
+            }
+        }
+        other => other,
+    };
     params::disable_modification(rootfs, &o.host_params, &o.params_copy, &o.container_id)?;
     Ok(decision)
 }
@@ -143,10 +154,27 @@ mod tests {
             matches!(d, Linker::Rebuilt(ref why) if why.contains("glibc")),
             "{d:?}"
         );
-        assert!(log.exists(), "ldconfig did not run");
+        assert!(!log.exists(), "ldconfig ran");
         assert!(busybox
             .in_root("etc/ld.so.conf.d/00-graft-nvidia.conf")
             .is_file());
+        assert!(busybox.in_root("etc/ld.so.cache").is_file());
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn a_cache_graft_hook_does_not_merge_is_rebuilt_by_ldconfig() {
+        let f = Fixture::new();
+        f.write("usr/lib/x86_64-linux-gnu/libcuda.so.580.95.05", "mounted");
+        f.write("etc/ld.so.cache", "glibc-ld.so.cache1.1 truncated");
+        let (bin, log) = ldconfig(&f);
+        let d = run(&container(&f, None), &options(&f, &bin)).unwrap();
+        assert!(
+            matches!(d, Linker::Ldconfig(ref why, ref fallback)
+                if why.contains("glibc") && fallback.contains("truncated")),
+            "{d:?}"
+        );
+        assert!(log.exists(), "ldconfig did not run");
     }
 
     #[cfg(target_arch = "x86_64")]
@@ -161,7 +189,7 @@ mod tests {
             matches!(d, Linker::Rebuilt(ref why) if why.contains("compat")),
             "{d:?}"
         );
-        assert!(log.exists());
+        assert!(!log.exists());
         let conf =
             std::fs::read_to_string(f.in_root("etc/ld.so.conf.d/00-graft-nvidia.conf")).unwrap();
         let dirs: Vec<&str> = conf.lines().filter(|l| l.starts_with('/')).collect();

@@ -1,5 +1,7 @@
-//! update-ldcache: lists the injected library directories in the container's
-//! `/etc/ld.so.conf.d` and rebuilds its `/etc/ld.so.cache` with the host's ldconfig.
+//! The container's linker cache: the injected library directories listed in its
+//! `/etc/ld.so.conf.d` (so an ldconfig run later inside the container keeps them), and its
+//! `/etc/ld.so.cache` rebuilt, by graft-hook itself where it can ([`refresh`], see
+//! `cache_build`) or by the host's ldconfig (`update-ldcache`, and the fallback).
 
 use std::os::fd::AsFd;
 use std::path::Path;
@@ -8,6 +10,7 @@ use std::process::{Command, Stdio};
 use anyhow::{bail, Context};
 use graft_record::paths::is_clean_absolute;
 
+use crate::cache_build::{self, Outcome};
 use crate::inroot;
 
 pub const CONF_DIR: &str = "/etc/ld.so.conf.d";
@@ -27,6 +30,31 @@ pub fn update(rootfs: &Path, ldconfig: &Path, folders: &[String]) -> anyhow::Res
     check_ldconfig(ldconfig)?;
     write_config(rootfs, folders)?;
     run_ldconfig(rootfs, ldconfig)
+}
+
+/// As [`update`], but the cache is merged by graft-hook without running ldconfig; ldconfig
+/// runs only when the image's cache is one graft-hook does not merge. Returns that reason
+/// when it ran.
+pub fn refresh(
+    rootfs: &Path,
+    ldconfig: &Path,
+    folders: &[String],
+) -> anyhow::Result<Option<String>> {
+    if !ldconfig.is_absolute() {
+        bail!(
+            "--ldconfig {}: must be an absolute host path",
+            ldconfig.display()
+        );
+    }
+    write_config(rootfs, folders)?;
+    let root = inroot::open_root(rootfs)?;
+    match cache_build::rebuild(&root, folders)? {
+        Outcome::Written { .. } => Ok(None),
+        Outcome::Fallback(why) => {
+            run_ldconfig(rootfs, ldconfig)?;
+            Ok(Some(why))
+        }
+    }
 }
 
 /// ldconfig runs as root on the host: only a regular file that root owns and nobody else

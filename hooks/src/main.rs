@@ -9,13 +9,15 @@
 //! - `nvidia-container --link ... --folder ... --ldconfig PATH --params-copy PATH
 //!   [--driver-version V]`: all of a GPU container's work in one process (see
 //!   `container`): the links, the linker cache only when the image needs it (or CUDA
-//!   forward compatibility asks for it), and the device-node settings hidden;
+//!   forward compatibility asks for it; merged by graft-hook itself, ldconfig only as the
+//!   fallback), and the device-node settings hidden;
 //! - `create-symlinks --link TARGET::LINK ...`: the driver's library symlinks;
 //! - `update-ldcache --ldconfig PATH --folder DIR ...`: the host's ldconfig, run against
 //!   the container's root, so the injected libraries are in its ld.so.cache;
 //! - `disable-device-node-modification --params-copy PATH`: hides `ModifyDeviceFiles: 1`
 //!   from the driver's params, so that libnvidia-ml does not try to create nodes inside.
 
+mod cache_build;
 mod compat;
 mod container;
 #[cfg(test)]
@@ -28,6 +30,7 @@ mod params;
 #[cfg(test)]
 mod recording_mounter;
 mod rootfs;
+mod soname;
 mod symlinks;
 #[cfg(test)]
 mod testutil;

@@ -114,8 +114,11 @@ pub fn snapshot(dir: &Path) -> BTreeMap<PathBuf, String> {
             } else if m.is_dir() {
                 todo.push(p.clone());
                 "dir".to_string()
-            } else {
+            } else if m.is_file() {
                 format!("file {:?}", std::fs::read(&p).unwrap())
+            } else {
+                // A FIFO or device: never opened.
+                format!("special {:?}", m.file_type())
             };
             out.insert(
                 p.strip_prefix(dir).unwrap().to_path_buf(),
@@ -218,4 +221,52 @@ pub fn run_child(name: &str) {
     eprintln!("{text}");
     assert!(out.status.success(), "{name} failed in the child");
     assert!(text.contains("1 passed"), "{name} did not run in the child");
+}
+
+/// A minimal 64-bit ELF shared object of this machine: one loaded segment holding a
+/// dynamic section whose `DT_SONAME` is `soname` (none when `None`).
+pub fn fake_elf(soname: Option<&str>) -> Vec<u8> {
+    let machine: u16 = if cfg!(target_arch = "aarch64") {
+        183
+    } else {
+        62
+    };
+    let (phoff, dynoff) = (64u64, 64 + 2 * 56u64);
+    let stroff = dynoff + 4 * 16;
+    let mut strtab = b"\0".to_vec();
+    strtab.extend_from_slice(soname.unwrap_or("").as_bytes());
+    strtab.push(0);
+    let total = stroff + strtab.len() as u64;
+    let mut e = b"\x7fELF\x02\x01\x01".to_vec();
+    e.resize(16, 0);
+    e.extend_from_slice(&3u16.to_ne_bytes()); // ET_DYN
+    e.extend_from_slice(&machine.to_ne_bytes());
+    e.extend_from_slice(&1u32.to_ne_bytes());
+    e.extend_from_slice(&0u64.to_ne_bytes()); // entry
+    e.extend_from_slice(&phoff.to_ne_bytes());
+    e.extend_from_slice(&0u64.to_ne_bytes()); // shoff
+    e.extend_from_slice(&0u32.to_ne_bytes()); // flags
+    for v in [64u16, 56, 2, 64, 0, 0] {
+        e.extend_from_slice(&v.to_ne_bytes());
+    }
+    // PT_LOAD of the whole file at address 0x1000, then PT_DYNAMIC.
+    for (kind, off, vaddr, size) in [(1u32, 0, 0x1000, total), (2, dynoff, 0x1000 + dynoff, 64)] {
+        e.extend_from_slice(&kind.to_ne_bytes());
+        e.extend_from_slice(&4u32.to_ne_bytes());
+        for v in [off, vaddr, vaddr, size, size, 8] {
+            e.extend_from_slice(&v.to_ne_bytes());
+        }
+    }
+    let soname_tag = if soname.is_some() { 14u64 } else { 1 }; // DT_SONAME or DT_NEEDED
+    for (tag, val) in [
+        (5u64, 0x1000 + stroff),
+        (10, strtab.len() as u64),
+        (soname_tag, 1),
+        (0, 0),
+    ] {
+        e.extend_from_slice(&tag.to_ne_bytes());
+        e.extend_from_slice(&val.to_ne_bytes());
+    }
+    e.extend_from_slice(&strtab);
+    e
 }
