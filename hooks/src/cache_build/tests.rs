@@ -181,3 +181,92 @@ fn a_folder_reached_through_a_link_out_of_the_root_stays_inside() {
     );
     assert!(cache(&f).is_empty());
 }
+
+fn chroot(root: &std::path::Path, args: &[&str]) -> (Option<i32>, String) {
+    let out = std::process::Command::new("chroot")
+        .arg(root)
+        .args(args)
+        .env_clear()
+        .env("PATH", crate::ldcache::LDCONFIG_PATH)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout) + String::from_utf8_lossy(&out.stderr);
+    (out.status.code(), text.into_owned())
+}
+
+/// glibc's own loaders (and ldconfig -p) read what graft-hook writes, merged into the cache
+/// each glibc's ldconfig wrote: the roots of `hooks/glibc-check/roots.sh`, one per glibc.
+#[test]
+#[ignore = "needs root and GRAFT_GLIBC_ROOTS, the output of hooks/glibc-check/roots.sh"]
+fn glibc_loaders_find_the_merged_libraries() {
+    let dir = std::env::var("GRAFT_GLIBC_ROOTS").expect("GRAFT_GLIBC_ROOTS");
+    let mut checked = 0;
+    for root in std::fs::read_dir(dir).unwrap() {
+        let root = root.unwrap().path();
+        let ldconfig = ["/sbin/ldconfig", "/usr/sbin/ldconfig"]
+            .into_iter()
+            .find(|l| root.join(&l[1..]).exists())
+            .unwrap();
+        // The image's own cache, as its ldconfig wrote it; put back afterwards.
+        let cache_path = root.join("etc/ld.so.cache");
+        let image = std::fs::read(&cache_path).unwrap();
+        assert_eq!(chroot(&root, &["/prog-gt"]).0, Some(127), "{root:?}");
+        let r = rebuild(&inroot::open_root(&root).unwrap(), &["/opt/gt".into()]).unwrap();
+        assert!(
+            matches!(r, Outcome::Written { driver: 1, image } if image > 1),
+            "{root:?}: {r:?}"
+        );
+        assert_eq!(chroot(&root, &["/prog-gt"]).0, Some(42), "{root:?}");
+        assert_eq!(chroot(&root, &["/prog-img"]).0, Some(43), "{root:?}");
+        let (code, listed) = chroot(&root, &[ldconfig, "-p"]);
+        assert_eq!(code, Some(0), "{root:?}: {listed}");
+        assert!(
+            listed.contains("libgt.so.1 (libc6,x86-64) => /opt/gt/libgt.so.1"),
+            "{root:?}: {listed}"
+        );
+        // Thousands of names that differ in digit runs, letters and case, around the two
+        // the programs need: the loader's binary search must agree with the writer's order.
+        let names: Vec<String> = (0..4000u32)
+            .map(|i| {
+                let stem = ["gs", "gt", "gu", "G", "g1", "im", "img", "imh", "a-b", "z_"];
+                let s = stem[(i % 10) as usize];
+                format!("lib{s}{}.so.{}", i % 7, i.wrapping_mul(2654435761) % 1000)
+            })
+            .collect();
+        let flags = graft_ldcache::native_flags();
+        let mut entries: Vec<_> = names
+            .iter()
+            .map(|n| graft_ldcache::Entry {
+                flags,
+                key: n.as_bytes(),
+                value: b"/nonexistent",
+                osversion: 0,
+                hwcap: 0,
+            })
+            .collect();
+        entries.push(graft_ldcache::Entry {
+            key: b"libimg.so.1",
+            value: b"/opt/img/libimg.so.1",
+            ..entries[0].clone()
+        });
+        std::fs::write(&cache_path, graft_ldcache::build(&entries).unwrap()).unwrap();
+        let r = rebuild(&inroot::open_root(&root).unwrap(), &["/opt/gt".into()]).unwrap();
+        assert!(
+            matches!(
+                r,
+                Outcome::Written {
+                    driver: 1,
+                    image: 4001
+                }
+            ),
+            "{r:?}"
+        );
+        assert_eq!(chroot(&root, &["/prog-gt"]).0, Some(42), "{root:?}");
+        assert_eq!(chroot(&root, &["/prog-img"]).0, Some(43), "{root:?}");
+
+        std::fs::write(&cache_path, image).unwrap();
+        eprintln!("{}: ok", root.display());
+        checked += 1;
+    }
+    assert!(checked > 0);
+}
