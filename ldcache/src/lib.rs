@@ -11,7 +11,6 @@
 //! needs (see [`libcmp`]).
 
 use std::cmp::Ordering;
-use std::collections::HashMap;
 
 const OLD_MAGIC: &[u8] = b"ld.so-1.7.0";
 const NEW_MAGIC: &[u8] = b"glibc-ld.so.cache1.1";
@@ -278,11 +277,10 @@ pub fn build(entries: &[Entry<'_>]) -> Result<Vec<u8>, Error> {
 
     let strings_start = NEW_HEADER + sorted.len() * NEW_ENTRY;
     let mut strings: Vec<u8> = Vec::new();
-    let mut offsets: HashMap<&[u8], u32> = HashMap::new();
     let mut table = Vec::with_capacity(sorted.len() * NEW_ENTRY);
     for e in &sorted {
-        let key = intern(&mut strings, &mut offsets, strings_start, e.key)?;
-        let value = intern(&mut strings, &mut offsets, strings_start, e.value)?;
+        let key = append(&mut strings, strings_start, e.key)?;
+        let value = append(&mut strings, strings_start, e.value)?;
         table.extend_from_slice(&e.flags.to_ne_bytes());
         table.extend_from_slice(&key.to_ne_bytes());
         table.extend_from_slice(&value.to_ne_bytes());
@@ -306,25 +304,16 @@ pub fn build(entries: &[Entry<'_>]) -> Result<Vec<u8>, Error> {
     Ok(out)
 }
 
-/// The offset of `s` in the string table, appended the first time it is seen.
-fn intern<'a>(
-    strings: &mut Vec<u8>,
-    offsets: &mut HashMap<&'a [u8], u32>,
-    strings_start: usize,
-    s: &'a [u8],
-) -> Result<u32, Error> {
-    if let Some(&o) = offsets.get(s) {
-        return Ok(o);
-    }
+/// Appends `s` and its NUL to the string table; its offset. Strings are not shared: the
+/// size cap bounds what a cache of many entries naming one long string could cost.
+fn append(strings: &mut Vec<u8>, strings_start: usize, s: &[u8]) -> Result<u32, Error> {
     let o = strings_start + strings.len();
     if o + s.len() + 1 > MAX_CACHE {
         return Err(Error::TooLarge("string table"));
     }
     strings.extend_from_slice(s);
     strings.push(0);
-    let o = o as u32; // < MAX_CACHE
-    offsets.insert(s, o);
-    Ok(o)
+    Ok(o as u32) // < MAX_CACHE
 }
 
 #[cfg(test)]
