@@ -65,6 +65,12 @@ pub fn rebuild(root: &Root, folders: &[String]) -> anyhow::Result<Outcome> {
         Err(_) if data.is_empty() => Vec::new(),
         Err(e) => return Ok(Outcome::Fallback(format!("the image's ld.so.cache: {e}"))),
     };
+    // They name glibc-hwcaps subdirectories through the extension directory, not copied.
+    if image.iter().any(|e| e.hwcap != 0) {
+        return Ok(Outcome::Fallback(
+            "the image's ld.so.cache has hwcap entries".into(),
+        ));
+    }
     let mut driver: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
     for f in folders {
         match scan(root, f)? {

@@ -4,11 +4,12 @@
 //! 8-byte aligned, by the new `glibc-ld.so.cache1.1` table (ldconfig's default before glibc
 //! 2.32), or the new table alone (2.32 and later; every loader since 2.2 reads it). In the
 //! new table, string offsets count from the new table's own start. The reader treats the
-//! file as hostile: every count, offset and length is checked, nothing is guessed, and
-//! what it cannot represent faithfully (hwcap entries, a foreign byte order) is an error
-//! so that the caller can take another way. The writer writes the new table alone, with
-//! hwcap and osversion zero for the entries it makes, sorted as the loader's binary search
-//! needs (see [`libcmp`]).
+//! file as hostile: every count, offset and length is checked and nothing is guessed (a
+//! foreign byte order is an error). The writer writes the new table alone, without the
+//! extension directory of glibc 2.33+ (its generator string and `glibc-hwcaps` names), in
+//! the order the loader's binary search needs (see [`libcmp`]); it refuses what it cannot
+//! order. Entries with hwcap bits refer to that directory: a caller that writes what it
+//! read must leave those out or not write.
 
 use std::cmp::Ordering;
 
@@ -62,7 +63,8 @@ pub struct Entry<'a> {
     pub value: &'a [u8],
     /// Minimum kernel version (unused by glibc 2.33+); copied as read.
     pub osversion: u32,
-    /// Hardware capabilities; the reader accepts only zero.
+    /// Hardware capabilities (glibc 2.33+: an index into the extension directory's
+    /// `glibc-hwcaps` names when bit 62 is set); zero for a plain entry.
     pub hwcap: u64,
 }
 
@@ -166,21 +168,13 @@ pub fn parse(data: &[u8]) -> Result<Vec<Entry<'_>>, Error> {
         let word = |at: usize| u32::from_ne_bytes([e[at], e[at + 1], e[at + 2], e[at + 3]]);
         let mut h = [0u8; 8];
         h.copy_from_slice(&e[16..24]);
-        let hwcap = u64::from_ne_bytes(h);
-        if hwcap != 0 {
-            return Err(Error::Unsupported(format!(
-                "entry {i} has hwcap {hwcap:#x}"
-            )));
-        }
-        let entry = Entry {
+        out.push(Entry {
             flags: word(0) as i32,
             key: string(i, word(4))?,
             value: string(i, word(8))?,
             osversion: word(12),
-            hwcap,
-        };
-        check_key(entry.key).map_err(|why| Error::Unsupported(format!("entry {i}: {why}")))?;
-        out.push(entry);
+            hwcap: u64::from_ne_bytes(h),
+        });
     }
     Ok(out)
 }

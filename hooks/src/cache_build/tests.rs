@@ -130,7 +130,7 @@ fn the_images_entries_are_kept_and_the_drivers_win_over_its_own() {
 #[test]
 fn symlinked_special_or_malformed_caches_fall_back_and_are_left_alone() {
     type Plant = fn(&Fixture);
-    let make: [(&str, Plant); 4] = [
+    let make: [(&str, Plant); 5] = [
         ("symlink", |f| f.link("etc/ld.so.cache", "/{D}/lib/cache")),
         ("fifo", |f| {
             nix::unistd::mkfifo(
@@ -142,6 +142,17 @@ fn symlinked_special_or_malformed_caches_fall_back_and_are_left_alone() {
         ("dir", |f| f.mkdir("etc/ld.so.cache")),
         ("truncated", |f| {
             f.write("etc/ld.so.cache", "glibc-ld.so.cache1.1\x05\0\0\0")
+        }),
+        ("hwcap", |f| {
+            let e = graft_ldcache::Entry {
+                flags: graft_ldcache::native_flags(),
+                key: b"libz.so.1",
+                value: b"/lib/glibc-hwcaps/x86-64-v3/libz.so.1",
+                osversion: 0,
+                hwcap: 1 << 62,
+            };
+            let data = graft_ldcache::build(&[e]).unwrap();
+            std::fs::write(f.in_root("etc/ld.so.cache"), data).unwrap()
         }),
     ];
     for (what, plant) in make {
