@@ -4,7 +4,9 @@
 //! the image leads where the container will see it, never to the host. The target is only
 //! symlink content, evaluated later by the container inside its own root.
 
-use std::os::fd::AsFd;
+use std::collections::hash_map::Entry;
+use std::collections::HashMap;
+use std::os::fd::{AsFd, OwnedFd};
 use std::path::Path;
 
 use anyhow::{bail, Context};
@@ -65,6 +67,7 @@ pub fn create_present(rootfs: &Path, specs: &[String]) -> anyhow::Result<usize> 
         .map(|s| parse(s))
         .collect::<anyhow::Result<Vec<_>>>()?;
     let root = inroot::open_root(rootfs)?;
+    let mut dirs: HashMap<&str, OwnedFd> = HashMap::new();
     loop {
         let before = pending.len();
         let mut rest = Vec::new();
@@ -78,7 +81,12 @@ pub fn create_present(rootfs: &Path, specs: &[String]) -> anyhow::Result<usize> 
                 rest.push(l);
                 continue;
             }
-            let dir = inroot::mkdir_all(&root, l.parent)?;
+            // One in-root resolution per directory, not per link (most of the hook's
+            // time): the fd stays the directory that was resolved inside the root.
+            let dir = match dirs.entry(l.parent) {
+                Entry::Occupied(d) => d.into_mut(),
+                Entry::Vacant(v) => v.insert(inroot::mkdir_all(&root, l.parent)?),
+            };
             let shown = format!("{}/{}", l.parent.trim_end_matches('/'), l.name);
             inroot::ensure_symlink(dir.as_fd(), l.name, l.target)
                 .with_context(|| format!("linking {shown} -> {} in the container", l.target))?;
