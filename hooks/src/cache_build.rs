@@ -12,6 +12,8 @@
 //! - They go before the image's entries, and the image's entries of the same name and
 //!   architecture are dropped: the driver's libraries win, as they did when graft's folders
 //!   came first in ldconfig's configuration.
+//! - The new cache is written to a temporary file in the root's `/etc`, synced, and renamed
+//!   over the old one, as ldconfig writes it.
 //!
 //! Whatever graft-hook cannot merge faithfully (a symlinked, special, oversized or malformed
 //! cache, hwcap entries, a folder of more than [`MAX_NAMES`] files) is not guessed at: the
@@ -95,7 +97,8 @@ pub fn rebuild(root: &Root, folders: &[String]) -> anyhow::Result<Outcome> {
         Ok(b) => b,
         Err(e) => return Ok(Outcome::Fallback(format!("writing the cache: {e}"))),
     };
-    inroot::write_atomic(etc.as_fd(), CACHE, &bytes, 0o644)
+    // Synced before the rename, as ldconfig does with the cache it writes.
+    inroot::write_atomic_synced(etc.as_fd(), CACHE, &bytes, 0o644)
         .context("writing /etc/ld.so.cache in the container")?;
     Ok(Outcome::Written {
         driver: driver.len(),

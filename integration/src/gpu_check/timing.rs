@@ -21,7 +21,7 @@ fn plain_name(set: &str, round: &str) -> String {
 
 /// The images timed: the check's glibc image, whose loader finds the driver's libraries
 /// where graft mounts them (no linker cache rebuild), and the static busybox test image,
-/// which has no glibc graft-hook recognises (the cache is rebuilt with ldconfig).
+/// which has no glibc graft-hook recognises (graft-hook rebuilds the cache).
 pub const SETS: [(&str, &str, &str); 2] = [
     (
         "g",
@@ -31,7 +31,7 @@ pub const SETS: [(&str, &str, &str); 2] = [
     (
         "s",
         crate::containerd::BUSYBOX_IMAGE,
-        "static busybox image (linker cache rebuilt with ldconfig)",
+        "static busybox image (linker cache rebuilt by graft-hook)",
     ),
 ];
 
