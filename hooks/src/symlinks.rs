@@ -11,6 +11,10 @@ use std::path::Path;
 
 use anyhow::{bail, Context};
 use graft_record::paths::is_clean_absolute;
+use nix::errno::Errno;
+use nix::fcntl::AtFlags;
+use nix::sys::stat::{fstatat, SFlag};
+use pathrs::{Handle, Root};
 
 use crate::inroot;
 
@@ -68,16 +72,12 @@ pub fn create_present(rootfs: &Path, specs: &[String]) -> anyhow::Result<usize> 
         .collect::<anyhow::Result<Vec<_>>>()?;
     let root = inroot::open_root(rootfs)?;
     let mut dirs: HashMap<&str, OwnedFd> = HashMap::new();
+    let mut found: HashMap<&str, Handle> = HashMap::new();
     loop {
         let before = pending.len();
         let mut rest = Vec::new();
         for l in pending {
-            let target = if l.target.starts_with('/') {
-                l.target.to_string()
-            } else {
-                format!("{}/{}", l.parent.trim_end_matches('/'), l.target)
-            };
-            if root.resolve(&target).is_err() {
+            if !present(&root, &mut found, &l) {
                 rest.push(l);
                 continue;
             }
@@ -98,6 +98,36 @@ pub fn create_present(rootfs: &Path, specs: &[String]) -> anyhow::Result<usize> 
     }
 }
 
+/// Whether `l`'s target exists, resolved inside the root from the link's directory. A plain
+/// name is looked up in that directory's handle (resolved once per directory): an entry
+/// there that is not a symlink is the answer; a symlink, a path or an error is resolved
+/// from the root as a whole, which follows the image's links inside the root.
+fn present<'a>(root: &Root, dirs: &mut HashMap<&'a str, Handle>, l: &Link<'a>) -> bool {
+    let plain = !l.target.contains('/') && l.target != "." && l.target != "..";
+    if plain {
+        if !dirs.contains_key(l.parent) {
+            // Not cached when absent: a later pass looks again.
+            if let Ok(h) = root.resolve(l.parent) {
+                dirs.insert(l.parent, h);
+            }
+        }
+        let Some(dir) = dirs.get(l.parent) else {
+            return false;
+        };
+        match fstatat(dir, l.target, AtFlags::AT_SYMLINK_NOFOLLOW) {
+            Ok(st) if !inroot::is_type(&st, SFlag::S_IFLNK) => return true,
+            Err(Errno::ENOENT) => return false,
+            _ => {}
+        }
+    }
+    let target = if l.target.starts_with('/') {
+        l.target.to_string()
+    } else {
+        format!("{}/{}", l.parent.trim_end_matches('/'), l.target)
+    };
+    root.resolve(&target).is_ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -115,8 +145,18 @@ mod tests {
             "libGLX_nvidia.so.580.95.05::/usr/lib/xorg/libGLX_nvidia.so.0".to_string(),
             // A target out of the root exists only on the host: skipped.
             format!("/{}/lib/libdecoy.so::{lib}/libdecoy.so", f.d()),
+            // A plain name that is the image's link out of the root: followed inside the
+            // root, where nothing is; skipped.
+            format!("libout.so.1::{lib}/libout.so"),
+            // A plain name that is the image's link inside: made.
+            format!("libin.so.1::{lib}/libin.so"),
         ];
-        assert_eq!(create_present(&f.root, &specs).unwrap(), 2);
+        std::fs::write(f.decoy.join("lib/libreal.so"), "host").unwrap();
+        f.link(&format!("{lib}/libout.so.1"), "/{D}/lib/libreal.so");
+        f.link(&format!("{lib}/libin.so.1"), "libcuda.so.580.95.05");
+        assert_eq!(create_present(&f.root, &specs).unwrap(), 3);
+        assert!(f.in_root(&format!("{lib}/libin.so")).is_symlink());
+        assert!(!f.in_root(&format!("{lib}/libout.so")).exists());
         let link = |p: &str| std::fs::read_link(f.in_root(p)).unwrap();
         assert_eq!(
             link(&format!("{lib}/libcuda.so")),
