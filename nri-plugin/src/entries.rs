@@ -2,6 +2,7 @@
 //! which records (`graftctl explain` reads it). Diagnostics: a failure is logged, never
 //! turned into a refusal.
 
+use std::borrow::Borrow;
 use std::path::Path;
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -27,12 +28,19 @@ pub struct Target<'a> {
 }
 
 /// The entry for `plan`, built from the records it came from.
-pub fn entry(target: &Target<'_>, plan: &Plan, claims: &[ClaimRecord]) -> ContainerEntry {
+pub fn entry<R: Borrow<ClaimRecord>>(
+    target: &Target<'_>,
+    plan: &Plan,
+    claims: &[R],
+) -> ContainerEntry {
     let records = plan
         .grants
         .iter()
         .map(|g| {
-            let rec = claims.iter().find(|c| c.claim.uid == g.uid);
+            let rec = claims
+                .iter()
+                .map(Borrow::borrow)
+                .find(|c: &&ClaimRecord| c.claim.uid == g.uid);
             let mut requests: Vec<String> = rec
                 .into_iter()
                 .flat_map(|r| r.devices.iter())
