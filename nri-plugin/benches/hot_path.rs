@@ -4,10 +4,14 @@
 //! a side-by-side of two trees are cheap; `integration/benches/nri_latency.rs` is the full
 //! bench with real containerd instances.
 //!
+//! The calls run in a task on a worker thread of a two-worker runtime, as graft-nri's
+//! handlers do (not on the thread that blocks on the runtime).
+//!
 //! Run: cargo bench -p graft-nri --bench hot_path [-- create|none|sync] (default: all).
 //! `GRAFT_BENCH_CALLS` sets the number of CreateContainer calls (default 5000).
 
 use std::path::Path;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use graft_nri::plugin::GraftPlugin;
@@ -159,13 +163,16 @@ fn main() {
         .build()
         .expect("runtime");
     let dir = tempfile::tempdir().expect("tempdir");
-    let plugin = plugin_with_claims(dir.path(), 1000);
+    let plugin = Arc::new(plugin_with_claims(dir.path(), 1000));
     for (name, pod) in [("create", "pod-uid-00000"), ("none", "pod-uid-none")] {
         if want(name) {
-            let s = rt.block_on(async {
-                let _warm = create(&plugin, pod, calls / 10 + 1).await;
-                create(&plugin, pod, calls).await
-            });
+            let p = plugin.clone();
+            let s = rt
+                .block_on(tokio::spawn(async move {
+                    let _warm = create(&p, pod, calls / 10 + 1).await;
+                    create(&p, pod, calls).await
+                }))
+                .expect("bench task");
             println!(
                 "CreateContainer, 1000 claims, {name}: p50 {:.1} µs, p99 {:.1} µs, max {:.1} µs",
                 pct(&s, 0.5),
@@ -177,16 +184,19 @@ fn main() {
     if want("sync") {
         let bytes = sync_request(1000);
         let mut times = Vec::new();
+        let mut first = None;
         for _ in 0..30 {
             let t = Instant::now();
             let r = nri::SynchronizeRequest::parse_from_bytes(&bytes).expect("decode");
             let found = plugin.find_uninjected(&r.pods, &r.containers);
             times.push(t.elapsed());
+            first.get_or_insert(t.elapsed());
             assert!(found.is_empty());
         }
         times.sort();
         println!(
-            "Synchronize, 1000 containers: p50 {:.2} ms, max {:.2} ms",
+            "Synchronize, 1000 containers: first {:.2} ms, p50 {:.2} ms, max {:.2} ms",
+            first.map_or(0.0, |d| d.as_secs_f64() * 1000.0),
             pct(&times, 0.5) / 1000.0,
             pct(&times, 1.0) / 1000.0
         );

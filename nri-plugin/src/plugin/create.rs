@@ -115,9 +115,8 @@ impl GraftPlugin {
             "injecting recorded devices"
         );
         resp.adjust = Some(plan.adjustment_with(annotation)).into();
-        // graftctl's entry is diagnostics: written beside the answer, not before it.
-        let root = self.store.root().to_path_buf();
-        tokio::task::spawn_blocking(move || entries::leave(&root, &entry));
+        // graftctl's entry is diagnostics: written after the answer, with others.
+        self.entries.push(self.store.root().to_path_buf(), entry);
         Ok(resp)
     }
 }
