@@ -168,7 +168,7 @@ fn main() {
         if want(name) {
             let p = plugin.clone();
             let s = rt
-                .block_on(tokio::spawn(async move {
+                .block_on(rt.spawn(async move {
                     let _warm = create(&p, pod, calls / 10 + 1).await;
                     create(&p, pod, calls).await
                 }))
