@@ -1,10 +1,11 @@
 //! Parsed claim records kept between reads, each used again only while the file it came
 //! from is provably unchanged.
 //!
-//! Every lookup still opens the record the way [`crate::read::read_state_file`] does (no
-//! symlink, no FIFO, regular file, capped) and compares what `fstat` says of the open file,
-//! device, inode, size, modification and change times, with what it said when the cached
-//! copy was parsed. The store replaces a record by renaming a new file over it (a new
+//! Every lookup looks at the record's path without following a symlink (`lstat`) and
+//! compares what it says, file type, device, inode, size, modification and change times,
+//! with what `fstat` said of the file the cached copy was parsed from. Anything else (a
+//! miss, a symlink, a FIFO, a file gone) takes the full read, which opens the record the
+//! way [`crate::read::read_state_file`] does and refuses what it refuses. The store replaces a record by renaming a new file over it (a new
 //! inode), and any write in place moves the change time, which no caller can set. So a hit
 //! is the file's present content, parsed and validated as before, never an older one.
 //!
@@ -51,24 +52,20 @@ impl RecordCache {
         path: &Path,
         parse: impl FnOnce(&Path, &[u8]) -> Result<ClaimRecord>,
     ) -> Result<Option<Arc<ClaimRecord>>> {
+        if let Ok(m) = std::fs::symlink_metadata(path) {
+            if m.file_type().is_file() {
+                if let Some((k, rec)) = self.lock().get(uid) {
+                    if *k == key_of(&m) {
+                        return Ok(Some(rec.clone()));
+                    }
+                }
+            }
+        }
         let Some((mut f, meta)) = open_checked(path)? else {
             self.forget(uid);
             return Ok(None);
         };
-        let key = (
-            meta.dev(),
-            meta.ino(),
-            meta.size(),
-            meta.mtime(),
-            meta.mtime_nsec(),
-            meta.ctime(),
-            meta.ctime_nsec(),
-        );
-        if let Some((k, rec)) = self.lock().get(uid) {
-            if *k == key {
-                return Ok(Some(rec.clone()));
-            }
-        }
+        let key = key_of(&meta);
         let mut data = Vec::with_capacity(meta.size() as usize);
         // One more than the cap: a file that grew after the stat is caught too.
         (&mut f)
@@ -88,9 +85,7 @@ impl RecordCache {
             }
         };
         // Kept only if the file did not change while it was read and is settled.
-        let same = f.metadata().is_ok_and(|m| {
-            (m.size(), m.mtime_nsec(), m.ctime(), m.ctime_nsec()) == (key.2, key.4, key.5, key.6)
-        });
+        let same = f.metadata().is_ok_and(|m| key_of(&m) == key);
         if same && settled(key.5, key.6) && settled(key.3, key.4) {
             if map.len() >= MAX_ENTRIES {
                 map.clear();
@@ -114,6 +109,18 @@ impl RecordCache {
     fn len(&self) -> usize {
         self.lock().len()
     }
+}
+
+fn key_of(m: &std::fs::Metadata) -> FileKey {
+    (
+        m.dev(),
+        m.ino(),
+        m.size(),
+        m.mtime(),
+        m.mtime_nsec(),
+        m.ctime(),
+        m.ctime_nsec(),
+    )
 }
 
 /// Whether a file time (s, ns since the epoch) is at least [`SETTLED`] before now.
