@@ -7,7 +7,7 @@
 //! The calls run in a task on a worker thread of a two-worker runtime, as graft-nri's
 //! handlers do (not on the thread that blocks on the runtime).
 //!
-//! Run: cargo bench -p graft-nri --bench hot_path [-- create|none|sync] (default: all).
+//! Run: cargo bench -p graft-nri --bench hot_path [-- create|none|idle|sync] (default: all).
 //! `GRAFT_BENCH_CALLS` sets the number of CreateContainer calls (default 5000).
 
 use std::path::Path;
@@ -90,10 +90,18 @@ fn request_bytes(pod_uid: &str) -> Vec<u8> {
     req.write_to_bytes().expect("encode")
 }
 
-async fn create(plugin: &GraftPlugin, pod_uid: &str, calls: usize) -> Vec<Duration> {
+async fn create(
+    plugin: &GraftPlugin,
+    pod_uid: &str,
+    calls: usize,
+    idle: Option<Duration>,
+) -> Vec<Duration> {
     let bytes = request_bytes(pod_uid);
     let mut out = Vec::with_capacity(calls);
     for _ in 0..calls {
+        if let Some(idle) = idle {
+            tokio::time::sleep(idle).await;
+        }
         let t = Instant::now();
         let req = nri::CreateContainerRequest::parse_from_bytes(&bytes).expect("decode");
         let resp = plugin
@@ -164,13 +172,19 @@ fn main() {
         .expect("runtime");
     let dir = tempfile::tempdir().expect("tempdir");
     let plugin = Arc::new(plugin_with_claims(dir.path(), 1000));
-    for (name, pod) in [("create", "pod-uid-00000"), ("none", "pod-uid-none")] {
+    // `idle`: 200 calls 20 ms apart, as a runtime makes them (cold caches each time).
+    let idle = Some(Duration::from_millis(20));
+    for (name, pod, n, idle) in [
+        ("create", "pod-uid-00000", calls, None),
+        ("none", "pod-uid-none", calls, None),
+        ("idle", "pod-uid-00000", 200, idle),
+    ] {
         if want(name) {
             let p = plugin.clone();
             let s = rt
                 .block_on(rt.spawn(async move {
-                    let _warm = create(&p, pod, calls / 10 + 1).await;
-                    create(&p, pod, calls).await
+                    let _warm = create(&p, pod, n / 10 + 1, None).await;
+                    create(&p, pod, n, idle).await
                 }))
                 .expect("bench task");
             println!(
