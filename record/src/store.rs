@@ -11,6 +11,9 @@
 //! with the records: a claim file is written before its markers appear and outlives them
 //! on removal, so a reader that finds a marker finds its record (or a removal in progress,
 //! which it skips).
+//!
+//! [`RecordStore::pod_claims_shared`] (graft-nri's lookup) parses a record again only when
+//! its file changed since the last parse; the `cache` module says why a hit is never stale.
 
 use std::fs::{self, DirBuilder, File, OpenOptions};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
