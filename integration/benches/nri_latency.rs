@@ -268,7 +268,8 @@ fn main() -> anyhow::Result<()> {
         .worker_threads(2)
         .enable_all()
         .build()?;
-    rt.block_on(plugin_side());
+    // On a worker thread, as graft-nri's handlers run (not on the thread blocking on it).
+    rt.block_on(rt.spawn(plugin_side()))?;
     synchronize_side();
     rt.block_on(cri_side())
 }

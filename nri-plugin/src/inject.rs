@@ -1,6 +1,7 @@
 //! Turns the records of a pod into the edits for one of its containers.
 
-use std::collections::{BTreeMap, HashMap};
+use std::borrow::Borrow;
+use std::collections::BTreeMap;
 
 use graft_proto::nri;
 use graft_record::env::is_graft_owned;
@@ -77,8 +78,8 @@ pub enum PlanError {
 
 /// Merges what `container` of pod `pod_uid` receives from `claims`; `None` when nothing. Equal
 /// repeats merge, differing ones conflict. Every device the container receives must pass `policy`.
-pub fn plan(
-    claims: &[ClaimRecord],
+pub fn plan<R: Borrow<ClaimRecord>>(
+    claims: &[R],
     pod_uid: &str,
     container: &str,
     policy: &InjectionPolicy,
@@ -89,6 +90,7 @@ pub fn plan(
     let mut env: BTreeMap<&str, (&str, String)> = BTreeMap::new();
 
     for rec in claims {
+        let rec = rec.borrow();
         let devices = rec.devices_for(pod_uid, container);
         if devices.is_empty() {
             continue;
@@ -198,13 +200,19 @@ impl Plan {
         if self.edits.env.is_empty() {
             return Ok(());
         }
-        let have: HashMap<&str, &str> = container_env
-            .iter()
-            .map(|kv| kv.split_once('=').unwrap_or((kv.as_str(), "")))
-            .collect();
+        // A plan sets a few variables: a scan per variable beats building a map of the
+        // container's whole environment. The last entry of a name is the one in force.
+        let value_of = |name: &str| {
+            container_env
+                .iter()
+                .rev()
+                .map(|kv| kv.split_once('=').unwrap_or((kv.as_str(), "")))
+                .find(|(n, _)| *n == name)
+                .map(|(_, v)| v)
+        };
         for v in &self.edits.env {
-            match have.get(v.name.as_str()) {
-                Some(value) if *value != v.value && !is_graft_owned(&v.name) => {
+            match value_of(&v.name) {
+                Some(value) if value != v.value && !is_graft_owned(&v.name) => {
                     return Err(PlanError::Overrides {
                         claim: self.env_owners.get(&v.name).cloned().unwrap_or_default(),
                         name: v.name.clone(),
@@ -223,9 +231,14 @@ impl Plan {
 
     /// The NRI adjustment for this plan.
     pub fn adjustment(&self) -> nri::ContainerAdjustment {
+        self.adjustment_with(self.annotation())
+    }
+
+    /// The NRI adjustment for this plan, whose [`Plan::annotation`] the caller already has.
+    pub fn adjustment_with(&self, annotation: String) -> nri::ContainerAdjustment {
         let mut adj = nri::ContainerAdjustment::new();
         adj.annotations
-            .insert(INJECTED_ANNOTATION.to_string(), self.annotation());
+            .insert(INJECTED_ANNOTATION.to_string(), annotation);
 
         let mut linux = nri::LinuxContainerAdjustment::new();
         for n in &self.edits.device_nodes {

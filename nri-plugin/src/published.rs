@@ -3,6 +3,7 @@
 //! following a symlink and without blocking on a FIFO ([`graft_record::devices`]), and kept
 //! until the file's identity or modification time changes.
 
+use std::borrow::Borrow;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -63,15 +64,16 @@ fn snapshot(state_dir: &Path) -> Result<Option<Arc<DeviceSnapshot>>, PublishedEr
 
 /// Every device node `container` of pod `pod_uid` receives from `claims`, each against the
 /// nodes published under its device's name. The error names the claim and the rule.
-pub fn check(
-    claims: &[ClaimRecord],
+pub fn check<R: Borrow<ClaimRecord>>(
+    claims: &[R],
     pod_uid: &str,
     container: &str,
     state_dir: &Path,
 ) -> Result<(), PublishedError> {
     let devices: Vec<_> = claims
         .iter()
-        .flat_map(|c| {
+        .map(Borrow::borrow)
+        .flat_map(|c: &ClaimRecord| {
             c.devices_for(pod_uid, container)
                 .into_iter()
                 .map(move |d| (c, d))

@@ -6,9 +6,18 @@
 //! next containers are refused without starting another, and while [`MAX_OVERDUE`] are
 //! overdue node-wide, every read is refused. So retries of one broken record never use up
 //! the runtime's blocking pool, which the other pods' reads need.
+//!
+//! Handing a read to a blocking thread and back costs two thread wake-ups, tens of
+//! microseconds on an idle node, more than the read itself. So one read at a time runs as a
+//! task of its own on the calling worker thread (tokio runs a task spawned from a worker
+//! next, on that worker, with no wake-up), while the handler waits for it with the same
+//! deadline. Should that read hang, it holds one worker thread and the inline slot: the
+//! other worker still runs the runtime and the handler's deadline, and every later read goes
+//! to the blocking pool until it returns. Only on a multi-threaded runtime with two workers
+//! or more; elsewhere every read goes to the blocking pool.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -35,6 +44,17 @@ pub struct Reads {
     /// its own timeout (milliseconds; 0 until then).
     wanted: Duration,
     in_force_ms: Arc<AtomicU64>,
+    /// Whether a read runs inline now (module documentation).
+    inline_busy: Arc<AtomicBool>,
+}
+
+/// Frees the inline slot when the inline read returns (or panics).
+struct InlineSlot(Arc<AtomicBool>);
+
+impl Drop for InlineSlot {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::Release);
+    }
 }
 
 impl Default for Reads {
@@ -80,7 +100,23 @@ impl Reads {
             overdue: Arc::default(),
             wanted: deadline,
             in_force_ms: Arc::default(),
+            inline_busy: Arc::default(),
         }
+    }
+
+    /// The inline slot, when it is free and the runtime has a second worker to keep going
+    /// should the read hang.
+    fn inline_slot(&self) -> Option<InlineSlot> {
+        let rt = tokio::runtime::Handle::try_current().ok()?;
+        if rt.runtime_flavor() != tokio::runtime::RuntimeFlavor::MultiThread
+            || rt.metrics().num_workers() < 2
+        {
+            return None;
+        }
+        self.inline_busy
+            .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .ok()
+            .map(|_| InlineSlot(self.inline_busy.clone()))
     }
 
     /// The runtime's request timeout (Configure), which may lower the deadline.
@@ -109,7 +145,8 @@ impl Reads {
         self.counts().total
     }
 
-    /// Runs `read` for pod `pod_uid` on a blocking thread and waits at most `limit`.
+    /// Runs `read` for pod `pod_uid`, inline or on a blocking thread (module
+    /// documentation), and waits at most `limit`.
     pub async fn run<T: Send + 'static>(
         &self,
         pod_uid: &str,
@@ -130,7 +167,7 @@ impl Reads {
         }
         let progress = Arc::new(Mutex::new(Progress::default()));
         let (mine, reads, pod) = (progress.clone(), self.clone(), pod_uid.to_string());
-        let task = tokio::task::spawn_blocking(move || {
+        let body = move || {
             let out = read();
             // Lock order everywhere: the read's progress, then the counts.
             let mut p = mine.lock().unwrap_or_else(|p| p.into_inner());
@@ -146,7 +183,14 @@ impl Reads {
                 }
             }
             out
-        });
+        };
+        let task = match self.inline_slot() {
+            Some(slot) => tokio::spawn(async move {
+                let _slot = slot;
+                body()
+            }),
+            None => tokio::task::spawn_blocking(body),
+        };
         match tokio::time::timeout(limit, task).await {
             Ok(r) => Ok(r),
             Err(_) => {
@@ -197,6 +241,54 @@ mod tests {
         }
         assert_eq!(reads.overdue(), 0);
         assert!(reads.run("p", ms, || ()).await.is_ok());
+    }
+
+    /// A read that hangs inline holds one worker and the inline slot: its deadline still
+    /// fires, later reads run on the blocking pool and answer, and the slot comes back once
+    /// the read returns.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_read_hung_inline_keeps_its_deadline_and_the_runtime() {
+        let reads = Reads::default();
+        let r = reads.clone();
+        // From a worker thread, as the plugin's handlers run.
+        let ran_inline = tokio::spawn(async move {
+            let r2 = r.clone();
+            let busy = r.run("p", Duration::from_secs(1), move || {
+                r2.inline_busy.load(Ordering::Relaxed)
+            });
+            busy.await.unwrap().unwrap()
+        });
+        assert!(ran_inline.await.unwrap(), "the first read runs inline");
+        assert!(!reads.inline_busy.load(Ordering::Relaxed));
+
+        let (release, hang) = mpsc::channel::<()>();
+        let r = reads.clone();
+        let started = std::time::Instant::now();
+        let hung = tokio::spawn(async move {
+            r.run("p", Duration::from_millis(100), move || hang.recv().ok())
+                .await
+                .unwrap_err()
+        });
+        assert_eq!(
+            hung.await.unwrap(),
+            ReadError::TimedOut(Duration::from_millis(100))
+        );
+        assert!(started.elapsed() < Duration::from_secs(2));
+        assert!(
+            reads.inline_busy.load(Ordering::Relaxed),
+            "the hung read holds the slot"
+        );
+        let r = reads.clone();
+        let other = tokio::spawn(async move { r.run("q", Duration::from_secs(1), || 7).await });
+        assert_eq!(other.await.unwrap().unwrap().unwrap(), 7);
+        drop(release);
+        for _ in 0..100 {
+            if !reads.inline_busy.load(Ordering::Relaxed) && reads.overdue() == 0 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert!(!reads.inline_busy.load(Ordering::Relaxed) && reads.overdue() == 0);
     }
 
     #[test]

@@ -6,6 +6,8 @@
 //! time is left unverified (it was checked when its containers were created).
 
 use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use graft_proto::nri::{self, ContainerState};
@@ -14,7 +16,15 @@ use graft_record::{ClaimRecord, InjectionPolicy, RecordError, RecordStore};
 use crate::inject::plan;
 
 /// The records of each pod, by pod UID, as read.
-pub type PodClaims = HashMap<String, Result<Vec<ClaimRecord>, RecordError>>;
+pub type PodClaims = HashMap<String, Read>;
+
+type Read = Result<Vec<Arc<ClaimRecord>>, RecordError>;
+
+/// Threads that read records for Synchronize: one per CPU, at most four (the reads are
+/// small and mostly parsing; more threads than CPUs only wait for each other).
+fn readers() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get().min(4))
+}
 
 /// Whether the runtime has this container in a state that had its CreateContainer answered.
 fn live(ctr: &nri::Container) -> bool {
@@ -40,38 +50,58 @@ pub fn pods_to_check(pods: &[nri::PodSandbox], containers: &[nri::Container]) ->
         .collect()
 }
 
-/// Reads the records of `pod_uids` synchronously.
+/// Reads the records of `pod_uids` now, on [`readers`] threads.
 pub fn read_now(store: &RecordStore, pod_uids: &[String]) -> PodClaims {
-    pod_uids
-        .iter()
-        .map(|uid| (uid.clone(), store.pod_claims(uid)))
-        .collect()
+    let next = AtomicUsize::new(0);
+    std::thread::scope(|s| {
+        let workers: Vec<_> = (0..readers())
+            .map(|_| {
+                s.spawn(|| {
+                    let mut got = Vec::new();
+                    while let Some(uid) = pod_uids.get(next.fetch_add(1, Ordering::Relaxed)) {
+                        got.push((uid.clone(), store.pod_claims_shared(uid)));
+                    }
+                    got
+                })
+            })
+            .collect();
+        // A reader that panicked leaves its pods out, as an unread pod is.
+        workers
+            .into_iter()
+            .filter_map(|w| w.join().ok())
+            .flatten()
+            .collect()
+    })
 }
 
 /// Reads the records of `pod_uids` from `store` on a blocking thread, returning what was
 /// read within `limit`. Pods left out are logged; the thread stops at the next pod once
 /// nobody waits.
 pub async fn read_within(store: RecordStore, pod_uids: Vec<String>, limit: Duration) -> PodClaims {
-    read_with(move |uid| store.pod_claims(uid), pod_uids, limit).await
+    read_with(move |uid| store.pod_claims_shared(uid), pod_uids, limit).await
 }
 
-type Read = Result<Vec<ClaimRecord>, RecordError>;
-
+/// Reads with `read` on [`readers`] blocking threads, which share the list of pods.
 async fn read_with(
-    read: impl Fn(&str) -> Read + Send + 'static,
+    read: impl Fn(&str) -> Read + Send + Sync + 'static,
     pod_uids: Vec<String>,
     limit: Duration,
 ) -> PodClaims {
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
     let wanted = pod_uids.len();
-    tokio::task::spawn_blocking(move || {
-        for uid in pod_uids {
-            let claims = read(&uid);
-            if tx.send((uid, claims)).is_err() {
-                return;
+    let shared = Arc::new((read, pod_uids, AtomicUsize::new(0)));
+    for _ in 0..readers().min(wanted) {
+        let (tx, shared) = (tx.clone(), shared.clone());
+        tokio::task::spawn_blocking(move || {
+            let (read, uids, next) = &*shared;
+            while let Some(uid) = uids.get(next.fetch_add(1, Ordering::Relaxed)) {
+                if tx.send((uid.clone(), read(uid))).is_err() {
+                    return;
+                }
             }
-        }
-    });
+        });
+    }
+    drop(tx);
     let mut out = PodClaims::new();
     let deadline = tokio::time::Instant::now() + limit;
     while out.len() < wanted {
@@ -144,8 +174,9 @@ pub fn uninjected(
 mod tests {
     use super::*;
 
-    /// One pod's read hangs: Synchronize still gets the pods read before it within the
-    /// limit, and the hung one is left out.
+    /// One pod's read hangs: Synchronize still gets the other pods' records within the
+    /// limit (those after it too, when there is a second reader), and the hung one is left
+    /// out.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_hung_read_is_left_out_in_time() {
         let (release, hang) = std::sync::mpsc::channel::<()>();
@@ -160,7 +191,9 @@ mod tests {
         let started = std::time::Instant::now();
         let got = read_with(read, uids, Duration::from_millis(200)).await;
         assert!(started.elapsed() < Duration::from_secs(2));
-        assert!(got.contains_key("a") && !got.contains_key("stuck") && !got.contains_key("b"));
+        assert!(got.contains_key("a") && !got.contains_key("stuck"));
+        // With a second reader, the pod after the hung one is read too.
+        assert_eq!(got.contains_key("b"), readers() > 1);
         drop(release);
     }
 }

@@ -9,6 +9,7 @@
 
 pub mod absent;
 pub mod atomic;
+mod cache;
 pub mod containers;
 pub mod devices;
 pub mod env;

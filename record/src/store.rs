@@ -11,10 +11,14 @@
 //! with the records: a claim file is written before its markers appear and outlives them
 //! on removal, so a reader that finds a marker finds its record (or a removal in progress,
 //! which it skips).
+//!
+//! [`RecordStore::pod_claims_shared`] (graft-nri's lookup) parses a record again only when
+//! its file changed since the last parse; the `cache` module says why a hit is never stale.
 
 use std::fs::{self, DirBuilder, File, OpenOptions};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use nix::dir::Dir;
 use nix::errno::Errno;
@@ -23,6 +27,7 @@ use nix::sys::stat::Mode;
 use serde::Deserialize;
 
 use crate::atomic;
+use crate::cache::RecordCache;
 use crate::error::{RecordError, Result};
 use crate::format::{ClaimRecord, OLDEST_RECORD_VERSION, RECORD_VERSION};
 use crate::read::list_names;
@@ -37,6 +42,9 @@ pub struct RecordStore {
     root: PathBuf,
     claims: PathBuf,
     pods: PathBuf,
+    /// Parsed records that [`RecordStore::pod_claims_shared`] reuses while their files are
+    /// unchanged (shared by the store's clones).
+    cache: Arc<RecordCache>,
 }
 
 impl RecordStore {
@@ -47,6 +55,7 @@ impl RecordStore {
             claims: root.join("claims"),
             pods: root.join("pods"),
             root,
+            cache: Arc::default(),
         };
         atomic::private_dir(&store.root)?;
         atomic::create_dir(&store.claims)?;
@@ -178,6 +187,17 @@ impl RecordStore {
     /// that the caller fails closed for the whole pod. Markers whose record is gone
     /// (a removal in progress) and records that no longer list the pod are skipped.
     pub fn pod_claims(&self, pod_uid: &str) -> Result<Vec<ClaimRecord>> {
+        Ok(self
+            .pod_claims_shared(pod_uid)?
+            .into_iter()
+            .map(Arc::unwrap_or_clone)
+            .collect())
+    }
+
+    /// [`RecordStore::pod_claims`] without copying: each record is opened and checked as
+    /// always, and parsed again only when its file changed since this store last parsed it
+    /// (`cache` module).
+    pub fn pod_claims_shared(&self, pod_uid: &str) -> Result<Vec<Arc<ClaimRecord>>> {
         if check_id("pod uid", pod_uid).is_err() {
             // Not a UID any record can hold, so no record can name it.
             return Ok(Vec::new());
@@ -206,7 +226,8 @@ impl RecordStore {
             if claim_uid.starts_with('.') {
                 continue;
             }
-            match read_record(&self.claim_path(claim_uid))? {
+            let path = self.claim_path(claim_uid);
+            match self.cache.read(claim_uid, &path, parse_stored)? {
                 Some(rec) if rec.holds_pod(pod_uid) => out.push(rec),
                 _ => {}
             }

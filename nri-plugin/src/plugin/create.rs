@@ -43,7 +43,7 @@ impl GraftPlugin {
                 #[cfg(feature = "fault-injection")]
                 fault.strike();
                 let claims = store
-                    .pod_claims(&pod_uid)
+                    .pod_claims_shared(&pod_uid)
                     .map_err(|e| (Refusal::RecordUnreadable, Vec::new(), e.to_string()))?;
                 if claims.is_empty() {
                     return Ok(None);
@@ -109,14 +109,14 @@ impl GraftPlugin {
         };
         self.stats.injected.fetch_add(1, Ordering::Relaxed);
         self.metrics.injected();
+        let annotation = plan.annotation();
         tracing::info!(
-            devices = plan.edits.device_nodes.len(), injected = %plan.annotation(),
+            devices = plan.edits.device_nodes.len(), injected = %annotation,
             "injecting recorded devices"
         );
-        resp.adjust = Some(plan.adjustment()).into();
-        // graftctl's entry is diagnostics: written beside the answer, not before it.
-        let root = self.store.root().to_path_buf();
-        tokio::task::spawn_blocking(move || entries::leave(&root, &entry));
+        resp.adjust = Some(plan.adjustment_with(annotation)).into();
+        // graftctl's entry is diagnostics: written after the answer, with others.
+        self.entries.push(self.store.root().to_path_buf(), entry);
         Ok(resp)
     }
 }

@@ -26,6 +26,7 @@ impl GraftPlugin {
 
     /// Removes the leftovers of a container the runtime removed.
     pub(super) fn container_removed(&self, ctr: &nri::Container) {
+        self.entries.forget(&ctr.id);
         let (root, id) = (self.store.root().to_path_buf(), ctr.id.clone());
         tokio::task::spawn_blocking(move || {
             if let Err(e) = remove_entry(&root, &id) {

@@ -58,6 +58,8 @@ pub struct GraftPlugin {
     registration_timeout_ms: AtomicU64,
     /// CreateContainer's record reads, with their deadline.
     reads: Reads,
+    /// graftctl's container entries not yet written.
+    entries: crate::entries::Pending,
     #[cfg(feature = "fault-injection")]
     fault: FaultSwitch,
 }
@@ -76,6 +78,7 @@ impl GraftPlugin {
             host_root: PathBuf::from("/"),
             registration_timeout_ms: AtomicU64::new(0),
             reads: Reads::default(),
+            entries: Default::default(),
             #[cfg(feature = "fault-injection")]
             fault: FaultSwitch::default(),
         }
