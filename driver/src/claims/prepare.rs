@@ -83,7 +83,8 @@ impl Core {
                 Self::step(&p.uid, Stage::Absent, Step::Begin)?;
                 txn.set(&p.uid, p.entry.clone());
             }
-            txn.save()?;
+            // Shares its write with the calls that come meanwhile.
+            txn.commit()?;
         }
         self.crash.at(CrashPoint::AfterStarted)?;
 
@@ -145,7 +146,7 @@ impl Core {
                     txn.unset(uid);
                 }
             }
-            txn.save()?;
+            txn.commit()?;
         }
         self.crash.at(CrashPoint::AfterCompleted)?;
         for plan in done {

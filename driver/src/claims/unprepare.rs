@@ -78,7 +78,12 @@ impl Core {
         self.crash.at(CrashPoint::UnprepareAfterRecord)?;
         let removed = match self.checkpoint.begin().and_then(|mut txn| {
             let had = txn.get(uid).is_some();
-            txn.remove(uid).map(|()| had)
+            txn.unset(uid);
+            // Shares its write with other calls'; nothing to write when it had no entry.
+            if had {
+                txn.commit()?;
+            }
+            Ok(had)
         }) {
             Ok(had) => had,
             Err(e) => return Ok(Err(local(e))),

@@ -1,13 +1,26 @@
 //! Reading the claims of a call and the pods they are reserved for from the API server.
+//!
+//! Every object is read with its own GET, so nothing is stale: a GET without
+//! `resourceVersion` is served from etcd by a quorum read. The GETs run concurrently,
+//! bounded, and the answer is put together in the call's order, so that the first claim
+//! (in that order) that fails fails the call, as it did when they ran one after the other.
 
+use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::Pod;
-use k8s_openapi::api::resource::v1::ResourceClaim;
+use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceClaimStatus};
 use kube::api::Api;
 
 use super::errors::CallError;
 use crate::claims::input::ClaimInput;
-use crate::mapping::pod_use;
+use crate::mapping::{pod_use, PodUse};
 use crate::model::{Allocated, ClaimId};
+
+/// Claims read at once. A kubelet call names the claims of one pod, and a burst is many
+/// calls: the client's connection pool and the API server's inflight limit (400 by
+/// default) both stay far away.
+const CLAIMS_AT_ONCE: usize = 16;
+/// Pods of one claim read at once (a shared claim may be reserved for many).
+const PODS_AT_ONCE: usize = 8;
 
 /// Reads the claims and their pods: this driver's (`driver_name`) results only. Any claim
 /// that is missing, replaced or not allocated fails the whole call.
@@ -16,83 +29,122 @@ pub async fn fetch(
     driver_name: &str,
     ids: &[ClaimId],
 ) -> Result<Vec<ClaimInput>, CallError> {
-    let mut out = Vec::with_capacity(ids.len());
-    for id in ids {
-        let claims: Api<ResourceClaim> = Api::namespaced(client.clone(), &id.namespace);
-        let claim = claims
-            .get_opt(&id.name)
-            .await
-            .map_err(|source| CallError::Fetch {
-                claim: id.to_string(),
-                source,
-            })?
-            .ok_or_else(|| CallError::NotFound {
-                claim: id.to_string(),
-            })?;
-        let found = claim.metadata.uid.clone().unwrap_or_default();
-        if found != id.uid {
-            return Err(CallError::Replaced {
-                claim: id.to_string(),
-                found,
-                expected: id.uid.clone(),
-            });
-        }
-        let status = claim.status.as_ref();
-        let Some(alloc) = status.and_then(|s| s.allocation.as_ref()) else {
-            return Err(CallError::NotAllocated {
-                claim: id.to_string(),
-            });
-        };
-        let devices = alloc.devices.as_ref();
-        let results = devices
-            .map(|d| {
-                d.results
-                    .iter()
-                    .flatten()
-                    .filter(|r| r.driver == driver_name)
-                    .map(|r| Allocated {
-                        request: r.request.clone(),
-                        pool: r.pool.clone(),
-                        device: r.device.clone(),
-                        share_id: r.share_id.clone(),
-                        admin_access: r.admin_access.unwrap_or(false),
-                        consumed: r
-                            .consumed_capacity
-                            .iter()
-                            .flatten()
-                            .map(|(k, q)| (k.clone(), q.0.clone()))
-                            .collect(),
-                    })
-                    .collect()
-            })
-            .unwrap_or_default();
-        let configs = devices.and_then(|d| d.config.clone()).unwrap_or_default();
-        let pods_api: Api<Pod> = Api::namespaced(client.clone(), &id.namespace);
-        let mut pods = Vec::new();
-        let mut pod_errors = Vec::new();
-        for r in status
-            .and_then(|s| s.reserved_for.as_deref())
-            .unwrap_or_default()
-        {
-            if r.resource != "pods" || r.api_group.as_deref().is_some_and(|g| !g.is_empty()) {
-                continue;
-            }
-            match pods_api.get_opt(&r.name).await {
-                Ok(Some(p)) if p.metadata.uid.as_deref() == Some(r.uid.as_str()) => {
-                    pods.extend(pod_use(&p, &id.name))
-                }
-                // Gone or replaced: it will never run a container with this claim.
-                Ok(_) => tracing::debug!(pod = r.name, "reserved pod not found; skipped"),
-                Err(e) => pod_errors.push(format!("pod {}/{}: {e}", id.namespace, r.name)),
-            }
-        }
-        out.push(ClaimInput {
-            id: id.clone(),
-            results,
-            configs,
-            pods,
-            pod_errors,
+    // The futures made before any is polled: a closure held across the awaits would have
+    // to be general over lifetimes, which the service's Send bound cannot prove.
+    let reads: Vec<_> = ids
+        .iter()
+        .map(|id| fetch_one(client, driver_name, id))
+        .collect();
+    futures::stream::iter(reads)
+        .buffered(CLAIMS_AT_ONCE)
+        .try_collect()
+        .await
+}
+
+/// One claim and the pods it is reserved for.
+async fn fetch_one(
+    client: &kube::Client,
+    driver_name: &str,
+    id: &ClaimId,
+) -> Result<ClaimInput, CallError> {
+    let claims: Api<ResourceClaim> = Api::namespaced(client.clone(), &id.namespace);
+    let claim = claims
+        .get_opt(&id.name)
+        .await
+        .map_err(|source| CallError::Fetch {
+            claim: id.to_string(),
+            source,
+        })?
+        .ok_or_else(|| CallError::NotFound {
+            claim: id.to_string(),
+        })?;
+    let found = claim.metadata.uid.clone().unwrap_or_default();
+    if found != id.uid {
+        return Err(CallError::Replaced {
+            claim: id.to_string(),
+            found,
+            expected: id.uid.clone(),
         });
     }
-    Ok(out)
+    let status = claim.status.as_ref();
+    let Some(alloc) = status.and_then(|s| s.allocation.as_ref()) else {
+        return Err(CallError::NotAllocated {
+            claim: id.to_string(),
+        });
+    };
+    let devices = alloc.devices.as_ref();
+    let results = devices
+        .map(|d| {
+            d.results
+                .iter()
+                .flatten()
+                .filter(|r| r.driver == driver_name)
+                .map(|r| Allocated {
+                    request: r.request.clone(),
+                    pool: r.pool.clone(),
+                    device: r.device.clone(),
+                    share_id: r.share_id.clone(),
+                    admin_access: r.admin_access.unwrap_or(false),
+                    consumed: r
+                        .consumed_capacity
+                        .iter()
+                        .flatten()
+                        .map(|(k, q)| (k.clone(), q.0.clone()))
+                        .collect(),
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let configs = devices.and_then(|d| d.config.clone()).unwrap_or_default();
+    let (pods, pod_errors) = reserved_pods(client, id, status).await;
+    Ok(ClaimInput {
+        id: id.clone(),
+        results,
+        configs,
+        pods,
+        pod_errors,
+    })
+}
+
+/// The pods a claim is reserved for, in its `reservedFor` order, and the errors of those
+/// that could not be read.
+async fn reserved_pods(
+    client: &kube::Client,
+    id: &ClaimId,
+    status: Option<&ResourceClaimStatus>,
+) -> (Vec<PodUse>, Vec<String>) {
+    let pods_api: Api<Pod> = Api::namespaced(client.clone(), &id.namespace);
+    let reads: Vec<_> = status
+        .and_then(|s| s.reserved_for.as_deref())
+        .unwrap_or_default()
+        .iter()
+        .filter(|r| r.resource == "pods" && r.api_group.as_deref().is_none_or(str::is_empty))
+        .map(|r| get_pod(&pods_api, &r.name, &r.uid))
+        .collect();
+    let read: Vec<_> = futures::stream::iter(reads)
+        .buffered(PODS_AT_ONCE)
+        .collect()
+        .await;
+    let mut pods = Vec::new();
+    let mut pod_errors = Vec::new();
+    for (name, uid, got) in read {
+        match got {
+            Ok(Some(p)) if p.metadata.uid.as_deref() == Some(uid) => {
+                pods.extend(pod_use(&p, &id.name))
+            }
+            // Gone or replaced: it will never run a container with this claim.
+            Ok(_) => tracing::debug!(pod = name, "reserved pod not found; skipped"),
+            Err(e) => pod_errors.push(format!("pod {}/{name}: {e}", id.namespace)),
+        }
+    }
+    (pods, pod_errors)
+}
+
+/// One reserved pod, with the name and UID it was reserved under.
+async fn get_pod<'a>(
+    api: &Api<Pod>,
+    name: &'a str,
+    uid: &'a str,
+) -> (&'a str, &'a str, kube::Result<Option<Pod>>) {
+    (name, uid, api.get_opt(name).await)
 }

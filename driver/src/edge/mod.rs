@@ -7,6 +7,8 @@
 mod call;
 mod errors;
 mod fetch;
+#[cfg(test)]
+mod fetch_tests;
 
 pub use call::{Edge, DEFAULT_MARGIN, KUBELET_DEADLINE};
 pub use errors::{CallError, ClaimFailure, ClaimOutcome};

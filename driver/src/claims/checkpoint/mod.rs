@@ -9,10 +9,12 @@
 //! write leaves the other slot, one step older, to read. Readers take the valid slot with
 //! the highest sequence. Every read-modify-write happens under an exclusive flock on a
 //! sibling file, so two driver instances on a node (a rolling update) never interleave;
-//! each transaction re-reads the slots rather than trusting memory.
+//! the slots are read again whenever this process takes the flock, and it holds it only
+//! while its transactions follow one another (see `group`: one write and one fdatasync for
+//! the changes of every transaction that came while the previous write was syncing).
 
 use std::collections::BTreeMap;
-use std::fs::{File, OpenOptions, TryLockError};
+use std::fs::{OpenOptions, TryLockError};
 use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
@@ -22,11 +24,12 @@ use std::time::{Duration, Instant};
 use crate::error::{DriverError, Result};
 
 mod entry;
+mod group;
 mod slot;
 
-use super::keylocks::{KeyGuard, KeyLocks};
 pub use super::lifecycle::ClaimState;
 pub use entry::{ClaimEntry, PreparedDevice};
+use group::{Batch, Group, Turn, View};
 pub use slot::CHECKPOINT_VERSION;
 use slot::{boot_time, checksum, needed_version, read_slot, OnDisk};
 
@@ -58,13 +61,28 @@ pub struct Quarantined {
 
 /// The prepare checkpoint: what each claim in flight or prepared has on the node, written
 /// durably to one of two slots so that a torn write never loses the last good one.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct Checkpoint {
+    disk: Arc<Disk>,
+    /// This process's transactions take turns here, and share writes (see `group`); the
+    /// flock then only ever waits for another driver instance.
+    group: Arc<Group>,
+}
+
+impl std::fmt::Debug for Checkpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Checkpoint")
+            .field("dir", &self.disk.dir)
+            .field("boot_id", &self.disk.boot_id)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Where the slots are, and whose boot they belong to.
+struct Disk {
     dir: PathBuf,
+    paths: [PathBuf; 2],
     boot_id: String,
-    /// This process's transactions queue here and are woken as soon as the one before
-    /// ends; the flock then only ever waits for another driver instance.
-    local: Arc<KeyLocks>,
 }
 
 impl Checkpoint {
@@ -73,15 +91,18 @@ impl Checkpoint {
         let dir = dir.into();
         graft_record::atomic::create_dir(&dir)?;
         Ok(Checkpoint {
-            dir,
-            boot_id: boot_id.into(),
-            local: KeyLocks::new(),
+            disk: Arc::new(Disk {
+                paths: SLOTS.map(|n| dir.join(n)),
+                dir,
+                boot_id: boot_id.into(),
+            }),
+            group: Arc::default(),
         })
     }
 
     /// The slot files.
     pub fn paths(&self) -> [PathBuf; 2] {
-        SLOTS.map(|n| self.dir.join(n))
+        self.disk.paths.clone()
     }
 
     /// Validates the file once at start: a checkpoint from another boot is discarded and
@@ -96,46 +117,46 @@ impl Checkpoint {
         Ok(report)
     }
 
-    /// Takes the lock (waiting up to 10 s for another transaction, of this process or of
-    /// another instance) and loads the file. Blocking: call from a blocking thread.
+    /// Takes the turn (waiting up to 10 s for other transactions, of this process or of
+    /// another instance) and, unless this process holds it already, the flock, loading the
+    /// slots. Blocking: call from a blocking thread.
     pub fn begin(&self) -> Result<Txn> {
-        let lock_path = self.dir.join(LOCK_NAME);
         let deadline = Instant::now() + LOCK_WAIT;
-        let local = self
-            .local
-            .acquire(&[LOCK_NAME.to_string()], deadline)
+        let (turn, s) = self
+            .group
+            .turn(deadline)
             .ok_or_else(|| DriverError::Checkpoint {
-                path: lock_path.clone(),
-                reason: format!("another transaction held it for {LOCK_WAIT:?}"),
+                path: self.disk.dir.join(LOCK_NAME),
+                reason: format!("other transactions held it for {LOCK_WAIT:?}"),
             })?;
-        let lock = graft_record::atomic::open_lock(&lock_path)?;
-        loop {
-            match lock.try_lock() {
-                Ok(()) => break,
-                Err(TryLockError::WouldBlock) if Instant::now() < deadline => {
-                    std::thread::sleep(Duration::from_millis(5))
-                }
-                Err(source) => {
-                    return Err(DriverError::CheckpointLock {
-                        path: lock_path,
-                        source,
-                    })
-                }
+        let cached = s.view.as_ref().map(|v| v.claims.clone());
+        let epoch = s.epoch;
+        drop(s);
+        let mut report = OpenReport::default();
+        let (claims, epoch) = match cached {
+            Some(claims) => (claims, epoch),
+            None => {
+                let view = self.disk.load(deadline, &mut report)?;
+                let claims = view.claims.clone();
+                let mut s = self.group.lock();
+                s.view = Some(view);
+                (claims, s.epoch)
             }
-        }
-        let mut txn = Txn {
-            _lock: lock,
-            _local: local,
-            dir: self.dir.clone(),
-            paths: self.paths(),
-            current: None,
-            seq: 0,
-            boot_id: self.boot_id.clone(),
-            claims: BTreeMap::new(),
-            report: OpenReport::default(),
         };
-        txn.load()?;
-        Ok(txn)
+        Ok(Txn {
+            turn,
+            group: Arc::clone(&self.group),
+            disk: Arc::clone(&self.disk),
+            epoch,
+            claims,
+            report,
+        })
+    }
+
+    /// Writes made so far by this process (tests check that batches share them).
+    #[cfg(test)]
+    pub(crate) fn writes(&self) -> u64 {
+        self.group.lock().writes
     }
 }
 
@@ -152,29 +173,50 @@ impl Checkpoint {
             }
         }
         Ok(best
-            .filter(|f| f.boot_id == self.boot_id)
+            .filter(|f| f.boot_id == self.disk.boot_id)
             .map(|f| f.claims)
             .unwrap_or_default())
     }
 }
 
-/// A locked view of the checkpoint. Changes are durable once `save` returns.
+/// A view of the checkpoint, with the turn to change it. Changes are durable once `save`
+/// or `commit` returns; dropped without either, they are forgotten.
 pub struct Txn {
-    // Dropped in this order: the flock, then the local turn.
-    _lock: File,
-    _local: KeyGuard,
-    dir: PathBuf,
-    paths: [PathBuf; 2],
-    /// The slot holding the state loaded or last saved.
-    current: Option<usize>,
-    seq: u64,
-    boot_id: String,
+    turn: Turn,
+    group: Arc<Group>,
+    disk: Arc<Disk>,
+    /// The view this transaction began on.
+    epoch: u64,
     claims: BTreeMap<String, ClaimEntry>,
     report: OpenReport,
 }
 
-impl Txn {
-    fn load(&mut self) -> Result<()> {
+impl Disk {
+    /// Takes the flock (waiting until `deadline` for another instance) and reads the
+    /// slots into a view.
+    fn load(&self, deadline: Instant, report: &mut OpenReport) -> Result<View> {
+        let lock_path = self.dir.join(LOCK_NAME);
+        let lock = graft_record::atomic::open_lock(&lock_path)?;
+        loop {
+            match lock.try_lock() {
+                Ok(()) => break,
+                Err(TryLockError::WouldBlock) if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(5))
+                }
+                Err(source) => {
+                    return Err(DriverError::CheckpointLock {
+                        path: lock_path,
+                        source,
+                    })
+                }
+            }
+        }
+        let mut view = View {
+            _lock: lock,
+            current: None,
+            seq: 0,
+            claims: BTreeMap::new(),
+        };
         let mut best: Option<(usize, OnDisk)> = None;
         let mut problems = Vec::new();
         for (i, path) in self.paths.iter().enumerate() {
@@ -191,46 +233,87 @@ impl Txn {
             Some((i, f)) => {
                 // The other slot failing is a write torn by a crash: it is overwritten
                 // by the next save.
-                self.current = Some(i);
-                self.seq = f.seq;
+                view.current = Some(i);
+                view.seq = f.seq;
                 if f.boot_id != self.boot_id {
-                    self.report.discarded_other_boot = Some((f.boot_id, f.claims));
+                    report.discarded_other_boot = Some((f.boot_id, f.claims));
                 } else {
-                    self.claims = f.claims;
+                    view.claims = f.claims;
                 }
             }
             None if problems.is_empty() => {}
-            None => {
-                let reason = problems
-                    .iter()
-                    .map(|(i, r)| format!("{}: {r}", SLOTS[*i]))
-                    .collect::<Vec<_>>()
-                    .join("; ");
-                let boot = boot_time();
-                let mut from_earlier_boot = boot.is_some();
-                let stamp = std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map(|d| d.as_millis())
-                    .unwrap_or_default();
-                let mut moved_to = self.dir.clone();
-                for (i, _) in &problems {
-                    let path = &self.paths[*i];
-                    let mtime = std::fs::metadata(path).and_then(|m| m.modified()).ok();
-                    from_earlier_boot &= matches!((mtime, boot), (Some(m), Some(b)) if m < b);
-                    moved_to = path.with_extension(format!("json.corrupt-{stamp}"));
-                    std::fs::rename(path, &moved_to)
-                        .map_err(|e| DriverError::io("move aside", path, e))?;
-                }
-                self.report.quarantined = Some(Quarantined {
-                    moved_to,
-                    reason,
-                    from_earlier_boot,
-                });
-            }
+            None => report.quarantined = Some(self.quarantine(&problems)?),
+        }
+        Ok(view)
+    }
+
+    /// Moves slots that failed their checks aside.
+    fn quarantine(&self, problems: &[(usize, String)]) -> Result<Quarantined> {
+        let reason = problems
+            .iter()
+            .map(|(i, r)| format!("{}: {r}", SLOTS[*i]))
+            .collect::<Vec<_>>()
+            .join("; ");
+        let boot = boot_time();
+        let mut from_earlier_boot = boot.is_some();
+        let stamp = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis())
+            .unwrap_or_default();
+        let mut moved_to = self.dir.clone();
+        for (i, _) in problems {
+            let path = &self.paths[*i];
+            let mtime = std::fs::metadata(path).and_then(|m| m.modified()).ok();
+            from_earlier_boot &= matches!((mtime, boot), (Some(m), Some(b)) if m < b);
+            moved_to = path.with_extension(format!("json.corrupt-{stamp}"));
+            std::fs::rename(path, &moved_to).map_err(|e| DriverError::io("move aside", path, e))?;
+        }
+        Ok(Quarantined {
+            moved_to,
+            reason,
+            from_earlier_boot,
+        })
+    }
+
+    /// Writes a batch into its slot, durably: in place, then fdatasync.
+    fn write(&self, batch: &Batch) -> Result<()> {
+        let file = OnDisk {
+            version: needed_version(&batch.claims),
+            seq: batch.seq,
+            boot_id: self.boot_id.clone(),
+            checksum: checksum(&batch.claims),
+            claims: batch.claims.clone(),
+        };
+        let path = &self.paths[batch.slot];
+        let data = serde_json::to_vec(&file).map_err(|source| DriverError::CheckpointEncode {
+            path: path.clone(),
+            source,
+        })?;
+        let io = |what, e| DriverError::io(what, path, e);
+        let created = !path.exists();
+        let mut f = OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(graft_record::atomic::FILE_MODE)
+            .open(path)
+            .map_err(|e| io("open", e))?;
+        #[cfg(test)]
+        group_tests::before_write(path, &mut f, &data).map_err(|e| io("write", e))?;
+        f.write_all(&data).map_err(|e| io("write", e))?;
+        f.set_len(data.len() as u64)
+            .map_err(|e| io("truncate", e))?;
+        f.sync_data().map_err(|e| io("fsync", e))?;
+        #[cfg(test)]
+        group_tests::synced(path, &data);
+        if created {
+            graft_record::atomic::sync_dir(&self.dir)?;
         }
         Ok(())
     }
+}
 
+impl Txn {
     /// The entry of claim `uid`.
     pub fn get(&self, uid: &str) -> Option<&ClaimEntry> {
         self.claims.get(uid)
@@ -241,12 +324,12 @@ impl Txn {
         &self.claims
     }
 
-    /// Sets an entry in memory; `save` makes it durable.
+    /// Sets an entry in memory; `save` or `commit` makes it durable.
     pub fn set(&mut self, uid: &str, entry: ClaimEntry) {
         self.claims.insert(uid.to_string(), entry);
     }
 
-    /// Drops an entry in memory; `save` makes it durable.
+    /// Drops an entry in memory; `save` or `commit` makes it durable.
     pub fn unset(&mut self, uid: &str) {
         self.claims.remove(uid);
     }
@@ -265,41 +348,44 @@ impl Txn {
         Ok(())
     }
 
-    /// Writes the entries to the older slot, durably.
+    /// Makes the changes durable and keeps the turn: the transaction goes on, and nobody
+    /// else's changes come in between.
     pub fn save(&mut self) -> Result<()> {
-        let seq = self.seq + 1;
-        let file = OnDisk {
-            version: needed_version(&self.claims),
-            seq,
-            boot_id: self.boot_id.clone(),
-            checksum: checksum(&self.claims),
-            claims: self.claims.clone(),
-        };
-        let slot = self.current.map_or(0, |c| 1 - c);
-        let path = &self.paths[slot];
-        let data = serde_json::to_vec(&file).map_err(|source| DriverError::CheckpointEncode {
-            path: path.clone(),
-            source,
-        })?;
-        let io = |what, e| DriverError::io(what, path, e);
-        let created = !path.exists();
-        let mut f = OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .mode(graft_record::atomic::FILE_MODE)
-            .open(path)
-            .map_err(|e| io("open", e))?;
-        f.write_all(&data).map_err(|e| io("write", e))?;
-        f.set_len(data.len() as u64)
-            .map_err(|e| io("truncate", e))?;
-        f.sync_data().map_err(|e| io("fsync", e))?;
-        if created {
-            graft_record::atomic::sync_dir(&self.dir)?;
-        }
-        self.current = Some(slot);
-        self.seq = seq;
-        Ok(())
+        let ticket = self.apply()?;
+        let disk = &self.disk;
+        self.group
+            .wait(ticket, |b| disk.write(b))
+            .map_err(|reason| failed(disk, reason))
+    }
+
+    /// Makes the changes durable and ends the transaction: the turn goes to the next one
+    /// at once, and this returns once a write holding these changes is synced (it may hold
+    /// the next transactions' changes too).
+    pub fn commit(mut self) -> Result<()> {
+        let ticket = self.apply()?;
+        let Txn {
+            turn, group, disk, ..
+        } = self;
+        drop(turn);
+        group
+            .wait(ticket, |b| disk.write(b))
+            .map_err(|reason| failed(&disk, reason))
+    }
+
+    fn apply(&mut self) -> Result<u64> {
+        self.group.apply(self.epoch, &self.claims).ok_or_else(|| {
+            failed(
+                &self.disk,
+                "an earlier write failed while this transaction ran".into(),
+            )
+        })
+    }
+}
+
+fn failed(disk: &Disk, reason: String) -> DriverError {
+    DriverError::Checkpoint {
+        path: disk.dir.clone(),
+        reason: format!("saving failed: {reason}"),
     }
 }
 
@@ -308,5 +394,7 @@ pub fn default_dir(state_dir: &Path) -> PathBuf {
     state_dir.join("driver")
 }
 
+#[cfg(test)]
+mod group_tests;
 #[cfg(test)]
 mod tests;

@@ -2,7 +2,7 @@
 
 use super::*;
 
-fn entry(state: ClaimState) -> ClaimEntry {
+pub(super) fn entry(state: ClaimState) -> ClaimEntry {
     ClaimEntry {
         state,
         namespace: "ns".into(),
