@@ -36,6 +36,32 @@ pub fn write_file_mode(path: &Path, data: &[u8], mode: u32) -> Result<()> {
     sync_dir(dir)
 }
 
+/// A new file's content written and synced beside its final path, to be renamed over it
+/// with [`Staged::install`]. Writers stage outside their lock, so that only the rename
+/// needs it, and sync the directory after it (see the record store).
+#[derive(Debug)]
+pub struct Staged(tempfile::NamedTempFile);
+
+/// [`Staged`] for `path`, with the new file's mode given: written and fdatasynced.
+pub fn stage(path: &Path, data: &[u8], mode: u32) -> Result<Staged> {
+    let (_, tmp) = temp_beside(path, data, mode)?;
+    tmp.as_file()
+        .sync_data()
+        .map_err(|e| RecordError::io("fsync", tmp.path(), e))?;
+    Ok(Staged(tmp))
+}
+
+impl Staged {
+    /// Renames the staged file over `path` (atomic; durable once `path`'s directory is
+    /// synced).
+    pub fn install(self, path: &Path) -> Result<()> {
+        self.0
+            .persist(path)
+            .map_err(|e| RecordError::io("rename", path, e.error))?;
+        Ok(())
+    }
+}
+
 /// Atomic but not durable: readers see the old file or the new one, and a crash may lose
 /// the new one. For diagnostics written on a hot path.
 pub fn replace_file(path: &Path, data: &[u8]) -> Result<()> {

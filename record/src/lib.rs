@@ -12,6 +12,7 @@ pub mod atomic;
 mod cache;
 pub mod containers;
 pub mod devices;
+mod dirsync;
 pub mod env;
 mod error;
 mod format;

@@ -28,6 +28,7 @@ use serde::Deserialize;
 
 use crate::atomic;
 use crate::cache::RecordCache;
+use crate::dirsync::GroupSync;
 use crate::error::{RecordError, Result};
 use crate::format::{ClaimRecord, OLDEST_RECORD_VERSION, RECORD_VERSION};
 use crate::read::list_names;
@@ -45,6 +46,8 @@ pub struct RecordStore {
     /// Parsed records that [`RecordStore::pod_claims_shared`] reuses while their files are
     /// unchanged (shared by the store's clones).
     cache: Arc<RecordCache>,
+    /// Syncs of the claims directory, shared by concurrent writers.
+    claims_sync: Arc<GroupSync>,
 }
 
 impl RecordStore {
@@ -56,6 +59,7 @@ impl RecordStore {
             pods: root.join("pods"),
             root,
             cache: Arc::default(),
+            claims_sync: Arc::default(),
         };
         atomic::private_dir(&store.root)?;
         atomic::create_dir(&store.claims)?;
@@ -93,10 +97,15 @@ impl RecordStore {
                 ),
             });
         }
-        let _lock = self.writer_lock()?;
+        // Written and synced before the lock, so that writers of different claims only
+        // take turns for the rename and the index; the directory sync after the lock is
+        // shared by the writers that renamed meanwhile. The call returns once the record
+        // is durable, as before.
+        let path = self.claim_path(&rec.claim.uid);
+        let staged = atomic::stage(&path, &data, atomic::FILE_MODE)?;
+        let lock = self.writer_lock()?;
         let previous = self.get_claim(&rec.claim.uid);
-
-        atomic::write_file(&self.claim_path(&rec.claim.uid), &data)?;
+        staged.install(&path)?;
         // Markers are not fsynced: the record, which is, names its pods, and repair_index
         // rebuilds missing markers from it when the driver starts. Within a boot the page
         // cache shows them to graft-nri at once; a power loss means a new boot, after
@@ -138,7 +147,8 @@ impl RecordStore {
                 }
             }
         }
-        Ok(())
+        drop(lock);
+        self.claims_sync.sync(&self.claims)
     }
 
     /// Removes a claim record and its index entries. Returns whether a record existed.
@@ -147,7 +157,7 @@ impl RecordStore {
             claim: claim_uid.to_string(),
             source,
         })?;
-        let _lock = self.writer_lock()?;
+        let lock = self.writer_lock()?;
         // The record names the pods it indexed; only an unreadable one needs a sweep.
         let pods = match self.get_claim(claim_uid) {
             Ok(Some(rec)) => rec.pods.into_iter().map(|p| p.uid).collect(),
@@ -157,7 +167,16 @@ impl RecordStore {
         for pod_uid in pods {
             self.unindex(&pod_uid, claim_uid)?;
         }
-        atomic::remove_file(&self.claim_path(claim_uid))
+        let path = self.claim_path(claim_uid);
+        match fs::remove_file(&path) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
+            Err(e) => return Err(RecordError::io("remove", &path, e)),
+        }
+        // Durable before the call returns, in one sync shared with concurrent writers.
+        drop(lock);
+        self.claims_sync.sync(&self.claims)?;
+        Ok(true)
     }
 
     /// Reads one claim record; `None` if there is none. Corrupt, unknown-version and
