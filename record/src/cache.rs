@@ -16,17 +16,14 @@
 //! carries a change time after that read and misses.
 
 use std::collections::HashMap;
-use std::fs::File;
-use std::io::{ErrorKind, Read};
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use crate::atomic::NOFOLLOW_CLOEXEC;
-use crate::error::{RecordError, Result};
+use crate::error::Result;
 use crate::format::ClaimRecord;
-use crate::read::SMALL_FILE_CAP;
+use crate::read::{open_state_file, read_capped, SMALL_FILE_CAP};
 
 /// How old a record file must be for its parsed copy to be kept: well above the coarse
 /// clock's tick.
@@ -61,20 +58,12 @@ impl RecordCache {
                 }
             }
         }
-        let Some((mut f, meta)) = open_checked(path)? else {
+        let Some((f, meta)) = open_state_file(path, SMALL_FILE_CAP)? else {
             self.forget(uid);
             return Ok(None);
         };
         let key = key_of(&meta);
-        let mut data = Vec::with_capacity(meta.size() as usize);
-        // One more than the cap: a file that grew after the stat is caught too.
-        (&mut f)
-            .take(SMALL_FILE_CAP + 1)
-            .read_to_end(&mut data)
-            .map_err(|e| RecordError::io("read", path, e))?;
-        if data.len() as u64 > SMALL_FILE_CAP {
-            return Err(too_big(path));
-        }
+        let data = read_capped(&f, &meta, path, SMALL_FILE_CAP)?;
         let parsed = parse(path, &data);
         let mut map = self.lock();
         let rec = match parsed {
@@ -135,54 +124,13 @@ fn settled(s: i64, ns: i64) -> bool {
         .is_some_and(|age| age >= SETTLED)
 }
 
-/// Opens `path` as [`crate::read::read_state_file`] does; `None` when it does not exist.
-fn open_checked(path: &Path) -> Result<Option<(File, std::fs::Metadata)>> {
-    let f = match File::options()
-        .read(true)
-        // O_NONBLOCK: a FIFO planted at a record's name must not block the open.
-        .custom_flags(NOFOLLOW_CLOEXEC | nix::libc::O_NONBLOCK)
-        .open(path)
-    {
-        Ok(f) => f,
-        Err(e) if e.kind() == ErrorKind::NotFound => return Ok(None),
-        Err(e) if e.raw_os_error() == Some(nix::libc::ELOOP) => {
-            return Err(RecordError::io(
-                "read",
-                path,
-                std::io::Error::other("is a symlink; state files are never read through one"),
-            ))
-        }
-        Err(e) => return Err(RecordError::io("open", path, e)),
-    };
-    let meta = f.metadata().map_err(|e| RecordError::io("stat", path, e))?;
-    if !meta.file_type().is_file() {
-        return Err(RecordError::io(
-            "read",
-            path,
-            std::io::Error::other("is not a regular file"),
-        ));
-    }
-    if meta.len() > SMALL_FILE_CAP {
-        return Err(too_big(path));
-    }
-    Ok(Some((f, meta)))
-}
-
-fn too_big(path: &Path) -> RecordError {
-    RecordError::io(
-        "read",
-        path,
-        std::io::Error::other(format!("is larger than {SMALL_FILE_CAP} bytes")),
-    )
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::fs::FileTimes;
+    use std::fs::{File, FileTimes};
 
     fn parse(path: &Path, data: &[u8]) -> Result<ClaimRecord> {
-        crate::store::parse_record(path, data)
+        crate::stored::parse_record(path, data)
     }
 
     fn record(uid: &str, node: &str) -> Vec<u8> {

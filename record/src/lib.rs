@@ -25,6 +25,7 @@ pub mod read;
 pub mod refusals;
 mod status;
 mod store;
+mod stored;
 mod validate;
 
 pub use error::{InvalidRecord, RecordError, Result};
@@ -34,7 +35,8 @@ pub use status::{
     nri_readiness, plugin_alive, read_boot_id, read_status, NriReadiness, NriStatus,
     StatusPublisher, BOOT_ID_PATH,
 };
-pub use store::{claim_file_uids, parse_record, read_claim_file, RecordStore, DEFAULT_STATE_DIR};
+pub use store::{RecordStore, DEFAULT_STATE_DIR};
+pub use stored::{claim_file_uids, parse_record, read_claim_file};
 pub use validate::{validate_edits, validate_record};
 
 /// Annotation graft adds to every container it injects into: a JSON list of the claims and

@@ -2,7 +2,7 @@
 //! only a regular file, and never more than a cap. graftctl reads every file of the state
 //! directory this way, since another process could have put anything there.
 
-use std::fs::File;
+use std::fs::{File, Metadata};
 use std::io::{ErrorKind, Read};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
@@ -18,6 +18,16 @@ pub const LARGE_FILE_CAP: u64 = 16 << 20;
 /// The bytes of `path`, `None` when it does not exist. A symlink, a non-regular file and a
 /// file over `cap` bytes are errors naming the file.
 pub fn read_state_file(path: &Path, cap: u64) -> Result<Option<Vec<u8>>> {
+    match open_state_file(path, cap)? {
+        Some((f, meta)) => read_capped(&f, &meta, path, cap).map(Some),
+        None => Ok(None),
+    }
+}
+
+/// Opens `path` for [`read_state_file`]: never through a symlink, never blocking on a FIFO,
+/// a regular file of at most `cap` bytes; with what `fstat` said of it. `None` when it does
+/// not exist.
+pub(crate) fn open_state_file(path: &Path, cap: u64) -> Result<Option<(File, Metadata)>> {
     let f = match File::options()
         .read(true)
         // O_NONBLOCK: a FIFO planted at a state file's name must not block the open.
@@ -47,6 +57,11 @@ pub fn read_state_file(path: &Path, cap: u64) -> Result<Option<Vec<u8>>> {
     if meta.len() > cap {
         return Err(too_big(path, cap));
     }
+    Ok(Some((f, meta)))
+}
+
+/// The content of a file opened by [`open_state_file`], at most `cap` bytes.
+pub(crate) fn read_capped(f: &File, meta: &Metadata, path: &Path, cap: u64) -> Result<Vec<u8>> {
     let mut data = Vec::with_capacity(meta.len() as usize);
     // One more than the cap: a file that grew after the stat is caught too.
     f.take(cap + 1)
@@ -55,7 +70,7 @@ pub fn read_state_file(path: &Path, cap: u64) -> Result<Option<Vec<u8>>> {
     if data.len() as u64 > cap {
         return Err(too_big(path, cap));
     }
-    Ok(Some(data))
+    Ok(data)
 }
 
 fn too_big(path: &Path, cap: u64) -> RecordError {
