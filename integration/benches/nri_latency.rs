@@ -9,18 +9,17 @@
 //!
 //! Run: cargo build --release --workspace --bins && cargo bench -p graft-integration --bench nri_latency
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use graft_integration::bench::{numbered_claim, pct, rss_kib};
 use graft_integration::records::char_node;
 use graft_integration::{Containerd, Cri, GraftNri, Testbed, Version};
-use graft_nri::plugin::GraftPlugin;
-use graft_nri_sdk::NriPlugin;
 use graft_proto::nri;
 use graft_record::*;
 use protobuf::Message;
 
+/// A claim of the CRI side, for the pod's `containers`.
 fn claim(i: usize, pod_uid: &str, containers: &[String]) -> ClaimRecord {
     let edits = ContainerEdits {
         device_nodes: vec![char_node("/dev/graft-bench0", 1, 3, 0o666)],
@@ -33,65 +32,12 @@ fn claim(i: usize, pod_uid: &str, containers: &[String]) -> ClaimRecord {
     numbered_claim(i, pod_uid, containers, edits)
 }
 
-fn plugin_with_claims(dir: &Path, n: usize) -> GraftPlugin {
-    let store = RecordStore::open(dir).unwrap();
-    for i in 0..n {
-        store
-            .put_claim(&claim(i, &format!("pod-uid-{i:05}"), &["app".to_string()]))
-            .unwrap();
-    }
-    let status = StatusPublisher::acquire(dir, "10-graft", "bench".into()).unwrap();
-    let policy =
-        graft_record::InjectionPolicy::new(dir, graft_record::policy::DEFAULT_HOOK_PATH, &[])
-            .unwrap();
-    GraftPlugin::new(store, status, policy)
-}
+#[path = "../../nri-plugin/benches/support/fixtures.rs"]
+mod fixtures;
+use fixtures::{create, plugin_with_claims, sync_request};
 
 fn us(d: Duration) -> f64 {
     d.as_nanos() as f64 / 1000.0
-}
-
-fn request_bytes(pod_uid: &str) -> Vec<u8> {
-    let req = nri::CreateContainerRequest {
-        pod: Some(nri::PodSandbox {
-            id: "sandbox".into(),
-            name: "pod".into(),
-            uid: pod_uid.into(),
-            namespace: "bench".into(),
-            ..Default::default()
-        })
-        .into(),
-        container: Some(nri::Container {
-            id: "ctr".into(),
-            name: "app".into(),
-            env: (0..20).map(|i| format!("VAR{i}=value{i}")).collect(),
-            ..Default::default()
-        })
-        .into(),
-        ..Default::default()
-    };
-    req.write_to_bytes().unwrap()
-}
-
-async fn create_latency(plugin: &GraftPlugin, pod_uid: &str, iterations: usize) -> Vec<Duration> {
-    let bytes = request_bytes(pod_uid);
-    let mut out = Vec::with_capacity(iterations);
-    for _ in 0..iterations {
-        let t = Instant::now();
-        let req = nri::CreateContainerRequest::parse_from_bytes(&bytes).unwrap();
-        let resp = plugin
-            .create_container(
-                req.pod.unwrap_or_default(),
-                req.container.unwrap_or_default(),
-            )
-            .await
-            .unwrap();
-        let encoded = resp.write_to_bytes().unwrap();
-        out.push(t.elapsed());
-        std::hint::black_box(encoded);
-    }
-    out.sort();
-    out
 }
 
 async fn plugin_side() {
@@ -105,8 +51,8 @@ async fn plugin_side() {
             ("holds a claim", "pod-uid-00000"),
             ("holds none", "pod-uid-none"),
         ] {
-            let _warm = create_latency(&plugin, pod, 200).await;
-            let s = create_latency(&plugin, pod, 5000).await;
+            let _warm = create(&plugin, pod, 200, None).await;
+            let s = create(&plugin, pod, 5000, None).await;
             println!(
                 "| {n} | {label} | {:.1} | {:.1} | {:.1} |",
                 us(pct(&s, 0.5)),
@@ -121,38 +67,7 @@ fn synchronize_side() {
     let n = 1000;
     let dir = tempfile::tempdir().unwrap();
     let plugin = plugin_with_claims(dir.path(), n);
-    let mut req = nri::SynchronizeRequest::new();
-    for i in 0..n {
-        let pod_uid = format!("pod-uid-{i:05}");
-        req.pods.push(nri::PodSandbox {
-            id: format!("sandbox-{i}"),
-            uid: pod_uid,
-            name: format!("pod-{i}"),
-            namespace: "bench".into(),
-            ..Default::default()
-        });
-        let mut linux = nri::LinuxContainer::new();
-        linux.devices.push(nri::LinuxDevice {
-            path: "/dev/graft-bench0".into(),
-            type_: "c".into(),
-            major: 1,
-            minor: 3,
-            ..Default::default()
-        });
-        let mut ctr = nri::Container {
-            id: format!("ctr-{i:05}"),
-            pod_sandbox_id: format!("sandbox-{i}"),
-            name: "app".into(),
-            state: nri::ContainerState::CONTAINER_RUNNING.into(),
-            env: (0..20).map(|k| format!("VAR{k}=value{k}")).collect(),
-            linux: Some(linux).into(),
-            ..Default::default()
-        };
-        ctr.annotations
-            .insert(INJECTED_ANNOTATION.into(), "[]".into());
-        req.containers.push(ctr);
-    }
-    let bytes = req.write_to_bytes().unwrap();
+    let bytes = sync_request(n);
     let mut times = Vec::new();
     for _ in 0..30 {
         let t = Instant::now();

@@ -10,148 +10,15 @@
 //! Run: cargo bench -p graft-nri --bench hot_path [-- create|none|idle|sync] (default: all).
 //! `GRAFT_BENCH_CALLS` sets the number of CreateContainer calls (default 5000).
 
-use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use graft_nri::plugin::GraftPlugin;
-use graft_nri_sdk::NriPlugin;
 use graft_proto::nri;
-use graft_record::*;
 use protobuf::Message;
 
-fn claim(i: usize, pod_uid: &str) -> ClaimRecord {
-    let dev = "dev-0".to_string();
-    ClaimRecord {
-        version: FORMAT_VERSION,
-        claim: ClaimRef {
-            uid: format!("claim-{i:05}"),
-            namespace: "default".into(),
-            name: format!("claim-{i}"),
-        },
-        devices: vec![DeviceRecord {
-            name: dev.clone(),
-            pool: "bench".into(),
-            requests: vec!["dev".into()],
-            edits: ContainerEdits {
-                device_nodes: vec![DeviceNode::char("/dev/graft-bench0", 1, 3, 0o666)],
-                env: vec![EnvVar {
-                    name: "GRAFT_BENCH".into(),
-                    value: i.to_string(),
-                }],
-                ..Default::default()
-            },
-        }],
-        env: Vec::new(),
-        pods: vec![PodRecord {
-            uid: pod_uid.into(),
-            namespace: "default".into(),
-            name: format!("pod-{pod_uid}"),
-            containers: vec![ContainerRecord {
-                name: "app".into(),
-                devices: vec![dev],
-            }],
-        }],
-    }
-}
-
-fn plugin_with_claims(dir: &Path, n: usize) -> GraftPlugin {
-    let store = RecordStore::open(dir).expect("store");
-    for i in 0..n {
-        store
-            .put_claim(&claim(i, &format!("pod-uid-{i:05}")))
-            .expect("put");
-    }
-    let status = StatusPublisher::acquire(dir, "10-graft", "bench".into()).expect("status");
-    let policy =
-        InjectionPolicy::new(dir, graft_record::policy::DEFAULT_HOOK_PATH, &[]).expect("policy");
-    GraftPlugin::new(store, status, policy)
-}
-
-fn request_bytes(pod_uid: &str) -> Vec<u8> {
-    let req = nri::CreateContainerRequest {
-        pod: Some(nri::PodSandbox {
-            id: "sandbox".into(),
-            name: "pod".into(),
-            uid: pod_uid.into(),
-            namespace: "bench".into(),
-            ..Default::default()
-        })
-        .into(),
-        container: Some(nri::Container {
-            id: "ctr".into(),
-            name: "app".into(),
-            env: (0..20).map(|i| format!("VAR{i}=value{i}")).collect(),
-            ..Default::default()
-        })
-        .into(),
-        ..Default::default()
-    };
-    req.write_to_bytes().expect("encode")
-}
-
-async fn create(
-    plugin: &GraftPlugin,
-    pod_uid: &str,
-    calls: usize,
-    idle: Option<Duration>,
-) -> Vec<Duration> {
-    let bytes = request_bytes(pod_uid);
-    let mut out = Vec::with_capacity(calls);
-    for _ in 0..calls {
-        if let Some(idle) = idle {
-            tokio::time::sleep(idle).await;
-        }
-        let t = Instant::now();
-        let req = nri::CreateContainerRequest::parse_from_bytes(&bytes).expect("decode");
-        let resp = plugin
-            .create_container(
-                req.pod.unwrap_or_default(),
-                req.container.unwrap_or_default(),
-            )
-            .await
-            .expect("answered");
-        let encoded = resp.write_to_bytes().expect("encode");
-        out.push(t.elapsed());
-        std::hint::black_box(encoded);
-    }
-    out.sort();
-    out
-}
-
-fn sync_request(n: usize) -> Vec<u8> {
-    let mut req = nri::SynchronizeRequest::new();
-    for i in 0..n {
-        req.pods.push(nri::PodSandbox {
-            id: format!("sandbox-{i}"),
-            uid: format!("pod-uid-{i:05}"),
-            name: format!("pod-{i}"),
-            namespace: "bench".into(),
-            ..Default::default()
-        });
-        let mut linux = nri::LinuxContainer::new();
-        linux.devices.push(nri::LinuxDevice {
-            path: "/dev/graft-bench0".into(),
-            type_: "c".into(),
-            major: 1,
-            minor: 3,
-            ..Default::default()
-        });
-        let mut ctr = nri::Container {
-            id: format!("ctr-{i:05}"),
-            pod_sandbox_id: format!("sandbox-{i}"),
-            name: "app".into(),
-            state: nri::ContainerState::CONTAINER_RUNNING.into(),
-            env: (0..20).map(|k| format!("VAR{k}=value{k}")).collect(),
-            linux: Some(linux).into(),
-            ..Default::default()
-        };
-        ctr.annotations
-            .insert(INJECTED_ANNOTATION.into(), "[]".into());
-        req.containers.push(ctr);
-    }
-    req.write_to_bytes().expect("encode")
-}
+#[path = "support/fixtures.rs"]
+mod fixtures;
+use fixtures::{create, plugin_with_claims, sync_request};
 
 fn pct(sorted: &[Duration], p: f64) -> f64 {
     let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
