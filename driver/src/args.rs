@@ -90,6 +90,11 @@ pub struct Args {
     /// this Node (the two are kept apart some other way); otherwise they are withheld.
     #[arg(long, env = "GRAFT_ALLOW_DEVICE_PLUGIN_COEXISTENCE")]
     pub allow_device_plugin_coexistence: bool,
+    /// Keep the pods bound to this node from a watch, so that a prepare reads only its
+    /// claims, not also their pods; needs `list` and `watch` on pods cluster-wide, which
+    /// the chart grants only with `driver.podCache`.
+    #[arg(long, env = "GRAFT_POD_CACHE")]
+    pub pod_cache: bool,
     /// Seconds between looks at the Node for device plugin resources.
     #[arg(long, hide = true, default_value_t = 30)]
     pub device_plugin_check_seconds: u64,

@@ -19,7 +19,7 @@ use graft_driver::coexistence::Verdict;
 use graft_driver::daemon::{Daemon, Ends};
 use graft_driver::discovery::inventory::Inventory;
 use graft_driver::discovery::{inotify, report, Discovery};
-use graft_driver::edge::{Edge, KUBELET_DEADLINE};
+use graft_driver::edge::{Edge, PodCache, KUBELET_DEADLINE};
 use graft_driver::events::node as node_events;
 use graft_driver::events::{node_ref, Poster};
 use graft_driver::health::HealthReport;
@@ -132,8 +132,15 @@ pub async fn run(
     let (events, posting) = Poster::with_task(recorder);
     daemon.spawn("event-poster", posting);
     report::post(&first_scan.changes, &events, &args.node_name);
+    let mut pods = PodCache::default();
+    if args.pod_cache {
+        let (cache, watching) = PodCache::watch(client.clone(), &args.node_name);
+        daemon.spawn("pod-cache", watching);
+        pods = cache;
+    }
     let edge = Arc::new(
         Edge::new(Arc::new(core), client.clone(), KUBELET_DEADLINE - margin)
+            .with_pod_cache(pods)
             .with_events(events.clone())
             .with_metrics(metrics.clone()),
     );

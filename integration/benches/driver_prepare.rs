@@ -1,7 +1,9 @@
 //! graft-driver figures against the real API server: time from start to published
 //! ResourceSlices, NodePrepareResources latency for one claim and for batches of 100 (split
 //! into the API reads and the local work, as the driver logs them), and RSS idle and with
-//! 1100 prepared claims.
+//! 1100 prepared claims. Then the batches again, each unprepared and prepared once by
+//! graft-driver without and once with `--pod-cache`, alternating, for the API reads side by
+//! side.
 //!
 //! Run: `cargo build --release --workspace --bins && cargo bench -p graft-integration --bench driver_prepare`
 
@@ -10,8 +12,8 @@ use std::time::{Duration, Instant};
 use anyhow::{ensure, Context};
 use futures::future::try_join_all;
 use graft_integration::apiserver;
-use graft_integration::claims::{allocated_claim, claim_msg, namespace, pod};
-use graft_integration::dra_node::{DraNode, DRIVER_NAME};
+use graft_integration::claims::{allocated_claim, claim_msg, namespace, pod_on};
+use graft_integration::dra_node::{unprepare, DraNode, DRIVER_NAME};
 use graft_proto::dra::v1;
 use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceSlice};
 use kube::api::{Api, DeleteParams, ListParams};
@@ -64,10 +66,12 @@ async fn make_claims(
     for chunk in idx.chunks(16) {
         let made = try_join_all(chunk.iter().map(|&i| async move {
             let name = format!("c{i:04}");
-            let p = pod(
+            // Bound to the node, as every pod a claim on it is reserved for.
+            let p = pod_on(
                 client,
                 "bench",
                 &format!("p{i:04}"),
+                Some(NODE),
                 &[("d", &name)],
                 &[("c", &[("d", "")])],
             )
@@ -106,6 +110,30 @@ async fn prepare(node: &DraNode, claims: &[ResourceClaim]) -> anyhow::Result<f64
         ensure!(c.error.is_empty(), "{uid}: {}", c.error);
     }
     Ok(us)
+}
+
+/// Restarts graft-driver, with `--pod-cache` or without, and waits until it serves; then
+/// prepares `warm` again (unprepared first), so that its connections to the API server are
+/// open before the timed call, as in a driver that has run a while.
+async fn restart(
+    node: &mut DraNode,
+    pod_cache: bool,
+    warm: &[ResourceClaim],
+) -> anyhow::Result<()> {
+    node.driver.terminate()?;
+    node.driver.opts.extra.retain(|a| a != "--pod-cache");
+    if pod_cache {
+        node.driver.opts.extra.push("--pod-cache".into());
+    }
+    node.driver.spawn(None)?;
+    let (_, endpoint) = node.driver.wait_registered(Duration::from_secs(30)).await?;
+    node.endpoint = endpoint;
+    // The watch's first list done before the first call.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let msgs: Vec<v1::Claim> = warm.iter().map(claim_msg).collect();
+    unprepare(node, &msgs).await?;
+    prepare(node, warm).await?;
+    Ok(())
 }
 
 async fn slice_devices(client: &kube::Client) -> anyhow::Result<usize> {
@@ -262,6 +290,46 @@ async fn main() -> anyhow::Result<()> {
         "ms",
         1e3,
     );
+
+    // The batches again, without and with the pod cache, alternating.
+    let mut reads = [Vec::new(), Vec::new()];
+    let mut mode = false;
+    for chunk in batches.chunks(BATCH) {
+        for cached in [false, true] {
+            if cached != mode {
+                restart(&mut node, cached, &singles[..16]).await?;
+                mode = cached;
+            }
+            let msgs: Vec<v1::Claim> = chunk.iter().map(claim_msg).collect();
+            for (uid, e) in unprepare(&node, &msgs).await? {
+                ensure!(e.is_empty(), "unprepare {uid}: {e}");
+            }
+            let before = logged_timings(&node.driver.log_text()).len();
+            prepare(&node, chunk).await?;
+            let after = logged_timings(&node.driver.log_text());
+            ensure!(after.len() == before + 1, "driver log lacks the timing");
+            reads[usize::from(cached)].push(after[before].0);
+        }
+    }
+    let [mut plain, mut cached] = reads;
+    println!();
+    println!(
+        "| batch of 100, API reads, side by side ({} each) | p50 | max |",
+        plain.len()
+    );
+    println!("|---|---|---|");
+    let (p, c) = (pct(&mut plain, 0.5), pct(&mut cached, 0.5));
+    println!(
+        "| GET each claim and pod | {:.2} ms | {:.2} ms |",
+        p / 1e3,
+        pct(&mut plain, 1.0) / 1e3
+    );
+    println!(
+        "| GET each claim, pods from the pod cache | {:.2} ms | {:.2} ms |",
+        c / 1e3,
+        pct(&mut cached, 1.0) / 1e3
+    );
+    println!("ratio of p50s, cache / GETs: {:.2}", c / p);
     println!();
     let mib = |k: u64| k as f64 / 1024.0;
     println!(

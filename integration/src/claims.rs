@@ -39,6 +39,19 @@ pub async fn pod(
     claims: &[(&str, &str)],
     containers: &[(&str, &[(&str, &str)])],
 ) -> anyhow::Result<Pod> {
+    pod_on(client, ns, name, None, claims, containers).await
+}
+
+/// [`pod`], bound to `node` when given (`spec.nodeName`, as the scheduler's binding sets
+/// it): what a claim on that node is reserved for.
+pub async fn pod_on(
+    client: &kube::Client,
+    ns: &str,
+    name: &str,
+    node: Option<&str>,
+    claims: &[(&str, &str)],
+    containers: &[(&str, &[(&str, &str)])],
+) -> anyhow::Result<Pod> {
     let ctr = |n: &str, refs: &[(&str, &str)]| {
         let refs: Vec<Value> = refs
             .iter()
@@ -66,11 +79,14 @@ pub async fn pod(
         .iter()
         .map(|(pod_name, claim)| json!({"name": pod_name, "resourceClaimName": claim}))
         .collect();
-    let p: Pod = serde_json::from_value(json!({
+    let mut p: Pod = serde_json::from_value(json!({
         "metadata": {"name": name, "namespace": ns},
         "spec": {"resourceClaims": rc, "initContainers": init, "containers": main,
                  "automountServiceAccountToken": false}
     }))?;
+    if let Some(spec) = p.spec.as_mut() {
+        spec.node_name = node.map(str::to_string);
+    }
     Ok(Api::<Pod>::namespaced(client.clone(), ns)
         .create(&PostParams::default(), &p)
         .await?)

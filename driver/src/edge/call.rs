@@ -8,8 +8,9 @@ use k8s_openapi::api::resource::v1::ResourceClaim;
 use kube::api::Api;
 
 use super::errors::{core_error, in_progress, told, CallError, ClaimFailure, ClaimOutcome};
-use super::fetch::fetch;
-use crate::claims::input::{ClaimError, ClaimInput, Outcome};
+use super::fetch::{fetch, Fetched};
+use super::pods::PodCache;
+use crate::claims::input::{ClaimError, Outcome};
 use crate::claims::{Core, CoreResult, PreparedDevice};
 use crate::events::claims::prepare_failed;
 use crate::events::Poster;
@@ -36,6 +37,8 @@ type Late = (ClaimFailure, &'static str, Instant);
 pub struct Edge {
     core: Arc<Core>,
     client: kube::Client,
+    /// The node's pods, where a GET of each reserved pod is not needed.
+    pods: PodCache,
     /// How long a call may take, from its arrival.
     budget: Duration,
     /// Claims whose prepare failed after their call was answered "still running": the
@@ -53,11 +56,18 @@ impl Edge {
         Edge {
             core,
             client,
+            pods: PodCache::default(),
             budget,
             late: Arc::default(),
             events: None,
             metrics: None,
         }
+    }
+
+    /// Reads reserved pods from `pods` where it may answer (`PodCache::pod_use`).
+    pub fn with_pod_cache(mut self, pods: PodCache) -> Self {
+        self.pods = pods;
+        self
     }
 
     /// Counts each claim's prepare and unprepare into `metrics`.
@@ -144,8 +154,8 @@ impl Edge {
             }
         }
         let in_flight = self.metrics.as_ref().map(|m| m.prepare_started(todo.len()));
-        let inputs = match self.fetch(&todo).await {
-            Ok(i) => i,
+        let (inputs, pods_cached) = match self.fetch(&todo).await {
+            Ok(f) => (f.claims, f.pods_cached),
             Err(e) => {
                 self.count_failed(call_reason(&e), todo.len());
                 return Err(e);
@@ -180,22 +190,25 @@ impl Edge {
                 out.extend(in_progress(&todo));
                 // Still under way on the core: in flight until it ends.
                 self.keep_late(task, todo, in_flight);
-                return Ok(self.answered(ids, out, &failed, started, fetched));
+                let times = (started, fetched, pods_cached);
+                return Ok(self.answered(ids, out, &failed, times));
             }
         }
         drop(in_flight);
-        Ok(self.answered(ids, out, &failed, started, fetched))
+        Ok(self.answered(ids, out, &failed, (started, fetched, pods_cached)))
     }
 
     /// The end of a prepare call: Events for the failed claims, the log line, the metrics.
+    /// `reads`: when the call started, when its API reads ended, and how many reserved pods
+    /// the pod cache gave.
     fn answered(
         &self,
         ids: &[ClaimId],
         out: BTreeMap<String, ClaimOutcome<Vec<PreparedDevice>>>,
         failed: &[String],
-        started: Instant,
-        fetched: Instant,
+        reads: (Instant, Instant, usize),
     ) -> BTreeMap<String, ClaimOutcome<Vec<PreparedDevice>>> {
+        let (started, fetched, pods_cached) = reads;
         let reports: Vec<(&ClaimId, &str)> = ids
             .iter()
             .filter(|id| failed.contains(&id.uid))
@@ -210,6 +223,7 @@ impl Edge {
                 .filter(|o: &&ClaimOutcome<_>| o.is_err())
                 .count(),
             fetch_us = (fetched - started).as_micros() as u64,
+            pods_cached,
             local_us = fetched.elapsed().as_micros() as u64,
             "NodePrepareResources"
         );
@@ -356,7 +370,7 @@ impl Edge {
 
     /// Reads the claims and their pods. Any claim that is missing, replaced or not
     /// allocated fails the whole call.
-    pub async fn fetch(&self, ids: &[ClaimId]) -> Result<Vec<ClaimInput>, CallError> {
-        fetch(&self.client, &self.core.driver_name, ids).await
+    pub async fn fetch(&self, ids: &[ClaimId]) -> Result<Fetched, CallError> {
+        fetch(&self.client, &self.core.driver_name, &self.pods, ids).await
     }
 }

@@ -1,7 +1,9 @@
 //! Reading the claims of a call and the pods they are reserved for from the API server.
 //!
-//! Every object is read with its own GET, so nothing is stale: a GET without
-//! `resourceVersion` is served from etcd by a quorum read. The GETs run concurrently,
+//! Every claim is read with its own GET, so nothing is stale: a GET without
+//! `resourceVersion` is served from etcd by a quorum read. A pod comes from the node's pod
+//! cache where that cannot differ from a GET (`pods.rs` says when), else from a GET too.
+//! The GETs run concurrently,
 //! bounded, and the answer is put together in the call's order, so that the first claim
 //! (in that order) that fails fails the call, as it did when they ran one after the other.
 
@@ -11,6 +13,7 @@ use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceClaimStatus};
 use kube::api::Api;
 
 use super::errors::CallError;
+use super::pods::PodCache;
 use crate::claims::input::ClaimInput;
 use crate::mapping::{pod_use, PodUse};
 use crate::model::{Allocated, ClaimId};
@@ -22,31 +25,47 @@ const CLAIMS_AT_ONCE: usize = 16;
 /// Pods of one claim read at once (a shared claim may be reserved for many).
 const PODS_AT_ONCE: usize = 8;
 
+/// What a call read.
+#[derive(Debug)]
+pub struct Fetched {
+    /// The claims, in the call's order.
+    pub claims: Vec<ClaimInput>,
+    /// Reserved pods the cache answered for, not read with a GET.
+    pub pods_cached: usize,
+}
+
 /// Reads the claims and their pods: this driver's (`driver_name`) results only. Any claim
 /// that is missing, replaced or not allocated fails the whole call.
 pub async fn fetch(
     client: &kube::Client,
     driver_name: &str,
+    cache: &PodCache,
     ids: &[ClaimId],
-) -> Result<Vec<ClaimInput>, CallError> {
+) -> Result<Fetched, CallError> {
     // The futures made before any is polled: a closure held across the awaits would have
     // to be general over lifetimes, which the service's Send bound cannot prove.
     let reads: Vec<_> = ids
         .iter()
-        .map(|id| fetch_one(client, driver_name, id))
+        .map(|id| fetch_one(client, driver_name, cache, id))
         .collect();
-    futures::stream::iter(reads)
+    let claims: Vec<(ClaimInput, usize)> = futures::stream::iter(reads)
         .buffered(CLAIMS_AT_ONCE)
         .try_collect()
-        .await
+        .await?;
+    let pods_cached = claims.iter().map(|(_, n)| n).sum();
+    Ok(Fetched {
+        claims: claims.into_iter().map(|(c, _)| c).collect(),
+        pods_cached,
+    })
 }
 
-/// One claim and the pods it is reserved for.
+/// One claim and the pods it is reserved for, and how many of those the cache gave.
 async fn fetch_one(
     client: &kube::Client,
     driver_name: &str,
+    cache: &PodCache,
     id: &ClaimId,
-) -> Result<ClaimInput, CallError> {
+) -> Result<(ClaimInput, usize), CallError> {
     let claims: Api<ResourceClaim> = Api::namespaced(client.clone(), &id.namespace);
     let claim = claims
         .get_opt(&id.name)
@@ -96,30 +115,35 @@ async fn fetch_one(
         })
         .unwrap_or_default();
     let configs = devices.and_then(|d| d.config.clone()).unwrap_or_default();
-    let (pods, pod_errors) = reserved_pods(client, id, status).await;
-    Ok(ClaimInput {
+    let (pods, pod_errors, cached) = reserved_pods(client, cache, id, status).await;
+    let input = ClaimInput {
         id: id.clone(),
         results,
         configs,
         pods,
         pod_errors,
-    })
+    };
+    Ok((input, cached))
 }
 
-/// The pods a claim is reserved for, in its `reservedFor` order, and the errors of those
-/// that could not be read.
+/// The pods a claim is reserved for, in its `reservedFor` order, the errors of those that
+/// could not be read, and how many the cache gave.
 async fn reserved_pods(
     client: &kube::Client,
+    cache: &PodCache,
     id: &ClaimId,
     status: Option<&ResourceClaimStatus>,
-) -> (Vec<PodUse>, Vec<String>) {
+) -> (Vec<PodUse>, Vec<String>, usize) {
     let pods_api: Api<Pod> = Api::namespaced(client.clone(), &id.namespace);
     let reads: Vec<_> = status
         .and_then(|s| s.reserved_for.as_deref())
         .unwrap_or_default()
         .iter()
         .filter(|r| r.resource == "pods" && r.api_group.as_deref().is_none_or(str::is_empty))
-        .map(|r| get_pod(&pods_api, &r.name, &r.uid))
+        .map(|r| {
+            let cached = cache.pod_use(&id.namespace, &r.name, &r.uid, &id.name);
+            read_pod(&pods_api, &r.name, &r.uid, cached)
+        })
         .collect();
     let read: Vec<_> = futures::stream::iter(reads)
         .buffered(PODS_AT_ONCE)
@@ -127,9 +151,14 @@ async fn reserved_pods(
         .await;
     let mut pods = Vec::new();
     let mut pod_errors = Vec::new();
+    let mut cached = 0;
     for (name, uid, got) in read {
         match got {
-            Ok(Some(p)) if p.metadata.uid.as_deref() == Some(uid) => {
+            Ok(Read::Cached(u)) => {
+                cached += 1;
+                pods.push(u)
+            }
+            Ok(Read::Got(Some(p))) if p.metadata.uid.as_deref() == Some(uid) => {
                 pods.extend(pod_use(&p, &id.name))
             }
             // Gone or replaced: it will never run a container with this claim.
@@ -137,14 +166,26 @@ async fn reserved_pods(
             Err(e) => pod_errors.push(format!("pod {}/{name}: {e}", id.namespace)),
         }
     }
-    (pods, pod_errors)
+    (pods, pod_errors, cached)
 }
 
-/// One reserved pod, with the name and UID it was reserved under.
-async fn get_pod<'a>(
+/// A reserved pod: its use of the claim from the cache, or what a GET found.
+enum Read {
+    Cached(PodUse),
+    Got(Option<Box<Pod>>),
+}
+
+/// One reserved pod, with the name and UID it was reserved under: the cache's answer, or a
+/// GET where it had none.
+async fn read_pod<'a>(
     api: &Api<Pod>,
     name: &'a str,
     uid: &'a str,
-) -> (&'a str, &'a str, kube::Result<Option<Pod>>) {
-    (name, uid, api.get_opt(name).await)
+    cached: Option<PodUse>,
+) -> (&'a str, &'a str, kube::Result<Read>) {
+    let got = match cached {
+        Some(u) => Ok(Read::Cached(u)),
+        None => api.get_opt(name).await.map(|p| Read::Got(p.map(Box::new))),
+    };
+    (name, uid, got)
 }

@@ -14,11 +14,13 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use k8s_openapi::api::core::v1::Pod;
 use serde_json::{json, Value};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
 use super::errors::CallError;
 use super::fetch::fetch;
+use super::pods::PodCache;
 use crate::model::ClaimId;
 
 const NS: &str = "ns";
@@ -157,7 +159,10 @@ async fn claims_come_back_in_the_calls_order_read_concurrently_and_bounded() {
     }
     let (client, fake) = fake.serve(Duration::from_millis(20)).await;
     let ids: Vec<ClaimId> = names.iter().map(|n| id(n)).collect();
-    let got = fetch(&client, DRIVER, &ids).await.unwrap();
+    let got = fetch(&client, DRIVER, &PodCache::default(), &ids)
+        .await
+        .unwrap()
+        .claims;
     assert_eq!(got.iter().map(|c| c.id.clone()).collect::<Vec<_>>(), ids);
     for c in &got {
         assert_eq!(c.results.len(), 1, "only this driver's results");
@@ -190,7 +195,11 @@ async fn the_first_failing_claim_in_the_calls_order_fails_the_call() {
     let call = |names: &[&str]| {
         let ids: Vec<ClaimId> = names.iter().map(|n| id(n)).collect();
         let client = client.clone();
-        async move { fetch(&client, DRIVER, &ids).await.unwrap_err() }
+        async move {
+            fetch(&client, DRIVER, &PodCache::default(), &ids)
+                .await
+                .unwrap_err()
+        }
     };
     let e = call(&["ok", "replaced", "missing"]).await;
     assert!(
@@ -217,14 +226,53 @@ async fn an_unreadable_pod_is_a_pod_error_and_a_gone_or_replaced_one_is_skipped(
     fake.objects.remove(&Fake::pod_path("shared-pod-1"));
     fake.pod("shared", "shared-pod-2", "a-new-pod-uid");
     let (client, _fake) = fake.serve(Duration::from_millis(5)).await;
-    let got = fetch(&client, DRIVER, &[id("shared")]).await.unwrap();
-    let c = &got[0];
+    let got = fetch(&client, DRIVER, &PodCache::default(), &[id("shared")])
+        .await
+        .unwrap();
+    let c = &got.claims[0];
     assert_eq!(
         c.pods.iter().map(|p| p.name.as_str()).collect::<Vec<_>>(),
         ["shared-pod-3"]
     );
     assert_eq!(c.pod_errors.len(), 1, "{:?}", c.pod_errors);
     assert!(c.pod_errors[0].contains("shared-pod-0"));
+}
+
+#[tokio::test]
+async fn a_cached_pod_that_references_the_claim_saves_its_get_and_any_other_is_read() {
+    let mut fake = Fake::default();
+    fake.claim("c", 4);
+    let cached = |fake: &Fake, i: usize| -> Pod {
+        let (_, v) = &fake.objects[&Fake::pod_path(&format!("c-pod-{i}"))];
+        serde_json::from_value(v.clone()).unwrap()
+    };
+    // pod 0 is cached as it is, and the server no longer has it: only the cache can
+    // answer. Pod 1 is cached under an older UID, pod 2 from before its claim reference
+    // counted (no `resourceClaims`), pod 3 not at all: those three are read.
+    let p0 = cached(&fake, 0);
+    let mut p1 = cached(&fake, 1);
+    p1.metadata.uid = Some("an-older-uid".into());
+    let mut p2 = cached(&fake, 2);
+    p2.spec.as_mut().unwrap().resource_claims = None;
+    fake.objects.remove(&Fake::pod_path("c-pod-0"));
+    let cache = PodCache::with(vec![p0, p1, p2]);
+    let (client, fake) = fake.serve(Duration::from_millis(1)).await;
+    let got = fetch(&client, DRIVER, &cache, &[id("c")]).await.unwrap();
+    assert_eq!(got.pods_cached, 1);
+    let c = &got.claims[0];
+    assert_eq!(
+        c.pods.iter().map(|p| p.name.as_str()).collect::<Vec<_>>(),
+        ["c-pod-0", "c-pod-1", "c-pod-2", "c-pod-3"],
+        "in reservedFor's order"
+    );
+    assert_eq!(c.pods[0].uid, "c-pod-0-uid");
+    assert_eq!(c.pods[0].containers.len(), 1);
+    assert!(c.pod_errors.is_empty(), "{:?}", c.pod_errors);
+    assert_eq!(
+        fake.gets.load(Ordering::SeqCst),
+        1 + 3,
+        "the claim and three pods"
+    );
 }
 
 /// The API reads of a 100-claim call, each GET answered after 1 ms, against the same reads
@@ -240,17 +288,26 @@ async fn timing() {
     }
     let (client, _fake) = fake.serve(Duration::from_millis(1)).await;
     let ids: Vec<ClaimId> = names.iter().map(|n| id(n)).collect();
-    fetch(&client, DRIVER, &ids).await.unwrap();
+    fetch(&client, DRIVER, &PodCache::default(), &ids)
+        .await
+        .unwrap();
     let (mut conc, mut seq) = (Vec::new(), Vec::new());
     for _ in 0..5 {
         let t = std::time::Instant::now();
-        fetch(&client, DRIVER, &ids).await.unwrap();
+        fetch(&client, DRIVER, &PodCache::default(), &ids)
+            .await
+            .unwrap();
         conc.push(t.elapsed().as_secs_f64() * 1e3);
         let t = std::time::Instant::now();
         for id in &ids {
-            fetch(&client, DRIVER, std::slice::from_ref(id))
-                .await
-                .unwrap();
+            fetch(
+                &client,
+                DRIVER,
+                &PodCache::default(),
+                std::slice::from_ref(id),
+            )
+            .await
+            .unwrap();
         }
         seq.push(t.elapsed().as_secs_f64() * 1e3);
     }

@@ -9,6 +9,8 @@ mod errors;
 mod fetch;
 #[cfg(test)]
 mod fetch_tests;
+mod pods;
 
 pub use call::{Edge, DEFAULT_MARGIN, KUBELET_DEADLINE};
 pub use errors::{CallError, ClaimFailure, ClaimOutcome};
+pub use pods::PodCache;

@@ -27,6 +27,7 @@ mod config_doc;
 mod driver_apiserver;
 mod driver_deadline;
 mod driver_events;
+mod driver_pod_cache;
 mod dynamic_mig;
 mod fake_imex;
 mod fake_mps;

@@ -138,6 +138,11 @@ spec:
               value: "true"
             {{- end }}
             {{- end }}
+            {{- if .Values.podCache }}
+            # The node's pods from a watch (values: podCache; the role's list and watch).
+            - name: GRAFT_POD_CACHE
+              value: "true"
+            {{- end }}
             # Log lines as text or one JSON object each (values: logFormat).
             - name: GRAFT_LOG_FORMAT
               value: {{ .Values.logFormat | quote }}
