@@ -89,27 +89,6 @@ pub fn read_handle(handle: &Handle, path: &str, max: u64) -> anyhow::Result<Vec<
 /// Replaces `name` in `dir` with a regular file holding `data`: a fresh temporary file
 /// beside it, then a rename over it, so readers see the old or the new file, never half.
 pub fn write_atomic(dir: BorrowedFd<'_>, name: &str, data: &[u8], mode: u32) -> anyhow::Result<()> {
-    write_atomic_inner(dir, name, data, mode, false)
-}
-
-/// As [`write_atomic`], with the new file's data on disk (`fsync`) before it is renamed
-/// into place: for a file whose earlier writer synced it (ldconfig syncs the cache).
-pub fn write_atomic_synced(
-    dir: BorrowedFd<'_>,
-    name: &str,
-    data: &[u8],
-    mode: u32,
-) -> anyhow::Result<()> {
-    write_atomic_inner(dir, name, data, mode, true)
-}
-
-fn write_atomic_inner(
-    dir: BorrowedFd<'_>,
-    name: &str,
-    data: &[u8],
-    mode: u32,
-    sync: bool,
-) -> anyhow::Result<()> {
     check_name(name)?;
     let (tmp, fd) = create_temp(dir, name, mode)?;
     let done = (|| -> anyhow::Result<()> {
@@ -117,9 +96,6 @@ fn write_atomic_inner(
         // Explicit, so the result does not depend on the runtime's umask.
         fchmod(&file, Mode::from_bits_truncate(mode)).context("setting the file mode")?;
         file.write_all(data).context("writing")?;
-        if sync {
-            file.sync_all().context("syncing")?;
-        }
         renameat(dir, tmp.as_str(), dir, name).context("renaming it into place")?;
         Ok(())
     })();
