@@ -13,6 +13,7 @@ mod cache;
 pub mod containers;
 pub mod devices;
 mod dirsync;
+pub mod driver_dir;
 pub mod env;
 mod error;
 mod format;

@@ -2,15 +2,18 @@
 //! createContainer with a fixed environment, and given exactly the arguments graft-driver
 //! emits. graft-hook runs as root on the host, so each argument it would act on there is
 //! pinned: `--ldconfig` is the node's ldconfig, `--params-copy` the state directory's
-//! params path, and the flags that name a host root or host file (`--rootfs`,
+//! params path, `--driver-dir` the prepared directory's fixed place in the container,
+//! `--driver-file` a path a mount could replace; and the flags that name a host root or host file (`--rootfs`,
 //! `--host-params`) are never accepted.
 
 use std::path::Path;
 
+use super::mounts::check_destination;
 use super::InjectionPolicy;
+use crate::driver_dir;
 use crate::error::InvalidRecord;
 use crate::format::{Hook, HookStage};
-use crate::paths::is_clean_absolute;
+use crate::paths::{is_clean_absolute, is_under};
 
 /// `argv[0]` of every hook graft emits.
 pub const HOOK_NAME: &str = "graft-hook";
@@ -49,6 +52,11 @@ enum Value {
     ParamsCopy,
     /// A driver version: letters, digits, dots, dashes.
     Version,
+    /// Where the driver's prepared directory is in the container (`driver_dir`).
+    DriverDir,
+    /// A driver file's usual path, which graft-hook links to its copy: a path a mount
+    /// could have as its destination, outside the prepared directory.
+    DriverFile,
 }
 
 /// The flags graft-driver emits per subcommand, each with whether it may repeat.
@@ -64,6 +72,8 @@ fn flags(subcommand: &str) -> &'static [(&'static str, Value, bool)] {
             LDCONFIG,
             PARAMS,
             ("--driver-version", Value::Version, false),
+            ("--driver-dir", Value::DriverDir, false),
+            ("--driver-file", Value::DriverFile, true),
         ],
         "create-symlinks" => &[LINK],
         "update-ldcache" => &[LDCONFIG, FOLDER],
@@ -193,6 +203,10 @@ enum BadValue {
     NotTheParamsCopy(String),
     #[error("is not a driver version")]
     NotAVersion,
+    #[error("is not {0:?}, where the driver's prepared directory is")]
+    NotTheDriverDir(&'static str),
+    #[error("is not a path graft-hook may link: {0}")]
+    BadDriverFile(String),
 }
 
 fn check_value(p: &InjectionPolicy, kind: Value, v: &str) -> Result<(), BadValue> {
@@ -222,6 +236,18 @@ fn check_value(p: &InjectionPolicy, kind: Value, v: &str) -> Result<(), BadValue
             (v == want)
                 .then_some(())
                 .ok_or(BadValue::NotTheParamsCopy(want))
+        }
+        Value::DriverDir => (v == driver_dir::IN_CONTAINER)
+            .then_some(())
+            .ok_or(BadValue::NotTheDriverDir(driver_dir::IN_CONTAINER)),
+        Value::DriverFile => {
+            check_destination(v).map_err(|e| BadValue::BadDriverFile(e.to_string()))?;
+            if is_under(v, driver_dir::IN_CONTAINER) || is_under(driver_dir::IN_CONTAINER, v) {
+                return Err(BadValue::BadDriverFile(
+                    "it is, or holds, the prepared directory".into(),
+                ));
+            }
+            Ok(())
         }
         Value::Version => (v.len() <= 64
             && v.bytes()

@@ -210,4 +210,6 @@ pub fn params_copy_path(state_dir: &Path, container_id: &str) -> Option<std::pat
 }
 
 #[cfg(test)]
+mod driver_dir_tests;
+#[cfg(test)]
 mod tests;

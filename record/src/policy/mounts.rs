@@ -1,5 +1,6 @@
 //! Which binds a record may add. Sources: the node's allowed roots, and of graft's state
-//! directory only what graft serves from it (an MPS tenancy's pipe and shm directories);
+//! directory only what graft serves from it (an MPS tenancy's pipe and shm directories, the
+//! NVIDIA driver's prepared directories);
 //! nothing that holds the state directory or graft-hook. Options: a fixed list that always
 //! includes `nosuid` and `nodev`. Destinations: never `/`, `/dev` itself, the container's
 //! identity and name-service files, its service-account credentials, or `/proc` and `/sys`.
@@ -7,6 +8,7 @@
 use std::path::Path;
 
 use super::InjectionPolicy;
+use crate::driver_dir;
 use crate::error::InvalidRecord;
 use crate::format::Mount;
 use crate::paths::{is_clean_absolute, is_under};
@@ -72,7 +74,8 @@ pub const PROTECTED_DESTINATIONS: &[&str] = &[
     "/run/secrets/eks.amazonaws.com",
 ];
 /// What graft serves from its state directory, below it: `mps/<gpu uuid>/t-<n>/pipe` and
-/// `.../shm`, an MPS tenancy's directories (graft-driver's `mps` module).
+/// `.../shm`, an MPS tenancy's directories (graft-driver's `mps` module), and
+/// `nvidia/driver/<key>`, a driver version's prepared files (`crate::driver_dir`).
 const MPS_DIR: &str = "mps";
 const MPS_ENTRIES: &[&str] = &["pipe", "shm"];
 
@@ -96,6 +99,20 @@ fn served_from_state(state: &str, source: &str) -> bool {
     };
     matches!(parts.as_slice(), [m, u, t, e]
         if *m == MPS_DIR && uuid_ok(u) && tenancy_ok(t) && MPS_ENTRIES.contains(e))
+        || driver_copy(state, source)
+}
+
+/// Whether `source` is a driver's prepared directory, `<state>/nvidia/driver/<key>`.
+fn driver_copy(state: &str, source: &str) -> bool {
+    let base = format!(
+        "{}/{}",
+        state.trim_end_matches('/'),
+        driver_dir::BELOW_STATE
+    );
+    source
+        .strip_prefix(&base)
+        .and_then(|r| r.strip_prefix('/'))
+        .is_some_and(driver_dir::is_key)
 }
 
 pub(super) fn check(p: &InjectionPolicy, f: &str, m: &Mount) -> Result<(), InvalidRecord> {
@@ -137,7 +154,8 @@ pub(super) fn check(p: &InjectionPolicy, f: &str, m: &Mount) -> Result<(), Inval
                 "source",
                 format!(
                     "mount source {src:?} is in graft's state directory but not a directory \
-                     graft serves from it (an MPS tenancy's pipe or shm)"
+                     graft serves from it (an MPS tenancy's pipe or shm, a driver's prepared \
+                     directory)"
                 ),
             );
         }
@@ -178,13 +196,20 @@ pub(super) fn check(p: &InjectionPolicy, f: &str, m: &Mount) -> Result<(), Inval
     if has("ro") && has("rw") {
         return bad("options", "both ro and rw given".to_string());
     }
+    // Every GPU container shares it: a writable bind would be a channel between tenants.
+    if is_under(src, &p.state_dir) && driver_copy(&p.state_dir, src) && !has("ro") {
+        return bad(
+            "options",
+            format!("mount of the driver's prepared directory {src:?} lacks ro"),
+        );
+    }
     Ok(())
 }
 
 /// Why a mount destination is refused; the message follows "mount destination ... is not
 /// allowed: ".
 #[derive(Debug, thiserror::Error)]
-enum BadDestination {
+pub(super) enum BadDestination {
     #[error("not a clean absolute path")]
     Unclean,
     #[error("it would replace the container's root or its device directory")]
@@ -195,7 +220,7 @@ enum BadDestination {
     Protected(&'static str),
 }
 
-fn check_destination(d: &str) -> Result<(), BadDestination> {
+pub(super) fn check_destination(d: &str) -> Result<(), BadDestination> {
     // Clean: runc resolves it in the container's root, and `..` must not walk a rule.
     if !is_clean_absolute(d) {
         return Err(BadDestination::Unclean);
