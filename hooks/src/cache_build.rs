@@ -58,8 +58,11 @@ pub enum Outcome {
     Fallback(String),
 }
 
-/// Merges the libraries in `folders` (earlier folders win) into the root's cache.
-pub fn rebuild(root: &Root, folders: &[String]) -> anyhow::Result<Outcome> {
+/// Merges the libraries in `folders` (earlier folders win) into the root's cache. With
+/// `copies` (the driver's prepared directory), each folder's copies there come first,
+/// each named by its usual path, which graft-hook linked to the copy (`copies`): the
+/// folder itself holds only links to them, which [`scan`] does not follow.
+pub fn rebuild(root: &Root, folders: &[String], copies: Option<&str>) -> anyhow::Result<Outcome> {
     let etc = inroot::mkdir_all(root, "/etc")?;
     let data = match read_cache(etc.as_fd()) {
         Ok(d) => d,
@@ -78,9 +81,12 @@ pub fn rebuild(root: &Root, folders: &[String]) -> anyhow::Result<Outcome> {
     }
     let mut driver: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
     for f in folders {
-        match scan(root, f)? {
-            Ok(found) => driver.extend(found),
-            Err(why) => return Ok(Outcome::Fallback(why)),
+        let copy = copies.map(|dir| format!("{}{f}", dir.trim_end_matches('/')));
+        for at in copy.iter().chain(std::iter::once(f)) {
+            match scan(root, at, f)? {
+                Ok(found) => driver.extend(found),
+                Err(why) => return Ok(Outcome::Fallback(why)),
+            }
         }
     }
     let flags = graft_ldcache::native_flags();
@@ -129,10 +135,15 @@ fn read_cache(etc: BorrowedFd<'_>) -> Result<Vec<u8>, String> {
         .map_err(|e| format!("{e:#}"))
 }
 
-/// The `(soname, path)` of each library in `folder`, one per soname; the inner `Err` is a
-/// reason to fall back. A folder that is not there has none.
+/// The `(soname, path)` of each library in `folder`, one per soname, each path as if in
+/// `shown` (the folder itself, or the usual folder of a prepared copy); the inner `Err` is
+/// a reason to fall back. A folder that is not there has none.
 #[allow(clippy::type_complexity)]
-fn scan(root: &Root, folder: &str) -> anyhow::Result<Result<Vec<(Vec<u8>, Vec<u8>)>, String>> {
+fn scan(
+    root: &Root,
+    folder: &str,
+    shown: &str,
+) -> anyhow::Result<Result<Vec<(Vec<u8>, Vec<u8>)>, String>> {
     let handle = match root.resolve(folder) {
         Ok(h) => h,
         Err(e) if inroot::is_errno(&e, libc::ENOENT) => return Ok(Ok(Vec::new())),
@@ -159,7 +170,7 @@ fn scan(root: &Root, folder: &str) -> anyhow::Result<Result<Vec<(Vec<u8>, Vec<u8
         };
         let linked = present.contains(key.as_slice());
         let target = if linked { key.as_slice() } else { file };
-        let mut path = folder.trim_end_matches('/').as_bytes().to_vec();
+        let mut path = shown.trim_end_matches('/').as_bytes().to_vec();
         path.push(b'/');
         path.extend_from_slice(target);
         // Two files with one soname: the one its soname link names, else the higher version.

@@ -1,6 +1,8 @@
 //! `nvidia-container`: everything a GPU container needs from a hook, in one process (each
 //! hook is a process the runtime starts while the container waits):
 //!
+//! 0. with `--driver-dir`, each driver file's usual path linked to its copy in the
+//!    read-only directory graft-driver prepared (see `copies`);
 //! 1. the driver's library links (as `create-symlinks`), each only when its target was
 //!    mounted (the links of every capability are given; the claim chose which are mounted);
 //! 2. the linker: when the image ships a newer CUDA's compat libcuda, its directory goes
@@ -14,7 +16,7 @@
 use std::path::{Path, PathBuf};
 
 use crate::rootfs::Container;
-use crate::{compat, inroot, ldcache, linker, params, symlinks};
+use crate::{compat, copies, inroot, ldcache, linker, params, symlinks};
 
 pub struct Options {
     pub links: Vec<String>,
@@ -26,6 +28,11 @@ pub struct Options {
     /// The host driver's version, for CUDA forward compatibility; `None`: off.
     pub driver_version: Option<String>,
     pub compat_dir: String,
+    /// Where the prepared directory is in the container; `None`: the files were mounted
+    /// one by one.
+    pub driver_dir: Option<String>,
+    /// The usual paths of the files in it.
+    pub driver_files: Vec<String>,
 }
 
 /// What step 2 decided, for tests and the error messages.
@@ -42,8 +49,11 @@ pub enum Linker {
 
 pub fn run(container: &Container, o: &Options) -> anyhow::Result<Linker> {
     let rootfs = &container.rootfs;
-    symlinks::create_present(rootfs, &o.links)?;
     let root = inroot::open_root(rootfs)?;
+    if let Some(dir) = &o.driver_dir {
+        copies::link(&root, dir, &o.driver_files)?;
+    }
+    symlinks::create_present(rootfs, &o.links)?;
     let compat = match &o.driver_version {
         Some(v) => compat::newer_compat_dir(&root, &o.compat_dir, v)?,
         None => None,
@@ -67,7 +77,7 @@ pub fn run(container: &Container, o: &Options) -> anyhow::Result<Linker> {
         Linker::Rebuilt(why) => {
             // The compat directory first: the first directory's library wins.
             let folders: Vec<String> = compat.into_iter().chain(o.folders.clone()).collect();
-            match ldcache::refresh(rootfs, &o.ldconfig, &folders)? {
+            match ldcache::refresh(rootfs, &o.ldconfig, &folders, o.driver_dir.as_deref())? {
                 None => Linker::Rebuilt(why),
                 Some(fallback) => Linker::Ldconfig(why, fallback),
             }
@@ -107,6 +117,8 @@ mod tests {
             container_id: "c1".into(),
             driver_version: Some("580.95.05".into()),
             compat_dir: compat::DEFAULT_DIR.into(),
+            driver_dir: None,
+            driver_files: Vec::new(),
         }
     }
 

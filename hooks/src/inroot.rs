@@ -132,6 +132,17 @@ pub fn ensure_symlink(dir: BorrowedFd<'_>, name: &str, target: &str) -> anyhow::
     bail!("the entry kept changing while it was being linked")
 }
 
+/// `name` in `dir` made a symlink to `target`, whatever the image had there (a file or a
+/// link is replaced in one rename; a directory is an error, as a bind of a file over it
+/// would be). Returns whether it changed.
+pub fn force_symlink(dir: BorrowedFd<'_>, name: &str, target: &str) -> anyhow::Result<bool> {
+    check_name(name)?;
+    match readlinkat(dir, name) {
+        Ok(current) if current == OsStr::new(target) => Ok(false),
+        _ => replace_symlink(dir, name, target).map(|()| true),
+    }
+}
+
 fn replace_symlink(dir: BorrowedFd<'_>, name: &str, target: &str) -> anyhow::Result<()> {
     for _ in 0..TEMP_TRIES {
         let tmp = temp_name(name);

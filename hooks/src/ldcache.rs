@@ -39,6 +39,7 @@ pub fn refresh(
     rootfs: &Path,
     ldconfig: &Path,
     folders: &[String],
+    copies: Option<&str>,
 ) -> anyhow::Result<Option<String>> {
     if !ldconfig.is_absolute() {
         bail!(
@@ -48,7 +49,7 @@ pub fn refresh(
     }
     write_config(rootfs, folders)?;
     let root = inroot::open_root(rootfs)?;
-    match cache_build::rebuild(&root, folders)? {
+    match cache_build::rebuild(&root, folders, copies)? {
         Outcome::Written { .. } => Ok(None),
         Outcome::Fallback(why) => {
             run_ldconfig(rootfs, ldconfig)?;

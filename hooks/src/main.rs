@@ -7,8 +7,9 @@
 //! no dynamic loader runs and no `LD_PRELOAD` applies.
 //!
 //! - `nvidia-container --link ... --folder ... --ldconfig PATH --params-copy PATH
-//!   [--driver-version V]`: all of a GPU container's work in one process (see
-//!   `container`): the links, the linker cache only when the image needs it (or CUDA
+//!   [--driver-version V] [--driver-dir DIR --driver-file PATH ...]`: all of a GPU
+//!   container's work in one process (see `container`): the driver files' links into the
+//!   prepared directory (`copies`), the library links, the linker cache only when the image needs it (or CUDA
 //!   forward compatibility asks for it; merged by graft-hook itself, ldconfig only as the
 //!   fallback), and the device-node settings hidden;
 //! - `create-symlinks --link TARGET::LINK ...`: the driver's library symlinks;
@@ -20,6 +21,7 @@
 mod cache_build;
 mod compat;
 mod container;
+mod copies;
 #[cfg(test)]
 mod hostile_tests;
 mod inroot;
@@ -75,6 +77,12 @@ enum Command {
         driver_version: Option<String>,
         #[arg(long, default_value = compat::DEFAULT_DIR)]
         cuda_compat_dir: String,
+        /// Where the driver's prepared directory is bound in the container.
+        #[arg(long)]
+        driver_dir: Option<String>,
+        /// A driver file's usual path, made a link to its copy in --driver-dir.
+        #[arg(long = "driver-file", requires = "driver_dir")]
+        driver_files: Vec<String>,
         /// graft-hook's own tests only (another params file than the driver's).
         #[arg(long, hide = true)]
         host_params: Option<PathBuf>,
@@ -163,6 +171,8 @@ fn run(args: Args) -> anyhow::Result<()> {
             container_id,
             driver_version,
             cuda_compat_dir,
+            driver_dir,
+            driver_files,
             host_params: _,
         } => {
             let id = container_id_of(container_id, container.id.clone())?;
@@ -175,6 +185,8 @@ fn run(args: Args) -> anyhow::Result<()> {
                 container_id: id,
                 driver_version,
                 compat_dir: cuda_compat_dir,
+                driver_dir,
+                driver_files,
             };
             container::run(&container, &o).map(|_| ())
         }

@@ -24,7 +24,7 @@ fn cache(f: &Fixture) -> Vec<(String, String)> {
 fn rebuild_in(f: &Fixture, folders: &[&str]) -> Outcome {
     let root = inroot::open_root(&f.root).unwrap();
     let folders: Vec<String> = folders.iter().map(|s| s.to_string()).collect();
-    rebuild(&root, &folders).unwrap()
+    rebuild(&root, &folders, None).unwrap()
 }
 
 fn pair(k: &str, v: &str) -> (String, String) {
@@ -222,7 +222,12 @@ fn glibc_loaders_find_the_merged_libraries() {
         let cache_path = root.join("etc/ld.so.cache");
         let image = std::fs::read(&cache_path).unwrap();
         assert_eq!(chroot(&root, &["/prog-gt"]).0, Some(127), "{root:?}");
-        let r = rebuild(&inroot::open_root(&root).unwrap(), &["/opt/gt".into()]).unwrap();
+        let r = rebuild(
+            &inroot::open_root(&root).unwrap(),
+            &["/opt/gt".into()],
+            None,
+        )
+        .unwrap();
         assert!(
             matches!(r, Outcome::Written { driver: 1, image } if image > 1),
             "{root:?}: {r:?}"
@@ -261,7 +266,12 @@ fn glibc_loaders_find_the_merged_libraries() {
             ..entries[0].clone()
         });
         std::fs::write(&cache_path, graft_ldcache::build(&entries).unwrap()).unwrap();
-        let r = rebuild(&inroot::open_root(&root).unwrap(), &["/opt/gt".into()]).unwrap();
+        let r = rebuild(
+            &inroot::open_root(&root).unwrap(),
+            &["/opt/gt".into()],
+            None,
+        )
+        .unwrap();
         assert!(
             matches!(
                 r,
@@ -280,4 +290,34 @@ fn glibc_loaders_find_the_merged_libraries() {
         checked += 1;
     }
     assert!(checked > 0);
+}
+
+#[test]
+fn prepared_copies_are_found_and_named_by_their_usual_path() {
+    let f = Fixture::new();
+    let copies = "/usr/lib/graft-nvidia";
+    elf(
+        &f,
+        &format!("{copies}{LIB}/libcuda.so.580.95.05"),
+        Some("libcuda.so.1"),
+    );
+    // What graft-hook linked: the usual path to the copy, the soname link beside it.
+    f.link(
+        &format!("{LIB}/libcuda.so.580.95.05"),
+        &format!("{copies}{LIB}/libcuda.so.580.95.05"),
+    );
+    f.link(&format!("{LIB}/libcuda.so.1"), "libcuda.so.580.95.05");
+    let root = inroot::open_root(&f.root).unwrap();
+    let out = rebuild(&root, &[LIB.to_string()], Some(copies)).unwrap();
+    assert_eq!(
+        out,
+        Outcome::Written {
+            driver: 1,
+            image: 0
+        }
+    );
+    assert_eq!(
+        cache(&f),
+        [pair("libcuda.so.1", &format!("{LIB}/libcuda.so.580.95.05"))]
+    );
 }
