@@ -118,6 +118,7 @@ fn main() -> anyhow::Result<()> {
             ldconfig: "/sbin/ldconfig".into(),
             params_copy: state.join("nvidia/params").to_string_lossy().into_owned(),
         },
+        driver_copies: None,
         imex_channels: 0,
         passthrough: false,
         dynamic_mig: GpuSelection::parse("5").map_err(anyhow::Error::msg)?,

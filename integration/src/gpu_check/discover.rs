@@ -58,6 +58,7 @@ pub fn config(opts: &Options) -> NvidiaConfig {
                 .to_string_lossy()
                 .into_owned(),
         },
+        driver_copies: None,
         imex_channels: 0,
         passthrough: false,
         dynamic_mig: Default::default(),

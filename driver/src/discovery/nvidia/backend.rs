@@ -134,6 +134,7 @@ fn config(node: &Node, flags: &NvidiaFlags) -> NvidiaConfig {
                 .display()
                 .to_string(),
         },
+        driver_copies: Some(graft_record::driver_dir::base(&node.state_dir)),
         imex_channels: flags.nvidia_imex_channels,
         passthrough: flags.nvidia_passthrough,
         dynamic_mig: flags.nvidia_dynamic_mig.clone(),

@@ -21,6 +21,9 @@ pub struct NvidiaConfig {
     pub dev_root: PathBuf,
     /// Where graft-hook and the tools it runs live on the host.
     pub hook: HookConfig,
+    /// Where the driver's prepared directories are kept (`<state>/nvidia/driver`, one path
+    /// on the host and here); `None`: each driver file is mounted on its own.
+    pub driver_copies: Option<PathBuf>,
     /// How many IMEX channels to offer when the node is in a fabric clique.
     pub imex_channels: u32,
     /// Offer GPUs for VFIO passthrough.

@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 use graft_record::{ContainerEdits, DeviceNode, EnvVar, Mount};
 
 use super::hook_edits::{container_hook, HookConfig};
+use super::prepared::Prepared;
 use crate::discovery::nvidia::driver_files::{
     Capability, CapabilityFile, DriverFile, DriverFiles, Roots,
 };
@@ -57,7 +58,8 @@ pub fn imex_node(major: u32, channel: u32) -> DeviceNode {
 }
 
 /// What every GPU or MIG device brings besides its own nodes: control nodes, the driver's
-/// compute and utility files, firmware and sockets, the environment and the hooks.
+/// compute and utility files and firmware (one prepared directory when there is one, else
+/// a mount each), the sockets, the environment and the hooks.
 /// Identical for every device of a node, so that graft-nri's merge keeps one copy per
 /// container.
 pub fn common(
@@ -66,6 +68,7 @@ pub fn common(
     majors: &BTreeMap<String, u32>,
     has_modeset: bool,
     hook: &HookConfig,
+    prepared: Option<&Prepared>,
 ) -> ContainerEdits {
     let mut e = ContainerEdits::default();
     e.device_nodes.push(char_node(
@@ -96,13 +99,16 @@ pub fn common(
             NODE_MODE,
         ));
     }
-    e.mounts = default_mounts(roots, files);
+    e.mounts = match prepared {
+        Some(p) => prepared_mounts(roots, files, p),
+        None => default_mounts(roots, files),
+    };
     // Keeps the legacy NVIDIA runtime hook, if the node has one, from injecting again.
     e.env.push(EnvVar {
         name: "NVIDIA_VISIBLE_DEVICES".into(),
         value: "void".into(),
     });
-    e.hooks.push(container_hook(files, hook));
+    e.hooks.push(container_hook(files, hook, prepared));
     e
 }
 
@@ -125,10 +131,32 @@ pub fn default_mounts(roots: &Roots, files: &DriverFiles) -> Vec<Mount> {
     for p in &files.firmware {
         mounts.push(bind(roots, &in_place(p), DRIVER_MOUNT_OPTIONS));
     }
-    for p in &files.sockets {
-        mounts.push(bind(roots, &in_place(p), IPC_MOUNT_OPTIONS));
-    }
+    mounts.extend(sockets(roots, files));
     mounts
+}
+
+/// With a prepared directory: it, bound read-only where graft-hook links its files to, and
+/// the sockets (a socket cannot be copied).
+pub fn prepared_mounts(roots: &Roots, files: &DriverFiles, p: &Prepared) -> Vec<Mount> {
+    let mut mounts = vec![Mount {
+        source: p.path.to_string_lossy().into_owned(),
+        destination: graft_record::driver_dir::IN_CONTAINER.into(),
+        kind: "bind".into(),
+        options: DRIVER_MOUNT_OPTIONS.iter().map(|s| s.to_string()).collect(),
+    }];
+    mounts.extend(sockets(roots, files));
+    mounts
+}
+
+fn sockets<'a>(roots: &'a Roots, files: &'a DriverFiles) -> impl Iterator<Item = Mount> + 'a {
+    files.sockets.iter().map(|p| {
+        let f = DriverFile {
+            capability: Capability::Compute,
+            path: p.clone(),
+            destination: p.clone(),
+        };
+        bind(roots, &f, IPC_MOUNT_OPTIONS)
+    })
 }
 
 /// The edits of each other capability the node's driver has files for, keyed by its name

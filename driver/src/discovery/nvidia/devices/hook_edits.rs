@@ -7,6 +7,7 @@
 use graft_record::policy::{HOOK_ENV, HOOK_NAME};
 use graft_record::{Hook, HookStage};
 
+use super::prepared::Prepared;
 use crate::discovery::nvidia::driver_files::DriverFiles;
 
 /// Where graft-hook and the tools it runs live on the host.
@@ -24,12 +25,21 @@ pub struct HookConfig {
 /// The subcommand graft-hook runs for a GPU container.
 pub const SUBCOMMAND: &str = "nvidia-container";
 
-/// `graft-hook nvidia-container ...` for a node's driver files. An explicit, minimal
+/// `graft-hook nvidia-container ...` for a node's driver files, with `--driver-dir` and a
+/// `--driver-file` per file when they are in a prepared directory. An explicit, minimal
 /// environment: runc versions whose createContainer hooks inherit the container's
 /// environment would otherwise hand an image's LD_PRELOAD to a process that runs as root
 /// on the host.
-pub fn container_hook(files: &DriverFiles, hook: &HookConfig) -> Hook {
+pub fn container_hook(files: &DriverFiles, hook: &HookConfig, prepared: Option<&Prepared>) -> Hook {
     let mut args = vec![HOOK_NAME.to_string(), SUBCOMMAND.to_string()];
+    if let Some(p) = prepared {
+        args.push("--driver-dir".into());
+        args.push(graft_record::driver_dir::IN_CONTAINER.into());
+        for f in &p.files {
+            args.push("--driver-file".into());
+            args.push(f.clone());
+        }
+    }
     // Every capability's links: graft-hook makes those whose target the claim's mounts put
     // in the container, so one hook serves whatever capabilities a claim asks for.
     let optional = files.optional_symlinks.values().flatten();

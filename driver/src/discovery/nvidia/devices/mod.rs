@@ -30,6 +30,7 @@ mod partitions;
 mod passthrough;
 mod pci;
 mod per_gpu;
+mod prepared;
 mod scan;
 mod unread;
 
@@ -39,5 +40,6 @@ pub use hook_edits::{HookConfig, SUBCOMMAND};
 pub use identity::{Identity, Placement};
 pub use ledger::{MigLedger, Placements};
 pub use pci::{peers_attribute, read_trim, PciFunction, PciTree, NVIDIA_VENDOR};
+pub use prepared::{prepare, Prepared};
 pub use scan::{Built, NvidiaDiscovery};
 pub use unread::GpuDevices;

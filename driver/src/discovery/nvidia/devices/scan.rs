@@ -13,6 +13,7 @@ use super::imex;
 use super::ledger::MigLedger;
 use super::passthrough;
 use super::per_gpu;
+use super::prepared::prepare;
 use super::unread::{GpuDevices, Unread};
 use crate::discovery::nvidia::driver_files::{self, DriverFiles};
 use crate::discovery::nvidia::nvml::{self, FailedGpu, Inventory};
@@ -88,8 +89,22 @@ impl NvidiaDiscovery {
         }
         let has_modeset = c.dev_root.join("nvidia-modeset").exists();
         driver_files::warn_outside(&c.roots, &files, &driver_files::extra_roots_from_env());
+        let prepared = c.driver_copies.as_deref().and_then(|base| {
+            prepare(&c.roots, &files, base)
+                .inspect_err(|e| {
+                    tracing::warn!(error = %e, "cannot prepare the driver's files in one directory; mounting each on its own")
+                })
+                .ok()
+        });
         let common = Common {
-            edits: edits::common(&c.roots, &files, &majors, has_modeset, &c.hook),
+            edits: edits::common(
+                &c.roots,
+                &files,
+                &majors,
+                has_modeset,
+                &c.hook,
+                prepared.as_ref(),
+            ),
             optional: edits::optional(&c.roots, &files),
             driver_version: semver(&inv.driver_version)
                 .ok_or_else(|| fail(format!("driver version {:?}", inv.driver_version)))?,
