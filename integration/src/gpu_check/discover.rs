@@ -38,8 +38,14 @@ fn ldconfig(driver_root: &Path) -> String {
     .unwrap_or_else(|| "/sbin/ldconfig".into())
 }
 
-/// The NVIDIA discovery config for `opts`'s roots.
+/// The NVIDIA discovery config for `opts`'s roots, the driver's files prepared in one
+/// directory below the check's state directory, as graft-driver prepares them.
 pub fn config(opts: &Options) -> NvidiaConfig {
+    config_with(opts, true)
+}
+
+/// The same, with the driver's files prepared in one directory or each mounted on its own.
+pub fn config_with(opts: &Options, prepared: bool) -> NvidiaConfig {
     NvidiaConfig {
         roots: Roots {
             host: PathBuf::from("/"),
@@ -58,7 +64,8 @@ pub fn config(opts: &Options) -> NvidiaConfig {
                 .to_string_lossy()
                 .into_owned(),
         },
-        driver_copies: None,
+        driver_copies: prepared
+            .then(|| graft_record::driver_dir::base(&opts.work_dir.join("graft-state"))),
         imex_channels: 0,
         passthrough: false,
         dynamic_mig: Default::default(),
@@ -68,8 +75,13 @@ pub fn config(opts: &Options) -> NvidiaConfig {
 
 /// Loads NVML and scans once; the time covers the whole scan, NVML load included.
 pub fn scan(opts: &Options) -> Scan {
+    scan_with(opts, true)
+}
+
+/// As [`scan`], prepared or not (`config_with`).
+pub fn scan_with(opts: &Options, prepared: bool) -> Scan {
     let started = Instant::now();
-    let result = NvidiaDiscovery::new(config(opts)).and_then(|d| d.discover());
+    let result = NvidiaDiscovery::new(config_with(opts, prepared)).and_then(|d| d.discover());
     let elapsed = started.elapsed();
     match result {
         Ok(devices) => Scan {

@@ -170,6 +170,10 @@ fn cluster_stage(
 pub async fn run(opts: &Options) -> anyhow::Result<Report> {
     let mut r = Report::default();
     let root = opts.driver_root.display().to_string();
+    // Before the scan: it prepares the driver's files below the state directory.
+    let work = &opts.work_dir;
+    let _ = std::fs::remove_dir_all(work);
+    std::fs::create_dir_all(work)?;
     progress(&format!("discovery on driver root {root}"));
     let scan = discover::scan(opts);
     r.discovery = report::discovery(&scan, &root);
@@ -207,9 +211,6 @@ pub async fn run(opts: &Options) -> anyhow::Result<Report> {
         Err(e) => r.check("NVML health events register and wait", false, e),
     }
 
-    let work = &opts.work_dir;
-    let _ = std::fs::remove_dir_all(work);
-    std::fs::create_dir_all(work)?;
     let tb = Testbed::load()?;
     progress(&format!(
         "containerd 2.2 on private paths under {}",
@@ -243,7 +244,8 @@ pub async fn run(opts: &Options) -> anyhow::Result<Report> {
         );
     }
     let names: Vec<&str> = names.iter().map(String::as_str).collect();
-    RecordStore::open(&state)?.put_claim(&one_device_claim(
+    let store = RecordStore::open(&state)?;
+    store.put_claim(&one_device_claim(
         &format!("gpu-check-claim-{}", std::process::id()),
         "gpu-check",
         &pod_uid,
@@ -251,6 +253,31 @@ pub async fn run(opts: &Options) -> anyhow::Result<Report> {
         &dev.name,
         dev.edits.clone(),
     ))?;
+    // The timing's third container: the same device with each driver file mounted on its
+    // own, as before the prepared directory, side by side in the same rounds.
+    let per_file = discover::scan_with(opts, false)
+        .devices
+        .into_iter()
+        .find(|d| d.name == dev.name);
+    if let Some(d) = &per_file {
+        let mut names = Vec::new();
+        for (set, _, _) in timing::SETS {
+            names.extend(
+                timing::rounds(opts.rounds)
+                    .iter()
+                    .map(|n| timing::files_name(set, n)),
+            );
+        }
+        let names: Vec<&str> = names.iter().map(String::as_str).collect();
+        store.put_claim(&one_device_claim(
+            &format!("gpu-check-files-{}", std::process::id()),
+            "gpu-check-files",
+            &pod_uid,
+            &names,
+            &d.name,
+            d.edits.clone(),
+        ))?;
+    }
     progress(&format!("pod gpu-check: {} for container gpu", dev.name));
     let pod = cri.run_pod("gpu-check", &pod_uid).await?;
     let env: Vec<(&str, &str)> = opts
@@ -289,7 +316,7 @@ pub async fn run(opts: &Options) -> anyhow::Result<Report> {
                 "timing {} interleaved rounds: {}",
                 opts.rounds, set.2
             ));
-            match timing::measure(&cri, &pod, opts.rounds, set).await {
+            match timing::measure(&cri, &pod, opts.rounds, set, per_file.is_some()).await {
                 Ok(t) => r.timing.push(t),
                 Err(e) => r.notes.push(format!("timing failed: {e:#}")),
             }

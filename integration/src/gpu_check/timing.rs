@@ -19,6 +19,11 @@ fn plain_name(set: &str, round: &str) -> String {
     format!("t-plain-{set}{round}")
 }
 
+/// The GPU containers whose driver files are mounted one by one (the comparison).
+pub fn files_name(set: &str, round: &str) -> String {
+    format!("t-files-{set}{round}")
+}
+
 /// The images timed: the check's glibc image, whose loader finds the driver's libraries
 /// where graft mounts them (no linker cache rebuild), and the static busybox test image,
 /// which has no glibc graft-hook recognises (graft-hook rebuilds the cache).
@@ -50,6 +55,8 @@ pub struct Timing {
     pub plain: Vec<Duration>,
     /// With the GPU.
     pub gpu: Vec<Duration>,
+    /// With the GPU, its driver files mounted one by one; empty when not measured.
+    pub files: Vec<Duration>,
 }
 
 async fn create_start(cri: &Cri, pod: &Pod, image: &str, name: &str) -> anyhow::Result<Duration> {
@@ -62,41 +69,46 @@ async fn create_start(cri: &Cri, pod: &Pod, image: &str, name: &str) -> anyhow::
     Ok(t.elapsed())
 }
 
-/// Runs the warm-up and `n` measured rounds of one image set; the containers just exit.
+/// Runs the warm-up and `n` measured rounds of one image set, with the per-file GPU
+/// container as a third when `files`; the order rotates each round, so that no kind
+/// always runs after another. The containers just exit.
 pub async fn measure(
     cri: &Cri,
     pod: &Pod,
     n: usize,
     (set, image, label): (&str, &str, &str),
+    files: bool,
 ) -> anyhow::Result<Timing> {
     let mut t = Timing {
         label: label.to_string(),
         plain: Vec::with_capacity(n),
         gpu: Vec::with_capacity(n),
+        files: Vec::with_capacity(n),
     };
+    let kinds = if files { 3 } else { 2 };
     for (i, round) in rounds(n).iter().enumerate() {
-        let gpu_first = i % 2 == 0;
-        let first = if gpu_first {
-            gpu_name(set, round)
-        } else {
-            plain_name(set, round)
-        };
-        let second = if gpu_first {
-            plain_name(set, round)
-        } else {
-            gpu_name(set, round)
-        };
-        let a = create_start(cri, pod, image, &first).await?;
-        let b = create_start(cri, pod, image, &second).await?;
+        let mut took = [Duration::ZERO; 3];
+        for k in 0..kinds {
+            let kind = (i + k) % kinds;
+            let name = match kind {
+                0 => gpu_name(set, round),
+                1 => plain_name(set, round),
+                _ => files_name(set, round),
+            };
+            took[kind] = create_start(cri, pod, image, &name).await?;
+        }
         if i == 0 {
             continue;
         }
-        let (g, p) = if gpu_first { (a, b) } else { (b, a) };
-        t.gpu.push(g);
-        t.plain.push(p);
+        t.gpu.push(took[0]);
+        t.plain.push(took[1]);
+        if files {
+            t.files.push(took[2]);
+        }
     }
     t.gpu.sort();
     t.plain.sort();
+    t.files.sort();
     Ok(t)
 }
 
@@ -133,6 +145,9 @@ impl Timing {
         out.push_str("|---|---|---|---|---|\n");
         out.push_str(&row("plain", &self.plain));
         out.push_str(&row("GPU (graft-injected)", &self.gpu));
+        if !self.files.is_empty() {
+            out.push_str(&row("GPU, driver files mounted one by one", &self.files));
+        }
         let base = ms(pct(&self.plain, 0.5));
         if base > 0.0 {
             let ratio = ms(pct(&self.gpu, 0.5)) / base;
@@ -140,6 +155,13 @@ impl Timing {
                 "\nmedian ratio GPU/plain: {ratio:.2} ({:+.1} ms)\n",
                 ms(pct(&self.gpu, 0.5)) - base
             ));
+            if !self.files.is_empty() {
+                let ratio = ms(pct(&self.files, 0.5)) / base;
+                out.push_str(&format!(
+                    "median ratio one-by-one/plain: {ratio:.2} ({:+.1} ms)\n",
+                    ms(pct(&self.files, 0.5)) - base
+                ));
+            }
         }
         out
     }
@@ -156,11 +178,20 @@ mod tests {
             label: "x".into(),
             plain: vec![d(100), d(110), d(120)],
             gpu: vec![d(150), d(160), d(400)],
+            files: Vec::new(),
         };
         let md = t.markdown();
         assert!(md.contains("| plain | 3 | 110.0 | 120.0 | 120.0 |"), "{md}");
         assert!(md.contains("| GPU (graft-injected) | 3 | 160.0 |"), "{md}");
         assert!(md.contains("median ratio GPU/plain: 1.45"), "{md}");
         assert_eq!(rounds(2), ["warm", "0", "1"]);
+        assert!(!md.contains("one by one"), "{md}");
+        let t = Timing {
+            files: vec![d(200), d(210), d(220)],
+            ..t
+        };
+        let md = t.markdown();
+        assert!(md.contains("| GPU, driver files mounted one by one | 3 | 210.0 |"), "{md}");
+        assert!(md.contains("median ratio one-by-one/plain: 1.91"), "{md}");
     }
 }

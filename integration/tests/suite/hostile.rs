@@ -287,12 +287,13 @@ async fn hostile_images_never_reach_the_host() -> anyhow::Result<()> {
             link("usr/lib/x86_64-linux-gnu", format!("{up}{d}/lib")),
             None,
         ),
-        // runc makes this one inside the root for the driver's library mounts, before
-        // the hooks run.
+        // The driver's files are links graft-hook makes there (one bind of the prepared
+        // directory, no mountpoint runc would make first): it does not create directories
+        // through a dangling link, as for /etc/ld.so.conf.d.
         (
             "libdir-dangling",
             link("usr/lib/x86_64-linux-gnu", dangling.clone()),
-            None,
+            Some("creating the directory /usr/lib/x86_64-linux-gnu"),
         ),
         (
             "usr-chain",

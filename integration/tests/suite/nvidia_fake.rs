@@ -355,6 +355,8 @@ const PROBE: &str = r#"for n in /dev/nvidia2 /dev/nvidiactl /dev/nvidia-uvm /dev
 done
 ls /usr/lib/x86_64-linux-gnu/ | sed 's/^/LIB /'
 echo "LINK $(readlink /usr/lib/x86_64-linux-gnu/libcuda.so.1)"
+echo "COPY $(readlink /usr/lib/x86_64-linux-gnu/libcuda.so.[0-9]*.*)"
+touch /usr/lib/graft-nvidia/x 2>/dev/null || echo COPIES_READ_ONLY
 /usr/bin/nvidia-smi -L
 grep -q /usr/lib/x86_64-linux-gnu/libcuda.so /etc/ld.so.cache && echo LDCACHE_LISTS_LIBCUDA
 grep -q /usr/lib/x86_64-linux-gnu /etc/ld.so.conf.d/00-graft-nvidia.conf && echo LDCONF_OK
@@ -421,6 +423,8 @@ async fn fake_gpu_in_a_containerd_container() -> anyhow::Result<()> {
         &format!("LIB libcuda.so.{DRIVER_VERSION}"),
         &format!("LIB libnvidia-ml.so.{DRIVER_VERSION}"),
         &format!("LINK libcuda.so.{DRIVER_VERSION}"),
+        &format!("COPY /usr/lib/graft-nvidia{LIB_DIR}/libcuda.so.{DRIVER_VERSION}"),
+        "COPIES_READ_ONLY",
         "fake nvidia-smi -L",
         "LDCACHE_LISTS_LIBCUDA",
         "LDCONF_OK",
@@ -443,17 +447,27 @@ async fn fake_gpu_in_a_containerd_container() -> anyhow::Result<()> {
             && d.minor() == 2),
         "{devs:?}"
     );
-    let libcuda = format!("{LIB_DIR}/libcuda.so.{DRIVER_VERSION}");
+    // The driver's files: one read-only bind of the prepared directory, each file's usual
+    // path a link into it (graft-hook), none mounted on its own.
     let m = spec
         .mounts()
         .iter()
         .flatten()
-        .find(|m| m.destination() == Path::new(&libcuda))
-        .context("libcuda mount")?;
+        .find(|m| m.destination() == Path::new(graft_record::driver_dir::IN_CONTAINER))
+        .context("the prepared directory's mount")?;
     ensure!(
         m.options().as_deref()
             == Some(&["ro", "nosuid", "nodev", "rbind", "rprivate"].map(String::from)[..]),
         "{m:?}"
+    );
+    let libcuda = format!("{LIB_DIR}/libcuda.so.{DRIVER_VERSION}");
+    ensure!(
+        !spec
+            .mounts()
+            .iter()
+            .flatten()
+            .any(|m| m.destination() == Path::new(&libcuda)),
+        "libcuda mounted on its own"
     );
     let hooks = spec
         .hooks()

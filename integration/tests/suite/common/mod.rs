@@ -50,6 +50,7 @@ pub fn discovery_config(
             ldconfig,
             params_copy: "/var/lib/graft/nvidia/params".into(),
         },
+        driver_copies: None,
         imex_channels,
         passthrough: imex_channels > 0,
         dynamic_mig: Default::default(),
@@ -73,7 +74,8 @@ pub fn discovery(
 }
 
 /// The nvidia backend on the fake node for a graft-nri whose state directory is `state`:
-/// graft-hook's `--params-copy` is that directory's, as graft-driver's is.
+/// graft-hook's `--params-copy` is that directory's, and the driver's files are prepared
+/// in one directory below it, as graft-driver's are.
 pub fn discovery_in(
     node: &FakeNode,
     roots: Roots,
@@ -82,6 +84,7 @@ pub fn discovery_in(
 ) -> anyhow::Result<NvidiaDiscovery> {
     let mut config = discovery_config(node, roots, 0, hook);
     config.hook.params_copy = format!("{}/{}", state.display(), graft_record::params::PARAMS_COPY);
+    config.driver_copies = Some(graft_record::driver_dir::base(state));
     Ok(NvidiaDiscovery::new(config)?)
 }
 
