@@ -1,4 +1,5 @@
-//! update-ldcache and create-symlinks against roots whose symlinks lead outside: every
+//! update-ldcache, create-symlinks and the driver files' links (`copies`) against roots
+//! whose symlinks lead outside: every
 //! write lands inside the root, where the container will see it, and the decoy beside the
 //! root is byte-for-byte unchanged.
 
@@ -8,12 +9,18 @@ use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
 use crate::ldcache::{self, CONF_NAME, INCLUDE};
-use crate::symlinks;
 use crate::testutil::*;
+use crate::{copies, inroot, symlinks};
 
 const FOLDER: &str = "/usr/lib/x86_64-linux-gnu";
 const LIB_LINK: &str = "libcuda.so.580.95.05::/usr/lib/x86_64-linux-gnu/libcuda.so.1";
 const ETC_LINK: &str = "graft-target::/etc/alternatives/graft-link";
+const COPIES: &str = "/usr/lib/graft-nvidia";
+
+/// `copies::link` of one driver file, in a fresh handle on the root.
+fn copy(f: &Fixture, file: &str) -> anyhow::Result<()> {
+    copies::link(&inroot::open_root(&f.root)?, COPIES, &[file.to_string()]).map(|_| ())
+}
 
 /// What a hostile root looks like, and where each output must land inside it (`{D}` is
 /// the decoy's path without its `/`). `None`: that operation must fail.
@@ -187,6 +194,8 @@ pub fn run_cases() -> usize {
         let conf = ldcache::write_config(&f.root, &[FOLDER.to_string()]);
         let lib = symlinks::create(&f.root, &[LIB_LINK.to_string()]);
         let etc = symlinks::create(&f.root, &[ETC_LINK.to_string()]);
+        let copy_lib = copy(&f, &format!("{FOLDER}/libnvidia-ml.so.580.95.05"));
+        let copy_etc = copy(&f, "/etc/alternatives/nvidia-copy");
         assert_eq!(before, f.decoy_snapshot(), "{}: the decoy changed", c.name);
         let name = c.name;
         match c.conf_d {
@@ -203,9 +212,13 @@ pub fn run_cases() -> usize {
             let text = std::fs::read_to_string(at).unwrap();
             assert!(text.starts_with(&format!("{INCLUDE}\n")), "{name}: {text}");
         }
+        let lib_copy = format!("{COPIES}{FOLDER}/libnvidia-ml.so.580.95.05");
+        let etc_copy = format!("{COPIES}/etc/alternatives/nvidia-copy");
         for (want, got, link, target) in [
             (c.lib_dir, &lib, "libcuda.so.1", "libcuda.so.580.95.05"),
             (c.etc_dir, &etc, "graft-link", "graft-target"),
+            (c.lib_dir, &copy_lib, "libnvidia-ml.so.580.95.05", &lib_copy),
+            (c.etc_dir, &copy_etc, "nvidia-copy", &etc_copy),
         ] {
             let Some(d) = want else {
                 assert!(got.is_err(), "{name}: create-symlinks should fail");
@@ -304,6 +317,7 @@ fn race(rounds: usize) {
         for r in [
             ldcache::write_config(&f.root, &[FOLDER.to_string()]),
             symlinks::create(&f.root, &links),
+            copy(&f, &format!("/etc/x/nvidia-copy-{i}")),
         ] {
             if r.is_ok() {
                 ok += 1
