@@ -191,7 +191,10 @@ mod tests {
             ..t
         };
         let md = t.markdown();
-        assert!(md.contains("| GPU, driver files mounted one by one | 3 | 210.0 |"), "{md}");
+        assert!(
+            md.contains("| GPU, driver files mounted one by one | 3 | 210.0 |"),
+            "{md}"
+        );
         assert!(md.contains("median ratio one-by-one/plain: 1.91"), "{md}");
     }
 }

@@ -368,6 +368,8 @@ exec sleep 3600"#;
 async fn fake_gpu_in_a_containerd_container() -> anyhow::Result<()> {
     // The fake node's files stay until the end: graft-nri mounts from its driver root.
     let node_dir = Scratch::new(format!("/tmp/graft-nv-{}", std::process::id()))?;
+    // Before discovery: it prepares the driver's files in the state directory below.
+    let dir = Scratch::new(format!("/tmp/graft-nvc-{}", std::process::id()))?;
     let (devices, driver_root) = {
         let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
         let node = FakeNode::create(&node_dir)?;
@@ -385,7 +387,6 @@ async fn fake_gpu_in_a_containerd_container() -> anyhow::Result<()> {
         .context("gpu-2")?;
 
     let tb = Testbed::load()?;
-    let dir = Scratch::new(format!("/tmp/graft-nvc-{}", std::process::id()))?;
     let cd = Containerd::start(&tb, Version::V2_2, &dir)?;
     let state = dir.join("graft-state");
     let store = RecordStore::open(&state)?;
