@@ -50,10 +50,11 @@ pub enum Linker {
 pub fn run(container: &Container, o: &Options) -> anyhow::Result<Linker> {
     let rootfs = &container.rootfs;
     let root = inroot::open_root(rootfs)?;
+    let mut made = inroot::Made::default();
     if let Some(dir) = &o.driver_dir {
-        copies::link(&root, dir, &o.driver_files)?;
+        copies::link_into(&root, dir, &o.driver_files, &mut made)?;
     }
-    symlinks::create_present(rootfs, &o.links)?;
+    symlinks::create_present(&root, &o.links, &mut made)?;
     let compat = match &o.driver_version {
         Some(v) => compat::newer_compat_dir(&root, &o.compat_dir, v)?,
         None => None,

@@ -10,10 +10,6 @@
 //! target is absolute, evaluated later by the container inside its own root, where it is
 //! the read-only mount.
 
-use std::collections::hash_map::Entry;
-use std::collections::HashMap;
-use std::os::fd::{AsFd, OwnedFd};
-
 use anyhow::{bail, Context};
 use graft_record::paths::{is_clean_absolute, is_under};
 use pathrs::Root;
@@ -41,27 +37,37 @@ pub fn check(dir: &str, files: &[String]) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Links each of `files` to its copy below `dir`. Returns how many links changed.
-pub fn link(root: &Root, dir: &str, files: &[String]) -> anyhow::Result<usize> {
+/// Links each of `files` to its copy below `dir`, recording in `made` the directories and
+/// the links. Returns how many links changed.
+pub fn link_into(
+    root: &Root,
+    dir: &str,
+    files: &[String],
+    made: &mut inroot::Made,
+) -> anyhow::Result<usize> {
     check(dir, files)?;
-    let mut parents: HashMap<&str, OwnedFd> = HashMap::new();
     let mut changed = 0;
     for f in files {
         // Clean, absolute and not "/": it has a parent and a name.
         let (parent, name) = f.rsplit_once('/').unwrap_or(("", f));
         let parent = if parent.is_empty() { "/" } else { parent };
-        let fd = match parents.entry(parent) {
-            Entry::Occupied(d) => d.into_mut(),
-            Entry::Vacant(v) => v.insert(inroot::mkdir_all(root, parent)?),
-        };
+        let fd = made.dir(root, parent)?;
         let target = copy_of(dir, f);
-        if inroot::force_symlink(fd.as_fd(), name, &target)
+        if inroot::force_symlink(fd, name, &target)
             .with_context(|| format!("linking {f} -> {target} in the container"))?
         {
             changed += 1;
         }
+        // The copy is in the read-only mount the runtime made before the hooks run.
+        made.exists(f.clone());
     }
     Ok(changed)
+}
+
+/// [`link_into`] on its own.
+#[cfg(test)]
+pub fn link(root: &Root, dir: &str, files: &[String]) -> anyhow::Result<usize> {
+    link_into(root, dir, files, &mut inroot::Made::default())
 }
 
 #[cfg(test)]

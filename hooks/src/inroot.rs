@@ -41,6 +41,43 @@ pub fn is_type(st: &FileStat, kind: SFlag) -> bool {
     SFlag::from_bits_truncate(st.st_mode & SFlag::S_IFMT.bits()) == kind
 }
 
+/// What one hook run has made or resolved in the root: the directories (by in-container
+/// path, each fd the directory resolved inside the root) and the paths known to exist, so
+/// that a later step neither resolves them again nor follows the links it made.
+#[derive(Default)]
+pub struct Made {
+    dirs: std::collections::HashMap<String, OwnedFd>,
+    paths: std::collections::HashSet<String>,
+}
+
+impl Made {
+    /// `path`'s directory fd, made (`mkdir_all`) on first use.
+    pub fn dir(&mut self, root: &Root, path: &str) -> anyhow::Result<BorrowedFd<'_>> {
+        if !self.dirs.contains_key(path) {
+            self.dirs.insert(path.to_string(), mkdir_all(root, path)?);
+        }
+        // Inserted just above when it was missing.
+        self.dirs
+            .get(path)
+            .map(|d| d.as_fd())
+            .ok_or_else(|| anyhow::anyhow!("{path}: not made"))
+    }
+
+    /// The fd of `path` when it was made or resolved already.
+    pub fn known_dir(&self, path: &str) -> Option<BorrowedFd<'_>> {
+        self.dirs.get(path).map(|d| d.as_fd())
+    }
+
+    /// Records that `path` exists (a link made to something present, or what was there).
+    pub fn exists(&mut self, path: String) {
+        self.paths.insert(path);
+    }
+
+    pub fn is_known(&self, path: &str) -> bool {
+        self.paths.contains(path)
+    }
+}
+
 /// `mkdir -p` inside the root (new directories 0755); the directory's fd.
 pub fn mkdir_all(root: &Root, path: &str) -> anyhow::Result<OwnedFd> {
     let dir = root
@@ -139,6 +176,12 @@ pub fn force_symlink(dir: BorrowedFd<'_>, name: &str, target: &str) -> anyhow::R
     check_name(name)?;
     match readlinkat(dir, name) {
         Ok(current) if current == OsStr::new(target) => Ok(false),
+        // Nothing there (the common case): one call. Something made meanwhile is replaced.
+        Err(Errno::ENOENT) => match symlinkat(target, dir, name) {
+            Ok(()) => Ok(true),
+            Err(Errno::EEXIST) => replace_symlink(dir, name, target).map(|()| true),
+            Err(e) => Err(e).context("creating the symlink"),
+        },
         _ => replace_symlink(dir, name, target).map(|()| true),
     }
 }

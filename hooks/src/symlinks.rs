@@ -4,9 +4,8 @@
 //! the image leads where the container will see it, never to the host. The target is only
 //! symlink content, evaluated later by the container inside its own root.
 
-use std::collections::hash_map::Entry;
 use std::collections::HashMap;
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::AsFd;
 use std::path::Path;
 
 use anyhow::{bail, Context};
@@ -64,32 +63,34 @@ pub fn create(rootfs: &Path, specs: &[String]) -> anyhow::Result<()> {
 /// Like [`create`], but each link only when its target exists in the container (resolved
 /// inside the root, from the link's directory): the links of driver files that were not
 /// mounted (a capability the claim did not ask for) are skipped. Links to links are made in
-/// passes, so their order does not matter. Returns how many were skipped.
-pub fn create_present(rootfs: &Path, specs: &[String]) -> anyhow::Result<usize> {
+/// passes, so their order does not matter. What `made` knows (the driver files' links, the
+/// directories) is not resolved again. Returns how many were skipped.
+pub fn create_present(
+    root: &Root,
+    specs: &[String],
+    made: &mut inroot::Made,
+) -> anyhow::Result<usize> {
     let mut pending = specs
         .iter()
         .map(|s| parse(s))
         .collect::<anyhow::Result<Vec<_>>>()?;
-    let root = inroot::open_root(rootfs)?;
-    let mut dirs: HashMap<&str, OwnedFd> = HashMap::new();
     let mut found: HashMap<&str, Handle> = HashMap::new();
     loop {
         let before = pending.len();
         let mut rest = Vec::new();
         for l in pending {
-            if !present(&root, &mut found, &l) {
+            if !present(root, &mut found, made, &l) {
                 rest.push(l);
                 continue;
             }
             // One in-root resolution per directory, not per link (most of the hook's
             // time): the fd stays the directory that was resolved inside the root.
-            let dir = match dirs.entry(l.parent) {
-                Entry::Occupied(d) => d.into_mut(),
-                Entry::Vacant(v) => v.insert(inroot::mkdir_all(&root, l.parent)?),
-            };
+            let dir = made.dir(root, l.parent)?;
             let shown = format!("{}/{}", l.parent.trim_end_matches('/'), l.name);
-            inroot::ensure_symlink(dir.as_fd(), l.name, l.target)
+            inroot::ensure_symlink(dir, l.name, l.target)
                 .with_context(|| format!("linking {shown} -> {} in the container", l.target))?;
+            // Its target is present, so it is: a link to it is made without a lookup.
+            made.exists(shown);
         }
         pending = rest;
         if pending.is_empty() || pending.len() == before {
@@ -99,22 +100,38 @@ pub fn create_present(rootfs: &Path, specs: &[String]) -> anyhow::Result<usize> 
 }
 
 /// Whether `l`'s target exists, resolved inside the root from the link's directory. A plain
-/// name is looked up in that directory's handle (resolved once per directory): an entry
-/// there that is not a symlink is the answer; a symlink, a path or an error is resolved
-/// from the root as a whole, which follows the image's links inside the root.
-fn present<'a>(root: &Root, dirs: &mut HashMap<&'a str, Handle>, l: &Link<'a>) -> bool {
+/// name this run made or linked is known; another is looked up in that directory's fd
+/// (resolved once per directory): an entry there that is not a symlink is the answer; a
+/// symlink, a path or an error is resolved from the root as a whole, which follows the
+/// image's links inside the root.
+fn present<'a>(
+    root: &Root,
+    dirs: &mut HashMap<&'a str, Handle>,
+    made: &inroot::Made,
+    l: &Link<'a>,
+) -> bool {
     let plain = !l.target.contains('/') && l.target != "." && l.target != "..";
     if plain {
-        if !dirs.contains_key(l.parent) {
-            // Not cached when absent: a later pass looks again.
-            if let Ok(h) = root.resolve(l.parent) {
-                dirs.insert(l.parent, h);
-            }
+        let full = format!("{}/{}", l.parent.trim_end_matches('/'), l.target);
+        if made.is_known(&full) {
+            return true;
         }
-        let Some(dir) = dirs.get(l.parent) else {
-            return false;
+        let st = match made.known_dir(l.parent) {
+            Some(dir) => fstatat(dir, l.target, AtFlags::AT_SYMLINK_NOFOLLOW),
+            None => {
+                if !dirs.contains_key(l.parent) {
+                    // Not cached when absent: a later pass looks again.
+                    if let Ok(h) = root.resolve(l.parent) {
+                        dirs.insert(l.parent, h);
+                    }
+                }
+                let Some(dir) = dirs.get(l.parent) else {
+                    return false;
+                };
+                fstatat(dir, l.target, AtFlags::AT_SYMLINK_NOFOLLOW)
+            }
         };
-        match fstatat(dir, l.target, AtFlags::AT_SYMLINK_NOFOLLOW) {
+        match st {
             Ok(st) if !inroot::is_type(&st, SFlag::S_IFLNK) => return true,
             Err(Errno::ENOENT) => return false,
             _ => {}
@@ -154,7 +171,9 @@ mod tests {
         std::fs::write(f.decoy.join("lib/libreal.so"), "host").unwrap();
         f.link(&format!("{lib}/libout.so.1"), "/{D}/lib/libreal.so");
         f.link(&format!("{lib}/libin.so.1"), "libcuda.so.580.95.05");
-        assert_eq!(create_present(&f.root, &specs).unwrap(), 3);
+        let root = inroot::open_root(&f.root).unwrap();
+        let made = &mut inroot::Made::default();
+        assert_eq!(create_present(&root, &specs, made).unwrap(), 3);
         assert!(f.in_root(&format!("{lib}/libin.so")).is_symlink());
         assert!(!f.in_root(&format!("{lib}/libout.so")).exists());
         let link = |p: &str| std::fs::read_link(f.in_root(p)).unwrap();
