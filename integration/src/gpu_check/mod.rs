@@ -236,13 +236,7 @@ pub async fn run(opts: &Options) -> anyhow::Result<Report> {
 
     let pod_uid = format!("gpu-check-{}", std::process::id());
     let mut names = vec!["gpu".to_string()];
-    for (set, _, _) in timing::SETS {
-        names.extend(
-            timing::rounds(opts.rounds)
-                .iter()
-                .map(|n| timing::gpu_name(set, n)),
-        );
-    }
+    names.extend(timing::all_names(opts.rounds, timing::gpu_name));
     let names: Vec<&str> = names.iter().map(String::as_str).collect();
     let store = RecordStore::open(&state)?;
     store.put_claim(&one_device_claim(
@@ -260,14 +254,7 @@ pub async fn run(opts: &Options) -> anyhow::Result<Report> {
         .into_iter()
         .find(|d| d.name == dev.name);
     if let Some(d) = &per_file {
-        let mut names = Vec::new();
-        for (set, _, _) in timing::SETS {
-            names.extend(
-                timing::rounds(opts.rounds)
-                    .iter()
-                    .map(|n| timing::files_name(set, n)),
-            );
-        }
+        let names = timing::all_names(opts.rounds, timing::files_name);
         let names: Vec<&str> = names.iter().map(String::as_str).collect();
         store.put_claim(&one_device_claim(
             &format!("gpu-check-files-{}", std::process::id()),

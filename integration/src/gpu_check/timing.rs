@@ -47,6 +47,13 @@ pub fn rounds(n: usize) -> Vec<String> {
         .collect()
 }
 
+/// `name` of every set and round (`gpu_name`, `files_name`): what a record lists.
+pub fn all_names(n: usize, name: fn(&str, &str) -> String) -> Vec<String> {
+    SETS.iter()
+        .flat_map(|(set, _, _)| rounds(n).into_iter().map(move |r| name(set, &r)))
+        .collect()
+}
+
 /// Container start times of one image set, plain and with the GPU, sorted.
 pub struct Timing {
     /// Which image set.

@@ -1,18 +1,8 @@
 //! The driver's prepared directory: its bind and graft-hook's flags that link into it.
 
+use super::tests::policy;
 use super::*;
-use crate::format::{Hook, HookStage, Mount};
-
-fn policy() -> InjectionPolicy {
-    InjectionPolicy::new(
-        Path::new("/var/lib/graft"),
-        DEFAULT_HOOK_PATH,
-        &["/run/nvidia/driver".into()],
-    )
-    .unwrap()
-    .with_ldconfig("/sbin/ldconfig")
-    .unwrap()
-}
+use crate::format::Mount;
 
 fn bind(source: &str, options: &[&str]) -> ContainerEdits {
     ContainerEdits {
@@ -37,13 +27,7 @@ fn hook(extra: &[&str]) -> ContainerEdits {
     ];
     args.extend_from_slice(extra);
     ContainerEdits {
-        hooks: vec![Hook {
-            stage: HookStage::CreateContainer,
-            path: DEFAULT_HOOK_PATH.into(),
-            args: args.iter().map(|s| s.to_string()).collect(),
-            env: HOOK_ENV.iter().map(|s| s.to_string()).collect(),
-            timeout: Some(30),
-        }],
+        hooks: vec![super::tests::hook(&args)],
         ..Default::default()
     }
 }

@@ -1,7 +1,7 @@
 use super::*;
 use crate::format::{Hook, HookStage, Mount};
 
-fn policy() -> InjectionPolicy {
+pub(super) fn policy() -> InjectionPolicy {
     InjectionPolicy::new(
         Path::new("/var/lib/graft"),
         DEFAULT_HOOK_PATH,
@@ -24,7 +24,7 @@ fn mount(source: &str, dest: &str, options: &[&str]) -> ContainerEdits {
     }
 }
 
-fn hook(args: &[&str]) -> Hook {
+pub(super) fn hook(args: &[&str]) -> Hook {
     Hook {
         stage: HookStage::CreateContainer,
         path: DEFAULT_HOOK_PATH.into(),
