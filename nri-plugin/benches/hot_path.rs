@@ -10,7 +10,10 @@
 //! `floor`: the same loop around a busy wait as long as `create`'s p50, in the same runtime:
 //! the tail this machine gives any piece of work that long, which no handler goes below.
 //!
-//! Run: cargo bench -p graft-nri --bench hot_path [-- create|none|idle|sync|floor] (default: all).
+//! `gpu`: the injection plan of a GPU claim (policy checks, merge) with the driver's files
+//! bound one by one and as the prepared directory, alternating in one loop.
+//!
+//! Run: cargo bench -p graft-nri --bench hot_path [-- create|none|idle|sync|floor|gpu] (default: all).
 //! `GRAFT_BENCH_CALLS` sets the number of CreateContainer calls (default 5000).
 
 use std::sync::Arc;
@@ -21,6 +24,8 @@ use protobuf::Message;
 
 #[path = "support/fixtures.rs"]
 mod fixtures;
+#[path = "support/gpu.rs"]
+mod gpu;
 use fixtures::{create, plugin_with_claims, sync_request};
 
 fn pct(sorted: &[Duration], p: f64) -> f64 {
@@ -94,6 +99,33 @@ fn main() {
             pct(&f, 0.5),
             pct(&f, 0.99),
             pct(&f, 1.0)
+        );
+    }
+    if want("gpu") {
+        let state = "/var/lib/graft";
+        let policy = gpu::policy(state);
+        let recs = [false, true].map(|prepared| gpu::claim("pod-gpu", gpu::edits(state, prepared)));
+        let mut times = [Vec::with_capacity(calls), Vec::with_capacity(calls)];
+        for round in 0..calls / 100 {
+            for k in [round % 2, 1 - round % 2] {
+                for _ in 0..100 {
+                    let t = Instant::now();
+                    let plan = graft_nri::inject::plan(&recs[k..=k], "pod-gpu", "app", &policy);
+                    times[k].push(t.elapsed());
+                    assert!(matches!(plan, Ok(Some(_))), "{plan:?}");
+                }
+            }
+        }
+        for t in &mut times {
+            t.sort();
+        }
+        println!(
+            "GPU claim's injection plan: files one by one p50 {:.1} µs, p99 {:.1} µs; prepared directory p50 {:.1} µs, p99 {:.1} µs; p50 ratio {:.2}",
+            pct(&times[0], 0.5),
+            pct(&times[0], 0.99),
+            pct(&times[1], 0.5),
+            pct(&times[1], 0.99),
+            pct(&times[1], 0.5) / pct(&times[0], 0.5)
         );
     }
     if want("sync") {

@@ -321,3 +321,29 @@ fn prepared_copies_are_found_and_named_by_their_usual_path() {
         [pair("libcuda.so.1", &format!("{LIB}/libcuda.so.580.95.05"))]
     );
 }
+
+#[test]
+fn a_copies_folder_the_image_links_out_of_the_root_is_read_inside_it() {
+    // The runtime's bind covers the real path; should it not, the image's link leads
+    // inside the root, where the decoy's library is not.
+    let f = Fixture::new();
+    let before = f.decoy_snapshot();
+    f.link("/usr/lib/graft-nvidia", "/{D}");
+    std::fs::write(
+        f.decoy.join("lib/libdecoy.so"),
+        fake_elf(Some("libcuda.so.1")),
+    )
+    .unwrap();
+    let root = inroot::open_root(&f.root).unwrap();
+    let out = rebuild(&root, &["/lib".to_string()], Some("/usr/lib/graft-nvidia")).unwrap();
+    assert_eq!(
+        out,
+        Outcome::Written {
+            driver: 0,
+            image: 0
+        }
+    );
+    assert!(cache(&f).is_empty());
+    std::fs::write(f.decoy.join("lib/libdecoy.so"), "decoy library").unwrap();
+    assert_eq!(f.decoy_snapshot(), before);
+}

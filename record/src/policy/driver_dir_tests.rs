@@ -17,14 +17,7 @@ fn bind(source: &str, options: &[&str]) -> ContainerEdits {
 }
 
 fn hook(extra: &[&str]) -> ContainerEdits {
-    let mut args = vec![
-        "graft-hook",
-        "nvidia-container",
-        "--ldconfig",
-        "/sbin/ldconfig",
-        "--params-copy",
-        "/var/lib/graft/nvidia/params",
-    ];
+    let mut args = super::tests::NVIDIA_BASE.to_vec();
     args.extend_from_slice(extra);
     ContainerEdits {
         hooks: vec![super::tests::hook(&args)],

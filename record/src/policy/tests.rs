@@ -24,6 +24,16 @@ fn mount(source: &str, dest: &str, options: &[&str]) -> ContainerEdits {
     }
 }
 
+/// graft-hook nvidia-container with only the pinned flags.
+pub(super) const NVIDIA_BASE: [&str; 6] = [
+    "graft-hook",
+    "nvidia-container",
+    "--ldconfig",
+    "/sbin/ldconfig",
+    "--params-copy",
+    "/var/lib/graft/nvidia/params",
+];
+
 pub(super) fn hook(args: &[&str]) -> Hook {
     Hook {
         stage: HookStage::CreateContainer,
@@ -262,14 +272,7 @@ fn served_entries_are_the_operators_roots_only() {
 #[test]
 fn hook_arguments_are_exactly_what_graft_driver_emits() {
     let p = policy();
-    let base = [
-        "graft-hook",
-        "nvidia-container",
-        "--ldconfig",
-        "/sbin/ldconfig",
-        "--params-copy",
-        "/var/lib/graft/nvidia/params",
-    ];
+    let base = NVIDIA_BASE;
     let with = |extra: &[&str]| ContainerEdits {
         hooks: vec![hook(&[&base[..], extra].concat())],
         ..Default::default()
