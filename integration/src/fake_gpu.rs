@@ -17,6 +17,7 @@ use std::time::Duration;
 use anyhow::{bail, Context};
 
 mod imex;
+mod links;
 pub use imex::{build_fake_imex, build_fake_imex_ctl, FabricState, ImexConfig};
 
 /// The driver version the fake libraries report.
@@ -376,27 +377,6 @@ impl FakeNode {
             .with_context(|| format!("{}", path.display()))?;
         f.write_all(format!("{line}\n").as_bytes())
             .with_context(|| format!("{}", path.display()))
-    }
-
-    /// Puts every GPU of the node in NVLink fabric clique `clique` of cluster `uuid_hex` (32
-    /// hex digits), or takes the node out of any fabric (`None`): the file
-    /// `fake-nvml-fabric` next to `libnvidia-ml.so.1`, read on every call.
-    pub fn set_fabric(&self, fabric: Option<(&str, u32)>) -> anyhow::Result<()> {
-        let path = self.host.join(&LIB_DIR[1..]).join("fake-nvml-fabric");
-        match fabric {
-            Some((uuid_hex, clique)) => {
-                let tmp = path.with_extension("tmp");
-                std::fs::write(&tmp, format!("{uuid_hex}:{clique}\n"))
-                    .with_context(|| format!("{}", tmp.display()))?;
-                std::fs::rename(&tmp, &path).with_context(|| format!("{}", path.display()))
-            }
-            None => match std::fs::remove_file(&path) {
-                Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-                    Err(e).with_context(|| format!("{}", path.display()))
-                }
-                _ => Ok(()),
-            },
-        }
     }
 
     /// The fake NVML's MIG configuration, next to `libnvidia-ml.so.1` (format in

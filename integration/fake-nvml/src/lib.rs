@@ -13,6 +13,9 @@
 //! - no NVLink fabric, unless the file `fake-nvml-fabric` next to the library says
 //!   `<32 hex digits>:<clique id>`, in which case every GPU reports a completed fabric
 //!   registration in that clique (see the `fabric` module);
+//! - no NVLink between the GPUs, unless the file `fake-nvml-nvlink` next to the library
+//!   lists NVLink islands, which `nvmlDeviceGetP2PStatus` then reports (see the `nvlink`
+//!   module);
 //! - like the real library, it needs libpthread, libdl, libm and librt (build.rs), and
 //!   finds the CUDA driver version by loading `libcuda.so.1` by name;
 //! - events (`nvmlEventSetCreate`, `nvmlDeviceRegisterEvents`,
@@ -40,6 +43,7 @@ mod fabric;
 mod handles;
 mod health;
 mod mig;
+mod nvlink;
 mod persistence;
 
 use handles::{decode, handle_of_gpu, handle_of_mig, Handle, Inst};
