@@ -19,6 +19,10 @@ pub const PARENT_UUID: &str = "parentUUID";
 pub const PROFILE_ID: &str = "profileID";
 pub const PLACEMENT_START: &str = "placementStart";
 pub const PLACEMENT_SIZE: &str = "placementSize";
+/// A whole GPU's NVLink island: the PCI address of its first GPU (nvml/topology.rs), the
+/// attribute a claim names in `matchAttribute` for GPUs NVLink joins; and the island's size.
+pub const NVLINK_ISLAND: &str = "nvlinkIsland";
+pub const NVLINK_ISLAND_SIZE: &str = "nvlinkIslandSize";
 /// The counter a placement consumes one of per compute slice.
 pub const COMPUTE_SLICES: &str = "compute-slices";
 
@@ -112,6 +116,7 @@ mod tests {
             migs: vec![],
             mig_layout: None,
             clique: None,
+            nvlink_island: None,
         }
     }
 

@@ -106,6 +106,7 @@ mod tests {
             migs: vec![],
             mig_layout: None,
             clique: clique.map(str::to_string),
+            nvlink_island: None,
         }
     }
 

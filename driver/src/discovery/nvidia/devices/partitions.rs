@@ -246,6 +246,7 @@ mod tests {
             migs: vec![],
             mig_layout: None,
             clique: None,
+            nvlink_island: None,
         }
     }
 

@@ -6,7 +6,7 @@ use super::common::{fail, Common};
 use super::config::NvidiaConfig;
 use super::edits;
 use super::fields::{full_gpu, mebibytes, mps_shared, numa_node};
-use super::identity::{PARENT_UUID, PCI_BUS_ID, UUID};
+use super::identity::{NVLINK_ISLAND, NVLINK_ISLAND_SIZE, PARENT_UUID, PCI_BUS_ID, UUID};
 use super::ledger::MigLedger;
 use super::partitions;
 use crate::discovery::nvidia::driver_files::mig_access_cap;
@@ -85,6 +85,15 @@ pub fn gpu_devices(
     }
     if !g.mig_enabled {
         let mut d = with_optional(full_gpu(g, &shared, &common.edits));
+        // Only whole GPUs: in MIG mode a GPU has no GPU-to-GPU P2P.
+        if let Some(island) = &g.nvlink_island {
+            d.attributes
+                .insert(NVLINK_ISLAND.into(), Attribute::String(island.id.clone()));
+            d.attributes.insert(
+                NVLINK_ISLAND_SIZE.into(),
+                Attribute::Int(island.size.into()),
+            );
+        }
         if c.mps.covers(g) {
             mps_shared(&mut d, g);
         }

@@ -20,6 +20,7 @@ use super::names::{architecture_name, brand_name, profile_name, sysfs_bus_id};
 use super::open::{open, preload};
 use super::raw::{clique, raw_u32, RawU32};
 use super::selection::GpuSelection;
+use super::topology::{self, Island};
 use crate::error::{DriverError, Result};
 
 /// Everything discovery needs from NVML, in plain data.
@@ -78,6 +79,8 @@ pub struct Gpu {
     pub mig_layout: Option<MigLayout>,
     /// `<cluster uuid>.<clique id>` when the GPU is registered in an NVLink fabric.
     pub clique: Option<String>,
+    /// The GPUs NVLink joins it to, when it is offered whole and joined to any.
+    pub nvlink_island: Option<Island>,
 }
 
 /// A MIG device as NVML reports it.
@@ -178,14 +181,18 @@ pub fn read_inventory(
     let cuda_driver_version = optional("CUDA driver version", nvml.sys_cuda_driver_version());
     let count = nvml.device_count().map_err(|e| err("device count", e))?;
     let mut gpus = Vec::with_capacity(count as usize);
+    let mut handles = Vec::with_capacity(count as usize);
     let mut failed = Vec::new();
     for index in 0..count {
         let read = nvml
             .device_by_index(index)
             .map_err(|e| GpuError::nvml(None, &format!("device {index}"), e))
-            .and_then(|d| read_gpu(&nvml, &d, index, partitioned));
+            .and_then(|d| read_gpu(&nvml, &d, index, partitioned).map(|g| (g, d)));
         match read {
-            Ok(g) => gpus.push(g),
+            Ok((g, d)) => {
+                gpus.push(g);
+                handles.push(d);
+            }
             Err(e) => {
                 // Reported (once, with what becomes of its devices) by `unread`.
                 tracing::debug!(
@@ -204,12 +211,24 @@ pub fn read_inventory(
             }
         }
     }
+    set_islands(&mut gpus, &handles);
     Ok(Inventory {
         driver_version,
         cuda_driver_version,
         gpus,
         failed,
     })
+}
+
+/// Each whole GPU's NVLink island; GPUs in MIG mode have no GPU-to-GPU P2P and take no part.
+fn set_islands(gpus: &mut [Gpu], handles: &[NvmlDevice<'_>]) {
+    let whole: Vec<usize> = (0..gpus.len()).filter(|&i| !gpus[i].mig_enabled).collect();
+    let devices: Vec<&NvmlDevice<'_>> = whole.iter().map(|&i| &handles[i]).collect();
+    let bus: Vec<String> = whole.iter().map(|&i| gpus[i].pci_bus_id.clone()).collect();
+    let found = topology::islands(&bus, &topology::joined_pairs(&devices));
+    for (&i, island) in whole.iter().zip(found) {
+        gpus[i].nvlink_island = island;
+    }
 }
 
 fn read_gpu(
@@ -279,6 +298,7 @@ fn read_gpu(
         migs,
         mig_layout,
         clique: clique(nvml, handle),
+        nvlink_island: None,
     })
 }
 
