@@ -18,6 +18,7 @@ mod gpu_health;
 mod health;
 mod mps;
 mod mps_support;
+mod placement;
 mod render;
 mod vfio;
 
@@ -177,5 +178,16 @@ fn render_nodes_through_the_chart() -> anyhow::Result<()> {
             Ok(())
         })?;
         render::render(&bed.cluster)
+    })
+}
+
+/// NVLink islands through the chart: a claim for two GPUs with `matchAttribute` on
+/// `graft.dev/nvlinkIsland` gets two GPUs NVLink joins, where first-fit alone takes two
+/// that it does not; three, more than any island has, are not scheduled.
+#[test]
+fn two_gpus_on_one_nvlink_island() -> anyhow::Result<()> {
+    with_bed(|bed| {
+        bed.fresh(&GpuValues::default(), placement::pairs)?;
+        placement::two_gpus_on_one_island(&bed.cluster)
     })
 }

@@ -48,4 +48,5 @@ mod imex_daemon;
 mod mps;
 mod nri_containerd;
 mod nvidia_fake;
+mod nvlink_islands;
 mod state_dir_faults;

@@ -1,0 +1,166 @@
+//! Placement on the fake GPU node with the real scheduler: NVLink islands published by
+//! graft-driver (`nvlinkIsland`) and a claim that asks for GPUs of one island with
+//! `matchAttribute`, as deploy/examples/nvlink-pair-pod.yaml (applied as shipped) does.
+//!
+//! The fake NVML's NVLink (integration/fake-nvml/src/nvlink.rs) joins bridged pairs of GPUs
+//! that first-fit would not pick together: graft publishes whole GPUs by minor, `gpu-0`
+//! (NVML index 2) first, then `gpu-1` (index 3), and the pairs are 0-2, 1-3, 4-5 and 6-7.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, ensure, Context};
+use graft_integration::cluster::workloads::{one_claim_pod, wait_unprepared};
+use graft_integration::cluster::{Cluster, WAIT};
+use graft_integration::fake_gpu::FakeNode;
+use serde_json::Value;
+
+/// The example claim for two GPUs of one island, relative to the integration crate.
+const EXAMPLE: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../deploy/examples/nvlink-pair-pod.yaml"
+);
+
+/// The NVLink pairs, set before graft starts.
+pub fn pairs(node: &FakeNode) -> anyhow::Result<()> {
+    node.set_nvlink(&[&[0, 2], &[1, 3], &[4, 5], &[6, 7]])
+}
+
+/// A claim template `name` for `count` whole GPUs, of one NVLink island when `island`.
+fn gpus(name: &str, count: u32, island: bool) -> String {
+    let constraint = if island {
+        "\n      constraints:\n      - requests: [gpus]\n        matchAttribute: graft.dev/nvlinkIsland"
+    } else {
+        ""
+    };
+    format!(
+        r#"apiVersion: resource.k8s.io/v1
+kind: ResourceClaimTemplate
+metadata: {{name: {name}, namespace: default}}
+spec:
+  spec:
+    devices:
+      requests:
+      - name: gpus
+        exactly: {{deviceClassName: gpu.graft.dev, allocationMode: ExactCount, count: {count}}}{constraint}
+"#
+    )
+}
+
+/// Each published device's `nvlinkIsland`, by name.
+fn islands(c: &Cluster) -> anyhow::Result<BTreeMap<String, String>> {
+    let v: Value = serde_json::from_str(&c.kubectl(&["get", "resourceslices", "-o", "json"])?)?;
+    let mut out = BTreeMap::new();
+    for d in v["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|s| s["spec"]["devices"].as_array().cloned().unwrap_or_default())
+    {
+        if let (Some(name), Some(island)) = (
+            d["name"].as_str(),
+            d["attributes"]["nvlinkIsland"]["string"].as_str(),
+        ) {
+            out.insert(name.to_string(), island.to_string());
+        }
+    }
+    Ok(out)
+}
+
+/// The devices allocated to pod `pod`'s claim.
+fn allocated(c: &Cluster, pod: &str) -> anyhow::Result<Vec<String>> {
+    let claim = c.kubectl(&[
+        "get",
+        "pod",
+        pod,
+        "-o",
+        "jsonpath={.status.resourceClaimStatuses[0].resourceClaimName}",
+    ])?;
+    let v: Value =
+        serde_json::from_str(&c.kubectl(&["get", "resourceclaim", claim.trim(), "-o", "json"])?)?;
+    Ok(v["status"]["allocation"]["devices"]["results"]
+        .as_array()
+        .context("claim not allocated")?
+        .iter()
+        .filter_map(|r| r["device"].as_str().map(str::to_string))
+        .collect())
+}
+
+/// Runs a pod with a claim for `count` GPUs and returns each allocated GPU's island.
+fn run(c: &Cluster, name: &str, count: u32, island: bool) -> anyhow::Result<Vec<String>> {
+    c.apply(&(gpus(name, count, island) + &one_claim_pod(name, "gpus", "sleep 3600")))?;
+    c.wait_phase(name, "Running")?;
+    let of = islands(c)?;
+    allocated(c, name)?
+        .iter()
+        .map(|d| {
+            of.get(d)
+                .cloned()
+                .with_context(|| format!("{d} has no island: {of:?}"))
+        })
+        .collect()
+}
+
+fn delete(c: &Cluster, name: &str) -> anyhow::Result<()> {
+    c.kubectl(&["delete", "pod", name, "--wait=true"])?;
+    c.kubectl(&["delete", "resourceclaimtemplate", name, "--wait=true"])?;
+    wait_unprepared(c)
+}
+
+/// First-fit alone splits a pair; the island constraint keeps one; a claim for more GPUs
+/// than any island has is not scheduled, and the scheduler says so.
+pub fn two_gpus_on_one_island(c: &Cluster) -> anyhow::Result<()> {
+    let plain = run(c, "any-two", 2, false)?;
+    ensure!(
+        plain.len() == 2 && plain[0] != plain[1],
+        "without the constraint the scheduler took GPUs of one island ({plain:?}): this \
+         test no longer shows what the constraint changes"
+    );
+    delete(c, "any-two")?;
+
+    // The example as shipped.
+    let example = std::fs::read_to_string(EXAMPLE).context(EXAMPLE)?;
+    c.apply(&example)?;
+    c.wait_phase("nvlink-pair", "Running")?;
+    let of = islands(c)?;
+    let joined: Vec<Option<&String>> = allocated(c, "nvlink-pair")?
+        .iter()
+        .map(|d| of.get(d))
+        .collect();
+    ensure!(
+        joined.len() == 2 && joined[0].is_some() && joined[0] == joined[1],
+        "{EXAMPLE} got GPUs of islands {joined:?}\n{}",
+        c.dra_state()
+    );
+    delete(c, "nvlink-pair")?;
+
+    c.apply(
+        &(gpus("island-three", 3, true) + &one_claim_pod("island-three", "gpus", "sleep 3600")),
+    )?;
+    let start = Instant::now();
+    loop {
+        let events = c.kubectl(&[
+            "get",
+            "events",
+            "--field-selector",
+            "involvedObject.name=island-three,reason=FailedScheduling",
+            "-o",
+            "name",
+        ])?;
+        if !events.trim().is_empty() {
+            break;
+        }
+        if start.elapsed() > WAIT {
+            bail!(
+                "no FailedScheduling for a claim no island can hold\n{}",
+                c.dra_state()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    ensure!(
+        c.pod_phase("island-three") == "Pending",
+        "a claim for three GPUs of one island (islands of two) left Pending"
+    );
+    delete(c, "island-three")
+}
