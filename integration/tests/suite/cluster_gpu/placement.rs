@@ -3,8 +3,8 @@
 //! `matchAttribute`, as deploy/examples/nvlink-pair-pod.yaml (applied as shipped) does.
 //!
 //! The fake NVML's NVLink (integration/fake-nvml/src/nvlink.rs) joins bridged pairs of GPUs
-//! that first-fit would not pick together: graft publishes whole GPUs by minor, `gpu-0`
-//! (NVML index 2) first, then `gpu-1` (index 3), and the pairs are 0-2, 1-3, 4-5 and 6-7.
+//! that first-fit would not pick together: graft publishes whole GPUs in NVML index order,
+//! so first-fit takes indices 0 and 1, and the pairs are 0-2, 1-3, 4-5 and 6-7.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
