@@ -187,13 +187,17 @@ impl Inventory {
             .any(|b| b.failing.is_some() || !b.unavailable.is_empty())
     }
 
+    /// Every backend's devices, in backend order and each backend's own order: the order is
+    /// what the scheduler's first fit walks (docs/placement.md), so it is kept as the
+    /// backend chose it, never re-sorted. A name a backend already published is dropped.
     fn merge(&mut self) {
-        let mut by_name: BTreeMap<&str, (&'static str, &Device)> = BTreeMap::new();
+        let mut by_name: BTreeMap<&str, &'static str> = BTreeMap::new();
+        let mut merged = Vec::new();
         let mut collisions = BTreeSet::new();
         for b in &self.backends {
             for d in &b.devices {
                 match by_name.get(d.name.as_str()) {
-                    Some((first, _)) => {
+                    Some(first) => {
                         if !self.collisions.contains(&(d.name.clone(), b.name)) {
                             tracing::warn!(device = d.name, backend = b.name, first,
                                 "device name already published by another backend; this one is dropped");
@@ -201,12 +205,12 @@ impl Inventory {
                         collisions.insert((d.name.clone(), b.name));
                     }
                     None => {
-                        by_name.insert(&d.name, (b.name, d));
+                        by_name.insert(&d.name, b.name);
+                        merged.push(d.clone());
                     }
                 }
             }
         }
-        let merged = by_name.into_values().map(|(_, d)| d.clone()).collect();
         self.merged = merged;
         self.collisions = collisions;
     }
