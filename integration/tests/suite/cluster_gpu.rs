@@ -191,3 +191,19 @@ fn two_gpus_on_one_nvlink_island() -> anyhow::Result<()> {
         placement::two_gpus_on_one_island(&bed.cluster)
     })
 }
+
+/// Dynamic MIG placement order: after a 1g.10gb and a 2g.20gb instance, a 4g.40gb instance
+/// still fits on the same GPU.
+#[test]
+fn mig_order_keeps_a_4g_slot() -> anyhow::Result<()> {
+    with_bed(|bed| {
+        let values = GpuValues {
+            dynamic_mig: dynamic_mig::DYNAMIC_GPU.into(),
+            ..Default::default()
+        };
+        bed.fresh(&values, |node| {
+            node.configure_mig(&format!("mig 5 on\nstate {MIG_STATE}\n"))
+        })?;
+        dynamic_mig::keeps_a_4g_slot(&bed.cluster)
+    })
+}

@@ -91,6 +91,20 @@ fn a_partitioned_gpu_offers_every_placement_and_prepare_makes_the_instance() {
     // The whole GPU and 25 placements: 1g.10gb x7, 1g.10gb+me x7, 1g.20gb x4, 2g.20gb x3,
     // 3g.40gb x2, 4g.40gb, 7g.80gb.
     assert_eq!(gpu7.len(), 26, "{gpu7:?}");
+    // Placements in the order that keeps room for big instances (docs/placement.md): the
+    // scheduler takes the first that fits.
+    let order: Vec<&str> = devices
+        .iter()
+        .map(|d| d.name.as_str())
+        .filter(|n| n.starts_with("gpu-7-mig-1g-10gb-") && !n.contains("-me-"))
+        .collect();
+    assert_eq!(
+        order,
+        (0..7)
+            .rev()
+            .map(|s| format!("gpu-7-mig-1g-10gb-{s}"))
+            .collect::<Vec<_>>()
+    );
     for want in [
         "gpu-7",
         "gpu-7-mig-3g-40gb-4",

@@ -42,6 +42,8 @@ fn published(c: &Cluster) -> anyhow::Result<String> {
 }
 
 /// The GPU instance profile ids of the H100 (NVML_GPU_INSTANCE_PROFILE_*).
+const P_1G: u32 = 0;
+const P_2G: u32 = 1;
 const P_3G: u32 = 2;
 const P_4G: u32 = 3;
 const P_7G: u32 = 4;
@@ -104,5 +106,36 @@ pub fn dynamic_mig(c: &Cluster, _node: &FakeNode) -> anyhow::Result<()> {
         || Ok(instances()?.is_empty()),
     )?;
     eprintln!("dynamic MIG: first 4g.40gb pod Running {first:?} after creation");
+    Ok(())
+}
+
+/// A 1g.10gb, then a 2g.20gb, then a 4g.40gb pod on the dynamic GPU: the scheduler's
+/// first-fit over graft's placement order (docs/placement.md) puts the small ones at the
+/// GPU's end, so the 4g instance, whose only placement is slices 0-3, still fits.
+pub fn keeps_a_4g_slot(c: &Cluster) -> anyhow::Result<()> {
+    wait_until("the dynamic MIG placements were never published", || {
+        Ok(published(c)?.contains("\"gpu-7-mig-4g-40gb-0\""))
+    })?;
+    for (pod, profile) in [
+        ("small", "1g.10gb"),
+        ("medium", "2g.20gb"),
+        ("large", "4g.40gb"),
+    ] {
+        c.apply(&mig_pod(pod, profile))?;
+        c.wait_phase(pod, "Running")
+            .with_context(|| format!("the {profile} pod, with {:?} in place", instances()))?;
+    }
+    let mut have = instances()?;
+    have.sort();
+    ensure!(
+        have == [(P_1G, 6), (P_2G, 4), (P_4G, 0)],
+        "instances: {have:?}"
+    );
+    c.kubectl(&["delete", "pod", "small", "medium", "large", "--wait=true"])?;
+    workloads::wait_unprepared(c)?;
+    wait_until(
+        "MIG instances left after every claim was unprepared",
+        || Ok(instances()?.is_empty()),
+    )?;
     Ok(())
 }

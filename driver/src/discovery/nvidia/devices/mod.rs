@@ -30,6 +30,7 @@ mod partitions;
 mod passthrough;
 mod pci;
 mod per_gpu;
+mod placement_order;
 mod prepared;
 mod scan;
 mod unread;

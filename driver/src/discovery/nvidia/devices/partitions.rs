@@ -4,6 +4,8 @@
 //! hold, plus the whole GPU consuming all of them. The scheduler then only allocates
 //! combinations that fit; prepare creates the instance (see the setup's dynamic MIG).
 //!
+//! Placements go in the order that keeps room for big instances (`placement_order`).
+//!
 //! Instances graft did not create stay the operator's: every placement that overlaps one
 //! is left out, the whole GPU too, and the counter totals lose what they use.
 
@@ -14,6 +16,7 @@ use super::fields::{full_gpu, mebibytes};
 use super::identity::{
     COMPUTE_SLICES, DYNAMIC, PARENT_UUID, PLACEMENT_SIZE, PLACEMENT_START, PROFILE_ID,
 };
+use super::placement_order;
 use crate::discovery::nvidia::nvml::{GiInstance, GiProfile, Gpu, MigLayout};
 use crate::model::{Attribute, Consumption, Device, Kind};
 
@@ -133,7 +136,7 @@ pub fn devices(
         out.push(whole);
     }
     for p in &layout.profiles {
-        for &(start, size) in &p.placements {
+        for (start, size) in placement_order::ordered(layout, p) {
             if foreign.iter().any(|f| overlaps((start, size), f)) {
                 continue;
             }
