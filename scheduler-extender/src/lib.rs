@@ -1,0 +1,18 @@
+//! graft-scheduler-extender: scores nodes for pods that ask graft for whole GPUs, through
+//! kube-scheduler's extender interface (`prioritize`), so that placements fragment the
+//! fleet less: partly used nodes fill first (or load spreads, as configured), and a
+//! multi-GPU claim goes where one NVLink island holds it. It never decides alone: the
+//! scheduler's DRA plugin still allocates, and an `ignorable` extender that is down or
+//! slow changes nothing. See docs/placement.md.
+
+pub mod demand;
+pub mod metrics;
+pub mod prioritize;
+pub mod score;
+pub mod server;
+pub mod state;
+pub mod watch;
+pub mod wire;
+
+pub use prioritize::{prioritize, Config, Scored, View};
+pub use score::Mode;

@@ -1,0 +1,108 @@
+//! graft-scheduler-extender: kube-scheduler's `prioritize` for pods with graft GPU claims.
+
+use std::io::IsTerminal;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use clap::Parser;
+use graft_scheduler_extender::metrics::Metrics;
+use graft_scheduler_extender::prioritize::View;
+use graft_scheduler_extender::server::{self, Shared};
+use graft_scheduler_extender::watch::Caches;
+use graft_scheduler_extender::{Config, Mode};
+use graft_telemetry::logs::LogFormat;
+use graft_telemetry::prometheus_client::registry::Registry;
+use tokio::signal::unix::{signal, SignalKind};
+use tracing_subscriber::fmt::writer::BoxMakeWriter;
+
+#[derive(Parser)]
+#[command(version, about)]
+struct Args {
+    /// Where kube-scheduler calls the extender (its `urlPrefix`). The default answers on
+    /// the loopback only: run it beside the scheduler (host network on the control plane).
+    #[arg(long, env = "GRAFT_EXTENDER_ADDR", default_value = "127.0.0.1:8897")]
+    listen: String,
+    /// Where /metrics, /healthz and /readyz are served ("off": nowhere).
+    #[arg(long, env = "GRAFT_METRICS_ADDR", default_value = ":9480")]
+    metrics_addr: String,
+    /// graft's DRA driver name, as its ResourceSlices give it.
+    #[arg(long, default_value = "graft.dev")]
+    driver: String,
+    /// DeviceClasses whose requests are whole GPUs (repeat for more).
+    #[arg(long = "gpu-class", default_value = "gpu.graft.dev")]
+    gpu_classes: Vec<String>,
+    /// `pack`: fill partly used nodes first; `spread`: keep load even.
+    #[arg(long, env = "GRAFT_EXTENDER_MODE", default_value = "pack")]
+    mode: Mode,
+    /// Log format: text or json.
+    #[arg(long, env = "GRAFT_LOG_FORMAT", default_value = "text")]
+    log_format: LogFormat,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    graft_telemetry::logs::init(
+        args.log_format,
+        BoxMakeWriter::new(std::io::stderr),
+        std::io::stderr().is_terminal(),
+    );
+    let listen = graft_telemetry::parse_addr(&args.listen)?
+        .with_context(|| format!("--listen {:?}: the extender needs an address", args.listen))?;
+    let client = kube::Client::try_default()
+        .await
+        .context("connecting to the API server")?;
+    let mut registry = Registry::default();
+    graft_telemetry::register_process(&mut registry);
+    graft_telemetry::register_build_info(
+        &mut registry,
+        "graft_scheduler_extender_build_info",
+        env!("CARGO_PKG_VERSION"),
+    );
+    let metrics = Metrics::register(&mut registry);
+    let (caches, watching) = Caches::watch(client);
+    let probe = caches.clone();
+    let ready: graft_telemetry::ReadyCheck = Arc::new(move || {
+        if probe.ready() {
+            Ok("caches filled".to_string())
+        } else {
+            Err(graft_telemetry::NotReady(
+                "the ResourceSlice and ResourceClaim caches are not filled yet".into(),
+            ))
+        }
+    });
+    graft_telemetry::serve(
+        graft_telemetry::Endpoints::new(registry, ready),
+        graft_telemetry::ServeConfig {
+            tcp: graft_telemetry::parse_addr(&args.metrics_addr)?,
+            unix: None,
+            retry: Duration::from_secs(2),
+        },
+    )?;
+    let listener = server::bind(listen)
+        .await
+        .with_context(|| format!("binding {listen}"))?;
+    tracing::info!(%listen, mode = ?args.mode, classes = ?args.gpu_classes, "serving POST /prioritize");
+    let shared = Shared {
+        view: Arc::new(caches),
+        config: Arc::new(Config {
+            driver: args.driver,
+            classes: args.gpu_classes,
+            mode: args.mode,
+        }),
+        metrics,
+    };
+    let mut term = signal(SignalKind::terminate())?;
+    // Both tasks run for the life of the process: one ending is an error.
+    tokio::select! {
+        r = server::serve(listener, shared) => {
+            r.context("serving the extender")?;
+            anyhow::bail!("the extender's server stopped");
+        }
+        () = watching => anyhow::bail!("the watches stopped"),
+        _ = term.recv() => tracing::info!("terminating"),
+        _ = tokio::signal::ctrl_c() => tracing::info!("interrupted"),
+    }
+    Ok(())
+}

@@ -1,0 +1,94 @@
+//! The `prioritize` verb: a score per candidate node for the pod's GPU demand.
+
+use std::sync::Arc;
+
+use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceSlice};
+
+use crate::demand::{self, Demand};
+use crate::score::{self, Mode};
+use crate::state;
+use crate::wire::{ExtenderArgs, HostPriority};
+
+/// What the extender knows of the cluster: graft's slices and every claim.
+pub trait View: Send + Sync {
+    /// Both caches have been filled once.
+    fn ready(&self) -> bool;
+    /// Every ResourceSlice.
+    fn slices(&self) -> Vec<Arc<ResourceSlice>>;
+    /// Every ResourceClaim.
+    fn claims(&self) -> Vec<Arc<ResourceClaim>>;
+    /// One claim.
+    fn claim(&self, namespace: &str, name: &str) -> Option<Arc<ResourceClaim>>;
+}
+
+/// How the extender scores.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// graft's driver name (`graft.dev`).
+    pub driver: String,
+    /// DeviceClasses that give whole GPUs.
+    pub classes: Vec<String>,
+    /// Pack or spread.
+    pub mode: Mode,
+}
+
+/// The answer: every candidate scored, and whether the pod asked for GPUs at all.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Scored {
+    /// One entry per candidate, in the order given.
+    pub hosts: Vec<HostPriority>,
+    /// The pod's demand.
+    pub demand: Demand,
+}
+
+/// Scores `args`' candidates. A pod without GPU demand gets 0 everywhere: the extender
+/// leaves it to the scheduler's other scores.
+pub fn prioritize(view: &dyn View, config: &Config, args: &ExtenderArgs) -> Scored {
+    let candidates = args.candidates();
+    let demand = match &args.pod {
+        Some(pod) => {
+            let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
+            let found: Vec<Arc<ResourceClaim>> = demand::claim_names(pod)
+                .iter()
+                .filter_map(|n| view.claim(ns, n))
+                .collect();
+            let island = format!("{}/{}", config.driver, state::ISLAND);
+            demand::of_pod(
+                pod,
+                |n| {
+                    found
+                        .iter()
+                        .find(|c| c.metadata.name.as_deref() == Some(n))
+                        .map(|c| c.as_ref())
+                },
+                &config.classes,
+                &island,
+            )
+        }
+        None => Demand::default(),
+    };
+    if demand.gpus == 0 {
+        let hosts = candidates
+            .into_iter()
+            .map(|host| HostPriority { host, score: 0 })
+            .collect();
+        return Scored { hosts, demand };
+    }
+    let slices = view.slices();
+    let claims = view.claims();
+    let nodes = state::nodes(
+        &config.driver,
+        slices.iter().map(|s| s.as_ref()),
+        claims.iter().map(|c| c.as_ref()),
+    );
+    let empty = state::NodeGpus::default();
+    let hosts = candidates
+        .into_iter()
+        .map(|host| {
+            let node = nodes.get(&host).unwrap_or(&empty);
+            let score = score::score(node, &demand, config.mode);
+            HostPriority { host, score }
+        })
+        .collect();
+    Scored { hosts, demand }
+}
