@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds graft's container image as an OCI image-layout tar, without a registry or a
 # container engine: graft-driver, graft-mps, graft-nri, graftctl, graft-hook,
-# graft-compute-domain-controller and graft-imex-daemon in /usr/bin plus the shared
+# graft-compute-domain-controller, graft-imex-daemon and graft-scheduler-extender in /usr/bin plus the shared
 # libraries they load (glibc, libgcc_s), taken from this machine. The Dockerfile beside this script builds the same
 # image with a container engine.
 #
@@ -25,7 +25,8 @@ source "$here/oci-layout.sh"
 root="$work/rootfs"
 mkdir -p "$root"/{usr/bin,tmp,etc}
 install -m 0755 -s "$hook" "$root/usr/bin/graft-hook"
-for b in graft-driver graft-mps graft-nri graftctl graft-compute-domain-controller graft-imex-daemon; do
+for b in graft-driver graft-mps graft-nri graftctl graft-compute-domain-controller graft-imex-daemon \
+  graft-scheduler-extender; do
   # Stripped: debug info is no use in the image and makes it ten times larger.
   install -m 0755 -s "$bin/$b" "$root/usr/bin/$b"
   # Every library the loader resolves, at the same path, plus the loader itself.

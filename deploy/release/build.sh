@@ -38,14 +38,15 @@ targets=()
 for t in "$@"; do targets+=(--target "$t"); done
 # One cargo run for all triples: build scripts and proc-macros are compiled once.
 (cd "$repo" && cargo build --release --locked "${targets[@]}" \
-  -p graft-driver -p graft-nri -p graftctl -p kubectl-graft -p graft-compute-domain) >&2
+  -p graft-driver -p graft-nri -p graftctl -p kubectl-graft -p graft-compute-domain \
+  -p graft-scheduler-extender) >&2
 
 for t in "$@"; do
   hook=$(cd "$repo" && CARGO_TARGET_DIR="$CARGO_TARGET_DIR/hook-static" \
     bash hooks/build-static.sh --release --target "$t" --locked)
   mkdir -p "$out/$t"
   for b in graft-driver graft-mps graft-nri graftctl kubectl-graft \
-    graft-compute-domain-controller graft-imex-daemon; do
+    graft-compute-domain-controller graft-imex-daemon graft-scheduler-extender; do
     cp "$CARGO_TARGET_DIR/$t/release/$b" "$out/$t/$b"
   done
   cp "$hook" "$out/$t/graft-hook"

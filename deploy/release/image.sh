@@ -18,7 +18,8 @@ trap 'rm -rf "$work"' EXIT
 # shellcheck source=../image/oci-layout.sh
 source "$here/../image/oci-layout.sh"
 
-daemons=(graft-driver graft-mps graft-nri graftctl graft-compute-domain-controller graft-imex-daemon)
+daemons=(graft-driver graft-mps graft-nri graftctl graft-compute-domain-controller graft-imex-daemon
+  graft-scheduler-extender)
 # graft-driver loads the node's libnvidia-ml.so.1 (and NVML loads libcuda.so.1), which need
 # these from the image's glibc although graft's binaries do not name them.
 extra_libs=(libpthread.so.0 libdl.so.2 libm.so.6 librt.so.1)

@@ -50,7 +50,8 @@ for arch in amd64 arm64; do
   for l in $(jq -r '.layers[].digest' "$m"); do tar -xzf "$(blob "$l")" -C "$root"; done
   got=$(elf_machine "$root/usr/bin/graft-driver")
   [ "$got" = "$want" ] || fail "$arch: graft-driver's e_machine is $got, not $want"
-  for b in graft-mps graft-nri graftctl graft-compute-domain-controller graft-imex-daemon graft-hook; do
+  for b in graft-mps graft-nri graftctl graft-compute-domain-controller graft-imex-daemon \
+    graft-scheduler-extender graft-hook; do
     [ "$(elf_machine "$root/usr/bin/$b")" = "$want" ] || fail "$arch: $b missing or of another machine"
   done
   if readelf -l "$root/usr/bin/graft-hook" | grep -q INTERP; then fail "$arch: graft-hook has a program interpreter"; fi

@@ -49,6 +49,12 @@ impl MultiCluster {
     /// Brings up a fresh cluster of `nodes` nodes (at least 2) without graft, and a fake
     /// NVIDIA node for each (no fabric yet). A cluster already running is taken down first.
     pub fn up(nodes: usize) -> anyhow::Result<Self> {
+        Self::up_with(nodes, None)
+    }
+
+    /// [`MultiCluster::up`], with kube-scheduler calling graft-scheduler-extender at
+    /// `extender` (a URL; cluster.sh's GRAFT_SCHEDULER_EXTENDER) when given.
+    pub fn up_with(nodes: usize, extender: Option<&str>) -> anyhow::Result<Self> {
         if nodes < 2 {
             bail!("a multi-node testbed has at least 2 nodes, not {nodes}");
         }
@@ -68,10 +74,14 @@ impl MultiCluster {
             scripts: scripts.clone(),
             k8s: super::Kubernetes::Newest,
         };
-        run(Command::new("bash")
-            .arg(scripts.join("cluster.sh"))
+        let mut up = Command::new("bash");
+        up.arg(scripts.join("cluster.sh"))
             .arg("up")
-            .env("GRAFT_CLUSTER_NODES", nodes.to_string()))?;
+            .env("GRAFT_CLUSTER_NODES", nodes.to_string());
+        if let Some(url) = extender {
+            up.env("GRAFT_SCHEDULER_EXTENDER", url);
+        }
+        run(&mut up)?;
         let names = std::iter::once(FIRST_NODE.to_string())
             .chain((2..=nodes).map(|i| format!("graft-node-{i}")))
             .collect();

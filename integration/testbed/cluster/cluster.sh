@@ -13,7 +13,8 @@
 # GRAFT_CLUSTER_NODES=N (N >= 2) at `up` makes a multi-node testbed: this node as below, plus
 # nodes graft-node-2..N, each a kubelet and a containerd in network and mount namespaces of
 # its own (nodes.sh says how). Unset or 1: the single node only. `down` removes the extra
-# nodes whatever the variable says.
+# nodes whatever the variable says. GRAFT_SCHEDULER_EXTENDER=URL at `up` gives kube-scheduler
+# graft-scheduler-extender at URL (ignorable, as docs/placement.md configures it).
 #
 # Logs and configuration live under $GRAFT_CLUSTER_DIR (default /var/lib/graft-cluster);
 # sockets under /run/graft-cluster. The kubelet uses the standard /var/lib/kubelet and
@@ -182,6 +183,21 @@ kind: KubeSchedulerConfiguration
 clientConnection: {kubeconfig: $D/admin.kubeconfig}
 leaderElection: {leaderElect: false}
 SC
+  # GRAFT_SCHEDULER_EXTENDER=URL at `up`: kube-scheduler calls graft-scheduler-extender there,
+  # configured as docs/placement.md tells users to. Kept in its own file so that a later `up`
+  # (a restart) writes the same configuration.
+  if [ -n "${GRAFT_SCHEDULER_EXTENDER:-}" ]; then
+    cat >"$D/scheduler-extenders.yaml" <<EX
+extenders:
+  - urlPrefix: $GRAFT_SCHEDULER_EXTENDER
+    prioritizeVerb: prioritize
+    weight: 5
+    nodeCacheCapable: true
+    ignorable: true
+    httpTimeout: 2s
+EX
+  fi
+  if [ -f "$D/scheduler-extenders.yaml" ]; then cat "$D/scheduler-extenders.yaml" >>"$D/scheduler.yaml"; fi
   start kube-scheduler kube-scheduler --config="$D/scheduler.yaml" --feature-gates="$GATES"
 
   # Pods that do not use the host network get an address on a local bridge: containerd

@@ -13,11 +13,12 @@ use graft_integration::testbed::workspace_bin;
 
 /// The daemons an operator configures; graftctl, kubectl-graft and graft-hook have their own
 /// pages (docs/graftctl.md, docs/security.md).
-const DAEMONS: [&str; 5] = [
+const DAEMONS: [&str; 6] = [
     "graft-driver",
     "graft-nri",
     "graft-mps",
     "graft-compute-domain-controller",
+    "graft-scheduler-extender",
     "graft-imex-daemon",
 ];
 

@@ -12,6 +12,7 @@ use anyhow::{ensure, Context};
 use graft_integration::Testbed;
 
 mod docs;
+mod extender;
 mod observability;
 mod pools;
 mod values;

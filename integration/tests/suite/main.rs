@@ -19,6 +19,7 @@ mod cluster_e2e;
 mod cluster_gpu;
 mod cluster_guards;
 mod cluster_multi;
+mod cluster_placement;
 mod coexistence;
 mod compute_domain_api;
 mod compute_domain_cluster;

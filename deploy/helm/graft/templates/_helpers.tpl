@@ -69,7 +69,7 @@ workloads' pods share a name, so no selector takes another's pods. */}}
 {{- define "graft.labels" -}}
 {{- $root := index . 0 -}}
 {{- $component := index . 1 -}}
-{{- $names := dict "mps" "graft-mps" "compute-domain-controller" "graft-compute-domain-controller" -}}
+{{- $names := dict "mps" "graft-mps" "compute-domain-controller" "graft-compute-domain-controller" "scheduler-extender" "graft-scheduler-extender" -}}
 app.kubernetes.io/name: {{ get $names $component | default "graft" }}
 app.kubernetes.io/instance: {{ $root.Release.Name }}
 app.kubernetes.io/version: {{ $root.Values.image.tag | default $root.Chart.AppVersion | trunc 63 | quote }}

@@ -261,6 +261,8 @@ fn every_object_carries_the_recommended_labels() -> anyhow::Result<()> {
         "nvidia.mps=all",
         "--set",
         "computeDomains.enabled=true",
+        "--set",
+        "schedulerExtender.enabled=true",
     ])?;
     let mut seen = 0;
     for doc in objects(&all) {

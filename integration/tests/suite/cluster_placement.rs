@@ -1,0 +1,193 @@
+//! graft-scheduler-extender with the real kube-scheduler, on the two-node testbed with a
+//! fake GPU node each: kube-scheduler configured as docs/placement.md says
+//! (cluster.sh's GRAFT_SCHEDULER_EXTENDER: `ignorable`, a 2 s timeout), the extender from
+//! the chart (`schedulerExtender.enabled`, its defaults otherwise) on the first node, which
+//! shares the host's network with kube-scheduler and is labelled as the control plane. Needs root, the testbed and the workspace binaries, as the
+//! other cluster tests do; takes its turn through the GPU bed's lock.
+
+use std::net::TcpListener;
+use std::time::{Duration, Instant};
+
+use anyhow::{ensure, Context};
+use graft_integration::cluster::gpu::GpuValues;
+use graft_integration::cluster::multi::{MultiCluster, FIRST_NODE};
+use graft_integration::cluster::workloads::BUSYBOX;
+use graft_integration::cluster::{wait_until, Cluster};
+use graft_integration::scrape;
+
+/// Where the chart's extender answers (values.yaml's default), and its metrics.
+const EXTENDER: &str = "127.0.0.1:8897";
+const METRICS: &str = "127.0.0.1:9480";
+
+/// A pod `name` whose container gets `count` whole GPUs, on `node` when given.
+fn gpu_pod(name: &str, count: u32, node: Option<&str>) -> String {
+    let pin = node
+        .map(|n| format!("\n  nodeSelector: {{kubernetes.io/hostname: {n}}}"))
+        .unwrap_or_default();
+    format!(
+        r#"apiVersion: resource.k8s.io/v1
+kind: ResourceClaimTemplate
+metadata: {{name: {name}, namespace: default}}
+spec:
+  spec:
+    devices:
+      requests:
+      - name: gpus
+        exactly: {{deviceClassName: gpu.graft.dev, allocationMode: ExactCount, count: {count}}}
+---
+apiVersion: v1
+kind: Pod
+metadata: {{name: {name}, namespace: default}}
+spec:
+  terminationGracePeriodSeconds: 1{pin}
+  resourceClaims: [{{name: gpus, resourceClaimTemplateName: {name}}}]
+  containers:
+  - name: app
+    image: {BUSYBOX}
+    imagePullPolicy: Never
+    command: ["/bin/sh", "-c", "sleep 3600"]
+    resources: {{claims: [{{name: gpus}}]}}
+"#
+    )
+}
+
+fn node_of(c: &Cluster, pod: &str) -> anyhow::Result<String> {
+    c.kubectl(&["get", "pod", pod, "-o", "jsonpath={.spec.nodeName}"])
+}
+
+/// Runs `pod` and says how long it took to be Running.
+fn runs(c: &Cluster, name: &str, yaml: &str) -> anyhow::Result<Duration> {
+    let start = Instant::now();
+    c.apply(yaml)?;
+    c.wait_phase(name, "Running")?;
+    Ok(start.elapsed())
+}
+
+/// The extender's count of `prioritize` calls that scored a GPU pod.
+fn scored() -> f64 {
+    scrape::tcp_get(METRICS, "/metrics")
+        .ok()
+        .and_then(|(_, text)| {
+            scrape::value(
+                &text,
+                "graft_scheduler_extender_calls_total{verb=\"prioritize\",outcome=\"scored\"}",
+            )
+        })
+        .unwrap_or(0.0)
+}
+
+/// With the extender up, a one-GPU pod goes where four of eight GPUs are already taken (it
+/// packs); then the extender is taken away, and then replaced by a listener that accepts
+/// and never answers: each time a GPU pod is still scheduled and runs.
+#[test]
+fn extender_down_does_not_block_scheduling() -> anyhow::Result<()> {
+    let _turn = graft_integration::cluster::gpu::own_cluster();
+    let mc = MultiCluster::up_with(2, Some(&format!("http://{EXTENDER}/")))?;
+    let c = &mc.cluster;
+    // kube-scheduler runs beside the first node: that makes it the control plane, which
+    // the chart's default nodeSelector picks.
+    c.kubectl(&[
+        "label",
+        "node",
+        FIRST_NODE,
+        "node-role.kubernetes.io/control-plane=",
+        "--overwrite",
+    ])?;
+    let values = GpuValues {
+        helm: vec!["--set".into(), "schedulerExtender.enabled=true".into()],
+        ..Default::default()
+    };
+    mc.deploy_gpu_with(&[None, None], &values)?;
+    c.kubectl(&[
+        "-n",
+        "graft-system",
+        "rollout",
+        "status",
+        "daemonset/graft-scheduler-extender",
+        "--timeout=120s",
+    ])?;
+    wait_until("the extender never became ready", || {
+        Ok(scrape::tcp_get(METRICS, "/readyz").is_ok_and(|(s, _)| s == 200))
+    })?;
+    let second = mc.nodes[1].clone();
+
+    // Half of the second node's GPUs taken: packing puts the next pod there.
+    runs(c, "hold", &gpu_pod("hold", 4, Some(&second)))?;
+    let before = scored();
+    let took = runs(c, "packed", &gpu_pod("packed", 1, None))?;
+    ensure!(
+        scored() > before,
+        "kube-scheduler never had the extender score a GPU pod"
+    );
+    let node = node_of(c, "packed")?;
+    ensure!(
+        node == second,
+        "the extender packs, but the pod went to {node}, not {second}"
+    );
+    eprintln!("extender up: GPU pod Running in {took:?}");
+
+    // Extender gone (connection refused): scheduling goes on.
+    c.kubectl(&[
+        "-n",
+        "graft-system",
+        "patch",
+        "daemonset",
+        "graft-scheduler-extender",
+        "--type=merge",
+        "-p",
+        r#"{"spec":{"template":{"spec":{"nodeSelector":{"graft.dev/nowhere":"true"}}}}}"#,
+    ])?;
+    wait_until("the extender's pod is still there", || {
+        Ok(c.kubectl(&[
+            "-n",
+            "graft-system",
+            "get",
+            "pods",
+            "-l",
+            "app.kubernetes.io/name=graft-scheduler-extender",
+            "-o",
+            "name",
+        ])?
+        .trim()
+        .is_empty())
+    })?;
+    let took = runs(c, "refused", &gpu_pod("refused", 1, None))?;
+    eprintln!("extender down: GPU pod Running in {took:?}");
+
+    // An extender that accepts and never answers: kube-scheduler waits its timeout (2 s)
+    // and goes on without it.
+    let hung = wait_until("the extender's address stayed taken", || {
+        Ok(TcpListener::bind(EXTENDER).is_ok())
+    })
+    .and_then(|_| TcpListener::bind(EXTENDER).context("binding the hung extender"))?;
+    hung.set_nonblocking(true)?;
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let holder = {
+        let stop = stop.clone();
+        // Accepts every connection and holds it unanswered until told to stop.
+        std::thread::spawn(move || {
+            let mut held = Vec::new();
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                match hung.accept() {
+                    Ok((s, _)) => held.push(s),
+                    Err(_) => std::thread::sleep(Duration::from_millis(50)),
+                }
+            }
+            held.len()
+        })
+    };
+    let took = runs(c, "hung", &gpu_pod("hung", 1, None))?;
+    eprintln!("extender hung: GPU pod Running in {took:?}");
+    ensure!(
+        took < Duration::from_secs(60),
+        "a hung extender held scheduling for {took:?}"
+    );
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let calls = holder
+        .join()
+        .map_err(|_| anyhow::anyhow!("the hung extender panicked"))?;
+    ensure!(calls > 0, "kube-scheduler never called the hung extender");
+    let left = mc.down()?;
+    ensure!(left.is_empty(), "the testbed left {left:?}");
+    Ok(())
+}
