@@ -123,6 +123,7 @@ fn main() -> anyhow::Result<()> {
         passthrough: false,
         dynamic_mig: GpuSelection::parse("5").map_err(anyhow::Error::msg)?,
         mps: GpuSelection::None,
+        placement_order: Default::default(),
     };
     let ledger = MigLedger::default();
     let discovery = NvidiaDiscovery::new(config)?.with_ledger(ledger.clone());

@@ -75,7 +75,7 @@ pub fn of_pod<'a>(
                 // which, so it counts none.
                 continue;
             };
-            if !classes.iter().any(|c| *c == x.device_class_name) {
+            if !classes.contains(&x.device_class_name) {
                 continue;
             }
             let count = match x.allocation_mode.as_deref() {

@@ -70,6 +70,7 @@ pub fn config_with(opts: &Options, prepared: bool) -> NvidiaConfig {
         passthrough: false,
         dynamic_mig: Default::default(),
         mps: Default::default(),
+        placement_order: Default::default(),
     }
 }
 

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-use super::devices::{HookConfig, MigLedger, NvidiaConfig, NvidiaDiscovery};
+use super::devices::{HookConfig, MigLedger, NvidiaConfig, NvidiaDiscovery, PlacementOrder};
 use super::domain::KubeGate;
 use super::driver_files::Roots;
 use super::nvml::GpuSelection;
@@ -88,6 +88,16 @@ pub struct NvidiaFlags {
     /// daemons are graft-mps's (docs/nvidia.md: MPS). `all`, `none`, or UUIDs / indices.
     #[arg(long, env = "GRAFT_NVIDIA_MPS", default_value = "none", value_parser = GpuSelection::parse)]
     pub nvidia_mps: GpuSelection,
+    /// The order dynamic-MIG placements are published in (`nvml`: NVML's own, for
+    /// side-by-side benchmarks; docs/placement.md).
+    #[arg(
+        long,
+        env = "GRAFT_NVIDIA_PLACEMENT_ORDER",
+        hide = true,
+        value_enum,
+        default_value = "spare-large"
+    )]
+    pub nvidia_placement_order: PlacementOrder,
     /// Seconds to wait for a GPU to be free, and for a driver rebind to show.
     #[arg(long, env = "GRAFT_NVIDIA_VFIO_TIMEOUT", default_value_t = 60)]
     pub nvidia_vfio_timeout_seconds: u64,
@@ -139,6 +149,7 @@ fn config(node: &Node, flags: &NvidiaFlags) -> NvidiaConfig {
         passthrough: flags.nvidia_passthrough,
         dynamic_mig: flags.nvidia_dynamic_mig.clone(),
         mps: flags.nvidia_mps.clone(),
+        placement_order: flags.nvidia_placement_order,
         roots,
     }
 }

@@ -55,6 +55,7 @@ pub fn discovery_config(
         passthrough: imex_channels > 0,
         dynamic_mig: Default::default(),
         mps: Default::default(),
+        placement_order: Default::default(),
     }
 }
 

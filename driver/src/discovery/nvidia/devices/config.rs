@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 
 use super::hook_edits::HookConfig;
+use super::placement_order::PlacementOrder;
 use crate::discovery::nvidia::driver_files::Roots;
 use crate::discovery::nvidia::nvml::GpuSelection;
 
@@ -32,4 +33,6 @@ pub struct NvidiaConfig {
     pub dynamic_mig: GpuSelection,
     /// The GPUs (MIG off) shared through MPS.
     pub mps: GpuSelection,
+    /// The order dynamic-MIG placements are published in.
+    pub placement_order: PlacementOrder,
 }

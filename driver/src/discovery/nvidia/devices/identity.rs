@@ -168,6 +168,7 @@ mod tests {
             &BTreeSet::new(),
             &shared(),
             &Default::default(),
+            Default::default(),
         );
         let placement = devices
             .iter()

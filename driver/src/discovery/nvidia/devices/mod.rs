@@ -41,6 +41,7 @@ pub use hook_edits::{HookConfig, SUBCOMMAND};
 pub use identity::{Identity, Placement};
 pub use ledger::{MigLedger, Placements};
 pub use pci::{peers_attribute, read_trim, PciFunction, PciTree, NVIDIA_VENDOR};
+pub use placement_order::PlacementOrder;
 pub use prepared::{prepare, Prepared};
 pub use scan::{Built, NvidiaDiscovery};
 pub use unread::GpuDevices;

@@ -16,7 +16,7 @@ use super::fields::{full_gpu, mebibytes};
 use super::identity::{
     COMPUTE_SLICES, DYNAMIC, PARENT_UUID, PLACEMENT_SIZE, PLACEMENT_START, PROFILE_ID,
 };
-use super::placement_order;
+use super::placement_order::{self, PlacementOrder};
 use crate::discovery::nvidia::nvml::{GiInstance, GiProfile, Gpu, MigLayout};
 use crate::model::{Attribute, Consumption, Device, Kind};
 
@@ -94,6 +94,7 @@ pub fn devices(
     owned: &BTreeSet<(u32, u32)>,
     shared: &BTreeMap<String, Attribute>,
     common: &graft_record::ContainerEdits,
+    order: PlacementOrder,
 ) -> Vec<Device> {
     let set = counter_set(g.minor);
     let mut available = totals(layout);
@@ -136,7 +137,7 @@ pub fn devices(
         out.push(whole);
     }
     for p in &layout.profiles {
-        for (start, size) in placement_order::ordered(layout, p) {
+        for (start, size) in placement_order::ordered(layout, p, order) {
             if foreign.iter().any(|f| overlaps((start, size), f)) {
                 continue;
             }
@@ -261,6 +262,7 @@ mod tests {
             &BTreeSet::new(),
             &BTreeMap::new(),
             &Default::default(),
+            PlacementOrder::default(),
         );
         let names: Vec<&str> = devs.iter().map(|d| d.name.as_str()).collect();
         assert_eq!(names.len(), 1 + 7 + 7 + 2 + 1 + 1);
@@ -320,6 +322,7 @@ mod tests {
             &owned,
             &BTreeMap::new(),
             &Default::default(),
+            PlacementOrder::default(),
         );
         let names: Vec<&str> = devs.iter().map(|d| d.name.as_str()).collect();
         assert!(!names.contains(&"gpu-7"), "{names:?}");

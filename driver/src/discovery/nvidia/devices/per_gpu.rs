@@ -73,12 +73,17 @@ pub fn gpu_devices(
     }
     if let (true, Some(layout)) = (dynamic && g.mig_enabled, &g.mig_layout) {
         let owned = ledger.owned(&g.uuid);
-        return Ok(
-            partitions::devices(g, layout, &owned, &shared, &common.edits)
-                .into_iter()
-                .map(with_optional)
-                .collect(),
-        );
+        return Ok(partitions::devices(
+            g,
+            layout,
+            &owned,
+            &shared,
+            &common.edits,
+            c.placement_order,
+        )
+        .into_iter()
+        .map(with_optional)
+        .collect());
     }
     if dynamic && g.mig_enabled {
         tracing::warn!(gpu = g.uuid, "listed for dynamic MIG, but NVML gave no MIG profiles; offering its existing MIG devices");

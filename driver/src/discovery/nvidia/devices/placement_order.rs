@@ -12,8 +12,22 @@
 
 use crate::discovery::nvidia::nvml::{GiProfile, MigLayout};
 
+/// Which order placements are published in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum PlacementOrder {
+    /// The rule above.
+    #[default]
+    SpareLarge,
+    /// NVML's order (start 0 first): what graft published before, kept for side-by-side
+    /// benchmarks (`integration/benches/placement.rs`).
+    Nvml,
+}
+
 /// `p`'s placements `(start, size)` in publishing order.
-pub fn ordered(layout: &MigLayout, p: &GiProfile) -> Vec<(u32, u32)> {
+pub fn ordered(layout: &MigLayout, p: &GiProfile, order: PlacementOrder) -> Vec<(u32, u32)> {
+    if order == PlacementOrder::Nvml {
+        return p.placements.clone();
+    }
     let bigger: Vec<(u32, u32)> = layout
         .profiles
         .iter()
@@ -72,7 +86,10 @@ mod tests {
 
     fn starts(layout: &MigLayout, name: &str) -> Vec<u32> {
         let p = layout.profiles.iter().find(|p| p.name == name).unwrap();
-        ordered(layout, p).into_iter().map(|p| p.0).collect()
+        ordered(layout, p, PlacementOrder::SpareLarge)
+            .into_iter()
+            .map(|p| p.0)
+            .collect()
     }
 
     #[test]
@@ -84,6 +101,8 @@ mod tests {
         assert_eq!(starts(&l, "3g.40gb"), [4, 0]);
         assert_eq!(starts(&l, "4g.40gb"), [0]);
         assert_eq!(starts(&l, "7g.80gb"), [0]);
+        let p = &l.profiles[0];
+        assert_eq!(ordered(&l, p, PlacementOrder::Nvml), p.placements);
     }
 
     /// First-fit over the published order, as the scheduler does: a 1g then a 2g instance
@@ -94,7 +113,7 @@ mod tests {
         let mut used = [false; 8];
         let mut place = |name: &str| {
             let p = l.profiles.iter().find(|p| p.name == name).unwrap();
-            let at = ordered(&l, p)
+            let at = ordered(&l, p, PlacementOrder::SpareLarge)
                 .into_iter()
                 .find(|&(s, n)| (s..s + n).all(|i| !used[i as usize]));
             if let Some((s, n)) = at {

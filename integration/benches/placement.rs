@@ -1,0 +1,440 @@
+//! GPU placement under churn, with the real kube-scheduler on the four-node testbed: one
+//! seeded stream of pods asking for 1, 2, 4 or 8 whole GPUs or a MIG instance, arriving and
+//! finishing over time, run three times:
+//! - **default**: graft publishing dynamic-MIG placements in NVML's order
+//!   (`GRAFT_NVIDIA_PLACEMENT_ORDER=nvml`, what graft did before), no extender;
+//! - **order**: graft's placement order (docs/placement.md), no extender;
+//! - **order+extender**: the same, with graft-scheduler-extender packing (kube-scheduler is
+//!   configured for it in every variant, `ignorable`; where it is not installed the call is
+//!   refused at once and ignored).
+//!
+//! Nodes: four fake H100 nodes of 8 GPUs, NVLink islands 0-3 and 4-7 on each; on the fourth,
+//! GPUs 6 and 7 in MIG mode and partitioned by graft (dynamic MIG), so 30 whole GPUs.
+//!
+//! Per variant it reports: stranded-capacity waits (whole-GPU pods that stayed unscheduled
+//! for at least 3 s in all while the cluster had enough free whole GPUs in total), mean and
+//! p99 time pending (all pods, and the small ones: 1 GPU or a MIG instance), whole-GPU
+//! hours used over available (from the first arrival to the last finish), and the share of
+//! multi-GPU pods placed within one NVLink island.
+//!
+//! Run (root, the testbed; not part of CI; under the cluster tests' lock):
+//! `cargo build --workspace --bins && bash hooks/build-static.sh --quiet &&
+//! cargo bench -p graft-integration --bench placement`. GRAFT_BENCH_SEED (1), GRAFT_BENCH_PODS
+//! (60), GRAFT_BENCH_GAP_MS (mean gap between arrivals, 1500), GRAFT_BENCH_RUN_S (a pod runs
+//! between this and twice this, 30).
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use graft_integration::cluster::gpu::{GpuValues, FAKE_DIR, MIG_STATE};
+use graft_integration::cluster::multi::{MultiCluster, FIRST_NODE};
+use graft_integration::cluster::workloads::{wait_unprepared, BUSYBOX};
+use graft_integration::cluster::{wait_until, Cluster};
+use graft_scheduler_extender::state;
+use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceSlice};
+use serde_json::Value;
+
+const LABEL: &str = "graft-bench=placement";
+const EXTENDER: &str = "127.0.0.1:8897";
+/// A wait this long, in all, with enough free GPUs in the cluster counts as stranded.
+const STRANDED: Duration = Duration::from_secs(3);
+const TICK: Duration = Duration::from_millis(500);
+
+#[derive(Clone, Copy, Debug)]
+enum Ask {
+    Gpus(u32),
+    Mig(&'static str),
+}
+
+struct Job {
+    name: String,
+    ask: Ask,
+    arrive: Duration,
+    run: Duration,
+}
+
+/// A small seeded generator (SplitMix64): the same stream for every variant and run.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> f64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        ((z ^ (z >> 31)) >> 11) as f64 / (1u64 << 53) as f64
+    }
+}
+
+fn env_or(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn stream(seed: u64, pods: usize, gap: Duration, run: Duration) -> Vec<Job> {
+    let mut rng = Rng(seed);
+    let mut at = Duration::ZERO;
+    (0..pods)
+        .map(|i| {
+            // Exponential gaps: arrivals as a Poisson stream.
+            at += gap.mul_f64(-(1.0 - rng.next()).ln());
+            let r = rng.next();
+            let ask = match r {
+                r if r < 0.40 => Ask::Gpus(1),
+                r if r < 0.60 => Ask::Gpus(2),
+                r if r < 0.72 => Ask::Gpus(4),
+                r if r < 0.82 => Ask::Gpus(8),
+                r if r < 0.90 => Ask::Mig("1g.10gb"),
+                r if r < 0.95 => Ask::Mig("2g.20gb"),
+                r if r < 0.98 => Ask::Mig("3g.40gb"),
+                _ => Ask::Mig("4g.40gb"),
+            };
+            Job {
+                name: format!("p{i:03}"),
+                ask,
+                arrive: at,
+                run: run.mul_f64(1.0 + rng.next()),
+            }
+        })
+        .collect()
+}
+
+fn pod_yaml(j: &Job) -> String {
+    let request = match j.ask {
+        Ask::Gpus(n) => format!("{{deviceClassName: gpu.graft.dev, allocationMode: ExactCount, count: {n}}}"),
+        Ask::Mig(p) => format!(
+            "{{deviceClassName: mig.graft.dev, selectors: [{{cel: {{expression: 'device.attributes[\"graft.dev\"].profile == \"{p}\"'}}}}]}}"
+        ),
+    };
+    let (name, secs) = (&j.name, j.run.as_secs());
+    format!(
+        r#"---
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaimTemplate
+metadata: {{name: {name}, namespace: default, labels: {{graft-bench: placement}}}}
+spec:
+  spec:
+    devices:
+      requests:
+      - name: dev
+        exactly: {request}
+---
+apiVersion: v1
+kind: Pod
+metadata: {{name: {name}, namespace: default, labels: {{graft-bench: placement}}}}
+spec:
+  restartPolicy: Never
+  terminationGracePeriodSeconds: 1
+  resourceClaims: [{{name: dev, resourceClaimTemplateName: {name}}}]
+  containers:
+  - name: app
+    image: {BUSYBOX}
+    imagePullPolicy: Never
+    command: ["/bin/sh", "-c", "sleep {secs}"]
+    resources: {{claims: [{{name: dev}}]}}
+"#
+    )
+}
+
+#[derive(Default)]
+struct Seen {
+    created: Option<Instant>,
+    scheduled: Option<Instant>,
+    finished: Option<Instant>,
+    stranded: Duration,
+    one_island: Option<bool>,
+}
+
+fn list<T: k8s_openapi::serde::de::DeserializeOwned>(c: &Cluster, kind: &str) -> anyhow::Result<Vec<T>> {
+    let v: Value = serde_json::from_str(&c.kubectl(&["get", kind, "-A", "-o", "json"])?)?;
+    let items = v["items"].as_array().cloned().unwrap_or_default();
+    items
+        .into_iter()
+        .map(|i| serde_json::from_value(i).with_context(|| format!("a {kind} item")))
+        .collect()
+}
+
+/// The islands of the devices allocated to `pod`'s claim: all equal, or not.
+fn same_island(pod: &str, claims: &[ResourceClaim], slices: &[ResourceSlice]) -> Option<bool> {
+    let claim = claims.iter().find(|c| {
+        c.metadata
+            .owner_references
+            .iter()
+            .flatten()
+            .any(|o| o.name == pod)
+    })?;
+    let results = claim
+        .status
+        .as_ref()?
+        .allocation
+        .as_ref()?
+        .devices
+        .as_ref()?
+        .results
+        .clone()?;
+    let island = |pool: &str, device: &str| {
+        slices
+            .iter()
+            .filter(|s| s.spec.pool.name == pool)
+            .flat_map(|s| s.spec.devices.iter().flatten())
+            .find(|d| d.name == device)
+            .and_then(|d| d.attributes.as_ref()?.get(state::ISLAND)?.string.clone())
+    };
+    let islands: Vec<Option<String>> = results.iter().map(|r| island(&r.pool, &r.device)).collect();
+    Some(islands[0].is_some() && islands.iter().all(|i| *i == islands[0]))
+}
+
+/// One variant over the whole stream.
+fn run(c: &Cluster, jobs: &[Job]) -> anyhow::Result<Vec<Seen>> {
+    let mut seen: Vec<Seen> = jobs.iter().map(|_| Seen::default()).collect();
+    let index: BTreeMap<&str, usize> = jobs
+        .iter()
+        .enumerate()
+        .map(|(i, j)| (j.name.as_str(), i))
+        .collect();
+    let t0 = Instant::now();
+    let mut next = 0;
+    let limit = jobs.last().map_or(Duration::ZERO, |j| j.arrive) + Duration::from_secs(900);
+    while seen.iter().any(|s| s.finished.is_none()) {
+        anyhow::ensure!(
+            t0.elapsed() < limit,
+            "the stream did not finish within {limit:?}"
+        );
+        let tick = Instant::now();
+        let mut yaml = String::new();
+        while next < jobs.len() && jobs[next].arrive <= t0.elapsed() {
+            yaml += &pod_yaml(&jobs[next]);
+            seen[next].created = Some(Instant::now());
+            next += 1;
+        }
+        if !yaml.is_empty() {
+            c.apply(&yaml)?;
+        }
+        let pods: Value =
+            serde_json::from_str(&c.kubectl(&["get", "pods", "-l", LABEL, "-o", "json"])?)?;
+        let slices: Vec<ResourceSlice> = list(c, "resourceslices")?;
+        let claims: Vec<ResourceClaim> = list(c, "resourceclaims")?;
+        let free: usize = state::nodes("graft.dev", &slices, &claims)
+            .values()
+            .map(|n| n.free())
+            .sum();
+        let now = Instant::now();
+        let mut done = Vec::new();
+        for p in pods["items"].as_array().into_iter().flatten() {
+            let Some(&i) = p["metadata"]["name"].as_str().and_then(|n| index.get(n)) else {
+                continue;
+            };
+            let s = &mut seen[i];
+            if p["spec"]["nodeName"].is_string() && s.scheduled.is_none() {
+                s.scheduled = Some(now);
+            }
+            if matches!(jobs[i].ask, Ask::Gpus(n) if n > 1)
+                && s.scheduled.is_some()
+                && s.one_island.is_none()
+            {
+                s.one_island = same_island(&jobs[i].name, &claims, &slices);
+            }
+            if matches!(p["status"]["phase"].as_str(), Some("Succeeded" | "Failed"))
+                && s.finished.is_none()
+            {
+                s.finished = Some(now);
+                done.push(jobs[i].name.clone());
+            }
+            if let (Ask::Gpus(n), None) = (jobs[i].ask, s.scheduled) {
+                if free >= n as usize {
+                    s.stranded += TICK;
+                }
+            }
+        }
+        if !done.is_empty() {
+            let mut args = vec!["delete", "pod", "--wait=false"];
+            args.extend(done.iter().map(String::as_str));
+            c.kubectl(&args)?;
+        }
+        std::thread::sleep(TICK.saturating_sub(tick.elapsed()));
+    }
+    Ok(seen)
+}
+
+struct Figures {
+    stranded: usize,
+    mean: Duration,
+    p99: Duration,
+    small_mean: Duration,
+    utilisation: f64,
+    island: (usize, usize),
+}
+
+fn figures(jobs: &[Job], seen: &[Seen], whole_gpus: u32) -> Figures {
+    let pending = |s: &Seen| {
+        s.scheduled
+            .zip(s.created)
+            .map(|(a, b)| a - b)
+            .unwrap_or_default()
+    };
+    let mut all: Vec<Duration> = seen.iter().map(pending).collect();
+    all.sort();
+    let mean = |v: &[Duration]| v.iter().sum::<Duration>() / v.len().max(1) as u32;
+    let small: Vec<Duration> = jobs
+        .iter()
+        .zip(seen)
+        .filter(|(j, _)| matches!(j.ask, Ask::Gpus(1) | Ask::Mig(_)))
+        .map(|(_, s)| pending(s))
+        .collect();
+    let first = seen.iter().filter_map(|s| s.created).min();
+    let last = seen.iter().filter_map(|s| s.finished).max();
+    let span = first.zip(last).map(|(a, b)| b - a).unwrap_or_default();
+    let used: f64 = jobs
+        .iter()
+        .zip(seen)
+        .filter_map(|(j, s)| match j.ask {
+            Ask::Gpus(n) => Some(
+                f64::from(n)
+                    * s.finished
+                        .zip(s.scheduled)
+                        .map(|(f, b)| (f - b).as_secs_f64())?,
+            ),
+            Ask::Mig(_) => None,
+        })
+        .sum();
+    let multi: Vec<&Seen> = jobs
+        .iter()
+        .zip(seen)
+        .filter(|(j, _)| matches!(j.ask, Ask::Gpus(n) if n > 1))
+        .map(|(_, s)| s)
+        .collect();
+    Figures {
+        stranded: jobs
+            .iter()
+            .zip(seen)
+            .filter(|(j, s)| matches!(j.ask, Ask::Gpus(_)) && s.stranded >= STRANDED)
+            .count(),
+        mean: mean(&all),
+        p99: all
+            .get((all.len() * 99 / 100).min(all.len().saturating_sub(1)))
+            .copied()
+            .unwrap_or_default(),
+        small_mean: mean(&small),
+        utilisation: used / (f64::from(whole_gpus) * span.as_secs_f64().max(1.0)),
+        island: (
+            multi.iter().filter(|s| s.one_island == Some(true)).count(),
+            multi.len(),
+        ),
+    }
+}
+
+/// Installs graft for `variant` and waits until every node published and, with the
+/// extender, until it is ready.
+fn deploy(mc: &MultiCluster, order: &str, extender: bool) -> anyhow::Result<()> {
+    let env = serde_json::json!([
+        {"name": "GRAFT_PROC_ROOT", "value": format!("/host{FAKE_DIR}/proc")},
+        {"name": "GRAFT_SYSFS_ROOT", "value": format!("/host{FAKE_DIR}/sys")},
+        {"name": "GRAFT_NVIDIA_PLACEMENT_ORDER", "value": order},
+    ]);
+    let values = GpuValues {
+        dynamic_mig: "6,7".into(),
+        helm: vec![
+            "--set".into(),
+            format!("schedulerExtender.enabled={extender}"),
+            "--set-json".into(),
+            format!("driverExtraEnv={env}"),
+        ],
+        ..Default::default()
+    };
+    mc.deploy_gpu_with(&[None, None, None, None], &values)?;
+    wait_until("a node's dynamic MIG GPUs were never published", || {
+        Ok(mc.slices(&mc.nodes[3])?.contains("-mig-4g-40gb-0\""))
+    })?;
+    if extender {
+        mc.cluster.kubectl(&[
+            "-n",
+            "graft-system",
+            "rollout",
+            "status",
+            "daemonset/graft-scheduler-extender",
+            "--timeout=120s",
+        ])?;
+        wait_until("the extender never became ready", || {
+            Ok(
+                graft_integration::scrape::tcp_get("127.0.0.1:9480", "/readyz")
+                    .is_ok_and(|(s, _)| s == 200),
+            )
+        })?;
+    }
+    Ok(())
+}
+
+fn main() -> anyhow::Result<()> {
+    let seed = env_or("GRAFT_BENCH_SEED", 1);
+    let jobs = stream(
+        seed,
+        env_or("GRAFT_BENCH_PODS", 60) as usize,
+        Duration::from_millis(env_or("GRAFT_BENCH_GAP_MS", 1500)),
+        Duration::from_secs(env_or("GRAFT_BENCH_RUN_S", 30)),
+    );
+    let _turn = graft_integration::cluster::gpu::own_cluster();
+    let mc = MultiCluster::up_with(4, Some(&format!("http://{EXTENDER}/")))?;
+    let c = &mc.cluster;
+    c.kubectl(&[
+        "label",
+        "node",
+        FIRST_NODE,
+        "node-role.kubernetes.io/control-plane=",
+        "--overwrite",
+    ])?;
+    for (i, fake) in mc.fakes.iter().enumerate() {
+        fake.set_nvlink(&[&[0, 1, 2, 3], &[4, 5, 6, 7]])?;
+        let mig = if i == 3 { "mig 6 on\nmig 7 on\n" } else { "" };
+        fake.configure_mig(&format!("{mig}state {MIG_STATE}\n"))?;
+    }
+    let variants = [
+        ("default", "nvml", false),
+        ("order", "spare-large", false),
+        ("order+extender", "spare-large", true),
+    ];
+    let mut rows = Vec::new();
+    for (name, order, extender) in variants {
+        deploy(&mc, order, extender)?;
+        eprintln!("[placement] {name}: {} pods", jobs.len());
+        let seen = run(c, &jobs)?;
+        rows.push((name, figures(&jobs, &seen, 30)));
+        c.kubectl(&[
+            "delete",
+            "pods,resourceclaimtemplates",
+            "-l",
+            LABEL,
+            "--wait=true",
+        ])?;
+        wait_unprepared(c)?;
+    }
+    let asks = |f: fn(&Ask) -> bool| jobs.iter().filter(|j| f(&j.ask)).count();
+    println!(
+        "\nseed {seed}, {} pods ({} of 1 GPU, {} of 2, {} of 4, {} of 8, {} MIG), 4 nodes, 30 whole GPUs + 2 dynamic MIG\n",
+        jobs.len(),
+        asks(|a| matches!(a, Ask::Gpus(1))),
+        asks(|a| matches!(a, Ask::Gpus(2))),
+        asks(|a| matches!(a, Ask::Gpus(4))),
+        asks(|a| matches!(a, Ask::Gpus(8))),
+        asks(|a| matches!(a, Ask::Mig(_))),
+    );
+    println!("| variant | stranded-capacity waits | pending mean / p99 s | small pods pending mean s | GPU-hours used / available | multi-GPU pods on one NVLink island |");
+    println!("|---|---|---|---|---|---|");
+    for (name, f) in &rows {
+        println!(
+            "| {name} | {} | {:.1} / {:.1} | {:.1} | {:.2} | {} of {} |",
+            f.stranded,
+            f.mean.as_secs_f64(),
+            f.p99.as_secs_f64(),
+            f.small_mean.as_secs_f64(),
+            f.utilisation,
+            f.island.0,
+            f.island.1
+        );
+    }
+    let left = mc.down()?;
+    anyhow::ensure!(left.is_empty(), "the testbed left {left:?}");
+    Ok(())
+}
