@@ -148,7 +148,10 @@ struct Seen {
     one_island: Option<bool>,
 }
 
-fn list<T: k8s_openapi::serde::de::DeserializeOwned>(c: &Cluster, kind: &str) -> anyhow::Result<Vec<T>> {
+fn list<T: k8s_openapi::serde::de::DeserializeOwned>(
+    c: &Cluster,
+    kind: &str,
+) -> anyhow::Result<Vec<T>> {
     let v: Value = serde_json::from_str(&c.kubectl(&["get", kind, "-A", "-o", "json"])?)?;
     let items = v["items"].as_array().cloned().unwrap_or_default();
     items

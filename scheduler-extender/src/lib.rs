@@ -6,6 +6,7 @@
 //! slow changes nothing. See docs/placement.md.
 
 pub mod demand;
+pub mod events;
 pub mod metrics;
 pub mod prioritize;
 pub mod score;

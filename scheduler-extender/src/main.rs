@@ -61,7 +61,13 @@ async fn main() -> anyhow::Result<()> {
         env!("CARGO_PKG_VERSION"),
     );
     let metrics = Metrics::register(&mut registry);
-    let (caches, watching) = Caches::watch(client);
+    let (caches, watching) = Caches::watch(client.clone());
+    // A qualified name, as the Events API asks of reportingController.
+    let reporter = kube::runtime::events::Reporter {
+        controller: "graft.dev/scheduler-extender".into(),
+        instance: std::env::var("POD_NAME").ok(),
+    };
+    let (notices, posting) = graft_scheduler_extender::events::poster(client, reporter);
     let probe = caches.clone();
     let ready: graft_telemetry::ReadyCheck = Arc::new(move || {
         if probe.ready() {
@@ -92,6 +98,8 @@ async fn main() -> anyhow::Result<()> {
             mode: args.mode,
         }),
         metrics,
+        notices: Some(notices),
+        announced: Arc::default(),
     };
     let mut term = signal(SignalKind::terminate())?;
     // Both tasks run for the life of the process: one ending is an error.
@@ -101,6 +109,7 @@ async fn main() -> anyhow::Result<()> {
             anyhow::bail!("the extender's server stopped");
         }
         () = watching => anyhow::bail!("the watches stopped"),
+        () = posting => anyhow::bail!("the Event poster stopped"),
         _ = term.recv() => tracing::info!("terminating"),
         _ = tokio::signal::ctrl_c() => tracing::info!("interrupted"),
     }

@@ -7,7 +7,7 @@
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::panic::AssertUnwindSafe;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use http_body_util::{BodyExt, Full, Limited};
@@ -18,6 +18,9 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 
+use k8s_openapi::api::core::v1::ObjectReference;
+
+use crate::events::{self, Announced, Notice, Notices};
 use crate::metrics::Metrics;
 use crate::prioritize::{prioritize, Config, View};
 use crate::wire::ExtenderArgs;
@@ -39,6 +42,25 @@ pub struct Shared {
     pub config: Arc<Config>,
     /// Where calls are counted.
     pub metrics: Metrics,
+    /// Where Events for scored pods go (`None`: no Events).
+    pub notices: Option<Notices>,
+    /// The pods announced already.
+    pub announced: Arc<Mutex<Announced>>,
+}
+
+/// The pod of `args` as an Event's object, with its uid.
+fn pod_ref(args: &ExtenderArgs) -> Option<(ObjectReference, String)> {
+    let meta = &args.pod.as_ref()?.metadata;
+    let uid = meta.uid.clone()?;
+    let r = ObjectReference {
+        api_version: Some("v1".into()),
+        kind: Some("Pod".into()),
+        name: meta.name.clone(),
+        namespace: meta.namespace.clone(),
+        uid: Some(uid.clone()),
+        ..ObjectReference::default()
+    };
+    Some((r, uid))
 }
 
 /// An answer: status, content type, body.
@@ -106,6 +128,7 @@ async fn answer(shared: &Shared, req: Request<Incoming>) -> (Answer, &'static st
         return (a, "prioritize", "not_ready");
     }
     let s = shared.clone();
+    let target = pod_ref(&args);
     // Scoring reads the caches and computes; a blocking thread keeps it off the runtime's
     // workers, and a panic there is an error answer.
     let scored = tokio::task::spawn_blocking(move || {
@@ -124,6 +147,19 @@ async fn answer(shared: &Shared, req: Request<Incoming>) -> (Answer, &'static st
                 };
                 if scored.demand.gpus > 0 {
                     tracing::debug!(gpus = scored.demand.gpus, one_island = scored.demand.one_island, hosts = ?scored.hosts, "scored");
+                    if let (Some(notices), Some((pod, uid))) = (&shared.notices, target) {
+                        let first = shared
+                            .announced
+                            .lock()
+                            .unwrap_or_else(PoisonError::into_inner)
+                            .first(&uid);
+                        if first {
+                            notices.send(Notice {
+                                pod,
+                                note: events::note(&scored),
+                            });
+                        }
+                    }
                 }
                 (
                     (StatusCode::OK, "application/json", json),

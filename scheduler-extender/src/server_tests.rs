@@ -82,6 +82,8 @@ async fn start(ready: bool) -> SocketAddr {
             mode: Mode::Pack,
         }),
         metrics: Metrics::register(&mut Registry::default()),
+        notices: None,
+        announced: Arc::default(),
     };
     let listener = bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
     let addr = listener.local_addr().unwrap();

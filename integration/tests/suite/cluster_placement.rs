@@ -125,6 +125,17 @@ fn extender_down_does_not_block_scheduling() -> anyhow::Result<()> {
         "the extender packs, but the pod went to {node}, not {second}"
     );
     eprintln!("extender up: GPU pod Running in {took:?}");
+    wait_until("no GpuNodesScored Event on the scored pod", || {
+        Ok(c.kubectl(&[
+            "get",
+            "events",
+            "--field-selector",
+            "involvedObject.name=packed,reason=GpuNodesScored",
+            "-o",
+            "jsonpath={.items[*].message}",
+        ])?
+        .contains(&format!("1 whole GPU: preferred {second}")))
+    })?;
 
     // Extender gone (connection refused): scheduling goes on.
     c.kubectl(&[

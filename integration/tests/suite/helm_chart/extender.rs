@@ -1,12 +1,13 @@
 //! graft-scheduler-extender in the chart: absent by default; when on, a DaemonSet on the
 //! control plane with the host's network answering on the loopback, probed on its metrics
-//! port, with read-only RBAC; a bad mode refused by the schema.
+//! port, with RBAC that reads slices and claims and writes only Events; a bad mode refused
+//! by the schema.
 
 use anyhow::{ensure, Context};
 use graft_integration::Testbed;
 
 #[test]
-fn scheduler_extender_is_off_by_default_and_read_only() -> anyhow::Result<()> {
+fn scheduler_extender_is_off_by_default_and_writes_only_events() -> anyhow::Result<()> {
     let tb = Testbed::load()?;
     let plain = tb.render_chart(&[])?;
     ensure!(
@@ -38,12 +39,19 @@ fn scheduler_extender_is_off_by_default_and_read_only() -> anyhow::Result<()> {
         ensure!(ds.contains(want), "{want:?} not in:\n{ds}");
     }
     let role = doc("ClusterRole")?;
-    for verb in ["create", "update", "patch", "delete"] {
-        ensure!(
-            !role.contains(&format!("\"{verb}\"")),
-            "the extender may {verb}:\n{role}"
-        );
-    }
+    // It writes only Events; slices and claims it reads.
+    let writes: Vec<&str> = role
+        .split("  - apiGroups: ")
+        .filter(|rule| {
+            ["create", "update", "patch", "delete"]
+                .iter()
+                .any(|v| rule.contains(&format!("\"{v}\"")))
+        })
+        .collect();
+    ensure!(
+        writes.len() == 1 && writes[0].starts_with("[\"events.k8s.io\"]"),
+        "the extender may write more than Events:\n{role}"
+    );
     ensure!(
         role.contains("resources: [\"resourceclaims\"]\n    verbs: [\"get\", \"list\", \"watch\"]"),
         "{role}"
