@@ -9,7 +9,7 @@
 //!   refused at once and ignored).
 //!
 //! Nodes: four fake H100 nodes of 8 GPUs, NVLink islands 0-3 and 4-7 on each; on the fourth,
-//! GPUs 6 and 7 in MIG mode and partitioned by graft (dynamic MIG), so 30 whole GPUs.
+//! GPUs 4 and 5 in MIG mode and partitioned by graft (dynamic MIG), so 30 whole GPUs.
 //!
 //! Per variant it reports: stranded-capacity waits (whole-GPU pods that stayed unscheduled
 //! for at least 3 s in all while the cluster had enough free whole GPUs in total), mean and
@@ -245,7 +245,7 @@ fn deploy(mc: &MultiCluster, order: &str, extender: bool) -> anyhow::Result<()> 
         {"name": "GRAFT_NVIDIA_PLACEMENT_ORDER", "value": order},
     ]);
     let values = GpuValues {
-        dynamic_mig: "6,7".into(),
+        dynamic_mig: "all".into(),
         helm: vec![
             "--set".into(),
             format!("schedulerExtender.enabled={extender}"),
@@ -297,8 +297,10 @@ fn main() -> anyhow::Result<()> {
     ])?;
     for (i, fake) in mc.fakes.iter().enumerate() {
         fake.set_nvlink(&[&[0, 1, 2, 3], &[4, 5, 6, 7]])?;
-        let mig = if i == 3 { "mig 6 on\nmig 7 on\n" } else { "" };
-        fake.configure_mig(&format!("{mig}state {MIG_STATE}\n"))?;
+        // The fake's default has 6 and 7 in MIG mode with its operator's instances; here
+        // only the fourth node has MIG GPUs, 4 and 5, all graft's to make.
+        let mig = if i == 3 { "mig 4 on\nmig 5 on\n" } else { "" };
+        fake.configure_mig(&format!("mig 6 off\nmig 7 off\n{mig}state {MIG_STATE}\n"))?;
     }
     let variants = [
         ("default", "nvml", false),
