@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use graft_integration::cluster::gpu::{GpuValues, FAKE_DIR, MIG_STATE};
-use graft_integration::cluster::multi::{MultiCluster, FIRST_NODE};
+use graft_integration::cluster::multi::{MultiCluster, EXTENDER};
 use graft_integration::cluster::workloads::wait_unprepared;
 use graft_integration::cluster::{wait_until, Cluster};
 use graft_scheduler_extender::state;
@@ -41,7 +41,6 @@ mod stream;
 use stream::{env_or, pod_yaml, stream, Ask, Job};
 
 const LABEL: &str = "graft-bench=placement";
-const EXTENDER: &str = "127.0.0.1:8897";
 /// A wait this long, in all, with enough free GPUs in the cluster counts as stranded.
 const STRANDED: Duration = Duration::from_secs(3);
 const TICK: Duration = Duration::from_millis(500);
@@ -259,20 +258,7 @@ fn deploy(mc: &MultiCluster, order: &str, extender: bool) -> anyhow::Result<()> 
         Ok(mc.slices(&mc.nodes[3])?.contains("-mig-4g-40gb-0\""))
     })?;
     if extender {
-        mc.cluster.kubectl(&[
-            "-n",
-            "graft-system",
-            "rollout",
-            "status",
-            "daemonset/graft-scheduler-extender",
-            "--timeout=120s",
-        ])?;
-        wait_until("the extender never became ready", || {
-            Ok(
-                graft_integration::scrape::tcp_get("127.0.0.1:9480", "/readyz")
-                    .is_ok_and(|(s, _)| s == 200),
-            )
-        })?;
+        mc.wait_extender()?;
     }
     Ok(())
 }
@@ -288,13 +274,7 @@ fn main() -> anyhow::Result<()> {
     let _turn = graft_integration::cluster::gpu::own_cluster();
     let mc = MultiCluster::up_with(4, Some(&format!("http://{EXTENDER}/")))?;
     let c = &mc.cluster;
-    c.kubectl(&[
-        "label",
-        "node",
-        FIRST_NODE,
-        "node-role.kubernetes.io/control-plane=",
-        "--overwrite",
-    ])?;
+    mc.label_control_plane()?;
     for (i, fake) in mc.fakes.iter().enumerate() {
         fake.set_nvlink(&[&[0, 1, 2, 3], &[4, 5, 6, 7]])?;
         // The fake's default has 6 and 7 in MIG mode with its operator's instances; here

@@ -25,6 +25,11 @@ const CLUSTER_DIR: &str = "/var/lib/graft-cluster";
 const RUN_DIR: &str = "/run/graft-cluster";
 /// The first node's name (cluster.sh's default GRAFT_NODE_NAME).
 pub const FIRST_NODE: &str = "graft-node";
+/// Where the chart's graft-scheduler-extender answers kube-scheduler (values.yaml's default,
+/// on the host network).
+pub const EXTENDER: &str = "127.0.0.1:8897";
+/// Where it serves its metrics and probes.
+pub const EXTENDER_METRICS: &str = "127.0.0.1:9480";
 
 /// A multi-node testbed cluster; taken down on drop (see [`Cluster`]'s Drop) unless
 /// `GRAFT_KEEP_CLUSTER` is set.
@@ -142,6 +147,36 @@ impl MultiCluster {
                 Ok(self.slices(node)?.contains("\"gpu-"))
             })?;
         }
+        Ok(())
+    }
+
+    /// Labels the first node as the control plane: kube-scheduler runs beside it, and the
+    /// chart's graft-scheduler-extender goes to control-plane nodes.
+    pub fn label_control_plane(&self) -> anyhow::Result<()> {
+        self.cluster.kubectl(&[
+            "label",
+            "node",
+            FIRST_NODE,
+            "node-role.kubernetes.io/control-plane=",
+            "--overwrite",
+        ])?;
+        Ok(())
+    }
+
+    /// Waits until the chart's graft-scheduler-extender is rolled out and says it is ready
+    /// on its metrics address (the chart's default, on the first node's host network).
+    pub fn wait_extender(&self) -> anyhow::Result<()> {
+        self.cluster.kubectl(&[
+            "-n",
+            "graft-system",
+            "rollout",
+            "status",
+            "daemonset/graft-scheduler-extender",
+            "--timeout=120s",
+        ])?;
+        super::wait_until("the extender never became ready", || {
+            Ok(crate::scrape::tcp_get(EXTENDER_METRICS, "/readyz").is_ok_and(|(s, _)| s == 200))
+        })?;
         Ok(())
     }
 

@@ -43,6 +43,28 @@ spec:
     )
 }
 
+/// A ResourceClaimTemplate `name` in `default` whose request `gpus` asks for `count` whole
+/// GPUs (`gpu.graft.dev`), all on one NVLink island when `island` (docs/placement.md).
+pub fn gpus_template(name: &str, count: u32, island: bool) -> String {
+    let constraint = if island {
+        "\n      constraints:\n      - requests: [gpus]\n        matchAttribute: graft.dev/nvlinkIsland"
+    } else {
+        ""
+    };
+    format!(
+        r#"apiVersion: resource.k8s.io/v1
+kind: ResourceClaimTemplate
+metadata: {{name: {name}, namespace: default}}
+spec:
+  spec:
+    devices:
+      requests:
+      - name: gpus
+        exactly: {{deviceClassName: gpu.graft.dev, allocationMode: ExactCount, count: {count}}}{constraint}
+"#
+    )
+}
+
 /// [`claim_template_in`] in namespace `default`, without consumable capacity.
 pub fn claim_template(name: &str, class: &str, cel: Option<&str>) -> String {
     claim_template_in("default", name, class, cel, None)

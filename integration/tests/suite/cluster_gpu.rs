@@ -10,7 +10,7 @@
 //! workspace binaries, as cluster_e2e does.
 
 use anyhow::ensure;
-use graft_integration::cluster::gpu::{with_bed, GpuValues, MIG_STATE};
+use graft_integration::cluster::gpu::{with_bed, GpuValues};
 use graft_integration::cluster::workloads::{device_pod, wait_log, wait_unprepared};
 
 mod dynamic_mig;
@@ -28,13 +28,7 @@ mod vfio;
 #[test]
 fn gpus_through_the_gpu_setup() -> anyhow::Result<()> {
     with_bed(|bed| {
-        let values = GpuValues {
-            dynamic_mig: dynamic_mig::DYNAMIC_GPU.into(),
-            ..Default::default()
-        };
-        bed.fresh(&values, |node| {
-            node.configure_mig(&format!("mig 5 on\nstate {MIG_STATE}\n"))
-        })?;
+        bed.fresh(&dynamic_mig::values(), dynamic_mig::before_start)?;
         let c = &bed.cluster;
         let sc = c.kubectl(&[
             "-n",
@@ -197,13 +191,7 @@ fn two_gpus_on_one_nvlink_island() -> anyhow::Result<()> {
 #[test]
 fn mig_order_keeps_a_4g_slot() -> anyhow::Result<()> {
     with_bed(|bed| {
-        let values = GpuValues {
-            dynamic_mig: dynamic_mig::DYNAMIC_GPU.into(),
-            ..Default::default()
-        };
-        bed.fresh(&values, |node| {
-            node.configure_mig(&format!("mig 5 on\nstate {MIG_STATE}\n"))
-        })?;
+        bed.fresh(&dynamic_mig::values(), dynamic_mig::before_start)?;
         dynamic_mig::keeps_a_4g_slot(&bed.cluster)
     })
 }

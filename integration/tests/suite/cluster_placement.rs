@@ -10,31 +10,19 @@ use std::time::{Duration, Instant};
 
 use anyhow::{ensure, Context};
 use graft_integration::cluster::gpu::GpuValues;
-use graft_integration::cluster::multi::{MultiCluster, FIRST_NODE};
-use graft_integration::cluster::workloads::BUSYBOX;
+use graft_integration::cluster::multi::{MultiCluster, EXTENDER, EXTENDER_METRICS};
+use graft_integration::cluster::workloads::{gpus_template, BUSYBOX};
 use graft_integration::cluster::{wait_until, Cluster};
 use graft_integration::scrape;
-
-/// Where the chart's extender answers (values.yaml's default), and its metrics.
-const EXTENDER: &str = "127.0.0.1:8897";
-const METRICS: &str = "127.0.0.1:9480";
 
 /// A pod `name` whose container gets `count` whole GPUs, on `node` when given.
 fn gpu_pod(name: &str, count: u32, node: Option<&str>) -> String {
     let pin = node
         .map(|n| format!("\n  nodeSelector: {{kubernetes.io/hostname: {n}}}"))
         .unwrap_or_default();
-    format!(
-        r#"apiVersion: resource.k8s.io/v1
-kind: ResourceClaimTemplate
-metadata: {{name: {name}, namespace: default}}
-spec:
-  spec:
-    devices:
-      requests:
-      - name: gpus
-        exactly: {{deviceClassName: gpu.graft.dev, allocationMode: ExactCount, count: {count}}}
----
+    gpus_template(name, count, false)
+        + &format!(
+            r#"---
 apiVersion: v1
 kind: Pod
 metadata: {{name: {name}, namespace: default}}
@@ -48,7 +36,7 @@ spec:
     command: ["/bin/sh", "-c", "sleep 3600"]
     resources: {{claims: [{{name: gpus}}]}}
 "#
-    )
+        )
 }
 
 fn node_of(c: &Cluster, pod: &str) -> anyhow::Result<String> {
@@ -65,7 +53,7 @@ fn runs(c: &Cluster, name: &str, yaml: &str) -> anyhow::Result<Duration> {
 
 /// The extender's count of `prioritize` calls that scored a GPU pod.
 fn scored() -> f64 {
-    scrape::tcp_get(METRICS, "/metrics")
+    scrape::tcp_get(EXTENDER_METRICS, "/metrics")
         .ok()
         .and_then(|(_, text)| {
             scrape::value(
@@ -84,31 +72,13 @@ fn extender_down_does_not_block_scheduling() -> anyhow::Result<()> {
     let _turn = graft_integration::cluster::gpu::own_cluster();
     let mc = MultiCluster::up_with(2, Some(&format!("http://{EXTENDER}/")))?;
     let c = &mc.cluster;
-    // kube-scheduler runs beside the first node: that makes it the control plane, which
-    // the chart's default nodeSelector picks.
-    c.kubectl(&[
-        "label",
-        "node",
-        FIRST_NODE,
-        "node-role.kubernetes.io/control-plane=",
-        "--overwrite",
-    ])?;
+    mc.label_control_plane()?;
     let values = GpuValues {
         helm: vec!["--set".into(), "schedulerExtender.enabled=true".into()],
         ..Default::default()
     };
     mc.deploy_gpu_with(&[None, None], &values)?;
-    c.kubectl(&[
-        "-n",
-        "graft-system",
-        "rollout",
-        "status",
-        "daemonset/graft-scheduler-extender",
-        "--timeout=120s",
-    ])?;
-    wait_until("the extender never became ready", || {
-        Ok(scrape::tcp_get(METRICS, "/readyz").is_ok_and(|(s, _)| s == 200))
-    })?;
+    mc.wait_extender()?;
     let second = mc.nodes[1].clone();
 
     // Half of the second node's GPUs taken: packing puts the next pod there.

@@ -8,11 +8,25 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::{ensure, Context};
+use graft_integration::cluster::gpu::{GpuValues, MIG_STATE};
 use graft_integration::cluster::{wait_until, workloads, Cluster};
 use graft_integration::fake_gpu::FakeNode;
 
 /// The GPU graft partitions, as --nvidia-dynamic-mig takes it.
 pub const DYNAMIC_GPU: &str = "5";
+
+/// The chart's values for it.
+pub fn values() -> GpuValues {
+    GpuValues {
+        dynamic_mig: DYNAMIC_GPU.into(),
+        ..Default::default()
+    }
+}
+
+/// Its MIG mode on, before graft starts.
+pub fn before_start(node: &FakeNode) -> anyhow::Result<()> {
+    node.configure_mig(&format!("mig {DYNAMIC_GPU} on\nstate {MIG_STATE}\n"))
+}
 
 fn mig_pod(name: &str, profile: &str) -> String {
     let cel = format!(

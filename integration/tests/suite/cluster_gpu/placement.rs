@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context};
-use graft_integration::cluster::workloads::{one_claim_pod, wait_unprepared};
+use graft_integration::cluster::workloads::{gpus_template, one_claim_pod, wait_unprepared};
 use graft_integration::cluster::{Cluster, WAIT};
 use graft_integration::fake_gpu::FakeNode;
 use serde_json::Value;
@@ -24,27 +24,6 @@ const EXAMPLE: &str = concat!(
 /// The NVLink pairs, set before graft starts.
 pub fn pairs(node: &FakeNode) -> anyhow::Result<()> {
     node.set_nvlink(&[&[0, 2], &[1, 3], &[4, 5], &[6, 7]])
-}
-
-/// A claim template `name` for `count` whole GPUs, of one NVLink island when `island`.
-fn gpus(name: &str, count: u32, island: bool) -> String {
-    let constraint = if island {
-        "\n      constraints:\n      - requests: [gpus]\n        matchAttribute: graft.dev/nvlinkIsland"
-    } else {
-        ""
-    };
-    format!(
-        r#"apiVersion: resource.k8s.io/v1
-kind: ResourceClaimTemplate
-metadata: {{name: {name}, namespace: default}}
-spec:
-  spec:
-    devices:
-      requests:
-      - name: gpus
-        exactly: {{deviceClassName: gpu.graft.dev, allocationMode: ExactCount, count: {count}}}{constraint}
-"#
-    )
 }
 
 /// Each published device's `nvlinkIsland`, by name.
@@ -88,7 +67,7 @@ fn allocated(c: &Cluster, pod: &str) -> anyhow::Result<Vec<String>> {
 
 /// Runs a pod with a claim for `count` GPUs and returns each allocated GPU's island.
 fn run(c: &Cluster, name: &str, count: u32, island: bool) -> anyhow::Result<Vec<String>> {
-    c.apply(&(gpus(name, count, island) + &one_claim_pod(name, "gpus", "sleep 3600")))?;
+    c.apply(&(gpus_template(name, count, island) + &one_claim_pod(name, "gpus", "sleep 3600")))?;
     c.wait_phase(name, "Running")?;
     let of = islands(c)?;
     allocated(c, name)?
@@ -135,7 +114,8 @@ pub fn two_gpus_on_one_island(c: &Cluster) -> anyhow::Result<()> {
     delete(c, "nvlink-pair")?;
 
     c.apply(
-        &(gpus("island-three", 3, true) + &one_claim_pod("island-three", "gpus", "sleep 3600")),
+        &(gpus_template("island-three", 3, true)
+            + &one_claim_pod("island-three", "gpus", "sleep 3600")),
     )?;
     let start = Instant::now();
     loop {
