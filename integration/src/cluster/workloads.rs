@@ -89,13 +89,30 @@ pub fn one_claim_pod_in(
     image: &str,
     command: &str,
 ) -> String {
+    pod_yaml(namespace, name, claim, image, command, "")
+}
+
+/// [`one_claim_pod`] kept to node `node` (a `nodeSelector` on its hostname).
+pub fn one_claim_pod_on(name: &str, claim: &str, command: &str, node: &str) -> String {
+    let pin = format!("\n  nodeSelector: {{kubernetes.io/hostname: {node}}}");
+    pod_yaml("default", name, claim, BUSYBOX, command, &pin)
+}
+
+fn pod_yaml(
+    namespace: &str,
+    name: &str,
+    claim: &str,
+    image: &str,
+    command: &str,
+    pin: &str,
+) -> String {
     format!(
         r#"---
 apiVersion: v1
 kind: Pod
 metadata: {{name: {name}, namespace: {namespace}}}
 spec:
-  terminationGracePeriodSeconds: 1
+  terminationGracePeriodSeconds: 1{pin}
   resourceClaims: [{{name: {claim}, resourceClaimTemplateName: {name}}}]
   containers:
   - name: app

@@ -11,32 +11,17 @@ use std::time::{Duration, Instant};
 use anyhow::{ensure, Context};
 use graft_integration::cluster::gpu::GpuValues;
 use graft_integration::cluster::multi::{MultiCluster, EXTENDER, EXTENDER_METRICS};
-use graft_integration::cluster::workloads::{gpus_template, BUSYBOX};
+use graft_integration::cluster::workloads::{gpus_template, one_claim_pod, one_claim_pod_on};
 use graft_integration::cluster::{wait_until, Cluster};
 use graft_integration::scrape;
 
 /// A pod `name` whose container gets `count` whole GPUs, on `node` when given.
 fn gpu_pod(name: &str, count: u32, node: Option<&str>) -> String {
-    let pin = node
-        .map(|n| format!("\n  nodeSelector: {{kubernetes.io/hostname: {n}}}"))
-        .unwrap_or_default();
-    gpus_template(name, count, false)
-        + &format!(
-            r#"---
-apiVersion: v1
-kind: Pod
-metadata: {{name: {name}, namespace: default}}
-spec:
-  terminationGracePeriodSeconds: 1{pin}
-  resourceClaims: [{{name: gpus, resourceClaimTemplateName: {name}}}]
-  containers:
-  - name: app
-    image: {BUSYBOX}
-    imagePullPolicy: Never
-    command: ["/bin/sh", "-c", "sleep 3600"]
-    resources: {{claims: [{{name: gpus}}]}}
-"#
-        )
+    let pod = match node {
+        Some(n) => one_claim_pod_on(name, "gpus", "sleep 3600", n),
+        None => one_claim_pod(name, "gpus", "sleep 3600"),
+    };
+    gpus_template(name, count, false) + &pod
 }
 
 fn node_of(c: &Cluster, pod: &str) -> anyhow::Result<String> {
