@@ -12,16 +12,20 @@
 //! GPUs 4 and 5 in MIG mode and partitioned by graft (dynamic MIG), so 30 whole GPUs.
 //!
 //! Per variant it reports: stranded-capacity waits (whole-GPU pods that stayed unscheduled
-//! for at least 3 s in all while the cluster had enough free whole GPUs in total), mean and
+//! for at least 3 s in all while the cluster had enough free whole GPUs in total; in
+//! brackets, those of them that waited 3 s while no single node had room), mean and
 //! p99 time pending (all pods, and the small ones: 1 GPU or a MIG instance), whole-GPU
 //! hours used over available (from the first arrival to the last finish), and the share of
-//! multi-GPU pods placed within one NVLink island.
+//! multi-GPU pods placed within one NVLink island. Then the same stream replayed without a
+//! cluster by an ideal scheduler (`placement/model.rs`) under four node rules: the bound on
+//! what node choice alone can do. GRAFT_BENCH_MODEL_ONLY=1 prints only that, in a second.
 //!
 //! Run (root, the testbed; not part of CI; under the cluster tests' lock):
 //! `cargo build --workspace --bins && bash hooks/build-static.sh --quiet &&
 //! cargo bench -p graft-integration --bench placement`. GRAFT_BENCH_SEED (1), GRAFT_BENCH_PODS
-//! (60), GRAFT_BENCH_GAP_MS (mean gap between arrivals, 1500), GRAFT_BENCH_RUN_S (a pod runs
-//! between this and twice this, 30).
+//! (60), GRAFT_BENCH_GAP_MS (mean gap between arrivals, 4000: whole-GPU demand about 0.8 of
+//! the 30 GPUs), GRAFT_BENCH_RUN_S (a pod runs between this and twice this, 30),
+//! GRAFT_BENCH_HOLD_MS (the replay only: how long past its run a pod keeps its GPUs, 0).
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -35,6 +39,8 @@ use graft_scheduler_extender::state;
 use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceSlice};
 use serde_json::Value;
 
+#[path = "placement/model.rs"]
+mod model;
 #[path = "placement/stream.rs"]
 mod stream;
 
@@ -51,6 +57,8 @@ struct Seen {
     scheduled: Option<Instant>,
     finished: Option<Instant>,
     stranded: Duration,
+    /// Of `stranded`, the ticks when no single node had room either.
+    fragmented: Duration,
     one_island: Option<bool>,
 }
 
@@ -126,10 +134,9 @@ fn run(c: &Cluster, jobs: &[Job]) -> anyhow::Result<Vec<Seen>> {
             serde_json::from_str(&c.kubectl(&["get", "pods", "-l", LABEL, "-o", "json"])?)?;
         let slices: Vec<ResourceSlice> = list(c, "resourceslices")?;
         let claims: Vec<ResourceClaim> = list(c, "resourceclaims")?;
-        let free: usize = state::nodes("graft.dev", &slices, &claims)
-            .values()
-            .map(|n| n.free())
-            .sum();
+        let nodes = state::nodes("graft.dev", &slices, &claims);
+        let free: usize = nodes.values().map(|n| n.free()).sum();
+        let most: usize = nodes.values().map(|n| n.free()).max().unwrap_or(0);
         let now = Instant::now();
         let mut done = Vec::new();
         for p in pods["items"].as_array().into_iter().flatten() {
@@ -155,6 +162,9 @@ fn run(c: &Cluster, jobs: &[Job]) -> anyhow::Result<Vec<Seen>> {
             if let (Ask::Gpus(n), None) = (jobs[i].ask, s.scheduled) {
                 if free >= n as usize {
                     s.stranded += TICK;
+                    if most < n as usize {
+                        s.fragmented += TICK;
+                    }
                 }
             }
         }
@@ -170,6 +180,7 @@ fn run(c: &Cluster, jobs: &[Job]) -> anyhow::Result<Vec<Seen>> {
 
 struct Figures {
     stranded: usize,
+    fragmented: usize,
     mean: Duration,
     p99: Duration,
     small_mean: Duration,
@@ -221,6 +232,11 @@ fn figures(jobs: &[Job], seen: &[Seen], whole_gpus: u32) -> Figures {
             .zip(seen)
             .filter(|(j, s)| matches!(j.ask, Ask::Gpus(_)) && s.stranded >= STRANDED)
             .count(),
+        fragmented: jobs
+            .iter()
+            .zip(seen)
+            .filter(|(j, s)| matches!(j.ask, Ask::Gpus(_)) && s.fragmented >= STRANDED)
+            .count(),
         mean: mean(&all),
         p99: all
             .get((all.len() * 99 / 100).min(all.len().saturating_sub(1)))
@@ -268,9 +284,13 @@ fn main() -> anyhow::Result<()> {
     let jobs = stream(
         seed,
         env_or("GRAFT_BENCH_PODS", 60) as usize,
-        Duration::from_millis(env_or("GRAFT_BENCH_GAP_MS", 1500)),
+        Duration::from_millis(env_or("GRAFT_BENCH_GAP_MS", 4000)),
         Duration::from_secs(env_or("GRAFT_BENCH_RUN_S", 30)),
     );
+    if std::env::var_os("GRAFT_BENCH_MODEL_ONLY").is_some() {
+        print_model(&jobs);
+        return Ok(());
+    }
     let _turn = graft_integration::cluster::gpu::own_cluster();
     let mc = MultiCluster::up_with(4, Some(&format!("http://{EXTENDER}/")))?;
     let c = &mc.cluster;
@@ -316,8 +336,9 @@ fn main() -> anyhow::Result<()> {
     println!("|---|---|---|---|---|---|");
     for (name, f) in &rows {
         println!(
-            "| {name} | {} | {:.1} / {:.1} | {:.1} | {:.2} | {} of {} |",
+            "| {name} | {} ({}) | {:.1} / {:.1} | {:.1} | {:.2} | {} of {} |",
             f.stranded,
+            f.fragmented,
             f.mean.as_secs_f64(),
             f.p99.as_secs_f64(),
             f.small_mean.as_secs_f64(),
@@ -326,7 +347,47 @@ fn main() -> anyhow::Result<()> {
             f.island.1
         );
     }
+    print_model(&jobs);
     let left = mc.down()?;
     anyhow::ensure!(left.is_empty(), "the testbed left {left:?}");
     Ok(())
+}
+
+/// The ideal replay's table, and the stream's whole-GPU demand over the arrival span.
+fn print_model(jobs: &[Job]) {
+    let gpu_secs: f64 = jobs
+        .iter()
+        .filter_map(|j| match j.ask {
+            Ask::Gpus(n) => Some(f64::from(n) * j.run.as_secs_f64()),
+            Ask::Mig(_) => None,
+        })
+        .sum();
+    let span = jobs.last().map_or(1.0, |j| j.arrive.as_secs_f64().max(1.0));
+    let hold = Duration::from_millis(env_or("GRAFT_BENCH_HOLD_MS", 0));
+    println!(
+        "\nideal replay, no cluster (whole-GPU demand {:.2} of the 30 GPUs while pods arrive; GPUs held {:.1} s past each run)\n",
+        gpu_secs / span / 30.0,
+        hold.as_secs_f64()
+    );
+    println!("| rule | stranded-capacity waits | whole-GPU pods pending mean s | 1-GPU pods pending mean s | multi-GPU pods on one NVLink island |");
+    println!("|---|---|---|---|---|");
+    for (name, rule) in [
+        ("spread", model::Rule::Spread),
+        ("pack", model::Rule::Pack),
+        ("extender's score", model::Rule::Extender),
+        (
+            "extender's score, reserving for the biggest waiting pod",
+            model::Rule::Reserve,
+        ),
+    ] {
+        let r = model::replay(jobs, model::bench_nodes(), rule, hold, TICK, STRANDED);
+        println!(
+            "| {name} | {} | {:.1} | {:.1} | {} of {} |",
+            r.stranded,
+            r.mean.as_secs_f64(),
+            r.small_mean.as_secs_f64(),
+            r.island.0,
+            r.island.1
+        );
+    }
 }
