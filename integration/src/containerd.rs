@@ -134,6 +134,10 @@ state = "{d}/state"
   socket_path = "{d}/nri.sock"
   plugin_path = "{d}/nri/plugins"
   plugin_config_path = "{d}/nri/conf.d"
+# As the chart's install guide sets it: containers of pods that require a plugin are
+# refused while it is not connected (pods without the annotation are not affected).
+[plugins.'io.containerd.nri.v1.nri'.default_validator]
+  enable = true
 [plugins.'io.containerd.cri.v1.images'.pinned_images]
   sandbox = "{PAUSE_IMAGE}"
 [plugins.'io.containerd.cri.v1.runtime']

@@ -204,6 +204,32 @@ impl Cri {
         Ok(id)
     }
 
+    /// Stops (at once) and removes container `id`, as the kubelet does before it makes the
+    /// container again.
+    pub async fn remove_container(&self, id: &str) -> anyhow::Result<()> {
+        let mut c = self.client.clone();
+        tokio::time::timeout(
+            CALL_TIMEOUT,
+            c.stop_container(StopContainerRequest {
+                container_id: id.into(),
+                timeout: 0,
+            }),
+        )
+        .await
+        .context("StopContainer timed out")?
+        .with_context(|| format!("StopContainer {id}"))?;
+        tokio::time::timeout(
+            CALL_TIMEOUT,
+            c.remove_container(RemoveContainerRequest {
+                container_id: id.into(),
+            }),
+        )
+        .await
+        .context("RemoveContainer timed out")?
+        .with_context(|| format!("RemoveContainer {id}"))?;
+        Ok(())
+    }
+
     /// Container `id`'s state.
     pub async fn state(&self, id: &str) -> anyhow::Result<ContainerState> {
         let s = self

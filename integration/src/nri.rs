@@ -97,6 +97,16 @@ impl GraftNri {
         Ok(())
     }
 
+    /// Kills it with SIGKILL (no clean stop: the status file still says connected) and
+    /// reaps it.
+    pub fn kill9(&mut self) -> anyhow::Result<()> {
+        if let Some(mut child) = self.child.take() {
+            signal(&child, Signal::SIGKILL);
+            child.wait()?;
+        }
+        Ok(())
+    }
+
     /// Waits until the status file says connected and synchronized, and the process holds
     /// the liveness lock.
     pub fn wait_synchronized(&mut self, limit: Duration) -> anyhow::Result<NriStatus> {

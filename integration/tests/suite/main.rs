@@ -48,6 +48,7 @@ mod hostile_served;
 mod imex_daemon;
 mod mps;
 mod nri_containerd;
+mod nri_killed_bursts;
 mod nvidia_fake;
 mod nvlink_islands;
 mod state_dir_faults;

@@ -46,7 +46,7 @@ pub struct GraftPlugin {
     store: RecordStore,
     /// What a record may ask of a container; graft-driver applies the same rules.
     policy: InjectionPolicy,
-    status: Mutex<StatusPublisher>,
+    status: Arc<Mutex<StatusPublisher>>,
     pending: Arc<Mutex<HashMap<String, PendingEviction>>>,
     stats: Arc<Stats>,
     metrics: Arc<NriMetrics>,
@@ -70,7 +70,7 @@ impl GraftPlugin {
         GraftPlugin {
             policy,
             store,
-            status: Mutex::new(status),
+            status: Arc::new(Mutex::new(status)),
             pending: Arc::new(Mutex::new(HashMap::new())),
             stats: Arc::new(Stats::default()),
             metrics: Arc::new(NriMetrics::default()),
@@ -127,10 +127,7 @@ impl GraftPlugin {
 
     /// Changes the status file graft-driver reads; a failed write is logged.
     fn set_status(&self, change: impl FnOnce(&mut graft_record::NriStatus)) {
-        let mut publisher = self.status.lock().unwrap_or_else(|p| p.into_inner());
-        if let Err(e) = publisher.update(change) {
-            tracing::error!(error = %e, "cannot write the NRI status file");
-        }
+        set_status(&self.status, change)
     }
 
     /// Refuses a container; the message (which the kubelet shows on the pod) names the
@@ -254,5 +251,13 @@ impl NriPlugin for GraftPlugin {
             }
         }
         Ok(())
+    }
+}
+
+/// [`GraftPlugin::set_status`], for tasks that hold only the publisher.
+fn set_status(status: &Mutex<StatusPublisher>, change: impl FnOnce(&mut graft_record::NriStatus)) {
+    let mut publisher = status.lock().unwrap_or_else(|p| p.into_inner());
+    if let Err(e) = publisher.update(change) {
+        tracing::error!(error = %e, "cannot write the NRI status file");
     }
 }

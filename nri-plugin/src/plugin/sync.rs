@@ -1,20 +1,36 @@
 //! Synchronize: the runtime's running containers against their records. One that runs
-//! without what its records say it must have is evicted, from a task of its own after the
-//! reply, and one the runtime leaves running is reported.
+//! without what its records say it must have is evicted: asked of the runtime from a task
+//! of its own after the reply, and, since containerd (2.2, 2.4) drops the evictions of a
+//! plugin's own UpdateContainers request but acts on those of a CreateContainer answer,
+//! carried again on graft-nri's next CreateContainer answers until the container stops.
+//!
+//! Such a container is how a killed graft-nri shows: containerd's NRI counts a plugin that
+//! died while answering a CreateContainer as having answered with no changes (and its
+//! validator as present), so the container it was creating starts without graft's edits.
 
+use std::collections::HashMap;
 use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use graft_nri_sdk::{spawn_logged, Runtime};
 use graft_proto::nri;
+use graft_record::StatusPublisher;
 
-use super::GraftPlugin;
+use super::{GraftPlugin, Stats};
+use crate::metrics::NriMetrics;
 use crate::verify;
+
+/// How long an eviction carried on one CreateContainer answer waits before the next
+/// answer carries it again (the runtime logs, and drops, one it could not act on).
+const CARRY_AGAIN: Duration = Duration::from_secs(5);
 
 /// An eviction asked for and not yet seen to happen.
 #[derive(Debug, Clone)]
 pub(super) struct PendingEviction {
     reason: String,
+    /// When a CreateContainer answer last carried it.
+    carried: Option<Instant>,
 }
 
 impl GraftPlugin {
@@ -30,8 +46,16 @@ impl GraftPlugin {
         // Record reads may hang (a stuck filesystem): they run on a blocking thread, and
         // Synchronize answers without the ones that miss the limit.
         let uids = verify::pods_to_check(&pods, &containers);
-        let claims = verify::read_within(self.store.clone(), uids, self.sync_read_limit()).await;
+        let claims =
+            verify::read_within(self.store.clone(), uids.clone(), self.sync_read_limit()).await;
         let found = verify::uninjected(&pods, &containers, &claims, &self.policy);
+        let unread: Vec<String> = uids
+            .into_iter()
+            .filter(|u| !claims.contains_key(u))
+            .collect();
+        if !unread.is_empty() {
+            self.verify_later(runtime.clone(), unread, pods.clone(), containers.clone());
+        }
         tracing::info!(
             pods = pods.len(),
             containers = containers.len(),
@@ -42,36 +66,75 @@ impl GraftPlugin {
         if found.is_empty() {
             return Ok(Vec::new());
         }
-        self.stats
-            .uninjected_found
-            .fetch_add(found.len() as u64, Ordering::Relaxed);
-        self.metrics.uninjected_found(found.len() as u64);
-        self.stats
-            .evictions_requested
-            .fetch_add(found.len() as u64, Ordering::Relaxed);
-        let mut evict = Vec::new();
-        {
-            let mut pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
-            for (ctr, reason) in &found {
-                tracing::warn!(container = %ctr.id, "{reason}; evicting it");
-                pending.insert(
-                    ctr.id.clone(),
-                    PendingEviction {
-                        reason: reason.clone(),
-                    },
-                );
-                evict.push(nri::ContainerEviction {
-                    container_id: ctr.id.clone(),
-                    reason: reason.clone(),
-                    ..Default::default()
-                });
-            }
-        }
-        self.set_status(|s| {
-            s.uninjected_found += found.len() as u64;
-        });
-        self.spawn_evictions(runtime, evict);
+        self.evict(runtime, found);
         Ok(Vec::new())
+    }
+
+    /// Counts `found`, keeps each as a pending eviction and asks the runtime for them.
+    fn evict(&self, runtime: Runtime, found: Vec<(nri::Container, String)>) {
+        self.evictor().evict(runtime, found)
+    }
+
+    fn evictor(&self) -> Evictor {
+        Evictor {
+            pending: self.pending.clone(),
+            stats: self.stats.clone(),
+            metrics: self.metrics.clone(),
+            status: self.status.clone(),
+            grace: self.eviction_grace,
+        }
+    }
+
+    /// The pending evictions a CreateContainer answer carries now: those no answer carried
+    /// in the last [`CARRY_AGAIN`].
+    pub(super) fn evictions_to_carry(&self) -> Vec<nri::ContainerEviction> {
+        let mut pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
+        if pending.is_empty() {
+            return Vec::new();
+        }
+        let now = Instant::now();
+        pending
+            .iter_mut()
+            .filter(|(_, e)| {
+                e.carried
+                    .is_none_or(|t| now.duration_since(t) >= CARRY_AGAIN)
+            })
+            .map(|(id, e)| {
+                e.carried = Some(now);
+                nri::ContainerEviction {
+                    container_id: id.clone(),
+                    reason: e.reason.clone(),
+                    ..Default::default()
+                }
+            })
+            .collect()
+    }
+
+    /// Verifies, after the Synchronize answer, the pods whose records were not read in
+    /// time for it: the containers a killed graft-nri let start are among the pods being
+    /// made at that moment, when the node is busiest, so they are not left unchecked.
+    fn verify_later(
+        &self,
+        runtime: Runtime,
+        uids: Vec<String>,
+        pods: Vec<nri::PodSandbox>,
+        containers: Vec<nri::Container>,
+    ) {
+        let store = self.store.clone();
+        let policy = self.policy.clone();
+        let evictor = self.evictor();
+        spawn_logged("late verification", async move {
+            let read = tokio::task::spawn_blocking(move || {
+                let claims = verify::read_now(&store, &uids);
+                verify::uninjected(&pods, &containers, &claims, &policy)
+            })
+            .await;
+            match read {
+                Ok(found) if !found.is_empty() => evictor.evict(runtime, found),
+                Ok(_) => tracing::info!("pods unread at Synchronize verified later: all injected"),
+                Err(e) => tracing::error!(error = %e, "verifying the pods unread at Synchronize"),
+            }
+        });
     }
 
     /// A stopped or removed container: an eviction asked for it has happened.
@@ -105,13 +168,58 @@ impl GraftPlugin {
         let claims = verify::read_now(&self.store, &verify::pods_to_check(pods, containers));
         verify::uninjected(pods, containers, &claims, &self.policy)
     }
+}
+
+/// What evicting needs, for the tasks that outlive a request.
+struct Evictor {
+    pending: Arc<Mutex<HashMap<String, PendingEviction>>>,
+    stats: Arc<Stats>,
+    metrics: Arc<NriMetrics>,
+    status: Arc<Mutex<StatusPublisher>>,
+    grace: Duration,
+}
+
+impl Evictor {
+    /// Counts `found`, keeps each as a pending eviction and asks the runtime for them.
+    fn evict(&self, runtime: Runtime, found: Vec<(nri::Container, String)>) {
+        self.stats
+            .uninjected_found
+            .fetch_add(found.len() as u64, Ordering::Relaxed);
+        self.metrics.uninjected_found(found.len() as u64);
+        self.stats
+            .evictions_requested
+            .fetch_add(found.len() as u64, Ordering::Relaxed);
+        let mut evict = Vec::new();
+        {
+            let mut pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
+            for (ctr, reason) in &found {
+                tracing::warn!(container = %ctr.id, "{reason}; evicting it");
+                pending.insert(
+                    ctr.id.clone(),
+                    PendingEviction {
+                        reason: reason.clone(),
+                        carried: None,
+                    },
+                );
+                evict.push(nri::ContainerEviction {
+                    container_id: ctr.id.clone(),
+                    reason: reason.clone(),
+                    ..Default::default()
+                });
+            }
+        }
+        super::set_status(&self.status, |s| {
+            s.uninjected_found += found.len() as u64;
+        });
+        self.spawn(runtime, evict);
+    }
 
     /// Sends evictions from a task of its own, after the Synchronize reply has gone out,
     /// and reports the ones the runtime leaves running. The task ends after the grace
     /// period; should it panic, that is logged.
-    fn spawn_evictions(&self, runtime: Runtime, evict: Vec<nri::ContainerEviction>) {
+    fn spawn(&self, runtime: Runtime, evict: Vec<nri::ContainerEviction>) {
         let pending = self.pending.clone();
-        let grace = self.eviction_grace;
+        let grace = self.grace;
         spawn_logged("evictions", async move {
             // The runtime holds its NRI lock until our Synchronize reply is in; a call
             // made now would only queue behind it.
@@ -124,19 +232,14 @@ impl GraftPlugin {
                 }
             }
             tokio::time::sleep(grace).await;
-            let still: Vec<String> = {
-                let p = pending.lock().unwrap_or_else(|p| p.into_inner());
-                ids.into_iter().filter(|id| p.contains_key(id)).collect()
-            };
-            let mut p = pending.lock().unwrap_or_else(|p| p.into_inner());
-            for id in still {
-                let reason = p.remove(&id).map(|e| e.reason).unwrap_or_default();
-                // containerd up to 2.2 drops the evict list of plugin requests; the
-                // container keeps running without its devices until someone stops it.
+            let p = pending.lock().unwrap_or_else(|p| p.into_inner());
+            for id in ids.iter().filter(|id| p.contains_key(*id)) {
+                // containerd drops the evict list of plugin requests; the container keeps
+                // running without its devices until a CreateContainer answer carries it.
                 tracing::error!(container = %id,
                     "the runtime did not act on the eviction request within {grace:?}; \
-                     the container still runs without its devices and must be restarted \
-                     by hand: {reason}");
+                     graft-nri's next CreateContainer answers carry it until the container \
+                     stops (on an idle node, stop the container by hand)");
             }
         });
     }
