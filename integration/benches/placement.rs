@@ -264,6 +264,9 @@ fn deploy(mc: &MultiCluster, order: &str, extender: bool) -> anyhow::Result<()> 
         helm: vec![
             "--set".into(),
             format!("schedulerExtender.enabled={extender}"),
+            // The bench's kube-scheduler calls it over plain HTTP (up_with below).
+            "--set".into(),
+            "schedulerExtender.tls.enabled=false".into(),
             "--set-json".into(),
             format!("driverExtraEnv={env}"),
         ],

@@ -10,6 +10,7 @@ pub mod containerd;
 pub mod cri;
 pub mod dra_node;
 pub mod driver;
+pub mod extender_pki;
 pub mod fake_gpu;
 pub mod fake_mps;
 pub mod fake_sysfs;

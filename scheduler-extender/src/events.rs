@@ -3,14 +3,21 @@
 //! the demand and the best nodes. A pod kube-scheduler retries is not announced again (the
 //! extender remembers the last [`REMEMBERED`] pods), and Events never hold up an answer:
 //! they go through a bounded queue that drops what it cannot take.
+//!
+//! The call names the pod, and anything that can reach the extender can call it; so an
+//! Event goes only on a pod the cluster vouches for ([`vouched`]): one of the claims the
+//! pod names is, as the API has it, owned by a pod of that namespace, name and uid (a
+//! claim made from the pod's template) or reserved for it. A pod whose claims are all
+//! shared ones made by hand gets no Event.
 
 use std::collections::{HashSet, VecDeque};
 
-use k8s_openapi::api::core::v1::ObjectReference;
+use k8s_openapi::api::core::v1::{ObjectReference, Pod};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use tokio::sync::mpsc;
 
-use crate::prioritize::Scored;
+use crate::demand;
+use crate::prioritize::{Scored, View};
 
 /// Pods remembered as announced.
 pub const REMEMBERED: usize = 4096;
@@ -53,6 +60,38 @@ pub fn note(scored: &Scored) -> String {
     format!("{n} whole GPU{plural}{island}: {preferred}")
 }
 
+/// Whether `view`'s claims vouch for `pod` as the call names it: one of its claims is owned
+/// by, or reserved for, a pod of its namespace, name and uid.
+pub fn vouched(view: &dyn View, pod: &Pod) -> bool {
+    let meta = &pod.metadata;
+    let (Some(name), Some(uid)) = (meta.name.as_deref(), meta.uid.as_deref()) else {
+        return false;
+    };
+    let ns = meta.namespace.as_deref().unwrap_or("default");
+    demand::claim_names(pod).iter().any(|claim| {
+        let Some(c) = view.claim(ns, claim) else {
+            return false;
+        };
+        let owned =
+            c.metadata.owner_references.iter().flatten().any(|o| {
+                o.kind == "Pod" && o.api_version == "v1" && o.name == name && o.uid == uid
+            });
+        let reserved = c
+            .status
+            .as_ref()
+            .and_then(|s| s.reserved_for.as_ref())
+            .into_iter()
+            .flatten()
+            .any(|r| {
+                r.api_group.as_deref().unwrap_or("").is_empty()
+                    && r.resource == "pods"
+                    && r.name == name
+                    && r.uid == uid
+            });
+        owned || reserved
+    })
+}
+
 /// Which pods were announced already.
 #[derive(Default)]
 pub struct Announced {
@@ -88,13 +127,19 @@ impl Notices {
     }
 }
 
+/// The bounded queue alone: what [`poster`] posts from (tests read it directly).
+pub fn queue() -> (Notices, mpsc::Receiver<Notice>) {
+    let (tx, rx) = mpsc::channel::<Notice>(QUEUE);
+    (Notices(tx), rx)
+}
+
 /// The queue, and the task that posts what comes through it (it runs until every sender
 /// is gone).
 pub fn poster(
     client: kube::Client,
     reporter: Reporter,
 ) -> (Notices, impl std::future::Future<Output = ()> + Send) {
-    let (tx, mut rx) = mpsc::channel::<Notice>(QUEUE);
+    let (tx, mut rx) = queue();
     let recorder = Recorder::new(client, reporter);
     let run = async move {
         while let Some(n) = rx.recv().await {
@@ -110,7 +155,7 @@ pub fn poster(
             }
         }
     };
-    (Notices(tx), run)
+    (tx, run)
 }
 
 #[cfg(test)]

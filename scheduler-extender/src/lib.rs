@@ -7,11 +7,15 @@
 
 pub mod demand;
 pub mod events;
+pub mod intake;
+pub mod listen;
 pub mod metrics;
 pub mod prioritize;
 pub mod score;
 pub mod server;
+pub mod slim;
 pub mod state;
+pub mod tls;
 pub mod watch;
 pub mod wire;
 

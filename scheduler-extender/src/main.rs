@@ -1,6 +1,7 @@
 //! graft-scheduler-extender: kube-scheduler's `prioritize` for pods with graft GPU claims.
 
 use std::io::IsTerminal;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -35,6 +36,17 @@ struct Args {
     /// `pack`: fill partly used nodes first; `spread`: keep load even.
     #[arg(long, env = "GRAFT_EXTENDER_MODE", default_value = "pack")]
     mode: Mode,
+    /// The serving certificate chain (PEM): with --tls-key, the extender serves HTTPS, and
+    /// kube-scheduler, trusting only the CA that signed it, believes nothing else on the
+    /// port. Without, plain HTTP.
+    #[arg(long, env = "GRAFT_EXTENDER_TLS_CERT", requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// The serving certificate's private key (PEM).
+    #[arg(long, env = "GRAFT_EXTENDER_TLS_KEY", requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
+    /// With HTTPS: answer only callers with a client certificate this CA (PEM) signed.
+    #[arg(long, env = "GRAFT_EXTENDER_TLS_CLIENT_CA", requires = "tls_cert")]
+    tls_client_ca: Option<PathBuf>,
     /// Log format: text or json.
     #[arg(long, env = "GRAFT_LOG_FORMAT", default_value = "text")]
     log_format: LogFormat,
@@ -50,6 +62,16 @@ async fn main() -> anyhow::Result<()> {
     );
     let listen = graft_telemetry::parse_addr(&args.listen)?
         .with_context(|| format!("--listen {:?}: the extender needs an address", args.listen))?;
+    let tls = match (&args.tls_cert, &args.tls_key) {
+        (Some(cert), Some(key)) => Some(
+            graft_scheduler_extender::tls::acceptor(cert, key, args.tls_client_ca.as_deref())
+                .context("loading the extender's TLS certificate")?,
+        ),
+        _ => {
+            tracing::warn!("serving plain HTTP: kube-scheduler cannot tell this extender from anything else that takes its port; give --tls-cert and --tls-key");
+            None
+        }
+    };
     let client = kube::Client::try_default()
         .await
         .context("connecting to the API server")?;
@@ -61,7 +83,7 @@ async fn main() -> anyhow::Result<()> {
         env!("CARGO_PKG_VERSION"),
     );
     let metrics = Metrics::register(&mut registry);
-    let (caches, watching) = Caches::watch(client.clone());
+    let (caches, watching) = Caches::watch(client.clone(), &args.driver);
     // A qualified name, as the Events API asks of reportingController.
     let reporter = kube::runtime::events::Reporter {
         controller: "graft.dev/scheduler-extender".into(),
@@ -89,7 +111,8 @@ async fn main() -> anyhow::Result<()> {
     let listener = server::bind(listen)
         .await
         .with_context(|| format!("binding {listen}"))?;
-    tracing::info!(%listen, mode = ?args.mode, classes = ?args.gpu_classes, "serving POST /prioritize");
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    tracing::info!(%listen, scheme, client_certs = args.tls_client_ca.is_some(), mode = ?args.mode, classes = ?args.gpu_classes, "serving POST /prioritize");
     let shared = Shared {
         view: Arc::new(caches),
         config: Arc::new(Config {
@@ -104,7 +127,7 @@ async fn main() -> anyhow::Result<()> {
     let mut term = signal(SignalKind::terminate())?;
     // Both tasks run for the life of the process: one ending is an error.
     tokio::select! {
-        r = server::serve(listener, shared) => {
+        r = server::serve(listener, tls, shared) => {
             r.context("serving the extender")?;
             anyhow::bail!("the extender's server stopped");
         }

@@ -9,10 +9,13 @@ use prometheus_client::registry::Registry;
 /// A call, as metric labels.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct CallLabels {
-    /// The verb: `prioritize`, or `other` for a path the extender does not serve.
+    /// The verb: `prioritize`, `other` for a path the extender does not serve, or
+    /// `connection` for a connection closed unserved because too many were open.
     pub verb: String,
-    /// `scored` (the pod asks for GPUs), `none` (it does not), `not_ready`, `bad_request`
-    /// or `error`.
+    /// `scored` (the pod asks for GPUs), `none` (it does not), `not_ready`, `bad_request`,
+    /// `too_large`, `slow`, `busy` (refused for want of a slot) or `error`; for a
+    /// connection, `refused`, `handshake_failed` (no or a wrong client certificate) or
+    /// `slow` (no TLS handshake in time).
     pub outcome: String,
 }
 

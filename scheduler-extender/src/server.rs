@@ -1,37 +1,29 @@
 //! The HTTP/1.1 endpoint kube-scheduler calls: `POST /prioritize` (the `prioritizeVerb`
 //! of the scheduler's extender configuration). Anything else is 404; a body over
-//! [`MAX_BODY`], one that is not the extender API's JSON, or a call before the caches are
-//! filled gets an error, which an `ignorable` extender's scheduler logs and goes on
-//! without. A panic while scoring is a 500, never a dead server.
+//! [`MAX_BODY`] (413), one too slow to arrive (408), one that is not the extender API's
+//! JSON (400), a call while others hold every slot (503) or before the caches are filled
+//! (503) gets an error, which an `ignorable` extender's scheduler logs and goes on
+//! without. A panic while scoring is a 500, never a dead server. Connections are
+//! [`crate::listen`]'s.
 
-use std::convert::Infallible;
-use std::net::SocketAddr;
 use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use http_body_util::{BodyExt, Full, Limited};
+use http_body_util::Full;
 use hyper::body::{Bytes, Incoming};
-use hyper::header::{HeaderValue, CONTENT_TYPE};
+use hyper::header::{HeaderValue, CONTENT_LENGTH, CONTENT_TYPE};
 use hyper::{Method, Request, Response, StatusCode};
-use hyper_util::rt::{TokioIo, TokioTimer};
-use tokio::net::TcpListener;
-use tokio::sync::Semaphore;
 
 use k8s_openapi::api::core::v1::ObjectReference;
 
 use crate::events::{self, Announced, Notice, Notices};
+use crate::intake::{Gates, Refused};
+pub use crate::intake::{MAX_BODY, READ_TIMEOUT};
+pub use crate::listen::{bind, serve};
 use crate::metrics::Metrics;
 use crate::prioritize::{prioritize, Config, View};
 use crate::wire::ExtenderArgs;
-
-/// The largest request body read: a pod and a node list of a large cluster (with
-/// `nodeCacheCapable: true` the scheduler sends names only, a few KiB).
-pub const MAX_BODY: usize = 32 << 20;
-/// Connections served at once; more wait for a slot.
-const MAX_CONNECTIONS: usize = 64;
-/// The scheduler sends its request at once; a client slower than this is dropped.
-const READ_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// What every call needs.
 #[derive(Clone)]
@@ -73,7 +65,11 @@ fn text(status: StatusCode, msg: impl Into<String>) -> Answer {
 }
 
 /// Answers one request; `verb` and `outcome` are counted.
-async fn answer(shared: &Shared, req: Request<Incoming>) -> (Answer, &'static str, &'static str) {
+async fn answer(
+    shared: &Shared,
+    gates: &Gates,
+    req: Request<Incoming>,
+) -> (Answer, &'static str, &'static str) {
     if req.uri().path() != "/prioritize" {
         let a = text(
             StatusCode::NOT_FOUND,
@@ -88,29 +84,23 @@ async fn answer(shared: &Shared, req: Request<Incoming>) -> (Answer, &'static st
             "bad_request",
         );
     }
-    let body = match tokio::time::timeout(
-        READ_TIMEOUT,
-        Limited::new(req.into_body(), MAX_BODY).collect(),
-    )
-    .await
-    {
-        Ok(Ok(b)) => b.to_bytes(),
-        Ok(Err(e)) => {
-            let a = text(
-                StatusCode::BAD_REQUEST,
-                format!("reading the request (at most {MAX_BODY} bytes): {e}"),
-            );
-            return (a, "prioritize", "bad_request");
-        }
-        Err(_) => {
-            let a = text(
-                StatusCode::REQUEST_TIMEOUT,
-                format!("the request took over {READ_TIMEOUT:?}"),
-            );
-            return (a, "prioritize", "bad_request");
+    let declared = req
+        .headers()
+        .get(CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+    let body = match gates.read(req.into_body(), declared).await {
+        Ok(b) => b,
+        Err(e) => {
+            let (status, outcome) = match e {
+                Refused::TooLarge => (StatusCode::PAYLOAD_TOO_LARGE, "too_large"),
+                Refused::Slow => (StatusCode::REQUEST_TIMEOUT, "slow"),
+                Refused::Busy => (StatusCode::SERVICE_UNAVAILABLE, "busy"),
+                Refused::Broken(_) => (StatusCode::BAD_REQUEST, "bad_request"),
+            };
+            return (text(status, e.to_string()), "prioritize", outcome);
         }
     };
-    let args: ExtenderArgs = match serde_json::from_slice(&body) {
+    let args: ExtenderArgs = match serde_json::from_slice(&body.bytes) {
         Ok(a) => a,
         Err(e) => {
             let a = text(
@@ -127,18 +117,34 @@ async fn answer(shared: &Shared, req: Request<Incoming>) -> (Answer, &'static st
         );
         return (a, "prioritize", "not_ready");
     }
+    let Some(_slot) = gates.score_slot().await else {
+        let a = text(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "busy: every scoring slot is taken",
+        );
+        return (a, "prioritize", "busy");
+    };
     let s = shared.clone();
     let target = pod_ref(&args);
+    let announce = shared.notices.is_some();
     // Scoring reads the caches and computes; a blocking thread keeps it off the runtime's
-    // workers, and a panic there is an error answer.
+    // workers, and a panic there is an error answer. Whether the cluster vouches for the
+    // pod is asked there too (it reads the claims).
     let scored = tokio::task::spawn_blocking(move || {
         std::panic::catch_unwind(AssertUnwindSafe(|| {
-            prioritize(s.view.as_ref(), &s.config, &args)
+            let scored = prioritize(s.view.as_ref(), &s.config, &args);
+            let vouched = announce
+                && scored.demand.gpus > 0
+                && args
+                    .pod
+                    .as_ref()
+                    .is_some_and(|p| events::vouched(s.view.as_ref(), p));
+            (scored, vouched)
         }))
     })
     .await;
     match scored {
-        Ok(Ok(scored)) => match serde_json::to_string(&scored.hosts) {
+        Ok(Ok((scored, vouched))) => match serde_json::to_string(&scored.hosts) {
             Ok(json) => {
                 let outcome = if scored.demand.gpus > 0 {
                     "scored"
@@ -147,7 +153,11 @@ async fn answer(shared: &Shared, req: Request<Incoming>) -> (Answer, &'static st
                 };
                 if scored.demand.gpus > 0 {
                     tracing::debug!(gpus = scored.demand.gpus, one_island = scored.demand.one_island, hosts = ?scored.hosts, "scored");
-                    if let (Some(notices), Some((pod, uid))) = (&shared.notices, target) {
+                    // Only for a pod the cluster vouches for: a call naming any pod it
+                    // likes must not put Events on it.
+                    if let (Some(notices), Some((pod, uid)), true) =
+                        (&shared.notices, target, vouched)
+                    {
                         let first = shared
                             .announced
                             .lock()
@@ -184,9 +194,14 @@ async fn answer(shared: &Shared, req: Request<Incoming>) -> (Answer, &'static st
     }
 }
 
-async fn handle(shared: Shared, req: Request<Incoming>) -> Response<Full<Bytes>> {
+/// Answers one request, counting it.
+pub(crate) async fn handle(
+    shared: Shared,
+    gates: Gates,
+    req: Request<Incoming>,
+) -> Response<Full<Bytes>> {
     let started = Instant::now();
-    let ((status, content_type, body), verb, outcome) = answer(&shared, req).await;
+    let ((status, content_type, body), verb, outcome) = answer(&shared, &gates, req).await;
     shared.metrics.count(verb, outcome);
     shared
         .metrics
@@ -197,47 +212,6 @@ async fn handle(shared: Shared, req: Request<Incoming>) -> Response<Full<Bytes>>
     resp.headers_mut()
         .insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
     resp
-}
-
-/// Binds `addr`; the returned listener is then served by [`serve`].
-pub async fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
-    TcpListener::bind(addr).await
-}
-
-/// Serves `listener` until the task is dropped or accepting fails for good.
-pub async fn serve(listener: TcpListener, shared: Shared) -> std::io::Result<()> {
-    let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
-    loop {
-        let permit = slots
-            .clone()
-            .acquire_owned()
-            .await
-            .map_err(std::io::Error::other)?;
-        let (io, _) = match listener.accept().await {
-            Ok(c) => c,
-            // Out of descriptors and the like pass; try again shortly.
-            Err(e) => {
-                tracing::warn!(error = %e, "accepting a connection");
-                tokio::time::sleep(Duration::from_millis(100)).await;
-                continue;
-            }
-        };
-        let shared = shared.clone();
-        tokio::spawn(async move {
-            let _permit = permit;
-            let service = hyper::service::service_fn(move |req| {
-                let s = shared.clone();
-                async move { Ok::<_, Infallible>(handle(s, req).await) }
-            });
-            let mut builder = hyper::server::conn::http1::Builder::new();
-            builder
-                .timer(TokioTimer::new())
-                .header_read_timeout(READ_TIMEOUT);
-            if let Err(e) = builder.serve_connection(TokioIo::new(io), service).await {
-                tracing::debug!(error = %e, "extender connection ended with an error");
-            }
-        });
-    }
 }
 
 #[cfg(test)]

@@ -1,5 +1,6 @@
 //! The endpoint over a real socket, as kube-scheduler calls it, with a recording view.
 
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceSlice};
@@ -62,10 +63,16 @@ fn node(node: &str, n: usize, used: usize) -> (ResourceSlice, ResourceClaim) {
 }
 
 async fn start(ready: bool) -> SocketAddr {
+    start_with(ready, None).await
+}
+
+async fn start_with(ready: bool, notices: Option<Notices>) -> SocketAddr {
     let (sa, ca) = node("a", 8, 0);
     let (sb, cb) = node("b", 8, 6);
+    // Made from p's template: owned by p (uid u-p).
     let want: ResourceClaim = serde_json::from_value(json!({
-        "metadata": {"name": "p-gpus", "namespace": "ns"},
+        "metadata": {"name": "p-gpus", "namespace": "ns",
+                     "ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": "p", "uid": "u-p"}]},
         "spec": {"devices": {"requests": [{"name": "g", "exactly": {"deviceClassName": "gpu.graft.dev", "count": 2}}]}}
     }))
     .unwrap();
@@ -82,12 +89,12 @@ async fn start(ready: bool) -> SocketAddr {
             mode: Mode::Pack,
         }),
         metrics: Metrics::register(&mut Registry::default()),
-        notices: None,
+        notices,
         announced: Arc::default(),
     };
     let listener = bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
     let addr = listener.local_addr().unwrap();
-    tokio::spawn(serve(listener, shared));
+    tokio::spawn(serve(listener, None, shared));
     addr
 }
 
@@ -111,8 +118,12 @@ async fn call(addr: SocketAddr, method: &str, path: &str, body: &str) -> (u16, S
 
 /// ExtenderArgs as kube-scheduler encodes it with `nodeCacheCapable: true`.
 fn args(claims: serde_json::Value) -> String {
+    args_for("p", "u-p", claims)
+}
+
+fn args_for(pod: &str, uid: &str, claims: serde_json::Value) -> String {
     json!({
-        "Pod": {"metadata": {"name": "p", "namespace": "ns"},
+        "Pod": {"metadata": {"name": pod, "namespace": "ns", "uid": uid},
                 "spec": {"containers": [], "resourceClaims": claims}},
         "Nodes": null,
         "NodeNames": ["a", "b", "c"]
@@ -159,7 +170,62 @@ async fn bad_calls_get_clear_errors() {
     assert_eq!(call(addr, "POST", "/filter", "{}").await.0, 404);
     let big = "x".repeat(MAX_BODY + 1);
     let (status, body) = call(addr, "POST", "/prioritize", &big).await;
-    assert_eq!(status, 400, "{body}");
+    assert_eq!(status, 413, "{body}");
+}
+
+/// A GPU pod the claims vouch for gets one Event; a call naming another pod, or p with
+/// another uid, with p's claim gets its scores but puts no Event on anything.
+#[tokio::test]
+async fn events_only_for_pods_the_claims_vouch_for() {
+    let (notices, mut queued) = events::queue();
+    let addr = start_with(true, Some(notices)).await;
+    let claims = json!([{"name": "g", "resourceClaimName": "p-gpus"}]);
+    for (pod, uid) in [("p", "forged"), ("victim", "u-p"), ("victim", "u-v")] {
+        let (status, body) = call(
+            addr,
+            "POST",
+            "/prioritize",
+            &args_for(pod, uid, claims.clone()),
+        )
+        .await;
+        assert_eq!(status, 200, "{body}");
+    }
+    assert!(
+        queued.try_recv().is_err(),
+        "an Event for a pod nothing vouches for"
+    );
+    let (status, _) = call(addr, "POST", "/prioritize", &args(claims)).await;
+    assert_eq!(status, 200);
+    let n = queued.try_recv().expect("no Event for the genuine pod");
+    assert_eq!(n.pod.uid.as_deref(), Some("u-p"));
+    assert!(n.note.starts_with("2 whole GPUs"), "{}", n.note);
+}
+
+/// Idle and trickling sockets, more than the old fixed pool of 64, do not keep the
+/// scheduler's call waiting; a trickler is dropped after the read timeout.
+#[tokio::test]
+async fn slow_sockets_do_not_hold_up_calls() {
+    let addr = start(true).await;
+    let mut idle = Vec::new();
+    for _ in 0..100 {
+        idle.push(tokio::net::TcpStream::connect(addr).await.unwrap());
+    }
+    let mut trickle = tokio::net::TcpStream::connect(addr).await.unwrap();
+    trickle
+        .write_all(b"POST /prioritize HTTP/1.1\r\n")
+        .await
+        .unwrap();
+    let started = std::time::Instant::now();
+    let (status, _) = call(addr, "POST", "/prioritize", &args(json!([]))).await;
+    assert_eq!(status, 200);
+    assert!(started.elapsed() < READ_TIMEOUT, "{:?}", started.elapsed());
+    // The trickler's headers never finish: it is closed after READ_TIMEOUT.
+    let mut rest = Vec::new();
+    let closed = tokio::time::timeout(READ_TIMEOUT * 3, trickle.read_to_end(&mut rest)).await;
+    assert!(
+        closed.is_ok(),
+        "a trickling socket was kept past the read timeout"
+    );
 }
 
 #[tokio::test]

@@ -1,8 +1,9 @@
-//! The two caches the extender scores from: every ResourceSlice and every ResourceClaim,
-//! kept by watches (kube-rs reflectors). Slices of other drivers are kept too (a field
-//! selector on `spec.driver` would do, but the cache then depends on the API server
-//! supporting it); scoring reads only graft's. A pod's claim the watch has not brought yet is
-//! read with a GET, so a pod scheduled right after its claim was made is still scored.
+//! The two caches the extender scores from: graft's ResourceSlices (a field selector on
+//! `spec.driver`, which the API serves for ResourceSlices) and every ResourceClaim, kept by
+//! watches (kube-rs reflectors), each object reduced as it arrives to what is read
+//! ([`crate::slim`], which says the memory it takes). A pod's claim the watch has not
+//! brought yet is read with a GET, so a pod scheduled right after its claim was made is
+//! still scored.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -15,6 +16,7 @@ use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Api, Resource};
 
 use crate::prioritize::View;
+use crate::slim;
 
 /// How long a claim the cache lacks may take to GET.
 const GET_TIMEOUT: Duration = Duration::from_secs(1);
@@ -32,14 +34,20 @@ pub struct Caches {
 
 /// Runs one watch into `writer` until dropped, retrying with backoff; `ready` turns true
 /// once its first listing is complete.
-async fn keep<K>(api: Api<K>, writer: reflector::store::Writer<K>, ready: Arc<AtomicBool>)
-where
+async fn keep<K>(
+    api: Api<K>,
+    config: watcher::Config,
+    reduce: impl FnMut(&mut K) + Send,
+    writer: reflector::store::Writer<K>,
+    ready: Arc<AtomicBool>,
+) where
     K: Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
     K::DynamicType: Default + Eq + std::hash::Hash + Clone,
 {
     let kind = K::kind(&K::DynamicType::default()).to_string();
-    let stream = watcher(api, watcher::Config::default())
+    let stream = watcher(api, config)
         .default_backoff()
+        .modify(reduce)
         .reflect(writer);
     let mut stream = std::pin::pin!(stream);
     let mut failing = false;
@@ -60,8 +68,12 @@ where
 }
 
 impl Caches {
-    /// The caches, and the task that keeps them (it runs until dropped).
-    pub fn watch(client: kube::Client) -> (Self, impl std::future::Future<Output = ()> + Send) {
+    /// The caches of `driver`'s slices and every claim, and the task that keeps them (it
+    /// runs until dropped).
+    pub fn watch(
+        client: kube::Client,
+        driver: &str,
+    ) -> (Self, impl std::future::Future<Output = ()> + Send) {
         let (slices, slice_writer) = reflector::store();
         let (claims, claim_writer) = reflector::store();
         let caches = Caches {
@@ -74,10 +86,24 @@ impl Caches {
         };
         let run = {
             let (a, b) = (caches.slices_ready.clone(), caches.claims_ready.clone());
+            let graft = watcher::Config::default().fields(&format!("spec.driver={driver}"));
+            let (d1, d2) = (driver.to_string(), driver.to_string());
             async move {
                 tokio::join!(
-                    keep(Api::<ResourceSlice>::all(client.clone()), slice_writer, a),
-                    keep(Api::<ResourceClaim>::all(client), claim_writer, b),
+                    keep(
+                        Api::<ResourceSlice>::all(client.clone()),
+                        graft,
+                        move |s| slim::slice(&d1, s),
+                        slice_writer,
+                        a
+                    ),
+                    keep(
+                        Api::<ResourceClaim>::all(client),
+                        watcher::Config::default(),
+                        move |c| slim::claim(&d2, c),
+                        claim_writer,
+                        b
+                    ),
                 );
             }
         };

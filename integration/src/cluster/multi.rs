@@ -60,6 +60,16 @@ impl MultiCluster {
     /// [`MultiCluster::up`], with kube-scheduler calling graft-scheduler-extender at
     /// `extender` (a URL; cluster.sh's GRAFT_SCHEDULER_EXTENDER) when given.
     pub fn up_with(nodes: usize, extender: Option<&str>) -> anyhow::Result<Self> {
+        Self::up_with_tls(nodes, extender, None)
+    }
+
+    /// [`MultiCluster::up_with`], kube-scheduler calling over HTTPS with the certificates in
+    /// `tls` (cluster.sh's GRAFT_SCHEDULER_EXTENDER_TLS: ca.crt, client.crt, client.key).
+    pub fn up_with_tls(
+        nodes: usize,
+        extender: Option<&str>,
+        tls: Option<&Path>,
+    ) -> anyhow::Result<Self> {
         if nodes < 2 {
             bail!("a multi-node testbed has at least 2 nodes, not {nodes}");
         }
@@ -85,6 +95,9 @@ impl MultiCluster {
             .env("GRAFT_CLUSTER_NODES", nodes.to_string());
         if let Some(url) = extender {
             up.env("GRAFT_SCHEDULER_EXTENDER", url);
+        }
+        if let Some(dir) = tls {
+            up.env("GRAFT_SCHEDULER_EXTENDER_TLS", dir);
         }
         run(&mut up)?;
         let names = std::iter::once(FIRST_NODE.to_string())

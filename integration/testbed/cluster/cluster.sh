@@ -14,7 +14,8 @@
 # nodes graft-node-2..N, each a kubelet and a containerd in network and mount namespaces of
 # its own (nodes.sh says how). Unset or 1: the single node only. `down` removes the extra
 # nodes whatever the variable says. GRAFT_SCHEDULER_EXTENDER=URL at `up` gives kube-scheduler
-# graft-scheduler-extender at URL (ignorable, as docs/placement.md configures it).
+# graft-scheduler-extender at URL (ignorable, as docs/placement.md configures it); with
+# GRAFT_SCHEDULER_EXTENDER_TLS=DIR, over HTTPS with DIR's ca.crt, client.crt and client.key.
 #
 # Logs and configuration live under $GRAFT_CLUSTER_DIR (default /var/lib/graft-cluster);
 # sockets under /run/graft-cluster. The kubelet uses the standard /var/lib/kubelet and
@@ -196,6 +197,17 @@ extenders:
     ignorable: true
     httpTimeout: 2s
 EX
+    # GRAFT_SCHEDULER_EXTENDER_TLS=DIR (with an https URL): the extender's CA and
+    # kube-scheduler's client certificate, as docs/placement.md configures them.
+    if [ -n "${GRAFT_SCHEDULER_EXTENDER_TLS:-}" ]; then
+      cat >>"$D/scheduler-extenders.yaml" <<EX
+    enableHTTPS: true
+    tlsConfig:
+      caFile: $GRAFT_SCHEDULER_EXTENDER_TLS/ca.crt
+      certFile: $GRAFT_SCHEDULER_EXTENDER_TLS/client.crt
+      keyFile: $GRAFT_SCHEDULER_EXTENDER_TLS/client.key
+EX
+    fi
   fi
   if [ -f "$D/scheduler-extenders.yaml" ]; then cat "$D/scheduler-extenders.yaml" >>"$D/scheduler.yaml"; fi
   start kube-scheduler kube-scheduler --config="$D/scheduler.yaml" --feature-gates="$GATES"

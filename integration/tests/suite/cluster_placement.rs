@@ -1,8 +1,11 @@
 //! graft-scheduler-extender with the real kube-scheduler, on the two-node testbed with a
 //! fake GPU node each: kube-scheduler configured as docs/placement.md says
 //! (cluster.sh's GRAFT_SCHEDULER_EXTENDER: `ignorable`, a 2 s timeout), the extender from
-//! the chart (`schedulerExtender.enabled`, its defaults otherwise) on the first node, which
-//! shares the host's network with kube-scheduler and is labelled as the control plane. Needs root, the testbed and the workspace binaries, as the
+//! the chart (`schedulerExtender.enabled`, its defaults otherwise: HTTPS, kube-scheduler
+//! trusting graft's CA alone and presenting its client certificate, here from a Secret the
+//! test makes, since kube-scheduler's configuration is written before the chart runs) on the
+//! first node, which shares the host's network with kube-scheduler and is labelled as the
+//! control plane. Needs root, the testbed and the workspace binaries, as the
 //! other cluster tests do; takes its turn through the GPU bed's lock.
 
 use std::net::TcpListener;
@@ -13,6 +16,7 @@ use graft_integration::cluster::gpu::GpuValues;
 use graft_integration::cluster::multi::{MultiCluster, EXTENDER, EXTENDER_METRICS};
 use graft_integration::cluster::workloads::{gpus_template, one_claim_pod, one_claim_pod_on};
 use graft_integration::cluster::{wait_until, Cluster};
+use graft_integration::extender_pki::ExtenderPki;
 use graft_integration::scrape;
 
 /// A pod `name` whose container gets `count` whole GPUs, on `node` when given.
@@ -55,11 +59,33 @@ fn scored() -> f64 {
 #[test]
 fn extender_down_does_not_block_scheduling() -> anyhow::Result<()> {
     let _turn = graft_integration::cluster::gpu::own_cluster();
-    let mc = MultiCluster::up_with(2, Some(&format!("http://{EXTENDER}/")))?;
+    // Outlives the cluster: kube-scheduler reads its files whenever it starts.
+    let certs = tempfile::tempdir()?;
+    let pki = ExtenderPki::create(certs.path())?;
+    let mc =
+        MultiCluster::up_with_tls(2, Some(&format!("https://{EXTENDER}/")), Some(certs.path()))?;
     let c = &mc.cluster;
     mc.label_control_plane()?;
+    let _ = c.kubectl(&["create", "namespace", "graft-system"]);
+    let from = |k: &str| format!("--from-file={k}={}", pki.file(k).display());
+    c.kubectl(&[
+        "-n",
+        "graft-system",
+        "create",
+        "secret",
+        "generic",
+        "graft-extender-test-tls",
+        &from("ca.crt"),
+        &from("tls.crt"),
+        &from("tls.key"),
+    ])?;
     let values = GpuValues {
-        helm: vec!["--set".into(), "schedulerExtender.enabled=true".into()],
+        helm: vec![
+            "--set".into(),
+            "schedulerExtender.enabled=true".into(),
+            "--set".into(),
+            "schedulerExtender.tls.secretName=graft-extender-test-tls".into(),
+        ],
         ..Default::default()
     };
     mc.deploy_gpu_with(&[None, None], &values)?;

@@ -30,6 +30,7 @@ mod driver_deadline;
 mod driver_events;
 mod driver_pod_cache;
 mod dynamic_mig;
+mod extender_hostile;
 mod fake_imex;
 mod fake_mps;
 mod fake_mps_clients;

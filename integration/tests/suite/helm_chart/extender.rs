@@ -35,9 +35,42 @@ fn scheduler_extender_is_off_by_default_and_writes_only_events() -> anyhow::Resu
         "httpGet: {path: /readyz, port: 9480}",
         "runAsNonRoot: true",
         "readOnlyRootFilesystem: true",
+        // HTTPS by default, answering only kube-scheduler's client certificate.
+        "value: /etc/graft-extender-tls/tls.crt",
+        "name: GRAFT_EXTENDER_TLS_CLIENT_CA",
+        "secretName: graft-scheduler-extender-tls",
     ] {
         ensure!(ds.contains(want), "{want:?} not in:\n{ds}");
     }
+    let secret = on
+        .split("\n---\n")
+        .find(|d| {
+            d.contains("\nkind: Secret\n") && d.contains("name: graft-scheduler-extender-tls\n")
+        })
+        .context("no Secret graft-scheduler-extender-tls")?;
+    for key in [
+        "ca.crt:",
+        "tls.crt:",
+        "tls.key:",
+        "client.crt:",
+        "client.key:",
+    ] {
+        ensure!(secret.contains(key), "{key} not in the extender's Secret");
+    }
+    ensure!(
+        !secret.contains("ca.key"),
+        "the CA's key is kept:\n{secret}"
+    );
+    let plain = tb.render_chart(&[
+        "--set",
+        "schedulerExtender.enabled=true",
+        "--set",
+        "schedulerExtender.tls.enabled=false",
+    ])?;
+    ensure!(
+        !plain.contains("GRAFT_EXTENDER_TLS") && !plain.contains("graft-scheduler-extender-tls"),
+        "TLS rendered with tls.enabled=false"
+    );
     let role = doc("ClusterRole")?;
     // It writes only Events; slices and claims it reads.
     let writes: Vec<&str> = role
