@@ -41,9 +41,10 @@ apt_install() {
 
 # Host packages from the machine's own suite: build deps for runc (cgo + seccomp), a static
 # busybox for the test image, a static libc to link the pause binary, protoc for the CRI
-# client crate, jq for the demo output, openssl for the API server's service-account key,
-# the CNI loopback plugin for the cluster's pods that do not use the host network.
-apt_install libseccomp-dev pkg-config busybox-static libc6-dev gcc protobuf-compiler jq openssl \
+# client crate, jq for the demo output, openssl for the API server's service-account key
+# and the extender's certificates, curl to play kube-scheduler against the extender, the
+# CNI loopback plugin for the cluster's pods that do not use the host network.
+apt_install libseccomp-dev pkg-config busybox-static libc6-dev gcc protobuf-compiler jq openssl curl \
   containernetworking-plugins
 
 # containerd 2.2.x and 2.4.x: plain `go install` works from v2.2.1 on (no replace/exclude
