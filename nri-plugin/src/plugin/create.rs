@@ -103,9 +103,6 @@ impl GraftPlugin {
             }
         };
         let mut resp = nri::CreateContainerResponse::new();
-        // The runtime acts on an answer's evictions, not on those graft-nri asks for by
-        // itself (sync.rs): containers found running without their devices go now.
-        resp.evict = self.evictions_to_carry();
         let Some((plan, entry)) = planned else {
             self.metrics.skipped();
             return Ok(resp);

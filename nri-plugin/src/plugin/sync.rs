@@ -1,12 +1,14 @@
 //! Synchronize: the runtime's running containers against their records. One that runs
-//! without what its records say it must have is evicted: asked of the runtime from a task
-//! of its own after the reply, and, since containerd (2.2, 2.4) drops the evictions of a
-//! plugin's own UpdateContainers request but acts on those of a CreateContainer answer,
-//! carried again on graft-nri's next CreateContainer answers until the container stops.
+//! without what its records say it must have is logged, counted and evicted through
+//! UpdateContainers, from a task of its own after the reply; one the runtime leaves running
+//! is reported.
 //!
-//! Such a container is how a killed graft-nri shows: containerd's NRI counts a plugin that
-//! died while answering a CreateContainer as having answered with no changes (and its
-//! validator as present), so the container it was creating starts without graft's edits.
+//! Such a container is how a killed graft-nri shows: containerd's NRI (v0.11, v0.12) counts
+//! a plugin whose connection broke as having answered a CreateContainer with no changes,
+//! and its validator counts it as present, so the next container made after graft-nri died
+//! starts without graft's edits. containerd 2.2 and 2.4 drop a plugin's evictions (the
+//! adaptation keeps only adjustments and updates, of its own requests and of answers
+//! alike), so graft-nri can only report it (`tests/suite/nri_killed_bursts.rs`).
 
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
@@ -21,16 +23,10 @@ use super::{GraftPlugin, Stats};
 use crate::metrics::NriMetrics;
 use crate::verify;
 
-/// How long an eviction carried on one CreateContainer answer waits before the next
-/// answer carries it again (the runtime logs, and drops, one it could not act on).
-const CARRY_AGAIN: Duration = Duration::from_secs(5);
-
 /// An eviction asked for and not yet seen to happen.
 #[derive(Debug, Clone)]
 pub(super) struct PendingEviction {
     reason: String,
-    /// When a CreateContainer answer last carried it.
-    carried: Option<Instant>,
 }
 
 impl GraftPlugin {
@@ -83,31 +79,6 @@ impl GraftPlugin {
             status: self.status.clone(),
             grace: self.eviction_grace,
         }
-    }
-
-    /// The pending evictions a CreateContainer answer carries now: those no answer carried
-    /// in the last [`CARRY_AGAIN`].
-    pub(super) fn evictions_to_carry(&self) -> Vec<nri::ContainerEviction> {
-        let mut pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
-        if pending.is_empty() {
-            return Vec::new();
-        }
-        let now = Instant::now();
-        pending
-            .iter_mut()
-            .filter(|(_, e)| {
-                e.carried
-                    .is_none_or(|t| now.duration_since(t) >= CARRY_AGAIN)
-            })
-            .map(|(id, e)| {
-                e.carried = Some(now);
-                nri::ContainerEviction {
-                    container_id: id.clone(),
-                    reason: e.reason.clone(),
-                    ..Default::default()
-                }
-            })
-            .collect()
     }
 
     /// Verifies, after the Synchronize answer, the pods whose records were not read in
@@ -198,7 +169,6 @@ impl Evictor {
                     ctr.id.clone(),
                     PendingEviction {
                         reason: reason.clone(),
-                        carried: None,
                     },
                 );
                 evict.push(nri::ContainerEviction {
@@ -232,14 +202,19 @@ impl Evictor {
                 }
             }
             tokio::time::sleep(grace).await;
-            let p = pending.lock().unwrap_or_else(|p| p.into_inner());
-            for id in ids.iter().filter(|id| p.contains_key(*id)) {
-                // containerd drops the evict list of plugin requests; the container keeps
-                // running without its devices until a CreateContainer answer carries it.
+            let still: Vec<String> = {
+                let p = pending.lock().unwrap_or_else(|p| p.into_inner());
+                ids.into_iter().filter(|id| p.contains_key(id)).collect()
+            };
+            let mut p = pending.lock().unwrap_or_else(|p| p.into_inner());
+            for id in still {
+                let reason = p.remove(&id).map(|e| e.reason).unwrap_or_default();
+                // containerd (2.2, 2.4) drops plugins' evictions; the container keeps
+                // running without its devices until someone stops it.
                 tracing::error!(container = %id,
                     "the runtime did not act on the eviction request within {grace:?}; \
-                     graft-nri's next CreateContainer answers carry it until the container \
-                     stops (on an idle node, stop the container by hand)");
+                     the container still runs without its devices and must be restarted \
+                     by hand: {reason}");
             }
         });
     }
