@@ -41,6 +41,9 @@ spec:
       {{- end }}
     spec:
       serviceAccountName: {{ include "graft.fullname" . }}
+      # graft-driver's token only, through the api-token volume: graft-nri makes no API
+      # calls and mounts none.
+      automountServiceAccountToken: false
       {{- with .Values.priorityClassName }}
       priorityClassName: {{ . }}
       {{- end }}
@@ -198,6 +201,7 @@ spec:
             - {name: host-files, mountPath: /host{{ .Values.filesRoot }}, readOnly: true}
             {{- end }}
             - {name: run-graft, mountPath: /run/graft}
+            {{- include "graft.apiTokenMount" . | nindent 12 }}
             {{- with .Values.driverExtraVolumeMounts }}
             {{- toYaml . | nindent 12 }}
             {{- end }}
@@ -289,6 +293,7 @@ spec:
         # The probe sockets (driver.sock, nri.sock): this pod's own, whatever else runs.
         - name: run-graft
           emptyDir: {sizeLimit: 1Mi}
+        {{- include "graft.apiTokenVolume" . | nindent 8 }}
         {{- with .Values.driverExtraVolumes }}
         {{- toYaml . | nindent 8 }}
         {{- end }}
