@@ -185,6 +185,7 @@ spec:
             - {name: plugins, mountPath: {{ $kubelet }}/plugins}
             - {name: state, mountPath: /var/lib/graft}
             - {name: devices-config, mountPath: /etc/graft, readOnly: true}
+            {{- include "graft.apiTokenMount" . | nindent 12 }}
             {{- if $gpu }}
             # The host's /dev and served directories are visible under the host root.
             - {name: host-root, mountPath: /host, readOnly: true}
@@ -201,7 +202,6 @@ spec:
             - {name: host-files, mountPath: /host{{ .Values.filesRoot }}, readOnly: true}
             {{- end }}
             - {name: run-graft, mountPath: /run/graft}
-            {{- include "graft.apiTokenMount" . | nindent 12 }}
             {{- with .Values.driverExtraVolumeMounts }}
             {{- toYaml . | nindent 12 }}
             {{- end }}
@@ -290,10 +290,11 @@ spec:
         - name: devices-config
           configMap:
             name: {{ include "graft.fullname" . }}-devices
+        # graft-driver's API token (graft.apiTokenVolume).
+        {{- include "graft.apiTokenVolume" . | nindent 8 }}
         # The probe sockets (driver.sock, nri.sock): this pod's own, whatever else runs.
         - name: run-graft
           emptyDir: {sizeLimit: 1Mi}
-        {{- include "graft.apiTokenVolume" . | nindent 8 }}
         {{- with .Values.driverExtraVolumes }}
         {{- toYaml . | nindent 8 }}
         {{- end }}
