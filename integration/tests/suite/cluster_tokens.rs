@@ -195,6 +195,18 @@ fn graft_pods_keep_their_tokens() -> anyhow::Result<()> {
         ])?;
         bed.fresh(&values, |_| Ok(()))?;
         let c = &bed.cluster;
+        // The testbed's pod network does not reach the API server (multi::domains does the
+        // same): the controller goes on the host's network, as the extender is.
+        let pin = r#"{"spec":{"template":{"spec":{"hostNetwork":true,"dnsPolicy":"ClusterFirstWithHostNet"}}}}"#;
+        c.kubectl(&[
+            "-n",
+            NS,
+            "patch",
+            "deployment/graft-compute-domain-controller",
+            "--type=merge",
+            "-p",
+            pin,
+        ])?;
         for w in [
             "deployment/graft-compute-domain-controller",
             "daemonset/graft-scheduler-extender",
