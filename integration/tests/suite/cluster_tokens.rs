@@ -10,17 +10,14 @@
 //!
 //! Needs root, the testbed and the workspace binaries, as cluster_e2e does.
 
-use anyhow::{bail, ensure, Context};
-use graft_compute_domain::objects::{daemonset, DaemonConfig};
-use graft_compute_domain::slot::Placement;
-use graft_compute_domain::ComputeDomain;
+use anyhow::{ensure, Context};
 use graft_integration::cluster::gpu::{with_bed, GpuValues, FAKE_DIR};
 use graft_integration::cluster::workloads::{logs_in, wait_running, BUSYBOX};
 use graft_integration::cluster::{wait_until, Cluster};
-use serde_json::json;
+
+pub(crate) mod controller;
 
 const NS: &str = "graft-system";
-const CONTROLLER: &str = "system:serviceaccount:graft-system:graft-compute-domain-controller";
 const NODE: &str = "graft-node";
 /// The processes of graft's pods, by their `comm` (the kernel keeps 15 bytes of the name).
 const GRAFT_COMMS: [&str; 4] = [
@@ -114,62 +111,6 @@ fn finished(c: &Cluster, container: &str) -> anyhow::Result<String> {
         },
     )?;
     Ok(log)
-}
-
-/// The IMEX daemon DaemonSet the controller would make, as objects.rs builds it with the
-/// chart's settings on this bed.
-fn controller_daemonset() -> anyhow::Result<serde_json::Value> {
-    let cd: ComputeDomain = serde_json::from_value(json!({
-        "apiVersion": "resource.graft.dev/v1alpha1", "kind": "ComputeDomain",
-        "metadata": {"name": "d", "namespace": "default",
-                     "uid": "0b6f3c1e-2a4d-4e8f-9a1b-3c5d7e9f1a2b"},
-        "spec": {"numNodes": 1, "channel": {"resourceClaimTemplate": {"name": "w"}}},
-    }))?;
-    let cfg = DaemonConfig {
-        namespace: NS.into(),
-        image: "localhost/graft:testbed".into(),
-        command: vec!["/usr/bin/graft-imex-daemon".into()],
-        service_account: Some("graft-imex-daemon".into()),
-        driver_root: format!("{FAKE_DIR}/host"),
-        ..Default::default()
-    };
-    let place = Placement {
-        clique: "u.1".into(),
-        slot: 0,
-    };
-    Ok(serde_json::to_value(daemonset(&cd, &cfg, &place)?)?)
-}
-
-/// `kubectl --as=<controller> --dry-run=server` of `args` with `obj` on stdin.
-fn as_controller(
-    c: &Cluster,
-    args: &[&str],
-    obj: Option<&serde_json::Value>,
-) -> anyhow::Result<String> {
-    let dir = tempfile::tempdir()?;
-    let mut all = vec![format!("--as={CONTROLLER}"), "--dry-run=server".into()];
-    all.extend(args.iter().map(|a| a.to_string()));
-    if let Some(o) = obj {
-        let f = dir.path().join("obj.json");
-        std::fs::write(&f, serde_json::to_vec(o)?)?;
-        all.extend(["-f".into(), f.to_string_lossy().into_owned()]);
-    }
-    let all: Vec<&str> = all.iter().map(String::as_str).collect();
-    c.kubectl(&all)
-}
-
-fn refused_by(policy: &str, r: anyhow::Result<String>, why: &str) -> anyhow::Result<()> {
-    match r {
-        Ok(out) => bail!("accepted ({why}): {out}"),
-        Err(e) => {
-            let e = format!("{e:#}");
-            ensure!(
-                e.contains(&format!("ValidatingAdmissionPolicy '{policy}'")),
-                "refused, but not by graft's policy ({why}): {e}"
-            );
-            Ok(())
-        }
-    }
 }
 
 #[test]
@@ -291,148 +232,13 @@ fn attack(c: &Cluster) -> anyhow::Result<()> {
         "{} graft processes: 0 tokens read from 65534:0, 0 signalled from 65534:65534",
         pids.len()
     );
-    controller_is_held(c)
-}
-
-/// graft-compute-domain-controller's ServiceAccount runs only IMEX daemon DaemonSets and
-/// only removes domain labels from Nodes.
-fn controller_is_held(c: &Cluster) -> anyhow::Result<()> {
-    const DS_POLICY: &str = "graft-compute-domain-daemonsets";
-    const NODE_POLICY: &str = "graft-compute-domain-node-labels";
-    let good = controller_daemonset()?;
-    // What the controller makes goes through (wait for the policy to be active first: a
-    // privileged copy refused).
-    let mut privileged = good.clone();
-    privileged["spec"]["template"]["spec"]["containers"][0]["securityContext"] =
-        json!({"privileged": true});
-    wait_until("the DaemonSet policy never took effect", || {
-        Ok(as_controller(c, &["create"], Some(&privileged)).is_err())
+    let n = controller::is_held(&controller::Target {
+        kubectl: &|args| c.kubectl(args),
+        image: "localhost/graft:testbed",
+        driver_root: &format!("{FAKE_DIR}/host"),
+        node: NODE,
+        graft_daemonset: "graft-gpu",
     })?;
-    as_controller(c, &["create"], Some(&good)).context("the controller's own DaemonSet")?;
-
-    let pod = |f: &dyn Fn(&mut serde_json::Value)| {
-        let mut d = good.clone();
-        f(&mut d["spec"]["template"]["spec"]);
-        d
-    };
-    let root_ds = json!({
-        "apiVersion": "apps/v1", "kind": "DaemonSet",
-        "metadata": {"name": "root", "namespace": NS},
-        "spec": {"selector": {"matchLabels": {"app": "root"}}, "template": {
-            "metadata": {"labels": {"app": "root"}},
-            "spec": {"hostPID": true, "containers": [{"name": "c", "image": BUSYBOX,
-                "command": ["sleep", "3600"], "securityContext": {"privileged": true}}],
-                "volumes": [{"name": "host", "hostPath": {"path": "/"}}]}}},
-    });
-    let cases: Vec<(&str, serde_json::Value)> = vec![
-        ("a privileged DaemonSet of its own", root_ds),
-        ("privileged", privileged.clone()),
-        (
-            "another image",
-            pod(&|p| p["containers"][0]["image"] = json!(BUSYBOX)),
-        ),
-        (
-            "another command",
-            pod(&|p| p["containers"][0]["command"] = json!(["sh", "-c", "id"])),
-        ),
-        (
-            "a capability",
-            pod(&|p| {
-                p["containers"][0]["securityContext"]["capabilities"]["add"] = json!(["SYS_ADMIN"])
-            }),
-        ),
-        ("the host's PIDs", pod(&|p| p["hostPID"] = json!(true))),
-        (
-            "the host's root",
-            pod(&|p| p["volumes"][0]["hostPath"]["path"] = json!("/")),
-        ),
-        (
-            "the driver root writable",
-            pod(&|p| p["containers"][0]["volumeMounts"][0]["readOnly"] = json!(false)),
-        ),
-        (
-            "a Secret in its environment",
-            pod(&|p| {
-                p["containers"][0]["env"][0] = json!({"name": "COMPUTE_DOMAIN_UID",
-                "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}})
-            }),
-        ),
-        (
-            "another driver root by environment",
-            pod(&|p| {
-                p["containers"][0]["env"][0] = json!({"name": "GRAFT_DRIVER_ROOT", "value": "/x"})
-            }),
-        ),
-        (
-            "graft-driver's ServiceAccount",
-            pod(&|p| p["serviceAccountName"] = json!("graft")),
-        ),
-        (
-            "a command in a probe",
-            pod(&|p| {
-                p["containers"][0]["livenessProbe"] =
-                    json!({"exec": {"command": ["sh", "-c", "id"]}})
-            }),
-        ),
-    ];
-    for (why, obj) in &cases {
-        refused_by(DS_POLICY, as_controller(c, &["create"], Some(obj)), why)?;
-    }
-    // graft's own DaemonSet (privileged in GPU mode): neither changed nor deleted.
-    refused_by(
-        DS_POLICY,
-        as_controller(
-            c,
-            &[
-                "-n",
-                NS,
-                "set",
-                "image",
-                "daemonset/graft-gpu",
-                &format!("graft-driver={BUSYBOX}"),
-            ],
-            None,
-        ),
-        "graft's own DaemonSet's image",
-    )?;
-    refused_by(
-        DS_POLICY,
-        as_controller(c, &["-n", NS, "delete", "daemonset", "graft-gpu"], None),
-        "deleting graft's own DaemonSet",
-    )?;
-    // Nodes: only domain labels go.
-    let node_cases = [
-        (
-            "a taint",
-            r#"{"spec":{"taints":[{"key":"x","effect":"NoSchedule"}]}}"#,
-        ),
-        (
-            "another label",
-            r#"{"metadata":{"labels":{"nvidia.com/gpu.present":null}}}"#,
-        ),
-        ("an annotation", r#"{"metadata":{"annotations":{"x":"y"}}}"#),
-    ];
-    for (why, patch) in node_cases {
-        refused_by(
-            NODE_POLICY,
-            as_controller(
-                c,
-                &["patch", "node", NODE, "--type=merge", "-p", patch],
-                None,
-            ),
-            why,
-        )?;
-    }
-    let domain = r#"{"metadata":{"labels":{"resource.graft.dev/computeDomain.0b6f3c1e-2a4d-4e8f-9a1b-3c5d7e9f1a2b":null}}}"#;
-    as_controller(
-        c,
-        &["patch", "node", NODE, "--type=merge", "-p", domain],
-        None,
-    )
-    .context("removing a domain label")?;
-    eprintln!(
-        "{} controller attacks, 0 accepted",
-        cases.len() + 2 + node_cases.len()
-    );
+    eprintln!("{n} attacks with the controller's ServiceAccount, 0 accepted");
     Ok(())
 }

@@ -24,6 +24,7 @@ use anyhow::{bail, ensure};
 use graft_integration::apiserver::{self, ControlPlane};
 use graft_integration::Testbed;
 
+mod controller;
 mod events;
 mod nodes;
 mod slices;
