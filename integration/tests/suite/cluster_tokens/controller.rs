@@ -186,25 +186,57 @@ pub(crate) fn is_held(t: &Target) -> anyhow::Result<usize> {
         as_controller(t, &["-n", NS, "delete", &own], None),
         "deleting graft's own DaemonSet",
     )?;
-    // Nodes: only domain labels go.
+    // Nodes: only domain labels go. Server-side apply: a PATCH, which is all RBAC grants
+    // it (kubectl's other patches GET the Node first).
+    let node = |extra: Value| {
+        let mut n = json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": t.node}});
+        if let (Some(n), Some(extra)) = (n.as_object_mut(), extra.as_object()) {
+            for (k, v) in extra {
+                if k == "metadata" {
+                    if let (Some(m), Some(more)) = (n["metadata"].as_object_mut(), v.as_object()) {
+                        m.extend(more.clone());
+                    }
+                } else {
+                    n.insert(k.clone(), v.clone());
+                }
+            }
+        }
+        n
+    };
+    let apply = ["apply", "--server-side", "--force-conflicts"];
+    let (labels_only, domain_only) = ("may change only the labels", "may only remove or set");
     let node_cases = [
         (
             "a taint",
-            r#"{"spec":{"taints":[{"key":"x","effect":"NoSchedule"}]}}"#,
+            node(json!({"spec": {"taints": [{"key": "x", "effect": "NoSchedule"}]}})),
+            labels_only,
         ),
         (
-            "removing a label",
-            r#"{"metadata":{"labels":{"nvidia.com/gpu.present":null}}}"#,
+            "changing a label",
+            node(json!({"metadata": {"labels": {"nvidia.com/gpu.present": "false"}}})),
+            domain_only,
         ),
-        ("adding a label", r#"{"metadata":{"labels":{"x":"y"}}}"#),
-        ("an annotation", r#"{"metadata":{"annotations":{"x":"y"}}}"#),
+        (
+            "adding a label",
+            node(json!({"metadata": {"labels": {"x": "y"}}})),
+            domain_only,
+        ),
+        (
+            "an annotation",
+            node(json!({"metadata": {"annotations": {"x": "y"}}})),
+            labels_only,
+        ),
     ];
-    for (why, patch) in node_cases {
-        let args = ["patch", "node", t.node, "--type=merge", "-p", patch];
-        refused_by(NODE_POLICY, as_controller(t, &args, None), why)?;
+    for (why, obj, message) in &node_cases {
+        let r = as_controller(t, &apply, Some(obj));
+        // Refused by the validation meant for it.
+        if let Err(e) = &r {
+            ensure!(format!("{e:#}").contains(message), "{why}: {e:#}");
+        }
+        refused_by(NODE_POLICY, r, why)?;
     }
-    let domain = r#"{"metadata":{"labels":{"resource.graft.dev/computeDomain.0b6f3c1e-2a4d-4e8f-9a1b-3c5d7e9f1a2b":"true"}}}"#;
-    let args = ["patch", "node", t.node, "--type=merge", "-p", domain];
-    as_controller(t, &args, None).context("putting a domain label back")?;
+    let domain = node(json!({"metadata": {"labels": {
+        "resource.graft.dev/computeDomain.0b6f3c1e-2a4d-4e8f-9a1b-3c5d7e9f1a2b": "true"}}}));
+    as_controller(t, &apply, Some(&domain)).context("putting a domain label back")?;
     Ok(cases.len() + 2 + node_cases.len())
 }

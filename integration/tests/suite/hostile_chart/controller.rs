@@ -46,7 +46,9 @@ fn the_controller_runs_only_imex_daemons() -> anyhow::Result<()> {
         "apiVersion: v1\nkind: Node\nmetadata:\n  name: {NODE}\n  labels:\n\
          \x20   nvidia.com/gpu.present: \"true\"\n"
     );
-    install(cp, "controller-node.yaml", &node)?;
+    // Created, not applied: kubectl's server-side apply below would otherwise rewrite the
+    // last-applied annotation a client-side apply leaves, which the policy refuses.
+    let _ = super::kubectl_file(cp, "controller-node.yaml", &node, &["create"]);
     let n = is_held(&Target {
         kubectl: &|args| cp.kubectl(args),
         image: &image,
