@@ -48,6 +48,10 @@ struct Args {
     /// The NVIDIA driver root on the hosts, mounted read-only into the IMEX daemon pods.
     #[arg(long, default_value = "/")]
     daemon_driver_root: String,
+    /// The IMEX daemon pods' tolerations, as a JSON list of Kubernetes tolerations
+    /// (default: the NoSchedule taint nvidia.com/gpu of GPU node pools).
+    #[arg(long, env = "GRAFT_IMEX_TOLERATIONS")]
+    daemon_tolerations: Option<String>,
     /// The DeviceClass of workload IMEX channels.
     #[arg(long, default_value = "imex-channel.graft.dev")]
     channel_class: String,
@@ -100,6 +104,11 @@ async fn main() -> anyhow::Result<()> {
         },
     )?;
     let defaults = DaemonConfig::default();
+    let tolerations = match &args.daemon_tolerations {
+        Some(json) => serde_json::from_str(json)
+            .with_context(|| format!("--daemon-tolerations (GRAFT_IMEX_TOLERATIONS) {json:?}"))?,
+        None => defaults.tolerations.clone(),
+    };
     let cfg = DaemonConfig {
         namespace: args.namespace.clone(),
         image,
@@ -107,6 +116,7 @@ async fn main() -> anyhow::Result<()> {
         channel_class: args.channel_class,
         service_account: args.daemon_service_account,
         driver_root: args.daemon_driver_root,
+        tolerations,
         ..defaults
     };
     // A qualified name, as the Events API asks of reportingController.

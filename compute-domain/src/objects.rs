@@ -2,6 +2,7 @@
 //! and the IMEX daemon DaemonSet and its ResourceClaimTemplate in graft's namespace.
 
 use k8s_openapi::api::apps::v1::DaemonSet;
+use k8s_openapi::api::core::v1::Toleration;
 use k8s_openapi::api::resource::v1::ResourceClaimTemplate;
 use kube::Resource;
 use serde_json::json;
@@ -60,6 +61,9 @@ pub struct DaemonConfig {
     pub device_selector: String,
     /// The DeviceClass of workload channels.
     pub channel_class: String,
+    /// The daemon pods' tolerations (`computeDomains.daemonTolerations`): GPU node pools
+    /// are often tainted.
+    pub tolerations: Vec<Toleration>,
 }
 
 impl Default for DaemonConfig {
@@ -74,6 +78,12 @@ impl Default for DaemonConfig {
             device_selector: "device.attributes['graft.dev'].?type.orValue('') == 'imex-daemon'"
                 .into(),
             channel_class: "imex-channel.graft.dev".into(),
+            tolerations: vec![Toleration {
+                key: Some("nvidia.com/gpu".into()),
+                operator: Some("Exists".into()),
+                effect: Some("NoSchedule".into()),
+                ..Default::default()
+            }],
         }
     }
 }
@@ -246,12 +256,19 @@ pub fn daemonset(
         "hostNetwork": true,
         "dnsPolicy": "ClusterFirstWithHostNet",
         "resourceClaims": [{"name": "imex", "resourceClaimTemplateName": daemon_name(&uid)}],
+        "tolerations": cfg.tolerations,
+        // Root (nvidia-imex opens root's device nodes) but with no capability, no
+        // escalation and the runtime's seccomp profile; the chart's admission policy
+        // (graft-compute-domain-daemonsets) refuses any DaemonSet of the controller without them.
+        "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
         "containers": [{
             "name": "imex",
             "image": cfg.image,
             "command": cfg.command,
             "env": env,
             "resources": {"claims": [{"name": "imex"}]},
+            "securityContext": {"allowPrivilegeEscalation": false,
+                                "capabilities": {"drop": ["ALL"]}},
             "readinessProbe": {"exec": {"command": probe},
                                "periodSeconds": 5, "timeoutSeconds": 10},
             "volumeMounts": [

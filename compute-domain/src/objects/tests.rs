@@ -121,6 +121,24 @@ fn daemon_pods_use_the_node_network_the_driver_root_and_a_readiness_check() {
 }
 
 #[test]
+fn daemon_pods_drop_every_capability_and_tolerate_gpu_taints() {
+    let ds = daemonset(&cd("Single"), &DaemonConfig::default(), &place("u.1", 0)).unwrap();
+    let pod = serde_json::to_value(ds.spec.unwrap().template.spec.unwrap()).unwrap();
+    assert_eq!(
+        pod["securityContext"]["seccompProfile"]["type"],
+        "RuntimeDefault"
+    );
+    let sc = &pod["containers"][0]["securityContext"];
+    assert_eq!(sc["allowPrivilegeEscalation"], false);
+    assert_eq!(sc["capabilities"]["drop"], json!(["ALL"]));
+    assert!(sc.get("privileged").is_none() && sc["capabilities"].get("add").is_none());
+    assert_eq!(
+        pod["tolerations"],
+        json!([{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}])
+    );
+}
+
+#[test]
 fn clique_ids_that_could_break_cel_are_refused() {
     assert!(valid_clique("5f1c3f7e-1b2a-4c3d-9e8f-000000000000.7"));
     assert!(!valid_clique("u.1' || true || '"));

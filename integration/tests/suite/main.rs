@@ -20,6 +20,7 @@ mod cluster_gpu;
 mod cluster_guards;
 mod cluster_multi;
 mod cluster_placement;
+mod cluster_tokens;
 mod coexistence;
 mod compute_domain_api;
 mod compute_domain_cluster;
