@@ -83,8 +83,12 @@ async fn place(
         Some(ns) => Api::namespaced(ctx.client.clone(), ns),
         None => Api::all(ctx.client.clone()),
     };
+    let mut lp = ListParams::default();
+    if let Some(sel) = &ctx.selector {
+        lp = lp.labels(sel);
+    }
     let domains = api
-        .list(&ListParams::default())
+        .list(&lp)
         .await
         .map_err(kube_err(cd, "listing ComputeDomains"))?
         .items;

@@ -30,6 +30,8 @@ pub struct Context {
     recorder: Recorder,
     pub(crate) metrics: Metrics,
     pub(crate) scope: Option<String>,
+    /// A label selector the watched domains must match (default: every domain).
+    pub(crate) selector: Option<String>,
     /// Held while a domain's slot is chosen and written, so that two domains reconciled at
     /// once cannot take the same one.
     pub(crate) placing: tokio::sync::Mutex<()>,
@@ -45,6 +47,7 @@ impl Context {
             recorder,
             metrics,
             scope: None,
+            selector: None,
             placing: tokio::sync::Mutex::new(()),
         }
     }
@@ -53,6 +56,21 @@ impl Context {
     pub fn only_namespace(mut self, namespace: &str) -> Self {
         self.scope = Some(namespace.to_string());
         self
+    }
+
+    /// Watches only the domains that match the label selector `selector` (a controller for
+    /// a part of the cluster's domains, in any namespace).
+    pub fn only_labelled(mut self, selector: &str) -> Self {
+        self.selector = Some(selector.to_string());
+        self
+    }
+
+    /// The watch (and list) of the domains this controller serves.
+    pub(crate) fn domain_config(&self) -> watcher::Config {
+        match &self.selector {
+            Some(s) => watcher::Config::default().labels(s),
+            None => watcher::Config::default(),
+        }
     }
 }
 
@@ -185,7 +203,7 @@ pub async fn run(ctx: Arc<Context>) {
         Some(ns) => Api::namespaced(ctx.client.clone(), ns),
         None => Api::all(ctx.client.clone()),
     };
-    Controller::new(domains, watcher::Config::default())
+    Controller::new(domains, ctx.domain_config())
         .watches(
             pods,
             watcher::Config::default().labels(DOMAIN_LABEL),
