@@ -12,6 +12,7 @@
 
 pub(crate) mod chart;
 mod harness;
+mod isolation;
 mod lease;
 mod slots;
 
