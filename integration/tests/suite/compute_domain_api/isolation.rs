@@ -14,9 +14,11 @@ use graft_compute_domain::daemon::{self, Plan};
 use graft_compute_domain::objects::{
     daemon_name, node_label, DOMAIN_LABEL, NAMESPACE_ANNOTATION, NAME_ANNOTATION,
 };
+use graft_compute_domain::record;
+use graft_compute_domain::SlotPolicy;
 use graft_integration::claims::namespace;
 use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::{Node, NodeSelectorRequirement, Pod};
+use k8s_openapi::api::core::v1::{ConfigMap, Node, NodeSelectorRequirement, Pod};
 use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceSlice};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::ResourceExt;
@@ -136,14 +138,17 @@ fn places_on(ds: &DaemonSet, node: &Node) -> bool {
     selected && affine
 }
 
-/// The member list graft-imex-daemon gets for `cd`.
+/// The member list graft-imex-daemon gets for `cd`: the record in graft's namespace.
 async fn daemon_view(
     c: &kube::Client,
-    _daemons: &str,
+    daemons: &str,
     cd: &ComputeDomain,
 ) -> anyhow::Result<Vec<NodeStatus>> {
-    let st = status_of(c, &cd.namespace().unwrap_or_default(), &cd.name_any()).await?;
-    Ok(st.map(|s| s.nodes).unwrap_or_default())
+    let api: Api<ConfigMap> = Api::namespaced(c.clone(), daemons);
+    match api.get_opt(&daemon_name(&cd.uid().context("uid")?)).await? {
+        Some(cm) => Ok(record::nodes(&cm)?),
+        None => Ok(Vec::new()),
+    }
 }
 
 /// Polls what `cd`'s daemons and its status say for `span`, adding each change to `seen`.
@@ -300,8 +305,14 @@ async fn empty_domains_do_not_squat_slots() -> anyhow::Result<()> {
     for ns in ["cd-squat-graft", "cd-squat-a", "cd-squat-b"] {
         namespace(&c, ns).await?;
     }
-    let _ctl = controller_with(&c, "cd-squat", "lease", "one", |ctx| {
+    // The default cap (two slots a namespace); a short grace, for the test's sake.
+    let policy = SlotPolicy {
+        idle_grace: Duration::from_secs(3),
+        ..SlotPolicy::default()
+    };
+    let _ctl = controller_with(&c, "cd-squat", "lease", "one", move |ctx| {
         ctx.only_labelled("test.graft.dev/scope=squat")
+            .with_slot_policy(policy)
     });
     // The squatter: as many empty domains as u.1 and u.2 have slots (two channels a node).
     for (name, n) in [("a1", 2), ("a2", 2)] {
@@ -315,6 +326,13 @@ async fn empty_domains_do_not_squat_slots() -> anyhow::Result<()> {
             Ok(s.is_some_and(|s| s.slot.is_some() || s.message.is_some()))
         })
         .await?;
+        // Two slots held: the namespace's cap.
+        let st = status_of(&c, "cd-squat-a", name).await?.context("status")?;
+        let m = st.message.clone().unwrap_or_default();
+        ensure!(
+            st.slot.is_none() && m.contains("the most one namespace may hold"),
+            "{name}: {st:?}"
+        );
     }
     // Another namespace's one-node and two-node domains are placed all the same.
     scoped_domain(&c, "cd-squat-b", "v1", 1).await?;
