@@ -260,6 +260,38 @@ mod tests {
     }
 
     #[test]
+    fn a_stranger_flapping_its_daemon_never_restarts_imex() {
+        use crate::daemon::{members, plan, Plan};
+        let c = cliques(&[("a", "u.1"), ("b", "u.1"), ("x", "u.1")]);
+        let with_ip = |node: &str, ip: &str| {
+            let mut p = pod(node, true);
+            p.status.as_mut().unwrap().pod_ip = Some(ip.into());
+            p
+        };
+        let (a, b, x) = (
+            with_ip("a", "10.0.0.1"),
+            with_ip("b", "10.0.0.2"),
+            with_ip("x", "10.0.0.9"),
+        );
+        let m = all(&["a", "b"]);
+        let own = "10.0.0.1".parse().unwrap();
+        let (mut running, mut starts) = (None, 0);
+        for round in 0..6 {
+            let pods = if round % 2 == 1 {
+                vec![a.clone(), b.clone(), x.clone()]
+            } else {
+                vec![a.clone(), b.clone()]
+            };
+            let st = aggregate(&pods, &c, 2, &at("u.1"), &m);
+            if let Plan::Run(l) = plan(running.as_deref(), &members(&st.nodes, "u.1"), own, 2) {
+                starts += 1;
+                running = Some(l);
+            }
+        }
+        assert_eq!(starts, 1);
+    }
+
+    #[test]
     fn unscheduled_pods_are_not_nodes() {
         let mut p = pod("a", true);
         p.spec.as_mut().unwrap().node_name = None;
