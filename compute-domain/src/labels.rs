@@ -8,13 +8,13 @@ use std::collections::BTreeSet;
 
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::resource::v1::ResourceClaim;
-use kube::api::{Patch, PatchParams};
+use kube::api::{ListParams, Patch, PatchParams};
 use kube::{Api, ResourceExt};
 
 use crate::controller::{kube_err, Term};
 use crate::crd::ComputeDomain;
 use crate::members::allocation_nodes;
-use crate::objects::node_label;
+use crate::objects::{node_label, DOMAIN_LABEL};
 use crate::Error;
 
 /// The nodes the allocated claims hold devices on, or `None` when an allocation names its
@@ -44,14 +44,15 @@ pub fn stale(labelled: &[String], claims: &[ResourceClaim]) -> Vec<String> {
 }
 
 /// Removes the domain's label from the nodes (of the cache) that hold none of its allocated
-/// workload `claims`; returns the nodes it was removed from. (A node labelled again by a
+/// workload claims (`claims` from the cache, confirmed from the API server before a label
+/// goes); returns the nodes it was removed from. (A node labelled again by a
 /// prepare racing with this is harmless: the label draws nothing.)
 pub(crate) async fn prune(
     ctx: &Term,
     cd: &ComputeDomain,
     claims: &[ResourceClaim],
 ) -> Result<Vec<String>, Error> {
-    let (_, _, uid) = crate::objects::identity(cd)?;
+    let (_, ns, uid) = crate::objects::identity(cd)?;
     let key = node_label(&uid);
     let nodes: Api<Node> = Api::all(ctx.client.clone());
     let labelled: Vec<String> = ctx
@@ -62,7 +63,32 @@ pub(crate) async fn prune(
         .filter(|n| n.labels().contains_key(&key))
         .map(|n| n.name_any())
         .collect();
-    let gone = stale(&labelled, claims);
+    if stale(&labelled, claims).is_empty() {
+        return Ok(Vec::new());
+    }
+    // The cache of claims and the watch that woke this reconcile may disagree for a moment:
+    // before a label goes, the domain's claims are read from the API server (its own only,
+    // in small pages, trimmed as the cache keeps them).
+    let api: Api<ResourceClaim> = Api::namespaced(ctx.client.clone(), &ns);
+    let mut lp = ListParams::default()
+        .labels(&format!("{DOMAIN_LABEL}={uid}"))
+        .limit(crate::cache::PAGE);
+    let mut fresh = Vec::new();
+    loop {
+        let page = api
+            .list(&lp)
+            .await
+            .map_err(kube_err(cd, "listing the domain's claims"))?;
+        for mut c in page.items {
+            crate::cache::trim_claim(&mut c);
+            fresh.push(c);
+        }
+        match page.metadata.continue_.filter(|c| !c.is_empty()) {
+            Some(next) => lp = lp.continue_token(&next),
+            None => break,
+        }
+    }
+    let gone = stale(&labelled, &fresh);
     let patch = serde_json::json!({"metadata": {"labels": {key.as_str(): null}}});
     for n in &gone {
         match nodes

@@ -8,6 +8,7 @@ use graft_compute_domain::crd::{ComputeDomain, Readiness};
 use graft_compute_domain::objects::{
     daemon_name, node_label, DOMAIN_LABEL, NAMESPACE_ANNOTATION, NAME_ANNOTATION,
 };
+use graft_compute_domain::SlotPolicy;
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceClaimTemplate};
@@ -15,7 +16,7 @@ use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::ResourceExt;
 use serde_json::json;
 
-use super::harness::{client, controller, domain, namespaces, wait};
+use super::harness::{client, controller, controller_with, domain, namespaces, wait};
 use super::{daemon_pod, event_says, has_event, status_of};
 
 async fn slot_of(c: &kube::Client, ns: &str, name: &str) -> anyhow::Result<Option<u32>> {
@@ -26,7 +27,14 @@ async fn slot_of(c: &kube::Client, ns: &str, name: &str) -> anyhow::Result<Optio
 async fn each_domain_of_a_clique_gets_its_own_slot_until_none_is_left() -> anyhow::Result<()> {
     let c = client().await?;
     let daemons = namespaces(&c, "cd-slots").await?;
-    let _ctl = controller(&c, "cd-slots", "lease", "one");
+    // Three domains of one namespace: no cap on its slots here (`isolation` tests the cap).
+    let open = SlotPolicy {
+        per_namespace: 0,
+        ..SlotPolicy::default()
+    };
+    let _ctl = controller_with(&c, "cd-slots", "lease", "one", move |ctx| {
+        ctx.only_namespace("cd-slots").with_slot_policy(open)
+    });
     // u.1's nodes publish two channels each: two slots.
     let x = domain(&c, "cd-slots", "x", 2, "wx").await?;
     let y = domain(&c, "cd-slots", "y", 2, "wy").await?;
