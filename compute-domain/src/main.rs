@@ -7,7 +7,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 use clap::Parser;
 use graft_compute_domain::metrics::Metrics;
-use graft_compute_domain::{run_elected, Context, DaemonConfig, Election};
+use graft_compute_domain::{run_elected, Context, DaemonConfig, Election, SlotPolicy};
 use graft_telemetry::logs::LogFormat;
 use graft_telemetry::prometheus_client::registry::Registry;
 use kube::runtime::events::Reporter;
@@ -58,6 +58,12 @@ struct Args {
     /// Where /metrics, /healthz and /readyz are served ("off": nowhere).
     #[arg(long, env = "GRAFT_METRICS_ADDR", default_value = ":9479")]
     metrics_addr: String,
+    /// The most slots the domains of one namespace hold at once (0: no limit).
+    #[arg(long, default_value_t = SlotPolicy::default().per_namespace)]
+    max_slots_per_namespace: usize,
+    /// Seconds a domain with no workload claim keeps a slot another domain waits for.
+    #[arg(long, default_value_t = SlotPolicy::default().idle_grace.as_secs())]
+    idle_slot_grace_seconds: u64,
     /// Reconcile the domains of this namespace only (default: every namespace).
     #[arg(long)]
     watch_namespace: Option<String>,
@@ -124,7 +130,11 @@ async fn main() -> anyhow::Result<()> {
         controller: "graft.dev/compute-domain-controller".into(),
         instance: Some(args.identity.clone()),
     };
-    let mut ctx = Context::new(client, cfg, metrics, reporter);
+    let policy = SlotPolicy {
+        per_namespace: args.max_slots_per_namespace,
+        idle_grace: Duration::from_secs(args.idle_slot_grace_seconds),
+    };
+    let mut ctx = Context::new(client, cfg, metrics, reporter).with_slot_policy(policy);
     if let Some(ns) = &args.watch_namespace {
         ctx = ctx.only_namespace(ns);
     }

@@ -1,6 +1,8 @@
 //! The objects a domain owns: the workload ResourceClaimTemplate in the domain's namespace,
 //! and the IMEX daemon DaemonSet and its ResourceClaimTemplate in graft's namespace.
 
+use std::collections::BTreeSet;
+
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::Toleration;
 use k8s_openapi::api::resource::v1::ResourceClaimTemplate;
@@ -12,6 +14,7 @@ use crate::clique::{CLIQUE_ATTRIBUTE, DRIVER};
 /// The attribute that numbers an IMEX channel device (graft-driver's `imex-channel-<n>`).
 pub const CHANNEL_ATTRIBUTE: &str = "channel";
 use crate::crd::{AllocationMode, ComputeDomain};
+use crate::members::member_affinity;
 use crate::slot::{self, Placement};
 use crate::Error;
 
@@ -25,8 +28,8 @@ pub const NAMESPACE_ANNOTATION: &str = "resource.graft.dev/computeDomainNamespac
 /// The opaque configuration's apiVersion, as graft-driver reads it.
 pub const CONFIG_API_VERSION: &str = "graft.dev/v1alpha1";
 
-/// The node label that puts a node in a domain (the node plugin sets it when it prepares a
-/// workload claim of the domain). One key per domain, so that a node can be in two.
+/// The node label the node plugin sets when it prepares a workload claim of the domain
+/// (one key per domain). It draws no daemon: [`daemonset`] places them by name.
 pub fn node_label(uid: &str) -> String {
     format!("{DOMAIN_LABEL}.{uid}")
 }
@@ -223,12 +226,13 @@ pub fn daemon_template(
     })
 }
 
-/// The DaemonSet of the domain's IMEX daemons: on the nodes labelled for the domain, on the
-/// slot's IMEX ports.
+/// The DaemonSet of the domain's IMEX daemons: on its `members` only, on the slot's IMEX
+/// ports.
 pub fn daemonset(
     cd: &ComputeDomain,
     cfg: &DaemonConfig,
     place: &Placement,
+    members: &BTreeSet<String>,
 ) -> Result<DaemonSet, Error> {
     let (name, ns, uid) = identity(cd)?;
     let clique = place.clique.as_str();
@@ -252,7 +256,7 @@ pub fn daemonset(
     // hostNetwork, so that POD_IP is the node's address, which the peers connect to;
     // ClusterFirstWithHostNet keeps cluster DNS for the API server's name.
     let mut pod_spec = json!({
-        "nodeSelector": {node_label(&uid): "true"},
+        "affinity": member_affinity(members),
         "hostNetwork": true,
         "dnsPolicy": "ClusterFirstWithHostNet",
         "resourceClaims": [{"name": "imex", "resourceClaimTemplateName": daemon_name(&uid)}],
@@ -291,6 +295,9 @@ pub fn daemonset(
                      "labels": {DOMAIN_LABEL: uid}},
         "spec": {
             "selector": {"matchLabels": {DOMAIN_LABEL: uid}},
+            // A member joining changes the template (its affinity); OnDelete keeps that
+            // from replacing the other members' daemons (each a restart of the domain).
+            "updateStrategy": {"type": "OnDelete"},
             "template": {
                 "metadata": {
                     "labels": {DOMAIN_LABEL: uid},
