@@ -17,7 +17,7 @@ use graft_integration::apiserver;
 use graft_integration::claims::{allocated_claim, claim_msg, namespace, pod, uid};
 use graft_integration::dra_node::{prepare, unprepare, DraNode};
 use graft_integration::fake_gpu::FakeNode;
-use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::core::v1::{ConfigMap, Node};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::CustomResourceExt;
@@ -58,6 +58,59 @@ fn train() -> anyhow::Result<ComputeDomain> {
 fn placed(clique: &str, slot: u32, node: &str) -> serde_json::Value {
     json!({"status": {"status": "Ready", "clique": clique, "slot": slot, "nodes": [
         {"name": node, "ipAddress": "10.0.0.1", "cliqueID": clique, "status": "Ready"}]}})
+}
+
+/// graft's namespace in these tests: graft-driver's client's default (the kubeconfig's).
+const GRAFT_NS: &str = "default";
+
+/// Plays the controller: merges `v` (`{"status": {...}}`) into the domain's status, which
+/// people read, and the same placement and members into its record in graft's namespace,
+/// which is what graft-driver decides from.
+async fn controller_writes(
+    domains: &Api<ComputeDomain>,
+    c: &kube::Client,
+    name: &str,
+    v: serde_json::Value,
+) -> anyhow::Result<()> {
+    domains
+        .patch_status(name, &PatchParams::default(), &Patch::Merge(&v))
+        .await?;
+    let cd = domains.get(name).await?;
+    let uid = cd.metadata.uid.clone().unwrap_or_default();
+    let records: Api<ConfigMap> = Api::namespaced(c.clone(), GRAFT_NS);
+    let rname = format!("imex-{uid}");
+    let mut data = match records.get_opt(&rname).await? {
+        Some(r) => r.data.unwrap_or_default(),
+        None => Default::default(),
+    };
+    data.insert(
+        "namespace".into(),
+        cd.metadata.namespace.unwrap_or_default(),
+    );
+    data.insert("name".into(), name.into());
+    let st = &v["status"];
+    if let Some(clique) = st["clique"].as_str() {
+        data.insert("clique".into(), clique.into());
+    }
+    if let Some(slot) = st["slot"].as_u64() {
+        data.insert("slot".into(), slot.to_string());
+    }
+    if let Some(nodes) = st.get("nodes") {
+        data.insert("nodes".into(), nodes.to_string());
+    }
+    let mut r = ConfigMap::default();
+    r.metadata.name = Some(rname.clone());
+    r.data = Some(data);
+    match records.get_opt(&rname).await? {
+        Some(old) => {
+            r.metadata.resource_version = old.metadata.resource_version;
+            records.replace(&rname, &PostParams::default(), &r).await?;
+        }
+        None => {
+            records.create(&PostParams::default(), &r).await?;
+        }
+    }
+    Ok(())
 }
 
 async fn wait_for(
@@ -183,13 +236,13 @@ async fn a_domain_channel_waits_for_the_domain_on_its_node() -> anyhow::Result<(
     let domains: Api<ComputeDomain> = Api::namespaced(c.clone(), "team-a");
     let cd = domains.create(&PostParams::default(), &train()?).await?;
     // Placed by its controller: the node's clique, slot 1.
-    domains
-        .patch_status(
-            "train",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"status": {"clique": clique, "slot": 1}})),
-        )
-        .await?;
+    controller_writes(
+        &domains,
+        &c,
+        "train",
+        json!({"status": {"clique": clique, "slot": 1}}),
+    )
+    .await?;
     let p = pod(
         &c,
         "team-a",
@@ -235,24 +288,12 @@ async fn a_domain_channel_waits_for_the_domain_on_its_node() -> anyhow::Result<(
         json!({"status": {"status": "NotReady", "nodes": [
             {"name": node, "ipAddress": "10.0.0.1", "cliqueID": "x.3", "status": "Ready"}]}})
     };
-    domains
-        .patch_status(
-            "train",
-            &PatchParams::default(),
-            &Patch::Merge(status("elsewhere")),
-        )
-        .await?;
+    controller_writes(&domains, &c, "train", status("elsewhere")).await?;
     let e = prepare(dra, &[&claim]).await?[&uid(&claim)].error.clone();
     ensure!(e.contains("no IMEX daemon of the domain here"), "{e}");
 
     // Ready here: the channel, exactly the allocated one.
-    domains
-        .patch_status(
-            "train",
-            &PatchParams::default(),
-            &Patch::Merge(status(NODE)),
-        )
-        .await?;
+    controller_writes(&domains, &c, "train", status(NODE)).await?;
     let r = prepare(dra, &[&claim]).await?;
     ensure!(r[&uid(&claim)].error.is_empty(), "{:?}", r[&uid(&claim)]);
     let rec = dra.record(&uid(&claim))?.expect("the channel's record");
@@ -336,13 +377,7 @@ async fn a_domain_channel_waits_for_the_domain_on_its_node() -> anyhow::Result<(
     })
     .await?;
     domains.create(&PostParams::default(), &train()?).await?;
-    domains
-        .patch_status(
-            "train",
-            &PatchParams::default(),
-            &Patch::Merge(status(NODE)),
-        )
-        .await?;
+    controller_writes(&domains, &c, "train", status(NODE)).await?;
     let e = prepare(dra, &[&claim]).await?[&uid(&claim)].error.clone();
     ensure!(e.contains("not the") && e.contains("made again"), "{e}");
     Ok(())

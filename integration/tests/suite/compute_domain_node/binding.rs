@@ -37,13 +37,7 @@ async fn domain_channel_is_bound_to_its_domain() -> anyhow::Result<()> {
         .create(&PostParams::default(), &domain(NS, "train")?)
         .await?;
     // Its controller placed it in the node's clique at slot 1; Ready on the node.
-    domains
-        .patch_status(
-            "train",
-            &PatchParams::default(),
-            &Patch::Merge(placed(&clique, 1, "cd-bind")),
-        )
-        .await?;
+    controller_writes(&domains, &n.c, "train", placed(&clique, 1, "cd-bind")).await?;
     let p = pod(&n.c, NS, "w", &[("ch", "own")], &[("main", &[("ch", "")])]).await?;
     let single = channel_config(&cd, NS);
 

@@ -10,7 +10,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::core::v1::{ConfigMap, Node};
+
+use super::record::{record_name, with_record};
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams};
 
 use crate::claims::setup_port::SetupError;
@@ -157,6 +159,14 @@ impl KubeGate {
             .get(&d.name)
             .await
             .map_err(|e| api_err("reading the ComputeDomain", e))?;
+        // Placement and members as the controller keeps them in graft's namespace, never
+        // the domain's status, which whoever may write the domain may also write.
+        let records: Api<ConfigMap> = Api::namespaced(self.client.clone(), &self.home);
+        let record = records
+            .get_opt(&record_name(&d.id))
+            .await
+            .map_err(|e| api_err("reading the domain's record", e))?;
+        let cd = with_record(d, cd, record.as_ref())?;
         bound_here(d, g, &cd)?;
         let nodes: Api<Node> = Api::all(self.client.clone());
         let key = node_label(&d.id);
