@@ -92,6 +92,7 @@ struct Prepared {
     pipe: CString,
     log: CString,
     pid_file: CString,
+    pid_temp: CString,
     nodes: Vec<(CString, libc::dev_t)>,
 }
 
@@ -133,6 +134,7 @@ pub fn daemon_command(spec: &Spec, trace: OwnedFd) -> std::io::Result<Command> {
         pipe: c(&t.pipe())?,
         log: c(&t.log())?,
         pid_file: CString::new(format!("{CLIENT_PIPE_DIR}/{PID_FILE}"))?,
+        pid_temp: CString::new(format!("{CLIENT_PIPE_DIR}/.graft-{PID_FILE}"))?,
         nodes: spec
             .nodes
             .iter()
@@ -156,8 +158,9 @@ pub fn daemon_command(spec: &Spec, trace: OwnedFd) -> std::io::Result<Command> {
         .stdout(Stdio::null())
         .process_group(0);
     // SAFETY: `enter` makes only system calls (unshare, mount, statfs, mknod, mkdir, chmod,
-    // chdir, pivot_root, umount2, umask, open, close, unlink, prctl, capset, write), all
-    // async-signal-safe, on strings prepared above and locals; it allocates nothing.
+    // chdir, pivot_root, umount2, umask, open, close, unlink, rename, prctl, capset,
+    // write), all async-signal-safe, on strings prepared above and locals; it allocates
+    // nothing.
     unsafe {
         cmd.pre_exec(move || {
             enter(&p).map_err(|(step, e)| {
@@ -336,36 +339,39 @@ fn enter(p: &Prepared) -> Step {
         libc::umount2(c".".as_ptr(), libc::MNT_DETACH)
     })?;
     check("chdir /", unsafe { libc::chdir(c"/".as_ptr()) })?;
-    own_pid_file(&p.pid_file);
+    own_pid_file(&p.pid_file, &p.pid_temp);
     privileges::restrict(privileges::DAEMON)
 }
 
-/// Leaves a regular file of root's as the daemon's pid file, replacing what a tenant
-/// planted there since graft-mps emptied the directory: a tenant of another uid cannot
-/// replace it in the sticky directory, so its symlink (never followed here, but the daemon
-/// would fail on it) does not keep the daemon down. Best effort: a daemon that still finds
-/// something else there fails, and is started again.
-fn own_pid_file(path: &CStr) {
+/// Leaves a regular file of root's as the daemon's pid file, put in place by a rename
+/// that replaces at once whatever a tenant planted there since graft-mps emptied the
+/// directory: a tenant of another uid cannot replace it in the sticky directory, so its
+/// symlink (never followed here, but the daemon would fail on it) does not keep the daemon
+/// down. Best effort: a daemon that still finds something else there fails, and is started
+/// again.
+fn own_pid_file(pid_file: &CStr, temp: &CStr) {
     use libc::{O_CLOEXEC, O_CREAT, O_EXCL, O_NOFOLLOW, O_WRONLY};
     for _ in 0..8 {
-        // SAFETY: open, close and unlink on a NUL-terminated path prepared before the fork.
+        // SAFETY: open, close, unlink and rename on NUL-terminated paths prepared before
+        // the fork.
         let fd = unsafe {
             libc::open(
-                path.as_ptr(),
+                temp.as_ptr(),
                 O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
                 0o644,
             )
         };
-        if fd >= 0 {
-            unsafe { libc::close(fd) };
-            return;
+        if fd < 0 {
+            if std::io::Error::last_os_error().raw_os_error() != Some(libc::EEXIST)
+                || unsafe { libc::unlink(temp.as_ptr()) } != 0
+            {
+                return;
+            }
+            continue;
         }
-        if std::io::Error::last_os_error().raw_os_error() != Some(libc::EEXIST)
-            || unsafe { libc::unlink(path.as_ptr()) } != 0
-                && std::io::Error::last_os_error().raw_os_error() != Some(libc::ENOENT)
-        {
-            return;
-        }
+        unsafe { libc::close(fd) };
+        unsafe { libc::rename(temp.as_ptr(), pid_file.as_ptr()) };
+        return;
     }
 }
 

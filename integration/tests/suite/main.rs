@@ -47,6 +47,7 @@ mod hostile_records;
 mod hostile_served;
 mod imex_daemon;
 mod mps;
+mod mps_escape;
 mod nri_containerd;
 mod nvidia_fake;
 mod nvlink_islands;
