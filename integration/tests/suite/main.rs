@@ -49,6 +49,7 @@ mod hostile_records;
 mod hostile_served;
 mod imex_daemon;
 mod mps;
+mod mps_escape;
 mod nri_containerd;
 mod nri_killed_bursts;
 mod nvidia_fake;
