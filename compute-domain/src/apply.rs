@@ -1,37 +1,45 @@
-//! One reconcile of a live domain: place it (clique and slot), write its objects, report
-//! its status from the daemon pods, and take its label from nodes it left.
+//! One reconcile of a live domain, from the caches: its members (`members`), its placement
+//! (`place`), its objects (the DaemonSet on the members), its status and record from the
+//! daemon pods on its members, and its label taken from nodes that are no members.
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::Pod;
-use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceClaimTemplate, ResourceSlice};
-use kube::api::{ListParams, Patch, PatchParams};
+use k8s_openapi::api::resource::v1::ResourceClaimTemplate;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use kube::{Api, Resource, ResourceExt};
 
-use crate::controller::{event, key, kube_err, validate, Context};
+use crate::controller::{event, key, kube_err, validate, Context, Term};
 use crate::crd::{ComputeDomain, ComputeDomainStatus, Readiness};
 use crate::metrics::DomainLabels;
 use crate::objects::{self, DOMAIN_LABEL};
+use crate::place::{self, MANAGER};
 use crate::slot::{self, Placement, Unplaced};
-use crate::{clique, labels, status, Error};
+use crate::{clique, labels, members, policy, status, Error};
 
-/// The field manager of the controller's server-side applies.
-const MANAGER: &str = "graft-compute-domain-controller";
+/// The status this term last wrote for the domain `uid` (the cached domains keep none:
+/// their namespace may write it, and as large as it likes).
+fn reported(term: &Term, uid: &str) -> Option<ComputeDomainStatus> {
+    term.reported.lock().ok()?.get(uid).cloned()
+}
 
 async fn set_status(
-    ctx: &Context,
+    term: &Term,
     cd: &ComputeDomain,
     st: &ComputeDomainStatus,
 ) -> Result<(), Error> {
-    if cd.status.as_ref() == Some(st) {
+    let (_, _, uid) = objects::identity(cd)?;
+    if reported(term, &uid).as_ref() == Some(st) {
         return Ok(());
     }
     let api: Api<ComputeDomain> =
-        Api::namespaced(ctx.client.clone(), &cd.namespace().unwrap_or_default());
+        Api::namespaced(term.client.clone(), &cd.namespace().unwrap_or_default());
     // A merge patch leaves out what is absent: a field that became empty is sent as null.
     let mut body = serde_json::to_value(st).map_err(|e| Error::Build {
         what: "status",
@@ -50,6 +58,9 @@ async fn set_status(
     )
     .await
     .map_err(kube_err(cd, "updating status"))?;
+    if let Ok(mut r) = term.reported.lock() {
+        r.insert(uid, st.clone());
+    }
     Ok(())
 }
 
@@ -68,65 +79,14 @@ where
     Ok(())
 }
 
-/// The domain's clique and slot: kept when its status has them, else chosen and written
-/// to its status before anything else, under the context's lock, so that the next domain's
-/// choice sees it. The kept values are read from the API, not from the (maybe older)
-/// object this reconcile got. `true` with a placement chosen now.
-async fn place(
-    ctx: &Context,
-    cd: &ComputeDomain,
-    nodes: &std::collections::BTreeMap<String, clique::NodeChannels>,
-) -> Result<Result<(Placement, bool), Unplaced>, Error> {
-    let (_, _, uid) = objects::identity(cd)?;
-    let _held = ctx.placing.lock().await;
-    let api: Api<ComputeDomain> = match &ctx.scope {
-        Some(ns) => Api::namespaced(ctx.client.clone(), ns),
-        None => Api::all(ctx.client.clone()),
-    };
-    let domains = api
-        .list(&ListParams::default())
-        .await
-        .map_err(kube_err(cd, "listing ComputeDomains"))?
-        .items;
-    let now = domains
-        .iter()
-        .find(|d| d.metadata.uid.as_deref() == Some(uid.as_str()))
-        .and_then(|d| d.status.clone())
-        .or_else(|| cd.status.clone())
-        .unwrap_or_default();
-    let current = (now.clique.as_deref(), now.slot);
-    let p = match slot::place(
-        nodes,
-        cd.spec.num_nodes as usize,
-        current,
-        &slot::taken(&domains, &uid),
-    ) {
-        Ok(p) => p,
-        Err(e) => return Ok(Err(e)),
-    };
-    let new = now.clique.as_deref() != Some(p.clique.as_str()) || now.slot != Some(p.slot);
-    if new {
-        let st = ComputeDomainStatus {
-            clique: Some(p.clique.clone()),
-            slot: Some(p.slot),
-            ..now
-        };
-        let fresh = ComputeDomain {
-            status: None,
-            ..cd.clone()
-        };
-        set_status(ctx, &fresh, &st).await?;
-    }
-    Ok(Ok((p, new)))
-}
-
-pub(crate) async fn apply(cd: Arc<ComputeDomain>, ctx: &Context) -> Result<Action, Error> {
+pub(crate) async fn apply(cd: Arc<ComputeDomain>, term: &Term) -> Result<Action, Error> {
     let (name, ns, uid) = objects::identity(&cd)?;
     let labels = DomainLabels {
         namespace: ns.clone(),
         name: name.clone(),
     };
-    let old_message = cd.status.as_ref().and_then(|s| s.message.clone());
+    let prior = reported(term, &uid);
+    let old_message = prior.as_ref().and_then(|s| s.message.clone());
     if let Err(why) = validate(&cd) {
         let why = why.to_string();
         let st = ComputeDomainStatus {
@@ -134,47 +94,56 @@ pub(crate) async fn apply(cd: Arc<ComputeDomain>, ctx: &Context) -> Result<Actio
             ..Default::default()
         };
         if old_message.as_ref() != Some(&why) {
-            event(ctx, &cd, EventType::Warning, "Invalid", why).await;
+            event(term, &cd, EventType::Warning, "Invalid", why).await;
         }
-        set_status(ctx, &cd, &st).await?;
+        set_status(term, &cd, &st).await?;
         return Ok(Action::await_change());
     }
-    let c = &ctx.client;
-    let slices = Api::<ResourceSlice>::all(c.clone())
-        .list(&ListParams::default())
-        .await
-        .map_err(kube_err(&cd, "listing ResourceSlices"))?;
-    let claims = Api::<ResourceClaim>::all(c.clone())
-        .list(&ListParams::default())
-        .await
-        .map_err(kube_err(&cd, "listing ResourceClaims"))?;
-    let nodes = clique::node_channels(&slices.items, &clique::allocated(&claims.items));
-    let (placed, new) = match place(ctx, &cd, &nodes).await? {
-        Ok(p) => p,
+    // From the caches: every graft channel and who holds it, the domain's claims.
+    let slices = term.caches.slices.state();
+    let all_claims = term.caches.claims.state();
+    let nodes = clique::node_channels(
+        slices.iter().map(|s| &**s),
+        &clique::allocated(all_claims.iter().map(|c| &**c)),
+    );
+    let claims = members::domain_claims(&all_claims, &ns, &uid);
+    drop(all_claims);
+    let members = members::members(&claims);
+
+    let mut records = term.records.lock().await;
+    let placed = match place::place(term, &mut records, &cd, &nodes, !claims.is_empty()).await? {
+        Ok((p, new)) => {
+            if new {
+                let (server, cmd) = slot::ports(p.slot).unwrap_or_default();
+                let note = format!(
+                    "placed in clique {} at slot {} (IMEX ports {server}, {cmd})",
+                    p.clique, p.slot
+                );
+                event(term, &cd, EventType::Normal, "CliqueChosen", note).await;
+            }
+            p
+        }
         Err(why) => {
-            ctx.metrics.placement_failures.inc();
+            term.metrics.placement_failures.inc();
             let reason = match why {
                 Unplaced::NoClique(_) => "NoClique",
                 Unplaced::NoSlot { .. } => "NoSlot",
+                Unplaced::NamespaceFull { .. } => "NamespaceFull",
             };
-            let kept = match &why {
-                Unplaced::NoSlot { clique, .. } => cd
-                    .status
-                    .as_ref()
-                    .and_then(|s| s.clique.clone())
-                    .filter(|c| c == clique),
-                Unplaced::NoClique(_) => None,
+            let released = records.get(&uid).and_then(|r| r.released.clone());
+            drop(records);
+            let why = match released {
+                Some(r) => format!("lost its slot: {r}. {why}"),
+                None => why.to_string(),
             };
-            let why = why.to_string();
             if old_message.as_ref() != Some(&why) {
-                event(ctx, &cd, EventType::Warning, reason, why.clone()).await;
+                event(term, &cd, EventType::Warning, reason, why.clone()).await;
             }
             let st = ComputeDomainStatus {
                 message: Some(why),
-                clique: kept,
                 ..Default::default()
             };
-            set_status(ctx, &cd, &st).await?;
+            set_status(term, &cd, &st).await?;
             return Ok(Action::requeue(Duration::from_secs(15)));
         }
     };
@@ -184,76 +153,104 @@ pub(crate) async fn apply(cd: Arc<ComputeDomain>, ctx: &Context) -> Result<Actio
             why: format!("clique id {:?} is malformed", placed.clique),
         });
     }
-    if new {
-        let (server, cmd) = slot::ports(placed.slot).unwrap_or_default();
-        let note = format!(
-            "placed in clique {} at slot {} (IMEX ports {server}, {cmd})",
-            placed.clique, placed.slot
-        );
-        event(ctx, &cd, EventType::Normal, "CliqueChosen", note).await;
-    }
+    write_objects(term, &cd, &placed, &members).await?;
 
-    // The workload template: refuse to take over one the domain does not own.
+    let pods: Vec<Pod> = term
+        .caches
+        .pods
+        .state()
+        .iter()
+        .filter(|p| p.labels().get(DOMAIN_LABEL) == Some(&uid))
+        .map(|p| Pod::clone(p))
+        .collect();
+    let st = status::aggregate(&pods, &nodes, cd.spec.num_nodes as usize, &placed, &members);
+    let strangers = status::strangers(&pods, &members);
+    term.metrics
+        .non_member_daemons
+        .get_or_create(&labels)
+        .set(strangers.len() as i64);
+    if !strangers.is_empty() {
+        tracing::warn!(domain = %key(&cd), nodes = ?strangers,
+                       "daemon pods on nodes that are no members: left out");
+    }
+    if let Some(mut r) = records.get(&uid).cloned() {
+        r.nodes = st.nodes.clone();
+        r.idle_since = policy::idle_since(r.idle_since, !claims.is_empty(), Timestamp::now());
+        place::write(term, &mut records, &uid, r, &cd).await?;
+    }
+    drop(records);
+    report(term, &cd, prior.as_ref(), &st, &labels).await;
+    set_status(term, &cd, &st).await?;
+
+    for node in labels::prune(term, &cd, &claims).await? {
+        let note = format!("node {node} holds no allocated claim of the domain: label removed");
+        event(term, &cd, EventType::Normal, "NodeLeft", note).await;
+    }
+    Ok(Action::requeue(Duration::from_secs(60)))
+}
+
+/// The workload template (refusing to take over one the domain does not own), and in
+/// graft's namespace the daemon template and the DaemonSet on the domain's members.
+async fn write_objects(
+    term: &Term,
+    cd: &ComputeDomain,
+    placed: &Placement,
+    members: &BTreeSet<String>,
+) -> Result<(), Error> {
+    let (_, ns, uid) = objects::identity(cd)?;
+    let c = &term.client;
     let rct_api: Api<ResourceClaimTemplate> = Api::namespaced(c.clone(), &ns);
-    let rct = objects::workload_template(&cd, &ctx.cfg, &placed)?;
+    let rct = objects::workload_template(cd, &term.cfg, placed)?;
     let rct_name = rct.name_any();
     if let Some(old) = rct_api
         .get_opt(&rct_name)
         .await
-        .map_err(kube_err(&cd, "reading the workload template"))?
+        .map_err(kube_err(cd, "reading the workload template"))?
     {
         if old.labels().get(DOMAIN_LABEL) != Some(&uid) {
             let why =
                 format!("ResourceClaimTemplate {ns}/{rct_name} exists and is not this domain's");
             event(
-                ctx,
-                &cd,
+                term,
+                cd,
                 EventType::Warning,
                 "TemplateConflict",
                 why.clone(),
             )
             .await;
             return Err(Error::Invalid {
-                domain: key(&cd),
+                domain: key(cd),
                 why,
             });
         }
     } else {
-        apply_obj(&rct_api, &rct, &cd, "workload ResourceClaimTemplate").await?;
+        apply_obj(&rct_api, &rct, cd, "workload ResourceClaimTemplate").await?;
     }
-    let daemon_ns = &ctx.cfg.namespace;
+    let daemon_ns = &term.cfg.namespace;
     let drct_api: Api<ResourceClaimTemplate> = Api::namespaced(c.clone(), daemon_ns);
-    let drct = objects::daemon_template(&cd, &ctx.cfg, &placed)?;
+    let drct = objects::daemon_template(cd, &term.cfg, placed)?;
     if drct_api
         .get_opt(&drct.name_any())
         .await
-        .map_err(kube_err(&cd, "reading the daemon template"))?
+        .map_err(kube_err(cd, "reading the daemon template"))?
         .is_none()
     {
-        apply_obj(&drct_api, &drct, &cd, "daemon ResourceClaimTemplate").await?;
+        apply_obj(&drct_api, &drct, cd, "daemon ResourceClaimTemplate").await?;
     }
     let ds_api: Api<DaemonSet> = Api::namespaced(c.clone(), daemon_ns);
-    let ds = objects::daemonset(&cd, &ctx.cfg, &placed)?;
-    apply_obj(&ds_api, &ds, &cd, "DaemonSet").await?;
-
-    let pods = Api::<Pod>::namespaced(c.clone(), daemon_ns)
-        .list(&ListParams::default().labels(&format!("{DOMAIN_LABEL}={uid}")))
-        .await
-        .map_err(kube_err(&cd, "listing the daemon pods"))?;
-    let st = status::aggregate(&pods.items, &nodes, cd.spec.num_nodes as usize, &placed);
-    report(ctx, &cd, &st, &labels).await;
-    set_status(ctx, &cd, &st).await?;
-
-    for node in labels::prune(ctx, &cd).await? {
-        let note = format!("node {node} holds no allocated claim of the domain: label removed");
-        event(ctx, &cd, EventType::Normal, "NodeLeft", note).await;
-    }
-    Ok(Action::requeue(Duration::from_secs(60)))
+    let ds = objects::daemonset(cd, &term.cfg, placed, members)?;
+    apply_obj(&ds_api, &ds, cd, "DaemonSet").await
 }
 
 /// Metrics and Events for a new status: the domain's readiness changing, and each node
 /// that stopped being Ready (a lost node, a crashed daemon) by name.
-async fn report(ctx: &Context, cd: &ComputeDomain, st: &ComputeDomainStatus, l: &DomainLabels) {
+async fn report(
+    ctx: &Context,
+    cd: &ComputeDomain,
+    prior: Option<&ComputeDomainStatus>,
+    st: &ComputeDomainStatus,
+    l: &DomainLabels,
+) {
     let ready_nodes = st
         .nodes
         .iter()
@@ -267,11 +264,11 @@ async fn report(ctx: &Context, cd: &ComputeDomain, st: &ComputeDomainStatus, l: 
         .ready
         .get_or_create(l)
         .set((st.status == Readiness::Ready) as i64);
-    for node in status::lost(cd.status.as_ref(), st) {
+    for node in status::lost(prior, st) {
         let note = format!("node {node}: its IMEX daemon is no longer Ready");
         event(ctx, cd, EventType::Warning, "NodeNotReady", note).await;
     }
-    let was = cd.status.as_ref().map(|s| s.status).unwrap_or_default();
+    let was = prior.map(|s| s.status).unwrap_or_default();
     if was != st.status {
         let (t, reason) = match st.status {
             Readiness::Ready => (EventType::Normal, "Ready"),

@@ -1,22 +1,23 @@
-//! Deleting a domain: its DaemonSet and claim templates, and its label on every node, before
-//! the finalizer lets the domain go.
+//! Deleting a domain: its DaemonSet and claim templates, its label on every node, and last
+//! its record (its slot is held until its daemons are gone), before the finalizer lets the
+//! domain go.
 
 use std::sync::Arc;
 
 use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::core::v1::{ConfigMap, Node};
 use k8s_openapi::api::resource::v1::ResourceClaimTemplate;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::{Api, ResourceExt};
 
-use crate::controller::{kube_err, Context};
+use crate::controller::{kube_err, Term};
 use crate::crd::ComputeDomain;
 use crate::metrics::DomainLabels;
 use crate::objects::{self, DOMAIN_LABEL};
 use crate::Error;
 
-async fn ignore_404<T>(r: Result<T, kube::Error>) -> Result<(), kube::Error> {
+pub(crate) async fn ignore_404<T>(r: Result<T, kube::Error>) -> Result<(), kube::Error> {
     match r {
         Ok(_) => Ok(()),
         Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
@@ -24,8 +25,9 @@ async fn ignore_404<T>(r: Result<T, kube::Error>) -> Result<(), kube::Error> {
     }
 }
 
-pub(crate) async fn cleanup(cd: Arc<ComputeDomain>, ctx: &Context) -> Result<Action, Error> {
+pub(crate) async fn cleanup(cd: Arc<ComputeDomain>, ctx: &Term) -> Result<Action, Error> {
     let (name, ns, uid) = objects::identity(&cd)?;
+    let mut records = ctx.records.lock().await;
     let c = &ctx.client;
     let dp = DeleteParams::background();
     let daemon = objects::daemon_name(&uid);
@@ -76,6 +78,14 @@ pub(crate) async fn cleanup(cd: Arc<ComputeDomain>, ctx: &Context) -> Result<Act
             &cd,
             &format!("removing the domain's label from node {}", n.name_any()),
         ))?;
+    }
+    let cms: Api<ConfigMap> = Api::namespaced(c.clone(), &ctx.cfg.namespace);
+    ignore_404(cms.delete(&daemon, &dp).await)
+        .await
+        .map_err(kube_err(&cd, "deleting the domain's record"))?;
+    records.remove(&uid);
+    if let Ok(mut r) = ctx.reported.lock() {
+        r.remove(&uid);
     }
     ctx.metrics.forget(&DomainLabels {
         namespace: ns,

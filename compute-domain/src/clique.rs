@@ -58,9 +58,9 @@ fn string_attribute<'a>(device: &'a Device, name: &str) -> Option<&'a str> {
 }
 
 /// The devices that claims hold, of driver graft.dev.
-pub fn allocated(claims: &[ResourceClaim]) -> HashSet<DeviceId> {
+pub fn allocated<'a>(claims: impl IntoIterator<Item = &'a ResourceClaim>) -> HashSet<DeviceId> {
     claims
-        .iter()
+        .into_iter()
         .filter_map(|c| c.status.as_ref()?.allocation.as_ref()?.devices.as_ref())
         .flat_map(|d| d.results.iter().flatten())
         .filter(|r| r.driver == DRIVER)
@@ -70,12 +70,12 @@ pub fn allocated(claims: &[ResourceClaim]) -> HashSet<DeviceId> {
 
 /// Each node's IMEX channels, by node name. A node whose channels name two cliques (which
 /// a node cannot be in) keeps the first it lists.
-pub fn node_channels(
-    slices: &[ResourceSlice],
+pub fn node_channels<'a>(
+    slices: impl IntoIterator<Item = &'a ResourceSlice>,
     allocated: &HashSet<DeviceId>,
 ) -> BTreeMap<String, NodeChannels> {
     let mut nodes: BTreeMap<String, NodeChannels> = BTreeMap::new();
-    for s in slices.iter().filter(|s| s.spec.driver == DRIVER) {
+    for s in slices.into_iter().filter(|s| s.spec.driver == DRIVER) {
         let Some(node) = s.spec.node_name.as_deref() else {
             continue;
         };

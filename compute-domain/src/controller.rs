@@ -1,13 +1,18 @@
 //! The reconcile loop: kube-runtime's Controller over ComputeDomains, woken also by the
 //! domains' daemon pods and workload claims; a finalizer so that deletion cleans up (see
-//! the crate's docs). What a reconcile does is in `apply`.
+//! the crate's docs). What a reconcile does is in `apply`; what it reads, in `cache` and
+//! in the records (`record`) loaded when a term of leadership starts.
 
+use std::collections::{BTreeMap, HashMap};
+use std::ops::Deref;
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{ConfigMap, ObjectReference};
 use k8s_openapi::api::resource::v1::ResourceClaim;
+use kube::api::ListParams;
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::finalizer::{finalizer, Event as Finalize};
@@ -15,9 +20,12 @@ use kube::runtime::reflector::ObjectRef;
 use kube::runtime::{watcher, Controller};
 use kube::{Api, Client, Resource, ResourceExt};
 
-use crate::crd::ComputeDomain;
+use crate::cache::{Caches, PAGE};
+use crate::crd::{ComputeDomain, ComputeDomainStatus};
 use crate::metrics::{Metrics, ResultLabels};
 use crate::objects::{DaemonConfig, DOMAIN_LABEL, NAMESPACE_ANNOTATION, NAME_ANNOTATION};
+use crate::policy::SlotPolicy;
+use crate::record::Record;
 use crate::Error;
 
 /// The finalizer that holds a domain until its objects are gone.
@@ -30,9 +38,10 @@ pub struct Context {
     recorder: Recorder,
     pub(crate) metrics: Metrics,
     pub(crate) scope: Option<String>,
-    /// Held while a domain's slot is chosen and written, so that two domains reconciled at
-    /// once cannot take the same one.
-    pub(crate) placing: tokio::sync::Mutex<()>,
+    /// A label selector the watched domains must match (default: every domain).
+    pub(crate) selector: Option<String>,
+    /// The limits on slots.
+    pub(crate) policy: SlotPolicy,
 }
 
 impl Context {
@@ -45,7 +54,8 @@ impl Context {
             recorder,
             metrics,
             scope: None,
-            placing: tokio::sync::Mutex::new(()),
+            selector: None,
+            policy: SlotPolicy::default(),
         }
     }
 
@@ -53,6 +63,47 @@ impl Context {
     pub fn only_namespace(mut self, namespace: &str) -> Self {
         self.scope = Some(namespace.to_string());
         self
+    }
+
+    /// Watches only the domains that match the label selector `selector` (a controller for
+    /// a part of the cluster's domains, in any namespace).
+    pub fn only_labelled(mut self, selector: &str) -> Self {
+        self.selector = Some(selector.to_string());
+        self
+    }
+
+    /// Limits the slots a namespace holds and how long an empty domain keeps one.
+    pub fn with_slot_policy(mut self, policy: SlotPolicy) -> Self {
+        self.policy = policy;
+        self
+    }
+
+    /// The watch of the domains this controller serves.
+    pub(crate) fn domain_config(&self) -> watcher::Config {
+        match &self.selector {
+            Some(s) => watcher::Config::default().labels(s),
+            None => watcher::Config::default(),
+        }
+    }
+}
+
+/// One term of leadership: its caches and the domains' records, shared by its reconciles.
+pub(crate) struct Term {
+    ctx: Arc<Context>,
+    pub(crate) caches: Caches,
+    /// The records by domain uid, as last written. Held for the whole of a reconcile, so
+    /// that two domains cannot take one slot, and a slot is not taken from a domain while
+    /// its objects are written.
+    pub(crate) records: tokio::sync::Mutex<BTreeMap<String, Record>>,
+    /// The status last written for each domain, by uid.
+    pub(crate) reported: std::sync::Mutex<HashMap<String, ComputeDomainStatus>>,
+}
+
+impl Deref for Term {
+    type Target = Context;
+
+    fn deref(&self) -> &Context {
+        &self.ctx
     }
 }
 
@@ -77,6 +128,17 @@ pub(crate) async fn event(
     reason: &str,
     note: String,
 ) {
+    event_on(ctx, &cd.object_ref(&()), type_, reason, note).await;
+}
+
+/// An Event about the object `on` (a domain this reconcile did not get).
+pub(crate) async fn event_on(
+    ctx: &Context,
+    on: &ObjectReference,
+    type_: EventType,
+    reason: &str,
+    note: String,
+) {
     let ev = Event {
         type_,
         reason: reason.into(),
@@ -84,8 +146,13 @@ pub(crate) async fn event(
         action: "Reconcile".into(),
         secondary: None,
     };
-    if let Err(e) = ctx.recorder.publish(&ev, &cd.object_ref(&())).await {
-        tracing::warn!(domain = %key(cd), error = %e, "publishing an Event");
+    if let Err(e) = ctx.recorder.publish(&ev, on).await {
+        let on = format!(
+            "{}/{}",
+            on.namespace.as_deref().unwrap_or_default(),
+            on.name.as_deref().unwrap_or_default()
+        );
+        tracing::warn!(object = %on, error = %e, "publishing an Event");
     }
 }
 
@@ -121,7 +188,7 @@ pub fn validate(cd: &ComputeDomain) -> Result<(), Invalid> {
     Ok(())
 }
 
-async fn reconcile(cd: Arc<ComputeDomain>, ctx: Arc<Context>) -> Result<Action, Error> {
+async fn reconcile(cd: Arc<ComputeDomain>, ctx: Arc<Term>) -> Result<Action, Error> {
     let domain = key(&cd);
     let api: Api<ComputeDomain> =
         Api::namespaced(ctx.client.clone(), &cd.namespace().unwrap_or_default());
@@ -146,7 +213,7 @@ async fn reconcile(cd: Arc<ComputeDomain>, ctx: Arc<Context>) -> Result<Action, 
     r
 }
 
-fn error_policy(_cd: Arc<ComputeDomain>, e: &Error, _ctx: Arc<Context>) -> Action {
+fn error_policy(_cd: Arc<ComputeDomain>, e: &Error, _ctx: Arc<Term>) -> Action {
     tracing::warn!(error = %crate::controller::chain(e), "reconcile failed");
     Action::requeue(Duration::from_secs(5))
 }
@@ -171,8 +238,60 @@ fn domain_of(
     Some(ObjectRef::new(a.get(NAME_ANNOTATION)?).within(a.get(NAMESPACE_ANNOTATION)?))
 }
 
-/// Runs the controller until the future is dropped.
+/// The records in graft's namespace, page by page; a malformed one is skipped (named in
+/// the log).
+async fn load_records(ctx: &Context) -> Result<BTreeMap<String, Record>, kube::Error> {
+    let api: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), &ctx.cfg.namespace);
+    let mut records = BTreeMap::new();
+    let mut lp = ListParams::default().labels(DOMAIN_LABEL).limit(100);
+    loop {
+        let page = api.list(&lp).await?;
+        for cm in &page.items {
+            match Record::from_config_map(cm) {
+                Ok((uid, r)) => {
+                    records.insert(uid, r);
+                }
+                Err(e) => tracing::warn!(error = %e, "skipping a record"),
+            }
+        }
+        match page.metadata.continue_.filter(|c| !c.is_empty()) {
+            Some(next) => lp = lp.continue_token(&next),
+            None => return Ok(records),
+        }
+    }
+}
+
+/// Runs the controller until the future is dropped: its caches first, then the records,
+/// then the reconciles.
 pub async fn run(ctx: Arc<Context>) {
+    let (caches, keep) = crate::cache::start(&ctx);
+    let serve = async {
+        if !caches.ready().await {
+            return;
+        }
+        let records = match load_records(&ctx).await {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::warn!(error = %chain(&e), "loading the domains' records");
+                tokio::time::sleep(Duration::from_secs(5)).await;
+                return;
+            }
+        };
+        let term = Arc::new(Term {
+            ctx: ctx.clone(),
+            caches: caches.clone(),
+            records: tokio::sync::Mutex::new(records),
+            reported: Default::default(),
+        });
+        reconcile_all(term).await;
+    };
+    tokio::select! {
+        _ = keep => tracing::warn!("the caches' watches ended"),
+        _ = serve => {}
+    }
+}
+
+async fn reconcile_all(ctx: Arc<Term>) {
     let c = ctx.client.clone();
     let pods: Api<Pod> = Api::namespaced(c.clone(), &ctx.cfg.namespace);
     let domains: Api<ComputeDomain> = match &ctx.scope {
@@ -185,17 +304,19 @@ pub async fn run(ctx: Arc<Context>) {
         Some(ns) => Api::namespaced(ctx.client.clone(), ns),
         None => Api::all(ctx.client.clone()),
     };
-    Controller::new(domains, watcher::Config::default())
-        .watches(
-            pods,
-            watcher::Config::default().labels(DOMAIN_LABEL),
-            |p: Pod| domain_of(p.metadata.annotations.as_ref()),
-        )
-        .watches(
-            claims,
-            watcher::Config::default().labels(DOMAIN_LABEL),
-            |c: ResourceClaim| domain_of(c.metadata.annotations.as_ref()),
-        )
+    // Every watch lists in small pages; the two others keep nothing.
+    let labelled = || {
+        watcher::Config::default()
+            .labels(DOMAIN_LABEL)
+            .page_size(PAGE)
+    };
+    Controller::new(domains, ctx.domain_config().page_size(PAGE))
+        .watches(pods, labelled(), |p: Pod| {
+            domain_of(p.metadata.annotations.as_ref())
+        })
+        .watches(claims, labelled(), |c: ResourceClaim| {
+            domain_of(c.metadata.annotations.as_ref())
+        })
         .run(reconcile, error_policy, ctx)
         .for_each(|r| async move {
             if let Err(e) = r {

@@ -1,11 +1,8 @@
 //! The domain's node labels: graft-driver adds `resource.graft.dev/computeDomain.<uid>` to a
-//! node when it prepares a workload claim of the domain there (only ever adds it); the
-//! controller removes it from every node that holds no allocated workload claim of the
-//! domain, so that the domain's IMEX daemon leaves the node with the last workload.
-//!
-//! The test is "a claim is allocated there" (its allocation's node selector names the
-//! node), never "prepared there": the scheduler allocates a claim before the kubelet
-//! prepares it, so a node about to be labelled already holds the allocation.
+//! node when it prepares a workload claim of the domain there (only ever adds it). The
+//! label draws nothing (the daemons are placed by the members' names, `members`); the
+//! controller still removes it from every node that is no member, and on deletion from
+//! every node, so that labels of gone domains do not pile up on nodes.
 
 use std::collections::BTreeSet;
 
@@ -14,34 +11,22 @@ use k8s_openapi::api::resource::v1::ResourceClaim;
 use kube::api::{ListParams, Patch, PatchParams};
 use kube::{Api, ResourceExt};
 
-use crate::controller::{kube_err, Context};
+use crate::controller::{kube_err, Term};
 use crate::crd::ComputeDomain;
+use crate::members::allocation_nodes;
 use crate::objects::{node_label, DOMAIN_LABEL};
 use crate::Error;
 
 /// The nodes the allocated claims hold devices on, or `None` when an allocation names its
-/// nodes in a way this cannot read (then no label is removed: keeping a daemon too long is
-/// harmless, taking it from a workload is not).
+/// nodes in a way this cannot read (then no label is removed).
 pub fn allocated_nodes(claims: &[ResourceClaim]) -> Option<BTreeSet<String>> {
     let mut nodes = BTreeSet::new();
     for c in claims {
-        let Some(alloc) = c.status.as_ref().and_then(|s| s.allocation.as_ref()) else {
-            continue;
-        };
-        // graft's devices are node-local: the scheduler writes the node as a field
-        // selector on metadata.name.
-        let names: Vec<String> = alloc
-            .node_selector
-            .iter()
-            .flat_map(|s| s.node_selector_terms.iter())
-            .flat_map(|t| t.match_fields.iter().flatten())
-            .filter(|r| r.key == "metadata.name" && r.operator == "In")
-            .flat_map(|r| r.values.iter().flatten().cloned())
-            .collect();
-        if names.is_empty() {
-            return None;
+        match allocation_nodes(c) {
+            None => {}
+            Some(names) if names.is_empty() => return None,
+            Some(names) => nodes.extend(names),
         }
-        nodes.extend(names);
     }
     Some(nodes)
 }
@@ -58,77 +43,69 @@ pub fn stale(labelled: &[String], claims: &[ResourceClaim]) -> Vec<String> {
         .collect()
 }
 
-async fn set_label(nodes: &Api<Node>, node: &str, key: &str, on: bool) -> kube::Result<()> {
-    let value = if on {
-        serde_json::json!("true")
-    } else {
-        serde_json::Value::Null
-    };
-    let patch = serde_json::json!({"metadata": {"labels": {key: value}}});
-    match nodes
-        .patch(node, &PatchParams::default(), &Patch::Merge(&patch))
-        .await
-    {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
-        Err(e) => Err(e),
-    }
-}
-
-/// Removes the domain's label from the nodes that hold none of its allocated workload
-/// claims; returns the nodes it was removed from.
-pub(crate) async fn prune(ctx: &Context, cd: &ComputeDomain) -> Result<Vec<String>, Error> {
+/// Removes the domain's label from the nodes (of the cache) that hold none of its allocated
+/// workload claims (`claims` from the cache, confirmed from the API server before a label
+/// goes); returns the nodes it was removed from. (A node labelled again by a
+/// prepare racing with this is harmless: the label draws nothing.)
+pub(crate) async fn prune(
+    ctx: &Term,
+    cd: &ComputeDomain,
+    claims: &[ResourceClaim],
+) -> Result<Vec<String>, Error> {
     let (_, ns, uid) = crate::objects::identity(cd)?;
     let key = node_label(&uid);
     let nodes: Api<Node> = Api::all(ctx.client.clone());
-    // Nodes first, claims second: a node labelled when listed was labelled by a prepare,
-    // whose claim was allocated before, so the later claim list shows it (or it is gone).
-    let labelled: Vec<String> = nodes
-        .list(&ListParams::default().labels(&key))
-        .await
-        .map_err(kube_err(cd, "listing the domain's nodes"))?
-        .items
+    let labelled: Vec<String> = ctx
+        .caches
+        .nodes
+        .state()
         .iter()
+        .filter(|n| n.labels().contains_key(&key))
         .map(|n| n.name_any())
         .collect();
-    if labelled.is_empty() {
+    if stale(&labelled, claims).is_empty() {
         return Ok(Vec::new());
     }
-    let claims: Api<ResourceClaim> = Api::namespaced(ctx.client.clone(), &ns);
-    let selector = ListParams::default().labels(&format!("{DOMAIN_LABEL}={uid}"));
-    let list = claims
-        .list(&selector)
-        .await
-        .map_err(kube_err(cd, "listing the domain's claims"))?;
-    let gone = stale(&labelled, &list.items);
-    for n in &gone {
-        set_label(&nodes, n, &key, false).await.map_err(kube_err(
-            cd,
-            &format!("removing the domain's label from node {n}"),
-        ))?;
-    }
-    if gone.is_empty() {
-        return Ok(gone);
-    }
-    // A claim allocated to one of them after the list may have been prepared before the
-    // removal (its label then was a no-op): give those nodes their label back.
-    let again = claims
-        .list(&selector)
-        .await
-        .map_err(kube_err(cd, "listing the domain's claims"))?;
-    let held = allocated_nodes(&again.items).unwrap_or_default();
-    let mut removed = Vec::new();
-    for n in gone {
-        if held.contains(&n) {
-            set_label(&nodes, &n, &key, true).await.map_err(kube_err(
-                cd,
-                &format!("restoring the domain's label on node {n}"),
-            ))?;
-        } else {
-            removed.push(n);
+    // The cache of claims and the watch that woke this reconcile may disagree for a moment:
+    // before a label goes, the domain's claims are read from the API server (its own only,
+    // in small pages, trimmed as the cache keeps them).
+    let api: Api<ResourceClaim> = Api::namespaced(ctx.client.clone(), &ns);
+    let mut lp = ListParams::default()
+        .labels(&format!("{DOMAIN_LABEL}={uid}"))
+        .limit(crate::cache::PAGE);
+    let mut fresh = Vec::new();
+    loop {
+        let page = api
+            .list(&lp)
+            .await
+            .map_err(kube_err(cd, "listing the domain's claims"))?;
+        for mut c in page.items {
+            crate::cache::trim_claim(&mut c);
+            fresh.push(c);
+        }
+        match page.metadata.continue_.filter(|c| !c.is_empty()) {
+            Some(next) => lp = lp.continue_token(&next),
+            None => break,
         }
     }
-    Ok(removed)
+    let gone = stale(&labelled, &fresh);
+    let patch = serde_json::json!({"metadata": {"labels": {key.as_str(): null}}});
+    for n in &gone {
+        match nodes
+            .patch(n, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+        {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.code == 404 => {}
+            Err(e) => {
+                return Err(kube_err(
+                    cd,
+                    &format!("removing the domain's label from node {n}"),
+                )(e))
+            }
+        }
+    }
+    Ok(gone)
 }
 
 #[cfg(test)]

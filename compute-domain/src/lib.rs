@@ -3,14 +3,16 @@
 //!
 //! For a domain the controller chooses one NVLink clique with room (graft's ResourceSlices
 //! publish each IMEX channel's `cliqueID`) and a slot in it (its channel number and IMEX
-//! ports), and keeps both; creates the workload
+//! ports), and keeps both in its record in graft's namespace; creates the workload
 //! ResourceClaimTemplate, whose claims can only get channels of that clique, and, in
-//! graft's namespace, the domain's IMEX daemon DaemonSet and its claim template; reports
-//! per-node readiness from the daemon pods; takes the domain's node label from nodes that
-//! hold no allocated workload claim of it; and on deletion removes all of it and the
-//! domain's node labels. One replica acts at a time (a Lease).
+//! graft's namespace, the domain's IMEX daemon DaemonSet (on the nodes its allocated
+//! workload claims name, its members) and its claim template; reports per-node readiness
+//! from the daemon pods on its members; takes the domain's node label from nodes that are
+//! no members; and on deletion removes all of it and the domain's node labels. One replica
+//! acts at a time (a Lease); it reads the cluster from watch caches, never by listing.
 
 mod apply;
+pub mod cache;
 mod cleanup;
 pub mod clique;
 pub mod controller;
@@ -18,8 +20,12 @@ pub mod crd;
 pub mod daemon;
 pub mod labels;
 pub mod lease;
+pub mod members;
 pub mod metrics;
 pub mod objects;
+mod place;
+pub mod policy;
+pub mod record;
 pub mod slot;
 pub mod status;
 
@@ -27,6 +33,7 @@ pub use controller::{run, Context};
 pub use crd::{ComputeDomain, ComputeDomainSpec, ComputeDomainStatus};
 pub use lease::{run_elected, Election};
 pub use objects::DaemonConfig;
+pub use policy::SlotPolicy;
 
 /// What went wrong with a domain; each names the domain.
 #[derive(Debug, thiserror::Error)]

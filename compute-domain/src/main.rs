@@ -7,7 +7,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 use clap::Parser;
 use graft_compute_domain::metrics::Metrics;
-use graft_compute_domain::{run_elected, Context, DaemonConfig, Election};
+use graft_compute_domain::{run_elected, Context, DaemonConfig, Election, SlotPolicy};
 use graft_telemetry::logs::LogFormat;
 use graft_telemetry::prometheus_client::registry::Registry;
 use kube::runtime::events::Reporter;
@@ -48,12 +48,22 @@ struct Args {
     /// The NVIDIA driver root on the hosts, mounted read-only into the IMEX daemon pods.
     #[arg(long, default_value = "/")]
     daemon_driver_root: String,
+    /// The IMEX daemon pods' tolerations, as a JSON list of Kubernetes tolerations
+    /// (default: the NoSchedule taint nvidia.com/gpu of GPU node pools).
+    #[arg(long, env = "GRAFT_IMEX_TOLERATIONS")]
+    daemon_tolerations: Option<String>,
     /// The DeviceClass of workload IMEX channels.
     #[arg(long, default_value = "imex-channel.graft.dev")]
     channel_class: String,
     /// Where /metrics, /healthz and /readyz are served ("off": nowhere).
     #[arg(long, env = "GRAFT_METRICS_ADDR", default_value = ":9479")]
     metrics_addr: String,
+    /// The most slots the domains of one namespace hold at once (0: no limit).
+    #[arg(long, default_value_t = SlotPolicy::default().per_namespace)]
+    max_slots_per_namespace: usize,
+    /// Seconds a domain with no workload claim keeps a slot another domain waits for.
+    #[arg(long, default_value_t = SlotPolicy::default().idle_grace.as_secs())]
+    idle_slot_grace_seconds: u64,
     /// Reconcile the domains of this namespace only (default: every namespace).
     #[arg(long)]
     watch_namespace: Option<String>,
@@ -100,6 +110,11 @@ async fn main() -> anyhow::Result<()> {
         },
     )?;
     let defaults = DaemonConfig::default();
+    let tolerations = match &args.daemon_tolerations {
+        Some(json) => serde_json::from_str(json)
+            .with_context(|| format!("--daemon-tolerations (GRAFT_IMEX_TOLERATIONS) {json:?}"))?,
+        None => defaults.tolerations.clone(),
+    };
     let cfg = DaemonConfig {
         namespace: args.namespace.clone(),
         image,
@@ -107,6 +122,7 @@ async fn main() -> anyhow::Result<()> {
         channel_class: args.channel_class,
         service_account: args.daemon_service_account,
         driver_root: args.daemon_driver_root,
+        tolerations,
         ..defaults
     };
     // A qualified name, as the Events API asks of reportingController.
@@ -114,7 +130,11 @@ async fn main() -> anyhow::Result<()> {
         controller: "graft.dev/compute-domain-controller".into(),
         instance: Some(args.identity.clone()),
     };
-    let mut ctx = Context::new(client, cfg, metrics, reporter);
+    let policy = SlotPolicy {
+        per_namespace: args.max_slots_per_namespace,
+        idle_grace: Duration::from_secs(args.idle_slot_grace_seconds),
+    };
+    let mut ctx = Context::new(client, cfg, metrics, reporter).with_slot_policy(policy);
     if let Some(ns) = &args.watch_namespace {
         ctx = ctx.only_namespace(ns);
     }

@@ -33,6 +33,10 @@ pub struct Metrics {
     pub ready: Family<DomainLabels, Gauge>,
     /// Reconciles that found no clique with room.
     pub placement_failures: Counter,
+    /// Daemon pods of a domain on nodes that are no members of it (left out of it).
+    pub non_member_daemons: Family<DomainLabels, Gauge>,
+    /// Slots taken from empty domains for domains that waited for one.
+    pub slots_released: Counter,
 }
 
 impl Metrics {
@@ -59,6 +63,16 @@ impl Metrics {
             "Reconciles that found no NVLink clique with room for a domain",
             m.placement_failures.clone(),
         );
+        registry.register(
+            "graft_compute_domain_non_member_daemons",
+            "Daemon pods of a ComputeDomain on nodes no allocated claim of it names",
+            m.non_member_daemons.clone(),
+        );
+        registry.register(
+            "graft_compute_domain_slots_released",
+            "Slots taken from ComputeDomains without workload claims for waiting domains",
+            m.slots_released.clone(),
+        );
         m
     }
 
@@ -66,5 +80,6 @@ impl Metrics {
     pub fn forget(&self, d: &DomainLabels) {
         self.ready_nodes.remove(d);
         self.ready.remove(d);
+        self.non_member_daemons.remove(d);
     }
 }

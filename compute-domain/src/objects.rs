@@ -1,7 +1,10 @@
 //! The objects a domain owns: the workload ResourceClaimTemplate in the domain's namespace,
 //! and the IMEX daemon DaemonSet and its ResourceClaimTemplate in graft's namespace.
 
+use std::collections::BTreeSet;
+
 use k8s_openapi::api::apps::v1::DaemonSet;
+use k8s_openapi::api::core::v1::Toleration;
 use k8s_openapi::api::resource::v1::ResourceClaimTemplate;
 use kube::Resource;
 use serde_json::json;
@@ -11,6 +14,7 @@ use crate::clique::{CLIQUE_ATTRIBUTE, DRIVER};
 /// The attribute that numbers an IMEX channel device (graft-driver's `imex-channel-<n>`).
 pub const CHANNEL_ATTRIBUTE: &str = "channel";
 use crate::crd::{AllocationMode, ComputeDomain};
+use crate::members::member_affinity;
 use crate::slot::{self, Placement};
 use crate::Error;
 
@@ -24,8 +28,8 @@ pub const NAMESPACE_ANNOTATION: &str = "resource.graft.dev/computeDomainNamespac
 /// The opaque configuration's apiVersion, as graft-driver reads it.
 pub const CONFIG_API_VERSION: &str = "graft.dev/v1alpha1";
 
-/// The node label that puts a node in a domain (the node plugin sets it when it prepares a
-/// workload claim of the domain). One key per domain, so that a node can be in two.
+/// The node label the node plugin sets when it prepares a workload claim of the domain
+/// (one key per domain). It draws no daemon: [`daemonset`] places them by name.
 pub fn node_label(uid: &str) -> String {
     format!("{DOMAIN_LABEL}.{uid}")
 }
@@ -60,6 +64,9 @@ pub struct DaemonConfig {
     pub device_selector: String,
     /// The DeviceClass of workload channels.
     pub channel_class: String,
+    /// The daemon pods' tolerations (`computeDomains.daemonTolerations`): GPU node pools
+    /// are often tainted.
+    pub tolerations: Vec<Toleration>,
 }
 
 impl Default for DaemonConfig {
@@ -74,6 +81,12 @@ impl Default for DaemonConfig {
             device_selector: "device.attributes['graft.dev'].?type.orValue('') == 'imex-daemon'"
                 .into(),
             channel_class: "imex-channel.graft.dev".into(),
+            tolerations: vec![Toleration {
+                key: Some("nvidia.com/gpu".into()),
+                operator: Some("Exists".into()),
+                effect: Some("NoSchedule".into()),
+                ..Default::default()
+            }],
         }
     }
 }
@@ -213,12 +226,13 @@ pub fn daemon_template(
     })
 }
 
-/// The DaemonSet of the domain's IMEX daemons: on the nodes labelled for the domain, on the
-/// slot's IMEX ports.
+/// The DaemonSet of the domain's IMEX daemons: on its `members` only, on the slot's IMEX
+/// ports.
 pub fn daemonset(
     cd: &ComputeDomain,
     cfg: &DaemonConfig,
     place: &Placement,
+    members: &BTreeSet<String>,
 ) -> Result<DaemonSet, Error> {
     let (name, ns, uid) = identity(cd)?;
     let clique = place.clique.as_str();
@@ -242,16 +256,23 @@ pub fn daemonset(
     // hostNetwork, so that POD_IP is the node's address, which the peers connect to;
     // ClusterFirstWithHostNet keeps cluster DNS for the API server's name.
     let mut pod_spec = json!({
-        "nodeSelector": {node_label(&uid): "true"},
+        "affinity": member_affinity(members),
         "hostNetwork": true,
         "dnsPolicy": "ClusterFirstWithHostNet",
         "resourceClaims": [{"name": "imex", "resourceClaimTemplateName": daemon_name(&uid)}],
+        "tolerations": cfg.tolerations,
+        // Root (nvidia-imex opens root's device nodes) but with no capability, no
+        // escalation and the runtime's seccomp profile; the chart's admission policy
+        // (graft-compute-domain-daemonsets) refuses any DaemonSet of the controller without them.
+        "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
         "containers": [{
             "name": "imex",
             "image": cfg.image,
             "command": cfg.command,
             "env": env,
             "resources": {"claims": [{"name": "imex"}]},
+            "securityContext": {"allowPrivilegeEscalation": false,
+                                "capabilities": {"drop": ["ALL"]}},
             "readinessProbe": {"exec": {"command": probe},
                                "periodSeconds": 5, "timeoutSeconds": 10},
             "volumeMounts": [
@@ -274,6 +295,9 @@ pub fn daemonset(
                      "labels": {DOMAIN_LABEL: uid}},
         "spec": {
             "selector": {"matchLabels": {DOMAIN_LABEL: uid}},
+            // A member joining changes the template (its affinity); OnDelete keeps that
+            // from replacing the other members' daemons (each a restart of the domain).
+            "updateStrategy": {"type": "OnDelete"},
             "template": {
                 "metadata": {
                     "labels": {DOMAIN_LABEL: uid},

@@ -2,12 +2,13 @@
 //! channel N, so that two domains on one node never share one) and its IMEX ports (two
 //! domains' daemons on one node share the node's address, hostNetwork). Unique among the
 //! live domains of a clique, below the fewest IMEX channels any node of the clique
-//! publishes; kept once chosen. Pure functions of what the controller listed.
+//! publishes; kept while the domain lives (or until `policy` takes it from an empty domain
+//! another waits behind). Pure functions of the controller's records.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::clique::{self, NoClique, NodeChannels};
-use crate::crd::ComputeDomain;
+use crate::record::Record;
 
 /// IMEX's default `SERVER_PORT`; slot N listens for peers at `SERVER_PORT_BASE + 10 N`.
 pub const SERVER_PORT_BASE: u16 = 50000;
@@ -38,17 +39,17 @@ pub fn bounds(nodes: &BTreeMap<String, NodeChannels>) -> BTreeMap<String, u32> {
     b
 }
 
-/// The slots the domains hold, by clique, leaving out the domain `except` (a uid). A domain
-/// being deleted still holds its slot: its daemons may still run.
-pub fn taken(domains: &[ComputeDomain], except: &str) -> BTreeMap<String, BTreeSet<u32>> {
+/// The slots the domains hold, by clique, from the controller's records (by uid), leaving
+/// out the domain `except`. A domain being deleted still holds its slot until its record
+/// goes: its daemons may still run.
+pub fn taken(records: &BTreeMap<String, Record>, except: &str) -> BTreeMap<String, BTreeSet<u32>> {
     let mut t: BTreeMap<String, BTreeSet<u32>> = BTreeMap::new();
-    for d in domains {
-        if d.metadata.uid.as_deref() == Some(except) {
+    for (uid, r) in records {
+        if uid == except {
             continue;
         }
-        let Some(st) = &d.status else { continue };
-        if let (Some(c), Some(n)) = (&st.clique, st.slot) {
-            t.entry(c.clone()).or_default().insert(n);
+        if let Some(p) = &r.placement {
+            t.entry(p.clique.clone()).or_default().insert(p.slot);
         }
     }
     t
@@ -66,7 +67,7 @@ pub fn free(
 }
 
 /// Where a domain goes: its clique and its slot.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Placement {
     /// The clique.
     pub clique: String,
@@ -84,13 +85,25 @@ pub enum Unplaced {
     /// domain's.
     #[error(
         "clique {clique} has no free slot: its {slots} IMEX channel numbers are held by other \
-         domains (a slot frees when its domain is deleted)"
+         domains (a slot frees when its domain is deleted, or is taken from a domain that has \
+         had no workload claim for a while)"
     )]
     NoSlot {
         /// The clique.
         clique: String,
         /// Its slots.
         slots: u32,
+    },
+    /// The domain's namespace holds as many slots as one namespace may.
+    #[error(
+        "namespace {namespace} holds {held} slots, the most one namespace may hold; \
+         a slot frees when one of its domains is deleted or loses its slot"
+    )]
+    NamespaceFull {
+        /// The namespace.
+        namespace: String,
+        /// The slots its domains hold.
+        held: usize,
     },
 }
 

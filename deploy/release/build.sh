@@ -4,8 +4,11 @@
 #
 #   build.sh OUTDIR TRIPLE...
 #
-# The target directory is CARGO_TARGET_DIR, default ${GRAFT_CACHE:-~/.cache/graft-testbed}/
-# release-target, outside the clone so that CI's clean clones reuse compiled dependencies.
+# The target directory is GRAFT_RELEASE_TARGET_DIR, default ${GRAFT_CACHE:-~/.cache/graft-testbed}/
+# release-target, outside the clone so that CI's clean clones reuse compiled dependencies;
+# never an inherited CARGO_TARGET_DIR, which is the test build's (whatever ran there, a
+# build script or a test, could have left objects a release would link). release.sh --push
+# gives it a fresh one.
 # graft-hook gets a target directory of its own below it: its RUSTFLAGS (+crt-static) differ,
 # and sharing one directory would rebuild the other binaries' dependencies on every run.
 set -euo pipefail
@@ -14,7 +17,7 @@ shift
 [ $# -gt 0 ] || { echo "build.sh: no target triple" >&2; exit 2; }
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cache=${GRAFT_CACHE:-$HOME/.cache/graft-testbed}
-export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$cache/release-target}
+export CARGO_TARGET_DIR=${GRAFT_RELEASE_TARGET_DIR:-$cache/release-target}
 host=$(rustc -vV | sed -n 's/^host: //p')
 
 # Cross linkers and C compilers (ring builds C): Debian's cross gcc packages name them so.

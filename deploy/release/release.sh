@@ -15,8 +15,14 @@
 # chart carries VERSION either way. The chart goes to oci://<prefix>/charts/graft.
 #
 # Logins are the caller's: crane reads the Docker credentials (docker login), helm its own
-# (helm registry login). Compiled code lives in ${GRAFT_CACHE:-~/.cache/graft-testbed}/
-# release-target, reused across clean clones.
+# (helm registry login). Without --push, compiled code lives in
+# ${GRAFT_CACHE:-~/.cache/graft-testbed}/release-target, reused across clean clones (never the
+# test build's CARGO_TARGET_DIR). With --push, what is published is built from nothing: a
+# fresh target directory and fresh tools (helm, crane built from source), so that nothing a
+# test run left in a shared cache goes into a release.
+#
+# The packaged chart pulls the image by the digest of the index built here (values:
+# image.digest), not only by its tag, which a registry lets anyone with push rights move.
 set -euo pipefail
 usage() { echo "usage: release.sh VERSION [--push REGISTRY_PREFIX]" >&2; exit 2; }
 [ $# -ge 1 ] || usage
@@ -36,7 +42,15 @@ repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 here=$repo/deploy/release
 chart_dir=$repo/deploy/helm/graft
 dist=$repo/dist
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
 cache=${GRAFT_CACHE:-$HOME/.cache/graft-testbed}
+if [ -n "$push" ]; then
+  cache=$work/cache
+  export GRAFT_CACHE=$cache GRAFT_RELEASE_TARGET_DIR=$work/target
+  mkdir -p "$cache"
+  GRAFT_HELM=""
+fi
 [ -z "${GRAFT_HELM:-}" ] && [ -f "$cache/env" ] && GRAFT_HELM=$(sed -n 's/^GRAFT_HELM=//p' "$cache/env")
 [ -x "${GRAFT_HELM:-}" ] || GRAFT_HELM=""
 triples=(x86_64-unknown-linux-gnu aarch64-unknown-linux-gnu)
@@ -66,8 +80,6 @@ source_url=$(sed -n 's/^repository *= *"\(.*\)"/\1/p' "$repo/Cargo.toml")
 
 rm -rf "$dist"
 mkdir -p "$dist"
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
 
 start=$SECONDS
 release_log "building ${triples[*]}"
@@ -81,7 +93,15 @@ done
 image_tar=$dist/graft-image-$app_version.oci.tar
 index_digest=$(VERSION=$app_version REVISION=$revision SOURCE=$source_url \
   bash "$here/image.sh" "$work/bin" "$image_tar" "$image_ref")
-"$HELM" package "$chart_dir" --version "$version" --app-version "$app_version" -d "$dist" >&2
+# The chart with image.digest set (a copy: the tree stays as tagged).
+mkdir -p "$work/chart"
+cp -r "$chart_dir" "$work/chart/graft"
+sed -i '/^image:/,/^[^ ]/s/^  digest: ""$/  digest: "'"$index_digest"'"/' "$work/chart/graft/values.yaml"
+grep -qx "  digest: \"$index_digest\"" "$work/chart/graft/values.yaml" || {
+  echo "release.sh: could not set image.digest in the packaged chart's values.yaml" >&2
+  exit 1
+}
+"$HELM" package "$work/chart/graft" --version "$version" --app-version "$app_version" -d "$dist" >&2
 chart_tgz=$dist/graft-$version.tgz
 (cd "$dist" && sha256sum -- * >SHA256SUMS)
 release_log "dist/ in $((SECONDS - start)) s:"

@@ -74,5 +74,7 @@ grep -qx "version: $version" <<<"$meta" || fail "the chart's version is not $ver
 grep -qx "appVersion: $app_version" <<<"$meta" || fail "the chart's appVersion is not $app_version"
 images=$("$helm" template graft "$chart" --namespace graft | sed -n 's/^ *image: *"\{0,1\}\([^"]*\)"\{0,1\}$/\1/p' | sort -u)
 [ -n "$images" ] || fail "the chart renders no image"
-for i in $images; do [ "$i" = "$ref" ] || fail "the chart's default image is $i, not the release's $ref"; done
-ok "chart $version (appVersion $app_version) renders $ref"
+# By tag and by the index's digest (release.sh sets image.digest).
+want="$ref@$(jq -r '.manifests[0].digest' "$work/index.json")"
+for i in $images; do [ "$i" = "$want" ] || fail "the chart's default image is $i, not the release's $want"; done
+ok "chart $version (appVersion $app_version) renders $want"

@@ -14,9 +14,14 @@
  *   running"): one control daemon per pipe directory, several pairs only on several
  *   directories. It creates the pipe and log directories when missing and refuses a pipe
  *   directory that is not a directory it can write. Like the real one it writes its pid to
- *   <pipe>/nvidia-cuda-mps-control.pid, opening that path as it finds it (a symlink there
- *   is followed: the hazard graft's sandbox contains). Logs: <log>/control.log (`[<unix
- *   time>] Startup CUDA_VISIBLE_DEVICES=...`, `Command <line>` for every command,
+ *   <pipe>/nvidia-cuda-mps-control.pid when it starts (the file a running daemon's pipe
+ *   directory holds next to `control`, root's, as listings of it show; scripts and tools
+ *   find the daemon by it), opening that path as it finds it, creating it and truncating
+ *   it: a symlink there is followed, so a tenant who plants one points a root process's
+ *   write anywhere that process can reach (the hazard graft's sandbox contains). After its
+ *   Startup line it logs its capability sets and no_new_privs as /proc/self/status shows
+ *   them (`Privileges CapBnd:\t...`), for tests of that sandbox. Logs: <log>/control.log
+ *   (`[<unix time>] Startup CUDA_VISIBLE_DEVICES=...`, `Command <line>` for every command,
  *   `Server <pid> starting uid <uid> ...`, `Server <pid> exited ...`, `Client <pid> uid
  *   <uid> ...`, `Shutdown`); servers log to <log>/server.log.
  * - Clients (the man page, DESCRIPTION): a CUDA client (the fake libcuda) asks the daemon
@@ -128,6 +133,22 @@ static void fail(int status_fd, const char *what, int err) {
     _exit(1);
 }
 
+/* The Cap* and NoNewPrivs lines of /proc/self/status, to the control log. */
+static void log_privileges(void) {
+    FILE *f = fopen("/proc/self/status", "re");
+    if (!f) {
+        logc("Privileges unknown: %s", strerror(errno));
+        return;
+    }
+    char line[256];
+    while (fgets(line, sizeof line, f)) {
+        if (strncmp(line, "Cap", 3) != 0 && strncmp(line, "NoNewPrivs:", 11) != 0) continue;
+        line[strcspn(line, "\n")] = '\0';
+        logc("Privileges %s", line);
+    }
+    fclose(f);
+}
+
 static void run_daemon(int status_fd) {
     if (mkdir_p(pipe_dir) != 0) fail(status_fd, pipe_dir, errno);
     struct stat st;
@@ -143,7 +164,8 @@ static void run_daemon(int status_fd) {
     server_log = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
     if (server_log < 0) fail(status_fd, path, errno);
 
-    /* The pid file's lock settles a race between two daemons started at once. */
+    /* The pid file's lock settles a race between two daemons started at once (so it is
+     * truncated once the lock is held, below). */
     int lock_fd = open(pid_path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
     if (lock_fd < 0) fail(status_fd, pid_path, errno);
     if (flock(lock_fd, LOCK_EX | LOCK_NB) != 0) {
@@ -161,6 +183,7 @@ static void run_daemon(int status_fd) {
 
     const char *visible = getenv("CUDA_VISIBLE_DEVICES");
     logc("Startup CUDA_VISIBLE_DEVICES=%s", visible ? visible : "");
+    log_privileges();
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_term;

@@ -1,5 +1,7 @@
-//! graft-imex-daemon: the IMEX daemon pod's entry point. Watches its ComputeDomain, writes
-//! the IMEX config and node list from the members of its clique, and runs the driver's
+//! graft-imex-daemon: the IMEX daemon pod's entry point. Watches its domain's record, which
+//! the controller writes in graft's namespace (never the domain's status, which the
+//! domain's namespace may write), writes the IMEX config and node list from the members of
+//! its clique, and runs the driver's
 //! `nvidia-imex` as its child: restarted when the list changes, SIGTERM forwarded, and the
 //! pod fails when the child dies on its own (the kubelet restarts it). `--check` is the
 //! readiness probe: ready only when `nvidia-imex-ctl -q` prints exactly READY.
@@ -14,9 +16,10 @@ use anyhow::{bail, Context as _};
 use clap::Parser;
 use futures::StreamExt;
 use graft_compute_domain::daemon::{self, ImexFiles, Plan, CONFIG_FILE};
-use graft_compute_domain::objects::{DAEMON_CONFIG_DIR, DAEMON_DRIVER_ROOT};
-use graft_compute_domain::ComputeDomain;
+use graft_compute_domain::objects::{daemon_name, DAEMON_CONFIG_DIR, DAEMON_DRIVER_ROOT};
+use graft_compute_domain::record;
 use graft_telemetry::logs::LogFormat;
+use k8s_openapi::api::core::v1::ConfigMap;
 use kube::runtime::{watcher, WatchStreamExt};
 use kube::Api;
 use nix::sys::signal::{kill, Signal};
@@ -45,6 +48,9 @@ struct Args {
     /// The domain's namespace.
     #[arg(long, env = "COMPUTE_DOMAIN_NAMESPACE")]
     namespace: Option<String>,
+    /// Where the controller keeps the domain's record (default: this pod's namespace).
+    #[arg(long, env = "GRAFT_RECORD_NAMESPACE")]
+    record_namespace: Option<String>,
     /// The domain's size: IMEX starts once that many members are listed.
     #[arg(long, env = "COMPUTE_DOMAIN_NUM_NODES")]
     num_nodes: Option<usize>,
@@ -157,8 +163,15 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let client = kube::Client::try_default()
         .await
         .context("connecting to the API server")?;
-    let api: Api<ComputeDomain> = Api::namespaced(client, &namespace);
-    let mut events = watcher::watch_object(api, &name).default_backoff().boxed();
+    let records = args
+        .record_namespace
+        .unwrap_or_else(|| client.default_namespace().to_string());
+    let api: Api<ConfigMap> = Api::namespaced(client, &records);
+    let record = daemon_name(&uid);
+    tracing::info!(%records, %record, "reading the members from the domain's record");
+    let mut events = watcher::watch_object(api, &record)
+        .default_backoff()
+        .boxed();
     let mut running: Option<Imex> = None;
     loop {
         tokio::select! {
@@ -169,21 +182,23 @@ async fn run(args: Args) -> anyhow::Result<()> {
                 bail!("nvidia-imex exited on its own ({status})");
             }
             ev = events.next() => {
-                let domain = match ev {
-                    None => bail!("the watch of the domain ended"),
+                let cm = match ev {
+                    None => bail!("the watch of the domain's record ended"),
                     Some(Err(e)) => {
-                        tracing::warn!("watching the domain: {e}");
+                        tracing::warn!("watching the domain's record: {e}");
                         continue;
                     }
-                    Some(Ok(d)) => d,
+                    Some(Ok(cm)) => cm,
                 };
-                let list = match domain {
-                    Some(d) if d.metadata.uid.as_deref() == Some(uid.as_str()) => {
-                        let nodes = d.status.map(|s| s.nodes).unwrap_or_default();
-                        daemon::members(&nodes, &clique)
+                let list = match cm.as_ref().map(record::nodes) {
+                    Some(Ok(nodes)) => daemon::members(&nodes, &clique),
+                    // Kept as it is: a record this cannot read changes nothing.
+                    Some(Err(e)) => {
+                        tracing::warn!("{e}");
+                        continue;
                     }
-                    // Deleted, or recreated under the name: this node is in no domain.
-                    _ => Vec::new(),
+                    // Gone: the domain was deleted, this node is in no domain.
+                    None => Vec::new(),
                 };
                 let now = running.as_ref().map(|r| r.members.as_slice());
                 match daemon::plan(now, &list, own, num_nodes) {

@@ -1,3 +1,5 @@
+use std::collections::BTreeSet;
+
 use super::*;
 
 fn cd(mode: &str) -> ComputeDomain {
@@ -69,7 +71,7 @@ fn daemons_take_an_imex_daemon_device_of_the_clique_on_the_slot_s_ports() {
             {"cel": {"expression": "device.attributes['graft.dev'].?cliqueID.orValue('') == 'u.2'"}},
         ])
     );
-    let ds = daemonset(&cd("Single"), &cfg, &place("u.2", 2)).unwrap();
+    let ds = daemonset(&cd("Single"), &cfg, &place("u.2", 2), &BTreeSet::new()).unwrap();
     let pod = serde_json::to_value(ds.spec.unwrap().template.spec.unwrap()).unwrap();
     let env = pod["containers"][0]["env"].as_array().unwrap().clone();
     let get = |k: &str| {
@@ -80,18 +82,44 @@ fn daemons_take_an_imex_daemon_device_of_the_clique_on_the_slot_s_ports() {
     assert_eq!(get("GRAFT_IMEX_SERVER_PORT").as_deref(), Some("50020"));
     assert_eq!(get("GRAFT_IMEX_CMD_PORT").as_deref(), Some("50025"));
     assert_eq!(get("COMPUTE_DOMAIN_CLIQUE").as_deref(), Some("u.2"));
-    assert!(daemonset(&cd("Single"), &cfg, &place("u.2", slot::MAX_SLOTS)).is_err());
+    assert!(daemonset(
+        &cd("Single"),
+        &cfg,
+        &place("u.2", slot::MAX_SLOTS),
+        &BTreeSet::new()
+    )
+    .is_err());
 }
 
 #[test]
-fn daemons_run_where_the_domain_label_is() {
-    let ds = daemonset(&cd("Single"), &DaemonConfig::default(), &place("u.1", 0)).unwrap();
-    let pod = ds.spec.unwrap().template.spec.unwrap();
-    let sel = pod.node_selector.unwrap();
+fn daemons_run_on_the_members_by_name_not_where_a_label_is() {
+    let members = BTreeSet::from(["a".to_string()]);
+    let ds = daemonset(
+        &cd("Single"),
+        &DaemonConfig::default(),
+        &place("u.1", 0),
+        &members,
+    )
+    .unwrap();
+    let spec = ds.spec.unwrap();
+    // A member joining must not replace the other members' daemons.
     assert_eq!(
-        sel.get("resource.graft.dev/computeDomain.0000-1111")
-            .map(String::as_str),
-        Some("true")
+        spec.update_strategy.and_then(|u| u.type_).as_deref(),
+        Some("OnDelete")
+    );
+    let pod = spec.template.spec.unwrap();
+    assert!(pod.node_selector.is_none(), "{:?}", pod.node_selector);
+    let terms = pod
+        .affinity
+        .and_then(|a| a.node_affinity)
+        .and_then(|a| a.required_during_scheduling_ignored_during_execution)
+        .unwrap()
+        .node_selector_terms;
+    assert_eq!(terms.len(), 1);
+    let f = &terms[0].match_fields.as_ref().unwrap()[0];
+    assert_eq!(
+        (f.key.as_str(), f.values.as_deref()),
+        ("metadata.name", Some(&["a".to_string()][..]))
     );
     assert_eq!(ds.metadata.name.as_deref(), Some("imex-0000-1111"));
 }
@@ -104,7 +132,7 @@ fn daemon_pods_use_the_node_network_the_driver_root_and_a_readiness_check() {
         command: vec!["/usr/bin/graft-imex-daemon".into()],
         ..Default::default()
     };
-    let ds = daemonset(&cd("Single"), &cfg, &place("u.1", 0)).unwrap();
+    let ds = daemonset(&cd("Single"), &cfg, &place("u.1", 0), &BTreeSet::new()).unwrap();
     let pod = serde_json::to_value(ds.spec.unwrap().template.spec.unwrap()).unwrap();
     assert_eq!(pod["hostNetwork"], true);
     assert_eq!(pod["dnsPolicy"], "ClusterFirstWithHostNet");
@@ -118,6 +146,24 @@ fn daemon_pods_use_the_node_network_the_driver_root_and_a_readiness_check() {
     assert_eq!(mount["mountPath"], DAEMON_DRIVER_ROOT);
     assert_eq!(mount["readOnly"], true);
     assert_eq!(pod["volumes"][0]["hostPath"]["path"], "/run/nvidia/driver");
+}
+
+#[test]
+fn daemon_pods_drop_every_capability_and_tolerate_gpu_taints() {
+    let ds = daemonset(&cd("Single"), &DaemonConfig::default(), &place("u.1", 0)).unwrap();
+    let pod = serde_json::to_value(ds.spec.unwrap().template.spec.unwrap()).unwrap();
+    assert_eq!(
+        pod["securityContext"]["seccompProfile"]["type"],
+        "RuntimeDefault"
+    );
+    let sc = &pod["containers"][0]["securityContext"];
+    assert_eq!(sc["allowPrivilegeEscalation"], false);
+    assert_eq!(sc["capabilities"]["drop"], json!(["ALL"]));
+    assert!(sc.get("privileged").is_none() && sc["capabilities"].get("add").is_none());
+    assert_eq!(
+        pod["tolerations"],
+        json!([{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}])
+    );
 }
 
 #[test]

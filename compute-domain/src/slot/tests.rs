@@ -1,6 +1,6 @@
 use super::*;
 use crate::clique::{channel_slice, node_channels};
-use crate::crd::ComputeDomainStatus;
+use crate::record::Record;
 
 fn nodes(spec: &[(&str, &str, usize)]) -> BTreeMap<String, NodeChannels> {
     let slices: Vec<_> = spec
@@ -10,19 +10,21 @@ fn nodes(spec: &[(&str, &str, usize)]) -> BTreeMap<String, NodeChannels> {
     node_channels(&slices, &Default::default())
 }
 
-fn domain(uid: &str, clique: Option<&str>, slot: Option<u32>) -> ComputeDomain {
-    let mut d: ComputeDomain = serde_json::from_value(serde_json::json!({
-        "apiVersion": "resource.graft.dev/v1alpha1", "kind": "ComputeDomain",
-        "metadata": {"name": uid, "namespace": "ns", "uid": uid},
-        "spec": {"numNodes": 1, "channel": {"resourceClaimTemplate": {"name": "w"}}},
-    }))
-    .unwrap();
-    d.status = Some(ComputeDomainStatus {
-        clique: clique.map(str::to_string),
-        slot,
+fn domain(uid: &str, clique: Option<&str>, slot: Option<u32>) -> (String, Record) {
+    let placement = match (clique, slot) {
+        (Some(c), Some(s)) => Some(Placement {
+            clique: c.into(),
+            slot: s,
+        }),
+        _ => None,
+    };
+    let r = Record {
+        namespace: "ns".into(),
+        name: uid.into(),
+        placement,
         ..Default::default()
-    });
-    d
+    };
+    (uid.to_string(), r)
 }
 
 #[test]
@@ -53,7 +55,7 @@ fn the_lowest_slot_no_other_live_domain_of_the_clique_holds() {
         domain("z", Some("u.2"), Some(1)),
         domain("w", None, None),
     ];
-    let t = taken(&ds, "me");
+    let t = taken(&BTreeMap::from(ds.clone()), "me");
     let p = place(&n, 2, (None, None), &t).unwrap();
     assert_eq!(
         p,
@@ -63,22 +65,22 @@ fn the_lowest_slot_no_other_live_domain_of_the_clique_holds() {
         }
     );
     // Its own slot does not count against it.
-    let t = taken(&ds, "x");
+    let t = taken(&BTreeMap::from(ds.clone()), "x");
     assert_eq!(place(&n, 1, (None, None), &t).unwrap().slot, 0);
 }
 
 #[test]
 fn a_chosen_slot_is_kept_and_a_chosen_clique_gets_one() {
     let n = nodes(&[("a", "u.1", 2)]);
-    let t = taken(&[domain("x", Some("u.1"), Some(0))], "me");
+    let t = taken(&BTreeMap::from([domain("x", Some("u.1"), Some(0))]), "me");
     // Kept, even where another domain claims the same number (it was chosen first).
     assert_eq!(place(&n, 1, (Some("u.1"), Some(0)), &t).unwrap().slot, 0);
     assert_eq!(place(&n, 1, (Some("u.1"), None), &t).unwrap().slot, 1);
     let t = taken(
-        &[
+        &BTreeMap::from([
             domain("x", Some("u.1"), Some(0)),
             domain("y", Some("u.1"), Some(1)),
-        ],
+        ]),
         "me",
     );
     assert_eq!(
@@ -94,14 +96,14 @@ fn a_chosen_slot_is_kept_and_a_chosen_clique_gets_one() {
 fn a_clique_without_a_free_slot_gives_way_or_the_domain_says_why() {
     // u.2 is smaller (chosen first for one node) but has no slot left: u.1 takes it.
     let n = nodes(&[("a", "u.1", 2), ("b", "u.1", 2), ("c", "u.2", 1)]);
-    let t = taken(&[domain("x", Some("u.2"), Some(0))], "me");
+    let t = taken(&BTreeMap::from([domain("x", Some("u.2"), Some(0))]), "me");
     assert_eq!(place(&n, 1, (None, None), &t).unwrap().clique, "u.1");
     // Two nodes fit only u.1, whose slots are all held.
     let t = taken(
-        &[
+        &BTreeMap::from([
             domain("x", Some("u.1"), Some(0)),
             domain("y", Some("u.1"), Some(1)),
-        ],
+        ]),
         "me",
     );
     let e = place(&n, 2, (None, None), &t).unwrap_err();

@@ -213,6 +213,14 @@ impl Core {
                     if let Some(clash) = contested(inventory, o, p) {
                         return Err(clash.refusal(p, o, holder(), other_uid));
                     }
+                    if let (Some(a), Some(b)) = (&p.setup, &o.setup) {
+                        if let Some(source) = a.excludes(b) {
+                            return Err(ClaimError::Setup {
+                                device: p.device.clone(),
+                                source,
+                            });
+                        }
+                    }
                 }
             }
         }

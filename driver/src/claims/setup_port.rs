@@ -243,6 +243,35 @@ pub enum Setup {
         /// joins only a domain of its own namespace.
         #[serde(default)]
         claim_namespace: String,
+        /// The channel number allocated (`imex-channel-<n>`): in `Single` mode it must be
+        /// the domain's slot. `None` only in checkpoints written before it was kept.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        channel: Option<u32>,
+        /// The node's clique as the channel names it (`cliqueID`): the domain's own.
+        #[serde(default, skip_serializing_if = "String::is_empty")]
+        clique: String,
+        /// The claim's configuration asks for every channel (`allocationMode: All`), which
+        /// only a domain whose own spec says `All` grants.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        all_channels: bool,
+    },
+    /// A place for a ComputeDomain's IMEX daemon (`imex-daemon-<n>`): nothing is done on
+    /// the node, but while it is prepared no other domain's daemon place is
+    /// ([`Setup::excludes`]): one IMEX daemon per node.
+    #[serde(rename_all = "camelCase")]
+    ImexDaemon {
+        /// The domain's uid.
+        domain_id: String,
+        /// The domain's name.
+        domain_name: String,
+        /// The domain's namespace.
+        domain_namespace: String,
+        /// The clique the domain was placed in, which is the node's.
+        clique: String,
+        /// The claim's namespace (stamped by the core, [`Setup::for_claim`]): only graft's
+        /// own, where the controller makes the daemons' claims, may hold a daemon place.
+        #[serde(default)]
+        claim_namespace: String,
     },
 }
 
@@ -271,7 +300,8 @@ impl Setup {
     }
 
     /// The setup as done for the claim `namespace`/`claim_uid`: backends plan from the
-    /// device alone, and an MPS share needs its claim's namespace (one per GPU at a time).
+    /// device alone, and an MPS share needs its claim's namespace (one per GPU at a time),
+    /// as ComputeDomain devices do.
     pub fn for_claim(mut self, namespace: &str, claim_uid: &str) -> Setup {
         match &mut self {
             Setup::Mps {
@@ -283,6 +313,9 @@ impl Setup {
                 *uid = claim_uid.to_string();
             }
             Setup::ComputeDomain {
+                claim_namespace, ..
+            }
+            | Setup::ImexDaemon {
                 claim_namespace, ..
             } => *claim_namespace = namespace.to_string(),
             _ => {}
@@ -297,8 +330,41 @@ impl Setup {
             Setup::Vfio { pci_bus_id, .. } | Setup::TimeSlice { pci_bus_id, .. } => {
                 Some(pci_bus_id)
             }
-            Setup::Mig { .. } | Setup::Mps { .. } | Setup::ComputeDomain { .. } => None,
+            Setup::Mig { .. }
+            | Setup::Mps { .. }
+            | Setup::ComputeDomain { .. }
+            | Setup::ImexDaemon { .. } => None,
         }
+    }
+
+    /// Why `self` cannot be prepared while another claim holds `other`, if it cannot: a
+    /// second ComputeDomain's IMEX daemon on the node. NVIDIA runs one IMEX daemon per
+    /// node, and every channel of the node reaches the memory of the domain that daemon
+    /// serves; two daemons side by side are not shown to keep their domains apart.
+    pub fn excludes(&self, other: &Setup) -> Option<SetupError> {
+        let (
+            Setup::ImexDaemon {
+                domain_id,
+                domain_name,
+                domain_namespace,
+                ..
+            },
+            Setup::ImexDaemon {
+                domain_id: held, ..
+            },
+        ) = (self, other)
+        else {
+            return None;
+        };
+        // The holder by uid only: it may be another namespace's domain.
+        (domain_id != held).then(|| SetupError::ComputeDomain {
+            domain: format!("{domain_namespace}/{domain_name}"),
+            reason: format!(
+                "this node's IMEX daemon place is held by another ComputeDomain's daemon \
+                 (domain uid {held}); a node runs one domain's IMEX daemon at a time, so this \
+                 one waits until that domain leaves the node"
+            ),
+        })
     }
 
     /// The PCI functions passthrough takes from the host while it is prepared: the GPU and

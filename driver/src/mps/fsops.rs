@@ -1,19 +1,29 @@
 //! File system work on a tenancy's directories, some of which tenants write (the pipe
 //! directory) or fill (the shared-memory tmpfs): removal walks by directory descriptor,
 //! never follows a symlink and never crosses into another mount, so nothing a tenant
-//! plants there reaches anything else.
+//! plants there reaches anything else; it reads a bounded batch of names at a time, holds
+//! a bounded number of descriptors whatever the depth, and does a bounded amount of work.
 
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::ffi::{CStr, CString};
+use std::os::fd::OwnedFd;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::Path;
 
 use nix::dir::Dir;
-use nix::fcntl::{openat, AtFlags, OFlag};
+use nix::errno::Errno;
+use nix::fcntl::{openat, renameat2, AtFlags, OFlag, RenameFlags};
 use nix::sys::stat::{fstatat, Mode, SFlag};
 use nix::unistd::{unlinkat, UnlinkatFlags};
 
-/// How deep a tree graft removes (each level holds a descriptor while it is walked).
-const MAX_DEPTH: usize = 256;
+/// How deep a walk descends (each level holds a descriptor and a batch of names); a
+/// directory deeper is moved up to the top of the walk and taken apart from there, so no
+/// depth stops a removal.
+const MAX_DEPTH: usize = 32;
+/// How many names of a directory are read before they are removed.
+const BATCH: usize = 256;
+/// How many entries one removal takes at most: one a tenant keeps filling fails (and is
+/// retried) rather than hold graft-mps.
+const MAX_ENTRIES: u64 = 1 << 20;
 
 fn dir_flags() -> OFlag {
     OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC
@@ -27,54 +37,122 @@ fn err(what: &str, path: &Path, e: impl std::fmt::Display) -> std::io::Error {
 /// sockets are unlinked, not followed or opened; a directory on another device (a mount)
 /// is refused.
 pub fn clear_dir(dir: &Path) -> std::io::Result<()> {
-    let fd = nix::fcntl::open(dir, dir_flags(), Mode::empty()).map_err(|e| err("open", dir, e))?;
-    let dev = nix::sys::stat::fstat(&fd)
+    let top = nix::fcntl::open(dir, dir_flags(), Mode::empty()).map_err(|e| err("open", dir, e))?;
+    let dev = nix::sys::stat::fstat(&top)
         .map_err(|e| err("stat", dir, e))?
         .st_dev;
-    clear_fd(fd, dev, dir, 0)
+    let mut walk = Walk {
+        top,
+        dev,
+        left: MAX_ENTRIES,
+        moved: 0,
+    };
+    let top = walk.top.try_clone().map_err(|e| err("dup", dir, e))?;
+    walk.clear(&top, dir, 0)
 }
 
-fn clear_fd(fd: OwnedFd, dev: u64, at: &Path, depth: usize) -> std::io::Result<()> {
-    if depth > MAX_DEPTH {
-        return Err(err("remove", at, "nested too deep"));
-    }
-    let dup = nix::unistd::dup(&fd).map_err(|e| err("dup", at, e))?;
-    let mut names = Vec::new();
-    {
-        let mut d = Dir::from_fd(dup).map_err(|e| err("read", at, e))?;
-        for entry in d.iter() {
-            let entry = entry.map_err(|e| err("read", at, e))?;
-            let name = entry.file_name().to_owned();
-            if name.as_bytes() != b"." && name.as_bytes() != b".." {
-                names.push(name);
+/// One removal: the directory it empties, and what it may still do.
+struct Walk {
+    top: OwnedFd,
+    dev: u64,
+    left: u64,
+    moved: u64,
+}
+
+impl Walk {
+    /// Empties the directory `fd` (at `at`, `depth` below the top), a batch at a time.
+    fn clear(&mut self, fd: &OwnedFd, at: &Path, depth: usize) -> std::io::Result<()> {
+        loop {
+            let names = batch(fd, at)?;
+            if names.is_empty() {
+                return Ok(());
+            }
+            for name in names {
+                self.remove(fd, &name, at, depth)?;
             }
         }
     }
-    for name in names {
+
+    fn remove(&mut self, fd: &OwnedFd, name: &CStr, at: &Path, depth: usize) -> Step {
         let shown = at.join(name.to_string_lossy().as_ref());
-        let st = match fstatat(&fd, name.as_c_str(), AtFlags::AT_SYMLINK_NOFOLLOW) {
+        if self.left == 0 {
+            return Err(err("remove", &shown, "more entries than one removal takes"));
+        }
+        self.left -= 1;
+        let st = match fstatat(fd, name, AtFlags::AT_SYMLINK_NOFOLLOW) {
             Ok(st) => st,
-            Err(nix::errno::Errno::ENOENT) => continue,
+            Err(Errno::ENOENT) => return Ok(()),
             Err(e) => return Err(err("stat", &shown, e)),
         };
-        if SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT == SFlag::S_IFDIR {
-            if st.st_dev != dev {
-                return Err(err("remove", &shown, "is a mount point"));
+        if SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT != SFlag::S_IFDIR {
+            return match unlinkat(fd, name, UnlinkatFlags::NoRemoveDir) {
+                Ok(()) | Err(Errno::ENOENT) => Ok(()),
+                Err(e) => Err(err("remove", &shown, e)),
+            };
+        }
+        if st.st_dev != self.dev {
+            return Err(err("remove", &shown, "is a mount point"));
+        }
+        if depth + 1 >= MAX_DEPTH {
+            return self.move_up(fd, name, &shown);
+        }
+        let sub = match openat(fd, name, dir_flags(), Mode::empty()) {
+            Ok(sub) => sub,
+            Err(Errno::ENOENT) => return Ok(()),
+            Err(e) => return Err(err("open", &shown, e)),
+        };
+        self.clear(&sub, &shown, depth + 1)?;
+        match unlinkat(fd, name, UnlinkatFlags::RemoveDir) {
+            Ok(()) | Err(Errno::ENOENT) => Ok(()),
+            Err(e) => Err(err("remove", &shown, e)),
+        }
+    }
+
+    /// Moves a directory too deep to descend into to the top, under a name of graft's (a
+    /// name taken is skipped, never replaced), where the top's walk finds it.
+    fn move_up(&mut self, fd: &OwnedFd, name: &CStr, shown: &Path) -> Step {
+        loop {
+            if self.left == 0 {
+                return Err(err("move", shown, "more entries than one removal takes"));
             }
-            let sub = openat(&fd, name.as_c_str(), dir_flags(), Mode::empty())
-                .map_err(|e| err("open", &shown, e))?;
-            clear_fd(sub, dev, &shown, depth + 1)?;
-            unlinkat(&fd, name.as_c_str(), UnlinkatFlags::RemoveDir)
-                .map_err(|e| err("remove", &shown, e))?;
-        } else {
-            match unlinkat(&fd, name.as_c_str(), UnlinkatFlags::NoRemoveDir) {
-                Ok(()) | Err(nix::errno::Errno::ENOENT) => {}
-                Err(e) => return Err(err("remove", &shown, e)),
+            self.left -= 1;
+            self.moved += 1;
+            let to = format!(".graft-deep-{}", self.moved);
+            match renameat2(
+                fd,
+                name,
+                &self.top,
+                to.as_str(),
+                RenameFlags::RENAME_NOREPLACE,
+            ) {
+                Ok(()) | Err(Errno::ENOENT) => return Ok(()),
+                Err(Errno::EEXIST) => continue,
+                Err(e) => return Err(err("move", shown, e)),
             }
         }
     }
-    let _ = fd.as_raw_fd();
-    Ok(())
+}
+
+type Step = std::io::Result<()>;
+
+/// Up to [`BATCH`] names of the directory `fd`, read from its start.
+fn batch(fd: &OwnedFd, at: &Path) -> std::io::Result<Vec<CString>> {
+    let dup = nix::unistd::dup(fd).map_err(|e| err("dup", at, e))?;
+    // The duplicate shares the offset: start from the top, as entries were removed.
+    nix::unistd::lseek(&dup, 0, nix::unistd::Whence::SeekSet).map_err(|e| err("seek", at, e))?;
+    let mut d = Dir::from_fd(dup).map_err(|e| err("read", at, e))?;
+    let mut names = Vec::new();
+    for entry in d.iter() {
+        let entry = entry.map_err(|e| err("read", at, e))?;
+        let name = entry.file_name();
+        if name.to_bytes() != b"." && name.to_bytes() != b".." {
+            names.push(name.to_owned());
+            if names.len() == BATCH {
+                break;
+            }
+        }
+    }
+    Ok(names)
 }
 
 /// Removes `dir` and everything in it as [`clear_dir`] does; a missing one is fine.
@@ -146,6 +224,26 @@ mod tests {
         remove_tree(&pipe).unwrap();
         assert!(!pipe.exists());
         remove_tree(&pipe).unwrap();
+    }
+
+    #[test]
+    fn no_depth_or_width_stops_a_removal() {
+        let t = tempfile::tempdir().unwrap();
+        let pipe = t.path().join("pipe");
+        std::fs::create_dir(&pipe).unwrap();
+        // 300 levels made one at a time by descriptor (the path would be too long).
+        let mut fd = nix::fcntl::open(&pipe, dir_flags(), Mode::empty()).unwrap();
+        for _ in 0..300 {
+            nix::sys::stat::mkdirat(&fd, "d", Mode::from_bits_truncate(0o755)).unwrap();
+            fd = openat(&fd, "d", dir_flags(), Mode::empty()).unwrap();
+        }
+        for i in 0..BATCH * 3 + 1 {
+            std::fs::write(pipe.join(format!("f{i}")), "x").unwrap();
+        }
+        // A name the move up would take is skipped, not replaced.
+        std::fs::write(pipe.join(".graft-deep-1"), "x").unwrap();
+        remove_tree(&pipe).unwrap();
+        assert!(!pipe.exists());
     }
 
     #[test]

@@ -17,7 +17,8 @@
 //! <state>/mps/<gpu-uuid>/shares/<id>.json     graft-driver: one per prepared share
 //! <state>/mps/<gpu-uuid>/status.json          graft-mps: the tenancy it runs
 //! <state>/mps/<gpu-uuid>/t-<generation>/      graft-mps: one tenancy's directories
-//!     pipe/  mode 1777, tenants' /tmp/nvidia-mps (tenant-writable: never read by graft)
+//!     pipe/  a small tmpfs, mode 1777, tenants' /tmp/nvidia-mps (tenant-writable: never
+//!            read by graft)
 //!     shm/   a tmpfs, tenants' /dev/shm
 //!     log/   root only, never mounted into tenants
 //!     root/  the mount point of the daemon's sandbox root
@@ -26,6 +27,7 @@
 pub mod daemon;
 mod files;
 pub mod fsops;
+pub mod privileges;
 pub mod reconcile;
 pub mod sandbox;
 pub mod tenancy;

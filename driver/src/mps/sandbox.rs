@@ -6,15 +6,17 @@
 //! which chroots into it); a fresh read-only /proc (and /sys when the root has one); a /dev
 //! holding only null, zero, urandom, the GPU's NVIDIA nodes and the tenancy's shared memory
 //! at /dev/shm; a private /tmp holding the pipe directory (/tmp/nvidia-mps) and the log
-//! directory (/tmp/nvidia-log). The old root is detached (pivot_root), so nothing the
-//! daemon follows out of the pipe directory reaches the host: everything else it can see is
-//! read-only or the tenancy's own.
+//! directory (/tmp/nvidia-log). The old root is detached (pivot_root). The directories
+//! tenants write are mounted nosymfollow, so no symlink planted there is followed at all;
+//! and the daemon keeps only the capabilities it needs, with no_new_privs
+//! (super::privileges), so that even /proc/<pid>/root, which a process with every
+//! capability could follow back to the host, stays closed.
 //!
 //! The set-up runs between fork and exec (the driver root's program must be exec'd inside
 //! it, with the driver root's own loader and libraries), so it uses only system calls on
 //! strings prepared before the fork. Control commands run the driver's client the same way,
-//! in the daemon's namespace (setns), so that a `control` socket a tenant replaced by a
-//! symlink leads nowhere but into the sandbox.
+//! in the daemon's namespace (setns) and with no capability, so that a `control` socket a
+//! tenant replaced by a symlink is not followed.
 
 use std::ffi::{CStr, CString};
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -24,12 +26,15 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 
 use super::files::{TenancyPaths, CLIENT_PIPE_DIR};
+use super::privileges;
 
 /// The daemon's log directory inside the sandbox.
 pub const SANDBOX_LOG_DIR: &str = "/tmp/nvidia-log";
 /// PATH inside the sandbox: where driver roots keep their programs.
 pub const SANDBOX_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 const CONTROL: &str = "nvidia-cuda-mps-control";
+/// The file the daemon writes its pid to, in its pipe directory.
+const PID_FILE: &str = "nvidia-cuda-mps-control.pid";
 
 /// A character device node the sandbox's /dev gets.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -86,6 +91,8 @@ struct Prepared {
     tmp_log: CString,
     pipe: CString,
     log: CString,
+    pid_file: CString,
+    pid_temp: CString,
     nodes: Vec<(CString, libc::dev_t)>,
 }
 
@@ -126,6 +133,8 @@ pub fn daemon_command(spec: &Spec, trace: OwnedFd) -> std::io::Result<Command> {
         shm: c(&t.shm())?,
         pipe: c(&t.pipe())?,
         log: c(&t.log())?,
+        pid_file: CString::new(format!("{CLIENT_PIPE_DIR}/{PID_FILE}"))?,
+        pid_temp: CString::new(format!("{CLIENT_PIPE_DIR}/.graft-{PID_FILE}"))?,
         nodes: spec
             .nodes
             .iter()
@@ -148,9 +157,10 @@ pub fn daemon_command(spec: &Spec, trace: OwnedFd) -> std::io::Result<Command> {
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .process_group(0);
-    // SAFETY: `enter` makes only system calls (unshare, mount, mknod, mkdir, chmod, chdir,
-    // pivot_root, umount2, umask, write), all async-signal-safe, on strings prepared above;
-    // it allocates nothing.
+    // SAFETY: `enter` makes only system calls (unshare, mount, statfs, mknod, mkdir, chmod,
+    // chdir, pivot_root, umount2, umask, open, close, unlink, rename, prctl, capset,
+    // write), all async-signal-safe, on strings prepared above and locals; it allocates
+    // nothing.
     unsafe {
         cmd.pre_exec(move || {
             enter(&p).map_err(|(step, e)| {
@@ -193,17 +203,26 @@ fn mount(
     })
 }
 
-/// A bind mount made nosuid, nodev (unless `dev`), noexec, and read-only when asked.
-fn bind(step: &'static str, src: &CStr, target: &CStr, ro: bool, dev: bool) -> Step {
-    mount(step, Some(src), target, None, libc::MS_BIND, None)?;
-    let mut flags = libc::MS_BIND | libc::MS_REMOUNT | libc::MS_NOSUID | libc::MS_NOEXEC;
-    if ro {
-        flags |= libc::MS_RDONLY;
+/// statfs's f_flags bit for a nosymfollow mount (linux/statfs.h; not in libc).
+const ST_NOSYMFOLLOW: libc::c_long = 0x2000;
+
+/// A bind mount of a directory the tenants write (pipe, shared memory) or the daemon's
+/// servers do (log), made nosuid, nodev, noexec and nosymfollow: a symlink planted there is
+/// never followed inside the sandbox (the daemon opening its pid file, the control client
+/// connecting to `control`), so none leads to /proc/<pid>/root or anywhere else. Checked,
+/// as a kernel that does not know the flag would ignore it.
+fn bind_tenant_dir(step: &'static str, src: &CStr, target: &CStr) -> Step {
+    use libc::{MS_BIND, MS_NODEV, MS_NOEXEC, MS_NOSUID, MS_NOSYMFOLLOW, MS_REMOUNT};
+    mount(step, Some(src), target, None, MS_BIND, None)?;
+    let flags = MS_BIND | MS_REMOUNT | MS_NOSUID | MS_NODEV | MS_NOEXEC | MS_NOSYMFOLLOW;
+    mount(step, None, target, None, flags, None)?;
+    // SAFETY: statfs fills the zeroed struct on the stack; `target` is NUL-terminated.
+    let mut st: libc::statfs64 = unsafe { std::mem::zeroed() };
+    check(step, unsafe { libc::statfs64(target.as_ptr(), &mut st) })?;
+    if (st.f_flags as libc::c_long) & ST_NOSYMFOLLOW == 0 {
+        return Err((step, std::io::Error::from_raw_os_error(libc::EINVAL)));
     }
-    if !dev {
-        flags |= libc::MS_NODEV;
-    }
-    mount(step, None, target, None, flags, None)
+    Ok(())
 }
 
 fn enter(p: &Prepared) -> Step {
@@ -277,7 +296,7 @@ fn enter(p: &Prepared) -> Step {
     check("mkdir /dev/shm", unsafe {
         libc::mkdir(p.dev_shm.as_ptr(), 0o755)
     })?;
-    bind("/dev/shm", &p.shm, &p.dev_shm, false, false)?;
+    bind_tenant_dir("/dev/shm", &p.shm, &p.dev_shm)?;
     mount(
         "/dev read-only",
         None,
@@ -300,8 +319,8 @@ fn enter(p: &Prepared) -> Step {
     check("mkdir log", unsafe {
         libc::mkdir(p.tmp_log.as_ptr(), 0o700)
     })?;
-    bind("pipe directory", &p.pipe, &p.tmp_pipe, false, false)?;
-    bind("log directory", &p.log, &p.tmp_log, false, false)?;
+    bind_tenant_dir("pipe directory", &p.pipe, &p.tmp_pipe)?;
+    bind_tenant_dir("log directory", &p.log, &p.tmp_log)?;
     mount(
         "/tmp read-only",
         None,
@@ -319,7 +338,41 @@ fn enter(p: &Prepared) -> Step {
     check("detach the old root", unsafe {
         libc::umount2(c".".as_ptr(), libc::MNT_DETACH)
     })?;
-    check("chdir /", unsafe { libc::chdir(c"/".as_ptr()) })
+    check("chdir /", unsafe { libc::chdir(c"/".as_ptr()) })?;
+    own_pid_file(&p.pid_file, &p.pid_temp);
+    privileges::restrict(privileges::DAEMON)
+}
+
+/// Leaves a regular file of root's as the daemon's pid file, put in place by a rename
+/// that replaces at once whatever a tenant planted there since graft-mps emptied the
+/// directory: a tenant of another uid cannot replace it in the sticky directory, so its
+/// symlink (never followed here, but the daemon would fail on it) does not keep the daemon
+/// down. Best effort: a daemon that still finds something else there fails, and is started
+/// again.
+fn own_pid_file(pid_file: &CStr, temp: &CStr) {
+    use libc::{O_CLOEXEC, O_CREAT, O_EXCL, O_NOFOLLOW, O_WRONLY};
+    for _ in 0..8 {
+        // SAFETY: open, close, unlink and rename on NUL-terminated paths prepared before
+        // the fork.
+        let fd = unsafe {
+            libc::open(
+                temp.as_ptr(),
+                O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
+                0o644,
+            )
+        };
+        if fd < 0 {
+            if std::io::Error::last_os_error().raw_os_error() != Some(libc::EEXIST)
+                || unsafe { libc::unlink(temp.as_ptr()) } != 0
+            {
+                return;
+            }
+            continue;
+        }
+        unsafe { libc::close(fd) };
+        unsafe { libc::rename(temp.as_ptr(), pid_file.as_ptr()) };
+        return;
+    }
 }
 
 /// The driver's `nvidia-cuda-mps-control` client, set to run inside the sandbox of the
@@ -331,14 +384,15 @@ pub fn control_command(ns: OwnedFd) -> Command {
         .env("HOME", "/")
         .env("CUDA_MPS_PIPE_DIRECTORY", CLIENT_PIPE_DIR)
         .current_dir("/");
-    // SAFETY: setns is an async-signal-safe system call on a descriptor opened before the
-    // fork (and closed on exec).
+    // SAFETY: setns, prctl and capset are async-signal-safe system calls, on a descriptor
+    // opened before the fork (and closed on exec) and on locals; nothing is allocated.
     unsafe {
         cmd.pre_exec(move || {
             if libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNS) != 0 {
                 return Err(std::io::Error::last_os_error());
             }
-            Ok(())
+            // It only connects to the daemon's socket: root's uid is enough for that.
+            privileges::restrict(privileges::CLIENT).map_err(|(_, e)| e)
         });
     }
     cmd

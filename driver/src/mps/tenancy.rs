@@ -1,4 +1,4 @@
-//! One tenancy's files and mounts: its directories and shared-memory tmpfs made and taken
+//! One tenancy's files and mounts: its directories and tmpfs made and taken
 //! down, the device nodes its daemon's sandbox gets, and its status file.
 
 use std::path::{Path, PathBuf};
@@ -15,8 +15,8 @@ pub enum TenancyError {
     /// A tenancy directory could not be made, emptied or removed.
     #[error(transparent)]
     Io(#[from] std::io::Error),
-    /// The shared-memory tmpfs could not be mounted.
-    #[error("mounting the shared-memory tmpfs at {path}: {source}")]
+    /// A tmpfs (pipe directory, shared memory) could not be mounted.
+    #[error("mounting a tmpfs at {path}: {source}")]
     Mount {
         /// The mount point.
         path: PathBuf,
@@ -24,7 +24,7 @@ pub enum TenancyError {
         #[source]
         source: nix::errno::Errno,
     },
-    /// The shared-memory tmpfs could not be unmounted.
+    /// A tmpfs could not be unmounted.
     #[error("unmounting {path}: {source}")]
     Unmount {
         /// The mount point.
@@ -98,44 +98,62 @@ pub fn backoff(failures: u32) -> Duration {
     }
 }
 
-/// Unmounts a tenancy's tmpfs and removes its directories.
+/// The pipe directory's tmpfs: room for the daemon's and servers' sockets, pipes and pid
+/// file, and no more, so that what tenants write there is capped and never on the host's
+/// disk (its pages are charged to whoever writes them).
+const PIPE_TMPFS: &str = "size=4194304,nr_inodes=4096,mode=1777";
+
+/// Unmounts a tenancy's tmpfs and removes its directories. The tmpfs go first: unmounting
+/// frees whatever a tenant left in them, however deep, without a walk.
 pub fn remove_tenancy(t: &TenancyPaths) -> Result<(), TenancyError> {
-    let shm = t.shm();
-    if fsops::is_mount_point(&shm) {
-        nix::mount::umount2(&shm, nix::mount::MntFlags::MNT_DETACH).map_err(|source| {
-            TenancyError::Unmount {
-                path: shm.clone(),
-                source,
-            }
-        })?;
+    for mount in [t.shm(), t.pipe()] {
+        if fsops::is_mount_point(&mount) {
+            nix::mount::umount2(&mount, nix::mount::MntFlags::MNT_DETACH).map_err(|source| {
+                TenancyError::Unmount {
+                    path: mount.clone(),
+                    source,
+                }
+            })?;
+        }
     }
     Ok(fsops::remove_tree(&t.dir)?)
 }
 
-/// The tenancy's directories (fresh, or emptied of what the last daemon or a tenant left)
-/// and its tmpfs of `shm_bytes`.
+fn mount_tmpfs(path: &Path, opts: &str) -> Result<(), TenancyError> {
+    use nix::mount::MsFlags;
+    nix::mount::mount(
+        Some("tmpfs"),
+        path,
+        Some("tmpfs"),
+        MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC,
+        Some(opts),
+    )
+    .map_err(|source| TenancyError::Mount {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+/// The tenancy's directories (fresh, or emptied of what the last daemon or a tenant left),
+/// its pipe tmpfs and its shared-memory tmpfs of `shm_bytes`. Mounted tmpfs are kept (pods
+/// have them mounted): a restarted daemon, or graft-mps, finds the same ones.
 pub fn make_dirs(t: &TenancyPaths, shm_bytes: u64) -> Result<(), TenancyError> {
     fsops::ensure_dir(&t.dir, 0o711)?;
+    // A shared-memory tmpfs without one on the pipe directory: a tenancy a graft-mps
+    // before pipe tmpfs made, whose pods have the pipe directory itself mounted. It keeps
+    // it; it is removed with the tenancy, by a walk.
+    let legacy = fsops::is_mount_point(&t.shm()) && !fsops::is_mount_point(&t.pipe());
     fsops::ensure_dir(&t.pipe(), 0o1777)?;
+    if !legacy && !fsops::is_mount_point(&t.pipe()) {
+        mount_tmpfs(&t.pipe(), PIPE_TMPFS)?;
+    }
     // What the last daemon (or a tenant) left there: the new daemon starts clean.
     fsops::clear_dir(&t.pipe())?;
     fsops::ensure_dir(&t.log(), 0o700)?;
     fsops::ensure_dir(&t.root(), 0o700)?;
     fsops::ensure_dir(&t.shm(), 0o700)?;
     if !fsops::is_mount_point(&t.shm()) {
-        use nix::mount::MsFlags;
-        let opts = format!("size={},mode=1777", shm_bytes);
-        nix::mount::mount(
-            Some("tmpfs"),
-            &t.shm(),
-            Some("tmpfs"),
-            MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC,
-            Some(opts.as_str()),
-        )
-        .map_err(|source| TenancyError::Mount {
-            path: t.shm(),
-            source,
-        })?;
+        mount_tmpfs(&t.shm(), &format!("size={shm_bytes},mode=1777"))?;
     }
     Ok(())
 }

@@ -3,8 +3,9 @@
 //! pods and setting their readiness through the API). A domain gets its workload template
 //! (channels of its clique only, its slot's channel, its uid in graft's config) and its
 //! DaemonSet (its slot's IMEX ports); the clique is chosen with room, the slot free in it
-//! (`slots`); status follows the daemon pods and names a lost one; nodes without the
-//! domain's allocated claims lose its label; deletion leaves nothing; a second
+//! (`slots`); status follows the daemon pods on its members and names a lost one; nodes
+//! without the domain's allocated claims lose its label; a node cannot make itself a member
+//! and empty domains do not squat slots (`isolation`); deletion leaves nothing; a second
 //! replica waits for the Lease; a malformed domain is refused or reported. The chart's CRD
 //! is the one the types generate.
 //!
@@ -12,6 +13,7 @@
 
 pub(crate) mod chart;
 mod harness;
+mod isolation;
 mod lease;
 mod slots;
 
@@ -115,10 +117,16 @@ async fn domain_gets_its_templates_and_daemonset() -> anyhow::Result<()> {
     let _ctl = controller(&c, "cd-objects", "lease", "one");
     let cd = domain(&c, "cd-objects", "d", 2, "work").await?;
     let uid = cd.uid().context("uid")?;
-    // The placement is written first (so that no other domain takes the slot), the
-    // objects after it; the DaemonSet is the last.
+    // The placement is written first (in the controller's record, so that no other
+    // domain takes the slot), the objects after it, the status that reports it last.
     let dss = Api::<DaemonSet>::namespaced(c.clone(), &daemons);
-    wait(|| async { Ok(dss.get_opt(&daemon_name(&uid)).await?.is_some()) }).await?;
+    wait(|| async {
+        Ok(dss.get_opt(&daemon_name(&uid)).await?.is_some()
+            && status_of(&c, "cd-objects", "d")
+                .await?
+                .is_some_and(|s| s.slot.is_some()))
+    })
+    .await?;
     // Two nodes fit only u.1.
     let st = status_of(&c, "cd-objects", "d").await?.context("status")?;
     ensure!(st.clique.as_deref() == Some("u.1"), "{st:?}");
@@ -169,10 +177,17 @@ async fn domain_gets_its_templates_and_daemonset() -> anyhow::Result<()> {
         .get(&daemon_name(&uid))
         .await?;
     let pod = ds.spec.context("spec")?.template.spec.context("pod spec")?;
-    let sel = pod.node_selector.unwrap_or_default();
+    // Placed by the members' names, not by a label a node can set on itself; with no
+    // member yet, on no node (the API took the affinity: one name a field requirement).
+    ensure!(pod.node_selector.is_none(), "{:?}", pod.node_selector);
+    let affinity = serde_json::to_value(&pod.affinity)?;
+    let terms = &affinity["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+        ["nodeSelectorTerms"];
     ensure!(
-        sel.get(&node_label(&uid)).map(String::as_str) == Some("true"),
-        "{sel:?}"
+        terms.as_array().map(Vec::len) == Some(1)
+            && terms[0]["matchFields"][0]["operator"] == "In"
+            && terms[0]["matchFields"][1]["operator"] == "NotIn",
+        "{affinity}"
     );
     let env: Vec<(String, String)> = pod.containers[0]
         .env
@@ -252,6 +267,10 @@ async fn status_follows_the_daemon_pods() -> anyhow::Result<()> {
             .is_some())
     })
     .await?;
+    // Members: the nodes its allocated claims name (cd-c's is of the other clique).
+    for n in ["cd-a", "cd-b", "cd-c"] {
+        slots::claim_named(&c, &cd, &format!("work-{n}"), n).await?;
+    }
     daemon_pod(&c, &daemons, &cd, "cd-a", true).await?;
     daemon_pod(&c, &daemons, &cd, "cd-b", false).await?;
     wait(|| async {

@@ -87,10 +87,10 @@ fn compute_domain_across_two_nodes() -> anyhow::Result<()> {
 }
 
 /// A two-node domain goes to clique A (two nodes), not B (one). With clique A's room taken
-/// (a plain channel claim holds node 3's only channel), its first pod lands on node 2 and
-/// the second stays Pending, unschedulable with the scheduler's reason, while node 1 (clique
-/// B) has a free channel it never takes; once the room is back, it lands in A and the
-/// domain turns Ready.
+/// (a plain channel claim holds node 3's only channel: allocated, though never prepared
+/// with ComputeDomains on), its first pod lands on node 2 and the second stays Pending,
+/// unschedulable with the scheduler's reason, while node 1 (clique B) has a free channel it
+/// never takes; once the room is back, it lands in A and the domain turns Ready.
 #[test]
 fn compute_domain_stays_in_one_clique() -> anyhow::Result<()> {
     on_cluster(1, |mc| {
@@ -101,7 +101,11 @@ fn compute_domain_stays_in_one_clique() -> anyhow::Result<()> {
             &(claim_template("blocker", "imex-channel.graft.dev", None)
                 + &template_pod(NS, "blocker", "blocker", Some(n3))),
         )?;
-        wait_running(c, NS, "blocker")?;
+        // With ComputeDomains on, the node refuses to prepare a plain channel; its
+        // allocation holds the channel all the same.
+        wait_until("the blocker was not scheduled", || {
+            Ok(node_of(mc, "blocker") == *n3)
+        })?;
         c.apply(&template_pod(NS, "w1", "d1-channel", None))?;
         wait_until("w1 was not scheduled", || Ok(!node_of(mc, "w1").is_empty()))?;
         ensure!(
@@ -170,11 +174,13 @@ fn compute_domain_stays_in_one_clique() -> anyhow::Result<()> {
     })
 }
 
-/// Two two-node domains on the same two nodes (two channels each): each domain's pods get
-/// one channel, the same on both nodes, the two domains different ones; both domains' IMEX
-/// daemons run side by side on each node and turn READY; a container of one domain may
-/// open its own channel but not the other's (the device cgroup refuses it, even through a
-/// device node it makes itself).
+/// Two two-node domains on the same two nodes (two channels each): a node runs one
+/// domain's IMEX daemon at a time, so the second domain's daemons are refused there (naming
+/// the domain that holds the node) and its pods wait, while the first runs Ready. Once the
+/// first domain's pods are gone (and with them its daemons), the second's daemons start,
+/// it turns Ready, and its pods get their own channel, the same on both nodes and not the
+/// first domain's; a container may open its own channel but not the other's (the device
+/// cgroup refuses it, even through a device node it makes itself).
 #[test]
 fn compute_domain_two_domains_one_node() -> anyhow::Result<()> {
     on_cluster(2, |mc| {
@@ -183,58 +189,80 @@ fn compute_domain_two_domains_one_node() -> anyhow::Result<()> {
         let a: BTreeSet<String> = [n2.clone(), n3.clone()].into();
         let uid1 = create_domain(mc, "d1", 2)?;
         let uid2 = create_domain(mc, "d2", 2)?;
-        let mut yaml = String::new();
-        for (pod, d, node) in [
-            ("a1", "d1", n2),
-            ("a2", "d1", n3),
-            ("b1", "d2", n2),
-            ("b2", "d2", n3),
-        ] {
-            yaml += &template_pod(NS, pod, &format!("{d}-channel"), Some(node));
-        }
-        c.apply(&yaml)?;
-        for p in ["a1", "a2", "b1", "b2"] {
+        let pods = |list: &[(&str, &str, &String)]| {
+            list.iter()
+                .map(|(pod, d, node)| template_pod(NS, pod, &format!("{d}-channel"), Some(node)))
+                .collect::<String>()
+        };
+        c.apply(&pods(&[("a1", "d1", n2), ("a2", "d1", n3)]))?;
+        for p in ["a1", "a2"] {
             wait_running(c, NS, p)?;
         }
         wait_ready_on(mc, "d1", &a)?;
+        let d1_channel = mc.channels_in(NS, "a1")?;
+
+        // The second domain on the same nodes: its daemons are refused, its pods wait.
+        c.apply(&pods(&[("b1", "d2", n2), ("b2", "d2", n3)]))?;
+        wait_until("no refusal of d2's IMEX daemon", || {
+            let events = c.kubectl(&[
+                "-n",
+                "graft-system",
+                "get",
+                "events",
+                "-o",
+                "jsonpath={.items[*].message}",
+            ])?;
+            Ok(events.contains("held by another ComputeDomain"))
+        })?;
+        let start = Instant::now();
+        while start.elapsed() < STAYS {
+            for p in ["b1", "b2"] {
+                ensure!(phase(c, NS, p) == "Pending", "{p} is {}", phase(c, NS, p));
+            }
+            ensure!(
+                !is_ready(&mc.domain(NS, "d2")?),
+                "d2 turned Ready beside d1"
+            );
+            std::thread::sleep(Duration::from_secs(1));
+        }
+
+        // The first domain's pods gone: the nodes are the second's.
+        c.kubectl(&["-n", NS, "delete", "pod", "a1", "a2", "--wait=true"])?;
+        for p in ["b1", "b2"] {
+            wait_running(c, NS, p)?;
+        }
         wait_ready_on(mc, "d2", &a)?;
-        let ch: Vec<Vec<String>> = ["a1", "a2", "b1", "b2"]
+        let ch: Vec<Vec<String>> = ["b1", "b2"]
             .iter()
             .map(|p| mc.channels_in(NS, p))
             .collect::<anyhow::Result<_>>()?;
         ensure!(
             ch[0].len() == 1 && ch[0] == ch[1],
-            "d1's pods: {:?} / {:?}",
+            "d2's pods: {:?} / {:?}",
             ch[0],
             ch[1]
         );
-        ensure!(
-            ch[2].len() == 1 && ch[2] == ch[3],
-            "d2's pods: {:?} / {:?}",
-            ch[2],
-            ch[3]
-        );
-        ensure!(ch[0] != ch[2], "both domains have {:?}", ch[0]);
-        daemons_see_each_other(mc, &uid1, &a)?;
+        ensure!(ch[0] != d1_channel, "both domains have {:?}", ch[0]);
         daemons_see_each_other(mc, &uid2, &a)?;
 
         // Opening a channel with no driver behind it (this host has none) fails with ENXIO
         // once the device cgroup lets it through, with EPERM when the cgroup refuses.
         let minor = |name: &str| name.trim_start_matches("channel").parse::<u32>();
-        let (own, other) = (minor(&ch[0][0])?, minor(&ch[2][0])?);
+        let first = d1_channel.first().map(String::as_str).unwrap_or_default();
+        let (own, other) = (minor(&ch[0][0])?, minor(first)?);
         let probe = format!(
             "cat {CHANNEL_DIR}/channel{own} 2>&1 | sed 's/^/OWN /'; \
              mknod /tmp/other c {IMEX_MAJOR} {other} && cat /tmp/other 2>&1 | sed 's/^/OTHER /'; true"
         );
-        let out = mc.exec(NS, "a1", "app", &["/bin/sh", "-c", &probe])?;
+        let out = mc.exec(NS, "b1", "app", &["/bin/sh", "-c", &probe])?;
         ensure!(
             out.contains("OWN") && out.contains("No such device or address"),
-            "a1 could not reach its own channel {own}:\n{out}"
+            "b1 could not reach its own channel {own}:\n{out}"
         );
         ensure!(
             out.lines()
                 .any(|l| l.starts_with("OTHER") && l.contains("Operation not permitted")),
-            "a1 was not refused d2's channel {other}:\n{out}"
+            "b1 was not refused d1's channel {other}:\n{out}"
         );
         delete_all(mc, &[("d1", &uid1), ("d2", &uid2)])
     })

@@ -14,6 +14,7 @@ use graft_integration::Testbed;
 mod docs;
 mod extender;
 mod observability;
+mod pod_security;
 mod pools;
 mod values;
 

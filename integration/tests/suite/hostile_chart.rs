@@ -6,6 +6,9 @@
 //!   own node: not another driver's, not another node's, not one for all nodes;
 //! - with ComputeDomains on, it only adds domain labels (`resource.graft.dev/computeDomain.
 //!   <uid>=true`) to its own Node; with them off it patches no Node;
+//! - with ComputeDomains on, graft-compute-domain-controller's ServiceAccount runs only IMEX
+//!   daemon DaemonSets (the daemon's image and command, no privilege) and only changes domain
+//!   labels of Nodes;
 //! - its Events say they come from graft-driver on its own node, and are about a Pod, a
 //!   ResourceClaim or its own Node; it patches only its own;
 //! - `requireGraftNri` marks every pod that asks for devices, whatever annotation the pod
@@ -24,6 +27,7 @@ use anyhow::{bail, ensure};
 use graft_integration::apiserver::{self, ControlPlane};
 use graft_integration::Testbed;
 
+mod controller;
 mod events;
 mod nodes;
 mod slices;

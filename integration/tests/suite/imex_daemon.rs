@@ -1,14 +1,14 @@
 //! graft-imex-daemon, the IMEX daemon pod's entry point, against a real kube-apiserver and
 //! the fake node's `nvidia-imex` (integration/fake-nvml/nvidia-imex.c): daemons of the
 //! members of one clique become READY per `--check`; a member of another clique is left
-//! out of the node list; a member dropped from the domain's status stops its IMEX daemon
+//! out of the node list; a member dropped from the domain's record stops its IMEX daemon
 //! and leaves the other not ready; SIGTERM stops the child and exits 0; a child that dies
 //! on its own fails the process; two domains' daemons on one address use their own ports.
-//! The chart's ServiceAccount for the daemons may read domains and nothing more, and the
-//! controller is told to use it and the driver root.
+//! The chart's ServiceAccount for the daemons may read the records in graft's namespace and
+//! nothing more, and the controller is told to use it and the driver root.
 //!
-//! No cluster and no controller: the test writes the domain's status as the controller
-//! would, and runs the daemons as processes, each on its own loopback address
+//! No cluster and no controller: the test writes the domain's record (a ConfigMap, here in
+//! the domain's namespace) as the controller would, and runs the daemons as processes, each on its own loopback address
 //! (127.28.<test>.<node>, as hostNetwork pods have the node's). Needs the testbed's API
 //! server, root (FakeNode) and the workspace binaries (`cargo build --workspace --bins`).
 
@@ -17,10 +17,13 @@ use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _};
+use graft_compute_domain::crd::{NodeStatus, Readiness};
+use graft_compute_domain::record::Record;
 use graft_compute_domain::ComputeDomain;
 use graft_integration::apiserver::{self, ControlPlane};
 use graft_integration::fake_gpu::FakeNode;
 use graft_integration::testbed::workspace_bin;
+use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::{CustomResourceExt, ResourceExt};
@@ -89,6 +92,7 @@ impl Member {
             )
             .env("COMPUTE_DOMAIN_NUM_NODES", "2")
             .env("COMPUTE_DOMAIN_CLIQUE", CLIQUE)
+            .env("GRAFT_RECORD_NAMESPACE", cd.namespace().unwrap_or_default())
             .env("NODE_NAME", format!("node-{ip}"))
             .env("POD_IP", ip)
             .env("RUST_LOG", "info")
@@ -207,25 +211,34 @@ async fn domain_with(c: &kube::Client, ns: &str, name: &str) -> anyhow::Result<C
     Ok(api.create(&PostParams::default(), &cd).await?)
 }
 
-/// Sets the domain's members as the controller reports them: (address, clique).
+/// Sets the domain's members as the controller records them: (address, clique).
 async fn set_members(
     c: &kube::Client,
     cd: &ComputeDomain,
     m: &[(&str, &str)],
 ) -> anyhow::Result<()> {
-    let nodes: Vec<_> = m
+    let nodes = m
         .iter()
-        .map(|(ip, clique)| {
-            json!({"name": format!("node-{ip}"), "ipAddress": ip, "cliqueID": clique,
-                   "status": "NotReady"})
+        .map(|(ip, clique)| NodeStatus {
+            name: format!("node-{ip}"),
+            ip_address: ip.to_string(),
+            clique_id: clique.to_string(),
+            status: Readiness::NotReady,
         })
         .collect();
-    let api: Api<ComputeDomain> = Api::namespaced(c.clone(), &cd.namespace().unwrap_or_default());
-    let patch = json!({"status": {"status": "NotReady", "nodes": nodes}});
-    api.patch_status(
-        &cd.name_any(),
-        &PatchParams::default(),
-        &Patch::Merge(&patch),
+    let ns = cd.namespace().unwrap_or_default();
+    let r = Record {
+        namespace: ns.clone(),
+        name: cd.name_any(),
+        nodes,
+        ..Default::default()
+    };
+    let cm = r.to_config_map(&cd.uid().context("uid")?, &ns);
+    let api: Api<ConfigMap> = Api::namespaced(c.clone(), &ns);
+    api.patch(
+        &cm.name_any(),
+        &PatchParams::apply("test").force(),
+        &Patch::Apply(&cm),
     )
     .await?;
     Ok(())
@@ -342,7 +355,7 @@ async fn a_child_that_dies_fails_the_pod() -> anyhow::Result<()> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn chart_lets_the_daemons_read_domains_and_nothing_more() -> anyhow::Result<()> {
+async fn chart_lets_the_daemons_read_records_and_nothing_more() -> anyhow::Result<()> {
     let _c = client().await?;
     let cp = cp()?;
     let tb = graft_integration::Testbed::load()?;
@@ -373,17 +386,20 @@ async fn chart_lets_the_daemons_read_domains_and_nothing_more() -> anyhow::Resul
     }
     apply_rendered(cp, &rendered)?;
     let can = |args: &[&str]| can_i(cp, "graft-imex-daemon", args);
-    // What graft-imex-daemon's watch of its one domain needs, in any namespace...
+    // What graft-imex-daemon's watch of its domain's record needs, in graft's namespace...
     for call in [
-        &["watch", "computedomains.resource.graft.dev", "-n", "x"][..],
-        &["list", "computedomains.resource.graft.dev", "-n", "x"],
-        &["get", "computedomains.resource.graft.dev", "-n", "x"],
+        &["watch", "configmaps", "-n", "graft-system"][..],
+        &["list", "configmaps", "-n", "graft-system"],
+        &["get", "configmaps", "-n", "graft-system"],
     ] {
         assert!(can(call), "the chart's RBAC does not allow {call:?}");
     }
     // ...and not more.
     for call in [
-        &["patch", "computedomains.resource.graft.dev", "-n", "x"][..],
+        &["get", "computedomains.resource.graft.dev", "-n", "x"][..],
+        &["list", "configmaps", "-n", "x"],
+        &["patch", "configmaps", "-n", "graft-system"],
+        &["patch", "computedomains.resource.graft.dev", "-n", "x"],
         &[
             "patch",
             "computedomains.resource.graft.dev",

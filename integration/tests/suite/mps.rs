@@ -33,10 +33,10 @@ use graft_integration::testbed::workspace_bin;
 const SHM: u64 = 8 << 20;
 
 /// graft-mps as a child process; stopped (SIGTERM) on drop.
-struct GraftMps(Child);
+pub(crate) struct GraftMps(Child);
 
 impl GraftMps {
-    fn start(state: &Path, node: &FakeNode, log: &Path) -> GraftMps {
+    pub(crate) fn start(state: &Path, node: &FakeNode, log: &Path) -> GraftMps {
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -57,7 +57,7 @@ impl GraftMps {
         GraftMps(child)
     }
 
-    fn stop(&mut self) {
+    pub(crate) fn stop(&mut self) {
         let _ = nix::sys::signal::kill(
             nix::unistd::Pid::from_raw(self.0.id() as i32),
             nix::sys::signal::Signal::SIGTERM,
@@ -79,7 +79,7 @@ impl Drop for GraftMps {
 }
 
 /// Unmounts whatever is left mounted below `dir` however the test ends.
-struct Unmount(PathBuf);
+pub(crate) struct Unmount(pub(crate) PathBuf);
 
 impl Drop for Unmount {
     fn drop(&mut self) {
@@ -89,7 +89,7 @@ impl Drop for Unmount {
     }
 }
 
-fn mounts_below(dir: &Path) -> Vec<String> {
+pub(crate) fn mounts_below(dir: &Path) -> Vec<String> {
     let prefix = dir.to_string_lossy().into_owned();
     std::fs::read_to_string("/proc/self/mountinfo")
         .unwrap_or_default()
@@ -99,7 +99,7 @@ fn mounts_below(dir: &Path) -> Vec<String> {
         .collect()
 }
 
-fn share(id: &str, compute: &str, memory: &str) -> Allocated {
+pub(crate) fn share(id: &str, compute: &str, memory: &str) -> Allocated {
     Allocated {
         device: "gpu-2".into(),
         share_id: Some(id.into()),
@@ -118,7 +118,7 @@ fn env(e: &graft_record::ContainerEdits, name: &str) -> Option<String> {
         .map(|v| v.value.clone())
 }
 
-fn wait_for(what: &str, mut f: impl FnMut() -> bool) {
+pub(crate) fn wait_for(what: &str, mut f: impl FnMut() -> bool) {
     let start = Instant::now();
     while !f() {
         assert!(start.elapsed() < Duration::from_secs(30), "{what}");
@@ -126,16 +126,16 @@ fn wait_for(what: &str, mut f: impl FnMut() -> bool) {
     }
 }
 
-struct Bed {
-    dir: tempfile::TempDir,
-    node: FakeNode,
-    state: PathBuf,
+pub(crate) struct Bed {
+    pub(crate) dir: tempfile::TempDir,
+    pub(crate) node: FakeNode,
+    pub(crate) state: PathBuf,
     gpu: Device,
     probe: PathBuf,
 }
 
 impl Bed {
-    fn new() -> Bed {
+    pub(crate) fn new() -> Bed {
         let dir = tempfile::tempdir().unwrap();
         std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
         let node = FakeNode::create(&dir.path().join("node")).unwrap();
@@ -169,12 +169,12 @@ impl Bed {
         }
     }
 
-    fn paths(&self) -> GpuPaths {
+    pub(crate) fn paths(&self) -> GpuPaths {
         let uuid = self.gpu.string_attribute("uuid").unwrap();
         GpuPaths::new(&self.state, uuid).unwrap()
     }
 
-    fn plan(&self, ns: &str, alloc: &Allocated) -> Setup {
+    pub(crate) fn plan(&self, ns: &str, alloc: &Allocated) -> Setup {
         common::nvidia_setup(&self.node, None, Some(self.manager()))
             .plan(&self.gpu, None, alloc)
             .unwrap()
@@ -185,11 +185,11 @@ impl Bed {
             )
     }
 
-    fn setup(&self) -> graft_driver::discovery::nvidia::setup::NvidiaSetup {
+    pub(crate) fn setup(&self) -> graft_driver::discovery::nvidia::setup::NvidiaSetup {
         common::nvidia_setup(&self.node, None, Some(self.manager()))
     }
 
-    fn log_dir(&self, generation: u64) -> PathBuf {
+    pub(crate) fn log_dir(&self, generation: u64) -> PathBuf {
         self.paths().tenancy(generation).log()
     }
 
@@ -219,7 +219,7 @@ impl Bed {
     }
 }
 
-fn root() -> bool {
+pub(crate) fn root() -> bool {
     let ok = nix::unistd::geteuid().is_root();
     if !ok {
         eprintln!("skipped: graft-mps mounts and sandboxes, the clients need a /dev of their own");
@@ -412,10 +412,13 @@ fn the_sandbox_keeps_the_daemon_off_the_host() {
         std::fs::set_permissions(d, std::fs::Permissions::from_mode(mode)).unwrap();
     }
     // Planted before the daemon starts (graft-mps empties the directory first; here the
-    // sandbox alone must hold): the pid file is a symlink to a host file.
+    // sandbox alone must hold): the pid file is a symlink to a host file, as the host's
+    // init sees it. The sandbox puts a file of its own in its place, never following it.
     let victim = bed.dir.path().join("victim");
     std::fs::write(&victim, "keep").unwrap();
-    std::os::unix::fs::symlink(&victim, t.pipe().join("nvidia-cuda-mps-control.pid")).unwrap();
+    let pid_file = t.pipe().join("nvidia-cuda-mps-control.pid");
+    let through_init = format!("/proc/1/root{}", victim.display());
+    std::os::unix::fs::symlink(&through_init, &pid_file).unwrap();
     let spec = Spec {
         driver_root: bed.node.host.clone(),
         tenancy: t.clone(),
@@ -426,28 +429,18 @@ fn the_sandbox_keeps_the_daemon_off_the_host() {
             minor: 255,
         }],
     };
+    // The daemon runs; its control client runs inside the sandbox too.
     let pid = mps::daemon::start(&spec).unwrap();
-    let start = Instant::now();
-    while !mps::daemon::exited(pid) && start.elapsed() < Duration::from_secs(10) {
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    assert!(
-        mps::daemon::exited(pid),
-        "the daemon ran with its pid file pointing out"
-    );
-    mps::daemon::collect(pid);
+    mps::daemon::apply_limits(pid, 30, Some(512), Duration::from_secs(5)).unwrap();
     assert_eq!(std::fs::read_to_string(&victim).unwrap(), "keep");
-    // Nothing of the sandbox is left mounted on the host.
+    let planted = std::fs::symlink_metadata(&pid_file).unwrap();
+    assert!(planted.file_type().is_file(), "{planted:?}");
+    // Nothing of the sandbox is mounted on the host.
     assert!(
         mounts_below(&t.dir).is_empty(),
         "{:?}",
         mounts_below(&t.dir)
     );
-
-    // Without it the daemon runs; its control client runs inside the sandbox too.
-    std::fs::remove_file(t.pipe().join("nvidia-cuda-mps-control.pid")).unwrap();
-    let pid = mps::daemon::start(&spec).unwrap();
-    mps::daemon::apply_limits(pid, 30, Some(512), Duration::from_secs(5)).unwrap();
     let log = FakeNode::mps_log(&t.log());
     assert!(
         log.contains("Startup CUDA_VISIBLE_DEVICES=GPU-test"),

@@ -41,6 +41,9 @@ spec:
       {{- end }}
     spec:
       serviceAccountName: {{ include "graft.fullname" . }}
+      # graft-driver's token only, through the api-token volume: graft-nri makes no API
+      # calls and mounts none.
+      automountServiceAccountToken: false
       {{- with .Values.priorityClassName }}
       priorityClassName: {{ . }}
       {{- end }}
@@ -182,6 +185,7 @@ spec:
             - {name: plugins, mountPath: {{ $kubelet }}/plugins}
             - {name: state, mountPath: /var/lib/graft}
             - {name: devices-config, mountPath: /etc/graft, readOnly: true}
+            {{- include "graft.apiTokenMount" . | nindent 12 }}
             {{- if $gpu }}
             # The host's /dev and served directories are visible under the host root.
             - {name: host-root, mountPath: /host, readOnly: true}
@@ -286,6 +290,8 @@ spec:
         - name: devices-config
           configMap:
             name: {{ include "graft.fullname" . }}-devices
+        # graft-driver's API token (graft.apiTokenVolume).
+        {{- include "graft.apiTokenVolume" . | nindent 8 }}
         # The probe sockets (driver.sock, nri.sock): this pod's own, whatever else runs.
         - name: run-graft
           emptyDir: {sizeLimit: 1Mi}

@@ -1,6 +1,59 @@
-{{/* The image both containers run. */}}
+{{/* The image graft's containers run: repository:tag, and @digest when values give one
+(image.digest), which then decides what is pulled whatever the tag points at. */}}
 {{- define "graft.image" -}}
 {{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
+{{- with .Values.image.digest }}@{{ . }}{{ end }}
+{{- end }}
+
+{{/* The ComputeDomain IMEX daemons' image: computeDomains.daemonImage, or graft's. */}}
+{{- define "graft.imexImage" -}}
+{{ .Values.computeDomains.daemonImage | default (include "graft.image" .) }}
+{{- end }}
+
+{{/* The pod securityContext of graft's unprivileged pods (values: podSecurity): graft's own
+uid and gid, never root's group nor nobody's ids; fsGroup gives the gid the pod's token
+volume (graft.apiToken). No supplemental groups. */}}
+{{- define "graft.unprivilegedPodSecurity" -}}
+runAsNonRoot: true
+runAsUser: {{ int .Values.podSecurity.runAsUser }}
+runAsGroup: {{ int .Values.podSecurity.runAsGroup }}
+fsGroup: {{ int .Values.podSecurity.runAsGroup }}
+seccompProfile: {type: RuntimeDefault}
+{{- end }}
+
+{{/* The container securityContext of every unprivileged graft container. */}}
+{{- define "graft.unprivilegedContainerSecurity" -}}
+allowPrivilegeEscalation: false
+readOnlyRootFilesystem: true
+capabilities: {drop: [ALL]}
+{{- end }}
+
+{{/* The API token of a pod that talks to the API server, mounted where clients look for
+it, in place of the one automountServiceAccountToken (off on every graft pod) would give
+every container: short-lived (values: apiTokenSeconds), in only the containers that use it
+(graft.apiTokenMount). The kubelet writes the token file 0600, owned by the pod's runAsUser
+when all its containers share one (else root's), group fsGroup where set (then 0640);
+ca.crt and namespace get defaultMode 0440 (288), group fsGroup. No other uid reads it.
+Call with $ and add it to the pod's volumes. */}}
+{{- define "graft.apiTokenVolume" -}}
+- name: api-token
+  projected:
+    defaultMode: 288
+    sources:
+      - serviceAccountToken:
+          path: token
+          expirationSeconds: {{ int .Values.apiTokenSeconds }}
+      - configMap:
+          name: kube-root-ca.crt
+          items: [{key: ca.crt, path: ca.crt}]
+      - downwardAPI:
+          items:
+            - {path: namespace, fieldRef: {fieldPath: metadata.namespace}}
+{{- end }}
+
+{{/* The mount of graft.apiTokenVolume, for a container's volumeMounts. */}}
+{{- define "graft.apiTokenMount" -}}
+- {name: api-token, mountPath: /var/run/secrets/kubernetes.io/serviceaccount, readOnly: true}
 {{- end }}
 
 {{/* GRAFT_DISCOVERY: the backends switched on, in a fixed order; nvidia only on the GPU

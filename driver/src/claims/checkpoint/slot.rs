@@ -13,9 +13,10 @@ use crate::error::{DriverError, Result};
 
 /// The newest schema this driver reads and writes. Version 2 added MIG instance and MPS
 /// share setups; version 3 a VFIO setup's IOMMU group peers and persistence mode, which an
-/// older driver would not put back; version 4 a ComputeDomain channel's setup. A file is written as the oldest version that holds its
+/// older driver would not put back; version 4 a ComputeDomain channel's setup; version 5 the
+/// channel's number, clique and mode, and an IMEX daemon place's domain. A file is written as the oldest version that holds its
 /// claims, so that an older driver rolled back onto the node still reads it when it can.
-pub const CHECKPOINT_VERSION: u32 = 4;
+pub const CHECKPOINT_VERSION: u32 = 5;
 pub const OLDEST_VERSION: u32 = 1;
 /// Why a slot file is not a usable checkpoint.
 #[derive(Debug, thiserror::Error)]
@@ -58,7 +59,13 @@ pub fn needed_version(claims: &BTreeMap<String, ClaimEntry>) -> u32 {
         matches!(s, Setup::Vfio { persistence, peers, .. } if *persistence || !peers.is_empty())
     });
     let mig = setups().any(|s| matches!(s, Setup::Mig { .. } | Setup::Mps { .. }));
-    if setups().any(|s| matches!(s, Setup::ComputeDomain { .. })) {
+    let bound = setups().any(|s| {
+        matches!(s, Setup::ComputeDomain { channel, .. } if channel.is_some())
+            || matches!(s, Setup::ImexDaemon { .. })
+    });
+    if bound {
+        5
+    } else if setups().any(|s| matches!(s, Setup::ComputeDomain { .. })) {
         4
     } else if group {
         3

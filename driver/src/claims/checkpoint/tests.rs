@@ -178,6 +178,18 @@ fn a_version_1_file_is_read_and_stays_version_1_until_it_holds_a_mig_instance() 
     assert_eq!(cp.peek().unwrap()["u5"], domain_entry());
     t.remove("u5").unwrap();
     assert_eq!(version_of(&cp), 1);
+    // Its channel number and an IMEX daemon place's domain need version 5.
+    let mut bound = domain_entry();
+    if let Some(crate::claims::setup_port::Setup::ComputeDomain { channel, .. }) =
+        &mut bound.devices[0].setup
+    {
+        *channel = Some(1);
+    }
+    t.put("u6", bound.clone()).unwrap();
+    assert_eq!(version_of(&cp), 5);
+    assert_eq!(cp.peek().unwrap()["u6"], bound);
+    t.remove("u6").unwrap();
+    assert_eq!(version_of(&cp), 1);
 }
 
 fn domain_entry() -> ClaimEntry {
@@ -188,6 +200,9 @@ fn domain_entry() -> ClaimEntry {
                 domain_name: "train".into(),
                 domain_namespace: "team-a".into(),
                 claim_namespace: "team-a".into(),
+                channel: None,
+                clique: String::new(),
+                all_channels: false,
             }),
             ..entry(ClaimState::PrepareCompleted).devices[0].clone()
         }],

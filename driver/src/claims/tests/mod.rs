@@ -5,6 +5,7 @@
 
 mod concurrency;
 mod crashes;
+mod domains;
 mod groups;
 mod operations;
 

@@ -11,7 +11,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use super::devices::{HookConfig, MigLedger, NvidiaConfig, NvidiaDiscovery, PlacementOrder};
-use super::domain::KubeGate;
+use super::domain::{GateSlot, KubeGate};
 use super::driver_files::Roots;
 use super::nvml::GpuSelection;
 use super::setup::{
@@ -220,7 +220,8 @@ impl NvidiaBackend {
             }),
             mig,
             mps: mps.clone(),
-            domains: Default::default(),
+            // The chart passes --nvidia-clique-label exactly with ComputeDomains on.
+            domains: GateSlot::new(flags.nvidia_clique_label),
         };
         Ok(NvidiaBackend {
             node: node.clone(),
@@ -298,6 +299,7 @@ impl Backend for NvidiaBackend {
                         | Setup::Mig { .. }
                         | Setup::Mps { .. }
                         | Setup::ComputeDomain { .. }
+                        | Setup::ImexDaemon { .. }
                 )
             },
             setup: self.setup.clone(),
@@ -322,6 +324,7 @@ impl Backend for NvidiaBackend {
             self.setup.domains.set(Arc::new(KubeGate {
                 client: running.client.clone(),
                 node: self.node.node_name.clone(),
+                home: running.client.default_namespace().to_string(),
                 runtime,
                 timeout: Duration::from_secs(10),
                 wait: Duration::from_secs(self.flags.nvidia_compute_domain_wait_seconds),

@@ -70,6 +70,11 @@ async fn chart_installs_the_controller_with_only_what_it_needs() -> anyhow::Resu
             "x",
         ],
         &["list", "resourceslices.resource.k8s.io"],
+        &["watch", "resourceslices.resource.k8s.io"],
+        &["watch", "nodes"],
+        &["list", "configmaps", "-n", "graft-system"],
+        &["patch", "configmaps", "-n", "graft-system"],
+        &["delete", "configmaps", "-n", "graft-system"],
         &["list", "resourceclaims.resource.k8s.io", "-A"],
         &["watch", "resourceclaims.resource.k8s.io", "-A"],
         &["list", "computedomains.resource.graft.dev", "-A"],
@@ -95,7 +100,7 @@ async fn chart_installs_the_controller_with_only_what_it_needs() -> anyhow::Resu
         &["delete", "nodes"],
         &["update", "leases.coordination.k8s.io", "-n", "kube-system"],
         &["create", "resourceslices.resource.k8s.io"],
-        &["watch", "resourceslices.resource.k8s.io"],
+        &["patch", "configmaps", "-n", "x"],
         &["update", "resourceclaims.resource.k8s.io", "-n", "x"],
     ] {
         ensure!(!can(call), "the chart's RBAC allows {call:?}");

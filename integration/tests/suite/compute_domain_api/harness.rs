@@ -99,6 +99,21 @@ pub fn controller(
     lease: &str,
     identity: &str,
 ) -> tokio::task::JoinHandle<()> {
+    let scope = ns.to_string();
+    controller_with(c, ns, lease, identity, move |ctx| {
+        ctx.only_namespace(&scope)
+    })
+}
+
+/// A controller with its daemons in `ns-graft`, electing through the Lease `lease` there,
+/// for the domains `scope` makes its context serve (a namespace, a label selector).
+pub fn controller_with(
+    c: &kube::Client,
+    ns: &str,
+    lease: &str,
+    identity: &str,
+    scope: impl FnOnce(Context) -> Context,
+) -> tokio::task::JoinHandle<()> {
     let daemons = format!("{ns}-graft");
     let cfg = DaemonConfig {
         namespace: daemons.clone(),
@@ -109,7 +124,7 @@ pub fn controller(
         controller: "graft-compute-domain-controller".into(),
         instance: Some(identity.into()),
     };
-    let ctx = Context::new(c.clone(), cfg, Metrics::default(), reporter).only_namespace(ns);
+    let ctx = scope(Context::new(c.clone(), cfg, Metrics::default(), reporter));
     let election = Election {
         namespace: daemons,
         name: lease.into(),

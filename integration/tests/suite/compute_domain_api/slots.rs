@@ -1,13 +1,14 @@
 //! Slots, node labels and lost nodes, as the controller writes them: each domain of a
 //! clique its own slot (channel pin, IMEX ports), none left means not placed with a reason
 //! until one frees; a node holding no allocated claim of the domain loses its label; a
-//! daemon pod that stops being Ready is named in the status and an Event.
+//! member's daemon pod that stops being Ready is named in the status and an Event.
 
 use anyhow::{ensure, Context as _};
 use graft_compute_domain::crd::{ComputeDomain, Readiness};
 use graft_compute_domain::objects::{
     daemon_name, node_label, DOMAIN_LABEL, NAMESPACE_ANNOTATION, NAME_ANNOTATION,
 };
+use graft_compute_domain::SlotPolicy;
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceClaimTemplate};
@@ -15,7 +16,7 @@ use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::ResourceExt;
 use serde_json::json;
 
-use super::harness::{client, controller, domain, namespaces, wait};
+use super::harness::{client, controller, controller_with, domain, namespaces, wait};
 use super::{daemon_pod, event_says, has_event, status_of};
 
 async fn slot_of(c: &kube::Client, ns: &str, name: &str) -> anyhow::Result<Option<u32>> {
@@ -26,16 +27,24 @@ async fn slot_of(c: &kube::Client, ns: &str, name: &str) -> anyhow::Result<Optio
 async fn each_domain_of_a_clique_gets_its_own_slot_until_none_is_left() -> anyhow::Result<()> {
     let c = client().await?;
     let daemons = namespaces(&c, "cd-slots").await?;
-    let _ctl = controller(&c, "cd-slots", "lease", "one");
+    // Three domains of one namespace: no cap on its slots here (`isolation` tests the cap).
+    let open = SlotPolicy {
+        per_namespace: 0,
+        ..SlotPolicy::default()
+    };
+    let _ctl = controller_with(&c, "cd-slots", "lease", "one", move |ctx| {
+        ctx.only_namespace("cd-slots").with_slot_policy(open)
+    });
     // u.1's nodes publish two channels each: two slots.
     let x = domain(&c, "cd-slots", "x", 2, "wx").await?;
     let y = domain(&c, "cd-slots", "y", 2, "wy").await?;
     let dss = Api::<DaemonSet>::namespaced(c.clone(), &daemons);
-    // The slot is written first, the objects after it; the DaemonSet is the last.
+    // The slot is written first (the controller's record), the objects after it, the
+    // status (which reports the slot) last.
     wait(|| async {
-        for cd in [&x, &y] {
+        for (cd, n) in [(&x, "x"), (&y, "y")] {
             let name = daemon_name(&cd.uid().context("uid")?);
-            if dss.get_opt(&name).await?.is_none() {
+            if dss.get_opt(&name).await?.is_none() || slot_of(&c, "cd-slots", n).await?.is_none() {
                 return Ok(false);
             }
         }
@@ -86,12 +95,23 @@ async fn each_domain_of_a_clique_gets_its_own_slot_until_none_is_left() -> anyho
     Ok(())
 }
 
-/// A workload claim of `cd` as its template makes it, allocated on `node`.
+/// A workload claim `work-0` of `cd` as its template makes it, allocated on `node`.
 pub(super) async fn claim(c: &kube::Client, cd: &ComputeDomain, node: &str) -> anyhow::Result<()> {
+    claim_named(c, cd, "work-0", node).await
+}
+
+/// A workload claim `name` of `cd` as its template makes it, allocated on `node` (which
+/// makes the node a member of the domain).
+pub(super) async fn claim_named(
+    c: &kube::Client,
+    cd: &ComputeDomain,
+    name: &str,
+    node: &str,
+) -> anyhow::Result<()> {
     let ns = cd.namespace().unwrap_or_default();
     let api: Api<ResourceClaim> = Api::namespaced(c.clone(), &ns);
     let rc: ResourceClaim = serde_json::from_value(json!({
-        "metadata": {"name": "work-0", "labels": {DOMAIN_LABEL: cd.uid()},
+        "metadata": {"name": name, "labels": {DOMAIN_LABEL: cd.uid()},
                      "annotations": {NAME_ANNOTATION: cd.name_any(), NAMESPACE_ANNOTATION: ns}},
         "spec": {"devices": {"requests": [{"name": "channel",
                                            "exactly": {"deviceClassName": "imex-channel.graft.dev"}}]}},
@@ -104,7 +124,7 @@ pub(super) async fn claim(c: &kube::Client, cd: &ComputeDomain, node: &str) -> a
         "nodeSelector": {"nodeSelectorTerms": [{"matchFields": [
             {"key": "metadata.name", "operator": "In", "values": [node]}]}]},
     }}});
-    api.patch_status("work-0", &PatchParams::default(), &Patch::Merge(&status))
+    api.patch_status(name, &PatchParams::default(), &Patch::Merge(&status))
         .await?;
     Ok(())
 }
@@ -158,6 +178,9 @@ async fn a_member_whose_daemon_stops_being_ready_is_named() -> anyhow::Result<()
     let _ctl = controller(&c, "cd-loss", "lease", "one");
     let cd = domain(&c, "cd-loss", "d", 2, "work").await?;
     wait(|| async { Ok(slot_of(&c, "cd-loss", "d").await?.is_some()) }).await?;
+    // Members: the nodes its allocated claims name.
+    claim_named(&c, &cd, "work-a", "cd-a").await?;
+    claim_named(&c, &cd, "work-b", "cd-b").await?;
     daemon_pod(&c, &daemons, &cd, "cd-a", true).await?;
     daemon_pod(&c, &daemons, &cd, "cd-b", true).await?;
     wait(|| async {

@@ -13,13 +13,15 @@ use crate::model::{Attribute, Device, Kind};
 
 /// The label's key.
 pub const CLIQUE_LABEL: &str = "resource.graft.dev/clique";
+/// The attribute that names an IMEX channel's (and a daemon place's) clique.
+pub const CLIQUE_ATTRIBUTE: &str = "cliqueID";
 
 /// The clique the node's IMEX channels name, when it can be a label value.
 pub fn clique_of(devices: &[Device]) -> Option<String> {
     let clique = devices
         .iter()
         .filter(|d| d.kind == Kind::ImexChannel)
-        .find_map(|d| match d.attributes.get("cliqueID") {
+        .find_map(|d| match d.attributes.get(CLIQUE_ATTRIBUTE) {
             Some(Attribute::String(s)) => Some(s.clone()),
             _ => None,
         })?;

@@ -1,6 +1,7 @@
 //! What [`NvidiaSetup`] plans for a device from its typed identity, and how it applies and
 //! undoes each setup: passthrough (`passthrough`), time-slicing through nvidia-smi (NVML
-//! has no call for the compute time slice), dynamic-MIG instances and MPS shares.
+//! has no call for the compute time slice), dynamic-MIG instances, MPS shares and
+//! ComputeDomains' devices (`domain`; with ComputeDomains on, no channel without one).
 
 use graft_record::ContainerEdits;
 
@@ -137,6 +138,15 @@ impl DeviceSetup for NvidiaSetup {
                 }
             },
             (Kind::ImexChannel, _, Some(_)) => refuse("an IMEX channel cannot be time-sliced"),
+            // With ComputeDomains on, a node's channels reach the memory of the domain its
+            // IMEX daemon serves: a channel with no domain's configuration would pass no
+            // gate. Plain channels are for nodes without ComputeDomains.
+            (Kind::ImexChannel, _, None) if self.domains.on() => refuse(
+                "ComputeDomains are on for this node, so an IMEX channel goes only to a \
+                 ComputeDomain's workload claim (its ComputeDomainChannelConfig, from the \
+                 domain's ResourceClaimTemplate); a plain channel would reach the memory of \
+                 the domain whose IMEX daemon runs here",
+            ),
             // Only a domain's daemon claim may hold one (its config returned above).
             (Kind::ImexDaemon, _, _) => refuse(
                 "an imex-daemon place is for a ComputeDomain's IMEX daemon, whose claim carries \
@@ -169,6 +179,8 @@ impl DeviceSetup for NvidiaSetup {
                 None => Ok(None),
             },
             Setup::ComputeDomain { .. } => self.join_domain(setup).map(|()| None),
+            // Nothing on the node; the core keeps a second domain's place out.
+            Setup::ImexDaemon { .. } => self.take_daemon_place(setup).map(|()| None),
         }
     }
 
@@ -187,7 +199,7 @@ impl DeviceSetup for NvidiaSetup {
                 None => Ok(()),
             },
             // The label stays for the domain's other claims here; the controller removes it.
-            Setup::ComputeDomain { .. } => Ok(()),
+            Setup::ComputeDomain { .. } | Setup::ImexDaemon { .. } => Ok(()),
         }
     }
 }
@@ -252,6 +264,26 @@ mod tests {
             mps: None,
             domains: Default::default(),
         }
+    }
+
+    #[test]
+    fn a_plain_channel_is_refused_where_compute_domains_are_on() {
+        let k = FakeKernel::start(false);
+        let dev = tempfile::tempdir().unwrap();
+        let mut s = setup(&k, dev.path(), Recorded::default());
+        let ch = device("imex-channel-0", "imex-channel");
+        // Off (a node without ComputeDomains): the plain channel class serves it.
+        assert_eq!(s.plan(&ch, None, &Default::default()).unwrap(), None);
+        s.domains = crate::discovery::nvidia::domain::GateSlot::new(true);
+        let e = s.plan(&ch, None, &Default::default()).unwrap_err();
+        assert!(
+            e.to_string().contains("imex-channel-0")
+                && e.to_string().contains("ComputeDomains are on"),
+            "{e}"
+        );
+        // A device config without a domain's: refused the same.
+        let plain = config(r#"{"apiVersion":"graft.dev/v1alpha1","kind":"DeviceConfig"}"#);
+        assert!(s.plan(&ch, Some(&plain), &Default::default()).is_err());
     }
 
     #[test]

@@ -1,0 +1,255 @@
+//! What the reconciles read, kept by watches (kube-runtime reflectors) that every reconcile
+//! shares, so that no reconcile lists the cluster: graft's ResourceSlices (field selector
+//! `spec.driver=graft.dev`), every ResourceClaim, the daemon pods in graft's namespace
+//! (the domain label), and the nodes' domain labels (metadata only). Each object is trimmed to what the controller reads before it is
+//! stored (no managedFields, no spec it does not read, no other drivers' results), so that
+//! memory follows the number of objects, not their size; the initial lists come in small
+//! pages, so that a page of maximum-size claims is all that is ever held whole.
+
+use std::collections::BTreeMap;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{Node, Pod, PodCondition, PodSpec, PodStatus};
+use k8s_openapi::api::resource::v1::{
+    AllocationResult, DeviceAllocationResult, ResourceClaim, ResourceClaimStatus, ResourceSlice,
+    ResourceSliceSpec,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::core::PartialObjectMeta;
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{watcher, WatchStreamExt};
+use kube::Api;
+
+use crate::clique::{CLIQUE_ATTRIBUTE, DRIVER};
+use crate::controller::Context;
+use crate::objects::DOMAIN_LABEL;
+
+/// Objects a page of the initial lists holds: claims may be up to the API server's object
+/// limit (about 1.5 MiB) each.
+pub const PAGE: u32 = 10;
+
+/// The shared caches of one leadership term.
+#[derive(Clone)]
+pub struct Caches {
+    /// graft's ResourceSlices, trimmed by [`trim_slice`].
+    pub slices: Store<ResourceSlice>,
+    /// Every ResourceClaim, trimmed by [`trim_claim`].
+    pub claims: Store<ResourceClaim>,
+    /// The daemon pods in graft's namespace, trimmed by [`trim_pod`].
+    pub pods: Store<Pod>,
+    /// Every node's name and domain labels ([`trim_node`]).
+    pub nodes: Store<PartialObjectMeta<Node>>,
+}
+
+impl Caches {
+    /// Waits until each cache has its initial list; `false` if a watch ended first.
+    pub async fn ready(&self) -> bool {
+        self.slices.wait_until_ready().await.is_ok()
+            && self.claims.wait_until_ready().await.is_ok()
+            && self.pods.wait_until_ready().await.is_ok()
+            && self.nodes.wait_until_ready().await.is_ok()
+    }
+}
+
+fn meta(m: &ObjectMeta, labels: &[&str]) -> ObjectMeta {
+    let kept: BTreeMap<String, String> = m
+        .labels
+        .iter()
+        .flatten()
+        .filter(|(k, _)| labels.contains(&k.as_str()))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    ObjectMeta {
+        name: m.name.clone(),
+        namespace: m.namespace.clone(),
+        uid: m.uid.clone(),
+        resource_version: m.resource_version.clone(),
+        deletion_timestamp: m.deletion_timestamp.clone(),
+        labels: (!kept.is_empty()).then_some(kept),
+        ..Default::default()
+    }
+}
+
+/// A slice as `clique::node_channels` reads it: its node, pool and the devices' `type`
+/// and `cliqueID` attributes.
+pub fn trim_slice(s: &mut ResourceSlice) {
+    let keep = [
+        "type".to_string(),
+        format!("{DRIVER}/type"),
+        CLIQUE_ATTRIBUTE.to_string(),
+        format!("{DRIVER}/{CLIQUE_ATTRIBUTE}"),
+    ];
+    let devices = s.spec.devices.take().map(|ds| {
+        ds.into_iter()
+            .map(|d| k8s_openapi::api::resource::v1::Device {
+                name: d.name,
+                attributes: d.attributes.map(|a| {
+                    a.into_iter()
+                        .filter(|(k, _)| keep.contains(k))
+                        .collect::<BTreeMap<_, _>>()
+                }),
+                ..Default::default()
+            })
+            .collect()
+    });
+    *s = ResourceSlice {
+        metadata: meta(&s.metadata, &[]),
+        spec: ResourceSliceSpec {
+            driver: std::mem::take(&mut s.spec.driver),
+            node_name: s.spec.node_name.take(),
+            pool: std::mem::take(&mut s.spec.pool),
+            devices,
+            ..Default::default()
+        },
+    };
+}
+
+/// A claim as the controller reads it: its domain label, graft's allocated devices, and
+/// the node its allocation names.
+pub fn trim_claim(c: &mut ResourceClaim) {
+    let allocation = c
+        .status
+        .take()
+        .and_then(|s| s.allocation)
+        .map(|a| AllocationResult {
+            devices: a.devices.map(|d| DeviceAllocationResult {
+                results: d.results.map(|rs| {
+                    rs.into_iter()
+                        .filter(|r| r.driver == DRIVER)
+                        .map(
+                            |r| k8s_openapi::api::resource::v1::DeviceRequestAllocationResult {
+                                driver: r.driver,
+                                pool: r.pool,
+                                device: r.device,
+                                request: r.request,
+                                ..Default::default()
+                            },
+                        )
+                        .collect()
+                }),
+                config: None,
+            }),
+            node_selector: a.node_selector.map(|mut ns| {
+                for t in &mut ns.node_selector_terms {
+                    t.match_expressions = None;
+                    if let Some(f) = t.match_fields.as_mut() {
+                        f.retain(|r| r.key == "metadata.name");
+                    }
+                }
+                ns
+            }),
+            ..Default::default()
+        });
+    *c = ResourceClaim {
+        metadata: meta(&c.metadata, &[DOMAIN_LABEL]),
+        spec: Default::default(),
+        status: allocation.map(|a| ResourceClaimStatus {
+            allocation: Some(a),
+            ..Default::default()
+        }),
+    };
+}
+
+/// A node as `labels::prune` reads it: its name and its domain labels.
+pub fn trim_node(n: &mut PartialObjectMeta<Node>) {
+    let prefix = format!("{DOMAIN_LABEL}.");
+    let labels: BTreeMap<String, String> = n
+        .metadata
+        .labels
+        .take()
+        .into_iter()
+        .flatten()
+        .filter(|(k, _)| k.starts_with(&prefix))
+        .collect();
+    n.metadata = ObjectMeta {
+        labels: (!labels.is_empty()).then_some(labels),
+        ..meta(&n.metadata, &[])
+    };
+}
+
+/// A daemon pod as `status::aggregate` reads it: its node, address and readiness.
+pub fn trim_pod(p: &mut Pod) {
+    let spec = p.spec.take().map(|s| PodSpec {
+        node_name: s.node_name,
+        ..Default::default()
+    });
+    let status = p.status.take().map(|s| PodStatus {
+        pod_ip: s.pod_ip,
+        conditions: s.conditions.map(|cs| {
+            cs.into_iter()
+                .filter(|c| c.type_ == "Ready")
+                .map(|c| PodCondition {
+                    type_: c.type_,
+                    status: c.status,
+                    ..Default::default()
+                })
+                .collect()
+        }),
+        ..Default::default()
+    });
+    *p = Pod {
+        metadata: meta(&p.metadata, &[DOMAIN_LABEL]),
+        spec,
+        status,
+    };
+}
+
+async fn report<K>(what: &'static str, r: watcher::Result<watcher::Event<K>>) {
+    if let Err(e) = r {
+        tracing::warn!(error = %e, "watching {what}");
+    }
+}
+
+/// The caches, and the future that keeps them (it runs until dropped).
+pub fn start(ctx: &Context) -> (Caches, impl std::future::Future<Output = ()>) {
+    let c = ctx.client.clone();
+    let (slices, slices_w) = reflector::store();
+    let slice_cfg = watcher::Config::default()
+        .fields(&format!("spec.driver={DRIVER}"))
+        .page_size(PAGE);
+    let slice_watch = watcher(Api::<ResourceSlice>::all(c.clone()), slice_cfg)
+        .default_backoff()
+        .modify(trim_slice)
+        .reflect(slices_w);
+    // Every namespace's, whatever the controller's scope: a channel taken anywhere is taken.
+    let (claims, claims_w) = reflector::store();
+    let claim_watch = watcher(
+        Api::<ResourceClaim>::all(c.clone()),
+        watcher::Config::default().page_size(PAGE),
+    )
+    .default_backoff()
+    .modify(trim_claim)
+    .reflect(claims_w);
+    let (pods, pods_w) = reflector::store();
+    let pods_api: Api<Pod> = Api::namespaced(c, &ctx.cfg.namespace);
+    let pod_watch = watcher(pods_api, watcher::Config::default().labels(DOMAIN_LABEL))
+        .default_backoff()
+        .modify(trim_pod)
+        .reflect(pods_w);
+    let (nodes, nodes_w) = reflector::store();
+    let node_api: Api<PartialObjectMeta<Node>> = Api::all(ctx.client.clone());
+    let node_watch = watcher(node_api, watcher::Config::default().page_size(PAGE * 10))
+        .default_backoff()
+        .modify(trim_node)
+        .reflect(nodes_w);
+    let drive = async move {
+        tokio::join!(
+            slice_watch.for_each(|r| report("ResourceSlices", r)),
+            claim_watch.for_each(|r| report("ResourceClaims", r)),
+            pod_watch.for_each(|r| report("daemon pods", r)),
+            node_watch.for_each(|r| report("nodes", r)),
+        );
+    };
+    (
+        Caches {
+            slices,
+            claims,
+            pods,
+            nodes,
+        },
+        drive,
+    )
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,79 @@
+use super::*;
+use crate::clique::{allocated, channel_slice, node_channels};
+use crate::members::{allocation_nodes, domain_claims};
+use std::sync::Arc;
+
+fn big_claim(uid: &str) -> ResourceClaim {
+    serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "c", "namespace": "t",
+                     "labels": {DOMAIN_LABEL: uid, "junk": "x".repeat(60)},
+                     "annotations": {"junk": "x".repeat(100_000)},
+                     "managedFields": [{"manager": "m", "operation": "Apply"}]},
+        "spec": {"devices": {"requests": [{"name": "r",
+                  "exactly": {"deviceClassName": "x".repeat(200)}}]}},
+        "status": {"allocation": {
+            "devices": {"results": [
+                {"request": "r", "driver": DRIVER, "pool": "a", "device": "imex-channel-1"},
+                {"request": "r", "driver": "other.dev", "pool": "a", "device": "gpu-0"}],
+                "config": [{"source": "FromClaim", "requests": ["r"],
+                            "opaque": {"driver": "other.dev", "parameters": {"k": "x".repeat(10_000)}}}]},
+            "nodeSelector": {"nodeSelectorTerms": [{
+                "matchFields": [{"key": "metadata.name", "operator": "In", "values": ["a"]}],
+                "matchExpressions": [{"key": "k", "operator": "In", "values": ["v"]}]}]}},
+            "reservedFor": [{"resource": "pods", "name": "p", "uid": "1"}]},
+    }))
+    .unwrap()
+}
+
+#[test]
+fn a_claim_keeps_only_what_the_controller_reads() {
+    let full = big_claim("u1");
+    let mut c = full.clone();
+    trim_claim(&mut c);
+    let size = serde_json::to_string(&c).unwrap().len();
+    assert!(size < 600, "{size} bytes: {c:?}");
+    assert!(c.metadata.annotations.is_none() && c.metadata.managed_fields.is_none());
+    // What the reconciles read of it is as before.
+    assert_eq!(allocation_nodes(&c), Some(vec!["a".to_string()]));
+    let graft_only = allocated([&full]);
+    assert_eq!(allocated([&c]), graft_only);
+    assert_eq!(domain_claims(&[Arc::new(c)], "t", "u1").len(), 1);
+    // A claim with no allocation stays one.
+    let mut pending = full;
+    pending.status = None;
+    trim_claim(&mut pending);
+    assert_eq!(allocation_nodes(&pending), None);
+}
+
+#[test]
+fn a_slice_keeps_its_node_pool_and_channel_attributes() {
+    let full = channel_slice("a", "u.1", 3);
+    let mut s = full.clone();
+    s.metadata.managed_fields = Some(vec![Default::default()]);
+    trim_slice(&mut s);
+    assert!(s.metadata.managed_fields.is_none());
+    let d = &s.spec.devices.as_ref().unwrap()[0];
+    let keys: Vec<&String> = d.attributes.as_ref().unwrap().keys().collect();
+    assert_eq!(keys, ["cliqueID", "type"]);
+    let none = Default::default();
+    assert_eq!(node_channels([&s], &none), node_channels([&full], &none));
+}
+
+#[test]
+fn a_pod_keeps_its_node_address_and_readiness() {
+    let mut p: Pod = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "d", "namespace": "g", "labels": {DOMAIN_LABEL: "u1"},
+                     "annotations": {"a": "x".repeat(10_000)}},
+        "spec": {"nodeName": "a", "containers": [{"name": "c", "image": "i"}]},
+        "status": {"podIP": "10.0.0.1", "conditions": [
+            {"type": "Ready", "status": "True", "message": "x".repeat(1000)},
+            {"type": "PodScheduled", "status": "True"}]}
+    }))
+    .unwrap();
+    trim_pod(&mut p);
+    assert!(serde_json::to_string(&p).unwrap().len() < 300, "{p:?}");
+    assert_eq!(p.spec.as_ref().unwrap().node_name.as_deref(), Some("a"));
+    let st = p.status.unwrap();
+    assert_eq!(st.pod_ip.as_deref(), Some("10.0.0.1"));
+    assert_eq!(st.conditions.unwrap().len(), 1);
+}

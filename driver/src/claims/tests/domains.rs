@@ -1,0 +1,105 @@
+//! The core's rule for ComputeDomains' IMEX daemon places ([`Setup::excludes`]): while one
+//! domain's place is prepared, or planned in the same call, no other domain's is; the same
+//! domain's is. It holds across a restart, since it reads the checkpoint.
+
+use super::*;
+
+/// Plans an IMEX daemon place for the domain its request names.
+struct Places;
+
+impl DeviceSetup for Places {
+    fn plan(
+        &self,
+        device: &Device,
+        _: Option<&DeviceConfig>,
+        alloc: &Allocated,
+    ) -> Result<Option<Setup>, SetupError> {
+        Ok(
+            (device.kind == Kind::ImexDaemon).then(|| Setup::ImexDaemon {
+                domain_id: alloc.request.clone(),
+                domain_name: alloc.request.clone(),
+                domain_namespace: "ns".into(),
+                clique: "c.1".into(),
+                claim_namespace: String::new(),
+            }),
+        )
+    }
+
+    fn apply(&self, _: &Setup) -> Result<Option<ContainerEdits>, SetupError> {
+        Ok(None)
+    }
+
+    fn undo(&self, _: &Setup) -> Result<(), SetupError> {
+        Ok(())
+    }
+}
+
+fn start(dir: &std::path::Path) -> Core {
+    let core = Core::new("graft.dev", NODE, dir.to_path_buf(), BOOT)
+        .unwrap()
+        .with_setup(Arc::new(Places) as Arc<dyn DeviceSetup>)
+        .with_gate(Box::new(Gate(Ok(()))));
+    core.set_inventory(&[
+        Device::new("imex-daemon-0", Kind::ImexDaemon),
+        Device::new("imex-daemon-1", Kind::ImexDaemon),
+    ]);
+    core.startup().unwrap();
+    core
+}
+
+/// Claim `uid` of domain `domain`'s daemon on `place`.
+fn daemon(uid: &str, domain: &str, place: &str) -> ClaimInput {
+    let mut c = claim(uid, &[place]);
+    c.results[0].request = domain.into();
+    c
+}
+
+fn refused_for(out: &Prepared, uid: &str, place: &str) {
+    match claim_error(&out[uid]) {
+        ClaimError::Setup {
+            device,
+            source: SetupError::ComputeDomain { reason, .. },
+        } => assert!(
+            device == place && reason.contains("held by another ComputeDomain"),
+            "{device}: {reason}"
+        ),
+        other => panic!("{other}"),
+    }
+}
+
+#[test]
+fn one_domains_daemon_place_at_a_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let core = start(dir.path());
+    let out = prepare(&core, vec![daemon("a", "d1", "imex-daemon-0")]);
+    assert!(out["a"].is_ok());
+    let out = prepare(&core, vec![daemon("b", "d2", "imex-daemon-1")]);
+    refused_for(&out, "b", "imex-daemon-1");
+    // The same domain's second place (a daemon pod replaced): prepared.
+    let out = prepare(&core, vec![daemon("c", "d1", "imex-daemon-1")]);
+    assert!(out["c"].is_ok());
+    // After a restart, from the checkpoint.
+    drop(core);
+    let core = start(dir.path());
+    let out = prepare(&core, vec![daemon("b", "d2", "imex-daemon-1")]);
+    refused_for(&out, "b", "imex-daemon-1");
+    // Gone: the other domain's turn.
+    assert!(unprepare(&core, &["a", "c"]).values().all(Result::is_ok));
+    let out = prepare(&core, vec![daemon("b", "d2", "imex-daemon-1")]);
+    assert!(out["b"].is_ok());
+}
+
+#[test]
+fn two_domains_in_one_call_get_one_node() {
+    let dir = tempfile::tempdir().unwrap();
+    let core = start(dir.path());
+    let out = prepare(
+        &core,
+        vec![
+            daemon("a", "d1", "imex-daemon-0"),
+            daemon("b", "d2", "imex-daemon-1"),
+        ],
+    );
+    assert!(out["a"].is_ok());
+    refused_for(&out, "b", "imex-daemon-1");
+}
