@@ -150,7 +150,13 @@ fn daemon_pods_use_the_node_network_the_driver_root_and_a_readiness_check() {
 
 #[test]
 fn daemon_pods_drop_every_capability_and_tolerate_gpu_taints() {
-    let ds = daemonset(&cd("Single"), &DaemonConfig::default(), &place("u.1", 0)).unwrap();
+    let ds = daemonset(
+        &cd("Single"),
+        &DaemonConfig::default(),
+        &place("u.1", 0),
+        &BTreeSet::new(),
+    )
+    .unwrap();
     let pod = serde_json::to_value(ds.spec.unwrap().template.spec.unwrap()).unwrap();
     assert_eq!(
         pod["securityContext"]["seccompProfile"]["type"],

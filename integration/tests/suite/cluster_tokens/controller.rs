@@ -47,7 +47,11 @@ fn controller_daemonset(t: &Target) -> anyhow::Result<Value> {
         clique: "u.1".into(),
         slot: 0,
     };
-    Ok(serde_json::to_value(daemonset(&cd, &cfg, &place)?)?)
+    // Placed on one member by name, as the controller places it.
+    let members = std::collections::BTreeSet::from(["graft-node".to_string()]);
+    Ok(serde_json::to_value(daemonset(
+        &cd, &cfg, &place, &members,
+    )?)?)
 }
 
 /// `kubectl --as=<controller> --dry-run=server ARGS [-f OBJ]`.

@@ -35,7 +35,7 @@ pub struct DomainRef {
 }
 
 impl DomainRef {
-    fn refuse(&self, reason: impl Into<String>) -> SetupError {
+    pub(super) fn refuse(&self, reason: impl Into<String>) -> SetupError {
         SetupError::ComputeDomain {
             domain: format!("{}/{}", self.namespace, self.name),
             reason: reason.into(),
