@@ -82,7 +82,7 @@ fn install_policies(tb: &Testbed, cp: &ControlPlane) -> anyhow::Result<()> {
 }
 
 /// `Ok` when `r` was refused by the admission policy named `policy`; `why` names the attempt.
-fn refused_by(policy: &str, r: anyhow::Result<String>, why: &str) -> anyhow::Result<()> {
+pub(crate) fn refused_by(policy: &str, r: anyhow::Result<String>, why: &str) -> anyhow::Result<()> {
     match r {
         Ok(out) => bail!("accepted ({why}): {out}"),
         Err(e) => {

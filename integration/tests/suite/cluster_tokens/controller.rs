@@ -4,7 +4,9 @@
 //! put back) domain labels on Nodes. Shared by the cluster (cluster_tokens) and the API
 //! server (hostile_chart::controller) tests.
 
-use anyhow::{bail, ensure, Context};
+use anyhow::{ensure, Context};
+
+use crate::hostile_chart::refused_by;
 use graft_compute_domain::objects::{daemonset, DaemonConfig};
 use graft_compute_domain::slot::Placement;
 use graft_compute_domain::ComputeDomain;
@@ -66,20 +68,6 @@ fn as_controller(t: &Target, args: &[&str], obj: Option<&Value>) -> anyhow::Resu
     }
     let all: Vec<&str> = all.iter().map(String::as_str).collect();
     (t.kubectl)(&all)
-}
-
-fn refused_by(policy: &str, r: anyhow::Result<String>, why: &str) -> anyhow::Result<()> {
-    match r {
-        Ok(out) => bail!("accepted ({why}): {out}"),
-        Err(e) => {
-            let e = format!("{e:#}");
-            ensure!(
-                e.contains(&format!("ValidatingAdmissionPolicy '{policy}'")),
-                "refused, but not by graft's policy ({why}): {e}"
-            );
-            Ok(())
-        }
-    }
 }
 
 /// Runs every attack; returns how many were refused (all of them, or an error).
