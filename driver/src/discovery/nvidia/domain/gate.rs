@@ -13,6 +13,7 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::{ConfigMap, Node};
 
 use super::record::{record_name, with_record};
+use super::refusal::{DomainRef, Grant, Refusal};
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams};
 
 use crate::claims::setup_port::SetupError;
@@ -21,57 +22,6 @@ use crate::claims::setup_port::SetupError;
 /// `objects::node_label` writes the same.
 pub fn node_label(domain_id: &str) -> String {
     format!("resource.graft.dev/computeDomain.{domain_id}")
-}
-
-/// A domain as a claim's configuration names it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DomainRef {
-    /// Its uid.
-    pub id: String,
-    /// Its name.
-    pub name: String,
-    /// Its namespace.
-    pub namespace: String,
-}
-
-impl DomainRef {
-    pub(super) fn refuse(&self, reason: impl Into<String>) -> SetupError {
-        SetupError::ComputeDomain {
-            domain: format!("{}/{}", self.namespace, self.name),
-            reason: reason.into(),
-        }
-    }
-}
-
-/// What one device of a workload claim was allocated, as prepare checks it against the
-/// domain: the channel number, the node's clique, and whether the claim's configuration
-/// asks for every channel.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Grant {
-    /// The channel's number (`imex-channel-<n>`).
-    pub channel: u32,
-    /// The node's clique as the channel names it.
-    pub clique: String,
-    /// `allocationMode: All` in the claim's configuration.
-    pub all: bool,
-}
-
-/// Why a channel is not handed out: for good (not the domain's channel), or for now.
-#[derive(Debug)]
-pub enum Refusal {
-    /// Not the domain's to give: no wait changes it.
-    Final(SetupError),
-    /// Not yet (the domain not Ready here, no slot yet, the API server not answering).
-    Retry(SetupError),
-}
-
-impl Refusal {
-    /// The error prepare returns.
-    pub fn into_error(self) -> SetupError {
-        match self {
-            Refusal::Final(e) | Refusal::Retry(e) => e,
-        }
-    }
 }
 
 /// Labels the node for a domain and tells whether the domain is Ready on it.

@@ -8,6 +8,8 @@ pub mod clique_label;
 pub mod config;
 pub mod gate;
 pub mod record;
+pub mod refusal;
 
 pub use config::{AllocationMode, DomainConfig};
-pub use gate::{DomainGate, DomainRef, GateSlot, Grant, KubeGate};
+pub use gate::{DomainGate, GateSlot, KubeGate};
+pub use refusal::{DomainRef, Grant, Refusal};

@@ -6,8 +6,7 @@
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::DynamicObject;
 
-use super::gate::Refusal;
-use super::DomainRef;
+use super::refusal::{DomainRef, Refusal};
 
 /// The controller's record of domain `uid` in graft's namespace (the controller's
 /// `record` module writes it).
