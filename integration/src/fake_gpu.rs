@@ -73,6 +73,8 @@ fn fake_lib(name: &str) -> anyhow::Result<PathBuf> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let out = Command::new(cargo)
         .current_dir(&top)
+        // test-all.sh sets it for libtest's per-test times; a build under it is another build.
+        .env_remove("RUSTC_BOOTSTRAP")
         .args([
             "build",
             "-q",

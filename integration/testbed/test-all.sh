@@ -1,26 +1,57 @@
 #!/usr/bin/env bash
 # README command two (what CI runs): installs the testbed if needed, checks formatting and
 # lints, builds every binary the tests start, and runs the whole test suite, including
-# the integration tests against real containerd 2.4.x, 2.2.x and 1.7.24.
+# the integration tests against real containerd 2.4.x, 2.2.x and 1.7.24. Each phase prints
+# its wall time, and the integration suite each test's, with the slowest listed at the end.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
+phase_start=$SECONDS
+phase() {
+  echo "test-all: $1 in $((SECONDS - phase_start)) s" >&2
+  phase_start=$SECONDS
+}
 bash integration/testbed/setup.sh >/dev/null
+phase "testbed setup"
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --quiet -- -D warnings
+phase "fmt and clippy"
 cargo build --workspace --bins --quiet
 # graft-hook as shipped: statically linked (the tests install and run this one).
 bash hooks/build-static.sh --quiet >/dev/null
-# Doc-tests only where there are some (the NRI SDK's usage example): the other crates' empty
-# runs would only lengthen the log.
+cargo test --workspace --no-run --quiet --lib --bins --tests 2>/dev/null ||
+  cargo test --workspace --no-run --lib --bins --tests
+phase "build"
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 set +e
-cargo test --workspace --no-fail-fast --lib --bins --tests 2>&1 | tee "$log"
+cargo test --workspace --exclude graft-integration --no-fail-fast --lib --bins --tests 2>&1 | tee "$log"
 rc=${PIPESTATUS[0]}
+cargo test -p graft-integration --no-fail-fast --lib --bins 2>&1 | tee -a "$log"
+[ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
+# Doc-tests only where there are some (the NRI SDK's usage example): the other crates' empty
+# runs would only lengthen the log.
 cargo test -p graft-nri-sdk --doc 2>&1 | tee -a "$log"
-doc_rc=${PIPESTATUS[0]}
-[ "$rc" -ne 0 ] || rc=$doc_rc
+[ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
+phase "unit, property and crate tests"
+# The integration suite's binary is run directly, as cargo would (from its package's
+# folder), so that RUSTC_BOOTSTRAP reaches libtest alone: --report-time is unstable, and
+# cargo would rebuild everything under it.
+suite=$(cargo test -p graft-integration --test suite --no-run --message-format=json 2>/dev/null |
+  grep '"kind":\["test"\]' | grep '"name":"suite"' | grep -o '"executable":"[^"]*"' | tail -1 |
+  sed 's/^"executable":"\(.*\)"$/\1/')
+if [ -x "$suite" ]; then
+  (cd integration && RUSTC_BOOTSTRAP=1 "$suite" -Z unstable-options --report-time) 2>&1 | tee -a "$log"
+  [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
+else
+  echo "test-all: the integration suite's binary was not found; running it through cargo" >&2
+  cargo test -p graft-integration --test suite 2>&1 | tee -a "$log"
+  [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
+fi
+phase "integration suite"
 set -e
+echo "test-all: the slowest integration tests:"
+sed -n 's/^test \(.*\) \.\.\. [a-zA-Z]* <\([0-9.]*\)s>$/\2 \1/p' "$log" | sort -rn | head -15 |
+  awk '{printf "  %8.1f s  %s\n", $1, $2}'
 passed=$(grep -Eo '^test result: .* ([0-9]+) passed' "$log" | grep -Eo '[0-9]+ passed' | awk '{s+=$1} END {print s+0}')
 failed=$(grep -Eo '^test result: .*; ([0-9]+) failed' "$log" | grep -Eo '[0-9]+ failed' | awk '{s+=$1} END {print s+0}')
 echo "graft: $passed passed, $failed failed"
