@@ -13,6 +13,7 @@ use nix::sys::signal::{kill, Signal};
 use nix::sys::wait::{waitid, waitpid, Id, WaitPidFlag, WaitStatus};
 use nix::unistd::Pid;
 
+use super::control;
 use super::sandbox::{self, Spec};
 
 /// How long a control command may take (a tenant can make the daemon stop answering).
@@ -127,8 +128,8 @@ pub fn stop(pid: i32) {
 /// Sends `commands` (one a line) through `nvidia-cuda-mps-control` inside the sandbox of
 /// daemon `pid`; its output when it succeeds.
 pub fn control(pid: i32, commands: &str) -> Result<String, DaemonError> {
-    let ns = sandbox::namespace_of(pid).map_err(DaemonError::Sandbox)?;
-    let mut child = sandbox::control_command(ns)
+    let ns = control::namespace_of(pid).map_err(DaemonError::Sandbox)?;
+    let mut child = control::control_command(ns)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

@@ -24,6 +24,7 @@
 //!     root/  the mount point of the daemon's sandbox root
 //! ```
 
+pub mod control;
 pub mod daemon;
 mod files;
 pub mod fsops;

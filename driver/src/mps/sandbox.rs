@@ -14,9 +14,8 @@
 //!
 //! The set-up runs between fork and exec (the driver root's program must be exec'd inside
 //! it, with the driver root's own loader and libraries), so it uses only system calls on
-//! strings prepared before the fork. Control commands run the driver's client the same way,
-//! in the daemon's namespace (setns) and with no capability, so that a `control` socket a
-//! tenant replaced by a symlink is not followed.
+//! strings prepared before the fork. Control commands run the driver's client the same way
+//! (super::control).
 
 use std::ffi::{CStr, CString};
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -32,7 +31,8 @@ use super::privileges;
 pub const SANDBOX_LOG_DIR: &str = "/tmp/nvidia-log";
 /// PATH inside the sandbox: where driver roots keep their programs.
 pub const SANDBOX_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
-const CONTROL: &str = "nvidia-cuda-mps-control";
+/// The driver's MPS control program: the daemon with `-f`, the client without.
+pub(super) const CONTROL: &str = "nvidia-cuda-mps-control";
 /// The file the daemon writes its pid to, in its pipe directory.
 const PID_FILE: &str = "nvidia-cuda-mps-control.pid";
 
@@ -373,43 +373,4 @@ fn own_pid_file(pid_file: &CStr, temp: &CStr) {
         unsafe { libc::rename(temp.as_ptr(), pid_file.as_ptr()) };
         return;
     }
-}
-
-/// The driver's `nvidia-cuda-mps-control` client, set to run inside the sandbox of the
-/// daemon whose mount namespace is `ns` (which must not be this process's own).
-pub fn control_command(ns: OwnedFd) -> Command {
-    let mut cmd = Command::new(CONTROL);
-    cmd.env_clear()
-        .env("PATH", SANDBOX_PATH)
-        .env("HOME", "/")
-        .env("CUDA_MPS_PIPE_DIRECTORY", CLIENT_PIPE_DIR)
-        .current_dir("/");
-    // SAFETY: setns, prctl and capset are async-signal-safe system calls, on a descriptor
-    // opened before the fork (and closed on exec) and on locals; nothing is allocated.
-    unsafe {
-        cmd.pre_exec(move || {
-            if libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNS) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            // It only connects to the daemon's socket: root's uid is enough for that.
-            privileges::restrict(privileges::CLIENT).map_err(|(_, e)| e)
-        });
-    }
-    cmd
-}
-
-/// The mount namespace of `pid`, checked to be another than this process's.
-pub fn namespace_of(pid: i32) -> std::io::Result<OwnedFd> {
-    use nix::fcntl::{open, OFlag};
-    use nix::sys::stat::{fstat, Mode};
-    let flags = OFlag::O_RDONLY | OFlag::O_CLOEXEC;
-    let theirs = open(format!("/proc/{pid}/ns/mnt").as_str(), flags, Mode::empty())?;
-    let ours = open("/proc/self/ns/mnt", flags, Mode::empty())?;
-    let (a, b) = (fstat(&theirs)?, fstat(&ours)?);
-    if (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino) {
-        return Err(std::io::Error::other(format!(
-            "process {pid} is not in a sandbox of its own"
-        )));
-    }
-    Ok(theirs)
 }
