@@ -175,11 +175,34 @@ fn planter(
 }
 
 /// The last Cap*/NoNewPrivs values the fake daemon logged, by name.
-fn privileges_logged(log: &str) -> std::collections::BTreeMap<String, String> {
+pub(crate) fn privileges_logged(log: &str) -> std::collections::BTreeMap<String, String> {
     log.lines()
         .filter_map(|l| l.split_once("] Privileges ")?.1.split_once(':'))
         .map(|(k, v)| (k.to_string(), v.trim().to_string()))
         .collect()
+}
+
+/// Ok when the daemon whose control log is `log` last ran with no_new_privs and exactly
+/// the sandbox's capabilities (cluster_gpu's MPS test checks the chart's graft-mps so).
+pub(crate) fn daemon_was_sandboxed(log: &str) -> anyhow::Result<()> {
+    let held = privileges_logged(log);
+    anyhow::ensure!(
+        held.get("NoNewPrivs").map(String::as_str) == Some("1"),
+        "the daemon ran without no_new_privs: {held:?}"
+    );
+    for set in ["CapBnd", "CapEff", "CapPrm", "CapInh", "CapAmb"] {
+        let want = if matches!(set, "CapInh" | "CapAmb") {
+            0
+        } else {
+            privileges::DAEMON.0
+        };
+        let got = held.get(set).and_then(|v| u64::from_str_radix(v, 16).ok());
+        anyhow::ensure!(
+            got == Some(want),
+            "the daemon's {set} is {got:x?}, not {want:x}: {held:?}"
+        );
+    }
+    Ok(())
 }
 
 #[test]

@@ -48,6 +48,9 @@ pub fn tenants_are_isolated(c: &Cluster, node: &FakeNode) -> anyhow::Result<()> 
         "{}",
         server_log(&t)
     );
+    // The chart's graft-mps (privileged, host PID) runs the daemon in the sandbox: no
+    // no_new_privs escape, none of the capabilities that lead out through /proc/1/root.
+    crate::mps_escape::daemon_was_sandboxed(&control_log(&t))?;
 
     // B's share of the same GPU is refused while A holds it, and the Event says why.
     c.apply(&share_pod(
