@@ -22,8 +22,27 @@ cargo test --workspace --no-run --quiet --lib --bins --tests 2>/dev/null ||
   cargo test --workspace --no-run --lib --bins --tests
 phase "build"
 log=$(mktemp)
-trap 'rm -f "$log"' EXIT
+cluster_log=$(mktemp)
+trap 'rm -f "$log" "$cluster_log"' EXIT
+# The integration suite's binary is run directly, as cargo would (from its package's
+# folder), so that RUSTC_BOOTSTRAP reaches libtest alone: --report-time is unstable, and
+# cargo would rebuild everything under it.
+suite=$(cargo test -p graft-integration --test suite --no-run --message-format=json 2>/dev/null |
+  grep '"kind":\["test"\]' | grep '"name":"suite"' | grep -o '"executable":"[^"]*"' | tail -1 |
+  sed 's/^"executable":"\(.*\)"$/\1/')
+[ -x "$suite" ] || { echo "test-all: the integration suite's binary was not found" >&2; exit 1; }
+run_suite() { (cd integration && RUSTC_BOOTSTRAP=1 "$suite" -Z unstable-options --report-time "$@"); }
+# Two tiers of the suite run side by side: the cluster tier (the suites on the host's one
+# testbed cluster, which take turns on it, so one at a time: its times are then each
+# test's own) mostly waits on the cluster, while the node tier (containerd, runc, API
+# servers of its own on free ports) and the crates' tests use the CPUs.
+cluster=(cluster_e2e:: cluster_gpu:: cluster_guards:: cluster_multi:: cluster_placement::
+  cluster_tokens:: compute_domain_cluster::)
+skips=()
+for m in "${cluster[@]}"; do skips+=(--skip "$m"); done
 set +e
+run_suite --test-threads 1 "${cluster[@]}" >"$cluster_log" 2>&1 &
+cluster_pid=$!
 cargo test --workspace --exclude graft-integration --no-fail-fast --lib --bins --tests 2>&1 | tee "$log"
 rc=${PIPESTATUS[0]}
 cargo test -p graft-integration --no-fail-fast --lib --bins 2>&1 | tee -a "$log"
@@ -33,21 +52,13 @@ cargo test -p graft-integration --no-fail-fast --lib --bins 2>&1 | tee -a "$log"
 cargo test -p graft-nri-sdk --doc 2>&1 | tee -a "$log"
 [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
 phase "unit, property and crate tests"
-# The integration suite's binary is run directly, as cargo would (from its package's
-# folder), so that RUSTC_BOOTSTRAP reaches libtest alone: --report-time is unstable, and
-# cargo would rebuild everything under it.
-suite=$(cargo test -p graft-integration --test suite --no-run --message-format=json 2>/dev/null |
-  grep '"kind":\["test"\]' | grep '"name":"suite"' | grep -o '"executable":"[^"]*"' | tail -1 |
-  sed 's/^"executable":"\(.*\)"$/\1/')
-if [ -x "$suite" ]; then
-  (cd integration && RUSTC_BOOTSTRAP=1 "$suite" -Z unstable-options --report-time) 2>&1 | tee -a "$log"
-  [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
-else
-  echo "test-all: the integration suite's binary was not found; running it through cargo" >&2
-  cargo test -p graft-integration --test suite 2>&1 | tee -a "$log"
-  [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
-fi
-phase "integration suite"
+run_suite "${skips[@]}" 2>&1 | tee -a "$log"
+[ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
+phase "integration suite, node tier"
+echo "test-all: the cluster tier (started with the crates' tests):"
+wait "$cluster_pid" || rc=1
+tee -a "$log" <"$cluster_log"
+phase "integration suite, cluster tier (after the node tier)"
 set -e
 echo "test-all: the slowest integration tests:"
 sed -n 's/^test \(.*\) \.\.\. [a-zA-Z]* <\([0-9.]*\)s>$/\2 \1/p' "$log" | sort -rn | head -15 |

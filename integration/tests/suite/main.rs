@@ -11,6 +11,11 @@
 //!   policies, so it has an API server of its own (`apiserver::named`), as do
 //!   [`compute_domain_api`] and [`imex_daemon`] (CRDs and cluster-wide RBAC).
 //!
+//! README's test command (integration/testbed/test-all.sh) runs the suite in two processes
+//! side by side: the cluster tier (the suites named there, one test at a time) and the node
+//! tier (the rest). A suite that brings up or changes the testbed cluster belongs in that
+//! list; one that runs its own containerd or API server must not touch the cluster's.
+//!
 //! Needs root, the testbed and the workspace binaries; README's test command provides them.
 
 mod common;
