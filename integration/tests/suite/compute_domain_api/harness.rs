@@ -66,7 +66,16 @@ pub async fn client() -> anyhow::Result<kube::Client> {
 }
 
 /// Polls `f` until it is true, for at most [`WAIT`].
-pub async fn wait<F, Fut>(mut f: F) -> anyhow::Result<()>
+pub async fn wait<F, Fut>(f: F) -> anyhow::Result<()>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = anyhow::Result<bool>>,
+{
+    wait_within(WAIT, f).await
+}
+
+/// Polls `f` until it is true, for at most `limit`.
+pub async fn wait_within<F, Fut>(limit: Duration, mut f: F) -> anyhow::Result<()>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = anyhow::Result<bool>>,
@@ -76,8 +85,8 @@ where
         if f().await? {
             return Ok(());
         }
-        if start.elapsed() > WAIT {
-            bail!("not within {WAIT:?}");
+        if start.elapsed() > limit {
+            bail!("not within {limit:?}");
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
