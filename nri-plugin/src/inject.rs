@@ -306,6 +306,25 @@ impl Plan {
             .as_ref()
             .map(|l| l.devices.as_slice())
             .unwrap_or(&[]);
+        self.missing(have, &ctr.annotations)
+    }
+
+    /// Why a pending adjustment (what every plugin asked for, before the container is
+    /// made) does not carry this plan, or `None` if it does.
+    pub fn missing_from_adjustment(&self, adj: &nri::ContainerAdjustment) -> Option<String> {
+        let have = adj
+            .linux
+            .as_ref()
+            .map(|l| l.devices.as_slice())
+            .unwrap_or(&[]);
+        self.missing(have, &adj.annotations)
+    }
+
+    fn missing(
+        &self,
+        have: &[nri::LinuxDevice],
+        annotations: &std::collections::HashMap<String, String>,
+    ) -> Option<String> {
         for n in &self.edits.device_nodes {
             let found = have.iter().any(|d| {
                 d.path == n.path
@@ -323,7 +342,7 @@ impl Plan {
                 ));
             }
         }
-        if !ctr.annotations.contains_key(INJECTED_ANNOTATION) {
+        if !annotations.contains_key(INJECTED_ANNOTATION) {
             return Some(format!("annotation {INJECTED_ANNOTATION} is missing"));
         }
         None

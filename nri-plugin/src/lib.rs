@@ -11,4 +11,5 @@ pub mod published;
 pub mod reads;
 pub mod refusal;
 pub mod sources;
+pub mod validator;
 pub mod verify;

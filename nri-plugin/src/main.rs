@@ -9,6 +9,7 @@ use anyhow::{anyhow, Context};
 use clap::Parser;
 use graft_nri::metrics::NriMetrics;
 use graft_nri::plugin::GraftPlugin;
+use graft_nri::validator::{VALIDATOR_INDEX, VALIDATOR_NAME};
 use graft_nri_sdk::{self as sdk, Options, Transport};
 use graft_record::policy::{nvidia_mount_roots, DEFAULT_HOOK_PATH};
 use graft_record::{
@@ -19,6 +20,7 @@ use tokio::task::{JoinError, JoinSet};
 use tracing_subscriber::fmt::writer::BoxMakeWriter;
 
 mod endpoints;
+mod validate;
 
 #[derive(Debug, Parser)]
 #[command(name = "graft-nri", version, about)]
@@ -34,12 +36,20 @@ struct Args {
     /// State directory shared with graft-driver.
     #[arg(long, env = "GRAFT_STATE_DIR", default_value = DEFAULT_STATE_DIR)]
     state_dir: PathBuf,
-    /// Plugin name registered with the runtime.
-    #[arg(long, env = "NRI_PLUGIN_NAME", default_value = "graft")]
-    name: String,
-    /// Two-digit plugin index; plugins are called in ascending order.
-    #[arg(long, env = "NRI_PLUGIN_IDX", default_value = "10")]
-    index: String,
+    /// Plugin name registered with the runtime [default: graft; graft-validator with
+    /// --validate].
+    #[arg(long, env = "NRI_PLUGIN_NAME")]
+    name: Option<String>,
+    /// Two-digit plugin index; plugins are called in ascending order [default: 10; 99 with
+    /// --validate].
+    #[arg(long, env = "NRI_PLUGIN_IDX")]
+    index: Option<String>,
+    /// Run as graft's NRI validator instead (containerd 2.2+): refuse every container the
+    /// records give devices to whose adjustment lacks graft-nri's edits (graft-nri was not
+    /// connected, or was lost during the request). Run it beside graft-nri, as a process of
+    /// its own (docs/daemons.md).
+    #[arg(long)]
+    validate: bool,
     /// graft-hook's host path: the only hook a record may name (as graft-driver installs it).
     #[arg(long, env = "GRAFT_NVIDIA_HOOK_PATH", default_value = DEFAULT_HOOK_PATH)]
     hook_path: String,
@@ -76,14 +86,16 @@ struct Args {
     #[arg(long, default_value_t = 5000, hide = true)]
     eviction_grace_ms: u64,
     /// Serve /metrics, /healthz and /readyz on this TCP address (default: this host only;
-    /// the chart gives the pod's IP; `:9478`: every address; empty or `off`: not at all). Bound as soon as it is free: during a rolling update the
-    /// instance being replaced holds it.
-    #[arg(long, env = "GRAFT_METRICS_ADDR", default_value = "127.0.0.1:9478")]
-    metrics_addr: String,
+    /// the chart gives the pod's IP; `:9478`: every address; empty or `off`: not at all).
+    /// Bound as soon as it is free: during a rolling update the instance being replaced
+    /// holds it. [default: 127.0.0.1:9478; off with --validate]
+    #[arg(long, env = "GRAFT_METRICS_ADDR")]
+    metrics_addr: Option<String>,
     /// Serve the same on this Unix socket, for this container's probes (`--probe`); empty:
-    /// not at all.
-    #[arg(long, env = "GRAFT_HEALTH_SOCKET", default_value = DEFAULT_HEALTH_SOCKET)]
-    health_socket: PathBuf,
+    /// not at all. [default: /run/graft/nri.sock; /run/graft/nri-validator.sock with
+    /// --validate]
+    #[arg(long, env = "GRAFT_HEALTH_SOCKET")]
+    health_socket: Option<PathBuf>,
     /// Run as a probe instead: ask the health socket (`live`: /healthz, `ready`: /readyz)
     /// and exit 0 when it answers 200, else 1 with the reason on stderr.
     // Handled before the other arguments are parsed (see main); here for --help.
@@ -96,11 +108,16 @@ struct Args {
 }
 
 const DEFAULT_HEALTH_SOCKET: &str = "/run/graft/nri.sock";
+const VALIDATOR_HEALTH_SOCKET: &str = "/run/graft/nri-validator.sock";
 
 fn main() -> anyhow::Result<()> {
     // A probe needs none of the daemon's settings: answered before they are parsed.
     let argv: Vec<String> = std::env::args().collect();
-    if let Some(code) = graft_telemetry::probe::requested(&argv, DEFAULT_HEALTH_SOCKET) {
+    let probed = match argv.iter().any(|a| a == "--validate") {
+        false => DEFAULT_HEALTH_SOCKET,
+        true => VALIDATOR_HEALTH_SOCKET,
+    };
+    if let Some(code) = graft_telemetry::probe::requested(&argv, probed) {
         std::process::exit(code.unwrap_or_else(|e| {
             eprintln!("{e}");
             2
@@ -119,8 +136,19 @@ fn main() -> anyhow::Result<()> {
     if let Transport::External(path) = &transport {
         warn_if_shared(path);
     }
-    let mut opts = Options::new(&args.name, &args.index, transport);
+    let (name, index) = match args.validate {
+        false => ("graft", "10"),
+        true => (VALIDATOR_NAME, VALIDATOR_INDEX),
+    };
+    let name = args.name.clone().unwrap_or_else(|| name.to_string());
+    let index = args.index.clone().unwrap_or_else(|| index.to_string());
+    let mut opts = Options::new(&name, &index, transport);
     opts.handler_deadline = std::time::Duration::from_millis(args.deadline_ms.max(1));
+    if args.validate {
+        // A runtime without validation drops the validator on every try: once a minute
+        // is enough (a connection that worked starts the backoff afresh).
+        opts.backoff_max = std::time::Duration::from_secs(60);
+    }
     opts.validate()?;
     let store = RecordStore::open(&args.state_dir)
         .with_context(|| format!("opening state directory {}", args.state_dir.display()))?;
@@ -156,7 +184,17 @@ fn main() -> anyhow::Result<()> {
     )?;
     tracing::info!(mount_roots = ?policy.mount_roots(), hook = policy.hook_path(), ldconfig = ?policy.ldconfigs(), "injection policy");
     let boot_id = read_boot_id(&args.boot_id_path)?;
-    let metrics_addr = graft_telemetry::parse_addr(&args.metrics_addr)?;
+    let (health_socket, metrics_addr) = match args.validate {
+        false => (DEFAULT_HEALTH_SOCKET, "127.0.0.1:9478"),
+        true => (VALIDATOR_HEALTH_SOCKET, "off"),
+    };
+    let health_socket = args.health_socket.clone().unwrap_or(health_socket.into());
+    let metrics_addr =
+        graft_telemetry::parse_addr(args.metrics_addr.as_deref().unwrap_or(metrics_addr))?;
+    if args.validate {
+        let deadline = std::time::Duration::from_millis(args.deadline_ms.max(1));
+        return validate::main(store, policy, deadline, metrics_addr, &health_socket, opts);
+    }
     let metrics = Arc::new(NriMetrics::default());
     let holding = Arc::new(AtomicBool::new(false));
 
@@ -174,9 +212,9 @@ fn main() -> anyhow::Result<()> {
             args.state_dir.clone(),
             boot_id.clone(),
         );
-        graft_telemetry::serve_or_log(endpoints, metrics_addr, &args.health_socket);
+        graft_telemetry::serve_or_log(endpoints, metrics_addr, &health_socket);
         let mut shutdown = std::pin::pin!(shutdown_signal());
-        let plugin_name = format!("{}-{}", args.index, args.name);
+        let plugin_name = format!("{index}-{name}");
         let status = tokio::select! {
             s = acquire_status(&args.state_dir, &plugin_name, &boot_id) => s?,
             _ = &mut shutdown => {

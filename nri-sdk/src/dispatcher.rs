@@ -221,6 +221,12 @@ plugin_service! {
             let valid = valid_events(&req.runtime_name, &req.runtime_version, &req.NRI_version);
             let mask = self.plugin.events().intersect(valid);
             if mask.is_empty() {
+                self.plugin.connection_state(ConnectionState::Unsupported(RuntimeInfo {
+                    name: req.runtime_name.clone(),
+                    version: req.runtime_version.clone(),
+                    nri_version: req.NRI_version.clone(),
+                    ..Default::default()
+                }));
                 // Zero would subscribe us to everything, validation included.
                 return Err(TtrpcError::RpcStatus(ttrpc::get_status(
                     Code::FAILED_PRECONDITION,
@@ -348,9 +354,27 @@ plugin_service! {
         async fn validate_container_adjustment(
             &self,
             _ctx: &TtrpcContext,
-            _req: nri::ValidateContainerAdjustmentRequest,
+            req: nri::ValidateContainerAdjustmentRequest,
         ) -> ttrpc::Result<nri::ValidateContainerAdjustmentResponse> {
-            Err(unimplemented("ValidateContainerAdjustment"))
+            if !self.subscribed(Event::VALIDATE_CONTAINER_ADJUSTMENT) {
+                return Err(unimplemented("ValidateContainerAdjustment"));
+            }
+            let started = Instant::now();
+            let what = describe(
+                "ValidateContainerAdjustment",
+                req.pod.as_ref(),
+                req.container.as_ref(),
+            );
+            // An error rejects the container as a response would (the runtime fails the
+            // create on either), so a late or panicking validator fails closed.
+            let result = guarded(
+                &what,
+                self.deadline(),
+                self.plugin.validate_container_adjustment(req),
+            )
+            .await;
+            self.answered(Request::ValidateContainerAdjustment, started, &result);
+            result
         }
     }
 }

@@ -39,6 +39,9 @@ pub enum ConnectionState {
     Synchronized,
     /// Connection lost (or never made), with the reason.
     Disconnected(String),
+    /// The runtime supports none of the plugin's events (a validator on a runtime before
+    /// NRI v0.10): Configure is refused and the runtime drops the connection.
+    Unsupported(RuntimeInfo),
 }
 
 /// A request from the runtime, for [`NriPlugin::answered`].
@@ -50,6 +53,8 @@ pub enum Request {
     Synchronize,
     /// CreateContainer.
     CreateContainer,
+    /// ValidateContainerAdjustment.
+    ValidateContainerAdjustment,
     /// Every other event, whichever RPC it came through.
     Lifecycle(Event),
 }
@@ -134,6 +139,17 @@ pub trait NriPlugin: Send + Sync + 'static {
         _container: nri::Container,
     ) -> ttrpc::Result<nri::CreateContainerResponse> {
         Err(unimplemented("CreateContainer"))
+    }
+
+    /// A container's adjustment, after every plugin made its own (NRI v0.10+, containerd
+    /// 2.2+): the response may reject it, and so does an error, so the container is not
+    /// created. Subscribe to `VALIDATE_CONTAINER_ADJUSTMENT` to receive it; the runtime
+    /// then asks on every container creation.
+    async fn validate_container_adjustment(
+        &self,
+        _req: nri::ValidateContainerAdjustmentRequest,
+    ) -> ttrpc::Result<nri::ValidateContainerAdjustmentResponse> {
+        Err(unimplemented("ValidateContainerAdjustment"))
     }
 
     /// Every other subscribed lifecycle event, whether it arrives through its dedicated RPC

@@ -181,7 +181,9 @@ impl NriPlugin for GraftPlugin {
                 self.reads.configured(info.request_timeout_ms);
             }
             ConnectionState::Synchronized => self.metrics.synchronized(),
-            ConnectionState::Disconnected(_) => self.metrics.disconnected(),
+            ConnectionState::Disconnected(_) | ConnectionState::Unsupported(_) => {
+                self.metrics.disconnected()
+            }
         }
         match state {
             ConnectionState::Configured(info) => self.set_status(|s| {
@@ -197,6 +199,15 @@ impl NriPlugin for GraftPlugin {
                 s.synchronized = false;
                 s.message = Some(reason);
             }),
+            // Never for graft-nri: every runtime with NRI has CreateContainer.
+            ConnectionState::Unsupported(info) => self.set_status(|s| {
+                s.connected = false;
+                s.synchronized = false;
+                s.message = Some(format!(
+                    "{} {} has no event graft-nri needs",
+                    info.name, info.version
+                ));
+            }),
         }
     }
 
@@ -205,6 +216,7 @@ impl NriPlugin for GraftPlugin {
             Request::Configure => RequestKind::Configure,
             Request::Synchronize => RequestKind::Synchronize,
             Request::CreateContainer => RequestKind::CreateContainer,
+            Request::ValidateContainerAdjustment => RequestKind::Other,
             Request::Lifecycle(Event::STOP_CONTAINER) => RequestKind::StopContainer,
             Request::Lifecycle(Event::REMOVE_CONTAINER) => RequestKind::RemoveContainer,
             Request::Lifecycle(_) => RequestKind::Other,

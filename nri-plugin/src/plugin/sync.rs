@@ -8,7 +8,9 @@
 //! and its validator counts it as present, so the next container made after graft-nri died
 //! starts without graft's edits. containerd 2.2 and 2.4 drop a plugin's evictions (the
 //! adaptation keeps only adjustments and updates, of its own requests and of answers
-//! alike), so graft-nri can only report it (`tests/suite/nri_killed_bursts.rs`).
+//! alike), so graft-nri alone can only report it. graft's validator (`validator.rs`)
+//! refuses such a container on containerd 2.2+ (`tests/suite/nri_killed_bursts.rs`), so
+//! this report is what remains on containerd 1.7 and where the validator is turned off.
 
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;

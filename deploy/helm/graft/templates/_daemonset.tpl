@@ -205,10 +205,16 @@ spec:
             {{- with .Values.driverExtraVolumeMounts }}
             {{- toYaml . | nindent 12 }}
             {{- end }}
-        - name: graft-nri
+        {{- /* graft-nri, and graft's NRI validator (the same binary with --validate, a
+        process of its own so that it outlives graft-nri's death): the same settings, so
+        that the validator plans each container exactly as graft-nri does. */}}
+        {{- $root := . }}
+        {{- range $validate := ternary (list false true) (list false) .Values.nriValidator.enabled }}
+        {{- with $root }}
+        - name: {{ ternary "graft-nri-validator" "graft-nri" $validate }}
           image: {{ include "graft.image" . }}
           imagePullPolicy: {{ .Values.image.pullPolicy }}
-          command: ["/usr/bin/graft-nri", "--socket", {{ .Values.nriSocket | quote }}, "--state-dir", "/var/lib/graft"]
+          command: ["/usr/bin/graft-nri", "--socket", {{ .Values.nriSocket | quote }}, "--state-dir", "/var/lib/graft"{{ if $validate }}, "--validate"{{ end }}]
           env:
             # The pod's IP (the node's: hostNetwork).
             - name: POD_IP
@@ -229,11 +235,26 @@ spec:
             {{- end }}
             - name: GRAFT_LOG_FORMAT
               value: {{ .Values.logFormat | quote }}
+            {{- if not $validate }}
             - name: GRAFT_METRICS_ADDR
               value: {{ .Values.metrics.nriAddr | quote }}
+            {{- end }}
             {{- with .Values.nriExtraEnv }}
             {{- toYaml . | nindent 12 }}
             {{- end }}
+          {{- if $validate }}
+          # Ready once containerd configured it (or, on a containerd without validation,
+          # idle: nothing to wait for).
+          readinessProbe:
+            exec: {command: ["/usr/bin/graft-nri", "--validate", "--probe", "ready"]}
+            periodSeconds: 5
+            timeoutSeconds: 5
+          livenessProbe:
+            exec: {command: ["/usr/bin/graft-nri", "--validate", "--probe", "live"]}
+            periodSeconds: 10
+            timeoutSeconds: 5
+            failureThreshold: 6
+          {{- else }}
           # Ready: connected and synchronized with containerd; a new instance waiting for
           # the old one to exit is ready while the old one is (it serves the node).
           readinessProbe:
@@ -245,6 +266,7 @@ spec:
             periodSeconds: 10
             timeoutSeconds: 5
             failureThreshold: 6
+          {{- end }}
           {{- with .Values.resources.nri }}
           resources:
             {{- toYaml . | nindent 12 }}
@@ -259,6 +281,8 @@ spec:
             - {name: state, mountPath: /var/lib/graft}
             - {name: host-files, mountPath: /host{{ .Values.filesRoot }}, readOnly: true}
             - {name: run-graft, mountPath: /run/graft}
+        {{- end }}
+        {{- end }}
       volumes:
         - name: plugins-registry
           hostPath: {path: {{ $kubelet }}/plugins_registry, type: DirectoryOrCreate}

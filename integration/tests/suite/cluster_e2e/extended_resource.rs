@@ -40,7 +40,10 @@ pub fn fuse_by_limit(c: &Cluster) -> anyhow::Result<()> {
     );
     // requireGraftNri (on in the testbed) marked it, though it had no claim at admission.
     let marked = &pod["metadata"]["annotations"]["required-plugins.noderesource.dev/pod"];
-    ensure!(marked == "[graft]", "not marked for graft-nri: {marked}");
+    ensure!(
+        marked == "[graft, graft-validator]",
+        "not marked for graft-nri and its validator: {marked}"
+    );
     let rc: Value =
         serde_json::from_str(&c.kubectl(&["get", "resourceclaim", claim, "-o", "json"])?)?;
     let results = &rc["status"]["allocation"]["devices"]["results"];

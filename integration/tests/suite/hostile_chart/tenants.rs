@@ -79,7 +79,7 @@ fn require_graft_nri_marks_every_pod_that_asks_for_devices() -> anyhow::Result<(
     install(cp, "require-nri.yaml", &yaml)?;
     let _ = cp.kubectl(&["create", "namespace", "tenant"]);
     let _ = cp.kubectl(&["create", "serviceaccount", "default", "-n", "tenant"]);
-    let marked = "[graft]";
+    let marked = "[graft, graft-validator]";
     until_active(|| Ok(admitted(cp, &pod("probe", None, true, None))? == marked))?;
 
     let cases = [
