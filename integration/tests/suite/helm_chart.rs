@@ -105,10 +105,11 @@ fn values_reach_the_daemonset() -> anyhow::Result<()> {
     ] {
         ensure!(gpu.contains(want), "{want:?} missing from:\n{gpu}");
     }
-    // The driver root goes to both containers (graft-nri allows mounts from it), and to
-    // graft-mps (nvidia.mps is on), which runs the MPS daemons in it.
+    // The driver root goes to all three containers (graft-nri allows mounts from it, and
+    // its validator plans as it does), and to graft-mps (nvidia.mps is on), which runs the
+    // MPS daemons in it.
     ensure!(
-        gpu.matches("value: /run/nvidia/driver").count() == 3,
+        gpu.matches("value: /run/nvidia/driver").count() == 4,
         "{gpu}"
     );
     ensure!(!gpu.contains("name: fuse.graft.dev"), "{gpu}");
@@ -189,6 +190,70 @@ fn admission_policy_version() -> anyhow::Result<()> {
     ]);
     let pinned = tb.render_chart(&args)?;
     ensure!(pinned.contains(&kind("v1beta1")), "{pinned}");
+    Ok(())
+}
+
+/// graft's NRI validator runs beside graft-nri as shipped, with graft-nri's settings (it
+/// plans each container as graft-nri does) and nothing more; requireGraftNri then names it.
+/// Turned off, it is gone and the policy requires graft-nri alone.
+#[test]
+fn the_nri_validator_runs_with_graft_nris_settings() -> anyhow::Result<()> {
+    let tb = Testbed::load()?;
+    let container = |yaml: &str, name: &str| -> Option<String> {
+        let start = yaml.find(&format!("        - name: {name}\n"))?;
+        let rest = &yaml[start + 1..];
+        let end = rest
+            .find("\n        - name: ")
+            .or_else(|| rest.find("\n      volumes:"))
+            .unwrap_or(rest.len());
+        Some(rest[..end].to_string())
+    };
+    let gpu_values = chart().join("values-gpu.yaml").to_string_lossy().into_owned();
+    let extra = [
+        "--set",
+        "requireGraftNri.enabled=true",
+        "--set",
+        "nriExtraEnv[0].name=GRAFT_NVIDIA_LDCONFIG",
+        "--set",
+        "nriExtraEnv[0].value=/sbin/ldconfig",
+        "-f",
+        &gpu_values,
+    ];
+    let on = tb.render_chart(&extra)?;
+    // The GPU nodes' DaemonSet, where graft-nri has the most settings.
+    let gpu = on
+        .find("\n  name: graft-gpu\n")
+        .map(|i| &on[i..])
+        .context("no GPU DaemonSet")?;
+    let nri = container(gpu, "graft-nri").context("no graft-nri container")?;
+    let val = container(gpu, "graft-nri-validator").context("no validator container")?;
+    ensure!(val.contains("\"--validate\"]"), "{val}");
+    ensure!(!val.contains("GRAFT_METRICS_ADDR"), "the validator serves no TCP port: {val}");
+    // Every setting of graft-nri's policy reaches the validator alike.
+    for want in [
+        "name: GRAFT_ALLOWED_MOUNT_ROOTS",
+        "name: GRAFT_HOST_ROOT",
+        "name: GRAFT_NVIDIA_DRIVER_ROOT",
+        "name: GRAFT_NVIDIA_LDCONFIG\n              value: /sbin/ldconfig",
+        "capabilities: {drop: [\"ALL\"]}",
+        "allowPrivilegeEscalation: false",
+    ] {
+        ensure!(nri.contains(want), "{want:?} missing from graft-nri:\n{nri}");
+        ensure!(val.contains(want), "{want:?} missing from the validator:\n{val}");
+    }
+    ensure!(
+        on.contains("\"required-plugins.noderesource.dev/pod\": \"[graft, graft-validator]\""),
+        "the policy does not name the validator"
+    );
+    let mut args = extra.to_vec();
+    args.extend(["--set", "nriValidator.enabled=false"]);
+    let off = tb.render_chart(&args)?;
+    ensure!(container(&off, "graft-nri-validator").is_none(), "{off}");
+    ensure!(container(&off, "graft-nri").is_some(), "{off}");
+    ensure!(
+        off.contains("\"required-plugins.noderesource.dev/pod\": \"[graft]\""),
+        "with the validator off the policy must not require it"
+    );
     Ok(())
 }
 

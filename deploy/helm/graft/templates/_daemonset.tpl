@@ -216,11 +216,13 @@ spec:
           imagePullPolicy: {{ .Values.image.pullPolicy }}
           command: ["/usr/bin/graft-nri", "--socket", {{ .Values.nriSocket | quote }}, "--state-dir", "/var/lib/graft"{{ if $validate }}, "--validate"{{ end }}]
           env:
+            {{- if not $validate }}
             # The pod's IP (the node's: hostNetwork).
             - name: POD_IP
               valueFrom:
                 fieldRef:
                   fieldPath: status.podIP
+            {{- end }}
             - name: RUST_LOG
               value: {{ .Values.logLevel | quote }}
             - name: GRAFT_ALLOWED_MOUNT_ROOTS
