@@ -208,7 +208,10 @@ fn the_nri_validator_runs_with_graft_nris_settings() -> anyhow::Result<()> {
             .unwrap_or(rest.len());
         Some(rest[..end].to_string())
     };
-    let gpu_values = chart().join("values-gpu.yaml").to_string_lossy().into_owned();
+    let gpu_values = chart()
+        .join("values-gpu.yaml")
+        .to_string_lossy()
+        .into_owned();
     let extra = [
         "--set",
         "requireGraftNri.enabled=true",
@@ -228,7 +231,10 @@ fn the_nri_validator_runs_with_graft_nris_settings() -> anyhow::Result<()> {
     let nri = container(gpu, "graft-nri").context("no graft-nri container")?;
     let val = container(gpu, "graft-nri-validator").context("no validator container")?;
     ensure!(val.contains("\"--validate\"]"), "{val}");
-    ensure!(!val.contains("GRAFT_METRICS_ADDR"), "the validator serves no TCP port: {val}");
+    ensure!(
+        !val.contains("GRAFT_METRICS_ADDR"),
+        "the validator serves no TCP port: {val}"
+    );
     // Every setting of graft-nri's policy reaches the validator alike.
     for want in [
         "name: GRAFT_ALLOWED_MOUNT_ROOTS",
@@ -238,8 +244,14 @@ fn the_nri_validator_runs_with_graft_nris_settings() -> anyhow::Result<()> {
         "capabilities: {drop: [\"ALL\"]}",
         "allowPrivilegeEscalation: false",
     ] {
-        ensure!(nri.contains(want), "{want:?} missing from graft-nri:\n{nri}");
-        ensure!(val.contains(want), "{want:?} missing from the validator:\n{val}");
+        ensure!(
+            nri.contains(want),
+            "{want:?} missing from graft-nri:\n{nri}"
+        );
+        ensure!(
+            val.contains(want),
+            "{want:?} missing from the validator:\n{val}"
+        );
     }
     ensure!(
         on.contains("\"required-plugins.noderesource.dev/pod\": \"[graft, graft-validator]\""),
