@@ -16,6 +16,7 @@ mod extender;
 mod observability;
 mod pod_security;
 mod pools;
+mod umbrella;
 mod values;
 
 fn top() -> PathBuf {
