@@ -86,10 +86,16 @@ pub struct Args {
     /// Event (a graft pod restart stays quiet).
     #[arg(long, env = "GRAFT_NRI_EVENT_GRACE_SECONDS", default_value_t = 30)]
     pub nri_event_grace_seconds: u64,
-    /// Publish NVIDIA GPUs even while a device plugin advertises `nvidia.com/` resources on
-    /// this Node (the two are kept apart some other way); otherwise they are withheld.
+    /// Publish NVIDIA GPUs even while a GPU device plugin advertises its resources on this
+    /// Node (the two are kept apart some other way); otherwise they are withheld.
     #[arg(long, env = "GRAFT_ALLOW_DEVICE_PLUGIN_COEXISTENCE")]
     pub allow_device_plugin_coexistence: bool,
+    /// More Node resources that mean a GPU device plugin runs on this node (names, or
+    /// prefixes ending in `*`, separated by commas), beside nvidia.com/gpu,
+    /// nvidia.com/gpu.shared and nvidia.com/mig-*. NVIDIA's other resources (the Network
+    /// Operator's nvidia.com/hostdev, RDMA devices) withhold nothing.
+    #[arg(long, env = "GRAFT_DEVICE_PLUGIN_RESOURCES", value_delimiter = ',')]
+    pub device_plugin_resources: Vec<String>,
     /// Keep the pods bound to this node from a watch, so that a prepare reads only its
     /// claims, not also their pods; needs `list` and `watch` on pods cluster-wide, which
     /// the chart grants only with `driver.podCache`.

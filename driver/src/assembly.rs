@@ -165,6 +165,7 @@ pub async fn run(
                 events.clone(),
                 coexistence_tx,
                 Duration::from_secs(args.device_plugin_check_seconds.max(1)),
+                args.device_plugin_resources.clone(),
             ),
         );
     }

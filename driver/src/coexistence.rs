@@ -1,9 +1,15 @@
 //! NVIDIA's device plugin beside graft on one node: both would hand out the same GPUs. The
-//! device plugin advertises `nvidia.com/<resource>` in the Node's capacity; while it does,
-//! graft withholds its NVIDIA GPUs (full GPUs, MIG devices, VFIO functions) from its
+//! device plugin advertises its GPUs in the Node's capacity (`nvidia.com/gpu`, time-sliced
+//! `nvidia.com/gpu.shared`, MIG's `nvidia.com/mig-<profile>`); while it does, graft
+//! withholds its NVIDIA GPUs (full GPUs, MIG devices, VFIO functions) from its
 //! ResourceSlices and says so with a Warning Event on the Node, until the resource is gone
 //! or the operator says the two are kept apart (`--allow-device-plugin-coexistence`).
 //! Until the first look at the Node, GPUs are withheld too: better late than twice.
+//!
+//! Only GPU resources count: NVIDIA's other operators advertise under the same prefix (the
+//! Network Operator's `nvidia.com/hostdev`, RDMA's shared devices), and a NIC plugin beside
+//! graft hands out no GPU. A GPU plugin renamed elsewhere is named with
+//! `--device-plugin-resources`.
 
 use std::time::Duration;
 
@@ -15,8 +21,13 @@ use tokio::sync::watch;
 use crate::events::{node_ref, Poster};
 use crate::model::Kind;
 
-/// The resource prefix NVIDIA's device plugin advertises under.
-pub const PREFIX: &str = "nvidia.com/";
+/// What NVIDIA's GPU device plugin advertises: whole GPUs, their time-sliced or MPS
+/// replicas under the `.shared` rename, and MIG devices (`mig-<profile>`, also `.shared`).
+const GPU_RESOURCES: [&str; 3] = [
+    "nvidia.com/gpu",
+    "nvidia.com/gpu.shared",
+    "nvidia.com/mig-*",
+];
 /// The Warning Event's reason.
 pub const BESIDE: &str = "DevicePluginBesideGraft";
 /// The Normal Event's reason when the device plugin's resources are gone.
@@ -41,8 +52,23 @@ impl Verdict {
     }
 }
 
-/// The device plugin resources the Node advertises with a non-zero quantity.
-pub fn plugin_resources(node: &Node) -> Vec<String> {
+/// Whether `name` matches `pattern`: the same name, or the pattern's prefix when it ends
+/// in `*`.
+fn matches(pattern: &str, name: &str) -> bool {
+    match pattern.strip_suffix('*') {
+        Some(prefix) => name.starts_with(prefix),
+        None => name == pattern,
+    }
+}
+
+/// Whether a Node resource means a GPU device plugin runs there: one of NVIDIA's GPU
+/// resources, or one of `extra` (names, or prefixes ending in `*`).
+pub fn is_gpu_plugin_resource(name: &str, extra: &[String]) -> bool {
+    GPU_RESOURCES.iter().any(|p| matches(p, name)) || extra.iter().any(|p| matches(p, name))
+}
+
+/// The GPU device plugin resources the Node advertises with a non-zero quantity.
+pub fn plugin_resources(node: &Node, extra: &[String]) -> Vec<String> {
     let status = node.status.as_ref();
     let mut found: Vec<String> = [
         status.and_then(|s| s.capacity.as_ref()),
@@ -51,7 +77,7 @@ pub fn plugin_resources(node: &Node) -> Vec<String> {
     .into_iter()
     .flatten()
     .flat_map(|m| m.iter())
-    .filter(|(k, q)| k.starts_with(PREFIX) && q.0.trim() != "0")
+    .filter(|(k, q)| is_gpu_plugin_resource(k, extra) && q.0.trim() != "0")
     .map(|(k, _)| k.clone())
     .collect();
     found.sort();
@@ -95,12 +121,13 @@ pub async fn run(
     poster: Poster,
     tx: watch::Sender<Verdict>,
     every: Duration,
+    extra: Vec<String>,
 ) {
     let nodes: Api<Node> = Api::all(client);
     loop {
         match nodes.get(&node).await {
             Ok(n) => {
-                let found = plugin_resources(&n);
+                let found = plugin_resources(&n, &extra);
                 let now = if found.is_empty() {
                     Verdict::Clear
                 } else {
@@ -139,16 +166,44 @@ mod tests {
     }
 
     #[test]
-    fn only_nonzero_nvidia_resources_count() {
-        assert!(plugin_resources(&node(&[("cpu", "4"), ("graft.dev/fuse", "1")])).is_empty());
-        assert!(plugin_resources(&node(&[("nvidia.com/gpu", "0")])).is_empty());
+    fn only_nonzero_gpu_plugin_resources_count() {
+        let none: &[String] = &[];
+        assert!(plugin_resources(&node(&[("cpu", "4"), ("graft.dev/fuse", "1")]), none).is_empty());
+        assert!(plugin_resources(&node(&[("nvidia.com/gpu", "0")]), none).is_empty());
         assert_eq!(
-            plugin_resources(&node(&[
-                ("nvidia.com/gpu", "8"),
-                ("nvidia.com/mig-1g.10gb", "7")
-            ])),
-            ["nvidia.com/gpu", "nvidia.com/mig-1g.10gb"]
+            plugin_resources(
+                &node(&[
+                    ("nvidia.com/gpu", "8"),
+                    ("nvidia.com/mig-1g.10gb", "7"),
+                    ("nvidia.com/gpu.shared", "32"),
+                    ("nvidia.com/mig-1g.10gb.shared", "14"),
+                ]),
+                none
+            ),
+            [
+                "nvidia.com/gpu",
+                "nvidia.com/gpu.shared",
+                "nvidia.com/mig-1g.10gb",
+                "nvidia.com/mig-1g.10gb.shared"
+            ]
         );
+    }
+
+    #[test]
+    fn network_operator_resources_withhold_nothing_unless_named() {
+        let none: &[String] = &[];
+        let nics = node(&[
+            ("nvidia.com/hostdev", "4"),
+            ("nvidia.com/rdma_shared_device_a", "63"),
+            ("nvidia.com/sriov_rdma", "8"),
+            ("nvidia.com/gpux", "1"),
+        ]);
+        assert!(plugin_resources(&nics, none).is_empty());
+        // A GPU plugin that renamed its resource is named by the operator, or a prefix.
+        let extra = ["nvidia.com/gpux".to_string(), "example.com/gpu-*".into()];
+        assert_eq!(plugin_resources(&nics, &extra), ["nvidia.com/gpux"]);
+        assert!(is_gpu_plugin_resource("example.com/gpu-a100", &extra));
+        assert!(!is_gpu_plugin_resource("example.com/gpu", &extra));
     }
 
     #[test]

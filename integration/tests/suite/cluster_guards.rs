@@ -103,10 +103,14 @@ fn gpus_published(c: &Cluster) -> anyhow::Result<bool> {
 /// an extended resource is advertised by hand (a status patch; the kubelet keeps resources
 /// it does not manage).
 fn device_plugin_resource(c: &Cluster, count: Option<u32>) -> anyhow::Result<()> {
+    node_resource(c, "nvidia.com/gpu", count)
+}
+
+/// Sets or removes extended resource `name` on the Node's status, as above.
+fn node_resource(c: &Cluster, name: &str, count: Option<u32>) -> anyhow::Result<()> {
     let v = count.map_or("null".to_string(), |n| format!("\"{n}\""));
-    let patch = format!(
-        r#"{{"status":{{"capacity":{{"nvidia.com/gpu":{v}}},"allocatable":{{"nvidia.com/gpu":{v}}}}}}}"#
-    );
+    let patch =
+        format!(r#"{{"status":{{"capacity":{{"{name}":{v}}},"allocatable":{{"{name}":{v}}}}}}}"#);
     c.kubectl(&[
         "patch",
         "node",
@@ -163,6 +167,48 @@ fn device_plugin_beside_graft_is_refused() -> anyhow::Result<()> {
         })();
         // The Node is the bed's: never leave the resource on it for the next test.
         let cleanup = device_plugin_resource(c, None);
+        result.and(cleanup)
+    })
+}
+
+/// NVIDIA's Network Operator advertises its NIC resources under `nvidia.com/` too (SR-IOV
+/// functions as `nvidia.com/hostdev`, shared RDMA devices): on a GPU node running graft as
+/// shipped, they withhold no GPU and post no Event.
+#[test]
+fn network_operator_resources_withhold_nothing() -> anyhow::Result<()> {
+    with_bed(|bed| {
+        bed.fresh(&GpuValues::default(), |_| Ok(()))?;
+        let c = &bed.cluster;
+        ensure!(gpus_published(c)?, "no GPU published to begin with");
+        const NICS: [&str; 2] = ["nvidia.com/hostdev", "nvidia.com/rdma_shared_device_a"];
+        // Another test on this bed may have left its Event: only a new one counts.
+        let before = events(c, "DevicePluginBesideGraft")?;
+        let result = (|| {
+            for nic in NICS {
+                node_resource(c, nic, Some(4))?;
+            }
+            // graft-driver looks at its Node every 30 s: two looks and a little.
+            let start = Instant::now();
+            while start.elapsed() < Duration::from_secs(65) {
+                ensure!(
+                    gpus_published(c)?,
+                    "GPUs withheld for the Network Operator's resources after {:?}",
+                    start.elapsed()
+                );
+                std::thread::sleep(Duration::from_secs(1));
+            }
+            let after = events(c, "DevicePluginBesideGraft")?;
+            ensure!(
+                after == before,
+                "a Warning Event for NIC resources: {after}"
+            );
+            Ok(())
+        })();
+        // The Node is the bed's: never leave the resources on it for the next test.
+        let mut cleanup = Ok(());
+        for nic in NICS {
+            cleanup = cleanup.and(node_resource(c, nic, None));
+        }
         result.and(cleanup)
     })
 }

@@ -3,7 +3,8 @@
 //! device plugin advertises it, written here into the Node's status as the kubelet would),
 //! graft's GPUs leave its ResourceSlices, the other devices stay, and a Warning Event on the
 //! Node says why; when the resource goes, the GPUs come back with a Normal Event. With
-//! `--allow-device-plugin-coexistence` nothing is withheld.
+//! `--allow-device-plugin-coexistence` nothing is withheld, and NVIDIA's resources that are
+//! not GPUs (the Network Operator's) withhold nothing unless named as a GPU plugin's.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -62,9 +63,18 @@ async fn reasons(c: &kube::Client, node: &str) -> anyhow::Result<Vec<String>> {
 }
 
 async fn set_capacity(c: &kube::Client, node: &str, gpus: Option<&str>) -> anyhow::Result<()> {
+    set_resource(c, node, "nvidia.com/gpu", gpus).await
+}
+
+/// Sets (or, with `None`, removes) extended resource `name` in the Node's status.
+async fn set_resource(
+    c: &kube::Client,
+    node: &str,
+    name: &str,
+    count: Option<&str>,
+) -> anyhow::Result<()> {
     let nodes: Api<Node> = Api::all(c.clone());
-    let status = json!({"status": {"capacity": {"nvidia.com/gpu": gpus},
-        "allocatable": {"nvidia.com/gpu": gpus}}});
+    let status = json!({"status": {"capacity": {name: count}, "allocatable": {name: count}}});
     nodes
         .patch_status(node, &PatchParams::default(), &Patch::Merge(&status))
         .await?;
@@ -153,6 +163,53 @@ async fn gpus_are_withheld_beside_a_device_plugin() -> anyhow::Result<()> {
         gpus(&names(&c, "dp-node-2").await?),
         "GPUs withheld although allowed"
     );
+    drop(dra);
+    Ok(())
+}
+
+/// The Network Operator's resources (a NIC's virtual functions, RDMA devices) share the
+/// `nvidia.com/` prefix with the GPU device plugin's: they withhold nothing. A GPU plugin
+/// that renamed its resource does, once `--device-plugin-resources` names it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nic_resources_keep_the_gpus_and_a_named_gpu_resource_does_not() -> anyhow::Result<()> {
+    let dir = tempfile::Builder::new().prefix("gdn").tempdir_in("/tmp")?;
+    let fake = FakeNode::create(dir.path())?;
+    let hook = dir.path().join("bin/graft-hook");
+    let source = graft_integration::testbed::static_hook()?;
+    let a = args(
+        &fake,
+        &hook,
+        &source,
+        &["--device-plugin-resources", "example.com/gpu-*"],
+    );
+    let a: Vec<&str> = a.iter().map(String::as_str).collect();
+    let cp = apiserver::shared()?;
+    let node = "dp-node-nic";
+    let dra = DraNode::start_with(cp, node, DEVICES, &a).await?;
+    let c = dra.client.clone();
+    let gpus = |n: &[String]| n.iter().any(|d| d.starts_with("gpu-"));
+    wait_names(&c, node, "the GPUs published", gpus).await?;
+    for nic in ["nvidia.com/hostdev", "nvidia.com/rdma_shared_device_a"] {
+        set_resource(&c, node, nic, Some("4")).await?;
+    }
+    // Five looks at the Node (every second) with the NIC resources on it.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    ensure!(
+        gpus(&names(&c, node).await?),
+        "GPUs withheld for the Network Operator's resources"
+    );
+    ensure!(
+        !reasons(&c, node)
+            .await?
+            .iter()
+            .any(|r| r == "DevicePluginBesideGraft"),
+        "a Warning Event for the Network Operator's resources"
+    );
+    set_resource(&c, node, "example.com/gpu-a100", Some("8")).await?;
+    wait_names(&c, node, "the GPUs withheld for the named resource", |n| {
+        !gpus(n) && !n.is_empty()
+    })
+    .await?;
     drop(dra);
     Ok(())
 }

@@ -136,9 +136,14 @@ spec:
               value: "true"
             {{- end }}
             {{- if .Values.nvidia.allowDevicePluginCoexistence }}
-            # Publish GPUs even where a device plugin advertises nvidia.com/ resources.
+            # Publish GPUs even where a GPU device plugin advertises its resources.
             - name: GRAFT_ALLOW_DEVICE_PLUGIN_COEXISTENCE
               value: "true"
+            {{- end }}
+            {{- with .Values.nvidia.devicePluginResources }}
+            # More resources that mean a GPU device plugin runs on the node.
+            - name: GRAFT_DEVICE_PLUGIN_RESOURCES
+              value: {{ join "," . | quote }}
             {{- end }}
             {{- end }}
             {{- if .Values.podCache }}
