@@ -198,11 +198,7 @@ fn main() -> anyhow::Result<()> {
     let metrics = Arc::new(NriMetrics::default());
     let holding = Arc::new(AtomicBool::new(false));
 
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .context("starting the async runtime")?;
+    let rt = runtime()?;
     rt.block_on(async move {
         tracing::info!(version = env!("CARGO_PKG_VERSION"), state_dir = %args.state_dir.display(), "graft-nri starting");
         // From the start, so that probes answer while this instance waits for the lock.
@@ -244,6 +240,16 @@ fn main() -> anyhow::Result<()> {
             }
         }
     })
+}
+
+/// The async runtime both modes run on: two workers, so that a hung read on one leaves the
+/// other to answer the runtime (`reads`).
+fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("starting the async runtime")
 }
 
 /// Why the NRI session ended, logged at error (a pre-installed plugin's stderr is

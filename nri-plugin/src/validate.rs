@@ -5,8 +5,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::Context;
-
 use graft_nri::validator::{Standing, Validator};
 use graft_nri_sdk::{self as sdk, Options};
 use graft_telemetry::Endpoints;
@@ -55,11 +53,7 @@ pub fn main(
     health_socket: &std::path::Path,
     opts: Options,
 ) -> anyhow::Result<()> {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .context("starting the async runtime")?;
+    let rt = crate::runtime()?;
     rt.block_on(async move {
         tracing::info!(
             version = env!("CARGO_PKG_VERSION"),
