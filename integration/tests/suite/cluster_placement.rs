@@ -32,6 +32,20 @@ fn node_of(c: &Cluster, pod: &str) -> anyhow::Result<String> {
     c.kubectl(&["get", "pod", pod, "-o", "jsonpath={.spec.nodeName}"])
 }
 
+/// The extender's `prioritize` calls by outcome, for a failure's message.
+fn outcomes() -> String {
+    scrape::tcp_get(EXTENDER_METRICS, "/metrics")
+        .map(|(_, text)| {
+            text.lines()
+                .filter(|l| {
+                    l.starts_with("graft_scheduler_extender_calls_total{verb=\"prioritize\"")
+                })
+                .collect::<Vec<_>>()
+                .join("; ")
+        })
+        .unwrap_or_else(|e| format!("metrics unreadable: {e:#}"))
+}
+
 /// Runs `pod` and says how long it took to be Running.
 fn runs(c: &Cluster, name: &str, yaml: &str) -> anyhow::Result<Duration> {
     let start = Instant::now();
@@ -95,10 +109,43 @@ fn extender_down_does_not_block_scheduling() -> anyhow::Result<()> {
     // Half of the second node's GPUs taken: packing puts the next pod there.
     runs(c, "hold", &gpu_pod("hold", 4, Some(&second)))?;
     let before = scored();
-    let took = runs(c, "packed", &gpu_pod("packed", 1, None))?;
+    // Held by a scheduling gate until its claim exists and has had time to reach the
+    // extender's own watch: under load that watch can trail kube-scheduler's, and a pod
+    // asked about before the extender knows its claim is scored as asking for nothing.
+    let gated = gpu_pod("packed", 1, None).replace(
+        "spec:\n  terminationGracePeriodSeconds: 1",
+        "spec:\n  schedulingGates: [{name: graft.dev/test-hold}]\n  terminationGracePeriodSeconds: 1",
+    );
+    ensure!(gated.contains("schedulingGates"), "{gated}");
+    let start = Instant::now();
+    c.apply(&gated)?;
+    wait_until("the gated pod's claim was never made", || {
+        Ok(!c
+            .kubectl(&[
+                "get",
+                "pod",
+                "packed",
+                "-o",
+                "jsonpath={.status.resourceClaimStatuses[*].resourceClaimName}",
+            ])?
+            .trim()
+            .is_empty())
+    })?;
+    std::thread::sleep(Duration::from_secs(3));
+    c.kubectl(&[
+        "patch",
+        "pod",
+        "packed",
+        "--type=json",
+        "-p",
+        r#"[{"op":"remove","path":"/spec/schedulingGates"}]"#,
+    ])?;
+    c.wait_phase("packed", "Running")?;
+    let took = start.elapsed();
     ensure!(
         scored() > before,
-        "kube-scheduler never had the extender score a GPU pod"
+        "kube-scheduler never had the extender score a GPU pod (calls: {})",
+        outcomes()
     );
     let node = node_of(c, "packed")?;
     ensure!(
