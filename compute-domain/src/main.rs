@@ -93,11 +93,7 @@ async fn main() -> anyhow::Result<()> {
         .context("connecting to the API server")?;
     let mut registry = Registry::default();
     graft_telemetry::register_process(&mut registry);
-    graft_telemetry::register_build_info(
-        &mut registry,
-        "graft_compute_domain_build_info",
-        env!("CARGO_PKG_VERSION"),
-    );
+    graft_telemetry::register_build_info(&mut registry, "graft_compute_domain_build_info");
     let metrics = Metrics::register(&mut registry);
     let ready: graft_telemetry::ReadyCheck = Arc::new(|| Ok("ok".to_string()));
     let tcp = graft_telemetry::parse_addr(&args.metrics_addr)?;

@@ -24,11 +24,7 @@ pub fn endpoints(
     let mut registry = Registry::default();
     metrics.register(&mut registry);
     graft_telemetry::register_process(&mut registry);
-    graft_telemetry::register_build_info(
-        &mut registry,
-        "graft_driver_build_info",
-        env!("CARGO_PKG_VERSION"),
-    );
+    graft_telemetry::register_build_info(&mut registry, "graft_driver_build_info");
     let m = metrics.clone();
     let ready = move || {
         let state = registration

@@ -56,7 +56,7 @@ pub fn snapshot(
         version: DEVICES_VERSION,
         driver: driver.to_string(),
         node: node.to_string(),
-        driver_version: env!("CARGO_PKG_VERSION").to_string(),
+        driver_version: graft_telemetry::VERSION.to_string(),
         pid: std::process::id(),
         updated_ms: 0,
         devices: published

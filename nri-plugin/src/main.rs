@@ -200,7 +200,7 @@ fn main() -> anyhow::Result<()> {
 
     let rt = runtime()?;
     rt.block_on(async move {
-        tracing::info!(version = env!("CARGO_PKG_VERSION"), state_dir = %args.state_dir.display(), "graft-nri starting");
+        tracing::info!(version = graft_telemetry::VERSION, state_dir = %args.state_dir.display(), "graft-nri starting");
         // From the start, so that probes answer while this instance waits for the lock.
         let endpoints = endpoints::endpoints(
             &metrics,

@@ -15,11 +15,7 @@ pub fn endpoints(validator: &Arc<Validator>) -> Endpoints {
     let mut registry = Registry::default();
     validator.register(&mut registry);
     graft_telemetry::register_process(&mut registry);
-    graft_telemetry::register_build_info(
-        &mut registry,
-        "graft_nri_validator_build_info",
-        env!("CARGO_PKG_VERSION"),
-    );
+    graft_telemetry::register_build_info(&mut registry, "graft_nri_validator_build_info");
     let v = validator.clone();
     let ready = move || match v.standing() {
         Standing::Serving(s) => Ok(format!("ready: {s}")),
@@ -56,7 +52,7 @@ pub fn main(
     let rt = crate::runtime()?;
     rt.block_on(async move {
         tracing::info!(
-            version = env!("CARGO_PKG_VERSION"),
+            version = graft_telemetry::VERSION,
             name = %opts.name, index = %opts.index,
             "graft-nri starting as graft's NRI validator"
         );

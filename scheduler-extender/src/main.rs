@@ -77,11 +77,7 @@ async fn main() -> anyhow::Result<()> {
         .context("connecting to the API server")?;
     let mut registry = Registry::default();
     graft_telemetry::register_process(&mut registry);
-    graft_telemetry::register_build_info(
-        &mut registry,
-        "graft_scheduler_extender_build_info",
-        env!("CARGO_PKG_VERSION"),
-    );
+    graft_telemetry::register_build_info(&mut registry, "graft_scheduler_extender_build_info");
     let metrics = Metrics::register(&mut registry);
     let (caches, watching) = Caches::watch(client.clone(), &args.driver);
     // A qualified name, as the Events API asks of reportingController.

@@ -32,11 +32,18 @@ struct VersionLabel {
     version: String,
 }
 
-/// Registers `<name>{version="..."} 1`, the usual build information gauge.
-pub fn register_build_info(registry: &mut Registry, name: &str, version: &str) {
+/// graft's version: what the release build stamps (deploy/release/build.sh sets
+/// GRAFT_VERSION to the release's, v0.2.0), else the crates' own (a build from a checkout).
+pub const VERSION: &str = match option_env!("GRAFT_VERSION") {
+    Some(v) => v,
+    None => env!("CARGO_PKG_VERSION"),
+};
+
+/// Registers `<name>{version="..."} 1`, the usual build information gauge, with [`VERSION`].
+pub fn register_build_info(registry: &mut Registry, name: &str) {
     let info = Family::<VersionLabel, Gauge>::default();
     info.get_or_create(&VersionLabel {
-        version: version.to_string(),
+        version: VERSION.to_string(),
     })
     .set(1);
     registry.register(name, "Build information: the running version", info);

@@ -11,7 +11,7 @@ use crate::*;
 
 fn endpoints(ready: Arc<AtomicBool>) -> Endpoints {
     let mut reg = Registry::default();
-    register_build_info(&mut reg, "graft_test_build_info", "1.2.3");
+    register_build_info(&mut reg, "graft_test_build_info");
     register_process(&mut reg);
     let c = Counter::<u64>::default();
     c.inc();
@@ -68,7 +68,7 @@ async fn raw(path: &std::path::Path, bytes: Vec<u8>) -> String {
 fn encoding_names_the_metrics() {
     let text = endpoints(Arc::new(AtomicBool::new(true))).encode().unwrap();
     assert!(
-        text.contains("graft_test_build_info{version=\"1.2.3\"} 1"),
+        text.contains(&format!("graft_test_build_info{{version=\"{VERSION}\"}} 1")),
         "{text}"
     );
     assert!(text.contains("graft_test_things_total 1"), "{text}");
