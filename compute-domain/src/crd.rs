@@ -114,13 +114,19 @@ pub fn crd_json() -> Result<String, serde_json::Error> {
     serde_json::to_string_pretty(&ComputeDomain::crd())
 }
 
-/// The chart's template of the CRD: [`crd_json`] behind `computeDomains.enabled`.
+/// The chart's template of the CRD: [`crd_json`] behind `computeDomains.enabled`, kept by
+/// helm when the release is uninstalled or the value turned off: deleting a CRD deletes every
+/// object of it, and a user's ComputeDomains must not go with a chart operation
+/// (docs/install.md says how to delete it by hand, and when).
 pub fn crd_template() -> Result<String, serde_json::Error> {
+    use kube::CustomResourceExt;
+    let mut crd = serde_json::to_value(ComputeDomain::crd())?;
+    crd["metadata"]["annotations"] = serde_json::json!({"helm.sh/resource-policy": "keep"});
     Ok(format!(
         "{{{{- if .Values.computeDomains.enabled }}}}\n\
          # Generated from graft-compute-domain's types: \
          cargo run -p graft-compute-domain -- --print-crd\n{}\n{{{{- end }}}}\n",
-        crd_json()?
+        serde_json::to_string_pretty(&crd)?
     ))
 }
 
