@@ -22,6 +22,10 @@ CRICTL_VERSION=${CRICTL_VERSION:-v1.36.0}
 # Installs graft on the testbed's cluster from deploy/helm/graft, and renders the plain
 # manifests in deploy/ from it (deploy/helm/generate.sh).
 HELM_VERSION=${HELM_VERSION:-v4.3.1}
+# Checks the chart's PrometheusRule (promtool check rules, and its unit tests:
+# helm_chart::alerts). Prometheus' Go module versions are v0.<major><minor>.<patch> of its
+# release: v0.316.0 is Prometheus 3.16.0.
+PROMTOOL_VERSION=${PROMTOOL_VERSION:-v0.316.0}
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 mkdir -p "$CACHE"/{bin,go,gocache,images,deb,stamps}
@@ -43,9 +47,10 @@ apt_install() {
 # busybox for the test image, a static libc to link the pause binary, protoc for the CRI
 # client crate, jq for the demo output, openssl for the API server's service-account key
 # and the extender's certificates, curl to play kube-scheduler against the extender, the
-# CNI loopback plugin for the cluster's pods that do not use the host network.
+# CNI loopback plugin for the cluster's pods that do not use the host network, socat for
+# the HTTPS in front of install_as_documented's registry.
 apt_install libseccomp-dev pkg-config busybox-static libc6-dev gcc protobuf-compiler jq openssl curl \
-  containernetworking-plugins
+  containernetworking-plugins socat
 
 # containerd 2.2.x and 2.4.x: plain `go install` works from v2.2.1 on (no replace/exclude
 # in go.mod).
@@ -98,6 +103,16 @@ if [ ! -x "$helm/helm" ]; then
   GOBIN="$helm" CGO_ENABLED=0 go install \
     -ldflags "-X helm.sh/helm/v4/internal/version.version=$HELM_VERSION" \
     "helm.sh/helm/v4/cmd/helm@$HELM_VERSION"
+fi
+
+promtool="$CACHE/bin/promtool-$PROMTOOL_VERSION"
+if [ ! -x "$promtool/promtool" ]; then
+  log "building promtool $PROMTOOL_VERSION (a few minutes on a cold cache)"
+  mkdir -p "$promtool"
+  prom_release=${PROMTOOL_VERSION#v0.}
+  GOBIN="$promtool" CGO_ENABLED=0 go install \
+    -ldflags "-X github.com/prometheus/common/version.Version=${prom_release:0:1}.${prom_release:1}" \
+    "github.com/prometheus/prometheus/cmd/promtool@$PROMTOOL_VERSION"
 fi
 
 # containerd 1.7.24 from Debian trixie, downloaded and unpacked only: installing it would
@@ -184,6 +199,7 @@ GRAFT_RUNC=$CACHE/bin/runc
 GRAFT_RUNC_OLD=$runc_old/runc
 GRAFT_CRICTL=$CACHE/bin/crictl
 GRAFT_HELM=$helm/helm
+GRAFT_PROMTOOL=$promtool/promtool
 GRAFT_CONTAINERD_2=$c2
 GRAFT_CONTAINERD_24=$c24
 GRAFT_CONTAINERD_17=$c17

@@ -11,6 +11,7 @@ use std::process::Command;
 use anyhow::{ensure, Context};
 use graft_integration::Testbed;
 
+mod alerts;
 mod docs;
 mod extender;
 mod observability;
