@@ -90,7 +90,18 @@ impl Cluster {
         Self::up_full(Kubernetes::Newest, bin, devices_toml)
     }
 
+    /// A fresh cluster on `k8s` without graft, for a test that installs it as a user would.
+    pub fn up_without_graft(k8s: Kubernetes) -> anyhow::Result<Self> {
+        Self::start(k8s)
+    }
+
     fn up_full(k8s: Kubernetes, bin: &Path, devices_toml: Option<&Path>) -> anyhow::Result<Self> {
+        let c = Self::start(k8s)?;
+        c.deploy_graft_with(bin, devices_toml)?;
+        Ok(c)
+    }
+
+    fn start(k8s: Kubernetes) -> anyhow::Result<Self> {
         let tb = Testbed::load()?;
         let top = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
         let scripts = top.join("integration/testbed/cluster");
@@ -123,7 +134,6 @@ impl Cluster {
             endpoint: "unix:///run/graft-cluster/containerd.sock".into(),
             scripts,
         };
-        c.deploy_graft_with(bin, devices_toml)?;
         Ok(c)
     }
 
@@ -197,10 +207,18 @@ impl Cluster {
 
     /// Applies the manifest `yaml`.
     pub fn apply(&self, yaml: &str) -> anyhow::Result<()> {
+        self.kubectl_with_stdin(&["apply", "-f", "-"], yaml)
+            .map(drop)
+            .context("kubectl apply")
+    }
+
+    /// Runs kubectl with `stdin` as its input: its stdout, or an error with its stderr (an
+    /// admission refusal's message).
+    pub fn kubectl_with_stdin(&self, args: &[&str], stdin: &str) -> anyhow::Result<String> {
         let mut child = Command::new(&self.kubectl)
             .arg("--kubeconfig")
             .arg(&self.kubeconfig)
-            .args(["apply", "-f", "-"])
+            .args(args)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -209,14 +227,14 @@ impl Cluster {
             .stdin
             .take()
             .context("stdin")?
-            .write_all(yaml.as_bytes())?;
+            .write_all(stdin.as_bytes())?;
         let out = child.wait_with_output()?;
         ensure!(
             out.status.success(),
-            "kubectl apply: {}",
+            "kubectl {args:?}: {}",
             String::from_utf8_lossy(&out.stderr)
         );
-        Ok(())
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
     }
 
     /// Runs crictl against the node's containerd.

@@ -6,6 +6,8 @@
 //!
 //! Needs root, the testbed and the workspace binaries, as cluster_e2e does.
 
+mod restricted;
+
 use std::time::{Duration, Instant};
 
 use anyhow::{ensure, Context};

@@ -138,30 +138,40 @@ same names, for pods that may run on any node. */}}
 {{- include "graft.podSchedulingFor" (list . "any") -}}
 {{- end }}
 
-{{/* As graft.podScheduling for one pool of nodes, called with (list $ pool): "any", "gpu"
-(nvidia.gpuNodeSelector added to nodeSelector) or "plain" (the nodes "gpu" leaves out: for
-each key of the GPU node selector a copy of each of the affinity's required node terms (one
-empty term without any) with the key NotIn its value, which a node without the key also
-satisfies; terms are ORed, so a node qualifies when any key differs). */}}
+{{/* As graft.podScheduling for one pool of nodes, called with (list $ pool): "any", "gpu" or
+"plain". A node is a GPU node when it carries any one of nvidia.gpuNodeLabels (key: value);
+a nodeSelector cannot say "any of", so the pools are node affinity ANDed into every
+required term of the affinity value (one empty term without any): "gpu" has a copy of each
+term per label with the key In its value (terms are ORed: one label is enough), "plain" one
+copy of each term with every label's key NotIn its value (which a node without the key also
+satisfies: it has none of them). So every node fits exactly one of the two. */}}
 {{- define "graft.podSchedulingFor" -}}
 {{- $root := index . 0 -}}
 {{- $pool := index . 1 -}}
 {{- $v := $root.Values -}}
-{{- $gpuSel := $v.nvidia.gpuNodeSelector | default dict -}}
+{{- $gpuLabels := include "graft.gpuNodeLabels" $root | fromJson -}}
 {{- $nodeSelector := deepCopy ($v.nodeSelector | default dict) -}}
-{{- if eq $pool "gpu" }}{{ $nodeSelector = mergeOverwrite $nodeSelector (deepCopy $gpuSel) }}{{ end -}}
 {{- $affinity := deepCopy ($v.affinity | default dict) -}}
-{{- if and (eq $pool "plain") $gpuSel -}}
+{{- if and (ne $pool "any") $gpuLabels -}}
 {{- $na := get $affinity "nodeAffinity" | default dict -}}
 {{- $req := get $na "requiredDuringSchedulingIgnoredDuringExecution" | default dict -}}
 {{- $terms := get $req "nodeSelectorTerms" | default (list dict) -}}
 {{- $out := list -}}
 {{- range $t := $terms -}}
-{{- range $k := keys $gpuSel | sortAlpha -}}
+{{- $exprs := get $t "matchExpressions" | default list -}}
+{{- if eq $pool "gpu" -}}
+{{- range $k := keys $gpuLabels | sortAlpha -}}
 {{- $term := deepCopy $t -}}
-{{- $exprs := get $term "matchExpressions" | default list -}}
-{{- $not := dict "key" $k "operator" "NotIn" "values" (list (toString (get $gpuSel $k))) -}}
-{{- $_ := set $term "matchExpressions" (append $exprs $not) -}}
+{{- $_ := set $term "matchExpressions" (append (deepCopy $exprs) (dict "key" $k "operator" "In" "values" (list (get $gpuLabels $k)))) -}}
+{{- $out = append $out $term -}}
+{{- end -}}
+{{- else -}}
+{{- $term := deepCopy $t -}}
+{{- $all := deepCopy $exprs -}}
+{{- range $k := keys $gpuLabels | sortAlpha -}}
+{{- $all = append $all (dict "key" $k "operator" "NotIn" "values" (list (get $gpuLabels $k))) -}}
+{{- end -}}
+{{- $_ := set $term "matchExpressions" $all -}}
 {{- $out = append $out $term -}}
 {{- end -}}
 {{- end -}}
@@ -187,10 +197,23 @@ tolerations:
 {{- end }}
 {{- end }}
 
+{{/* nvidia.gpuNodeLabels as JSON, without the keys set to null (how a user drops a
+default), each value a string. Empty: every node is a GPU node. */}}
+{{- define "graft.gpuNodeLabels" -}}
+{{- $out := dict -}}
+{{- range $k, $val := .Values.nvidia.gpuNodeLabels | default dict -}}
+{{- if not (kindIs "invalid" $val) }}{{ $_ := set $out $k (toString $val) }}{{ end -}}
+{{- end -}}
+{{- toJson $out -}}
+{{- end }}
+
 {{/* Refusals that need no cluster to decide (helm template has none): a class under one of
 the names NVIDIA's device plugin hands GPUs out by (nvidia.com/gpu, nvidia.com/mig-...)
 needs nvidia.allowDevicePluginCoexistence. */}}
 {{- define "graft.guards" -}}
+{{- if hasKey .Values.nvidia "gpuNodeSelector" -}}
+{{- fail "nvidia.gpuNodeSelector is now nvidia.gpuNodeLabels: a node carrying any one of its labels is a GPU node (by default nvidia.com/gpu.present=true or feature.node.kubernetes.io/pci-10de.present=true); move your labels there (docs/configuration.md)" -}}
+{{- end -}}
 {{- if not .Values.nvidia.allowDevicePluginCoexistence -}}
 {{- range $class := .Values.deviceClasses -}}
 {{- $name := include "graft.extendedResourceName" (list $ $class) -}}

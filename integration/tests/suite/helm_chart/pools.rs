@@ -138,10 +138,6 @@ fn privilege_and_the_host_root_reach_gpu_nodes_only() -> anyhow::Result<()> {
         "{gpu:#}"
     );
     ensure!(containers(&gpu)[1]["securityContext"]["privileged"] != true);
-    ensure!(
-        gpu["spec"]["template"]["spec"]["nodeSelector"]["nvidia.com/gpu.present"] == "true",
-        "{gpu:#}"
-    );
     // Same service account and surge rollouts; selectors that keep the GPU DaemonSet to its
     // own pods, which still carry the name every tool finds graft's pods by.
     for ds in [&plain, &gpu] {
@@ -153,11 +149,12 @@ fn privilege_and_the_host_root_reach_gpu_nodes_only() -> anyhow::Result<()> {
     ensure!(selects(&gpu["spec"]["selector"], &gpu), "{gpu:#}");
     // graft-mps goes where the GPU DaemonSet goes.
     let mps = find(&objs, "DaemonSet", "graft-mps").context("no graft-mps")?;
-    ensure!(
-        mps["spec"]["template"]["spec"]["nodeSelector"]
-            == gpu["spec"]["template"]["spec"]["nodeSelector"],
-        "{mps:#}"
-    );
+    for key in ["nodeSelector", "affinity"] {
+        ensure!(
+            mps["spec"]["template"]["spec"][key] == gpu["spec"]["template"]["spec"][key],
+            "{mps:#}"
+        );
+    }
     // Without the nvidia backend: one DaemonSet, everywhere, unprivileged.
     let objs = render(&tb, &[])?;
     ensure!(find(&objs, "DaemonSet", "graft-gpu").is_none());
@@ -169,27 +166,63 @@ fn privilege_and_the_host_root_reach_gpu_nodes_only() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Every node runs exactly one of the two (when it runs graft at all), with the default GPU
-/// selector and with a selector of two labels beside an affinity of two terms.
+const GFD: &str = "nvidia.com/gpu.present";
+const NFD: &str = "feature.node.kubernetes.io/pci-10de.present";
+
+/// A GPU node is found by the label NVIDIA's GPU feature discovery (and GPU Operator) sets or
+/// by Node Feature Discovery's PCI vendor label, either one; a node with neither (or with
+/// them false) runs the plain DaemonSet. The old AND-selector value is refused by name.
 #[test]
-fn the_two_daemonsets_never_share_a_node() -> anyhow::Result<()> {
+fn gpu_nodes_are_found_by_the_gpu_operators_or_nfds_label() -> anyhow::Result<()> {
     let tb = Testbed::load()?;
     let (plain, gpu, _) = pools(&tb, &[])?;
     let os = ("kubernetes.io/os", "linux");
     for (labels, on_gpu) in [
         (vec![os], false),
-        (vec![os, ("nvidia.com/gpu.present", "true")], true),
-        (vec![os, ("nvidia.com/gpu.present", "false")], false),
+        (vec![os, (GFD, "true")], true),
+        (vec![os, (NFD, "true")], true),
+        (vec![os, (GFD, "true"), (NFD, "true")], true),
+        (vec![os, (GFD, "false")], false),
+        (vec![os, (GFD, "false"), (NFD, "false")], false),
     ] {
         let node: Labels = labels.into_iter().collect();
-        ensure!(fits(&gpu, &node) == on_gpu, "{node:?}");
-        ensure!(fits(&plain, &node) != on_gpu, "{node:?}");
+        ensure!(fits(&gpu, &node) == on_gpu, "gpu on {node:?}: {gpu:#}");
+        ensure!(
+            fits(&plain, &node) != on_gpu,
+            "plain on {node:?}: {plain:#}"
+        );
     }
+    // A default dropped (null) no longer marks GPU nodes.
     let (plain, gpu, _) = pools(
         &tb,
         &[
             "--set-json",
-            r#"nvidia.gpuNodeSelector={"nvidia.com/gpu.present":null,"x":"1","y":"2"}"#,
+            &format!(r#"nvidia.gpuNodeLabels={{"{NFD}":null}}"#),
+        ],
+    )?;
+    let nfd_only: Labels = [os, (NFD, "true")].into_iter().collect();
+    ensure!(!fits(&gpu, &nfd_only) && fits(&plain, &nfd_only), "{gpu:#}");
+    let err = pools(&tb, &["--set", "nvidia.gpuNodeSelector.pool=gpu"])
+        .err()
+        .context("the old gpuNodeSelector value was accepted")?;
+    ensure!(
+        format!("{err:#}").contains("nvidia.gpuNodeSelector is now nvidia.gpuNodeLabels"),
+        "{err:#}"
+    );
+    Ok(())
+}
+
+/// Every node runs exactly one of the two (when it runs graft at all), with GPU labels of
+/// its own (either one makes a GPU node) beside an affinity of two terms.
+#[test]
+fn the_two_daemonsets_never_share_a_node() -> anyhow::Result<()> {
+    let tb = Testbed::load()?;
+    let os = ("kubernetes.io/os", "linux");
+    let (plain, gpu, _) = pools(
+        &tb,
+        &[
+            "--set-json",
+            &format!(r#"nvidia.gpuNodeLabels={{"{GFD}":null,"{NFD}":null,"x":"1","y":"2"}}"#),
             "--set-json",
             r#"affinity={"nodeAffinity":{"requiredDuringSchedulingIgnoredDuringExecution":{"nodeSelectorTerms":[{"matchExpressions":[{"key":"pool","operator":"In","values":["a"]}]},{"matchExpressions":[{"key":"pool","operator":"In","values":["b"]}]}]}}}"#,
         ],
@@ -205,7 +238,7 @@ fn the_two_daemonsets_never_share_a_node() -> anyhow::Result<()> {
                     }
                 }
                 let pooled = matches!(pool, Some("a" | "b"));
-                let gpu_node = x == Some("1") && y == Some("2");
+                let gpu_node = x == Some("1") || y == Some("2");
                 ensure!(fits(&gpu, &node) == (pooled && gpu_node), "gpu on {node:?}");
                 ensure!(
                     fits(&plain, &node) == (pooled && !gpu_node),
@@ -216,14 +249,14 @@ fn the_two_daemonsets_never_share_a_node() -> anyhow::Result<()> {
         }
     }
     ensure!(seen == 36);
-    // No GPU selector: every node is a GPU node, and the plain DaemonSet is not rendered.
+    // No GPU labels: every node is a GPU node, and the plain DaemonSet is not rendered.
     let objs = render(
         &tb,
         &[
             "-f",
             chart().join("values-gpu.yaml").to_str().context("path")?,
             "--set",
-            "nvidia.gpuNodeSelector=null",
+            "nvidia.gpuNodeLabels=null",
         ],
     )?;
     ensure!(find(&objs, "DaemonSet", "graft").is_none());

@@ -91,8 +91,8 @@ fn scheduling_values_reach_both_daemonsets() -> anyhow::Result<()> {
     let gpu = chart().join("values-gpu.yaml");
     let gpu = gpu.to_str().context("path")?;
     let plain = tb.render_chart(&["-f", gpu, "--set", "nvidia.mps=all"])?;
-    // graft (the other nodes) has the affinity that keeps it off the GPU nodes
-    // (helm_chart::pools), the GPU nodes' DaemonSets none.
+    // Every DaemonSet has node affinity: graft the one that keeps it off the GPU nodes, the
+    // GPU nodes' DaemonSets the one that finds them (helm_chart::pools).
     for name in ["graft", "graft-gpu", "graft-mps"] {
         let ds = object(&plain, "DaemonSet", name)?;
         for want in [
@@ -102,7 +102,7 @@ fn scheduling_values_reach_both_daemonsets() -> anyhow::Result<()> {
             ensure!(ds.contains(want), "{want:?} missing from:\n{ds}");
         }
         ensure!(
-            ds.contains("affinity:") == (name == "graft") && !ds.contains("imagePullSecrets"),
+            ds.contains("affinity:") && !ds.contains("imagePullSecrets"),
             "{ds}"
         );
         ensure!(!ds.contains("- operator: Exists"), "{ds}");
@@ -343,5 +343,31 @@ fn device_plugin_resource_name_needs_acknowledging() -> anyhow::Result<()> {
         "--set",
         "extendedResourceNames.gpu\\.graft\\.dev=nvidia.com/gpu",
     ])?;
+    Ok(())
+}
+
+/// The ComputeDomain CRD carries helm's keep policy: `helm uninstall` and turning
+/// computeDomains off leave it, and with it every ComputeDomain (deleting a CRD deletes its
+/// objects); docs/install.md says when to delete it by hand. Nothing else is kept.
+#[test]
+fn the_compute_domain_crd_outlives_the_release() -> anyhow::Result<()> {
+    let tb = Testbed::load()?;
+    let objs = super::pools::render(&tb, &["--set", "computeDomains.enabled=true"])?;
+    let crd = super::pools::find(
+        &objs,
+        "CustomResourceDefinition",
+        "computedomains.resource.graft.dev",
+    )
+    .context("no ComputeDomain CRD")?;
+    ensure!(
+        crd["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep",
+        "{crd:#}"
+    );
+    let kept: Vec<_> = objs
+        .iter()
+        .filter(|o| o["metadata"]["annotations"]["helm.sh/resource-policy"].is_string())
+        .map(|o| o["metadata"]["name"].clone())
+        .collect();
+    ensure!(kept.len() == 1, "kept by helm: {kept:?}");
     Ok(())
 }
