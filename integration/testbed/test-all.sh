@@ -36,7 +36,7 @@ run_suite() { (cd integration && RUSTC_BOOTSTRAP=1 "$suite" -Z unstable-options 
 # testbed cluster, which take turns on it, so one at a time: its times are then each
 # test's own) mostly waits on the cluster, while the node tier (containerd, runc, API
 # servers of its own on free ports) and the crates' tests use the CPUs.
-cluster=(cluster_e2e:: cluster_gpu:: cluster_guards:: cluster_multi:: cluster_placement::
+cluster=(cluster_e2e:: cluster_gpu:: cluster_guards:: cluster_install:: cluster_multi:: cluster_placement::
   cluster_tokens:: compute_domain_cluster::)
 skips=()
 for m in "${cluster[@]}"; do skips+=(--skip "$m"); done

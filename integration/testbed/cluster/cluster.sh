@@ -238,6 +238,9 @@ state = "$R/containerd"
   enable = true
 [plugins.'io.containerd.cri.v1.images'.pinned_images]
   sandbox = "registry.k8s.io/pause:3.10.2"
+# Registries' hosts.toml: install_as_documented's local registry and the CA it trusts.
+[plugins.'io.containerd.cri.v1.images'.registry]
+  config_path = "$D/certs.d"
 [plugins.'io.containerd.cri.v1.runtime']
   restrict_oom_score_adj = true
 [plugins.'io.containerd.cri.v1.runtime'.cni]

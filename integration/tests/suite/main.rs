@@ -4,8 +4,8 @@
 //!
 //! The suites run in one process, so what they share is shared on purpose:
 //! - the testbed cluster (one per host): cluster tests take turns through
-//!   `graft_integration::cluster::gpu`'s bed lock ([`cluster_e2e`], [`cluster_multi`] and
-//!   [`compute_domain_cluster`] take the bed down for their own cluster);
+//!   `graft_integration::cluster::gpu`'s bed lock ([`cluster_e2e`], [`cluster_install`],
+//!   [`cluster_multi`] and [`compute_domain_cluster`] take the bed down for their own cluster);
 //! - the API server of the driver suites (`apiserver::shared`), in which each suite uses
 //!   its own node and namespace names; [`hostile_chart`] installs cluster-wide admission
 //!   policies, so it has an API server of its own (`apiserver::named`), as do
@@ -23,6 +23,7 @@ mod common;
 mod cluster_e2e;
 mod cluster_gpu;
 mod cluster_guards;
+mod cluster_install;
 mod cluster_multi;
 mod cluster_placement;
 mod cluster_tokens;
