@@ -34,11 +34,18 @@ log() { echo "[deploy-graft] $*" >&2; }
 tar="$D/graft-image.tar"
 # graft-hook goes into the image statically linked, as the shipped image has it.
 case "$bin" in */release) hook=$(bash "$top/hooks/build-static.sh" --release) ;; *) hook=$(bash "$top/hooks/build-static.sh") ;; esac
-HOOK_BIN=$hook bash "$top/deploy/image/build.sh" "$bin" "$tar" "$IMAGE" >/dev/null
-ctr -a /run/graft-cluster/containerd.sock -n k8s.io images import "$tar" >/dev/null 2>&1
+HOOK_BIN=$hook bash "$top/deploy/image/build.sh" "$bin" "$tar" "$IMAGE" >/dev/null ||
+  { log "building the image from $bin failed"; exit 1; }
+# import SOCK: the image into one node's containerd, saying why when it cannot.
+import_image() {
+  local out
+  out=$(ctr -a "$1" -n k8s.io images import "$tar" 2>&1) ||
+    { log "importing $tar into $1 failed: $out"; df -h "$D" >&2; exit 1; }
+}
+import_image /run/graft-cluster/containerd.sock
 # A multi-node testbed's other nodes (cluster.sh, GRAFT_CLUSTER_NODES) have a containerd each.
 for sock in /run/graft-cluster/n*/containerd.sock; do
-  if [ -S "$sock" ]; then ctr -a "$sock" -n k8s.io images import "$tar" >/dev/null 2>&1; fi
+  if [ -S "$sock" ]; then import_image "$sock"; fi
 done
 chart=$top/deploy/helm/graft
 # The testbed serves the MutatingAdmissionPolicy API and runs NRI's default validator.
@@ -57,7 +64,7 @@ if [ -n "${GRAFT_GPU_DRIVER_ROOT:-}" ]; then
 fi
 if [ -n "${GRAFT_GPU_FAKE:-}${GRAFT_GPU_DRIVER_ROOT:-}" ]; then
   # The label NVIDIA's GPU feature discovery puts on GPU nodes, which values-gpu.yaml's
-  # nvidia.gpuNodeSelector selects: the testbed runs no GPU feature discovery.
+  # nvidia.gpuNodeLabels names: the testbed runs no GPU feature discovery.
   kubectl label node --all nvidia.com/gpu.present=true --overwrite >&2
 fi
 if [ -n "${GRAFT_DEVICES_TOML:-}" ]; then
