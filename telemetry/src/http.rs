@@ -67,9 +67,12 @@ impl SharedCheck {
         *slot = Some(rx.clone());
         let (check, finished) = (self.check.clone(), Finished(self.running.clone()));
         tokio::task::spawn_blocking(move || {
-            let _finished = finished;
+            let result = std::panic::catch_unwind(AssertUnwindSafe(|| check()));
+            // The slot is cleared before the verdict goes out, so whoever asks after hearing
+            // it starts a fresh check rather than reading this one's answer again.
+            drop(finished);
             // A panic drops `tx` unsent: the waiters see the channel closed.
-            if let Ok(v) = std::panic::catch_unwind(AssertUnwindSafe(|| check())) {
+            if let Ok(v) = result {
                 let _ = tx.send(Some(v));
             }
         });

@@ -693,7 +693,9 @@ async fn a_late_or_panicking_graft_nri_refuses_and_stays_connected() -> anyhow::
         &format!("claim-{uid}"),
         "nullish",
         &uid,
-        &["late", "panics", "fine"],
+        &[
+            "late", "panics-0", "panics-1", "panics-2", "panics-3", "panics-4", "fine",
+        ],
         "null",
         graft_record::ContainerEdits {
             device_nodes: vec![char_node("/dev/graft-null", 1, 3, 0o666)],
@@ -721,13 +723,34 @@ async fn a_late_or_panicking_graft_nri_refuses_and_stays_connected() -> anyhow::
         "refused only after {took:?}"
     );
 
-    faults.push(Fault::Panic);
-    let e = cri
-        .create(&pod, "panics", "sleep 60")
-        .await
-        .err()
-        .context("a container was created while graft-nri panicked")?;
-    ensure!(e.message().contains("failed internally"), "{}", e.message());
+    // A panicking handler is refused as such. The panic hook prints a backtrace, which on a
+    // loaded machine can take past the 750 ms deadline: that refusal is the deadline's, so
+    // the panic is tried again (every try must be refused, one way or the other).
+    let mut caught = Vec::new();
+    for n in 0..5 {
+        faults.push(Fault::Panic);
+        let e = cri
+            .create(&pod, &format!("panics-{n}"), "sleep 60")
+            .await
+            .err()
+            .context("a container was created while graft-nri panicked")?;
+        let m = e.message().to_string();
+        ensure!(
+            m.contains("failed internally") || m.contains("deadline"),
+            "{m}"
+        );
+        caught.push(m);
+        if caught
+            .last()
+            .is_some_and(|m| m.contains("failed internally"))
+        {
+            break;
+        }
+    }
+    ensure!(
+        caught.iter().any(|m| m.contains("failed internally")),
+        "the panic was never refused as one: {caught:#?}"
+    );
 
     // Still connected: the next container is injected.
     let id = cri
