@@ -2,8 +2,9 @@
 # Checks a dist/ that release.sh built: SHA256SUMS; the image layout's one entry is an image
 # index naming linux/amd64 and linux/arm64, each manifest's layer holds /usr/bin/graft-driver
 # of its architecture (ELF e_machine 62, EM_X86_64, or 183, EM_AARCH64) and a graft-hook
-# without a program interpreter (static); the chart carries VERSION and its default values
-# render the image the layout names; kubectl-graft exists for both architectures.
+# without a program interpreter (static), and the native daemons report VERSION; the chart
+# carries VERSION and its default values render the image the layout names; kubectl-graft
+# exists for both architectures.
 #
 #   verify.sh VERSION [DIST]          DIST defaults to the repository's dist/
 set -euo pipefail
@@ -65,6 +66,14 @@ done
 if [ "$(id -u)" = 0 ] && [ "$(uname -m)" = x86_64 ]; then
   chroot "$work/rootfs-amd64" /usr/bin/graftctl --help >/dev/null || fail "amd64: graftctl does not run in the image"
   ok "amd64: graftctl runs in the image's root"
+  # The daemons report the release's version (build_info, logs, --version), stamped at build.
+  # Run, not grepped: the compiler may store a short constant string as immediates.
+  for b in graft-driver graft-mps graft-nri graft-compute-domain-controller graft-imex-daemon \
+    graft-scheduler-extender; do
+    said=$(chroot "$work/rootfs-amd64" "/usr/bin/$b" --version) || fail "amd64: $b --version failed"
+    [[ "$said" == *" $app_version" ]] || fail "amd64: $b --version says '$said', not $app_version"
+  done
+  ok "amd64: the daemons report $app_version"
 fi
 
 chart=$dist/graft-$version.tgz

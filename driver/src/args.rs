@@ -11,7 +11,7 @@ use graft_driver::families::{Family, Flags};
 use graft_driver::health::taints::FatalEffect;
 
 #[derive(Debug, Parser)]
-#[command(name = "graft-driver", version, about = "graft's DRA kubelet plugin")]
+#[command(name = "graft-driver", version = graft_telemetry::VERSION, about = "graft's DRA kubelet plugin")]
 pub struct Args {
     /// Driver name: the ResourceSlices' spec.driver and what DeviceClasses select.
     #[arg(long, env = "GRAFT_DRIVER_NAME", default_value = graft_driver::DEFAULT_DRIVER_NAME)]

@@ -21,7 +21,7 @@ use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify};
 use tracing_subscriber::fmt::writer::BoxMakeWriter;
 
 #[derive(Parser, Debug)]
-#[command(name = "graft-mps", version, about = "graft's MPS control daemons")]
+#[command(name = "graft-mps", version = graft_telemetry::VERSION, about = "graft's MPS control daemons")]
 struct Args {
     /// graft's state directory, as a host path (graft-driver writes the shares there).
     #[arg(long, env = "GRAFT_STATE_DIR", default_value = graft_record::DEFAULT_STATE_DIR)]

@@ -23,7 +23,7 @@ mod endpoints;
 mod validate;
 
 #[derive(Debug, Parser)]
-#[command(name = "graft-nri", version, about)]
+#[command(name = "graft-nri", version = graft_telemetry::VERSION, about)]
 struct Args {
     /// The runtime's NRI socket (external mode). Ignored when the runtime started us and
     /// passed NRI_PLUGIN_SOCKET.

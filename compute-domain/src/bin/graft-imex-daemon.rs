@@ -34,7 +34,7 @@ const GRACE: Duration = Duration::from_secs(10);
 const CHECK_LIMIT: Duration = Duration::from_secs(5);
 
 #[derive(Parser)]
-#[command(version, about)]
+#[command(version = graft_telemetry::VERSION, about)]
 struct Args {
     /// Readiness probe: exit 0 only when the IMEX daemon reports READY.
     #[arg(long)]
