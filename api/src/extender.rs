@@ -1,4 +1,4 @@
-//! The scheduler extender's HTTP API as kube-scheduler speaks it (k8s.io/kube-scheduler
+//! graft-scheduler-extender's HTTP API as kube-scheduler speaks it (k8s.io/kube-scheduler
 //! extender/v1): Go structs without JSON tags, so the field names are the Go names, and
 //! Go's decoder matches the answer's names without regard to case.
 //!

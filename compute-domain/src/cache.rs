@@ -23,6 +23,7 @@ use kube::Api;
 use crate::clique::{CLIQUE_ATTRIBUTE, DRIVER};
 use crate::controller::Context;
 use crate::objects::DOMAIN_LABEL;
+use graft_api::attributes::TYPE;
 
 /// Objects a page of the initial lists holds: claims may be up to the API server's object
 /// limit (about 1.5 MiB) each.
@@ -74,8 +75,8 @@ fn meta(m: &ObjectMeta, labels: &[&str]) -> ObjectMeta {
 /// and `cliqueID` attributes.
 pub fn trim_slice(s: &mut ResourceSlice) {
     let keep = [
-        "type".to_string(),
-        format!("{DRIVER}/type"),
+        TYPE.to_string(),
+        format!("{DRIVER}/{TYPE}"),
         CLIQUE_ATTRIBUTE.to_string(),
         format!("{DRIVER}/{CLIQUE_ATTRIBUTE}"),
     ];

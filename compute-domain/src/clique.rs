@@ -6,12 +6,9 @@ use std::collections::{BTreeMap, BTreeSet, HashSet};
 
 use k8s_openapi::api::resource::v1::{Device, ResourceClaim, ResourceSlice};
 
-/// The DRA driver name of graft's devices.
-pub const DRIVER: &str = "graft.dev";
-/// The `type` of IMEX channel devices.
-pub const CHANNEL_TYPE: &str = "imex-channel";
-/// The attribute that names a channel's clique.
-pub const CLIQUE_ATTRIBUTE: &str = "cliqueID";
+pub use graft_api::attributes::CLIQUE_ID as CLIQUE_ATTRIBUTE;
+pub use graft_api::types::IMEX_CHANNEL as CHANNEL_TYPE;
+pub use graft_api::DRIVER;
 
 /// A device, as allocations name it: (pool, device) of driver graft.dev.
 pub type DeviceId = (String, String);
@@ -80,7 +77,7 @@ pub fn node_channels<'a>(
             continue;
         };
         for d in s.spec.devices.iter().flatten() {
-            if string_attribute(d, "type") != Some(CHANNEL_TYPE) {
+            if string_attribute(d, graft_api::attributes::TYPE) != Some(CHANNEL_TYPE) {
                 continue;
             }
             let Some(clique) = string_attribute(d, CLIQUE_ATTRIBUTE).filter(|c| !c.is_empty())

@@ -16,7 +16,7 @@ pub mod cache;
 mod cleanup;
 pub mod clique;
 pub mod controller;
-pub mod crd;
+pub use graft_api::compute_domain as crd;
 pub mod daemon;
 pub mod labels;
 pub mod lease;

@@ -15,7 +15,7 @@ use tokio::signal::unix::{signal, SignalKind};
 use tracing_subscriber::fmt::writer::BoxMakeWriter;
 
 #[derive(Parser)]
-#[command(version, about)]
+#[command(version = graft_telemetry::VERSION, about)]
 struct Args {
     /// graft's namespace: the Lease, the IMEX daemons and their claim templates.
     #[arg(long, env = "POD_NAMESPACE", default_value = "graft-system")]
@@ -53,7 +53,7 @@ struct Args {
     #[arg(long, env = "GRAFT_IMEX_TOLERATIONS")]
     daemon_tolerations: Option<String>,
     /// The DeviceClass of workload IMEX channels.
-    #[arg(long, default_value = "imex-channel.graft.dev")]
+    #[arg(long, default_value = graft_api::classes::IMEX_CHANNEL.name)]
     channel_class: String,
     /// Where /metrics, /healthz and /readyz are served ("off": nowhere).
     #[arg(long, env = "GRAFT_METRICS_ADDR", default_value = ":9479")]

@@ -11,33 +11,15 @@ use serde_json::json;
 
 use crate::clique::{CLIQUE_ATTRIBUTE, DRIVER};
 
-/// The attribute that numbers an IMEX channel device (graft-driver's `imex-channel-<n>`).
-pub const CHANNEL_ATTRIBUTE: &str = "channel";
 use crate::crd::{AllocationMode, ComputeDomain};
 use crate::members::member_affinity;
 use crate::slot::{self, Placement};
 use crate::Error;
-
-/// The label every object of a domain carries, with the domain's uid as value; graft's
-/// namespace holds objects of many domains, found by it.
-pub const DOMAIN_LABEL: &str = "resource.graft.dev/computeDomain";
-/// Annotations on the daemon pods naming their domain, for the controller's watch.
-pub const NAME_ANNOTATION: &str = "resource.graft.dev/computeDomainName";
-/// See [`NAME_ANNOTATION`].
-pub const NAMESPACE_ANNOTATION: &str = "resource.graft.dev/computeDomainNamespace";
-/// The opaque configuration's apiVersion, as graft-driver reads it.
-pub const CONFIG_API_VERSION: &str = "graft.dev/v1alpha1";
-
-/// The node label the node plugin sets when it prepares a workload claim of the domain
-/// (one key per domain). It draws no daemon: [`daemonset`] places them by name.
-pub fn node_label(uid: &str) -> String {
-    format!("{DOMAIN_LABEL}.{uid}")
-}
-
-/// The name of the domain's DaemonSet and daemon ResourceClaimTemplate in graft's namespace.
-pub fn daemon_name(uid: &str) -> String {
-    format!("imex-{uid}")
-}
+pub use graft_api::attributes::CHANNEL as CHANNEL_ATTRIBUTE;
+pub use graft_api::compute_domain::{
+    daemon_name, node_label, DOMAIN_LABEL, NAMESPACE_ANNOTATION, NAME_ANNOTATION,
+};
+use graft_api::opaque::{self, ChannelConfig, Domain};
 
 /// Where the daemon pod sees the driver root (graft-imex-daemon's default).
 pub const DAEMON_DRIVER_ROOT: &str = "/driver-root";
@@ -77,10 +59,13 @@ impl Default for DaemonConfig {
             command: vec!["graft-imex-daemon".into()],
             service_account: None,
             driver_root: "/".into(),
-            device_class: "graft.dev".into(),
-            device_selector: "device.attributes['graft.dev'].?type.orValue('') == 'imex-daemon'"
-                .into(),
-            channel_class: "imex-channel.graft.dev".into(),
+            device_class: graft_api::classes::ANY.name.into(),
+            device_selector: format!(
+                "device.attributes['{DRIVER}'].?{}.orValue('') == '{}'",
+                graft_api::attributes::TYPE,
+                graft_api::types::IMEX_DAEMON
+            ),
+            channel_class: graft_api::classes::IMEX_CHANNEL.name.into(),
             tolerations: vec![Toleration {
                 key: Some("nvidia.com/gpu".into()),
                 operator: Some("Exists".into()),
@@ -105,12 +90,20 @@ pub fn identity(cd: &ComputeDomain) -> Result<(String, String, String), Error> {
     Ok((name, ns, uid))
 }
 
-fn opaque(kind: &str, uid: &str, extra: serde_json::Value) -> serde_json::Value {
-    let mut params = json!({"apiVersion": CONFIG_API_VERSION, "kind": kind, "domainID": uid});
-    if let (Some(p), Some(e)) = (params.as_object_mut(), extra.as_object()) {
-        p.extend(e.clone());
+fn opaque<T: serde::Serialize>(params: &T) -> Result<serde_json::Value, Error> {
+    let params = serde_json::to_value(params).map_err(|e| Error::Build {
+        what: "opaque configuration",
+        source: e,
+    })?;
+    Ok(json!({"driver": DRIVER, "parameters": params}))
+}
+
+fn domain(name: &str, ns: &str, uid: &str) -> Domain {
+    Domain {
+        id: uid.into(),
+        name: name.into(),
+        namespace: ns.into(),
     }
-    json!({"driver": DRIVER, "parameters": params})
 }
 
 /// The CEL expression that selects devices of `clique` only.
@@ -159,10 +152,13 @@ pub fn workload_template(
         AllocationMode::Single => request["allocationMode"] = json!("ExactCount"),
         AllocationMode::All => request["allocationMode"] = json!("All"),
     }
-    let mode_name = match mode {
-        AllocationMode::Single => "Single",
-        AllocationMode::All => "All",
-    };
+    let config = ChannelConfig::new(
+        &domain(&name, &ns, &uid),
+        match mode {
+            AllocationMode::Single => opaque::AllocationMode::Single,
+            AllocationMode::All => opaque::AllocationMode::All,
+        },
+    );
     let t = json!({
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceClaimTemplate",
@@ -179,9 +175,7 @@ pub fn workload_template(
                 "requests": [{"name": "channel", "exactly": request}],
                 "constraints": [{"requests": ["channel"],
                                  "matchAttribute": format!("{DRIVER}/{CLIQUE_ATTRIBUTE}")}],
-                "config": [{"requests": ["channel"], "opaque": opaque(
-                    "ComputeDomainChannelConfig", &uid,
-                    json!({"domainName": name, "domainNamespace": ns, "allocationMode": mode_name}))}],
+                "config": [{"requests": ["channel"], "opaque": opaque(&config)?}],
             }},
         },
     });
@@ -200,6 +194,7 @@ pub fn daemon_template(
 ) -> Result<ResourceClaimTemplate, Error> {
     let (name, ns, uid) = identity(cd)?;
     let clique = place.clique.as_str();
+    let config = opaque::DaemonConfig::new(&domain(&name, &ns, &uid), clique, cd.spec.num_nodes);
     let t = json!({
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceClaimTemplate",
@@ -213,10 +208,7 @@ pub fn daemon_template(
                     "selectors": [{"cel": {"expression": cfg.device_selector}},
                                   {"cel": {"expression": clique_selector(clique)}}],
                 }}],
-                "config": [{"requests": ["daemon"], "opaque": opaque(
-                    "ComputeDomainDaemonConfig", &uid,
-                    json!({"domainName": name, "domainNamespace": ns, "cliqueID": clique,
-                           "numNodes": cd.spec.num_nodes}))}],
+                "config": [{"requests": ["daemon"], "opaque": opaque(&config)?}],
             }},
         },
     });

@@ -211,7 +211,7 @@ async fn release(
     );
     let on = ObjectReference {
         api_version: Some("resource.graft.dev/v1alpha1".into()),
-        kind: Some("ComputeDomain".into()),
+        kind: Some(crate::crd::KIND.into()),
         name: Some(r.name.clone()),
         namespace: Some(r.namespace.clone()),
         uid: Some(idle.to_string()),

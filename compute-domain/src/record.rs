@@ -14,15 +14,10 @@ use crate::crd::NodeStatus;
 use crate::objects::{daemon_name, DOMAIN_LABEL};
 use crate::slot::Placement;
 
-const NAMESPACE: &str = "namespace";
-const NAME: &str = "name";
-const TEMPLATE: &str = "template";
-const CLIQUE: &str = "clique";
-const SLOT: &str = "slot";
-const IDLE_SINCE: &str = "idleSince";
-const RELEASED: &str = "released";
-/// The key of the members list (JSON, as the status's `nodes`).
-pub const NODES: &str = "nodes";
+pub use graft_api::compute_domain::record::NODES;
+use graft_api::compute_domain::record::{
+    CLIQUE, IDLE_SINCE, NAME, NAMESPACE, RELEASED, SLOT, TEMPLATE,
+};
 
 /// What the controller keeps of one domain.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

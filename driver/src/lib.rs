@@ -28,4 +28,4 @@ pub mod snapshot;
 pub use error::{DriverError, Result};
 
 /// The driver name graft registers under unless told otherwise.
-pub const DEFAULT_DRIVER_NAME: &str = "graft.dev";
+pub const DEFAULT_DRIVER_NAME: &str = graft_api::DRIVER;

@@ -162,7 +162,7 @@ pub fn poster(
 mod tests {
     use super::*;
     use crate::demand::Demand;
-    use crate::wire::HostPriority;
+    use graft_api::extender::HostPriority;
 
     #[test]
     fn the_note_names_the_demand_and_the_best_nodes() {

@@ -17,7 +17,7 @@ pub mod slim;
 pub mod state;
 pub mod tls;
 pub mod watch;
-pub mod wire;
+pub use graft_api::extender as wire;
 
 pub use prioritize::{prioritize, Config, Scored, View};
 pub use score::Mode;

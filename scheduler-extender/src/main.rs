@@ -18,7 +18,7 @@ use tokio::signal::unix::{signal, SignalKind};
 use tracing_subscriber::fmt::writer::BoxMakeWriter;
 
 #[derive(Parser)]
-#[command(version, about)]
+#[command(version = graft_telemetry::VERSION, about)]
 struct Args {
     /// Where kube-scheduler calls the extender (its `urlPrefix`). The default answers on
     /// the loopback only: run it beside the scheduler (host network on the control plane).
@@ -28,10 +28,10 @@ struct Args {
     #[arg(long, env = "GRAFT_METRICS_ADDR", default_value = ":9480")]
     metrics_addr: String,
     /// graft's DRA driver name, as its ResourceSlices give it.
-    #[arg(long, default_value = "graft.dev")]
+    #[arg(long, default_value = graft_api::DRIVER)]
     driver: String,
     /// DeviceClasses whose requests are whole GPUs (repeat for more).
-    #[arg(long = "gpu-class", default_value = "gpu.graft.dev")]
+    #[arg(long = "gpu-class", default_value = graft_api::classes::GPU.name)]
     gpu_classes: Vec<String>,
     /// `pack`: fill partly used nodes first; `spread`: keep load even.
     #[arg(long, env = "GRAFT_EXTENDER_MODE", default_value = "pack")]

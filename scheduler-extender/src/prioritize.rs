@@ -7,7 +7,7 @@ use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceSlice};
 use crate::demand::{self, Demand};
 use crate::score::{self, Mode};
 use crate::state;
-use crate::wire::{ExtenderArgs, HostPriority};
+use graft_api::extender::{ExtenderArgs, HostPriority};
 
 /// What the extender knows of the cluster: graft's slices and every claim.
 pub trait View: Send + Sync {

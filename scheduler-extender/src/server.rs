@@ -23,7 +23,7 @@ pub use crate::intake::{MAX_BODY, READ_TIMEOUT};
 pub use crate::listen::{bind, serve};
 use crate::metrics::Metrics;
 use crate::prioritize::{prioritize, Config, View};
-use crate::wire::ExtenderArgs;
+use graft_api::extender::ExtenderArgs;
 
 /// What every call needs.
 #[derive(Clone)]

@@ -10,7 +10,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::*;
 use crate::score::Mode;
-use crate::wire::HostPriority;
+use graft_api::extender::HostPriority;
 
 struct Fixed {
     ready: AtomicBool,

@@ -19,9 +19,10 @@ use k8s_openapi::api::resource::v1::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 
 use crate::state::ISLAND;
+use graft_api::attributes::{MIG_ENABLED, TYPE};
 
 /// The device attributes scoring reads (`state::whole_gpu` and the island).
-const ATTRIBUTES: [&str; 3] = ["type", "migEnabled", ISLAND];
+const ATTRIBUTES: [&str; 3] = [TYPE, MIG_ENABLED, ISLAND];
 
 /// The identity the reflector and the Events need.
 fn meta(m: &ObjectMeta, owners: bool) -> ObjectMeta {
@@ -63,9 +64,9 @@ pub fn slice(driver: &str, s: &mut ResourceSlice) {
                     .into_iter()
                     .filter(|(k, _)| keep(k.as_str()))
                     .collect();
-                let gpu = attrs
-                    .iter()
-                    .any(|(k, v)| is(k.as_str(), "type") && v.string.as_deref() == Some("gpu"));
+                let gpu = attrs.iter().any(|(k, v)| {
+                    is(k.as_str(), TYPE) && v.string.as_deref() == Some(graft_api::types::GPU)
+                });
                 gpu.then(|| Device {
                     name: d.name,
                     attributes: Some(attrs),

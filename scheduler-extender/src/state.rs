@@ -5,8 +5,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::resource::v1::{Device, ResourceClaim, ResourceSlice};
 
-/// The attribute graft-driver publishes a whole GPU's NVLink island under.
-pub const ISLAND: &str = "nvlinkIsland";
+pub use graft_api::attributes::NVLINK_ISLAND as ISLAND;
+use graft_api::attributes::{MIG_ENABLED, TYPE};
 
 /// One whole GPU.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -64,7 +64,8 @@ fn bool_attr(d: &Device, domain: &str, name: &str) -> bool {
 
 /// Whether `d` is a whole GPU offered as one (`type` gpu, MIG off).
 fn whole_gpu(d: &Device, driver: &str) -> bool {
-    string_attr(d, driver, "type") == Some("gpu") && !bool_attr(d, driver, "migEnabled")
+    string_attr(d, driver, TYPE) == Some(graft_api::types::GPU)
+        && !bool_attr(d, driver, MIG_ENABLED)
 }
 
 /// Every node's whole GPUs from `driver`'s slices, marked used where a claim in `claims`

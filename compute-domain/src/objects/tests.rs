@@ -32,7 +32,7 @@ fn all_mode_asks_every_channel_of_the_clique() {
     );
     let p = &spec["devices"]["config"][0]["opaque"]["parameters"];
     assert_eq!(p["allocationMode"], "All");
-    assert_eq!(p["apiVersion"], CONFIG_API_VERSION);
+    assert_eq!(p["apiVersion"], graft_api::opaque::API_VERSION);
     assert_eq!(t.metadata.namespace.as_deref(), Some("ns"));
     // No channel pin: the clique's selector is the only one.
     assert_eq!(req["selectors"].as_array().map(Vec::len), Some(1));

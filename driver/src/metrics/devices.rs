@@ -2,6 +2,8 @@
 
 use prometheus_client::encoding::EncodeLabelSet;
 
+use graft_api::{attributes, classes};
+
 use crate::model::{Attribute, Device, Kind};
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -13,32 +15,16 @@ pub(super) struct DeviceLabels {
 /// The `health` label's values: a degraded device still works, and is counted apart.
 pub(super) const HEALTHS: [&str; 3] = ["healthy", "degraded", "unhealthy"];
 
-/// The DeviceClass every graft device is in (the chart's catch-all class).
-const ANY: &str = "graft.dev";
-
-/// Every `class` label value: the chart's DeviceClasses (its values' `deviceClasses`), each
-/// `<type>.graft.dev` selecting the devices whose `type` attribute is `<type>`. A fixed set:
+/// Every `class` label value: the chart's DeviceClasses (graft_api::classes). A fixed set:
 /// a type devices.toml names that no class of the chart selects counts under `graft.dev`.
-#[rustfmt::skip]
-pub(super) const CLASSES: [&str; 11] = [
-    ANY, "fuse.graft.dev", "tun.graft.dev", "kvm.graft.dev", "serial.graft.dev",
-    "gpu.graft.dev", "mig.graft.dev", "imex-channel.graft.dev", "vfio.graft.dev",
-    "licence.graft.dev", "render.graft.dev",
-];
+pub(super) fn all_classes() -> impl Iterator<Item = &'static str> {
+    classes::ALL.iter().map(|c| c.name)
+}
 
 /// The `class` label of a device: the most specific of the chart's DeviceClasses that
-/// selects it.
+/// selects it (gpu.graft.dev leaves out a GPU in MIG mode: its MIG devices are offered).
 pub fn class(d: &Device) -> &'static str {
-    // gpu.graft.dev leaves out a GPU in MIG mode (its MIG devices are offered instead).
-    if d.kind == Kind::Gpu && d.attributes.get("migEnabled") == Some(&Attribute::Bool(true)) {
-        return ANY;
-    }
-    let Some(ty) = d.string_attribute("type") else {
-        return ANY;
-    };
-    CLASSES
-        .iter()
-        .find(|c| c.strip_suffix(".graft.dev") == Some(ty))
-        .copied()
-        .unwrap_or(ANY)
+    let mig_mode = d.kind == Kind::Gpu
+        && d.attributes.get(attributes::MIG_ENABLED) == Some(&Attribute::Bool(true));
+    classes::of(d.string_attribute(attributes::TYPE), mig_mode)
 }

@@ -23,7 +23,7 @@ pub mod prepare;
 mod tasks;
 
 pub use devices::class;
-use devices::{DeviceLabels, CLASSES, HEALTHS};
+use devices::{all_classes, DeviceLabels, HEALTHS};
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ResultLabel {
@@ -83,7 +83,7 @@ impl Default for DriverMetrics {
             h
         };
         let devices = Family::<DeviceLabels, Gauge>::default();
-        for class in CLASSES {
+        for class in all_classes() {
             for health in HEALTHS {
                 let _ = devices.get_or_create(&DeviceLabels { class, health });
             }
@@ -281,7 +281,7 @@ impl DriverMetrics {
             };
             *counts.entry((class(d), h)).or_default() += 1;
         }
-        for class in CLASSES {
+        for class in all_classes() {
             for health in HEALTHS {
                 let n = counts.get(&(class, health)).copied().unwrap_or(0);
                 self.devices

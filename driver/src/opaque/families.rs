@@ -4,7 +4,16 @@
 
 use serde_json::{Map, Value};
 
+use crate::discovery::nvidia::domain::config::DomainConfigError;
 use crate::discovery::nvidia::opaque::NvidiaOpaque;
+
+/// Why a configuration of a family's own kind is refused, as that family says.
+#[derive(Debug, thiserror::Error)]
+pub enum FamilyKindError {
+    /// NVIDIA's: a ComputeDomain configuration.
+    #[error(transparent)]
+    Nvidia(#[from] DomainConfigError),
+}
 
 /// Every family's part of one configuration.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -27,7 +36,7 @@ impl FamilyConfig {
     }
 
     /// A configuration of a family's own kind (one of [`Self::kinds`]).
-    pub(super) fn of_kind(kind: &str, params: &Value) -> Result<Self, String> {
+    pub(super) fn of_kind(kind: &str, params: &Value) -> Result<Self, FamilyKindError> {
         Ok(FamilyConfig {
             nvidia: NvidiaOpaque::of_kind(kind, params)?,
         })

@@ -38,9 +38,9 @@ pub mod families;
 pub use families::FamilyConfig;
 
 /// The `apiVersion` of graft's opaque device configuration.
-pub const API_VERSION: &str = "graft.dev/v1alpha1";
+pub use graft_api::opaque::API_VERSION;
 /// The `kind` of graft's opaque device configuration.
-pub const KIND: &str = "DeviceConfig";
+pub use graft_api::opaque::DEVICE_CONFIG_KIND as KIND;
 
 /// The parameters graft understands: the generic ones, and the families' parts.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
@@ -149,7 +149,7 @@ fn decode(index: usize, params: &serde_json::Value) -> Result<DeviceConfig, Conf
                 family,
                 ..Default::default()
             })
-            .map_err(|reason| err(at, reason));
+            .map_err(|reason| err(at, reason.to_string()));
     }
     let cfg = DeviceConfig::deserialize(params).map_err(|e| err(at.clone(), e.to_string()))?;
     if let Some(m) = cfg.file_mode {

@@ -11,6 +11,7 @@
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
+use super::domain::config::DomainConfigError;
 use super::domain::DomainConfig;
 use super::driver_files::Capability;
 
@@ -60,7 +61,7 @@ impl NvidiaOpaque {
     }
 
     /// A configuration of one of NVIDIA's own kinds (a ComputeDomain's).
-    pub fn of_kind(kind: &str, params: &Value) -> Result<Self, String> {
+    pub fn of_kind(kind: &str, params: &Value) -> Result<Self, DomainConfigError> {
         Ok(NvidiaOpaque {
             compute_domain: Some(DomainConfig::parse(kind, params)?),
             ..Default::default()

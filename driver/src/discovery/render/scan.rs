@@ -16,9 +16,10 @@ use crate::discovery::scan::{Discovery, Unavailable};
 use crate::error::Result;
 use crate::limits::{self, LimitError};
 use crate::model::{Attribute, Device, Kind, PCIE_ROOT_ATTRIBUTE};
+use graft_api::attributes as attr;
 
 /// The value of every render device's `type` attribute (the `render.graft.dev` class).
-pub const TYPE: &str = "render";
+pub const TYPE: &str = graft_api::types::RENDER;
 
 /// sysfs attribute files are a page at most; anything longer is not what the kernel wrote.
 const MAX_SYSFS_FILE: u64 = 4096;
@@ -129,7 +130,7 @@ impl RenderDiscovery {
         })?;
 
         let mut attributes = BTreeMap::from([
-            ("type".to_string(), Attribute::String(TYPE.into())),
+            (attr::TYPE.to_string(), Attribute::String(TYPE.into())),
             ("path".to_string(), Attribute::String(host_path.clone())),
             ("major".to_string(), Attribute::Int(maj)),
             ("minor".to_string(), Attribute::Int(min)),
@@ -141,10 +142,10 @@ impl RenderDiscovery {
             }
         }
         if let Some(driver) = link_name(&device.join("driver")) {
-            attributes.insert("driver".into(), Attribute::String(driver));
+            attributes.insert(attr::KERNEL_DRIVER.into(), Attribute::String(driver));
         }
         if let Some(bdf) = pci {
-            attributes.insert("pciBusID".into(), Attribute::String(bdf));
+            attributes.insert(attr::PCI_BUS_ID.into(), Attribute::String(bdf));
         }
         if let Some(root) = pcie_root(&self.sysfs, &device) {
             attributes.insert(PCIE_ROOT_ATTRIBUTE.into(), Attribute::String(root));

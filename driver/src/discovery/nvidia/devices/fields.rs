@@ -7,6 +7,7 @@ use super::edits;
 use super::identity::{MINOR, SHARING, UUID};
 use crate::discovery::nvidia::nvml::Gpu;
 use crate::model::{Attribute, CapacityPolicy, Device, Kind};
+use graft_api::{attributes::TYPE, types};
 
 pub fn full_gpu(
     g: &Gpu,
@@ -14,7 +15,7 @@ pub fn full_gpu(
     common: &graft_record::ContainerEdits,
 ) -> Device {
     let mut attributes = shared.clone();
-    attributes.insert("type".into(), Attribute::String("gpu".into()));
+    attributes.insert(TYPE.into(), Attribute::String(types::GPU.into()));
     attributes.insert(UUID.into(), Attribute::String(g.uuid.clone()));
     attributes.insert("index".into(), Attribute::Int(g.index.into()));
     attributes.insert(MINOR.into(), Attribute::Int(g.minor.into()));

@@ -5,24 +5,12 @@
 
 use crate::model::{Attribute, Device};
 
-/// The device's own UUID (a GPU's, a static MIG device's).
-pub const UUID: &str = "uuid";
-/// A GPU's device-node minor.
-pub const MINOR: &str = "minor";
-/// sysfs form of the PCI address.
-pub const PCI_BUS_ID: &str = "pciBusID";
-/// `mps` on a GPU shared through MPS.
-pub const SHARING: &str = "sharing";
-/// `true` on a dynamic-MIG placement.
-pub const DYNAMIC: &str = "dynamic";
-pub const PARENT_UUID: &str = "parentUUID";
-pub const PROFILE_ID: &str = "profileID";
-pub const PLACEMENT_START: &str = "placementStart";
-pub const PLACEMENT_SIZE: &str = "placementSize";
-/// A whole GPU's NVLink island: the PCI address of its first GPU (nvml/topology.rs), the
-/// attribute a claim names in `matchAttribute` for GPUs NVLink joins; and the island's size.
-pub const NVLINK_ISLAND: &str = "nvlinkIsland";
-pub const NVLINK_ISLAND_SIZE: &str = "nvlinkIslandSize";
+// The names are the cluster's contract (graft_api::attributes); an island is computed in
+// nvml/topology.rs.
+pub use graft_api::attributes::{
+    DYNAMIC, MINOR, NVLINK_ISLAND, NVLINK_ISLAND_SIZE, PARENT_UUID, PCI_BUS_ID, PLACEMENT_SIZE,
+    PLACEMENT_START, PROFILE_ID, SHARING, UUID,
+};
 /// The counter a placement consumes one of per compute slice.
 pub const COMPUTE_SLICES: &str = "compute-slices";
 

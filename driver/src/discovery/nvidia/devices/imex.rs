@@ -8,6 +8,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use super::edits;
 use crate::discovery::nvidia::nvml::Inventory;
 use crate::model::{Attribute, Device, Kind};
+use graft_api::attributes::{CHANNEL, CLIQUE_ID, SLOT, TYPE};
+use graft_api::types;
 
 /// `count` channels and `count` daemon places when every GPU that is in a clique is in the same one; none, with a
 /// warning, when they disagree or `/proc/devices` has no channel major.
@@ -37,9 +39,9 @@ pub fn channels(inv: &Inventory, majors: &BTreeMap<String, u32>, count: u32) -> 
     let clique = (*clique).clone();
     let channels = (0..count).map(|n| {
         let mut attributes = BTreeMap::new();
-        attributes.insert("type".into(), Attribute::String("imex-channel".into()));
-        attributes.insert("channel".into(), Attribute::Int(n.into()));
-        attributes.insert("cliqueID".into(), Attribute::String(clique.clone()));
+        attributes.insert(TYPE.into(), Attribute::String(types::IMEX_CHANNEL.into()));
+        attributes.insert(CHANNEL.into(), Attribute::Int(n.into()));
+        attributes.insert(CLIQUE_ID.into(), Attribute::String(clique.clone()));
         let edits = graft_record::ContainerEdits {
             device_nodes: vec![edits::imex_node(major, n)],
             ..Default::default()
@@ -55,9 +57,9 @@ pub fn channels(inv: &Inventory, majors: &BTreeMap<String, u32>, count: u32) -> 
     // holds one channel number and one daemon place.
     let daemons = (0..count).map(|n| {
         let mut attributes = BTreeMap::new();
-        attributes.insert("type".into(), Attribute::String("imex-daemon".into()));
-        attributes.insert("slot".into(), Attribute::Int(n.into()));
-        attributes.insert("cliqueID".into(), Attribute::String(clique.clone()));
+        attributes.insert(TYPE.into(), Attribute::String(types::IMEX_DAEMON.into()));
+        attributes.insert(SLOT.into(), Attribute::Int(n.into()));
+        attributes.insert(CLIQUE_ID.into(), Attribute::String(clique.clone()));
         device(
             format!("imex-daemon-{n}"),
             Kind::ImexDaemon,

@@ -19,6 +19,7 @@ use super::identity::{
 use super::placement_order::{self, PlacementOrder};
 use crate::discovery::nvidia::nvml::{GiInstance, GiProfile, Gpu, MigLayout};
 use crate::model::{Attribute, Consumption, Device, Kind};
+use graft_api::attributes::{MIG_ENABLED, PARENT_INDEX, PARENT_MINOR, PROFILE, TYPE};
 
 /// The memory-slice counter of slice `i`.
 fn slice_counter(i: u32) -> String {
@@ -132,7 +133,7 @@ pub fn devices(
         let mut whole = full_gpu(g, shared, common);
         whole
             .attributes
-            .insert("migEnabled".into(), Attribute::Bool(true));
+            .insert(MIG_ENABLED.into(), Attribute::Bool(true));
         whole.consumes = Some(consumption(available.clone()));
         out.push(whole);
     }
@@ -142,12 +143,12 @@ pub fn devices(
                 continue;
             }
             let mut attributes = shared.clone();
-            attributes.insert("type".into(), Attribute::String("mig".into()));
+            attributes.insert(TYPE.into(), Attribute::String(graft_api::types::MIG.into()));
             attributes.insert(DYNAMIC.into(), Attribute::Bool(true));
             attributes.insert(PARENT_UUID.into(), Attribute::String(g.uuid.clone()));
-            attributes.insert("parentMinor".into(), Attribute::Int(g.minor.into()));
-            attributes.insert("parentIndex".into(), Attribute::Int(g.index.into()));
-            attributes.insert("profile".into(), Attribute::String(p.name.clone()));
+            attributes.insert(PARENT_MINOR.into(), Attribute::Int(g.minor.into()));
+            attributes.insert(PARENT_INDEX.into(), Attribute::Int(g.index.into()));
+            attributes.insert(PROFILE.into(), Attribute::String(p.name.clone()));
             attributes.insert(PROFILE_ID.into(), Attribute::Int(p.id.into()));
             attributes.insert(PLACEMENT_START.into(), Attribute::Int(start.into()));
             attributes.insert(PLACEMENT_SIZE.into(), Attribute::Int(size.into()));

@@ -10,6 +10,7 @@ use super::pci::{peers_attribute, PciTree};
 use crate::discovery::nvidia::nvml::Inventory;
 use crate::discovery::pcie::pcie_root;
 use crate::model::{Attribute, Device, Kind, PCIE_ROOT_ATTRIBUTE};
+use graft_api::attributes::{NUMA_NODE, TYPE};
 
 /// NVIDIA functions with an IOMMU group; the GPU's NVML data when it is bound to nvidia.
 pub fn devices(sys_root: &Path, inv: &Inventory) -> Vec<Device> {
@@ -19,7 +20,10 @@ pub fn devices(sys_root: &Path, inv: &Inventory) -> Vec<Device> {
         .filter_map(|f| {
             let group = f.iommu_group?;
             let mut attributes = BTreeMap::new();
-            attributes.insert("type".into(), Attribute::String("vfio".into()));
+            attributes.insert(
+                TYPE.into(),
+                Attribute::String(graft_api::types::VFIO.into()),
+            );
             attributes.insert(PCI_BUS_ID.into(), Attribute::String(f.bdf.clone()));
             attributes.insert("iommuGroup".into(), Attribute::Int(group.into()));
             attributes.insert("pciDeviceID".into(), Attribute::String(f.device_id.clone()));
@@ -33,7 +37,7 @@ pub fn devices(sys_root: &Path, inv: &Inventory) -> Vec<Device> {
                 attributes.insert(PCIE_ROOT_ATTRIBUTE.into(), Attribute::String(root));
             }
             if let Some(numa) = numa_node(&dir) {
-                attributes.insert("numaNode".into(), Attribute::Int(numa));
+                attributes.insert(NUMA_NODE.into(), Attribute::Int(numa));
             }
             if let Some(g) = inv.gpus.iter().find(|g| g.pci_bus_id == f.bdf) {
                 attributes.insert(UUID.into(), Attribute::String(g.uuid.clone()));

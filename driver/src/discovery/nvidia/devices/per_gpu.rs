@@ -14,6 +14,10 @@ use crate::discovery::nvidia::nvml::{self, Gpu};
 use crate::discovery::pcie::pcie_root;
 use crate::error::Result;
 use crate::model::{Attribute, Device, Kind, PCIE_ROOT_ATTRIBUTE};
+use graft_api::attributes::{
+    CI_ID, CLIQUE_ID, CUDA_DRIVER_VERSION, GI_ID, NUMA_NODE, PARENT_INDEX, PARENT_MINOR, PROFILE,
+    TYPE,
+};
 
 /// One GPU's devices: the whole GPU, its MIG devices, or its dynamic-MIG placements.
 pub fn gpu_devices(
@@ -44,7 +48,7 @@ pub fn gpu_devices(
         Attribute::Version(common.driver_version.clone()),
     );
     if let Some(v) = &common.cuda_version {
-        shared.insert("cudaDriverVersion".into(), Attribute::Version(v.clone()));
+        shared.insert(CUDA_DRIVER_VERSION.into(), Attribute::Version(v.clone()));
     }
     shared.insert(PCI_BUS_ID.into(), Attribute::String(g.pci_bus_id.clone()));
     let pci_dir = c.sys_root.join("bus/pci/devices").join(&g.pci_bus_id);
@@ -52,10 +56,10 @@ pub fn gpu_devices(
         shared.insert(PCIE_ROOT_ATTRIBUTE.into(), Attribute::String(root));
     }
     if let Some(numa) = numa_node(&pci_dir) {
-        shared.insert("numaNode".into(), Attribute::Int(numa));
+        shared.insert(NUMA_NODE.into(), Attribute::Int(numa));
     }
     if let Some(clique) = &g.clique {
-        shared.insert("cliqueID".into(), Attribute::String(clique.clone()));
+        shared.insert(CLIQUE_ID.into(), Attribute::String(clique.clone()));
     }
     let with_optional = |d: Device| Device {
         optional_edits: common.optional.clone(),
@@ -131,14 +135,14 @@ fn mig_device(
     let gi_cap = mig_access_cap(proc, g.minor, m.gi, None)?;
     let ci_cap = mig_access_cap(proc, g.minor, m.gi, Some(m.ci))?;
     let mut attributes = shared.clone();
-    attributes.insert("type".into(), Attribute::String("mig".into()));
+    attributes.insert(TYPE.into(), Attribute::String(graft_api::types::MIG.into()));
     attributes.insert(UUID.into(), Attribute::String(m.uuid.clone()));
     attributes.insert(PARENT_UUID.into(), Attribute::String(g.uuid.clone()));
-    attributes.insert("parentMinor".into(), Attribute::Int(g.minor.into()));
-    attributes.insert("parentIndex".into(), Attribute::Int(g.index.into()));
-    attributes.insert("profile".into(), Attribute::String(m.profile.clone()));
-    attributes.insert("giID".into(), Attribute::Int(m.gi.into()));
-    attributes.insert("ciID".into(), Attribute::Int(m.ci.into()));
+    attributes.insert(PARENT_MINOR.into(), Attribute::Int(g.minor.into()));
+    attributes.insert(PARENT_INDEX.into(), Attribute::Int(g.index.into()));
+    attributes.insert(PROFILE.into(), Attribute::String(m.profile.clone()));
+    attributes.insert(GI_ID.into(), Attribute::Int(m.gi.into()));
+    attributes.insert(CI_ID.into(), Attribute::Int(m.ci.into()));
     let mut capacity = BTreeMap::new();
     capacity.insert("memory".into(), mebibytes(m.memory_bytes));
     for (k, v) in [

@@ -11,10 +11,8 @@ use tokio::sync::watch;
 
 use crate::model::{Attribute, Device, Kind};
 
-/// The label's key.
-pub const CLIQUE_LABEL: &str = "resource.graft.dev/clique";
-/// The attribute that names an IMEX channel's (and a daemon place's) clique.
-pub const CLIQUE_ATTRIBUTE: &str = "cliqueID";
+pub use graft_api::attributes::CLIQUE_ID as CLIQUE_ATTRIBUTE;
+pub use graft_api::compute_domain::CLIQUE_LABEL;
 
 /// The clique the node's IMEX channels name, when it can be a label value.
 pub fn clique_of(devices: &[Device]) -> Option<String> {
@@ -87,7 +85,7 @@ mod tests {
     fn channel(clique: &str) -> Device {
         let mut d = Device::new("imex-channel-0", Kind::ImexChannel);
         d.attributes
-            .insert("cliqueID".into(), Attribute::String(clique.into()));
+            .insert(CLIQUE_ATTRIBUTE.into(), Attribute::String(clique.into()));
         d
     }
 

@@ -26,9 +26,31 @@ use serde::Deserialize;
 use serde_json::Value;
 
 /// The kind of a workload channel's configuration.
-pub const CHANNEL_KIND: &str = "ComputeDomainChannelConfig";
+pub use graft_api::opaque::CHANNEL_CONFIG_KIND as CHANNEL_KIND;
 /// The kind of an IMEX daemon's configuration.
-pub const DAEMON_KIND: &str = "ComputeDomainDaemonConfig";
+pub use graft_api::opaque::DAEMON_CONFIG_KIND as DAEMON_KIND;
+
+/// Why a ComputeDomain configuration is refused; each names the field.
+#[derive(Debug, thiserror::Error)]
+pub enum DomainConfigError {
+    /// The kind is none of [`DomainConfig::KINDS`].
+    #[error("{0} is not a ComputeDomain configuration")]
+    Kind(String),
+    /// The parameters do not parse as their kind (serde names the field).
+    #[error(transparent)]
+    Parse(#[from] serde_json::Error),
+    /// The domain's uid could not go into a node label's key.
+    #[error("domainID {0:?} is not a Kubernetes uid")]
+    Uid(String),
+    /// A name or namespace Kubernetes would not accept.
+    #[error("{field} {value:?} is not a Kubernetes name")]
+    Name {
+        /// The field, as users spell it.
+        field: &'static str,
+        /// Its value.
+        value: String,
+    },
+}
 
 /// The domain a claim belongs to, as its opaque configuration names it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -39,66 +61,18 @@ pub enum DomainConfig {
     Daemon(DaemonConfig),
 }
 
-/// How many channels the workload gets.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-pub enum AllocationMode {
-    /// The domain's one channel.
-    Single,
-    /// Every channel of the node.
-    All,
-}
-
-/// `ComputeDomainChannelConfig`. (The domain's three fields are repeated in both kinds
-/// rather than flattened: serde's `flatten` turns `deny_unknown_fields` off.)
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct ChannelConfig {
-    #[serde(rename = "apiVersion")]
-    _api_version: String,
-    #[serde(rename = "kind")]
-    _kind: String,
-    /// The domain's uid.
-    #[serde(rename = "domainID")]
-    pub domain_id: String,
-    /// The domain's name.
-    pub domain_name: String,
-    /// The domain's namespace, which must be the claim's.
-    pub domain_namespace: String,
-    /// Single or All.
-    pub allocation_mode: AllocationMode,
-}
-
-/// `ComputeDomainDaemonConfig`.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct DaemonConfig {
-    #[serde(rename = "apiVersion")]
-    _api_version: String,
-    #[serde(rename = "kind")]
-    _kind: String,
-    /// The domain's uid.
-    #[serde(rename = "domainID")]
-    pub domain_id: String,
-    /// The domain's name.
-    pub domain_name: String,
-    /// The domain's namespace.
-    pub domain_namespace: String,
-    /// The clique the domain was placed in.
-    #[serde(rename = "cliqueID")]
-    pub clique_id: String,
-    /// How many nodes the domain spans.
-    pub num_nodes: u32,
-}
+// The two kinds as the controller writes them: the cluster's contract.
+pub use graft_api::opaque::{AllocationMode, ChannelConfig, DaemonConfig};
 
 impl DomainConfig {
     /// The kinds this part parses.
     pub const KINDS: &'static [&'static str] = &[CHANNEL_KIND, DAEMON_KIND];
 
     /// Parses `params` of `kind` (one of [`Self::KINDS`]); the error names the field.
-    pub fn parse(kind: &str, params: &Value) -> Result<Self, String> {
+    pub fn parse(kind: &str, params: &Value) -> Result<Self, DomainConfigError> {
         let (id, name, ns, cfg) = match kind {
             CHANNEL_KIND => {
-                let c = ChannelConfig::deserialize(params).map_err(|e| e.to_string())?;
+                let c = ChannelConfig::deserialize(params)?;
                 let ids = (c.domain_id.clone(), c.domain_name.clone());
                 (
                     ids.0,
@@ -108,7 +82,7 @@ impl DomainConfig {
                 )
             }
             DAEMON_KIND => {
-                let c = DaemonConfig::deserialize(params).map_err(|e| e.to_string())?;
+                let c = DaemonConfig::deserialize(params)?;
                 let ids = (c.domain_id.clone(), c.domain_name.clone());
                 (
                     ids.0,
@@ -117,7 +91,7 @@ impl DomainConfig {
                     DomainConfig::Daemon(c),
                 )
             }
-            other => return Err(format!("{other} is not a ComputeDomain configuration")),
+            other => return Err(DomainConfigError::Kind(other.to_string())),
         };
         check_uid(&id)?;
         check_name("domainName", &name, false)?;
@@ -136,7 +110,7 @@ impl DomainConfig {
 
 /// The uid goes into a label key's name part (`computeDomain.<uid>`, at most 63
 /// characters): lower-case alphanumerics and dashes, as Kubernetes writes uids.
-fn check_uid(uid: &str) -> Result<(), String> {
+fn check_uid(uid: &str) -> Result<(), DomainConfigError> {
     let ok = !uid.is_empty()
         && uid.len() <= 48
         && uid
@@ -145,12 +119,12 @@ fn check_uid(uid: &str) -> Result<(), String> {
     if ok {
         Ok(())
     } else {
-        Err(format!("domainID {uid:?} is not a Kubernetes uid"))
+        Err(DomainConfigError::Uid(uid.to_string()))
     }
 }
 
 /// `field` as Kubernetes checks it: a subdomain for a name, a label for a namespace.
-fn check_name(field: &str, v: &str, label: bool) -> Result<(), String> {
+fn check_name(field: &'static str, v: &str, label: bool) -> Result<(), DomainConfigError> {
     let ok = if label {
         is_dns_label(v)
     } else {
@@ -159,7 +133,10 @@ fn check_name(field: &str, v: &str, label: bool) -> Result<(), String> {
     if ok {
         Ok(())
     } else {
-        Err(format!("{field} {v:?} is not a Kubernetes name"))
+        Err(DomainConfigError::Name {
+            field,
+            value: v.to_string(),
+        })
     }
 }
 
@@ -195,10 +172,13 @@ mod tests {
 
     #[test]
     fn bad_fields_are_named() {
-        let e = DomainConfig::parse(CHANNEL_KIND, &channel(json!({"colour": "red"}))).unwrap_err();
+        let e = DomainConfig::parse(CHANNEL_KIND, &channel(json!({"colour": "red"})))
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("colour"), "{e}");
         let e = DomainConfig::parse(CHANNEL_KIND, &channel(json!({"allocationMode": "Some"})))
-            .unwrap_err();
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("Some"), "{e}");
         // A uid that would change the label's key, a namespace that is no label.
         for (field, v) in [
@@ -207,7 +187,9 @@ mod tests {
             ("domainNamespace", "a.b"),
             ("domainName", "-x"),
         ] {
-            let e = DomainConfig::parse(CHANNEL_KIND, &channel(json!({field: v}))).unwrap_err();
+            let e = DomainConfig::parse(CHANNEL_KIND, &channel(json!({field: v})))
+                .unwrap_err()
+                .to_string();
             assert!(e.contains(field), "{e}");
         }
     }

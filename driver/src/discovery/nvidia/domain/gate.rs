@@ -14,15 +14,17 @@ use k8s_openapi::api::core::v1::{ConfigMap, Node};
 
 use super::record::{record_name, with_record};
 use super::refusal::{DomainRef, Grant, Refusal};
-use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams};
+use graft_api::compute_domain::{
+    AllocationMode, ComputeDomain, ComputeDomainSpec, ComputeDomainStatus, Readiness,
+};
+use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams};
+use serde::Deserialize;
 
 use crate::claims::setup_port::SetupError;
 
-/// The node label that puts a node in a domain (one key per domain); the controller's
-/// `objects::node_label` writes the same.
-pub fn node_label(domain_id: &str) -> String {
-    format!("resource.graft.dev/computeDomain.{domain_id}")
-}
+/// The node label that puts a node in a domain (one key per domain), which the controller
+/// takes from nodes that are no members.
+pub use graft_api::compute_domain::node_label;
 
 /// Labels the node for a domain and tells whether the domain is Ready on it.
 pub trait DomainGate: Send + Sync {
@@ -94,9 +96,19 @@ pub struct KubeGate {
     pub wait: Duration,
 }
 
+// Read as a dynamic object, its status typed only once the controller's record replaced
+// it ([`with_record`]): a status a tenant wrote cannot fail the read.
 fn domains_resource() -> ApiResource {
-    let gvk = GroupVersionKind::gvk("resource.graft.dev", "v1alpha1", "ComputeDomain");
-    ApiResource::from_gvk_with_plural(&gvk, "computedomains")
+    ApiResource::erase::<ComputeDomain>(&())
+}
+
+/// The status [`with_record`] put in `cd`, typed.
+fn status_of(d: &DomainRef, cd: &DynamicObject) -> Result<ComputeDomainStatus, SetupError> {
+    match cd.data.get("status") {
+        None | Some(serde_json::Value::Null) => Ok(ComputeDomainStatus::default()),
+        Some(v) => ComputeDomainStatus::deserialize(v)
+            .map_err(|e| d.refuse(format!("its status cannot be read ({e}); retried"))),
+    }
 }
 
 impl KubeGate {
@@ -151,8 +163,8 @@ pub fn bound_here(d: &DomainRef, g: &Grant, cd: &DynamicObject) -> Result<(), Re
             d.id
         ))));
     }
-    let status = &cd.data["status"];
-    let (Some(clique), Some(slot)) = (status["clique"].as_str(), status["slot"].as_u64()) else {
+    let status = status_of(d, cd).map_err(Refusal::Retry)?;
+    let (Some(clique), Some(slot)) = (status.clique.as_deref(), status.slot) else {
         return Err(Refusal::Retry(d.refuse(
             "the domain has no clique and slot yet (its controller places it); retried",
         )));
@@ -164,14 +176,16 @@ pub fn bound_here(d: &DomainRef, g: &Grant, cd: &DynamicObject) -> Result<(), Re
             g.clique
         ))));
     }
-    let domain_all = cd.data["spec"]["channel"]["allocationMode"].as_str() == Some("All");
+    let spec = ComputeDomainSpec::deserialize(&cd.data["spec"])
+        .map_err(|e| Refusal::Final(d.refuse(format!("its spec cannot be read: {e}"))))?;
+    let domain_all = spec.channel.allocation_mode == AllocationMode::All;
     if g.all && !domain_all {
         return Err(Refusal::Final(d.refuse(
             "the claim asks for All channels, and the domain's allocationMode is Single: only \
              a domain made with allocationMode All may hold every channel of a node",
         )));
     }
-    if !g.all && u64::from(g.channel) != slot {
+    if !g.all && g.channel != slot {
         return Err(Refusal::Final(d.refuse(format!(
             "{channel} is not the domain's: in Single mode a claim of the domain gets only \
              channel {slot}, its slot (the other numbers are other domains')"
@@ -183,15 +197,16 @@ pub fn bound_here(d: &DomainRef, g: &Grant, cd: &DynamicObject) -> Result<(), Re
 /// Whether the domain's status lists `node` Ready (`cd` is the domain `d` names, as
 /// [`bound_here`] checked).
 pub fn ready_here(d: &DomainRef, node: &str, cd: &DynamicObject) -> Result<(), SetupError> {
-    let members = cd.data["status"]["nodes"].as_array();
-    let mine = members
-        .into_iter()
-        .flatten()
-        .find(|n| n["name"].as_str() == Some(node));
-    match mine.and_then(|n| n["status"].as_str()) {
-        Some("Ready") => Ok(()),
+    let status = status_of(d, cd)?;
+    match status
+        .nodes
+        .iter()
+        .find(|n| n.name == node)
+        .map(|n| n.status)
+    {
+        Some(Readiness::Ready) => Ok(()),
         Some(other) => Err(d.refuse(format!(
-            "not ready on node {node} yet (its IMEX daemon here is {other}); retried"
+            "not ready on node {node} yet (its IMEX daemon here is {other:?}); retried"
         ))),
         None => Err(d.refuse(format!(
             "not ready on node {node} yet (no IMEX daemon of the domain here yet); retried"

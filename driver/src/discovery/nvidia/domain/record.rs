@@ -3,6 +3,8 @@
 //! it). The domain's `status` repeats it for people; a node decides from the record only,
 //! since whoever may write a ComputeDomain may also write its status.
 
+use graft_api::compute_domain::record::{CLIQUE, NAME, NAMESPACE, NODES, SLOT};
+use graft_api::compute_domain::{ComputeDomainStatus, NodeStatus};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::DynamicObject;
 
@@ -10,9 +12,7 @@ use super::refusal::{DomainRef, Refusal};
 
 /// The controller's record of domain `uid` in graft's namespace (the controller's
 /// `record` module writes it).
-pub fn record_name(uid: &str) -> String {
-    format!("imex-{uid}")
-}
+pub use graft_api::compute_domain::daemon_name as record_name;
 
 /// `cd` with its status replaced by what the controller's `record` says (its clique, slot
 /// and members), so that nothing below reads the status a tenant may write. No record yet
@@ -28,23 +28,26 @@ pub fn with_record(
         )));
     };
     let field = |k: &str| data.get(k).map(String::as_str).unwrap_or_default();
-    if (field("namespace"), field("name")) != (d.namespace.as_str(), d.name.as_str()) {
+    if (field(NAMESPACE), field(NAME)) != (d.namespace.as_str(), d.name.as_str()) {
         return Err(Refusal::Final(d.refuse(format!(
             "the controller's record of uid {} is of {}/{}",
             d.id,
-            field("namespace"),
-            field("name")
+            field(NAMESPACE),
+            field(NAME)
         ))));
     }
-    let nodes: serde_json::Value =
-        serde_json::from_str(data.get("nodes").map_or("[]", String::as_str))
-            .unwrap_or_else(|_| serde_json::json!([]));
-    let mut status = serde_json::json!({ "nodes": nodes });
-    if let (Some(c), Some(slot)) = (data.get("clique"), field("slot").parse::<u64>().ok()) {
-        status["clique"] = serde_json::json!(c);
-        status["slot"] = serde_json::json!(slot);
+    let nodes: Vec<NodeStatus> =
+        serde_json::from_str(data.get(NODES).map_or("[]", String::as_str)).unwrap_or_default();
+    let mut status = ComputeDomainStatus {
+        nodes,
+        ..ComputeDomainStatus::default()
+    };
+    if let (Some(c), Ok(slot)) = (data.get(CLIQUE), field(SLOT).parse::<u32>()) {
+        status.clique = Some(c.clone());
+        status.slot = Some(slot);
     }
-    cd.data["status"] = status;
+    // Plain structs of strings and numbers always serialize.
+    cd.data["status"] = serde_json::to_value(status).unwrap_or_default();
     Ok(cd)
 }
 
