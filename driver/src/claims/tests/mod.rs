@@ -7,6 +7,7 @@ mod concurrency;
 mod crashes;
 mod domains;
 mod groups;
+mod old_checkpoints;
 mod operations;
 
 use std::collections::{BTreeMap, BTreeSet};
