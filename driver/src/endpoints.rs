@@ -31,9 +31,27 @@ pub fn endpoints(
             .lock()
             .map(|s| s.clone())
             .unwrap_or_else(|p| p.into_inner().clone());
-        readiness(&state, m.published(), &m.failing_backends(), tasks.check()).map_err(NotReady)
+        readiness(&state, m.published(), &m.failing_backends(), tasks.check())
+            .map_err(|why| NotReady(why.to_string()))
     };
     Endpoints::new(registry, Arc::new(ready))
+}
+
+/// Why graft-driver is not ready (the `/readyz` body).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+enum Unready {
+    /// A long-running task stopped.
+    #[error("not ready: {0}")]
+    Stopped(TasksStopped),
+    /// Registered, but the node's slices are not out yet.
+    #[error("not ready: the node's ResourceSlices are not yet published")]
+    Unpublished,
+    /// The kubelet has not answered the registration yet.
+    #[error("not ready: not yet registered with the kubelet")]
+    Unregistered,
+    /// The kubelet refused the registration, for this reason.
+    #[error("not ready: the kubelet rejected the registration: {0}")]
+    Rejected(String),
 }
 
 fn readiness(
@@ -41,8 +59,8 @@ fn readiness(
     published: bool,
     failing: &[FailingBackend],
     tasks: Result<(), TasksStopped>,
-) -> Result<String, String> {
-    tasks.map_err(|why| format!("not ready: {why}"))?;
+) -> Result<String, Unready> {
+    tasks.map_err(Unready::Stopped)?;
     match (registration, published) {
         (RegistrationState::Registered, true) if failing.is_empty() => {
             Ok("ready: registered with the kubelet; ResourceSlices published".into())
@@ -58,15 +76,9 @@ fn readiness(
                 .collect::<Vec<_>>()
                 .join("; ")
         )),
-        (RegistrationState::Registered, false) => {
-            Err("not ready: the node's ResourceSlices are not yet published".into())
-        }
-        (RegistrationState::Pending, _) => {
-            Err("not ready: not yet registered with the kubelet".into())
-        }
-        (RegistrationState::Rejected(why), _) => Err(format!(
-            "not ready: the kubelet rejected the registration: {why}"
-        )),
+        (RegistrationState::Registered, false) => Err(Unready::Unpublished),
+        (RegistrationState::Pending, _) => Err(Unready::Unregistered),
+        (RegistrationState::Rejected(why), _) => Err(Unready::Rejected(why.clone())),
     }
 }
 
@@ -85,7 +97,7 @@ mod tests {
             &[],
             Ok(()),
         );
-        assert!(why.unwrap_err().contains("old kubelet"));
+        assert!(why.unwrap_err().to_string().contains("old kubelet"));
     }
 
     #[test]
@@ -110,7 +122,8 @@ mod tests {
             &[],
             Err(TasksStopped("publisher panicked: boom".into())),
         )
-        .unwrap_err();
+        .unwrap_err()
+        .to_string();
         assert_eq!(why, "not ready: a task stopped: publisher panicked: boom");
     }
 }

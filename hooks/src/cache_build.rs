@@ -44,6 +44,35 @@ pub const MAX_CACHE: usize = graft_ldcache::MAX_CACHE;
 pub const MAX_NAMES: usize = 16 << 10;
 const CACHE: &str = "ld.so.cache";
 
+/// Why the image's cache or a folder is not merged: ldconfig rebuilds the cache instead.
+#[derive(Debug, thiserror::Error)]
+enum Unmergeable {
+    #[error("opening the image's /etc/ld.so.cache: {0}")]
+    Open(Errno),
+    #[error("stat of the image's /etc/ld.so.cache: {0}")]
+    Stat(Errno),
+    #[error("the image's /etc/ld.so.cache is a symlink")]
+    Symlink,
+    #[error("the image's /etc/ld.so.cache is not a regular file of at most 16 MiB")]
+    NotRegular,
+    /// Reading it failed; the whole chain, as `{:#}` writes it.
+    #[error("{0:#}")]
+    Read(anyhow::Error),
+    #[error("{folder}: {why}")]
+    Folder { folder: String, why: Unlisted },
+}
+
+/// Why a folder's names were not listed.
+#[derive(Debug, thiserror::Error)]
+enum Unlisted {
+    #[error("{0}")]
+    Dup(std::io::Error),
+    #[error("{0}")]
+    Read(Errno),
+    #[error("more than {MAX_NAMES} library files")]
+    TooMany,
+}
+
 /// What [`rebuild`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Outcome {
@@ -66,7 +95,7 @@ pub fn rebuild(root: &Root, folders: &[String], copies: Option<&str>) -> anyhow:
     let etc = inroot::mkdir_all(root, "/etc")?;
     let data = match read_cache(etc.as_fd()) {
         Ok(d) => d,
-        Err(why) => return Ok(Outcome::Fallback(why)),
+        Err(why) => return Ok(Outcome::Fallback(why.to_string())),
     };
     let image = match graft_ldcache::parse(&data) {
         Ok(e) => e,
@@ -85,7 +114,7 @@ pub fn rebuild(root: &Root, folders: &[String], copies: Option<&str>) -> anyhow:
         for at in copy.iter().chain(std::iter::once(f)) {
             match scan(root, at, f)? {
                 Ok(found) => driver.extend(found),
-                Err(why) => return Ok(Outcome::Fallback(why)),
+                Err(why) => return Ok(Outcome::Fallback(why.to_string())),
             }
         }
     }
@@ -116,23 +145,23 @@ pub fn rebuild(root: &Root, folders: &[String], copies: Option<&str>) -> anyhow:
 }
 
 /// The image's cache, empty when there is none; `Err` says why it is not used.
-fn read_cache(etc: BorrowedFd<'_>) -> Result<Vec<u8>, String> {
+fn read_cache(etc: BorrowedFd<'_>) -> Result<Vec<u8>, Unmergeable> {
     let flags = OFlag::O_PATH | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
     let fd = match openat(etc, CACHE, flags, Mode::empty()) {
         Ok(fd) => fd,
         Err(Errno::ENOENT) => return Ok(Vec::new()),
-        Err(e) => return Err(format!("opening the image's /etc/ld.so.cache: {e}")),
+        Err(e) => return Err(Unmergeable::Open(e)),
     };
-    let st = fstat(&fd).map_err(|e| format!("stat of the image's /etc/ld.so.cache: {e}"))?;
+    let st = fstat(&fd).map_err(Unmergeable::Stat)?;
     if inroot::is_type(&st, SFlag::S_IFLNK) {
-        return Err("the image's /etc/ld.so.cache is a symlink".into());
+        return Err(Unmergeable::Symlink);
     }
     if !inroot::is_type(&st, SFlag::S_IFREG) || st.st_size as u64 > MAX_CACHE as u64 {
-        return Err("the image's /etc/ld.so.cache is not a regular file of at most 16 MiB".into());
+        return Err(Unmergeable::NotRegular);
     }
     // Reopened from the O_PATH fd and checked to be the same inode (inroot::read_handle).
     inroot::read_handle(&Handle::from_fd(fd), "/etc/ld.so.cache", MAX_CACHE as u64)
-        .map_err(|e| format!("{e:#}"))
+        .map_err(Unmergeable::Read)
 }
 
 /// The `(soname, path)` of each library in `folder`, one per soname, each path as if in
@@ -143,7 +172,7 @@ fn scan(
     root: &Root,
     folder: &str,
     shown: &str,
-) -> anyhow::Result<Result<Vec<(Vec<u8>, Vec<u8>)>, String>> {
+) -> anyhow::Result<Result<Vec<(Vec<u8>, Vec<u8>)>, Unmergeable>> {
     let handle = match root.resolve(folder) {
         Ok(h) => h,
         Err(e) if inroot::is_errno(&e, libc::ENOENT) => return Ok(Ok(Vec::new())),
@@ -154,7 +183,10 @@ fn scan(
         .with_context(|| format!("opening {folder} in the container"))?;
     let names = match list(&dir) {
         Ok(n) => n,
-        Err(why) => return Ok(Err(format!("{folder}: {why}"))),
+        Err(why) => {
+            let folder = folder.to_string();
+            return Ok(Err(Unmergeable::Folder { folder, why }));
+        }
     };
     let present: HashSet<&[u8]> = names.iter().map(|n| n.to_bytes()).collect();
     let mut found: HashMap<Vec<u8>, (Vec<u8>, bool)> = HashMap::new();
@@ -187,12 +219,12 @@ fn scan(
 }
 
 /// The names in `dir` that ldconfig would look at.
-fn list(dir: &File) -> Result<Vec<std::ffi::CString>, String> {
-    let fd = dir.try_clone().map_err(|e| e.to_string())?;
-    let mut d = Dir::from_fd(fd.into()).map_err(|e| e.to_string())?;
+fn list(dir: &File) -> Result<Vec<std::ffi::CString>, Unlisted> {
+    let fd = dir.try_clone().map_err(Unlisted::Dup)?;
+    let mut d = Dir::from_fd(fd.into()).map_err(Unlisted::Read)?;
     let mut names = Vec::new();
     for entry in d.iter() {
-        let entry = entry.map_err(|e| e.to_string())?;
+        let entry = entry.map_err(Unlisted::Read)?;
         let n = entry.file_name();
         let b = n.to_bytes();
         if (b.starts_with(b"lib") || b.starts_with(b"ld-"))
@@ -200,7 +232,7 @@ fn list(dir: &File) -> Result<Vec<std::ffi::CString>, String> {
         {
             names.push(n.to_owned());
             if names.len() > MAX_NAMES {
-                return Err(format!("more than {MAX_NAMES} library files"));
+                return Err(Unlisted::TooMany);
             }
         }
     }

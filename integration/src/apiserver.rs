@@ -197,10 +197,23 @@ impl Drop for ControlPlane {
     }
 }
 
+/// Why a control plane did not start: kept in its cell, and told to every later caller.
+#[derive(Debug, thiserror::Error)]
+enum Unstarted {
+    /// Starting it failed; the whole chain, as `{:#}` writes it.
+    #[error("{0:#}")]
+    Start(anyhow::Error),
+    /// The thread starting it went away without an answer.
+    #[error("{0}")]
+    NoAnswer(std::sync::mpsc::RecvError),
+}
+
+/// A control plane's cell: the plane, or why it did not start.
+type Cell = OnceLock<Result<ControlPlane, Unstarted>>;
+
 /// The control planes of this test process, by name; each is started on first use and
 /// lives until the process exits.
-static PLANES: Mutex<BTreeMap<&'static str, &'static OnceLock<Result<ControlPlane, String>>>> =
-    Mutex::new(BTreeMap::new());
+static PLANES: Mutex<BTreeMap<&'static str, &'static Cell>> = Mutex::new(BTreeMap::new());
 
 /// The control plane the test suites of this process share, started on first use.
 pub fn shared() -> anyhow::Result<&'static ControlPlane> {
@@ -210,7 +223,7 @@ pub fn shared() -> anyhow::Result<&'static ControlPlane> {
 /// A control plane of its own for a suite that changes cluster-wide objects (admission
 /// policies) the others must not see, started on first use.
 pub fn named(name: &'static str) -> anyhow::Result<&'static ControlPlane> {
-    let cell: &'static OnceLock<Result<ControlPlane, String>> = {
+    let cell: &'static Cell = {
         let mut planes = PLANES.lock().unwrap_or_else(|p| p.into_inner());
         planes
             .entry(name)
@@ -224,12 +237,12 @@ pub fn named(name: &'static str) -> anyhow::Result<&'static ControlPlane> {
             remove_stale_dirs();
             let dir = std::env::temp_dir().join(format!("graft-cp-{}-{name}", std::process::id()));
             let r = Testbed::load().and_then(|tb| ControlPlane::start(&tb, &dir));
-            let _ = tx.send(r.map_err(|e| format!("{e:#}")));
+            let _ = tx.send(r.map_err(Unstarted::Start));
             loop {
                 std::thread::park();
             }
         });
-        rx.recv().unwrap_or_else(|e| Err(e.to_string()))
+        rx.recv().unwrap_or_else(|e| Err(Unstarted::NoAnswer(e)))
     });
     match r {
         Ok(cp) => Ok(cp),

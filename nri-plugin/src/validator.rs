@@ -26,7 +26,7 @@ use graft_record::{ClaimRecord, InjectionPolicy, RecordStore};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::registry::Registry;
 
-use crate::inject::plan;
+use crate::inject::{plan, PlanError};
 use crate::reads::Reads;
 use crate::refusal;
 
@@ -99,9 +99,46 @@ impl Validator {
     }
 }
 
+/// Why the validator refuses a container: the records give it devices and the pending
+/// adjustment lacks graft-nri's edits.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "graft-nri did not give it its devices: {lack} (plugins consulted: {}); graft-nri was \
+     not connected, or the runtime lost it during this request. Refused so that it never \
+     starts without them; the kubelet retries",
+    listed(.consulted)
+)]
+pub struct Unserved {
+    /// What the adjustment lacks.
+    pub lack: Lack,
+    /// The plugins the runtime consulted, as `index-name`.
+    pub consulted: Vec<String>,
+}
+
+/// What a pending adjustment lacks of graft-nri's edits.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Lack {
+    /// An edit of the container's plan, in words.
+    #[error("{0}")]
+    Edit(String),
+    /// No plan at all: graft-nri refuses such a container itself, so reaching here means
+    /// it did not answer.
+    #[error("its records cannot be applied ({0})")]
+    Unplannable(PlanError),
+}
+
+/// The consulted plugins in a line; `none` when there were none.
+fn listed(consulted: &[String]) -> String {
+    if consulted.is_empty() {
+        "none".to_string()
+    } else {
+        consulted.join(", ")
+    }
+}
+
 /// Whether the pending adjustment `adj` gives container `ctr` of pod `pod_uid` what the
-/// pod's records grant it: `Err` with the reason in words when it does not. A container
-/// the records give nothing passes.
+/// pod's records grant it: `Err` says what it lacks when it does not. A container the
+/// records give nothing passes.
 pub fn verdict(
     claims: &[impl std::borrow::Borrow<ClaimRecord>],
     pod_uid: &str,
@@ -109,33 +146,23 @@ pub fn verdict(
     policy: &InjectionPolicy,
     adj: &nri::ContainerAdjustment,
     consulted: &[nri::PluginInstance],
-) -> Result<(), String> {
+) -> Result<(), Unserved> {
     if claims.is_empty() {
         return Ok(());
     }
-    let why = match plan(claims, pod_uid, ctr, policy) {
+    let lack = match plan(claims, pod_uid, ctr, policy) {
         Ok(None) => return Ok(()),
         Ok(Some(p)) => match p.missing_from_adjustment(adj) {
             None => return Ok(()),
-            Some(why) => why,
+            Some(why) => Lack::Edit(why),
         },
-        // graft-nri refuses such a container itself; reaching here means it did not answer.
-        Err(e) => format!("its records cannot be applied ({e})"),
+        Err(e) => Lack::Unplannable(e),
     };
-    let consulted: Vec<String> = consulted
+    let consulted = consulted
         .iter()
         .map(|p| format!("{}-{}", p.index, p.name))
         .collect();
-    Err(format!(
-        "graft-nri did not give it its devices: {why} (plugins consulted: {}); graft-nri was \
-         not connected, or the runtime lost it during this request. Refused so that it never \
-         starts without them; the kubelet retries",
-        if consulted.is_empty() {
-            "none".to_string()
-        } else {
-            consulted.join(", ")
-        }
-    ))
+    Err(Unserved { lack, consulted })
 }
 
 #[async_trait]
@@ -195,7 +222,7 @@ impl NriPlugin for Validator {
                         .iter()
                         .map(|c| format!("{}/{}", c.claim.namespace, c.claim.name))
                         .collect();
-                    (names, why)
+                    (names, why.to_string())
                 })
             },
         );

@@ -80,10 +80,13 @@ fn a_container_left_unadjusted_is_refused_with_who_was_asked() {
         &none,
         &consulted(&["graft"]),
     )
-    .unwrap_err();
+    .unwrap_err()
+    .to_string();
     assert!(e.contains("/dev/x") && e.contains("10-graft"), "{e}");
     // graft-nri not connected at all.
-    let e = verdict(&[record()], "p", "app", &policy(), &none, &[]).unwrap_err();
+    let e = verdict(&[record()], "p", "app", &policy(), &none, &[])
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("plugins consulted: none"), "{e}");
 }
 
@@ -91,7 +94,9 @@ fn a_container_left_unadjusted_is_refused_with_who_was_asked() {
 fn the_device_alone_or_the_annotation_alone_is_not_enough() {
     let mut only_device = graft_adjustment();
     only_device.annotations.remove(INJECTED_ANNOTATION);
-    let e = verdict(&[record()], "p", "app", &policy(), &only_device, &[]).unwrap_err();
+    let e = verdict(&[record()], "p", "app", &policy(), &only_device, &[])
+        .unwrap_err()
+        .to_string();
     assert!(e.contains(INJECTED_ANNOTATION), "{e}");
 
     let mut only_annotation = graft_adjustment();
@@ -100,7 +105,9 @@ fn the_device_alone_or_the_annotation_alone_is_not_enough() {
         .mut_or_insert_default()
         .devices
         .clear();
-    let e = verdict(&[record()], "p", "app", &policy(), &only_annotation, &[]).unwrap_err();
+    let e = verdict(&[record()], "p", "app", &policy(), &only_annotation, &[])
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("/dev/x"), "{e}");
 
     // Another device number under the same path is not the recorded device.
@@ -125,7 +132,8 @@ fn records_graft_nri_would_refuse_are_refused_here_too() {
         &nri::ContainerAdjustment::default(),
         &[],
     )
-    .unwrap_err();
+    .unwrap_err()
+    .to_string();
     assert!(e.contains("cannot be applied"), "{e}");
 }
 

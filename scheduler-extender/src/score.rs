@@ -29,13 +29,18 @@ pub enum Mode {
     Spread,
 }
 
+/// A placement mode that is neither `pack` nor `spread`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("placement mode {0:?}: pack or spread")]
+pub struct UnknownMode(pub String);
+
 impl std::str::FromStr for Mode {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = UnknownMode;
+    fn from_str(s: &str) -> Result<Self, UnknownMode> {
         match s {
             "pack" => Ok(Mode::Pack),
             "spread" => Ok(Mode::Spread),
-            other => Err(format!("placement mode {other:?}: pack or spread")),
+            other => Err(UnknownMode(other.to_string())),
         }
     }
 }

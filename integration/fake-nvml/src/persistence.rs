@@ -41,6 +41,7 @@ use std::os::unix::fs::OpenOptionsExt;
 use nvml_wrapper_sys::bindings::*;
 
 use super::*;
+use crate::mig::config::BadLine;
 
 const FILE_NAME: &str = "fake-nvml-persistence";
 const NO_PERMISSION: nvmlReturn_t = nvmlReturn_enum_NVML_ERROR_NO_PERMISSION;
@@ -48,12 +49,12 @@ const ENABLED: nvmlEnableState_t = nvmlEnableState_enum_NVML_FEATURE_ENABLED;
 const DISABLED: nvmlEnableState_t = nvmlEnableState_enum_NVML_FEATURE_DISABLED;
 
 /// Persistence mode by GPU index, from the file's text.
-pub(crate) fn parse(text: &str) -> Result<[bool; 8], String> {
+pub(crate) fn parse(text: &str) -> Result<[bool; 8], BadLine> {
     let mut modes = [true; 8];
     for (n, line) in text.lines().enumerate() {
         let line = line.split('#').next().unwrap_or_default();
         let words: Vec<&str> = line.split_whitespace().collect();
-        let bad = || format!("line {}: cannot parse {:?}", n + 1, line.trim());
+        let bad = || BadLine::at(n, line);
         match words.as_slice() {
             [] => {}
             [gpu, mode] => {
@@ -200,7 +201,9 @@ mod tests {
         assert_eq!(m, [true, true, true, false, true, true, true, true]);
         assert_eq!(parse(&to_text(&m)).unwrap(), m);
         for bad in ["8 enabled", "1 on", "1", "x disabled", "1 enabled now"] {
-            let e = parse(&format!("0 enabled\n{bad}\n")).unwrap_err();
+            let e = parse(&format!("0 enabled\n{bad}\n"))
+                .unwrap_err()
+                .to_string();
             assert!(e.starts_with("line 2: "), "{bad:?}: {e}");
         }
     }

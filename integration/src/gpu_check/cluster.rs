@@ -91,7 +91,12 @@ fn sections(c: &Cluster, pod: &str, ctrs: &[&str]) -> Vec<(String, report::Run)>
                 let d = c
                     .kubectl(&["-n", NAMESPACE, "describe", "pod", pod])
                     .unwrap_or_default();
-                break Err(format!("{pod}/{ctr} did not finish in {LIMIT:?}:\n{d}"));
+                break Err(report::NotRun::Unfinished {
+                    pod: pod.to_string(),
+                    container: ctr.to_string(),
+                    limit: LIMIT,
+                    described: d,
+                });
             }
             std::thread::sleep(Duration::from_millis(500));
         };
@@ -272,7 +277,7 @@ fn mps(
                     .output
                     .trim()
                     .replace('\n', ", "),
-                Err(e) => e.clone(),
+                Err(e) => e.to_string(),
             },
         );
         r.containers.push((

@@ -275,7 +275,7 @@ pub async fn run(opts: &Options) -> anyhow::Result<Report> {
     let limit = Duration::from_secs(180);
     let gpu = containers::run(&cri, &pod, "gpu", &containers::gpu_commands(), &env, limit)
         .await
-        .map_err(|e| format!("{e:#}"));
+        .map_err(report::NotRun::Failed);
     let sibling = containers::run(
         &cri,
         &pod,
@@ -285,7 +285,7 @@ pub async fn run(opts: &Options) -> anyhow::Result<Report> {
         limit,
     )
     .await
-    .map_err(|e| format!("{e:#}"));
+    .map_err(report::NotRun::Failed);
     report::check_gpu(&mut r, "", &gpu, &dev);
     report::check_sibling(&mut r, "", &sibling);
     r.containers.push((

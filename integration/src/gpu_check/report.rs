@@ -2,6 +2,7 @@
 
 use std::collections::BTreeSet;
 use std::fmt::Write;
+use std::time::Duration;
 
 use graft_driver::model::Device;
 
@@ -21,7 +22,27 @@ pub struct Check {
 }
 
 /// A container's sections, or why it never ran.
-pub type Run = Result<Vec<Section>, String>;
+pub type Run = Result<Vec<Section>, NotRun>;
+
+/// Why a container's sections are missing.
+#[derive(Debug, thiserror::Error)]
+pub enum NotRun {
+    /// Running it failed; the whole chain, as `{:#}` writes it.
+    #[error("{0:#}")]
+    Failed(anyhow::Error),
+    /// It did not log its last marker in time.
+    #[error("{pod}/{container} did not finish in {limit:?}:\n{described}")]
+    Unfinished {
+        /// The pod.
+        pod: String,
+        /// The container.
+        container: String,
+        /// How long it was given.
+        limit: Duration,
+        /// `kubectl describe` of the pod.
+        described: String,
+    },
+}
 
 /// What the GPU check found, rendered as markdown.
 #[derive(Default)]

@@ -20,6 +20,19 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Instant;
 
 use super::entry::ClaimEntry;
+use crate::error::DriverError;
+
+/// Why a change was not saved: the same answer for every caller whose change a failed
+/// write held, hence shared rather than copied.
+#[derive(Debug, Clone, thiserror::Error)]
+pub(super) enum Unsaved {
+    /// The view was gone while a change was pending (fails safe rather than hang).
+    #[error("the checkpoint was dropped")]
+    Dropped,
+    /// The write that held the change failed.
+    #[error(transparent)]
+    Write(Arc<DriverError>),
+}
 
 /// The checkpoint as this process holds it between its flock and its release.
 pub(super) struct View {
@@ -57,7 +70,7 @@ pub(super) struct State {
     /// Changes applied and not yet in a write.
     pending: Vec<u64>,
     /// Answers not yet collected by their callers.
-    outcomes: HashMap<u64, Result<(), String>>,
+    outcomes: HashMap<u64, Result<(), Unsaved>>,
     /// Writes made (tests count them).
     pub writes: u64,
 }
@@ -143,7 +156,7 @@ impl Group {
         &self,
         ticket: u64,
         mut write: impl FnMut(&Batch) -> crate::error::Result<()>,
-    ) -> Result<(), String> {
+    ) -> Result<(), Unsaved> {
         let mut s = self.lock();
         loop {
             if let Some(r) = s.outcomes.remove(&ticket) {
@@ -157,8 +170,7 @@ impl Group {
             let Some(view) = s.view.as_ref() else {
                 // Unreachable while a change is pending; fail safe rather than hang.
                 for t in tickets {
-                    s.outcomes
-                        .insert(t, Err("the checkpoint was dropped".into()));
+                    s.outcomes.insert(t, Err(Unsaved::Dropped));
                 }
                 continue;
             };
@@ -187,8 +199,8 @@ impl Group {
                 Err(e) => {
                     // The view holds changes no file holds: drop it, and fail every caller
                     // whose change it holds.
-                    let why = e.to_string();
-                    tracing::error!(error = %why, "saving the checkpoint failed");
+                    tracing::error!(error = %e, "saving the checkpoint failed");
+                    let why = Unsaved::Write(Arc::new(e));
                     let later = std::mem::take(&mut s.pending);
                     for t in batch.tickets.into_iter().chain(later) {
                         s.outcomes.insert(t, Err(why.clone()));

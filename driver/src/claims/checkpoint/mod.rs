@@ -355,7 +355,7 @@ impl Txn {
         let disk = &self.disk;
         self.group
             .wait(ticket, |b| disk.write(b))
-            .map_err(|reason| failed(disk, reason))
+            .map_err(|reason| failed(disk, reason.to_string()))
     }
 
     /// Makes the changes durable and ends the transaction: the turn goes to the next one
@@ -369,7 +369,7 @@ impl Txn {
         drop(turn);
         group
             .wait(ticket, |b| disk.write(b))
-            .map_err(|reason| failed(&disk, reason))
+            .map_err(|reason| failed(&disk, reason.to_string()))
     }
 
     fn apply(&mut self) -> Result<u64> {

@@ -51,13 +51,34 @@ impl Default for Config {
     }
 }
 
+/// A line that does not parse, in any of the fake's text files (this configuration, the
+/// MIG state, persistence modes).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("line {number}: cannot parse {text:?}")]
+pub(crate) struct BadLine {
+    /// Its number, from 1.
+    pub(crate) number: usize,
+    /// The line, its comment and surrounding blanks left out.
+    pub(crate) text: String,
+}
+
+impl BadLine {
+    /// Line `index` (from 0), its comment already cut off.
+    pub(crate) fn at(index: usize, line: &str) -> Self {
+        BadLine {
+            number: index + 1,
+            text: line.trim().to_string(),
+        }
+    }
+}
+
 /// Parses the file's text; relative state paths are taken from `dir`.
-pub(crate) fn parse(text: &str, dir: &Path) -> Result<Config, String> {
+pub(crate) fn parse(text: &str, dir: &Path) -> Result<Config, BadLine> {
     let mut config = Config::default();
     for (n, line) in text.lines().enumerate() {
         let line = line.split('#').next().unwrap_or_default();
         let words: Vec<&str> = line.split_whitespace().collect();
-        let bad = || format!("line {}: cannot parse {:?}", n + 1, line.trim());
+        let bad = || BadLine::at(n, line);
         match words.as_slice() {
             [] => {}
             ["model", key] => {
@@ -161,7 +182,9 @@ mod tests {
             "state a b",
             "migs 5 on",
         ] {
-            let e = parse(&format!("mig 6 on\n{bad}\n"), dir).unwrap_err();
+            let e = parse(&format!("mig 6 on\n{bad}\n"), dir)
+                .unwrap_err()
+                .to_string();
             assert!(e.starts_with("line 2: "), "{bad:?}: {e}");
         }
     }

@@ -27,7 +27,7 @@ use std::sync::Mutex;
 
 use nvml_wrapper_sys::bindings::*;
 
-use super::config::{report, Config};
+use super::config::{report, BadLine, Config};
 use crate::UNKNOWN;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -142,12 +142,12 @@ impl State {
         text
     }
 
-    pub(crate) fn parse(text: &str) -> Result<State, String> {
+    pub(crate) fn parse(text: &str) -> Result<State, BadLine> {
         let mut state = State::default();
         for (n, line) in text.lines().enumerate() {
             let line = line.split('#').next().unwrap_or_default();
             let words: Vec<&str> = line.split_whitespace().collect();
-            let bad = || format!("line {}: cannot parse {:?}", n + 1, line.trim());
+            let bad = || BadLine::at(n, line);
             let nums: Vec<u32> = match words.split_first() {
                 None => continue,
                 Some((_, rest)) => rest
