@@ -1,17 +1,25 @@
 #!/usr/bin/env bash
 # Checks a dist/ that release.sh built: SHA256SUMS; the image layout's one entry is an image
-# index naming linux/amd64 and linux/arm64, each manifest's layer holds /usr/bin/graft-driver
+# index naming linux/amd64 and linux/arm64 (or the one --arch release.sh was given), each
+# manifest's layer holds /usr/bin/graft-driver
 # of its architecture (ELF e_machine 62, EM_X86_64, or 183, EM_AARCH64) and a graft-hook
 # without a program interpreter (static), and the native daemons report VERSION; the chart
 # carries VERSION and its default values render the image the layout names; kubectl-graft
-# exists for both architectures.
+# exists for each architecture.
 #
-#   verify.sh VERSION [DIST]          DIST defaults to the repository's dist/
+#   verify.sh VERSION [--arch amd64|arm64] [DIST]     DIST defaults to the repository's dist/
 set -euo pipefail
-version=${1:?usage: verify.sh VERSION [DIST]}
-version=${version#v}
+usage() { echo "usage: verify.sh VERSION [--arch amd64|arm64] [DIST]" >&2; exit 2; }
+[ $# -ge 1 ] || usage
+version=${1#v}
+shift
+arches=(amd64 arm64)
+if [ "${1:-}" = --arch ]; then
+  case "${2:-}" in amd64 | arm64) arches=("$2") ;; *) usage ;; esac
+  shift 2
+fi
 app_version=v$version
-dist=${2:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)/dist}
+dist=${1:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)/dist}
 cache=${GRAFT_CACHE:-$HOME/.cache/graft-testbed}
 helm=${GRAFT_HELM:-}
 [ -z "$helm" ] && [ -f "$cache/env" ] && helm=$(sed -n 's/^GRAFT_HELM=//p' "$cache/env")
@@ -38,10 +46,11 @@ index=$(blob "$(jq -r '.manifests[0].digest' "$work/index.json")")
 [ "$(jq -r '.annotations["org.opencontainers.image.version"]' "$index")" = "$app_version" ] ||
   fail "the index's org.opencontainers.image.version is not $app_version"
 platforms=$(jq -r '[.manifests[].platform | "\(.os)/\(.architecture)"] | sort | join(" ")' "$index")
-[ "$platforms" = "linux/amd64 linux/arm64" ] || fail "the index holds $platforms"
+want_platforms=$(printf 'linux/%s\n' "${arches[@]}" | sort | paste -sd' ')
+[ "$platforms" = "$want_platforms" ] || fail "the index holds $platforms, not $want_platforms"
 ok "image index $ref: $platforms"
 
-for arch in amd64 arm64; do
+for arch in "${arches[@]}"; do
   case $arch in amd64) want=62 ;; arm64) want=183 ;; esac
   m=$(blob "$(jq -r --arg a "$arch" '.manifests[] | select(.platform.architecture == $a) | .digest' "$index")")
   cfg=$(blob "$(jq -r '.config.digest' "$m")")
@@ -63,7 +72,7 @@ for arch in amd64 arm64; do
     fail "kubectl-graft-$app_version-linux-$arch missing or of another machine"
 done
 # The native image runs: every library its binaries load is in it.
-if [ "$(id -u)" = 0 ] && [ "$(uname -m)" = x86_64 ]; then
+if [ "$(id -u)" = 0 ] && [ "$(uname -m)" = x86_64 ] && [ -d "$work/rootfs-amd64" ]; then
   chroot "$work/rootfs-amd64" /usr/bin/graftctl --help >/dev/null || fail "amd64: graftctl does not run in the image"
   ok "amd64: graftctl runs in the image's root"
   # The daemons report the release's version (build_info, logs, --version), stamped at build.
