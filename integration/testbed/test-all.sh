@@ -43,15 +43,10 @@ for m in "${cluster[@]}"; do skips+=(--skip "$m"); done
 set +e
 run_suite --test-threads 1 "${cluster[@]}" >"$cluster_log" 2>&1 &
 cluster_pid=$!
-cargo test --workspace --exclude graft-integration --no-fail-fast --lib --bins --tests 2>&1 | tee "$log"
+# The fast tier (no root, no testbed), linted above.
+bash integration/testbed/fast-tier.sh --no-lint 2>&1 | tee "$log"
 rc=${PIPESTATUS[0]}
-cargo test -p graft-integration --no-fail-fast --lib --bins 2>&1 | tee -a "$log"
-[ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
-# Doc-tests only where there are some (the NRI SDK's usage example): the other crates' empty
-# runs would only lengthen the log.
-cargo test -p graft-nri-sdk --doc 2>&1 | tee -a "$log"
-[ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
-phase "unit, property and crate tests"
+phase "fast tier: unit, property, contract and crate tests"
 run_suite "${skips[@]}" 2>&1 | tee -a "$log"
 [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
 phase "integration suite, node tier"

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# The fast tier: every test that needs no root, no testbed and nothing installed but a Rust
+# toolchain with clippy and rustfmt: the crates' unit, property and contract tests (the
+# chart against graft-api included, read as files), the fake-runtime NRI tests, the
+# workspace's rules (integration/tests/workspace_*.rs) and the NRI SDK's doc example.
+# test-all.sh runs it as its crate-test step (--no-lint: it lints first itself).
+#
+#   fast-tier.sh [--no-lint]
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/../.."
+start=$SECONDS
+if [ "${1:-}" != --no-lint ]; then
+  cargo fmt --all -- --check
+  cargo clippy --workspace --all-targets --quiet -- -D warnings
+  echo "fast-tier: fmt and clippy in $((SECONDS - start)) s" >&2
+fi
+rc=0
+cargo test --workspace --exclude graft-integration --no-fail-fast --lib --bins --tests || rc=1
+# The harness's own tests and the workspace's rules; its suite (`--test suite`) is the node
+# and cluster tiers.
+cargo test -p graft-integration --no-fail-fast --lib --bins --test 'workspace_*' || rc=1
+# Doc-tests only where there are some (the NRI SDK's usage example): the other crates'
+# empty runs would only lengthen the log.
+cargo test -p graft-nri-sdk --doc || rc=1
+echo "fast-tier: done ($rc) in $((SECONDS - start)) s" >&2
+exit "$rc"
