@@ -1,16 +1,17 @@
 //! graft's cluster-facing contract, compiled: every name one of graft's components writes
 //! into the cluster and another reads back. graft-driver publishes devices with these
-//! attributes and `type` values and reads these opaque configurations; the ComputeDomain
-//! controller writes those configurations, reads the attributes and owns the CRD;
-//! graft-scheduler-extender reads the attributes and speaks kube-scheduler's extender
-//! protocol; the chart's DeviceClasses select by them (a test renders each class's CEL
-//! from [`classes`] and compares it with the chart's template).
+//! attributes, capacities and `type` values and reads these opaque configurations; the
+//! ComputeDomain controller writes those configurations, reads the attributes and owns the
+//! CRD; graft-scheduler-extender reads the attributes and speaks kube-scheduler's extender
+//! protocol; the chart's DeviceClasses select by them (a test renders each class's CEL from
+//! [`classes`] and compares it with the chart's template).
 //!
 //! A name changed here changes for every component at once; one written as a string
 //! elsewhere is a bug. Adding a name is compatible; renaming or removing one is not, for
 //! clusters hold claims, selectors and objects written with the old one.
 
 pub mod attributes;
+pub mod capacity;
 pub mod classes;
 pub mod compute_domain;
 pub mod extender;

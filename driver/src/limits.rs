@@ -243,6 +243,17 @@ mod tests {
     }
 
     #[test]
+    fn the_contracts_names_are_names_the_api_takes() {
+        // Capacity names follow the attributes' rule in the API.
+        for n in graft_api::attributes::ALL
+            .iter()
+            .chain(graft_api::capacity::ALL)
+        {
+            assert!(check_qualified_name(n).is_ok(), "{n}");
+        }
+    }
+
+    #[test]
     fn values() {
         let long = Attribute::String("x".repeat(65));
         assert!(check_attribute("a", &long).is_err());

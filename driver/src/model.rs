@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use graft_record::ContainerEdits;
 
 /// Standard attribute for the PCIe root complex a device hangs off.
-pub const PCIE_ROOT_ATTRIBUTE: &str = "resource.kubernetes.io/pcieRoot";
+pub use graft_api::attributes::PCIE_ROOT as PCIE_ROOT_ATTRIBUTE;
 
 /// A ResourceSlice device attribute value.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]

@@ -64,7 +64,10 @@ pub fn snapshot(
             .map(|d| PublishedDevice {
                 name: d.name.clone(),
                 pool: node.to_string(),
-                kind: d.string_attribute("type").unwrap_or_default().to_string(),
+                kind: d
+                    .string_attribute(graft_api::attributes::TYPE)
+                    .unwrap_or_default()
+                    .to_string(),
                 attributes: d
                     .attributes
                     .iter()

@@ -274,7 +274,7 @@ fn functions(inventory: &BTreeMap<String, Device>, d: &PreparedDevice) -> Vec<St
     }
     match inventory
         .get(&d.device)
-        .and_then(|dev| dev.attributes.get("pciBusID"))
+        .and_then(|dev| dev.attributes.get(graft_api::attributes::PCI_BUS_ID))
     {
         Some(Attribute::String(s)) => vec![s.clone()],
         _ => Vec::new(),

@@ -4,6 +4,7 @@ use std::collections::BTreeMap;
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
+use graft_api::attributes as attr;
 use graft_record::{validate_edits, ContainerEdits, DeviceKind, DeviceNode, EnvVar};
 use nix::sys::stat::{major, minor};
 
@@ -85,10 +86,10 @@ impl CharDiscovery {
 
         let mut attributes = BTreeMap::new();
         if host_str.len() <= limits::MAX_ATTRIBUTE_VALUE {
-            attributes.insert("path".into(), Attribute::String(host_str.into()));
+            attributes.insert(attr::PATH.into(), Attribute::String(host_str.into()));
         }
-        attributes.insert("major".into(), Attribute::Int(major));
-        attributes.insert("minor".into(), Attribute::Int(minor));
+        attributes.insert(attr::MAJOR.into(), Attribute::Int(major));
+        attributes.insert(attr::MINOR.into(), Attribute::Int(minor));
         let class = if kind == DeviceKind::Char {
             "char"
         } else {

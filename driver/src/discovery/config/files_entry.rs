@@ -108,7 +108,7 @@ pub fn check_entry(e: &FilesEntry) -> Result<(), InvalidEntry> {
     if let Some(p) = &e.name_prefix {
         limits::check_device_name(&format!("{p}x")).map_err(InvalidEntry::limit("name_prefix"))?;
     }
-    match e.attributes.get("type") {
+    match e.attributes.get(graft_api::attributes::TYPE) {
         Some(ConfigAttribute::String(_)) => {}
         _ => {
             return Err(InvalidEntry::field(

@@ -3,6 +3,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+use graft_api::{attributes as attr, capacity};
 use graft_record::nofollow::{open_entry, open_served, EntryError, EntryType};
 use graft_record::paths::is_under;
 use graft_record::{validate_edits, ContainerEdits, EnvVar, Mount};
@@ -184,7 +185,7 @@ impl FilesDiscovery {
             .iter()
             .map(|(k, v)| (k.clone(), v.into()))
             .collect();
-        for (k, v) in [("path", &host), ("entry", &entry_name.to_string())] {
+        for (k, v) in [(attr::PATH, &host), (attr::ENTRY, &entry_name.to_string())] {
             if v.len() <= limits::MAX_ATTRIBUTE_VALUE {
                 attributes.insert(k.into(), Attribute::String(v.clone()));
             }
@@ -195,7 +196,7 @@ impl FilesDiscovery {
             EntryType::Socket => None,
         };
         let capacity = size
-            .map(|s| BTreeMap::from([("size".to_string(), s.to_string())]))
+            .map(|s| BTreeMap::from([(capacity::SIZE.to_string(), s.to_string())]))
             .unwrap_or_default();
 
         let destination = e.container_path.clone().unwrap_or_else(|| host.clone());

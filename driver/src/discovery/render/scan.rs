@@ -131,12 +131,12 @@ impl RenderDiscovery {
 
         let mut attributes = BTreeMap::from([
             (attr::TYPE.to_string(), Attribute::String(TYPE.into())),
-            ("path".to_string(), Attribute::String(host_path.clone())),
-            ("major".to_string(), Attribute::Int(maj)),
-            ("minor".to_string(), Attribute::Int(min)),
+            (attr::PATH.to_string(), Attribute::String(host_path.clone())),
+            (attr::MAJOR.to_string(), Attribute::Int(maj)),
+            (attr::MINOR.to_string(), Attribute::Int(min)),
         ]);
         let device = sys.join("device");
-        for (file, key) in [("vendor", "vendorID"), ("device", "deviceID")] {
+        for (file, key) in [("vendor", attr::VENDOR_ID), ("device", attr::DEVICE_ID)] {
             if let Some(v) = read_small(&device.join(file)).filter(|v| is_hex_id(v)) {
                 attributes.insert(key.into(), Attribute::String(v));
             }

@@ -4,10 +4,12 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use super::edits;
-use super::identity::{MINOR, SHARING, UUID};
-use crate::discovery::nvidia::nvml::Gpu;
+use super::identity::{MINOR, NVLINK_ISLAND, NVLINK_ISLAND_SIZE, SHARING, UUID};
+use crate::discovery::nvidia::nvml::{Gpu, Island};
 use crate::model::{Attribute, CapacityPolicy, Device, Kind};
-use graft_api::{attributes::TYPE, types};
+use graft_api::attributes::{INDEX, TYPE};
+use graft_api::capacity::{COMPUTE, MEMORY};
+use graft_api::types;
 
 pub fn full_gpu(
     g: &Gpu,
@@ -17,11 +19,11 @@ pub fn full_gpu(
     let mut attributes = shared.clone();
     attributes.insert(TYPE.into(), Attribute::String(types::GPU.into()));
     attributes.insert(UUID.into(), Attribute::String(g.uuid.clone()));
-    attributes.insert("index".into(), Attribute::Int(g.index.into()));
+    attributes.insert(INDEX.into(), Attribute::Int(g.index.into()));
     attributes.insert(MINOR.into(), Attribute::Int(g.minor.into()));
     let mut capacity = BTreeMap::new();
     if let Some(bytes) = g.memory_bytes {
-        capacity.insert("memory".into(), mebibytes(bytes));
+        capacity.insert(MEMORY.into(), mebibytes(bytes));
     }
     Device {
         kind: Kind::Gpu,
@@ -33,6 +35,16 @@ pub fn full_gpu(
         consumes: None,
         shared: None,
     }
+}
+
+/// The NVLink island of a whole GPU, what a multi-GPU claim's `matchAttribute` names.
+pub fn nvlink_island(d: &mut Device, island: &Island) {
+    d.attributes
+        .insert(NVLINK_ISLAND.into(), Attribute::String(island.id.clone()));
+    d.attributes.insert(
+        NVLINK_ISLAND_SIZE.into(),
+        Attribute::Int(island.size.into()),
+    );
 }
 
 pub fn mebibytes(bytes: u64) -> String {
@@ -67,10 +79,10 @@ pub fn semver(v: &str) -> Option<String> {
 pub fn mps_shared(d: &mut Device, g: &Gpu) {
     d.attributes
         .insert(SHARING.into(), Attribute::String("mps".into()));
-    d.capacity.insert("compute".into(), "100".into());
+    d.capacity.insert(COMPUTE.into(), "100".into());
     let mut policies = BTreeMap::new();
     policies.insert(
-        "compute".to_string(),
+        COMPUTE.to_string(),
         CapacityPolicy {
             default: "100".into(),
             min: "1".into(),
@@ -81,7 +93,7 @@ pub fn mps_shared(d: &mut Device, g: &Gpu) {
     if let Some(bytes) = g.memory_bytes {
         let all = mebibytes(bytes);
         policies.insert(
-            "memory".to_string(),
+            MEMORY.to_string(),
             CapacityPolicy {
                 default: all.clone(),
                 min: "1Mi".into(),
@@ -102,5 +114,25 @@ mod tests {
         assert_eq!(semver("580.95.05").as_deref(), Some("580.95.5"));
         assert_eq!(semver("550.54").as_deref(), Some("550.54.0"));
         assert_eq!(semver("abc"), None);
+    }
+
+    #[test]
+    fn the_island_has_the_names_claims_and_the_extender_use() {
+        // Literal on purpose: graft-scheduler-extender and users' `matchAttribute:
+        // graft.dev/nvlinkIsland` read these names; a rename in graft_api must fail here.
+        let mut d = Device::new("gpu-0", Kind::Gpu);
+        let island = Island {
+            id: "0000:18:00.0".into(),
+            size: 4,
+        };
+        nvlink_island(&mut d, &island);
+        assert_eq!(
+            d.attributes.get("nvlinkIsland"),
+            Some(&Attribute::String("0000:18:00.0".into()))
+        );
+        assert_eq!(
+            d.attributes.get("nvlinkIslandSize"),
+            Some(&Attribute::Int(4))
+        );
     }
 }

@@ -20,6 +20,7 @@ use super::placement_order::{self, PlacementOrder};
 use crate::discovery::nvidia::nvml::{GiInstance, GiProfile, Gpu, MigLayout};
 use crate::model::{Attribute, Consumption, Device, Kind};
 use graft_api::attributes::{MIG_ENABLED, PARENT_INDEX, PARENT_MINOR, PROFILE, TYPE};
+use graft_api::capacity;
 
 /// The memory-slice counter of slice `i`.
 fn slice_counter(i: u32) -> String {
@@ -153,14 +154,14 @@ pub fn devices(
             attributes.insert(PLACEMENT_START.into(), Attribute::Int(start.into()));
             attributes.insert(PLACEMENT_SIZE.into(), Attribute::Int(size.into()));
             let mut capacity = BTreeMap::new();
-            capacity.insert("memory".into(), mebibytes(p.memory_mib << 20));
+            capacity.insert(capacity::MEMORY.into(), mebibytes(p.memory_mib << 20));
             for (k, v) in [
-                ("multiprocessors", p.multiprocessors),
-                ("copyEngines", p.copy_engines),
-                ("decoders", p.decoders),
-                ("encoders", p.encoders),
-                ("jpegEngines", p.jpeg_engines),
-                ("ofaEngines", p.ofa_engines),
+                (capacity::MULTIPROCESSORS, p.multiprocessors),
+                (capacity::COPY_ENGINES, p.copy_engines),
+                (capacity::DECODERS, p.decoders),
+                (capacity::ENCODERS, p.encoders),
+                (capacity::JPEG_ENGINES, p.jpeg_engines),
+                (capacity::OFA_ENGINES, p.ofa_engines),
             ] {
                 capacity.insert(k.to_string(), v.to_string());
             }

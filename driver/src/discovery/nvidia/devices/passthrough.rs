@@ -10,7 +10,9 @@ use super::pci::{peers_attribute, PciTree};
 use crate::discovery::nvidia::nvml::Inventory;
 use crate::discovery::pcie::pcie_root;
 use crate::model::{Attribute, Device, Kind, PCIE_ROOT_ATTRIBUTE};
-use graft_api::attributes::{NUMA_NODE, TYPE};
+use graft_api::attributes::{
+    IOMMU_GROUP, IOMMU_GROUP_PEERS, NUMA_NODE, PCI_DEVICE_ID, PRODUCT_NAME, TYPE,
+};
 
 /// NVIDIA functions with an IOMMU group; the GPU's NVML data when it is bound to nvidia.
 pub fn devices(sys_root: &Path, inv: &Inventory) -> Vec<Device> {
@@ -25,12 +27,12 @@ pub fn devices(sys_root: &Path, inv: &Inventory) -> Vec<Device> {
                 Attribute::String(graft_api::types::VFIO.into()),
             );
             attributes.insert(PCI_BUS_ID.into(), Attribute::String(f.bdf.clone()));
-            attributes.insert("iommuGroup".into(), Attribute::Int(group.into()));
-            attributes.insert("pciDeviceID".into(), Attribute::String(f.device_id.clone()));
+            attributes.insert(IOMMU_GROUP.into(), Attribute::Int(group.into()));
+            attributes.insert(PCI_DEVICE_ID.into(), Attribute::String(f.device_id.clone()));
             // Passed through with it (docs/nvidia.md: VFIO passthrough).
             let peers = peers_attribute(&f.group_peers);
             if !peers.is_empty() {
-                attributes.insert("iommuGroupPeers".into(), Attribute::String(peers));
+                attributes.insert(IOMMU_GROUP_PEERS.into(), Attribute::String(peers));
             }
             let dir = tree.device_dir(&f.bdf);
             if let Some(root) = pcie_root(sys_root, &dir) {
@@ -42,7 +44,7 @@ pub fn devices(sys_root: &Path, inv: &Inventory) -> Vec<Device> {
             if let Some(g) = inv.gpus.iter().find(|g| g.pci_bus_id == f.bdf) {
                 attributes.insert(UUID.into(), Attribute::String(g.uuid.clone()));
                 if let Some(name) = &g.name {
-                    attributes.insert("productName".into(), Attribute::String(name.clone()));
+                    attributes.insert(PRODUCT_NAME.into(), Attribute::String(name.clone()));
                 }
             }
             Some(Device {

@@ -5,8 +5,8 @@ use std::collections::BTreeMap;
 use super::common::{fail, Common};
 use super::config::NvidiaConfig;
 use super::edits;
-use super::fields::{full_gpu, mebibytes, mps_shared, numa_node};
-use super::identity::{NVLINK_ISLAND, NVLINK_ISLAND_SIZE, PARENT_UUID, PCI_BUS_ID, UUID};
+use super::fields::{full_gpu, mebibytes, mps_shared, numa_node, nvlink_island};
+use super::identity::{PARENT_UUID, PCI_BUS_ID, UUID};
 use super::ledger::MigLedger;
 use super::partitions;
 use crate::discovery::nvidia::driver_files::mig_access_cap;
@@ -15,9 +15,10 @@ use crate::discovery::pcie::pcie_root;
 use crate::error::Result;
 use crate::model::{Attribute, Device, Kind, PCIE_ROOT_ATTRIBUTE};
 use graft_api::attributes::{
-    CI_ID, CLIQUE_ID, CUDA_DRIVER_VERSION, GI_ID, NUMA_NODE, PARENT_INDEX, PARENT_MINOR, PROFILE,
-    TYPE,
+    ARCHITECTURE, BRAND, CI_ID, CLIQUE_ID, CUDA_COMPUTE_CAPABILITY, CUDA_DRIVER_VERSION,
+    DRIVER_VERSION, GI_ID, NUMA_NODE, PARENT_INDEX, PARENT_MINOR, PRODUCT_NAME, PROFILE, TYPE,
 };
+use graft_api::capacity;
 
 /// One GPU's devices: the whole GPU, its MIG devices, or its dynamic-MIG placements.
 pub fn gpu_devices(
@@ -29,9 +30,9 @@ pub fn gpu_devices(
     // Values NVML could not read are left out (logged by the NVML reader).
     let mut shared = BTreeMap::new();
     for (k, v) in [
-        ("productName", &g.name),
-        ("brand", &g.brand),
-        ("architecture", &g.architecture),
+        (PRODUCT_NAME, &g.name),
+        (BRAND, &g.brand),
+        (ARCHITECTURE, &g.architecture),
     ] {
         if let Some(v) = v {
             shared.insert(k.to_string(), Attribute::String(v.clone()));
@@ -39,12 +40,12 @@ pub fn gpu_devices(
     }
     if let Some((major, minor)) = g.compute_capability {
         shared.insert(
-            "cudaComputeCapability".into(),
+            CUDA_COMPUTE_CAPABILITY.into(),
             Attribute::Version(format!("{major}.{minor}.0")),
         );
     }
     shared.insert(
-        "driverVersion".into(),
+        DRIVER_VERSION.into(),
         Attribute::Version(common.driver_version.clone()),
     );
     if let Some(v) = &common.cuda_version {
@@ -96,12 +97,7 @@ pub fn gpu_devices(
         let mut d = with_optional(full_gpu(g, &shared, &common.edits));
         // Only whole GPUs: in MIG mode a GPU has no GPU-to-GPU P2P.
         if let Some(island) = &g.nvlink_island {
-            d.attributes
-                .insert(NVLINK_ISLAND.into(), Attribute::String(island.id.clone()));
-            d.attributes.insert(
-                NVLINK_ISLAND_SIZE.into(),
-                Attribute::Int(island.size.into()),
-            );
+            nvlink_island(&mut d, island);
         }
         if c.mps.covers(g) {
             mps_shared(&mut d, g);
@@ -144,14 +140,14 @@ fn mig_device(
     attributes.insert(GI_ID.into(), Attribute::Int(m.gi.into()));
     attributes.insert(CI_ID.into(), Attribute::Int(m.ci.into()));
     let mut capacity = BTreeMap::new();
-    capacity.insert("memory".into(), mebibytes(m.memory_bytes));
+    capacity.insert(capacity::MEMORY.into(), mebibytes(m.memory_bytes));
     for (k, v) in [
-        ("multiprocessors", m.multiprocessors),
-        ("copyEngines", m.copy_engines),
-        ("decoders", m.decoders),
-        ("encoders", m.encoders),
-        ("jpegEngines", m.jpeg_engines),
-        ("ofaEngines", m.ofa_engines),
+        (capacity::MULTIPROCESSORS, m.multiprocessors),
+        (capacity::COPY_ENGINES, m.copy_engines),
+        (capacity::DECODERS, m.decoders),
+        (capacity::ENCODERS, m.encoders),
+        (capacity::JPEG_ENGINES, m.jpeg_engines),
+        (capacity::OFA_ENGINES, m.ofa_engines),
     ] {
         capacity.insert(k.to_string(), v.to_string());
     }

@@ -10,6 +10,9 @@
 use std::collections::BTreeSet;
 
 use crate::model::{Attribute, Device, Kind};
+use graft_api::attributes::{
+    CI_ID, DYNAMIC, GI_ID, PARENT_UUID, PLACEMENT_START, PROFILE_ID, UUID,
+};
 
 /// The GPU instance NVML attributed a signal to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -26,8 +29,8 @@ pub struct Instance {
 /// function, its parent's for a MIG device.
 pub fn gpu_of(d: &Device) -> Option<&str> {
     match d.kind {
-        Kind::Gpu | Kind::Vfio => d.string_attribute("uuid"),
-        Kind::Mig => d.string_attribute("parentUUID"),
+        Kind::Gpu | Kind::Vfio => d.string_attribute(UUID),
+        Kind::Mig => d.string_attribute(PARENT_UUID),
         _ => None,
     }
 }
@@ -46,12 +49,12 @@ fn id(d: &Device, key: &str) -> Option<u32> {
 
 /// Whether a MIG device is the instance `at`.
 fn holds(d: &Device, at: &Instance) -> bool {
-    if d.attributes.get("dynamic") == Some(&Attribute::Bool(true)) {
+    if d.attributes.get(DYNAMIC) == Some(&Attribute::Bool(true)) {
         return at.placement.is_some_and(|(p, s)| {
-            id(d, "profileID") == Some(p) && id(d, "placementStart") == Some(s)
+            id(d, PROFILE_ID) == Some(p) && id(d, PLACEMENT_START) == Some(s)
         });
     }
-    id(d, "giID") == Some(at.gi) && at.ci.is_none_or(|c| id(d, "ciID") == Some(c))
+    id(d, GI_ID) == Some(at.gi) && at.ci.is_none_or(|c| id(d, CI_ID) == Some(c))
 }
 
 /// The published devices a signal on GPU `uuid` lands on; `at` narrows it to one GPU

@@ -3,6 +3,7 @@
 //! has no call for the compute time slice), dynamic-MIG instances, MPS shares and
 //! ComputeDomains' devices (`domain`; with ComputeDomains on, no channel without one).
 
+use graft_api::capacity::{COMPUTE, MEMORY};
 use graft_record::ContainerEdits;
 
 use super::dynamic_mig::MigManager;
@@ -23,14 +24,14 @@ fn mps_setup(id: &Identity, alloc: &Allocated) -> Result<Setup, &'static str> {
         .as_deref()
         .ok_or("an MPS GPU without its uuid attribute")?;
     let minor = id.minor.ok_or("an MPS GPU without its minor attribute")?;
-    let compute = match alloc.consumed.get("compute") {
+    let compute = match alloc.consumed.get(COMPUTE) {
         Some(q) => crate::quantity::parse(q)
             .and_then(|v| u32::try_from(v).ok())
             .filter(|v| (1..=100).contains(v))
             .ok_or("consumed compute is not a whole percentage from 1 to 100")?,
         None => 100,
     };
-    let memory_mib = match alloc.consumed.get("memory") {
+    let memory_mib = match alloc.consumed.get(MEMORY) {
         Some(q) => Some(
             crate::quantity::parse(q)
                 .and_then(|b| u64::try_from(b >> 20).ok())
