@@ -15,12 +15,13 @@ use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use kube::{Api, Resource, ResourceExt};
 
-use crate::controller::{event, key, kube_err, validate, Context, Term};
+use crate::context::{event, key, kube_err, validate, Context};
 use crate::crd::{ComputeDomain, ComputeDomainStatus, Readiness};
 use crate::metrics::DomainLabels;
 use crate::objects::{self, DOMAIN_LABEL};
 use crate::place::{self, MANAGER};
 use crate::slot::{self, Placement, Unplaced};
+use crate::term::Term;
 use crate::{clique, labels, members, policy, status, Error};
 
 /// The status this term last wrote for the domain `uid` (the cached domains keep none:

@@ -21,7 +21,7 @@ use kube::runtime::{watcher, WatchStreamExt};
 use kube::Api;
 
 use crate::clique::{CLIQUE_ATTRIBUTE, DRIVER};
-use crate::controller::Context;
+use crate::context::Context;
 use crate::objects::DOMAIN_LABEL;
 use graft_api::attributes::TYPE;
 

@@ -11,10 +11,11 @@ use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::{Api, ResourceExt};
 
-use crate::controller::{kube_err, Term};
+use crate::context::kube_err;
 use crate::crd::ComputeDomain;
 use crate::metrics::DomainLabels;
 use crate::objects::{self, DOMAIN_LABEL};
+use crate::term::Term;
 use crate::Error;
 
 pub(crate) async fn ignore_404<T>(r: Result<T, kube::Error>) -> Result<(), kube::Error> {
@@ -43,7 +44,7 @@ pub(crate) async fn cleanup(cd: Arc<ComputeDomain>, ctx: &Term) -> Result<Action
     let rct: Api<ResourceClaimTemplate> = Api::namespaced(c.clone(), &ns);
     let tname = &cd.spec.channel.resource_claim_template.name;
     // A domain refused as written never had one (and its name may not even be one).
-    if crate::controller::validate(&cd).is_ok() {
+    if crate::context::validate(&cd).is_ok() {
         if let Some(t) = rct
             .get_opt(tname)
             .await

@@ -3,190 +3,35 @@
 //! the crate's docs). What a reconcile does is in `apply`; what it reads, in `cache` and
 //! in the records (`record`) loaded when a term of leadership starts.
 
-use std::collections::{BTreeMap, HashMap};
-use std::ops::Deref;
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
+use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::api::core::v1::Pod;
-use k8s_openapi::api::core::v1::{ConfigMap, ObjectReference};
 use k8s_openapi::api::resource::v1::ResourceClaim;
 use kube::api::ListParams;
 use kube::runtime::controller::Action;
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::finalizer::{finalizer, Event as Finalize};
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::{watcher, Controller};
-use kube::{Api, Client, Resource, ResourceExt};
+use kube::{Api, ResourceExt};
 
-use crate::cache::{Caches, PAGE};
-use crate::crd::{ComputeDomain, ComputeDomainStatus};
-use crate::metrics::{Metrics, ResultLabels};
-use crate::objects::{DaemonConfig, DOMAIN_LABEL, NAMESPACE_ANNOTATION, NAME_ANNOTATION};
-use crate::policy::SlotPolicy;
+use crate::cache::PAGE;
+use crate::context::key;
+use crate::crd::ComputeDomain;
+use crate::metrics::ResultLabels;
+use crate::objects::{DOMAIN_LABEL, NAMESPACE_ANNOTATION, NAME_ANNOTATION};
 use crate::record::Record;
+use crate::term::Term;
 use crate::Error;
+
+// The controller's public face as first published; the items live in `context`.
+pub use crate::context::{validate, Context, Invalid};
 
 /// The finalizer that holds a domain until its objects are gone.
 pub const FINALIZER: &str = "resource.graft.dev/compute-domain";
-
-/// What every reconcile shares.
-pub struct Context {
-    pub(crate) client: Client,
-    pub(crate) cfg: DaemonConfig,
-    recorder: Recorder,
-    pub(crate) metrics: Metrics,
-    pub(crate) scope: Option<String>,
-    /// A label selector the watched domains must match (default: every domain).
-    pub(crate) selector: Option<String>,
-    /// The limits on slots.
-    pub(crate) policy: SlotPolicy,
-}
-
-impl Context {
-    /// A context for the controller `reporter`.
-    pub fn new(client: Client, cfg: DaemonConfig, metrics: Metrics, reporter: Reporter) -> Self {
-        let recorder = Recorder::new(client.clone(), reporter);
-        Context {
-            client,
-            cfg,
-            recorder,
-            metrics,
-            scope: None,
-            selector: None,
-            policy: SlotPolicy::default(),
-        }
-    }
-
-    /// Watches the domains of `namespace` only (default: every namespace).
-    pub fn only_namespace(mut self, namespace: &str) -> Self {
-        self.scope = Some(namespace.to_string());
-        self
-    }
-
-    /// Watches only the domains that match the label selector `selector` (a controller for
-    /// a part of the cluster's domains, in any namespace).
-    pub fn only_labelled(mut self, selector: &str) -> Self {
-        self.selector = Some(selector.to_string());
-        self
-    }
-
-    /// Limits the slots a namespace holds and how long an empty domain keeps one.
-    pub fn with_slot_policy(mut self, policy: SlotPolicy) -> Self {
-        self.policy = policy;
-        self
-    }
-
-    /// The watch of the domains this controller serves.
-    pub(crate) fn domain_config(&self) -> watcher::Config {
-        match &self.selector {
-            Some(s) => watcher::Config::default().labels(s),
-            None => watcher::Config::default(),
-        }
-    }
-}
-
-/// One term of leadership: its caches and the domains' records, shared by its reconciles.
-pub(crate) struct Term {
-    ctx: Arc<Context>,
-    pub(crate) caches: Caches,
-    /// The records by domain uid, as last written. Held for the whole of a reconcile, so
-    /// that two domains cannot take one slot, and a slot is not taken from a domain while
-    /// its objects are written.
-    pub(crate) records: tokio::sync::Mutex<BTreeMap<String, Record>>,
-    /// The status last written for each domain, by uid.
-    pub(crate) reported: std::sync::Mutex<HashMap<String, ComputeDomainStatus>>,
-}
-
-impl Deref for Term {
-    type Target = Context;
-
-    fn deref(&self) -> &Context {
-        &self.ctx
-    }
-}
-
-pub(crate) fn key(cd: &ComputeDomain) -> String {
-    format!("{}/{}", cd.namespace().unwrap_or_default(), cd.name_any())
-}
-
-pub(crate) fn kube_err(cd: &ComputeDomain, action: &str) -> impl FnOnce(kube::Error) -> Error {
-    let domain = key(cd);
-    let action = action.to_string();
-    move |source| Error::Kube {
-        domain,
-        action,
-        source,
-    }
-}
-
-pub(crate) async fn event(
-    ctx: &Context,
-    cd: &ComputeDomain,
-    type_: EventType,
-    reason: &str,
-    note: String,
-) {
-    event_on(ctx, &cd.object_ref(&()), type_, reason, note).await;
-}
-
-/// An Event about the object `on` (a domain this reconcile did not get).
-pub(crate) async fn event_on(
-    ctx: &Context,
-    on: &ObjectReference,
-    type_: EventType,
-    reason: &str,
-    note: String,
-) {
-    let ev = Event {
-        type_,
-        reason: reason.into(),
-        note: Some(note),
-        action: "Reconcile".into(),
-        secondary: None,
-    };
-    if let Err(e) = ctx.recorder.publish(&ev, on).await {
-        let on = format!(
-            "{}/{}",
-            on.namespace.as_deref().unwrap_or_default(),
-            on.name.as_deref().unwrap_or_default()
-        );
-        tracing::warn!(object = %on, error = %e, "publishing an Event");
-    }
-}
-
-/// What is wrong with a domain as written, beyond what the CRD's schema refuses.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum Invalid {
-    /// The workload template's name is not an object name.
-    #[error("channel.resourceClaimTemplate.name {0:?} is not a valid object name")]
-    TemplateName(String),
-    /// No nodes asked for.
-    #[error("numNodes must be at least 1")]
-    NoNodes,
-}
-
-/// Checks a domain as written, beyond what the CRD's schema refuses.
-pub fn validate(cd: &ComputeDomain) -> Result<(), Invalid> {
-    let t = &cd.spec.channel.resource_claim_template.name;
-    let dns = !t.is_empty()
-        && t.len() <= 253
-        && t.split('.').all(|l| {
-            !l.is_empty()
-                && l.chars()
-                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
-                && !l.starts_with('-')
-                && !l.ends_with('-')
-        });
-    if !dns {
-        return Err(Invalid::TemplateName(t.clone()));
-    }
-    if cd.spec.num_nodes == 0 {
-        return Err(Invalid::NoNodes);
-    }
-    Ok(())
-}
 
 async fn reconcile(cd: Arc<ComputeDomain>, ctx: Arc<Term>) -> Result<Action, Error> {
     let domain = key(&cd);
@@ -277,12 +122,7 @@ pub async fn run(ctx: Arc<Context>) {
                 return;
             }
         };
-        let term = Arc::new(Term {
-            ctx: ctx.clone(),
-            caches: caches.clone(),
-            records: tokio::sync::Mutex::new(records),
-            reported: Default::default(),
-        });
+        let term = Arc::new(Term::new(ctx.clone(), caches.clone(), records));
         reconcile_all(term).await;
     };
     tokio::select! {

@@ -11,10 +11,11 @@ use k8s_openapi::api::resource::v1::ResourceClaim;
 use kube::api::{ListParams, Patch, PatchParams};
 use kube::{Api, ResourceExt};
 
-use crate::controller::{kube_err, Term};
+use crate::context::kube_err;
 use crate::crd::ComputeDomain;
 use crate::members::allocation_nodes;
 use crate::objects::{node_label, DOMAIN_LABEL};
+use crate::term::Term;
 use crate::Error;
 
 /// The nodes the allocated claims hold devices on, or `None` when an allocation names its

@@ -15,6 +15,7 @@ mod apply;
 pub mod cache;
 mod cleanup;
 pub mod clique;
+mod context;
 pub mod controller;
 pub use graft_api::compute_domain as crd;
 pub mod daemon;
@@ -28,6 +29,7 @@ pub mod policy;
 pub mod record;
 pub mod slot;
 pub mod status;
+mod term;
 
 pub use controller::{run, Context};
 pub use crd::{ComputeDomain, ComputeDomainSpec, ComputeDomainStatus};

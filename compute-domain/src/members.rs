@@ -10,7 +10,7 @@ use std::sync::Arc;
 use k8s_openapi::api::resource::v1::ResourceClaim;
 use serde_json::json;
 
-use crate::objects::DOMAIN_LABEL;
+use graft_api::compute_domain::DOMAIN_LABEL;
 
 /// The nodes an allocated claim holds devices on: `None` while it is not allocated, and
 /// empty when its allocation names no node by name. graft's devices are node-local: the

@@ -17,12 +17,13 @@ use kube::{Api, ResourceExt};
 
 use crate::cleanup::ignore_404;
 use crate::clique::NodeChannels;
-use crate::controller::{event_on, kube_err, Term};
+use crate::context::{event_on, kube_err};
 use crate::crd::ComputeDomain;
 use crate::objects::{daemon_name, identity, DOMAIN_LABEL};
 use crate::policy::idle_since;
 use crate::record::Record;
 use crate::slot::{self, Placement, Unplaced};
+use crate::term::Term;
 use crate::Error;
 
 /// The field manager of the controller's server-side applies.

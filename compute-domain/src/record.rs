@@ -11,13 +11,21 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::jiff::Timestamp;
 
 use crate::crd::NodeStatus;
-use crate::objects::{daemon_name, DOMAIN_LABEL};
-use crate::slot::Placement;
 
 pub use graft_api::compute_domain::record::NODES;
 use graft_api::compute_domain::record::{
     CLIQUE, IDLE_SINCE, NAME, NAMESPACE, RELEASED, SLOT, TEMPLATE,
 };
+use graft_api::compute_domain::{daemon_name, DOMAIN_LABEL};
+
+/// Where a domain goes: its clique and its slot.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Placement {
+    /// The clique.
+    pub clique: String,
+    /// The slot.
+    pub slot: u32,
+}
 
 /// What the controller keeps of one domain.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

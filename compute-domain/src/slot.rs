@@ -8,6 +8,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::clique::{self, NoClique, NodeChannels};
+// Placement is the record's field; it is published here, where it was first.
+pub use crate::record::Placement;
 use crate::record::Record;
 
 /// IMEX's default `SERVER_PORT`; slot N listens for peers at `SERVER_PORT_BASE + 10 N`.
@@ -64,15 +66,6 @@ pub fn free(
     let bound = bounds.get(clique).copied().unwrap_or(0);
     let held = taken.get(clique);
     (0..bound).find(|n| !held.is_some_and(|h| h.contains(n)))
-}
-
-/// Where a domain goes: its clique and its slot.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct Placement {
-    /// The clique.
-    pub clique: String,
-    /// The slot.
-    pub slot: u32,
 }
 
 /// Why a domain is not placed (yet).

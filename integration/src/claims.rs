@@ -8,7 +8,8 @@ use k8s_openapi::api::resource::v1::ResourceClaim;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::{json, Value};
 
-use crate::dra_node::DRIVER_NAME;
+/// The DRA driver name the tests register.
+pub const DRIVER_NAME: &str = "graft.dev";
 
 fn reserved(pods: &[&Pod]) -> Vec<Value> {
     pods.iter()

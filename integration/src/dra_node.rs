@@ -20,8 +20,8 @@ use crate::driver::{DriverOpts, GraftDriver};
 use crate::nri::GraftNri;
 use crate::testbed::Testbed;
 
-/// The DRA driver name the tests register.
-pub const DRIVER_NAME: &str = "graft.dev";
+// Defined with the claims (which name it in their allocations), published here too.
+pub use crate::claims::DRIVER_NAME;
 
 /// A node without a kubelet: containerd, graft-nri and graft-driver, registered with a
 /// control plane; the tests speak the kubelet's side.

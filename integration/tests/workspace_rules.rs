@@ -4,47 +4,20 @@
 //! - Libraries use `thiserror` types, not `Result<_, String>` or `type Err = String`: an
 //!   error must name what was wrong, and callers must be able to tell cases apart. Binary
 //!   entry points (`src/main.rs`, `src/bin/`, a `[[bin]]`'s `path`) and tests are exempt.
+//! - Tokio tasks (`tokio::spawn`, `tokio::task::spawn`, `spawn_blocking`) are started only
+//!   in the files of `SPAWN_OWNERS`, each with what notices the task's end, so that a new
+//!   task elsewhere is a decision someone reviews. Test code is exempt; `JoinSet::spawn`
+//!   and graft-driver's `Daemon::spawn` own their tasks by construction and are not counted.
+
+mod support;
 
 use std::fs;
 use std::path::{Path, PathBuf};
 
-/// The workspace root: the directory above this crate.
-fn workspace_root() -> PathBuf {
-    let here = Path::new(env!("CARGO_MANIFEST_DIR"));
-    here.parent().unwrap_or(here).to_path_buf()
-}
-
-/// The `members` of the root manifest, read without a TOML parser (the list is strings).
-fn members(manifest: &str) -> Vec<String> {
-    let Some(start) = manifest.find("members") else {
-        return Vec::new();
-    };
-    let rest = &manifest[start..];
-    let (Some(open), Some(close)) = (rest.find('['), rest.find(']')) else {
-        return Vec::new();
-    };
-    rest[open + 1..close]
-        .split(',')
-        .map(|m| m.trim().trim_matches('"').to_string())
-        .filter(|m| !m.is_empty())
-        .collect()
-}
-
-/// The `path`s of a crate manifest's `[[bin]]` targets (`src/graft_mps.rs`).
-fn bin_paths(manifest: &str) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    let mut in_bin = false;
-    for line in manifest.lines().map(str::trim) {
-        if line.starts_with('[') {
-            in_bin = line == "[[bin]]";
-        } else if let Some(v) = line.strip_prefix("path").map(str::trim_start) {
-            if let (true, Some(v)) = (in_bin, v.strip_prefix('=')) {
-                out.push(PathBuf::from(v.trim().trim_matches('"')));
-            }
-        }
-    }
-    out
-}
+use support::module_graph;
+use support::source::{
+    bin_paths, members, rust_files, tokens, without_test_modules, workspace_root, Token,
+};
 
 /// Whether `rel` (relative to a crate's `src/`) is test-only or a binary's entry point.
 fn exempt(rel: &Path) -> bool {
@@ -55,150 +28,6 @@ fn exempt(rel: &Path) -> bool {
         || under("tests")
         || name == "tests.rs"
         || name.ends_with("_tests.rs")
-}
-
-/// Every `.rs` file below `dir`, sorted.
-fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) -> std::io::Result<()> {
-    let mut entries: Vec<_> = fs::read_dir(dir)?.collect::<Result<_, _>>()?;
-    entries.sort_by_key(|e| e.path());
-    for e in entries {
-        let path = e.path();
-        if e.file_type()?.is_dir() {
-            rust_files(&path, out)?;
-        } else if path.extension().is_some_and(|x| x == "rs") {
-            out.push(path);
-        }
-    }
-    Ok(())
-}
-
-/// `text` with each `#[cfg(test)]` module block (the attribute at column 0, then `mod`,
-/// up to the `}` at column 0) blanked; lines are kept so that line numbers still hold.
-fn without_test_modules(text: &str) -> String {
-    let lines: Vec<&str> = text.lines().collect();
-    let mut out = Vec::with_capacity(lines.len());
-    let mut i = 0;
-    while i < lines.len() {
-        if lines[i].trim_end() == "#[cfg(test)]" {
-            // Other attributes (`#[path = ...]`) may come between it and the `mod`.
-            let mut j = i + 1;
-            while j < lines.len() && lines[j].starts_with("#[") {
-                j += 1;
-            }
-            let item = lines.get(j).copied().unwrap_or_default();
-            let is_mod = item.starts_with("mod ") || item.starts_with("pub mod ");
-            if is_mod && item.trim_end().ends_with('{') {
-                let end = (j + 1..lines.len())
-                    .find(|&k| lines[k].trim_end() == "}")
-                    .unwrap_or(lines.len() - 1);
-                out.extend(std::iter::repeat_n("", end + 1 - i));
-                i = end + 1;
-                continue;
-            }
-        }
-        out.push(lines[i]);
-        i += 1;
-    }
-    out.join("\n")
-}
-
-/// A token of Rust source: an identifier or one punctuation character, and its line.
-#[derive(Debug, Clone, PartialEq)]
-struct Token {
-    text: String,
-    line: usize,
-}
-
-/// The identifiers and punctuation of `src`; comments, string and char literals and
-/// lifetimes are left out (`->` is one token, so that it does not close a `<`).
-fn tokens(src: &str) -> Vec<Token> {
-    let c: Vec<char> = src.chars().collect();
-    let (mut out, mut i, mut line) = (Vec::new(), 0, 1);
-    let at = |k: usize| c.get(k).copied().unwrap_or('\0');
-    while i < c.len() {
-        let ch = c[i];
-        if ch == '\n' {
-            line += 1;
-            i += 1;
-        } else if ch.is_whitespace() {
-            i += 1;
-        } else if ch == '/' && at(i + 1) == '/' {
-            while i < c.len() && c[i] != '\n' {
-                i += 1;
-            }
-        } else if ch == '/' && at(i + 1) == '*' {
-            i += 2;
-            while i < c.len() && !(c[i] == '*' && at(i + 1) == '/') {
-                line += usize::from(c[i] == '\n');
-                i += 1;
-            }
-            i += 2;
-        } else if ch == '"' {
-            i += 1;
-            while i < c.len() && c[i] != '"' {
-                // An escape may be a line continuation: its newline counts too.
-                let step = if c[i] == '\\' { 2 } else { 1 };
-                let end = (i + step).min(c.len());
-                line += c[i..end].iter().filter(|&&x| x == '\n').count();
-                i = end;
-            }
-            i += 1;
-        } else if ch == '\'' {
-            // A char literal ('a', '\n', '"'); otherwise a lifetime, skipped as a word.
-            if at(i + 1) == '\\' {
-                i += 2;
-                while i < c.len() && c[i] != '\'' {
-                    i += 1;
-                }
-                i += 1;
-            } else if at(i + 2) == '\'' {
-                i += 3;
-            } else {
-                i += 1;
-                while i < c.len() && (c[i].is_alphanumeric() || c[i] == '_') {
-                    i += 1;
-                }
-            }
-        } else if ch.is_alphanumeric() || ch == '_' {
-            let start = i;
-            while i < c.len() && (c[i].is_alphanumeric() || c[i] == '_') {
-                i += 1;
-            }
-            let word: String = c[start..i].iter().collect();
-            let raw = (word == "r" || word == "br") && (at(i) == '"' || at(i) == '#');
-            if raw {
-                let hashes = c[i..].iter().take_while(|&&h| h == '#').count();
-                i += hashes + 1;
-                loop {
-                    if i >= c.len() {
-                        break;
-                    }
-                    let closes = c[i] == '"' && (1..=hashes).all(|k| at(i + k) == '#');
-                    line += usize::from(c[i] == '\n');
-                    i += 1;
-                    if closes {
-                        i += hashes;
-                        break;
-                    }
-                }
-            } else {
-                out.push(Token { text: word, line });
-            }
-        } else if ch == '-' && at(i + 1) == '>' {
-            out.push(Token {
-                text: "->".into(),
-                line,
-            });
-            i += 2;
-        } else {
-            out.push(Token {
-                text: ch.to_string(),
-                line,
-            });
-            i += 1;
-        }
-    }
-    out
 }
 
 /// Whether the tokens name `String`.
@@ -347,4 +176,141 @@ fn exempt_files_are_binaries_and_tests() {
     );
     let manifest = "[lib]\npath = \"src/lib.rs\"\n[[bin]]\nname = \"x\"\npath = \"src/x.rs\"\n";
     assert_eq!(bin_paths(manifest), [PathBuf::from("src/x.rs")]);
+}
+
+/// The lines of `src` (test modules left out) that start a tokio task: `tokio::spawn`,
+/// `task::spawn` (also in a `task::{..}` import) and `spawn_blocking` in any form.
+fn spawns(src: &str) -> Vec<usize> {
+    let ts = tokens(&without_test_modules(src));
+    let text = |k: usize| ts.get(k).map_or("", |t| t.text.as_str());
+    let mut lines = Vec::new();
+    for (k, t) in ts.iter().enumerate() {
+        let path_to = |head: &str| t.text == head && text(k + 1) == ":" && text(k + 2) == ":";
+        let hit = if t.text == "spawn_blocking" {
+            true
+        } else if path_to("tokio") {
+            text(k + 3) == "spawn"
+        } else if path_to("task") && text(k + 3) == "{" {
+            let close = (k + 3..ts.len())
+                .find(|&j| text(j) == "}")
+                .unwrap_or(ts.len());
+            (k + 4..close).any(|j| text(j) == "spawn")
+        } else {
+            path_to("task") && text(k + 3) == "spawn"
+        };
+        if hit && lines.last() != Some(&t.line) {
+            lines.push(t.line);
+        }
+    }
+    lines
+}
+
+/// Every file of the workspace's crates that is not test-only (relative to the root), with
+/// its text.
+fn product_files() -> Vec<(String, String)> {
+    let root = workspace_root();
+    let manifest = fs::read_to_string(root.join("Cargo.toml")).expect("the root Cargo.toml");
+    let mut out: Vec<(String, String)> = Vec::new();
+    for member in members(&manifest) {
+        for krate in module_graph::roots(&root.join(&member)) {
+            for file in module_graph::modules(&krate).into_values() {
+                let rel = file.strip_prefix(&root).unwrap_or(&file);
+                let rel = rel.display().to_string();
+                if out.iter().all(|(f, _)| *f != rel) {
+                    let text = fs::read_to_string(&file).unwrap_or_else(|e| panic!("{rel}: {e}"));
+                    out.push((rel, text));
+                }
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// The files that may start tokio tasks, each with what notices the task's end: the
+/// rule is that every task has an owner that does. "awaited" is a blocking section that the
+/// spawning function awaits (so its caller sees the result, or the panic as an error);
+/// "detached" marks a task nothing awaits, which the rule would rather see owned.
+const SPAWN_OWNERS: &[(&str, &str)] = &[
+    ("driver/src/discovery/nvidia/backend.rs", "awaited: restoring the MPS shares at startup"),
+    ("driver/src/edge/call.rs", "awaited under the call's deadline; a prepare that outlasts it is handed to a task that awaits it and keeps its result for the retry (`late`)"),
+    ("driver/src/events/health.rs", "awaited: reading the records of the devices whose health changed"),
+    ("driver/src/events/nri.rs", "awaited: reading graft-nri's status file"),
+    ("driver/src/events/post.rs", "detached: `Poster::spawn`, which nothing calls (assembly.rs runs `with_task`'s task under the Daemon)"),
+    ("driver/src/events/refusals.rs", "awaited: draining graft-nri's refusal journal"),
+    ("driver/src/metrics/mod.rs", "awaited: counting claims and records for the gauges"),
+    ("driver/src/plugin/mod.rs", "the DRA and registration servers: `serve` holds both and awaits them at shutdown"),
+    ("driver/src/plugin/resource_health.rs", "detached: one producer per health stream; it ends when the client goes or on stop"),
+    ("driver/src/publisher.rs", "detached: the slice watch that wakes `run`; it stops once `run` drops its receiver"),
+    ("driver/src/rescan.rs", "awaited: the rescan's discovery and the absent-device list"),
+    ("driver/src/snapshot.rs", "awaited: writing the device snapshot"),
+    ("integration/src/pod_clock.rs", "the pod watch: `PodClock` holds the handle and aborts it when dropped"),
+    ("nri-plugin/src/entries.rs", "detached: the batched write of graftctl's container entries; a failure is logged"),
+    ("nri-plugin/src/main.rs", "awaited: taking the status lock"),
+    ("nri-plugin/src/plugin/leftovers.rs", "detached: removing a gone container's leftovers; a failure is logged"),
+    ("nri-plugin/src/plugin/sync.rs", "awaited inside a `spawn_logged` task: the late verification's record reads"),
+    ("nri-plugin/src/reads.rs", "awaited under CreateContainer's read limit; an overdue read is counted"),
+    ("nri-plugin/src/refusal.rs", "detached: appending to the refusal journal; a failure is logged"),
+    ("nri-plugin/src/verify.rs", "the verification's readers: the caller receives every result from their channel"),
+    ("nri-sdk/src/guard.rs", "`spawn_logged`: catches and logs the task's panic, and returns its handle"),
+    ("nri-sdk/src/mux/mod.rs", "the trunk's reader and writer: each reports its end through `EndsTrunk`"),
+    ("scheduler-extender/src/listen.rs", "one task per connection, holding its slot of `MAX_OPEN`"),
+    ("scheduler-extender/src/server.rs", "awaited: scoring, with its panic turned into an error answer"),
+    ("telemetry/src/http.rs", "the readiness check: its verdict and its end go out through a watch channel"),
+    ("telemetry/src/listen.rs", "the endpoints' listeners (the TCP one reports through `Serving`) and one task per connection, holding a slot"),
+];
+
+#[test]
+fn tasks_are_spawned_by_owners() {
+    let mut unlisted = Vec::new();
+    let mut spawning = Vec::new();
+    for (file, text) in product_files() {
+        let lines = spawns(&text);
+        if lines.is_empty() {
+            continue;
+        }
+        if SPAWN_OWNERS.iter().all(|(f, _)| *f != file) {
+            unlisted.push(format!("{file}: lines {lines:?}"));
+        }
+        spawning.push(file);
+    }
+    assert!(
+        unlisted.is_empty(),
+        "tokio tasks started outside the files that own tasks (give the task an owner that \
+         notices its end, such as graft-driver's Daemon or a held JoinHandle, or add the file \
+         to SPAWN_OWNERS with what owns its tasks):\n{}",
+        unlisted.join("\n")
+    );
+    let stale: Vec<&str> = SPAWN_OWNERS
+        .iter()
+        .map(|(f, _)| *f)
+        .filter(|f| !spawning.iter().any(|s| s == f))
+        .collect();
+    assert!(
+        stale.is_empty(),
+        "SPAWN_OWNERS lists files that start no task now (take them out): {stale:?}"
+    );
+}
+
+#[test]
+fn the_scan_finds_spawns_outside_tests() {
+    let src = r#"
+use tokio::task::spawn_blocking;
+fn a() { tokio::spawn(async {}); }
+fn b() { tokio::task::spawn(async {}); }
+fn c() { let h = spawn_blocking(|| 1); }
+use tokio::task::{self, spawn};
+fn fine() {
+    let s = "tokio::spawn";
+    // tokio::spawn(x)
+    tasks.spawn(async {});
+    std::thread::spawn(|| {});
+}
+
+#[cfg(test)]
+mod tests {
+    fn t() { tokio::spawn(async {}); }
+}
+"#;
+    assert_eq!(spawns(src), [2, 3, 4, 5, 6]);
 }

@@ -78,41 +78,5 @@ impl RecordError {
     }
 }
 
-/// Why an entry of graft-nri's refusal journal is not a refusal ([`crate::refusals`]):
-/// graft-driver logs it and removes the entry.
-#[derive(Debug, thiserror::Error)]
-pub enum BadEntry {
-    /// A name graft-nri does not write.
-    #[error("not a journal entry name")]
-    Name,
-    /// A symlink where an entry should be.
-    #[error("a symlink; never followed")]
-    Symlink,
-    /// The entry could not be opened.
-    #[error("cannot open: {0}")]
-    Open(#[source] nix::errno::Errno),
-    /// The opened entry could not be stat'ed.
-    #[error("cannot stat: {0}")]
-    Stat(#[source] nix::errno::Errno),
-    /// A directory, FIFO or anything else but a file.
-    #[error("not a regular file")]
-    NotAFile,
-    /// Larger than `ENTRY_MAX` bytes; not read.
-    #[error("{0} bytes, more than {max}", max = crate::refusals::ENTRY_MAX)]
-    TooLarge(i64),
-    /// The entry could not be read.
-    #[error("cannot read: {0}")]
-    Read(#[source] std::io::Error),
-    /// It grew past `ENTRY_MAX` bytes while being read.
-    #[error("more than {max} bytes", max = crate::refusals::ENTRY_MAX)]
-    Grew,
-    /// Not the JSON of a refusal.
-    #[error("not a refusal: {0}")]
-    Json(#[source] serde_json::Error),
-    /// A refusal whose fields break the contract.
-    #[error(transparent)]
-    Invalid(#[from] InvalidRecord),
-}
-
 /// The record crate's result: [`RecordError`] unless told otherwise.
 pub type Result<T, E = RecordError> = std::result::Result<T, E>;

@@ -25,8 +25,7 @@ use nix::fcntl::{openat, renameat2, AtFlags, OFlag, RenameFlags};
 use nix::sys::stat::{fstat, fstatat, Mode, SFlag};
 
 use crate::atomic::{self, FILE_MODE};
-use crate::error::BadEntry;
-use crate::error::{RecordError, Result};
+use crate::error::{InvalidRecord, RecordError, Result};
 mod entry;
 pub use entry::{PodRef, Refusal};
 
@@ -198,6 +197,42 @@ fn is_fresh_write(dfd: &impl AsFd, name: &str) -> bool {
         .map(|d| d.as_secs() as i64)
         .unwrap_or(0);
     now.saturating_sub(st.st_mtime) < TMP_STALE_SECS
+}
+
+/// Why an entry of graft-nri's refusal journal is not a refusal (read by [`read_all`]):
+/// graft-driver logs it and removes the entry.
+#[derive(Debug, thiserror::Error)]
+pub enum BadEntry {
+    /// A name graft-nri does not write.
+    #[error("not a journal entry name")]
+    Name,
+    /// A symlink where an entry should be.
+    #[error("a symlink; never followed")]
+    Symlink,
+    /// The entry could not be opened.
+    #[error("cannot open: {0}")]
+    Open(#[source] nix::errno::Errno),
+    /// The opened entry could not be stat'ed.
+    #[error("cannot stat: {0}")]
+    Stat(#[source] nix::errno::Errno),
+    /// A directory, FIFO or anything else but a file.
+    #[error("not a regular file")]
+    NotAFile,
+    /// Larger than `ENTRY_MAX` bytes; not read.
+    #[error("{0} bytes, more than {max}", max = ENTRY_MAX)]
+    TooLarge(i64),
+    /// The entry could not be read.
+    #[error("cannot read: {0}")]
+    Read(#[source] std::io::Error),
+    /// It grew past `ENTRY_MAX` bytes while being read.
+    #[error("more than {max} bytes", max = ENTRY_MAX)]
+    Grew,
+    /// Not the JSON of a refusal.
+    #[error("not a refusal: {0}")]
+    Json(#[source] serde_json::Error),
+    /// A refusal whose fields break the contract.
+    #[error(transparent)]
+    Invalid(#[from] InvalidRecord),
 }
 
 /// One journal entry as the driver finds it.

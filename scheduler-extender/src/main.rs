@@ -7,9 +7,10 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::Parser;
+use graft_scheduler_extender::listen::{bind, serve};
 use graft_scheduler_extender::metrics::Metrics;
 use graft_scheduler_extender::prioritize::View;
-use graft_scheduler_extender::server::{self, Shared};
+use graft_scheduler_extender::server::Shared;
 use graft_scheduler_extender::watch::Caches;
 use graft_scheduler_extender::{Config, Mode};
 use graft_telemetry::logs::LogFormat;
@@ -104,7 +105,7 @@ async fn main() -> anyhow::Result<()> {
             retry: Duration::from_secs(2),
         },
     )?;
-    let listener = server::bind(listen)
+    let listener = bind(listen)
         .await
         .with_context(|| format!("binding {listen}"))?;
     let scheme = if tls.is_some() { "https" } else { "http" };
@@ -123,7 +124,7 @@ async fn main() -> anyhow::Result<()> {
     let mut term = signal(SignalKind::terminate())?;
     // Both tasks run for the life of the process: one ending is an error.
     tokio::select! {
-        r = server::serve(listener, tls, shared) => {
+        r = serve(listener, tls, shared) => {
             r.context("serving the extender")?;
             anyhow::bail!("the extender's server stopped");
         }

@@ -20,7 +20,6 @@ use k8s_openapi::api::core::v1::ObjectReference;
 use crate::events::{self, Announced, Notice, Notices};
 use crate::intake::{Gates, Refused};
 pub use crate::intake::{MAX_BODY, READ_TIMEOUT};
-pub use crate::listen::{bind, serve};
 use crate::metrics::Metrics;
 use crate::prioritize::{prioritize, Config, View};
 use graft_api::extender::ExtenderArgs;

@@ -9,6 +9,7 @@ use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::*;
+use crate::listen::{bind, serve};
 use crate::score::Mode;
 use graft_api::extender::HostPriority;
 

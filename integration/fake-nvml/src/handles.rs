@@ -7,7 +7,9 @@ use std::ptr;
 
 use nvml_wrapper_sys::bindings::*;
 
-use crate::mig::state::{CI_IDS, GI_IDS};
+/// GPU instance ids are below this, compute instance ids below [`CI_IDS`].
+pub(crate) const GI_IDS: u32 = 15;
+pub(crate) const CI_IDS: u32 = 8;
 
 const GPUS: usize = 8;
 const GIS: usize = GI_IDS as usize;

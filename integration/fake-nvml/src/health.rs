@@ -1,7 +1,7 @@
 //! What the events file says about each GPU's health now, and the calls that read it.
 //!
 //! The whole file decides, read again on every call; per GPU the last line of each kind
-//! wins (format in the `events` module):
+//! wins (format in the `feed` module):
 //!
 //! - `<i> lost` / `<i> found`: a lost GPU fails every per-device call, on its own handle and
 //!   on the handles of its MIG devices, GPU instances and compute instances, with
@@ -32,7 +32,7 @@ use std::ffi::{c_int, c_uint, c_ulonglong};
 use nvml_wrapper_sys::bindings::field_id::NVML_FI_DEV_GET_GPU_RECOVERY_ACTION;
 use nvml_wrapper_sys::bindings::*;
 
-use super::events::{self, Line, Remap};
+use super::feed::{self, Line, Remap};
 use super::handles::{decode, decode_ci, decode_gi};
 use super::*;
 
@@ -49,14 +49,14 @@ pub(crate) struct GpuHealth {
 /// Every GPU's health now.
 pub(crate) fn now() -> [GpuHealth; 8] {
     let mut all = [GpuHealth::default(); 8];
-    for text in events::all_lines() {
-        match events::parse(&text) {
+    for text in feed::all_lines() {
+        match feed::parse(&text) {
             Some(Line::Lost(g)) => all[g].lost = true,
             Some(Line::Found(g)) => all[g].lost = false,
             Some(Line::Remap(g, r)) => all[g].remap = r,
             Some(Line::Event {
                 gpu, kind, data, ..
-            }) if kind == events::RECOVERY => {
+            }) if kind == feed::RECOVERY => {
                 all[gpu].recovery_action = c_uint::try_from(data).unwrap_or(c_uint::MAX)
             }
             _ => {}

@@ -20,7 +20,7 @@
 //!   finds the CUDA driver version by loading `libcuda.so.1` by name;
 //! - events (`nvmlEventSetCreate`, `nvmlDeviceRegisterEvents`,
 //!   `nvmlDeviceGetSupportedEventTypes`, `nvmlEventSetWait_v2`, `nvmlEventSetFree`) fed by
-//!   tests through the file `fake-nvml-events` next to the library (format in the `events`
+//!   tests through the file `fake-nvml-events` next to the library (format in the `feed`
 //!   module), which also sets each GPU's health: lost (every per-device call fails with
 //!   `GPU_IS_LOST`), its recovery action (`nvmlDeviceGetFieldValues`) and row remapping
 //!   (`nvmlDeviceGetRemappedRows`); see the `health` module.
@@ -40,6 +40,7 @@ use nvml_wrapper_sys::bindings::*;
 
 mod events;
 mod fabric;
+mod feed;
 mod handles;
 mod health;
 mod mig;

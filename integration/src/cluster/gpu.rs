@@ -21,6 +21,9 @@ pub const FAKE_DIR: &str = "/var/lib/graft-cluster/fake-nvidia";
 pub const MIG_STATE: &str = "/var/lib/graft/fake-nvml/mig-state";
 /// The namespaces GPU tests put pods in (besides `default`); made at the first install.
 pub const NAMESPACES: [&str; 2] = ["a", "b"];
+/// Where graft-gpu-check's cluster stage runs its pods (`gpu_check::cluster`); the bed
+/// makes and cleans it with the others.
+pub const CHECK_NAMESPACE: &str = "gpu-check";
 /// graft's state a fresh install must not find: what GPU work left behind.
 const GPU_STATE: [&str; 3] = [
     "/var/lib/graft/mps",
@@ -86,10 +89,7 @@ pub fn bed() -> anyhow::Result<MutexGuard<'static, Option<GpuBed>>> {
     let mut guard = m.lock().unwrap_or_else(|p| p.into_inner());
     if guard.is_none() {
         let cluster = Cluster::up()?;
-        for ns in NAMESPACES
-            .into_iter()
-            .chain([crate::gpu_check::cluster::NAMESPACE])
-        {
+        for ns in NAMESPACES.into_iter().chain([CHECK_NAMESPACE]) {
             cluster.apply(&format!(
                 "apiVersion: v1\nkind: Namespace\nmetadata: {{name: {ns}}}\n"
             ))?;
@@ -153,12 +153,7 @@ pub fn fresh_install(
     values: &GpuValues,
     before_start: impl FnOnce(&FakeNode) -> anyhow::Result<()>,
 ) -> anyhow::Result<()> {
-    for ns in [
-        "default",
-        NAMESPACES[0],
-        NAMESPACES[1],
-        crate::gpu_check::cluster::NAMESPACE,
-    ] {
+    for ns in ["default", NAMESPACES[0], NAMESPACES[1], CHECK_NAMESPACE] {
         c.kubectl(&["-n", ns, "delete", "pods", "--all", "--wait=true"])?;
         c.kubectl(&["-n", ns, "delete", "resourceclaims", "--all", "--wait=true"])?;
         c.kubectl(&[

@@ -21,8 +21,8 @@ use super::report::{self, Report};
 use crate::cluster::gpu::GpuValues;
 use crate::cluster::Cluster;
 
-/// Where the stage's pods run.
-pub const NAMESPACE: &str = "gpu-check";
+/// Where the stage's pods run (the GPU bed of `cluster::gpu` makes it too).
+pub use crate::cluster::gpu::CHECK_NAMESPACE as NAMESPACE;
 const LIMIT: Duration = Duration::from_secs(300);
 
 /// Installs graft with the given values and returns once it has published the node's GPUs:

@@ -28,6 +28,8 @@ use std::sync::Mutex;
 use nvml_wrapper_sys::bindings::*;
 
 use super::config::{report, BadLine, Config};
+// The id bounds are the handle tables' (`handles`), which the state's ids index.
+pub(crate) use crate::handles::{CI_IDS, GI_IDS};
 use crate::UNKNOWN;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -55,10 +57,6 @@ pub(crate) struct State {
     /// By GPU, GI id, then id.
     pub(crate) cis: Vec<Ci>,
 }
-
-/// GPU instance ids are below this, compute instance ids below [`CI_IDS`].
-pub(crate) const GI_IDS: u32 = 15;
-pub(crate) const CI_IDS: u32 = 8;
 
 /// An instance the fake starts with: one GI holding one CI as large as it.
 pub(crate) struct Preset {
