@@ -166,6 +166,10 @@ mod tests {
 
     #[test]
     fn writes_the_conf_and_runs_ldconfig_in_the_root_with_only_path() {
+        if !crate::testutil::is_root() {
+            eprintln!("skipped: needs root (graft-hook runs only a root-owned ldconfig)");
+            return;
+        }
         let root = tempfile::tempdir().unwrap();
         std::fs::create_dir_all(root.path().join("etc")).unwrap();
         std::fs::write(root.path().join("etc/ld.so.conf"), "/opt/lib").unwrap();
@@ -200,6 +204,10 @@ mod tests {
 
     #[test]
     fn ldconfig_failures_are_reported() {
+        if !crate::testutil::is_root() {
+            eprintln!("skipped: needs root (graft-hook runs only a root-owned ldconfig)");
+            return;
+        }
         let root = tempfile::tempdir().unwrap();
         let bin = tempfile::tempdir().unwrap();
         let failing = script(bin.path(), "ldconfig", "echo 'cache is broken' >&2; exit 3");

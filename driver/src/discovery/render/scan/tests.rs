@@ -66,6 +66,10 @@ fn discovery(node: &Node) -> RenderDiscovery {
 
 #[test]
 fn a_render_node_with_what_sysfs_says_of_its_gpu() {
+    if !nix::unistd::geteuid().is_root() {
+        eprintln!("skipped: needs root (mknod for the render nodes)");
+        return;
+    }
     let n = node();
     entry(&n, "renderD128", "226:128");
     entry(&n, "card0", "226:0");
@@ -101,6 +105,10 @@ fn a_render_node_with_what_sysfs_says_of_its_gpu() {
 
 #[test]
 fn a_node_that_is_missing_swapped_or_a_symlink_is_not_offered() {
+    if !nix::unistd::geteuid().is_root() {
+        eprintln!("skipped: needs root (mknod for the render nodes)");
+        return;
+    }
     let n = node();
     entry(&n, "renderD128", "226:128");
     entry(&n, "renderD129", "226:129");
@@ -126,6 +134,10 @@ fn a_node_that_is_missing_swapped_or_a_symlink_is_not_offered() {
 
 #[test]
 fn a_node_without_drm_or_pci_still_scans() {
+    if !nix::unistd::geteuid().is_root() {
+        eprintln!("skipped: needs root (mknod for the render nodes)");
+        return;
+    }
     let n = node();
     // No class/drm at all: no devices, no failure.
     let bare = RenderDiscovery::new(n.sys.join("nowhere"), n.dev.clone());
