@@ -127,3 +127,9 @@ pub const ALL: &[&str] = &[
     KERNEL_DRIVER,
     PCIE_ROOT,
 ];
+
+/// `name` qualified with graft's domain (`graft.dev/<name>`), as a claim's `matchAttribute`
+/// names it and a ResourceSlice may key it.
+pub fn qualified(name: &str) -> String {
+    format!("{}/{name}", crate::DRIVER)
+}

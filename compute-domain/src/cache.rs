@@ -23,7 +23,7 @@ use kube::Api;
 use crate::clique::{CLIQUE_ATTRIBUTE, DRIVER};
 use crate::context::Context;
 use crate::objects::DOMAIN_LABEL;
-use graft_api::attributes::TYPE;
+use graft_api::attributes::{qualified, TYPE};
 
 /// Objects a page of the initial lists holds: claims may be up to the API server's object
 /// limit (about 1.5 MiB) each.
@@ -76,9 +76,9 @@ fn meta(m: &ObjectMeta, labels: &[&str]) -> ObjectMeta {
 pub fn trim_slice(s: &mut ResourceSlice) {
     let keep = [
         TYPE.to_string(),
-        format!("{DRIVER}/{TYPE}"),
+        qualified(TYPE),
         CLIQUE_ATTRIBUTE.to_string(),
-        format!("{DRIVER}/{CLIQUE_ATTRIBUTE}"),
+        qualified(CLIQUE_ATTRIBUTE),
     ];
     let devices = s.spec.devices.take().map(|ds| {
         ds.into_iter()

@@ -50,7 +50,7 @@ fn string_attribute<'a>(device: &'a Device, name: &str) -> Option<&'a str> {
     let attrs = device.attributes.as_ref()?;
     attrs
         .get(name)
-        .or_else(|| attrs.get(&format!("{DRIVER}/{name}")))
+        .or_else(|| attrs.get(&graft_api::attributes::qualified(name)))
         .and_then(|a| a.string.as_deref())
 }
 
@@ -158,9 +158,9 @@ pub fn channel_slice(node: &str, clique: &str, count: usize) -> ResourceSlice {
             "devices": (0..count).map(|i| serde_json::json!({
                 "name": format!("imex-channel-{i}"),
                 "attributes": {
-                    "type": {"string": CHANNEL_TYPE},
+                    (graft_api::attributes::TYPE): {"string": CHANNEL_TYPE},
                     CLIQUE_ATTRIBUTE: {"string": clique},
-                    "channel": {"int": i},
+                    (graft_api::attributes::CHANNEL): {"int": i},
                 }
             })).collect::<Vec<_>>(),
         }

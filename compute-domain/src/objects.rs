@@ -174,7 +174,7 @@ pub fn workload_template(
             "spec": {"devices": {
                 "requests": [{"name": "channel", "exactly": request}],
                 "constraints": [{"requests": ["channel"],
-                                 "matchAttribute": format!("{DRIVER}/{CLIQUE_ATTRIBUTE}")}],
+                                 "matchAttribute": graft_api::attributes::qualified(CLIQUE_ATTRIBUTE)}],
                 "config": [{"requests": ["channel"], "opaque": opaque(&config)?}],
             }},
         },
