@@ -93,13 +93,14 @@ fn holders(d: &PublishedDevice, claims: &[Loaded]) -> Vec<String> {
 
 /// The attributes that say what a device is, in order of how much they say.
 fn what(d: &PublishedDevice) -> String {
+    use graft_api::attributes::{PATH, PCI_BUS_ID, PRODUCT_NAME, PROFILE, UUID};
     let a = |k: &str| d.attributes.get(k).map(String::as_str);
-    match (a("profile"), a("uuid"), a("productName")) {
+    match (a(PROFILE), a(UUID), a(PRODUCT_NAME)) {
         (Some(p), Some(u), _) => format!("MIG {p} {u}"),
         (None, Some(u), Some(p)) => format!("{p} {u}"),
         (None, Some(u), None) => u.to_string(),
-        _ => a("pciBusID")
-            .or(a("path"))
+        _ => a(PCI_BUS_ID)
+            .or(a(PATH))
             .map(str::to_string)
             .unwrap_or_else(|| d.device_nodes.join(",")),
     }

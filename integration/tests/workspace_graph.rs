@@ -77,7 +77,7 @@ const ALLOWED_DEPS: &[(&str, &[&str])] = &[
         "graft-scheduler-extender",
         &["graft-api", "graft-telemetry"],
     ),
-    ("graftctl", &["graft-record"]),
+    ("graftctl", &["graft-api", "graft-record"]),
     ("kubectl-graft", &[]),
     (
         "graft-integration",
