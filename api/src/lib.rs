@@ -37,3 +37,9 @@ pub mod types {
     /// A DRM render node.
     pub const RENDER: &str = "render";
 }
+
+/// The [`attributes::SHARING`] attribute's values: how a GPU is shared.
+pub mod sharing {
+    /// Through MPS: claims take shares of its compute and memory.
+    pub const MPS: &str = "mps";
+}

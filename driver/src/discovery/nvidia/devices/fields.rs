@@ -77,8 +77,10 @@ pub fn semver(v: &str) -> Option<String> {
 /// A whole GPU offered for sharing through MPS: several claims at once, each consuming a
 /// compute percentage and an amount of memory (DRA consumable capacity).
 pub fn mps_shared(d: &mut Device, g: &Gpu) {
-    d.attributes
-        .insert(SHARING.into(), Attribute::String("mps".into()));
+    d.attributes.insert(
+        SHARING.into(),
+        Attribute::String(graft_api::sharing::MPS.into()),
+    );
     d.capacity.insert(COMPUTE.into(), "100".into());
     let mut policies = BTreeMap::new();
     policies.insert(

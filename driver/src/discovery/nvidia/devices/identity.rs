@@ -74,7 +74,7 @@ impl Identity {
             uuid: text(UUID),
             minor: int(MINOR),
             pci_bus_id: text(PCI_BUS_ID),
-            mps: device.string_attribute(SHARING) == Some("mps"),
+            mps: device.string_attribute(SHARING) == Some(graft_api::sharing::MPS),
             dynamic,
             placement: if dynamic { placement() } else { None },
         }
