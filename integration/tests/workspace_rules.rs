@@ -8,6 +8,10 @@
 //!   in the files of `SPAWN_OWNERS`, each with what notices the task's end, so that a new
 //!   task elsewhere is a decision someone reviews. Test code is exempt; `JoinSet::spawn`
 //!   and graft-driver's `Daemon::spawn` own their tasks by construction and are not counted.
+//! - One convention for tests kept out of a module's file: they are its child module,
+//!   `#[cfg(test)] mod tests;` in `m/tests.rs` (a second one `mod <topic>_tests;` beside it),
+//!   found where Rust looks for a child: never through `#[path]`, so that a module's tests
+//!   are always in its own directory.
 
 mod support;
 
@@ -117,6 +121,38 @@ fn no_string_errors_in_libraries() {
         offences.is_empty(),
         "library code must use a thiserror type, not a String, as its error \
          (CONTRIBUTING.md):\n{}",
+        offences.join("\n")
+    );
+}
+
+#[test]
+fn out_of_line_tests_follow_one_convention() {
+    let root = workspace_root();
+    let manifest = fs::read_to_string(root.join("Cargo.toml")).expect("the root Cargo.toml");
+    let mut offences = Vec::new();
+    let mut scanned = 0;
+    for member in members(&manifest) {
+        let src = root.join(&member).join("src");
+        let mut files = Vec::new();
+        rust_files(&src, &mut files).unwrap_or_else(|e| panic!("{member}/src: {e}"));
+        for file in files {
+            let text = fs::read_to_string(&file).unwrap_or_else(|e| panic!("{member}: {e}"));
+            scanned += 1;
+            let shown = Path::new(&member)
+                .join("src")
+                .join(file.strip_prefix(&src).unwrap_or(&file));
+            for (i, line) in text.lines().enumerate() {
+                if line.trim_start().starts_with("#[path") {
+                    offences.push(format!("{}:{}: {}", shown.display(), i + 1, line.trim()));
+                }
+            }
+        }
+    }
+    assert!(scanned > 0, "no sources found");
+    assert!(
+        offences.is_empty(),
+        "a module's out-of-line tests are its child `mod tests;` in its own directory \
+         (m/tests.rs), not a #[path] sibling:\n{}",
         offences.join("\n")
     );
 }

@@ -381,5 +381,4 @@ fn device(n: &DeviceNode) -> nri::LinuxDevice {
 }
 
 #[cfg(test)]
-#[path = "inject_tests.rs"]
 mod tests;

@@ -253,5 +253,4 @@ impl NriPlugin for Validator {
 }
 
 #[cfg(test)]
-#[path = "validator_tests.rs"]
 mod tests;

@@ -214,5 +214,4 @@ pub(crate) async fn handle(
 }
 
 #[cfg(test)]
-#[path = "server_tests.rs"]
 mod tests;

@@ -155,5 +155,4 @@ pub fn claim(driver: &str, c: &mut ResourceClaim) {
 }
 
 #[cfg(test)]
-#[path = "slim_tests.rs"]
 mod tests;

@@ -176,5 +176,4 @@ pub(crate) fn destroy_ci(
 }
 
 #[cfg(test)]
-#[path = "rules_tests.rs"]
 mod tests;

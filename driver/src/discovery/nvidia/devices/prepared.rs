@@ -192,5 +192,4 @@ fn mkdirs(staging: &Path, dir: &Path, made: &mut Vec<PathBuf>) -> io::Result<()>
 }
 
 #[cfg(test)]
-#[path = "prepared_tests.rs"]
 mod tests;
