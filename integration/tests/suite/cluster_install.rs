@@ -16,8 +16,8 @@
 //! kubectl, helm and ctr on PATH, as a user's shell would have them.
 //!
 //! release.sh builds in a target directory of its own under the testbed's cache
-//! (`install-target`), so that it neither waits for CI's release build beside it nor
-//! rebuilds that one's objects.
+//! (`install-target`), which CI's clean clones reuse. The release it builds is checked with
+//! deploy/release/verify.sh: this test is CI's amd64 release build and check.
 
 mod docs;
 mod registry;
@@ -200,6 +200,17 @@ fn install_as_documented() -> anyhow::Result<()> {
         "install.md's install without a registry",
         &docs::block(&top, "docs/install.md", "import")?,
     )?;
+    // The release that block built is checked as a tagged one is (CI's release check: this
+    // is the amd64 release build of every change).
+    let verified = sh.run(
+        "verify.sh on the release",
+        &["bash deploy/release/verify.sh 0.1.0 --arch amd64 dist".to_string()],
+    )?;
+    println!("{verified}");
+    ensure!(
+        verified.contains("verify.sh: ok: amd64: the daemons report v0.1.0"),
+        "verify.sh did not run the daemons:\n{verified}"
+    );
     let out = sh.run(
         "README's example (imported image)",
         &docs::block(&top, "README.md", "example")?,
