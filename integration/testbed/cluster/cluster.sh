@@ -98,6 +98,22 @@ stop() {
   fi
   rm -f "$(pidfile "$1")"
 }
+# stop, for several components at once: each exits in about 2 s after SIGTERM, and the
+# control plane's four need no order among themselves once the kubelet is gone.
+stop_together() {
+  local n p pids=() alive
+  for n in "$@"; do
+    if p=$(pid_of "$n"); then kill "$p" 2>/dev/null || true; pids+=("$p"); fi
+  done
+  for _ in $(seq 50); do
+    alive=""
+    for p in "${pids[@]}"; do kill -0 "$p" 2>/dev/null && alive=1; done
+    [ -n "$alive" ] || break
+    sleep 0.1
+  done
+  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done
+  for n in "$@"; do rm -f "$(pidfile "$n")"; done
+}
 # Lists in $D/created what is missing now and will be the cluster's: "dir PATH",
 # "addr SERVICE_IP", "link BRIDGE" (the CNI plugin makes it for the first pod).
 created() { grep -qxF "$1" "$D/created" 2>/dev/null; }
@@ -294,7 +310,8 @@ down() {
     source "$here/nodes.sh"
     nodes_down
   fi
-  for c in kubelet kube-scheduler kube-controller-manager kube-apiserver etcd; do stop "$c"; done
+  stop kubelet
+  stop_together kube-scheduler kube-controller-manager kube-apiserver etcd
   if [ -S "$R/containerd.sock" ] && running containerd; then
     local cri=(crictl --runtime-endpoint "unix://$R/containerd.sock" --timeout 30s)
     for id in $("${cri[@]}" pods -q 2>/dev/null); do

@@ -201,10 +201,15 @@ nodes_down() {
   local nd i d
   [ -d "$D/nodes" ] || return 0
   if ls "$R"/n*/containerd.sock >/dev/null 2>&1; then load_env; fi
+  # Each node is its own processes, netns and cgroups: they go down side by side (each
+  # waits about 2 s for its kubelet and containerd to exit).
+  local downs=()
   for nd in "$D"/nodes/*/; do
     i=$(basename "$nd")
-    node_down "$i"
+    node_down "$i" &
+    downs+=($!)
   done
+  wait "${downs[@]}" || true
   if created "link $NODES_BRIDGE"; then ip link del "$NODES_BRIDGE" 2>/dev/null || true; fi
   for d in "${NODE_MOUNTS[@]}"; do
     created "dir $d" || continue
