@@ -1,7 +1,7 @@
 //! install_as_documented: README's install commands and docs/install.md's uninstall
 //! commands, taken from the markdown (cluster_install/docs.rs), run as written against a
-//! fresh testbed cluster: release.sh builds the image and chart from a copy of this tree
-//! (what `git clone` gives a user; CI has no network). First install.md's path without a
+//! fresh testbed cluster: release.sh builds the image and chart in a clone of this tree
+//! (what `git clone` gives a user; CI has no network; cluster_install/clone.rs). First install.md's path without a
 //! registry: the image imported into the node's containerd, the packaged chart installed
 //! from its file. Then README's: pushed to a registry over HTTPS
 //! (cluster_install/registry.rs), helm installs the pushed chart, and README's fuse pod
@@ -15,10 +15,10 @@
 //! becomes the local one. The commands run with the cluster's kubeconfig and the testbed's
 //! kubectl, helm and ctr on PATH, as a user's shell would have them.
 //!
-//! release.sh builds in a target directory of its own under the testbed's cache
-//! (`install-target`), which CI's clean clones reuse. The release it builds is checked with
-//! deploy/release/verify.sh: this test is CI's amd64 release build and check.
+//! The release install.md's release.sh builds is checked with deploy/release/verify.sh: this
+//! test is CI's amd64 release build and check.
 
+mod clone;
 mod docs;
 mod registry;
 
@@ -31,6 +31,7 @@ use graft_integration::cluster::gpu::own_cluster;
 use graft_integration::cluster::{run, wait_until, Cluster, Kubernetes};
 use graft_integration::Testbed;
 
+use clone::Clone;
 use registry::Registry;
 
 /// The shell a user types the docs' commands into.
@@ -53,28 +54,6 @@ impl Shell {
         println!("install_as_documented: {what} in {:.0?}", start.elapsed());
         Ok(out)
     }
-}
-
-/// The repository's files as a clone has them (tracked, and new ones not ignored), copied
-/// to `to`.
-fn copy_tree(top: &Path, to: &Path) -> anyhow::Result<()> {
-    let files = run(Command::new("git").current_dir(top).args([
-        "ls-files",
-        "-z",
-        "--cached",
-        "--others",
-        "--exclude-standard",
-    ]))?;
-    for f in files.split('\0').filter(|f| !f.is_empty()) {
-        let src = top.join(f);
-        if !src.is_file() {
-            continue; // deleted in the work tree
-        }
-        let dst = to.join(f);
-        std::fs::create_dir_all(dst.parent().context("parent")?)?;
-        std::fs::copy(&src, &dst).with_context(|| format!("copying {f}"))?;
-    }
-    Ok(())
 }
 
 /// graft's objects of `kind` (all namespaces), by name.
@@ -148,6 +127,55 @@ fn uninstalled(c: &Cluster, sh: &Shell, top: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The shell the docs' commands run in, in `dir`: the testbed's kubectl, helm and ctr first
+/// on PATH, as a user's shell would have them, and release.sh's target directory beside the
+/// clone, which CI's clean clones reuse.
+fn shell(tb: &Testbed, dir: &Path) -> anyhow::Result<Shell> {
+    let dir_of = |p: &Path| p.parent().map(Path::to_path_buf).unwrap_or_default();
+    let path = std::env::join_paths(
+        [tb.k8s.clone(), dir_of(&tb.helm), tb.containerd_24.clone()]
+            .into_iter()
+            .chain(std::env::split_paths(
+                &std::env::var_os("PATH").unwrap_or_default(),
+            )),
+    )?;
+    let target = clone::target_dir();
+    Ok(Shell {
+        dir: dir.to_path_buf(),
+        env: vec![
+            ("PATH".into(), path.to_string_lossy().into_owned()),
+            (
+                "GRAFT_RELEASE_TARGET_DIR".into(),
+                target.to_string_lossy().into_owned(),
+            ),
+        ],
+    })
+}
+
+/// install.md's `release.sh` line, which install_as_documented runs first.
+fn release_line(top: &Path) -> anyhow::Result<String> {
+    docs::block(top, "docs/install.md", "import")?
+        .into_iter()
+        .find(|l| l.starts_with("bash deploy/release/release.sh "))
+        .context("install.md's import block runs no release.sh")
+}
+
+/// Builds the release install_as_documented builds, in its clone, before it runs: started
+/// by test-all.sh beside the tiers at the lowest priority (clone.rs says why this makes the
+/// test's build a no-op). Needs no cluster.
+#[test]
+#[ignore = "test-all.sh starts it beside the tiers"]
+fn warm_the_release_build() -> anyhow::Result<()> {
+    let tb = Testbed::load()?;
+    let top = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("..")
+        .canonicalize()?;
+    let line = release_line(&top)?;
+    let held = Clone::take(&top)?;
+    shell(&tb, &held.dir)?.run("the release build, warmed", &[line])?;
+    Ok(())
+}
+
 #[test]
 fn install_as_documented() -> anyhow::Result<()> {
     let _turn = own_cluster();
@@ -157,43 +185,26 @@ fn install_as_documented() -> anyhow::Result<()> {
         .canonicalize()?;
     let c = Cluster::up_without_graft(Kubernetes::Newest)?;
     let work = tempfile::tempdir()?;
-    let clone = work.path().join("graft");
-    copy_tree(&top, &clone)?;
+    let held = Clone::take(&top)?;
+    let clone = held.dir.clone();
     let reg_dir = work.path().join("registry");
     std::fs::create_dir_all(&reg_dir)?;
     let reg = Registry::start(&top, &reg_dir)?;
-
-    let dir_of = |p: &Path| p.parent().map(Path::to_path_buf).unwrap_or_default();
-    let path = std::env::join_paths(
-        [tb.k8s.clone(), dir_of(&tb.helm), tb.containerd_24.clone()]
-            .into_iter()
-            .chain(std::env::split_paths(
-                &std::env::var_os("PATH").unwrap_or_default(),
-            )),
-    )?;
-    let cache = Testbed::cache_dir();
-    let sh = Shell {
-        dir: clone.clone(),
-        env: vec![
-            ("PATH".into(), path.to_string_lossy().into_owned()),
-            (
-                "KUBECONFIG".into(),
-                c.kubeconfig.to_string_lossy().into_owned(),
-            ),
-            (
-                "SSL_CERT_FILE".into(),
-                reg.ca.to_string_lossy().into_owned(),
-            ),
-            (
-                "CONTAINERD_ADDRESS".into(),
-                "/run/graft-cluster/containerd.sock".into(),
-            ),
-            (
-                "GRAFT_RELEASE_TARGET_DIR".into(),
-                cache.join("install-target").to_string_lossy().into_owned(),
-            ),
-        ],
-    };
+    let mut sh = shell(&tb, &clone)?;
+    sh.env.extend([
+        (
+            "KUBECONFIG".into(),
+            c.kubeconfig.to_string_lossy().into_owned(),
+        ),
+        (
+            "SSL_CERT_FILE".into(),
+            reg.ca.to_string_lossy().into_owned(),
+        ),
+        (
+            "CONTAINERD_ADDRESS".into(),
+            "/run/graft-cluster/containerd.sock".into(),
+        ),
+    ]);
 
     // Without a registry: the image imported, the chart from its file.
     sh.run(
