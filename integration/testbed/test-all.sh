@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# README command two (what CI runs): installs the testbed if needed, checks formatting and
-# lints, builds every binary the tests start, and runs the whole test suite, including
+# README command two (what CI runs): installs the testbed if needed, checks formatting,
+# builds every binary the tests start, lints, and runs the whole test suite, including
 # the integration tests against real containerd 2.4.x, 2.2.x and 1.7.24. Each phase prints
 # its wall time, and the integration suite each test's, with the slowest listed at the end.
 set -euo pipefail
@@ -13,14 +13,12 @@ phase() {
 bash integration/testbed/setup.sh >/dev/null
 phase "testbed setup"
 cargo fmt --all -- --check
-cargo clippy --workspace --all-targets --quiet -- -D warnings
-phase "fmt and clippy"
+phase "fmt"
+# First what the cluster tier needs, which is the longest: the binaries the tests start and
+# the suite's binary. Clippy and the crates' tests build beside it.
 cargo build --workspace --bins --quiet
 # graft-hook as shipped: statically linked (the tests install and run this one).
 bash hooks/build-static.sh --quiet >/dev/null
-cargo test --workspace --no-run --quiet --lib --bins --tests 2>/dev/null ||
-  cargo test --workspace --no-run --lib --bins --tests
-phase "build"
 log=$(mktemp)
 cluster_log=$(mktemp)
 warm_log=$(mktemp)
@@ -34,6 +32,7 @@ suite=$(cargo test -p graft-integration --test suite --no-run --message-format=j
   grep '"kind":\["test"\]' | grep '"name":"suite"' | grep -o '"executable":"[^"]*"' | tail -1 |
   sed 's/^"executable":"\(.*\)"$/\1/')
 [ -x "$suite" ] || { echo "test-all: the integration suite's binary was not found" >&2; exit 1; }
+phase "build: the binaries and the integration suite"
 run_suite() { (cd integration && RUSTC_BOOTSTRAP=1 "$suite" -Z unstable-options --report-time "$@"); }
 # retry_failed RC LOG [ARGS]: a suite tier that ended RC, having printed LOG, passes when it
 # passed, or when every test it failed passes when run again alone (ARGS added). Each retry
@@ -69,26 +68,34 @@ for m in "${cluster[@]}"; do skips+=(--skip "$m"); done
 set +e
 run_suite --test-threads 1 "${cluster[@]}" >"$cluster_log" 2>&1 &
 cluster_pid=$!
+cluster_start=$SECONDS
 # install_as_documented's release build, started now beside everything at the lowest
 # priority, so that the test finds it built (cluster_install/clone.rs). Its failure fails
 # nothing by itself: the test then builds, and fails, on its own.
 (cd integration && nice -n 19 "$suite" --ignored --exact cluster_install::warm_the_release_build) >"$warm_log" 2>&1 &
 warm_pid=$!
+rc=0
+cargo clippy --workspace --all-targets --quiet -- -D warnings || rc=1
+phase "clippy (beside the cluster tier)"
+cargo test --workspace --no-run --quiet --lib --bins --tests 2>/dev/null ||
+  cargo test --workspace --no-run --lib --bins --tests || rc=1
+phase "build: the crates' tests"
 # The fast tier (no root, no testbed), linted above.
 bash integration/testbed/fast-tier.sh --no-lint 2>&1 | tee "$log"
-rc=${PIPESTATUS[0]}
+[ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
 phase "fast tier: unit, property, contract and crate tests"
 run_suite "${skips[@]}" 2>&1 | tee "$node_log"
 node_rc=${PIPESTATUS[0]}
 cat "$node_log" >>"$log"
 retry_failed "$node_rc" "$node_log" || rc=1
 phase "integration suite, node tier"
-echo "test-all: the cluster tier (started with the crates' tests):"
+echo "test-all: the cluster tier (started after the build, beside clippy and the rest):"
 wait "$cluster_pid"
 cluster_rc=$?
 tee -a "$log" <"$cluster_log"
 retry_failed "$cluster_rc" "$cluster_log" --test-threads 1 || rc=1
 phase "integration suite, cluster tier (after the node tier)"
+echo "test-all: the cluster tier took $((SECONDS - cluster_start)) s from its start" >&2
 if ! wait "$warm_pid"; then
   echo "test-all: the warmed release build failed (install_as_documented built on its own):"
   tail -40 "$warm_log"
