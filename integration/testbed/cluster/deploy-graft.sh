@@ -75,13 +75,18 @@ if [ -n "${GRAFT_HELM_ARGS:-}" ]; then
     [ -n "$arg" ] && values+=("$arg")
   done <<<"$GRAFT_HELM_ARGS"
 fi
+installed=""
+if helm status graft --namespace graft-system >/dev/null 2>&1; then installed=1; fi
 # --reset-values: each deployment says all of its values (a GPU one after a plain one, and
 # back).
 helm upgrade --install graft "$chart" --namespace graft-system --create-namespace \
   --reset-values "${values[@]}" >&2
-# A new image under the same tag: restart the pods so they run it (graft's DaemonSets: the
-# GPU nodes' one too).
-kubectl -n graft-system rollout restart daemonset -l app.kubernetes.io/name=graft >&2
+# A new image under the same tag: restart the pods of a release that was there so they run
+# it (graft's DaemonSets: the GPU nodes' one too). A new release's pods start from it already,
+# and restarting them would only replace them half-started.
+if [ -n "$installed" ]; then
+  kubectl -n graft-system rollout restart daemonset -l app.kubernetes.io/name=graft >&2
+fi
 kubectl -n graft-system rollout status daemonset -l app.kubernetes.io/name=graft --timeout=120s >&2
 for _ in $(seq 120); do
   if kubectl get resourceslices --field-selector spec.driver=graft.dev -o name | grep . >/dev/null; then
