@@ -46,7 +46,7 @@ impl DeviceSetup for SlowVfio {
         _: Option<&DeviceConfig>,
         _: &Allocated,
     ) -> Result<Option<Setup>, SetupError> {
-        Ok((d.kind == Kind::Vfio).then(|| Setup::vfio("0000:01:00.0")))
+        Ok((d.kind == Kind::Passthrough).then(|| Setup::vfio("0000:01:00.0")))
     }
     fn apply(&self, _: &Setup) -> Result<Option<ContainerEdits>, SetupError> {
         std::thread::sleep(SLOW);
@@ -59,7 +59,7 @@ impl DeviceSetup for SlowVfio {
 
 fn device(name: &str, kind: Kind, minor: i64) -> Device {
     let mut attributes = BTreeMap::new();
-    if kind == Kind::Vfio {
+    if kind == Kind::Passthrough {
         attributes.insert("pciBusID".into(), Attribute::String("0000:01:00.0".into()));
     }
     Device {
@@ -184,7 +184,7 @@ fn main() {
     let mut inv: Vec<Device> = (0..FAST)
         .map(|i| device(&format!("fast-{i}"), Kind::Char, i as i64))
         .collect();
-    inv.push(device("vfio-0", Kind::Vfio, 999));
+    inv.push(device("vfio-0", Kind::Passthrough, 999));
     core.set_inventory(&inv);
     core.startup().expect("startup");
     let core = Arc::new(core);

@@ -47,7 +47,8 @@ pub enum Verdict {
 impl Verdict {
     /// Whether a device of `kind` is published under this verdict.
     pub fn publishes(&self, kind: Kind) -> bool {
-        let gpu = kind.is_gpu() || kind == Kind::Vfio;
+        // The nvidia family's GPUs, MIG devices and VFIO functions.
+        let gpu = kind.is_accelerator() || kind == Kind::Passthrough;
         !gpu || *self == Verdict::Clear
     }
 }
@@ -210,10 +211,14 @@ mod tests {
     fn gpus_are_published_only_when_clear() {
         let w = Verdict::Withhold(vec!["nvidia.com/gpu".into()]);
         for v in [&Verdict::Unknown, &w] {
-            assert!(!v.publishes(Kind::Gpu) && !v.publishes(Kind::Mig) && !v.publishes(Kind::Vfio));
-            assert!(v.publishes(Kind::Char) && v.publishes(Kind::ImexChannel));
+            assert!(
+                !v.publishes(Kind::Whole)
+                    && !v.publishes(Kind::Partition)
+                    && !v.publishes(Kind::Passthrough)
+            );
+            assert!(v.publishes(Kind::Char) && v.publishes(Kind::Channel));
         }
-        assert!(Verdict::Clear.publishes(Kind::Gpu));
+        assert!(Verdict::Clear.publishes(Kind::Whole));
         let ev = event(&w).unwrap();
         assert_eq!((ev.type_, ev.reason.as_str()), (EventType::Warning, BESIDE));
         assert!(ev.note.unwrap().contains("nvidia.com/gpu"));

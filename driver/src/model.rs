@@ -24,32 +24,38 @@ pub enum Attribute {
     Version(String),
 }
 
-/// What kind of device it is: what setups and configuration apply to it. (The `type`
-/// attribute says the same to DeviceClass selectors; code asks this instead.)
+/// What role a device plays: what the core and its family's setups do with it. (The `type`
+/// attribute says what it is to DeviceClass selectors; code asks this instead.) Each family
+/// maps its own devices onto these roles.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Kind {
     /// A plain device node, with no setup or configuration of its own: the char
     /// backend's list, a render node.
     Char,
-    /// A whole NVIDIA GPU.
-    Gpu,
-    /// A MIG device of an NVIDIA GPU.
-    Mig,
-    /// An NVIDIA IMEX channel.
-    ImexChannel,
-    /// A place for one ComputeDomain's IMEX daemon on the node: no device node, it holds
-    /// the node for the daemon's pod (docs/compute-domains.md).
-    ImexDaemon,
-    /// An NVIDIA GPU's PCI function for VFIO passthrough.
-    Vfio,
+    /// A whole accelerator: the claim's configuration may add its optional edits, it may be
+    /// shared between claims, and it may be split into [`Kind::Partition`]s.
+    Whole,
+    /// A partition of an accelerator, pre-made or made for the claim at prepare: optional
+    /// edits apply as to a whole one.
+    Partition,
+    /// A channel between the nodes of a domain, handed out per claim once the domain lets
+    /// the claim in.
+    Channel,
+    /// A node's place for one domain's daemon: no device node, it holds the node for the
+    /// daemon's pod, one domain at a time.
+    DomainSlot,
+    /// A PCI function handed whole to a virtual machine: it is taken from the host's driver
+    /// at prepare and given back at unprepare.
+    Passthrough,
     /// An entry of a served directory (the files backend), of this type.
     Entry(graft_record::nofollow::EntryType),
 }
 
 impl Kind {
-    /// NVIDIA GPUs and MIG devices: what driver capabilities and sharing apply to.
-    pub fn is_gpu(self) -> bool {
-        matches!(self, Kind::Gpu | Kind::Mig)
+    /// A whole accelerator or a partition of one: what a claim's optional edits and
+    /// sharing settings apply to.
+    pub fn is_accelerator(self) -> bool {
+        matches!(self, Kind::Whole | Kind::Partition)
     }
 }
 
@@ -66,15 +72,15 @@ pub struct Device {
     pub capacity: BTreeMap<String, String>,
     /// What a container that is allocated this device receives.
     pub edits: ContainerEdits,
-    /// Edits added only when the claim's configuration asks for them by name (the NVIDIA
-    /// driver capabilities beyond compute and utility: `graphics`, `video`, `display`).
+    /// Edits added only when the claim's configuration asks for them by name (a family's
+    /// driver capabilities beyond those every container gets).
     pub optional_edits: BTreeMap<String, ContainerEdits>,
     /// Counters it takes from a counter set of the pool while allocated (a partitionable
-    /// device: a dynamic MIG placement); `None` for devices that stand alone.
+    /// device: a partition made at prepare); `None` for devices that stand alone.
     pub consumes: Option<Consumption>,
     /// Set when several claims may be allocated the device at once, each consuming part of
-    /// its capacity (DRA consumable capacity: a GPU shared through MPS): how much of each
-    /// capacity a request may take.
+    /// its capacity (DRA consumable capacity: an accelerator shared between processes): how
+    /// much of each capacity a request may take.
     pub shared: Option<BTreeMap<String, CapacityPolicy>>,
 }
 

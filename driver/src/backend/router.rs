@@ -108,13 +108,13 @@ mod tests {
         let gpu = Arc::new(Named("gpu", Mutex::default()));
         let router = Router::new(vec![Route {
             family: "nvidia",
-            kinds: |k| matches!(k, Kind::Gpu | Kind::Vfio),
+            kinds: |k| matches!(k, Kind::Whole | Kind::Passthrough),
             setups: |s| matches!(s, Setup::Vfio { .. }),
             setup: gpu.clone(),
         }]);
         let alloc = Allocated::default();
         let planned = router
-            .plan(&Device::new("gpu-0", Kind::Gpu), None, &alloc)
+            .plan(&Device::new("gpu-0", Kind::Whole), None, &alloc)
             .unwrap();
         assert_eq!(planned, Some(Setup::vfio("gpu")));
         // A char device: no owner, so nothing to do, and sharing refused.

@@ -91,7 +91,7 @@ pub fn apply_config(
         });
     }
     if let Some(names) = c.family.optional_edits() {
-        if !dev.kind.is_gpu() {
+        if !dev.kind.is_accelerator() {
             return Err(ConfigRefused::NotGpu {
                 device: dev.name.clone(),
             });

@@ -24,7 +24,7 @@ pub(super) fn all_classes() -> impl Iterator<Item = &'static str> {
 /// The `class` label of a device: the most specific of the chart's DeviceClasses that
 /// selects it (gpu.graft.dev leaves out a GPU in MIG mode: its MIG devices are offered).
 pub fn class(d: &Device) -> &'static str {
-    let mig_mode = d.kind == Kind::Gpu
+    let mig_mode = d.kind == Kind::Whole
         && d.attributes.get(attributes::MIG_ENABLED) == Some(&Attribute::Bool(true));
     classes::of(d.string_attribute(attributes::TYPE), mig_mode)
 }

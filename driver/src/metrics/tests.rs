@@ -111,7 +111,7 @@ fn calls_and_publishing_are_counted() {
 #[test]
 fn devices_are_counted_by_health_degraded_apart() {
     let m = DriverMetrics::default();
-    let devices = ["gpu-0", "gpu-1", "gpu-2"].map(|n| typed(n, Kind::Gpu, "gpu"));
+    let devices = ["gpu-0", "gpu-1", "gpu-2"].map(|n| typed(n, Kind::Whole, "gpu"));
     let mut report = HealthReport::default();
     report.devices.insert("gpu-1".into(), unhealthy("xid-79"));
     let mut degraded = unhealthy("xid-13");
@@ -136,18 +136,21 @@ fn typed(name: &str, kind: Kind, ty: &str) -> Device {
 fn the_class_is_the_charts_device_class() {
     use crate::model::Attribute;
     assert_eq!(class(&typed("fuse", Kind::Char, "fuse")), "fuse.graft.dev");
-    assert_eq!(class(&typed("mig-0-1", Kind::Mig, "mig")), "mig.graft.dev");
     assert_eq!(
-        class(&typed("ch-0", Kind::ImexChannel, "imex-channel")),
+        class(&typed("mig-0-1", Kind::Partition, "mig")),
+        "mig.graft.dev"
+    );
+    assert_eq!(
+        class(&typed("ch-0", Kind::Channel, "imex-channel")),
         "imex-channel.graft.dev"
     );
     // A type no class of the chart selects, and a GPU in MIG mode: only graft.dev has them.
     assert_eq!(class(&typed("x", Kind::Char, "my-own-type")), "graft.dev");
     assert_eq!(
-        class(&typed("d", Kind::ImexDaemon, "imex-daemon")),
+        class(&typed("d", Kind::DomainSlot, "imex-daemon")),
         "graft.dev"
     );
-    let mut mig_mode = typed("gpu-0", Kind::Gpu, "gpu");
+    let mut mig_mode = typed("gpu-0", Kind::Whole, "gpu");
     mig_mode
         .attributes
         .insert("migEnabled".into(), Attribute::Bool(true));

@@ -191,7 +191,7 @@ mod tests {
     use crate::model::Kind;
 
     fn device(name: &str) -> Device {
-        Device::new(name, Kind::Gpu)
+        Device::new(name, Kind::Whole)
     }
 
     fn report(entries: &[(&str, Condition)]) -> HealthReport {

@@ -15,7 +15,7 @@ impl DeviceSetup for Places {
         alloc: &Allocated,
     ) -> Result<Option<Setup>, SetupError> {
         Ok(
-            (device.kind == Kind::ImexDaemon).then(|| Setup::ImexDaemon {
+            (device.kind == Kind::DomainSlot).then(|| Setup::ImexDaemon {
                 domain_id: alloc.request.clone(),
                 domain_name: alloc.request.clone(),
                 domain_namespace: "ns".into(),
@@ -40,8 +40,8 @@ fn start(dir: &std::path::Path) -> Core {
         .with_setup(Arc::new(Places) as Arc<dyn DeviceSetup>)
         .with_gate(Box::new(Gate(Ok(()))));
     core.set_inventory(&[
-        Device::new("imex-daemon-0", Kind::ImexDaemon),
-        Device::new("imex-daemon-1", Kind::ImexDaemon),
+        Device::new("imex-daemon-0", Kind::DomainSlot),
+        Device::new("imex-daemon-1", Kind::DomainSlot),
     ]);
     core.startup().unwrap();
     core

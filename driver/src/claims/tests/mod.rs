@@ -119,7 +119,7 @@ impl DeviceSetup for FakeSetup {
         let sharing = config.and_then(|c| c.family.nvidia.sharing.as_ref());
         Ok(match (device.kind, sharing) {
             // Its IOMMU group peers, as the test inventory lists them.
-            (Kind::Vfio, _) => Some(Setup::Vfio {
+            (Kind::Passthrough, _) => Some(Setup::Vfio {
                 pci_bus_id: pci,
                 persistence: false,
                 peers: device
@@ -134,7 +134,7 @@ impl DeviceSetup for FakeSetup {
                     })
                     .collect(),
             }),
-            (Kind::Gpu, Some(s)) => Some(Setup::TimeSlice {
+            (Kind::Whole, Some(s)) => Some(Setup::TimeSlice {
                 pci_bus_id: pci,
                 interval: s.interval().smi_value(),
             }),
@@ -204,7 +204,7 @@ fn pci_device(name: &str, kind: Kind, pci: &str) -> Device {
 
 /// A GPU offered for passthrough with the other functions of its IOMMU group.
 fn grouped(name: &str, pci: &str, peers: &str) -> Device {
-    let mut d = pci_device(name, Kind::Vfio, pci);
+    let mut d = pci_device(name, Kind::Passthrough, pci);
     d.attributes
         .insert("iommuGroupPeers".into(), Attribute::String(peers.into()));
     d
@@ -217,12 +217,12 @@ fn inventory() -> Vec<Device> {
     vec![
         char_device("fuse", 229),
         char_device("tun", 200),
-        pci_device("vfio-0", Kind::Vfio, "0000:01:00.0"),
-        pci_device("vfio-1", Kind::Vfio, "0000:02:00.0"),
-        pci_device("gpu-0", Kind::Gpu, "0000:01:00.0"),
+        pci_device("vfio-0", Kind::Passthrough, "0000:01:00.0"),
+        pci_device("vfio-1", Kind::Passthrough, "0000:02:00.0"),
+        pci_device("gpu-0", Kind::Whole, "0000:01:00.0"),
         grouped("vfio-3", "0000:03:00.0", "0000:03:00.1,0000:04:00.0"),
         grouped("vfio-4", "0000:04:00.0", "0000:03:00.0,0000:03:00.1"),
-        pci_device("gpu-4", Kind::Gpu, "0000:04:00.0"),
+        pci_device("gpu-4", Kind::Whole, "0000:04:00.0"),
     ]
 }
 

@@ -285,10 +285,17 @@ impl Backend for NvidiaBackend {
     fn route(&self) -> Option<Route> {
         Some(Route {
             family: NAME,
+            // The family's devices in the core's roles: a GPU is a whole accelerator, a MIG
+            // device a partition, an IMEX channel a channel, the place for a ComputeDomain's
+            // IMEX daemon a domain slot, a GPU's function for VFIO a passthrough.
             kinds: |k| {
                 matches!(
                     k,
-                    Kind::Gpu | Kind::Mig | Kind::ImexChannel | Kind::ImexDaemon | Kind::Vfio
+                    Kind::Whole
+                        | Kind::Partition
+                        | Kind::Channel
+                        | Kind::DomainSlot
+                        | Kind::Passthrough
                 )
             },
             setups: |s| {

@@ -26,7 +26,7 @@ pub fn full_gpu(
         capacity.insert(MEMORY.into(), mebibytes(bytes));
     }
     Device {
-        kind: Kind::Gpu,
+        kind: Kind::Whole,
         name: format!("gpu-{}", g.minor),
         attributes,
         capacity,
@@ -122,7 +122,7 @@ mod tests {
     fn the_island_has_the_names_claims_and_the_extender_use() {
         // Literal on purpose: graft-scheduler-extender and users' `matchAttribute:
         // graft.dev/nvlinkIsland` read these names; a rename in graft_api must fail here.
-        let mut d = Device::new("gpu-0", Kind::Gpu);
+        let mut d = Device::new("gpu-0", Kind::Whole);
         let island = Island {
             id: "0000:18:00.0".into(),
             size: 4,

@@ -48,7 +48,7 @@ pub fn channels(inv: &Inventory, majors: &BTreeMap<String, u32>, count: u32) -> 
         };
         device(
             format!("imex-channel-{n}"),
-            Kind::ImexChannel,
+            Kind::Channel,
             attributes,
             edits,
         )
@@ -62,7 +62,7 @@ pub fn channels(inv: &Inventory, majors: &BTreeMap<String, u32>, count: u32) -> 
         attributes.insert(CLIQUE_ID.into(), Attribute::String(clique.clone()));
         device(
             format!("imex-daemon-{n}"),
-            Kind::ImexDaemon,
+            Kind::DomainSlot,
             attributes,
             Default::default(),
         )
@@ -132,7 +132,7 @@ mod tests {
                 "imex-daemon-1"
             ]
         );
-        assert_eq!(ch[3].kind, Kind::ImexDaemon);
+        assert_eq!(ch[3].kind, Kind::DomainSlot);
         assert!(ch[3].edits.device_nodes.is_empty());
         assert_eq!(
             ch[3].attributes["cliqueID"],

@@ -166,7 +166,7 @@ pub fn devices(
                 capacity.insert(k.to_string(), v.to_string());
             }
             out.push(Device {
-                kind: Kind::Mig,
+                kind: Kind::Partition,
                 name: placement_name(g.minor, &p.name, start),
                 attributes,
                 capacity,

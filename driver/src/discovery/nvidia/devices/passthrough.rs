@@ -48,7 +48,7 @@ pub fn devices(sys_root: &Path, inv: &Inventory) -> Vec<Device> {
                 }
             }
             Some(Device {
-                kind: Kind::Vfio,
+                kind: Kind::Passthrough,
                 name: format!("vfio-{}", f.bdf.replace([':', '.'], "-")),
                 attributes,
                 capacity: BTreeMap::new(),

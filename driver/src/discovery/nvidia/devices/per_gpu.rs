@@ -152,7 +152,7 @@ fn mig_device(
         capacity.insert(k.to_string(), v.to_string());
     }
     Ok(Device {
-        kind: Kind::Mig,
+        kind: Kind::Partition,
         name: format!("gpu-{}-mig-{}-{}", g.minor, m.gi, m.ci),
         attributes,
         capacity,

@@ -95,7 +95,7 @@ mod tests {
     use crate::model::Kind;
 
     fn dev(name: &str) -> Device {
-        Device::new(name, Kind::Gpu)
+        Device::new(name, Kind::Whole)
     }
 
     fn gpu(index: u32, uuid: &str, names: &[&str]) -> GpuDevices {

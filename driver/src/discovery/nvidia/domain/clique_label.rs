@@ -18,7 +18,7 @@ pub use graft_api::compute_domain::CLIQUE_LABEL;
 pub fn clique_of(devices: &[Device]) -> Option<String> {
     let clique = devices
         .iter()
-        .filter(|d| d.kind == Kind::ImexChannel)
+        .filter(|d| d.kind == Kind::Channel)
         .find_map(|d| match d.attributes.get(CLIQUE_ATTRIBUTE) {
             Some(Attribute::String(s)) => Some(s.clone()),
             _ => None,
@@ -83,7 +83,7 @@ mod tests {
     use super::*;
 
     fn channel(clique: &str) -> Device {
-        let mut d = Device::new("imex-channel-0", Kind::ImexChannel);
+        let mut d = Device::new("imex-channel-0", Kind::Channel);
         d.attributes
             .insert(CLIQUE_ATTRIBUTE.into(), Attribute::String(clique.into()));
         d

@@ -29,8 +29,8 @@ pub struct Instance {
 /// function, its parent's for a MIG device.
 pub fn gpu_of(d: &Device) -> Option<&str> {
     match d.kind {
-        Kind::Gpu | Kind::Vfio => d.string_attribute(UUID),
-        Kind::Mig => d.string_attribute(PARENT_UUID),
+        Kind::Whole | Kind::Passthrough => d.string_attribute(UUID),
+        Kind::Partition => d.string_attribute(PARENT_UUID),
         _ => None,
     }
 }
@@ -65,7 +65,7 @@ pub fn targets(devices: &[Device], uuid: &str, at: Option<&Instance>) -> Vec<Str
         .filter(|d| gpu_of(d) == Some(uuid))
         .filter(|d| match (d.kind, at) {
             (_, None) => true,
-            (Kind::Mig, Some(at)) => holds(d, at),
+            (Kind::Partition, Some(at)) => holds(d, at),
             // An event NVML attributed to an instance is not the whole GPU's.
             _ => false,
         })
@@ -98,7 +98,7 @@ mod tests {
     fn static_mig(name: &str, parent: &str, gi: i64) -> Device {
         dev(
             name,
-            Kind::Mig,
+            Kind::Partition,
             &[
                 ("parentUUID", s(parent)),
                 ("giID", Attribute::Int(gi)),
@@ -110,7 +110,7 @@ mod tests {
     fn placement(name: &str, parent: &str, profile: i64, start: i64) -> Device {
         dev(
             name,
-            Kind::Mig,
+            Kind::Partition,
             &[
                 ("parentUUID", s(parent)),
                 ("dynamic", Attribute::Bool(true)),
@@ -123,9 +123,13 @@ mod tests {
     #[test]
     fn signals_land_on_the_gpu_its_mig_devices_and_its_passthrough_function() {
         let devices = vec![
-            dev("gpu-2", Kind::Gpu, &[("uuid", s("GPU-a"))]),
-            dev("gpu-3", Kind::Gpu, &[("uuid", s("GPU-b"))]),
-            dev("vfio-0000-18-00-0", Kind::Vfio, &[("uuid", s("GPU-a"))]),
+            dev("gpu-2", Kind::Whole, &[("uuid", s("GPU-a"))]),
+            dev("gpu-3", Kind::Whole, &[("uuid", s("GPU-b"))]),
+            dev(
+                "vfio-0000-18-00-0",
+                Kind::Passthrough,
+                &[("uuid", s("GPU-a"))],
+            ),
             static_mig("gpu-4-mig-1-0", "GPU-c", 1),
             static_mig("gpu-4-mig-2-0", "GPU-c", 2),
             dev("fuse", Kind::Char, &[("uuid", s("GPU-a"))]),
@@ -154,7 +158,7 @@ mod tests {
     #[test]
     fn instance_events_land_on_the_dynamic_placement_that_holds_the_instance() {
         let devices = vec![
-            dev("gpu-7", Kind::Gpu, &[("uuid", s("GPU-d"))]),
+            dev("gpu-7", Kind::Whole, &[("uuid", s("GPU-d"))]),
             placement("gpu-7-mig-3g-40gb-0", "GPU-d", 2, 0),
             placement("gpu-7-mig-3g-40gb-4", "GPU-d", 2, 4),
             placement("gpu-7-mig-1g-10gb-4", "GPU-d", 0, 4),

@@ -23,7 +23,7 @@ pub fn plan(device: &Device, cd: &DomainConfig) -> Result<Option<Setup>, SetupEr
         .string_attribute(CLIQUE_ATTRIBUTE)
         .unwrap_or_default();
     match (device.kind, cd) {
-        (Kind::ImexChannel, DomainConfig::Channel(c)) => {
+        (Kind::Channel, DomainConfig::Channel(c)) => {
             let Some(channel) = channel_number(&device.name) else {
                 return refuse("an IMEX channel whose name is not imex-channel-<number>");
             };
@@ -41,7 +41,7 @@ pub fn plan(device: &Device, cd: &DomainConfig) -> Result<Option<Setup>, SetupEr
                 all_channels: c.allocation_mode == AllocationMode::All,
             }))
         }
-        (Kind::ImexDaemon, DomainConfig::Daemon(c)) => {
+        (Kind::DomainSlot, DomainConfig::Daemon(c)) => {
             if clique != c.clique_id {
                 return Err(SetupError::ComputeDomain {
                     domain: format!("{}/{}", c.domain_namespace, c.domain_name),
@@ -195,27 +195,24 @@ mod tests {
 
     #[test]
     fn a_channel_config_plans_the_gate_on_channels_only() {
-        let ch = dev("imex-channel-0", Kind::ImexChannel);
+        let ch = dev("imex-channel-0", Kind::Channel);
         let s = plan(&ch, &channel_cfg("Single")).unwrap().unwrap();
         assert!(matches!(&s, Setup::ComputeDomain { domain_id, .. } if domain_id == "u-1"));
         let s = s.for_claim("team-a", "c1");
         assert!(
             matches!(&s, Setup::ComputeDomain { claim_namespace, .. } if claim_namespace == "team-a")
         );
-        let gpu = dev("gpu-0", Kind::Gpu);
+        let gpu = dev("gpu-0", Kind::Whole);
         let e = plan(&gpu, &channel_cfg("Single")).unwrap_err();
         assert!(e.to_string().contains("imex-channel devices only"), "{e}");
-        let daemon = dev("imex-daemon-0", Kind::ImexDaemon);
+        let daemon = dev("imex-daemon-0", Kind::DomainSlot);
         assert!(plan(&daemon, &channel_cfg("Single")).is_err());
         assert!(plan(&ch, &daemon_cfg("u-1", CLIQUE)).is_err());
     }
 
     #[test]
     fn a_channel_keeps_its_number_clique_and_mode() {
-        let s = plan(
-            &dev("imex-channel-12", Kind::ImexChannel),
-            &channel_cfg("All"),
-        );
+        let s = plan(&dev("imex-channel-12", Kind::Channel), &channel_cfg("All"));
         match s.unwrap().unwrap() {
             Setup::ComputeDomain {
                 channel,
@@ -235,17 +232,17 @@ mod tests {
             "imex-channel-+1",
             "imex-channel-",
         ] {
-            let e = plan(&dev(name, Kind::ImexChannel), &channel_cfg("Single")).unwrap_err();
+            let e = plan(&dev(name, Kind::Channel), &channel_cfg("Single")).unwrap_err();
             assert!(e.to_string().contains(name), "{e}");
         }
-        let bare = Device::new("imex-channel-1", Kind::ImexChannel);
+        let bare = Device::new("imex-channel-1", Kind::Channel);
         let e = plan(&bare, &channel_cfg("Single")).unwrap_err();
         assert!(e.to_string().contains("cliqueID"), "{e}");
     }
 
     #[test]
     fn a_daemon_place_keeps_its_domain_of_the_nodes_clique() {
-        let daemon = dev("imex-daemon-0", Kind::ImexDaemon);
+        let daemon = dev("imex-daemon-0", Kind::DomainSlot);
         let a = plan(&daemon, &daemon_cfg("u-1", CLIQUE)).unwrap().unwrap();
         assert!(matches!(&a, Setup::ImexDaemon { domain_id, clique, .. }
             if domain_id == "u-1" && clique == CLIQUE));
@@ -264,7 +261,7 @@ mod tests {
         );
         assert!(a.excludes(&a.clone()).is_none());
         let ch = plan(
-            &dev("imex-channel-0", Kind::ImexChannel),
+            &dev("imex-channel-0", Kind::Channel),
             &channel_cfg("Single"),
         );
         assert!(ch.unwrap().unwrap().excludes(&a).is_none());
@@ -312,7 +309,7 @@ mod tests {
         let gate = Arc::new(Asked::default());
         let node = node_setup(gate.clone());
         let s = plan(
-            &dev("imex-channel-3", Kind::ImexChannel),
+            &dev("imex-channel-3", Kind::Channel),
             &channel_cfg("Single"),
         )
         .unwrap()
@@ -346,7 +343,7 @@ mod tests {
     #[test]
     fn a_daemon_place_goes_to_grafts_namespace_only() {
         let place = plan(
-            &dev("imex-daemon-0", Kind::ImexDaemon),
+            &dev("imex-daemon-0", Kind::DomainSlot),
             &daemon_cfg("u-1", CLIQUE),
         )
         .unwrap()

@@ -116,40 +116,42 @@ impl DeviceSetup for NvidiaSetup {
         };
         let mps = id.mps;
         match (device.kind, pci, sharing) {
-            (Kind::Gpu, _, Some(_)) if mps => {
+            (Kind::Whole, _, Some(_)) if mps => {
                 refuse("this GPU is shared through MPS; time-slicing does not apply")
             }
-            (Kind::Gpu, _, None) if mps => match mps_setup(&id, alloc) {
+            (Kind::Whole, _, None) if mps => match mps_setup(&id, alloc) {
                 Ok(s) => Ok(Some(s)),
                 Err(reason) => refuse(reason),
             },
-            (Kind::Vfio, Some(pci), None) => self.plan_vfio(&pci).map(Some),
-            (Kind::Vfio, _, Some(_)) => {
+            (Kind::Passthrough, Some(pci), None) => self.plan_vfio(&pci).map(Some),
+            (Kind::Passthrough, _, Some(_)) => {
                 refuse("a GPU passed through with VFIO cannot be time-sliced")
             }
-            (Kind::Gpu, Some(pci_bus_id), Some(s)) => Ok(Some(Setup::TimeSlice {
+            (Kind::Whole, Some(pci_bus_id), Some(s)) => Ok(Some(Setup::TimeSlice {
                 pci_bus_id,
                 interval: s.interval().smi_value(),
             })),
-            (Kind::Mig, _, Some(_)) => refuse("time-slicing applies to full GPUs, not MIG devices"),
-            (Kind::Mig, _, None) if id.dynamic => match &id.placement {
+            (Kind::Partition, _, Some(_)) => {
+                refuse("time-slicing applies to full GPUs, not MIG devices")
+            }
+            (Kind::Partition, _, None) if id.dynamic => match &id.placement {
                 Some(p) => Ok(Some(mig_setup(p))),
                 None => {
                     refuse("a dynamic MIG placement without its profile and placement attributes")
                 }
             },
-            (Kind::ImexChannel, _, Some(_)) => refuse("an IMEX channel cannot be time-sliced"),
+            (Kind::Channel, _, Some(_)) => refuse("an IMEX channel cannot be time-sliced"),
             // With ComputeDomains on, a node's channels reach the memory of the domain its
             // IMEX daemon serves: a channel with no domain's configuration would pass no
             // gate. Plain channels are for nodes without ComputeDomains.
-            (Kind::ImexChannel, _, None) if self.domains.on() => refuse(
+            (Kind::Channel, _, None) if self.domains.on() => refuse(
                 "ComputeDomains are on for this node, so an IMEX channel goes only to a \
                  ComputeDomain's workload claim (its ComputeDomainChannelConfig, from the \
                  domain's ResourceClaimTemplate); a plain channel would reach the memory of \
                  the domain whose IMEX daemon runs here",
             ),
             // Only a domain's daemon claim may hold one (its config returned above).
-            (Kind::ImexDaemon, _, _) => refuse(
+            (Kind::DomainSlot, _, _) => refuse(
                 "an imex-daemon place is for a ComputeDomain's IMEX daemon, whose claim carries \
                  a ComputeDomainDaemonConfig",
             ),
@@ -228,10 +230,10 @@ mod tests {
 
     fn device(name: &str, kind_name: &str) -> Device {
         let kind = match kind_name {
-            "gpu" => Kind::Gpu,
-            "mig" => Kind::Mig,
-            "vfio" => Kind::Vfio,
-            "imex-channel" => Kind::ImexChannel,
+            "gpu" => Kind::Whole,
+            "mig" => Kind::Partition,
+            "vfio" => Kind::Passthrough,
+            "imex-channel" => Kind::Channel,
             _ => Kind::Char,
         };
         let mut attributes = BTreeMap::new();
