@@ -24,7 +24,7 @@ pub mod lifecycle;
 mod plan;
 mod prepare;
 pub mod seams;
-mod setup_error;
+pub mod setup_error;
 pub mod setup_port;
 mod startup;
 pub mod tenant;

@@ -1,5 +1,8 @@
 //! Why a device cannot be set up, or its setup undone ([`super::setup_port`]'s error):
 //! each variant names the device and what the kernel, the driver or the configuration said.
+//! What only one device family can fail at is that family's own type, carried as
+//! [`SetupError::Family`]: the core shows its text and asks it only through
+//! [`FamilyError`].
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -26,7 +29,7 @@ pub enum SetupError {
         #[source]
         source: std::io::Error,
     },
-    /// The kernel did not get there in time (a GPU still in use, a bind not showing).
+    /// The kernel did not get there in time (a device still in use, a bind not showing).
     #[error("{what} after {after:?}")]
     Timeout {
         /// What was awaited.
@@ -42,21 +45,13 @@ pub enum SetupError {
         /// Where it was looked for.
         path: PathBuf,
     },
-    /// Another driver than the two graft switches between holds the function.
-    #[error("{pci} is bound to {driver}, neither nvidia nor vfio-pci; leaving it alone")]
-    ForeignDriver {
-        /// The function, as a PCI bus ID.
-        pci: String,
-        /// The driver bound to it.
-        driver: String,
-    },
     /// The function has no IOMMU group, so VFIO cannot hand it out.
     #[error("{pci} has no IOMMU group")]
     NoIommuGroup {
         /// The function, as a PCI bus ID.
         pci: String,
     },
-    /// A function of the GPU's IOMMU group cannot be passed through with it.
+    /// A function of the passed-through function's IOMMU group cannot go along with it.
     #[error(
         "{pci} cannot be passed through: {peer}, in the same IOMMU group {group}, {reason}; \
          VFIO hands out whole groups"
@@ -85,31 +80,11 @@ pub enum SetupError {
         /// The holder's device on that function.
         holder_device: String,
     },
-    /// Persistence mode could not be read or set.
-    #[error("persistence mode of GPU {pci}: {reason}")]
-    Persistence {
-        /// The GPU, as a PCI bus ID.
-        pci: String,
-        /// What failed.
-        reason: String,
-    },
     /// Where a device node should be, something else is.
     #[error("{path} is not a character device")]
     NotCharDevice {
         /// Where the node should be.
         path: PathBuf,
-    },
-    /// A driver tool (nvidia-smi) failed.
-    #[error("{tool} {args} failed ({status}): {stderr}")]
-    Tool {
-        /// The program.
-        tool: String,
-        /// Its arguments, joined.
-        args: String,
-        /// How it exited.
-        status: String,
-        /// What it wrote to stderr.
-        stderr: String,
     },
     /// A served entry is not what was published any more (gone, or now a symlink).
     #[error("device {device} cannot be served: {reason}")]
@@ -119,27 +94,34 @@ pub enum SetupError {
         /// What changed.
         reason: String,
     },
-    /// A MIG instance could not be made or removed.
-    #[error("{reason}")]
-    Mig {
-        /// What failed.
-        reason: String,
-    },
-    /// The GPU's MPS control daemon could not be started or stopped, or a share is invalid.
-    #[error("MPS: {reason}")]
-    Mps {
-        /// What failed.
-        reason: String,
-    },
-    /// A ComputeDomain's channel cannot be handed out (yet): the kubelet retries.
-    #[error("ComputeDomain {domain}: {reason}")]
-    ComputeDomain {
-        /// `namespace/name`.
-        domain: String,
-        /// Why not.
-        reason: String,
-    },
     /// A setup reached a node with no backend to run it.
     #[error("no backend on this node sets devices up")]
     NoBackend,
+    /// A family's own reason, in its own words ([`FamilyError`]).
+    #[error("{0}")]
+    Family(Box<dyn FamilyError>),
+}
+
+/// A device family's own reason a setup failed: the core shows its text as it is and asks
+/// it only what the core needs to know.
+pub trait FamilyError: std::error::Error + Send + Sync + 'static {
+    /// What a claim's author is told instead of the text, when the text may say anything
+    /// about the node (a tool's output); the core adds where the rest is. `None`: the text
+    /// may be shown.
+    fn withheld(&self) -> Option<String> {
+        None
+    }
+}
+
+impl SetupError {
+    /// The family's error, when this is one of type `E`.
+    pub fn family<E: FamilyError>(&self) -> Option<&E> {
+        match self {
+            SetupError::Family(e) => {
+                let e: &(dyn std::error::Error + 'static) = e.as_ref();
+                e.downcast_ref()
+            }
+            _ => None,
+        }
+    }
 }

@@ -7,6 +7,9 @@
 use graft_record::ContainerEdits;
 use serde::{Deserialize, Serialize};
 
+// The IMEX daemon's setup is still one of this closed set, so its refusal is built here in
+// its family's words.
+use crate::discovery::nvidia::setup::error::NvidiaSetupError;
 use crate::model::Allocated;
 use crate::model::Device;
 use crate::opaque::DeviceConfig;
@@ -216,13 +219,16 @@ impl Setup {
             return None;
         };
         // The holder by uid only: it may be another namespace's domain.
-        (domain_id != held).then(|| SetupError::ComputeDomain {
-            domain: format!("{domain_namespace}/{domain_name}"),
-            reason: format!(
-                "this node's IMEX daemon place is held by another ComputeDomain's daemon \
-                 (domain uid {held}); a node runs one domain's IMEX daemon at a time, so this \
-                 one waits until that domain leaves the node"
-            ),
+        (domain_id != held).then(|| {
+            NvidiaSetupError::ComputeDomain {
+                domain: format!("{domain_namespace}/{domain_name}"),
+                reason: format!(
+                    "this node's IMEX daemon place is held by another ComputeDomain's daemon \
+                     (domain uid {held}); a node runs one domain's IMEX daemon at a time, so \
+                     this one waits until that domain leaves the node"
+                ),
+            }
+            .into()
         })
     }
 

@@ -56,11 +56,11 @@ fn setup(e: &SetupError, namespace: &str) -> String {
              group; retried until that claim is gone",
             claim(holder, namespace)
         ),
-        // A driver tool's output can say anything about the node.
-        SetupError::Tool { tool, .. } => {
-            let name = tool.rsplit('/').next().unwrap_or(tool);
-            format!("{name} failed on the node ({SEE_LOG})")
-        }
+        // A family's error whose text may say anything about the node (a tool's output).
+        SetupError::Family(f) => match f.withheld() {
+            Some(told) => format!("{told} ({SEE_LOG})"),
+            None => e.to_string(),
+        },
         _ => e.to_string(),
     }
 }

@@ -56,13 +56,13 @@ fn daemon(uid: &str, domain: &str, place: &str) -> ClaimInput {
 
 fn refused_for(out: &Prepared, uid: &str, place: &str) {
     match claim_error(&out[uid]) {
-        ClaimError::Setup {
-            device,
-            source: SetupError::ComputeDomain { reason, .. },
-        } => assert!(
-            device == place && reason.contains("held by another ComputeDomain"),
-            "{device}: {reason}"
-        ),
+        ClaimError::Setup { device, source } => match source.family() {
+            Some(NvidiaSetupError::ComputeDomain { reason, .. }) => assert!(
+                device == place && reason.contains("held by another ComputeDomain"),
+                "{device}: {reason}"
+            ),
+            _ => panic!("{device}: {source}"),
+        },
         other => panic!("{other}"),
     }
 }

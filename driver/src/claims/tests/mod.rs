@@ -20,6 +20,7 @@ use super::input::{ClaimError, ClaimInput, Outcome};
 use super::seams::{CrashHook, CrashPoint, Crashed, NotReady, NriGate};
 use super::{Core, CoreError, PreparedDevice};
 use crate::claims::setup_port::{DeviceSetup, Setup, SetupError, VfioPeer};
+use crate::discovery::nvidia::setup::error::NvidiaSetupError;
 use crate::mapping::{ContainerUse, PodUse};
 use crate::model::{Allocated, ClaimId};
 use crate::model::{Attribute, Device, Kind};
@@ -164,10 +165,11 @@ impl DeviceSetup for FakeSetup {
         }
         k.applies += 1;
         if k.failing.contains(&pci) {
-            return Err(SetupError::ForeignDriver {
+            return Err(NvidiaSetupError::ForeignDriver {
                 pci,
                 driver: "refused".into(),
-            });
+            }
+            .into());
         }
         k.applied.insert(pci);
         Ok(matches!(setup, Setup::Vfio { .. }).then(|| ContainerEdits {

@@ -4,8 +4,9 @@
 //! `resource.graft.dev/computeDomain.<uid>=true` (so the domain's IMEX daemon is scheduled
 //! here), and the domain's status listing this node Ready. A channel that is not the
 //! domain's is refused at once; until the domain is Ready here, prepare fails with
-//! [`SetupError::ComputeDomain`] and the kubelet retries it: a container that got its
-//! channel before the IMEX domain formed would fail at its first import.
+//! [`NvidiaSetupError::ComputeDomain`](crate::discovery::nvidia::setup::NvidiaSetupError)
+//! and the kubelet retries it: a container that got its channel before the IMEX domain
+//! formed would fail at its first import.
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -2,6 +2,7 @@
 //! names, what one of its devices was allocated, and why a channel is not handed out.
 
 use crate::claims::setup_port::SetupError;
+use crate::discovery::nvidia::setup::error::NvidiaSetupError;
 
 /// A domain as a claim's configuration names it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -16,10 +17,11 @@ pub struct DomainRef {
 
 impl DomainRef {
     pub(crate) fn refuse(&self, reason: impl Into<String>) -> SetupError {
-        SetupError::ComputeDomain {
+        NvidiaSetupError::ComputeDomain {
             domain: format!("{}/{}", self.namespace, self.name),
             reason: reason.into(),
         }
+        .into()
     }
 }
 

@@ -5,6 +5,7 @@
 //! daemon place is prepared beside it ([`Setup::excludes`]). A configuration on the wrong
 //! kind of device, or of another clique than the node's, is refused, naming both.
 
+use super::error::NvidiaSetupError;
 use super::node::NvidiaSetup;
 use crate::claims::setup_port::{Setup, SetupError};
 use crate::discovery::nvidia::domain::clique_label::CLIQUE_ATTRIBUTE;
@@ -43,14 +44,15 @@ pub fn plan(device: &Device, cd: &DomainConfig) -> Result<Option<Setup>, SetupEr
         }
         (Kind::DomainSlot, DomainConfig::Daemon(c)) => {
             if clique != c.clique_id {
-                return Err(SetupError::ComputeDomain {
+                return Err(NvidiaSetupError::ComputeDomain {
                     domain: format!("{}/{}", c.domain_namespace, c.domain_name),
                     reason: format!(
                         "daemon place {} is of clique {clique:?}, and the domain was placed \
                          in clique {:?}",
                         device.name, c.clique_id
                     ),
-                });
+                }
+                .into());
             }
             Ok(Some(Setup::ImexDaemon {
                 domain_id: c.domain_id.clone(),
@@ -102,9 +104,12 @@ impl NvidiaSetup {
             name: domain_name.clone(),
             namespace: domain_namespace.clone(),
         };
-        let refuse = |reason: String| SetupError::ComputeDomain {
-            domain: format!("{domain_namespace}/{domain_name}"),
-            reason,
+        let refuse = |reason: String| {
+            NvidiaSetupError::ComputeDomain {
+                domain: format!("{domain_namespace}/{domain_name}"),
+                reason,
+            }
+            .into()
         };
         if claim_namespace != domain_namespace {
             return Err(refuse(format!(
@@ -149,10 +154,11 @@ impl NvidiaSetup {
             ),
             None => "graft-driver is not connected to the API server yet".into(),
         };
-        Err(SetupError::ComputeDomain {
+        Err(NvidiaSetupError::ComputeDomain {
             domain: format!("{domain_namespace}/{domain_name}"),
             reason,
-        })
+        }
+        .into())
     }
 }
 

@@ -12,6 +12,7 @@ use std::sync::Mutex;
 use graft_record::ContainerEdits;
 use nvml_wrapper::Nvml;
 
+use super::error::NvidiaSetupError;
 use crate::claims::setup_port::SetupError;
 use crate::discovery::nvidia::devices::{cap_node, MigLedger};
 use crate::discovery::nvidia::driver_files::{mig_access_cap, read_char_majors};
@@ -32,9 +33,10 @@ pub struct MigManager {
 }
 
 fn nvml_failed(what: &str, e: impl std::fmt::Display) -> SetupError {
-    SetupError::Mig {
+    NvidiaSetupError::Mig {
         reason: format!("{what}: {e}"),
     }
+    .into()
 }
 
 impl MigManager {
@@ -101,12 +103,12 @@ impl MigManager {
                 None => unsafe { create_gi(nvml, handle, profile, start, size) }
                     .map_err(|e| {
                         if e.insufficient() {
-                            SetupError::Mig {
+                            NvidiaSetupError::Mig {
                                 reason: format!(
                                     "cannot create the GPU instance ({at}): {e}; another \
                                      instance, not made through graft, holds part of it"
                                 ),
-                            }
+                            }.into()
                         } else {
                             mig(e)
                         }
@@ -130,9 +132,11 @@ impl MigManager {
     fn cap_nodes(&self, minor: u32, gi: u32, ci: u32) -> Result<ContainerEdits, SetupError> {
         let majors =
             read_char_majors(&self.proc_root).map_err(|e| nvml_failed("/proc/devices", e))?;
-        let caps_major = *majors.get("nvidia-caps").ok_or_else(|| SetupError::Mig {
-            reason: "/proc/devices has no nvidia-caps entry".into(),
-        })?;
+        let caps_major = *majors
+            .get("nvidia-caps")
+            .ok_or_else(|| NvidiaSetupError::Mig {
+                reason: "/proc/devices has no nvidia-caps entry".into(),
+            })?;
         let cap = |c: Option<u32>| {
             mig_access_cap(&self.proc_root, minor, gi, c)
                 .map(|f| cap_node(caps_major, f))

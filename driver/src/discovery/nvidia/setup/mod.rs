@@ -6,6 +6,7 @@
 
 mod domain;
 mod dynamic_mig;
+pub mod error;
 mod mps;
 mod node;
 mod passthrough;
@@ -15,6 +16,7 @@ mod smi;
 mod vfio;
 
 pub use dynamic_mig::MigManager;
+pub use error::NvidiaSetupError;
 pub use mps::{MpsManager, Share, DEFAULT_WAIT};
 pub use node::NvidiaSetup;
 pub use persistence::{NvmlPersistence, PersistenceMode, Untouched};

@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use graft_record::{ContainerEdits, EnvVar, Mount};
 
+use super::error::NvidiaSetupError;
 use crate::claims::setup_port::{Setup, SetupError};
 use crate::discovery::nvidia::devices::IPC_MOUNT_OPTIONS;
 use crate::mps::{self, GpuPaths, Phase, ShareMarker, CLIENT_PIPE_DIR};
@@ -98,9 +99,10 @@ impl<'a> Share<'a> {
 }
 
 fn err(reason: impl Into<String>) -> SetupError {
-    SetupError::Mps {
+    NvidiaSetupError::Mps {
         reason: reason.into(),
     }
+    .into()
 }
 
 fn io(op: &str, path: &std::path::Path, e: impl std::fmt::Display) -> SetupError {

@@ -15,6 +15,7 @@ use std::path::PathBuf;
 use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::Nvml;
 
+use super::error::NvidiaSetupError;
 use crate::claims::setup_port::SetupError;
 use crate::discovery::nvidia::nvml;
 
@@ -34,10 +35,11 @@ pub struct NvmlPersistence {
 }
 
 fn failed(pci: &str, what: &str, e: impl std::fmt::Display) -> SetupError {
-    SetupError::Persistence {
+    NvidiaSetupError::Persistence {
         pci: pci.to_string(),
         reason: format!("{what}: {e}"),
     }
+    .into()
 }
 
 impl NvmlPersistence {

@@ -7,6 +7,7 @@ use graft_api::capacity::{COMPUTE, MEMORY};
 use graft_record::ContainerEdits;
 
 use super::dynamic_mig::MigManager;
+use super::error::NvidiaSetupError;
 use super::mps::{MpsManager, Share};
 use super::node::NvidiaSetup;
 use super::passthrough::Passthrough;
@@ -65,18 +66,25 @@ fn mig_setup(p: &Placement) -> Setup {
 
 impl NvidiaSetup {
     fn mps_manager(&self) -> Result<&MpsManager, SetupError> {
-        self.mps.as_ref().ok_or_else(|| SetupError::Mps {
-            reason: "no GPU is shared through MPS on this node (--nvidia-mps), yet a claim \
+        self.mps.as_ref().ok_or_else(|| {
+            NvidiaSetupError::Mps {
+                reason: "no GPU is shared through MPS on this node (--nvidia-mps), yet a claim \
                      holds an MPS share; turn it back on to release it"
-                .into(),
+                    .into(),
+            }
+            .into()
         })
     }
 
     fn mig_manager(&self) -> Result<&MigManager, SetupError> {
-        self.mig.as_ref().ok_or_else(|| SetupError::Mig {
-            reason: "dynamic MIG is off on this node (--nvidia-dynamic-mig), yet a claim holds a \
+        self.mig.as_ref().ok_or_else(|| {
+            NvidiaSetupError::Mig {
+                reason:
+                    "dynamic MIG is off on this node (--nvidia-dynamic-mig), yet a claim holds a \
                      MIG instance graft made; turn it back on to remove the instance"
-                .into(),
+                        .into(),
+            }
+            .into()
         })
     }
 

@@ -5,6 +5,7 @@ use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::Command;
 
+use super::error::NvidiaSetupError;
 use crate::claims::setup_port::SetupError;
 
 /// Runs nvidia-smi with arguments.
@@ -46,12 +47,13 @@ impl Smi for ChrootSmi {
             source,
         })?;
         if !out.status.success() {
-            return Err(SetupError::Tool {
+            return Err(NvidiaSetupError::Tool {
                 tool: path,
                 args: args.join(" "),
                 status: out.status.to_string(),
                 stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
-            });
+            }
+            .into());
         }
         Ok(())
     }

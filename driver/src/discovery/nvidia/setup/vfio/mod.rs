@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 
 use crate::claims::setup_port::{SetupError, VfioPeer};
 use crate::discovery::nvidia::devices::{read_trim, PciFunction, PciTree, NVIDIA_VENDOR};
+use crate::discovery::nvidia::setup::error::NvidiaSetupError;
 
 /// Moves NVIDIA functions between drivers through sysfs.
 pub struct Vfio {
@@ -175,10 +176,11 @@ impl Vfio {
         match self.driver(bdf).as_deref() {
             None | Some(NVIDIA_DRIVER) | Some(VFIO_DRIVER) => {}
             Some(other) => {
-                return Err(SetupError::ForeignDriver {
+                return Err(NvidiaSetupError::ForeignDriver {
                     pci: bdf.to_string(),
                     driver: other.to_string(),
-                })
+                }
+                .into())
             }
         }
         self.switch(bdf, Some(target))
