@@ -24,7 +24,8 @@ cluster_log=$(mktemp)
 warm_log=$(mktemp)
 node_log=$(mktemp)
 retry_log=$(mktemp)
-trap 'rm -f "$log" "$cluster_log" "$warm_log" "$node_log" "$retry_log"' EXIT
+retried_list=$(mktemp)
+trap 'rm -f "$log" "$cluster_log" "$warm_log" "$node_log" "$retry_log" "$retried_list"' EXIT
 # The integration suite's binary is run directly, as cargo would (from its package's
 # folder), so that RUSTC_BOOTSTRAP reaches libtest alone: --report-time is unstable, and
 # cargo would rebuild everything under it.
@@ -101,17 +102,7 @@ if ! wait "$warm_pid"; then
   tail -40 "$warm_log"
 fi
 set -e
-echo "test-all: the slowest integration tests:"
-sed -n 's/^test \(.*\) \.\.\. [a-zA-Z]* <\([0-9.]*\)s>$/\2 \1/p' "$log" | sort -rn | head -15 |
-  awk '{printf "  %8.1f s  %s\n", $1, $2}'
-passed=$(grep -Eo '^test result: .* ([0-9]+) passed' "$log" | grep -Eo '[0-9]+ passed' | awk '{s+=$1} END {print s+0}')
-failed=$(grep -Eo '^test result: .*; ([0-9]+) failed' "$log" | grep -Eo '[0-9]+ failed' | awk '{s+=$1} END {print s+0}')
-flaky=$(printf '%s\n' "${retried[@]}" | grep -c 'passed when run again')
-echo "graft: $passed passed, $failed failed ($flaky of those passed when run again alone)"
-if [ "${#retried[@]}" -gt 0 ]; then
-  echo "test-all: the retry report (each a flaky test to fix):"
-  printf '  %s\n' "${retried[@]}"
-else
-  echo "test-all: the retry report: no test failed"
-fi
+# The tests' outcome is rc alone: the summary only reports it.
+printf '%s\n' "${retried[@]}" | sed '/^$/d' >"$retried_list"
+bash integration/testbed/summary.sh "$log" "$retried_list" || echo "test-all: summary.sh failed" >&2
 exit "$rc"

@@ -1,0 +1,61 @@
+//! The testbed's scripts where a slip fails CI after it has run every test: the summary at
+//! the end of test-all.sh (integration/testbed/summary.sh) must exit 0 and count right when
+//! no test failed, when some did, and when a retry passed. Once a `grep -c` counting no
+//! flaky test exited 1 under `set -e`, and a run whose every test passed failed.
+
+use std::path::Path;
+use std::process::Command;
+
+fn summary(log: &str, retried: &str) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    let (log_path, retried_path) = (dir.path().join("log"), dir.path().join("retried"));
+    std::fs::write(&log_path, log).unwrap();
+    std::fs::write(&retried_path, retried).unwrap();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("testbed/summary.sh");
+    let out = Command::new("bash")
+        .arg(&script)
+        .arg(&log_path)
+        .arg(&retried_path)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "summary.sh exited {:?}: {stdout}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
+const LOG: &str = "\
+test a::fast ... ok <3.5s>
+test a::slow ... ok <10.0s>
+test result: ok. 2 passed; 0 failed; 1 ignored; 0 measured; 9 filtered out; finished in 13.5s
+test b::flaky ... FAILED <1.0s>
+test result: FAILED. 5 passed; 1 failed; 0 ignored; 0 measured; 0 filtered out; finished in 2.0s
+";
+
+#[test]
+fn the_summary_exits_0_when_no_test_failed() {
+    let clean = "test a::x ... ok <1.0s>\ntest result: ok. 1 passed; 0 failed; 0 ignored\n";
+    let out = summary(clean, "");
+    assert!(
+        out.contains("graft: 1 passed, 0 failed (0 of those passed when run again alone)"),
+        "{out}"
+    );
+    assert!(out.contains("the retry report: no test failed"), "{out}");
+}
+
+#[test]
+fn the_summary_counts_every_tier_and_reports_each_retry() {
+    let retried = "b::flaky: failed, then passed when run again alone\nc::broken: failed twice\n";
+    let out = summary(LOG, retried);
+    assert!(
+        out.contains("graft: 7 passed, 1 failed (1 of those passed when run again alone)"),
+        "{out}"
+    );
+    let slowest: Vec<&str> = out.lines().skip(1).take(2).map(str::trim).collect();
+    assert_eq!(slowest, ["10.0 s  a::slow", "3.5 s  a::fast"], "{out}");
+    assert!(out.contains("  c::broken: failed twice"), "{out}");
+}
