@@ -34,7 +34,10 @@ suite=$(cargo test -p graft-integration --test suite --no-run --message-format=j
   sed 's/^"executable":"\(.*\)"$/\1/')
 [ -x "$suite" ] || { echo "test-all: the integration suite's binary was not found" >&2; exit 1; }
 phase "build: the binaries and the integration suite"
-run_suite() { (cd integration && RUSTC_BOOTSTRAP=1 "$suite" -Z unstable-options --report-time "$@"); }
+# suite_nice: the niceness to run it at (the node tier yields to the cluster tier).
+run_suite() {
+  (cd integration && RUSTC_BOOTSTRAP=1 nice -n "${suite_nice:-0}" "$suite" -Z unstable-options --report-time "$@")
+}
 # retry_failed RC LOG [ARGS]: a suite tier that ended RC, having printed LOG, passes when it
 # passed, or when every test it failed passes when run again alone (ARGS added). Each retry
 # is reported, passed or not, so that a flaky test is seen and fixed, not waved through; a
@@ -67,7 +70,17 @@ cluster=(cluster_e2e:: cluster_gpu:: cluster_guards:: cluster_install:: cluster_
 skips=()
 for m in "${cluster[@]}"; do skips+=(--skip "$m"); done
 set +e
-run_suite --test-threads 1 "${cluster[@]}" >"$cluster_log" 2>&1 &
+# install_as_documented goes last: by then the warm step below has built the release it
+# installs, which it would otherwise wait for while holding the cluster.
+install=cluster_install::install_as_documented
+{
+  run_suite --test-threads 1 "${cluster[@]}" --skip "$install"
+  first=$?
+  run_suite --test-threads 1 --exact "$install"
+  last=$?
+  [ "$first" -eq 0 ] && exit "$last"
+  exit "$first"
+} >"$cluster_log" 2>&1 &
 cluster_pid=$!
 cluster_start=$SECONDS
 # install_as_documented's release build, started now beside everything at the lowest
@@ -76,16 +89,19 @@ cluster_start=$SECONDS
 (cd integration && nice -n 19 "$suite" --ignored --exact cluster_install::warm_the_release_build) >"$warm_log" 2>&1 &
 warm_pid=$!
 rc=0
+# The cluster tier is the run's longest path: what runs beside it yields the CPUs to it
+# (its API server, kubelet and containerd) and takes what they leave, most of it.
+cargo() { nice -n 10 command cargo "$@"; }
 cargo clippy --workspace --all-targets --quiet -- -D warnings || rc=1
 phase "clippy (beside the cluster tier)"
 cargo test --workspace --no-run --quiet --lib --bins --tests 2>/dev/null ||
   cargo test --workspace --no-run --lib --bins --tests || rc=1
 phase "build: the crates' tests"
 # The fast tier (no root, no testbed), linted above.
-bash integration/testbed/fast-tier.sh --no-lint 2>&1 | tee "$log"
+nice -n 10 bash integration/testbed/fast-tier.sh --no-lint 2>&1 | tee "$log"
 [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
 phase "fast tier: unit, property, contract and crate tests"
-run_suite "${skips[@]}" 2>&1 | tee "$node_log"
+suite_nice=10 run_suite "${skips[@]}" 2>&1 | tee "$node_log"
 node_rc=${PIPESTATUS[0]}
 cat "$node_log" >>"$log"
 retry_failed "$node_rc" "$node_log" || rc=1
