@@ -71,6 +71,7 @@ const ALLOWED_DEPS: &[(&str, &[&str])] = &[
             "graft-record",
             "graft-ldcache",
             "graft-telemetry",
+            "graft-runtime",
         ],
     ),
     ("graft-hook", &["graft-ldcache", "graft-record"]),
