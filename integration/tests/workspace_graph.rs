@@ -61,6 +61,7 @@ const ALLOWED_DEPS: &[(&str, &[&str])] = &[
             "graft-nri-sdk",
             "graft-record",
             "graft-telemetry",
+            "graft-runtime",
         ],
     ),
     (
