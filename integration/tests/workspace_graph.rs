@@ -79,7 +79,7 @@ const ALLOWED_DEPS: &[(&str, &[&str])] = &[
     ("graft-compute-domain", &["graft-api", "graft-telemetry"]),
     (
         "graft-scheduler-extender",
-        &["graft-api", "graft-telemetry"],
+        &["graft-api", "graft-telemetry", "graft-runtime"],
     ),
     ("graftctl", &["graft-api", "graft-record"]),
     ("kubectl-graft", &[]),
