@@ -76,7 +76,10 @@ const ALLOWED_DEPS: &[(&str, &[&str])] = &[
         ],
     ),
     ("graft-hook", &["graft-ldcache", "graft-record"]),
-    ("graft-compute-domain", &["graft-api", "graft-telemetry"]),
+    (
+        "graft-compute-domain",
+        &["graft-api", "graft-telemetry", "graft-runtime"],
+    ),
     (
         "graft-scheduler-extender",
         &["graft-api", "graft-telemetry", "graft-runtime"],
