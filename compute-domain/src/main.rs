@@ -1,6 +1,5 @@
 //! graft-compute-domain-controller: reconciles ComputeDomains while it holds its Lease.
 
-use std::io::IsTerminal;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -8,11 +7,9 @@ use anyhow::Context as _;
 use clap::Parser;
 use graft_compute_domain::metrics::Metrics;
 use graft_compute_domain::{run_elected, Context, DaemonConfig, Election, SlotPolicy};
+use graft_runtime::{Signals, Telemetry, Workers};
 use graft_telemetry::logs::LogFormat;
-use graft_telemetry::prometheus_client::registry::Registry;
 use kube::runtime::events::Reporter;
-use tokio::signal::unix::{signal, SignalKind};
-use tracing_subscriber::fmt::writer::BoxMakeWriter;
 
 #[derive(Parser)]
 #[command(version = graft_telemetry::VERSION, about)]
@@ -72,39 +69,28 @@ struct Args {
     log_format: LogFormat,
 }
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
-    let args = Args::parse();
+fn main() -> anyhow::Result<()> {
+    let mut args = Args::parse();
     if args.print_crd {
         print!("{}", graft_compute_domain::crd::crd_template()?);
         return Ok(());
     }
-    let Some(image) = args.daemon_image else {
+    let Some(image) = args.daemon_image.take() else {
         anyhow::bail!("--daemon-image (GRAFT_IMEX_IMAGE) is required");
     };
-    graft_telemetry::logs::init(
-        args.log_format,
-        BoxMakeWriter::new(std::io::stderr),
-        std::io::stderr().is_terminal(),
-    );
-    let mut term = signal(SignalKind::terminate())?;
+    graft_runtime::init_logs(args.log_format, None)?;
+    graft_runtime::block_on(Workers::PerCore, run(args, image))?
+}
+
+async fn run(args: Args, image: String) -> anyhow::Result<()> {
+    let mut signals = Signals::install()?;
     let client = kube::Client::try_default()
         .await
         .context("connecting to the API server")?;
-    let mut registry = Registry::default();
-    graft_telemetry::register_process(&mut registry);
-    graft_telemetry::register_build_info(&mut registry, "graft_compute_domain_build_info");
-    let metrics = Metrics::register(&mut registry);
-    let ready: graft_telemetry::ReadyCheck = Arc::new(|| Ok("ok".to_string()));
-    let tcp = graft_telemetry::parse_addr(&args.metrics_addr)?;
-    graft_telemetry::serve(
-        graft_telemetry::Endpoints::new(registry, ready),
-        graft_telemetry::ServeConfig {
-            tcp,
-            unix: None,
-            retry: Duration::from_secs(2),
-        },
-    )?;
+    let mut telemetry = Telemetry::new("graft_compute_domain_build_info");
+    let metrics = Metrics::register(telemetry.registry());
+    // No readiness check: /readyz answers "ok" whenever the server answers.
+    telemetry.serve(graft_telemetry::parse_addr(&args.metrics_addr)?, None);
     let defaults = DaemonConfig::default();
     let tolerations = match &args.daemon_tolerations {
         Some(json) => serde_json::from_str(json)
@@ -143,11 +129,7 @@ async fn main() -> anyhow::Result<()> {
         retry: Duration::from_secs((args.lease_seconds / 5).max(1)),
     };
     let shutdown = async move {
-        tokio::select! {
-            _ = term.recv() => {}
-            _ = tokio::signal::ctrl_c() => {}
-        }
-        tracing::info!("terminating");
+        signals.recv().await;
     };
     run_elected(ctx, election, shutdown).await;
     Ok(())

@@ -48,11 +48,10 @@ pub async fn run(
     // Served from the start: liveness answers while discovery and start-up run.
     let metrics = Arc::new(DriverMetrics::default());
     let registration = Arc::new(Mutex::new(RegistrationState::default()));
-    let mut daemon = Daemon::new(metrics.clone());
-    graft_telemetry::serve_or_log(
-        endpoints::endpoints(&metrics, registration.clone(), daemon.ended()),
+    let mut daemon = graft_driver::daemon::counted(metrics.clone());
+    endpoints::telemetry(&metrics, registration.clone(), daemon.ended()).serve(
         graft_telemetry::parse_addr(&args.metrics_addr)?,
-        &args.health_socket,
+        Some(&args.health_socket),
     );
 
     let boot_id = graft_record::read_boot_id(&args.boot_id_path)?;
@@ -282,7 +281,8 @@ pub async fn run(
         health: health_rx,
     };
     let served = plugin::serve(edge, &paths, registration, Some(feed), stop).await;
-    daemon.shutdown(STOP_WAIT).await;
+    // Tasks still running at the deadline are logged and aborted: the process stops anyway.
+    let _overdue = daemon.shutdown(STOP_WAIT).await;
     // Held until the end: without a health source, the report stays live and empty.
     drop(health_tx);
     served?;

@@ -12,19 +12,17 @@ use graft_driver::daemon::{Ended, TasksStopped};
 use graft_driver::discovery::report::seconds_since;
 use graft_driver::metrics::{DriverMetrics, FailingBackend};
 use graft_driver::plugin::registration::RegistrationState;
-use graft_telemetry::{Endpoints, NotReady};
-use prometheus_client::registry::Registry;
+use graft_runtime::Telemetry;
+use graft_telemetry::NotReady;
 
 /// The endpoints, with readiness from the registration, the metrics and the tasks.
-pub fn endpoints(
+pub fn telemetry(
     metrics: &Arc<DriverMetrics>,
     registration: Arc<Mutex<RegistrationState>>,
     tasks: Ended,
-) -> Endpoints {
-    let mut registry = Registry::default();
-    metrics.register(&mut registry);
-    graft_telemetry::register_process(&mut registry);
-    graft_telemetry::register_build_info(&mut registry, "graft_driver_build_info");
+) -> Telemetry {
+    let mut telemetry = Telemetry::new("graft_driver_build_info");
+    metrics.register(telemetry.registry());
     let m = metrics.clone();
     let ready = move || {
         let state = registration
@@ -34,7 +32,7 @@ pub fn endpoints(
         readiness(&state, m.published(), &m.failing_backends(), tasks.check())
             .map_err(|why| NotReady(why.to_string()))
     };
-    Endpoints::new(registry, Arc::new(ready))
+    telemetry.ready_when(Arc::new(ready))
 }
 
 /// Why graft-driver is not ready (the `/readyz` body).

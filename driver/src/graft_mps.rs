@@ -8,17 +8,15 @@
 //! may not propagate. So the first thing it does, while it is still one thread, is enter
 //! that namespace (`--enter-mount-ns`); from then on every path is a host path.
 
-use std::io::IsTerminal;
 use std::os::fd::{AsFd, AsRawFd};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use clap::Parser;
 use graft_driver::mps::reconcile::{Config, Reconciler};
 use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify};
-use tracing_subscriber::fmt::writer::BoxMakeWriter;
 
 #[derive(Parser, Debug)]
 #[command(name = "graft-mps", version = graft_telemetry::VERSION, about = "graft's MPS control daemons")]
@@ -45,12 +43,6 @@ struct Args {
     log_format: graft_telemetry::logs::LogFormat,
 }
 
-static STOP: AtomicBool = AtomicBool::new(false);
-
-extern "C" fn on_signal(_: libc::c_int) {
-    STOP.store(true, Ordering::SeqCst);
-}
-
 /// Enters the mount namespace `which` names; must run while this process has one thread.
 fn enter_mount_ns(which: &str) -> anyhow::Result<()> {
     let path = match which {
@@ -69,27 +61,15 @@ fn enter_mount_ns(which: &str) -> anyhow::Result<()> {
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     enter_mount_ns(&args.enter_mount_ns)?;
-    nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o077));
-    graft_telemetry::logs::init(
-        args.log_format,
-        BoxMakeWriter::new(std::io::stderr),
-        std::io::stderr().is_terminal(),
-    );
+    graft_runtime::private_umask();
+    graft_runtime::init_logs(args.log_format, None)?;
     let shm_bytes = graft_driver::quantity::parse(&args.shm_size)
         .and_then(|b| u64::try_from(b).ok())
         .filter(|&b| b >= 1 << 20)
         .with_context(|| format!("--shm-size {:?}: a quantity of at least 1Mi", args.shm_size))?;
     // Orphaned MPS servers (a daemon killed first) come back to this process to be reaped.
     nix::sys::prctl::set_child_subreaper(true).context("PR_SET_CHILD_SUBREAPER")?;
-    for sig in [nix::sys::signal::SIGTERM, nix::sys::signal::SIGINT] {
-        let action = nix::sys::signal::SigAction::new(
-            nix::sys::signal::SigHandler::Handler(on_signal),
-            nix::sys::signal::SaFlags::empty(),
-            nix::sys::signal::SigSet::empty(),
-        );
-        // SAFETY: the handler only stores to an atomic.
-        unsafe { nix::sys::signal::sigaction(sig, &action) }.context("sigaction")?;
-    }
+    let stop = graft_runtime::stop_flag()?;
     let root = graft_driver::mps::root(&args.state_dir);
     graft_record::atomic::create_dir(&root).context("creating the MPS state directory")?;
     let inotify =
@@ -108,7 +88,7 @@ fn main() -> anyhow::Result<()> {
         | AddWatchFlags::IN_MOVED_TO
         | AddWatchFlags::IN_MOVED_FROM
         | AddWatchFlags::IN_CLOSE_WRITE;
-    while !STOP.load(Ordering::SeqCst) {
+    while !stop.load(Ordering::SeqCst) {
         reap(&mut r);
         // Watches first, then the pass: a share written in between is not missed.
         let _ = inotify.add_watch(&root, changes | AddWatchFlags::IN_ONLYDIR);

@@ -42,15 +42,17 @@ const ALLOWED_CIRCLES: &[(&str, &[&str], &str)] = &[(
 )];
 
 /// The workspace crates each crate may depend on. Leaves first: the contract and protocol
-/// crates and telemetry depend on no other graft crate; the daemons and tools on leaves
-/// only (graft-nri also on its SDK); the harness on what it drives. No product crate
-/// depends on graft-integration or the fakes (those are loaded as libraries by the tests).
+/// crates and telemetry depend on no other graft crate, the daemons' runtime on telemetry
+/// only; the daemons and tools on those (graft-nri also on its SDK); the harness on what it
+/// drives. No product crate depends on graft-integration or the fakes (those are loaded as
+/// libraries by the tests).
 const ALLOWED_DEPS: &[(&str, &[&str])] = &[
     ("graft-api", &[]),
     ("graft-proto", &[]),
     ("graft-record", &[]),
     ("graft-ldcache", &[]),
     ("graft-telemetry", &[]),
+    ("graft-runtime", &["graft-telemetry"]),
     ("graft-nri-sdk", &["graft-proto"]),
     (
         "graft-nri",
@@ -59,6 +61,7 @@ const ALLOWED_DEPS: &[(&str, &[&str])] = &[
             "graft-nri-sdk",
             "graft-record",
             "graft-telemetry",
+            "graft-runtime",
         ],
     ),
     (
@@ -69,13 +72,17 @@ const ALLOWED_DEPS: &[(&str, &[&str])] = &[
             "graft-record",
             "graft-ldcache",
             "graft-telemetry",
+            "graft-runtime",
         ],
     ),
     ("graft-hook", &["graft-ldcache", "graft-record"]),
-    ("graft-compute-domain", &["graft-api", "graft-telemetry"]),
+    (
+        "graft-compute-domain",
+        &["graft-api", "graft-telemetry", "graft-runtime"],
+    ),
     (
         "graft-scheduler-extender",
-        &["graft-api", "graft-telemetry"],
+        &["graft-api", "graft-telemetry", "graft-runtime"],
     ),
     ("graftctl", &["graft-api", "graft-record"]),
     ("kubectl-graft", &[]),

@@ -7,7 +7,7 @@
 //! - Tokio tasks (`tokio::spawn`, `tokio::task::spawn`, `spawn_blocking`) are started only
 //!   in the files of `SPAWN_OWNERS`, each with what notices the task's end, so that a new
 //!   task elsewhere is a decision someone reviews. Test code is exempt; `JoinSet::spawn`
-//!   and graft-driver's `Daemon::spawn` own their tasks by construction and are not counted.
+//!   and graft-runtime's `Daemon::spawn` own their tasks by construction and are not counted.
 //! - One convention for tests kept out of a module's file: they are its child module,
 //!   `#[cfg(test)] mod tests;` in `m/tests.rs` (a second one `mod <topic>_tests;` beside it),
 //!   found where Rust looks for a child: never through `#[path]`, so that a module's tests
@@ -313,7 +313,7 @@ fn tasks_are_spawned_by_owners() {
     assert!(
         unlisted.is_empty(),
         "tokio tasks started outside the files that own tasks (give the task an owner that \
-         notices its end, such as graft-driver's Daemon or a held JoinHandle, or add the file \
+         notices its end, such as graft-runtime's Daemon or a held JoinHandle, or add the file \
          to SPAWN_OWNERS with what owns its tasks):\n{}",
         unlisted.join("\n")
     );

@@ -13,20 +13,17 @@ use std::sync::Arc;
 
 use graft_nri::metrics::NriMetrics;
 use graft_record::{nri_readiness, NriReadiness, RecordError};
-use graft_telemetry::Endpoints;
-use prometheus_client::registry::Registry;
+use graft_runtime::Telemetry;
 
 /// The endpoints; `holding` turns true once this instance holds the status lock.
-pub fn endpoints(
+pub fn telemetry(
     metrics: &Arc<NriMetrics>,
     holding: Arc<AtomicBool>,
     state_dir: PathBuf,
     boot_id: String,
-) -> Endpoints {
-    let mut registry = Registry::default();
-    metrics.register(&mut registry);
-    graft_telemetry::register_process(&mut registry);
-    graft_telemetry::register_build_info(&mut registry, "graft_nri_build_info");
+) -> Telemetry {
+    let mut telemetry = Telemetry::new("graft_nri_build_info");
+    metrics.register(telemetry.registry());
     let m = metrics.clone();
     let ready = move || {
         if holding.load(Ordering::Relaxed) {
@@ -36,7 +33,7 @@ pub fn endpoints(
     };
     // The endpoints take the reason in words.
     let ready = move || ready().map_err(|e| graft_telemetry::NotReady(e.to_string()));
-    Endpoints::new(registry, Arc::new(ready))
+    telemetry.ready_when(Arc::new(ready))
 }
 
 /// Why graft-nri is not ready.

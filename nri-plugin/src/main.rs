@@ -15,9 +15,8 @@ use graft_record::policy::{nvidia_mount_roots, DEFAULT_HOOK_PATH};
 use graft_record::{
     read_boot_id, InjectionPolicy, RecordStore, StatusPublisher, BOOT_ID_PATH, DEFAULT_STATE_DIR,
 };
+use graft_runtime::{Daemon, How, Signals, TaskFailed, Workers};
 use graft_telemetry::logs::LogFormat;
-use tokio::task::{JoinError, JoinSet};
-use tracing_subscriber::fmt::writer::BoxMakeWriter;
 
 mod endpoints;
 mod validate;
@@ -109,24 +108,22 @@ struct Args {
 
 const DEFAULT_HEALTH_SOCKET: &str = "/run/graft/nri.sock";
 const VALIDATOR_HEALTH_SOCKET: &str = "/run/graft/nri-validator.sock";
+/// The async runtime's workers in both modes: two, so that a hung read on one leaves the
+/// other to answer the runtime (`reads`).
+const WORKERS: usize = 2;
+/// How long the session gets to stop at shutdown.
+const STOP_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 
 fn main() -> anyhow::Result<()> {
     // A probe needs none of the daemon's settings: answered before they are parsed.
-    let argv: Vec<String> = std::env::args().collect();
-    let probed = match argv.iter().any(|a| a == "--validate") {
+    graft_runtime::exit_if_probe(match std::env::args().any(|a| a == "--validate") {
         false => DEFAULT_HEALTH_SOCKET,
         true => VALIDATOR_HEALTH_SOCKET,
-    };
-    if let Some(code) = graft_telemetry::probe::requested(&argv, probed) {
-        std::process::exit(code.unwrap_or_else(|e| {
-            eprintln!("{e}");
-            2
-        }));
-    }
+    });
     let args = Args::parse();
     // Everything graft-nri creates in the state directory is root's alone.
-    nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o077));
-    init_logging(args.log_file.as_deref(), args.log_format)?;
+    graft_runtime::private_umask();
+    graft_runtime::init_logs(args.log_format, args.log_file.as_deref())?;
     let transport = match std::env::var("NRI_PLUGIN_SOCKET") {
         Ok(fd) => Transport::PreInstalled(fd.parse().with_context(|| {
             format!("NRI_PLUGIN_SOCKET={fd:?} is not a file descriptor number")
@@ -156,13 +153,77 @@ fn main() -> anyhow::Result<()> {
     if let Err(e) = graft_record::refusals::create_dir(&args.state_dir) {
         tracing::warn!(error = %e, "no refusal journal; refusals get no Event on the pod");
     }
-    // graft-nri has no backends: NVIDIA's roots are the one family's it is told of.
+    let policy = policy(&args)?;
+    tracing::info!(mount_roots = ?policy.mount_roots(), hook = policy.hook_path(), ldconfig = ?policy.ldconfigs(), "injection policy");
+    let boot_id = read_boot_id(&args.boot_id_path)?;
+    let (health_socket, metrics_addr) = match args.validate {
+        false => (DEFAULT_HEALTH_SOCKET, "127.0.0.1:9478"),
+        true => (VALIDATOR_HEALTH_SOCKET, "off"),
+    };
+    let health_socket = args.health_socket.clone().unwrap_or(health_socket.into());
+    let metrics_addr =
+        graft_telemetry::parse_addr(args.metrics_addr.as_deref().unwrap_or(metrics_addr))?;
+    if args.validate {
+        let deadline = std::time::Duration::from_millis(args.deadline_ms.max(1));
+        return validate::main(store, policy, deadline, metrics_addr, &health_socket, opts);
+    }
+    let metrics = Arc::new(NriMetrics::default());
+    let holding = Arc::new(AtomicBool::new(false));
+
+    graft_runtime::block_on(Workers::Fixed(WORKERS), async move {
+        tracing::info!(version = graft_telemetry::VERSION, state_dir = %args.state_dir.display(), "graft-nri starting");
+        // From the start, so that probes answer while this instance waits for the lock.
+        endpoints::telemetry(
+            &metrics,
+            holding.clone(),
+            args.state_dir.clone(),
+            boot_id.clone(),
+        )
+        .serve(metrics_addr, Some(&health_socket));
+        let mut signals = Signals::install()?;
+        let plugin_name = format!("{index}-{name}");
+        let status = tokio::select! {
+            s = acquire_status(&args.state_dir, &plugin_name, &boot_id) => s?,
+            _ = signals.recv() => {
+                tracing::info!("stopping on signal while waiting for the running graft-nri");
+                return Ok(());
+            }
+        };
+        holding.store(true, Ordering::Relaxed);
+        let plugin = Arc::new(
+            GraftPlugin::new(store, status, policy)
+                .with_eviction_grace(std::time::Duration::from_millis(args.eviction_grace_ms))
+                .with_host_root(args.host_root.clone())
+                .with_deadline(std::time::Duration::from_millis(args.deadline_ms.max(1)))
+                .with_metrics(metrics),
+        );
+        // The NRI session runs until the process stops: its end, however it comes, is an
+        // error (the runtime restarts a pre-installed plugin; the DaemonSet this one).
+        let mut daemon = Daemon::new();
+        daemon.spawn(SESSION, sdk::run(plugin.clone(), opts));
+        match daemon.until_stopped(&mut signals).await {
+            Ok(_) => {
+                plugin.connection_state_stopped();
+                let _overdue = daemon.shutdown(STOP_WAIT).await;
+                Ok(())
+            }
+            Err(ended) => Err(session_ended(ended)),
+        }
+    })?
+}
+
+/// The NRI session's task.
+const SESSION: &str = "nri-session";
+
+/// graft-nri's injection policy: the common roots, and NVIDIA's when it is told of the
+/// driver (graft-nri has no backends: NVIDIA's roots are the one family's it is told of).
+fn policy(args: &Args) -> anyhow::Result<InjectionPolicy> {
     let family_roots: Vec<String> = args
         .nvidia_driver_root
         .as_deref()
         .map(nvidia_mount_roots)
         .unwrap_or_default();
-    let policy = InjectionPolicy::for_node(
+    InjectionPolicy::for_node(
         &args.state_dir,
         &args.hook_path,
         &family_roots,
@@ -181,91 +242,24 @@ fn main() -> anyhow::Result<()> {
     .context(
         "graft-nri's injection policy (--hook-path, --allowed-mount-roots, --nvidia-driver-root, \
          --nvidia-ldconfig)",
-    )?;
-    tracing::info!(mount_roots = ?policy.mount_roots(), hook = policy.hook_path(), ldconfig = ?policy.ldconfigs(), "injection policy");
-    let boot_id = read_boot_id(&args.boot_id_path)?;
-    let (health_socket, metrics_addr) = match args.validate {
-        false => (DEFAULT_HEALTH_SOCKET, "127.0.0.1:9478"),
-        true => (VALIDATOR_HEALTH_SOCKET, "off"),
-    };
-    let health_socket = args.health_socket.clone().unwrap_or(health_socket.into());
-    let metrics_addr =
-        graft_telemetry::parse_addr(args.metrics_addr.as_deref().unwrap_or(metrics_addr))?;
-    if args.validate {
-        let deadline = std::time::Duration::from_millis(args.deadline_ms.max(1));
-        return validate::main(store, policy, deadline, metrics_addr, &health_socket, opts);
-    }
-    let metrics = Arc::new(NriMetrics::default());
-    let holding = Arc::new(AtomicBool::new(false));
-
-    let rt = runtime()?;
-    rt.block_on(async move {
-        tracing::info!(version = graft_telemetry::VERSION, state_dir = %args.state_dir.display(), "graft-nri starting");
-        // From the start, so that probes answer while this instance waits for the lock.
-        let endpoints = endpoints::endpoints(
-            &metrics,
-            holding.clone(),
-            args.state_dir.clone(),
-            boot_id.clone(),
-        );
-        graft_telemetry::serve_or_log(endpoints, metrics_addr, &health_socket);
-        let mut shutdown = std::pin::pin!(shutdown_signal());
-        let plugin_name = format!("{index}-{name}");
-        let status = tokio::select! {
-            s = acquire_status(&args.state_dir, &plugin_name, &boot_id) => s?,
-            _ = &mut shutdown => {
-                tracing::info!("stopping on signal while waiting for the running graft-nri");
-                return Ok(());
-            }
-        };
-        holding.store(true, Ordering::Relaxed);
-        let plugin = Arc::new(
-            GraftPlugin::new(store, status, policy)
-                .with_eviction_grace(std::time::Duration::from_millis(args.eviction_grace_ms))
-                .with_host_root(args.host_root.clone())
-                .with_deadline(std::time::Duration::from_millis(args.deadline_ms.max(1)))
-                .with_metrics(metrics),
-        );
-        // The NRI session runs until the process stops: its end, however it comes, is an
-        // error (the runtime restarts a pre-installed plugin; the DaemonSet this one).
-        let mut tasks = JoinSet::new();
-        tasks.spawn(sdk::run(plugin.clone(), opts));
-        tokio::select! {
-            ended = tasks.join_next() => Err(session_ended(ended)),
-            _ = shutdown => {
-                tracing::info!("stopping on signal");
-                plugin.connection_state_stopped();
-                tasks.shutdown().await;
-                Ok(())
-            }
-        }
-    })
-}
-
-/// The async runtime both modes run on: two workers, so that a hung read on one leaves the
-/// other to answer the runtime (`reads`).
-fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .context("starting the async runtime")
+    )
 }
 
 /// Why the NRI session ended, logged at error (a pre-installed plugin's stderr is
 /// /dev/null, so the log file is where this is seen).
-fn session_ended(ended: Option<Result<Result<(), sdk::SdkError>, JoinError>>) -> anyhow::Error {
-    let err = match ended {
-        Some(Ok(Err(e))) => anyhow::Error::new(e).context("NRI plugin stopped"),
-        Some(Ok(Ok(()))) => anyhow!("NRI plugin stopped: the session ended"),
-        Some(Err(e)) if e.is_panic() => anyhow!(
-            "NRI plugin stopped: the session panicked ({})",
-            sdk::panic_message(&*e.into_panic())
-        ),
-        Some(Err(e)) => anyhow!("NRI plugin stopped: {e}"),
-        None => anyhow!("NRI plugin stopped: no session was running"),
+fn session_ended(ended: TaskFailed) -> anyhow::Error {
+    ended_error(ended, "NRI plugin stopped", "graft-nri stops")
+}
+
+/// A session's end as the error graft-nri exits with (`what`: the error's first words),
+/// logged at error as `line`.
+fn ended_error(ended: TaskFailed, what: &'static str, line: &'static str) -> anyhow::Error {
+    let err = match ended.how {
+        How::Failed(e) => anyhow::Error::from_boxed(e).context(what),
+        How::Returned => anyhow!("{what}: the session ended"),
+        How::Panicked(why) => anyhow!("{what}: the session panicked ({why})"),
     };
-    tracing::error!(error = format!("{err:#}"), "graft-nri stops");
+    tracing::error!(error = format!("{err:#}"), "{line}");
     err
 }
 
@@ -324,51 +318,29 @@ fn warn_if_shared(socket: &std::path::Path) {
     }
 }
 
-async fn shutdown_signal() {
-    use tokio::signal::unix::{signal, SignalKind};
-    match (
-        signal(SignalKind::terminate()),
-        signal(SignalKind::interrupt()),
-    ) {
-        (Ok(mut term), Ok(mut int)) => {
-            tokio::select! { _ = term.recv() => {}, _ = int.recv() => {} }
-        }
-        _ => std::future::pending().await,
-    }
-}
-
-fn init_logging(file: Option<&std::path::Path>, format: LogFormat) -> anyhow::Result<()> {
-    let writer = match file {
-        Some(path) => {
-            let f = std::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(path)
-                .with_context(|| format!("opening log file {}", path.display()))?;
-            BoxMakeWriter::new(Arc::new(f))
-        }
-        None => BoxMakeWriter::new(std::io::stderr),
-    };
-    graft_telemetry::logs::init(format, writer, file.is_none());
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    /// Panics, where the session would return.
+    fn bug() -> Result<(), sdk::SdkError> {
+        panic!("bug in the session")
+    }
+
     #[tokio::test]
     async fn an_ended_session_is_an_error_with_its_reason() {
-        let mut tasks = JoinSet::new();
-        tasks.spawn(async { Err(sdk::SdkError::Closed("runtime went away".into())) });
-        let e = format!("{:#}", session_ended(tasks.join_next().await));
+        let mut tasks = Daemon::new();
+        tasks.spawn(SESSION, async {
+            Err::<(), _>(sdk::SdkError::Closed("runtime went away".into()))
+        });
+        let e = format!("{:#}", session_ended(tasks.failed().await));
         assert!(
             e.contains("NRI plugin stopped") && e.contains("runtime went away"),
             "{e}"
         );
 
-        tasks.spawn(async { panic!("bug in the session") });
-        let e = format!("{:#}", session_ended(tasks.join_next().await));
+        tasks.spawn(SESSION, async { bug() });
+        let e = format!("{:#}", session_ended(tasks.failed().await));
         assert!(
             e.contains("panicked") && e.contains("bug in the session"),
             "{e}"

@@ -1,12 +1,12 @@
 //! graft-scheduler-extender: kube-scheduler's `prioritize` for pods with graft GPU claims.
 
-use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::Parser;
+use graft_runtime::{Daemon, Signals, Telemetry, Workers};
 use graft_scheduler_extender::listen::{bind, serve};
 use graft_scheduler_extender::metrics::Metrics;
 use graft_scheduler_extender::prioritize::View;
@@ -14,9 +14,6 @@ use graft_scheduler_extender::server::Shared;
 use graft_scheduler_extender::watch::Caches;
 use graft_scheduler_extender::{Config, Mode};
 use graft_telemetry::logs::LogFormat;
-use graft_telemetry::prometheus_client::registry::Registry;
-use tokio::signal::unix::{signal, SignalKind};
-use tracing_subscriber::fmt::writer::BoxMakeWriter;
 
 #[derive(Parser)]
 #[command(version = graft_telemetry::VERSION, about)]
@@ -53,14 +50,16 @@ struct Args {
     log_format: LogFormat,
 }
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
+/// How long the tasks get to stop at shutdown.
+const STOP_WAIT: Duration = Duration::from_secs(2);
+
+fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    graft_telemetry::logs::init(
-        args.log_format,
-        BoxMakeWriter::new(std::io::stderr),
-        std::io::stderr().is_terminal(),
-    );
+    graft_runtime::init_logs(args.log_format, None)?;
+    graft_runtime::block_on(Workers::PerCore, run(args))?
+}
+
+async fn run(args: Args) -> anyhow::Result<()> {
     let listen = graft_telemetry::parse_addr(&args.listen)?
         .with_context(|| format!("--listen {:?}: the extender needs an address", args.listen))?;
     let tls = match (&args.tls_cert, &args.tls_key) {
@@ -76,10 +75,8 @@ async fn main() -> anyhow::Result<()> {
     let client = kube::Client::try_default()
         .await
         .context("connecting to the API server")?;
-    let mut registry = Registry::default();
-    graft_telemetry::register_process(&mut registry);
-    graft_telemetry::register_build_info(&mut registry, "graft_scheduler_extender_build_info");
-    let metrics = Metrics::register(&mut registry);
+    let mut telemetry = Telemetry::new("graft_scheduler_extender_build_info");
+    let metrics = Metrics::register(telemetry.registry());
     let (caches, watching) = Caches::watch(client.clone(), &args.driver);
     // A qualified name, as the Events API asks of reportingController.
     let reporter = kube::runtime::events::Reporter {
@@ -97,14 +94,9 @@ async fn main() -> anyhow::Result<()> {
             ))
         }
     });
-    graft_telemetry::serve(
-        graft_telemetry::Endpoints::new(registry, ready),
-        graft_telemetry::ServeConfig {
-            tcp: graft_telemetry::parse_addr(&args.metrics_addr)?,
-            unix: None,
-            retry: Duration::from_secs(2),
-        },
-    )?;
+    telemetry
+        .ready_when(ready)
+        .serve(graft_telemetry::parse_addr(&args.metrics_addr)?, None);
     let listener = bind(listen)
         .await
         .with_context(|| format!("binding {listen}"))?;
@@ -121,17 +113,16 @@ async fn main() -> anyhow::Result<()> {
         notices: Some(notices),
         announced: Arc::default(),
     };
-    let mut term = signal(SignalKind::terminate())?;
-    // Both tasks run for the life of the process: one ending is an error.
-    tokio::select! {
-        r = serve(listener, tls, shared) => {
-            r.context("serving the extender")?;
-            anyhow::bail!("the extender's server stopped");
-        }
-        () = watching => anyhow::bail!("the watches stopped"),
-        () = posting => anyhow::bail!("the Event poster stopped"),
-        _ = term.recv() => tracing::info!("terminating"),
-        _ = tokio::signal::ctrl_c() => tracing::info!("interrupted"),
-    }
+    let mut signals = Signals::install()?;
+    // The three run for the life of the process: one ending is an error naming it.
+    let mut daemon = Daemon::new();
+    daemon.spawn("extender-server", async move {
+        serve(listener, tls, shared)
+            .await
+            .context("serving the extender")
+    });
+    daemon.spawn("watches", watching);
+    daemon.spawn("event-poster", posting);
+    daemon.run(&mut signals, STOP_WAIT).await?;
     Ok(())
 }

@@ -6,7 +6,6 @@
 //! pod fails when the child dies on its own (the kubelet restarts it). `--check` is the
 //! readiness probe: ready only when `nvidia-imex-ctl -q` prints exactly READY.
 
-use std::io::IsTerminal;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::process::{ExitCode, ExitStatus, Stdio};
@@ -18,6 +17,7 @@ use futures::StreamExt;
 use graft_compute_domain::daemon::{self, ImexFiles, Plan, CONFIG_FILE};
 use graft_compute_domain::objects::{daemon_name, DAEMON_CONFIG_DIR, DAEMON_DRIVER_ROOT};
 use graft_compute_domain::record;
+use graft_runtime::{Signals, Workers};
 use graft_telemetry::logs::LogFormat;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::runtime::{watcher, WatchStreamExt};
@@ -25,8 +25,6 @@ use kube::Api;
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use tokio::process::{Child, Command};
-use tokio::signal::unix::{signal, SignalKind};
-use tracing_subscriber::fmt::writer::BoxMakeWriter;
 
 /// How long the IMEX daemon gets to shut down before it is killed.
 const GRACE: Duration = Duration::from_secs(10);
@@ -80,18 +78,21 @@ struct Args {
     log_format: LogFormat,
 }
 
-#[tokio::main]
-async fn main() -> ExitCode {
+fn main() -> ExitCode {
     let args = Args::parse();
     if args.check {
-        return check(&args).await;
+        return match graft_runtime::block_on(Workers::PerCore, check(&args)) {
+            Ok(code) => code,
+            Err(e) => {
+                eprintln!("{e}");
+                ExitCode::FAILURE
+            }
+        };
     }
-    graft_telemetry::logs::init(
-        args.log_format,
-        BoxMakeWriter::new(std::io::stderr),
-        std::io::stderr().is_terminal(),
-    );
-    match run(args).await {
+    let ran = graft_runtime::init_logs(args.log_format, None)
+        .map_err(anyhow::Error::from)
+        .and_then(|()| graft_runtime::block_on(Workers::PerCore, run(args))?);
+    match ran {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             tracing::error!("{e:#}");
@@ -158,8 +159,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
     };
     tracing::info!(domain = %format!("{namespace}/{name}"), %uid, node = %args.node_name,
                    %own, %clique, "watching the domain");
-    let mut term = signal(SignalKind::terminate()).context("SIGTERM handler")?;
-    let mut int = signal(SignalKind::interrupt()).context("SIGINT handler")?;
+    let mut signals = Signals::install()?;
     let client = kube::Client::try_default()
         .await
         .context("connecting to the API server")?;
@@ -175,8 +175,8 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let mut running: Option<Imex> = None;
     loop {
         tokio::select! {
-            _ = term.recv() => break,
-            _ = int.recv() => break,
+            // Logged ("terminating") as it comes.
+            _ = signals.recv() => break,
             status = exited(&mut running) => {
                 let status = status.context("waiting for nvidia-imex")?;
                 bail!("nvidia-imex exited on its own ({status})");
@@ -226,7 +226,6 @@ async fn run(args: Args) -> anyhow::Result<()> {
             }
         }
     }
-    tracing::info!("terminating");
     if let Some(r) = running.take() {
         stop(r.child).await;
     }
