@@ -172,4 +172,74 @@ mod tests {
         assert_eq!(calls.len(), 3, "{calls:?}");
         assert_eq!(calls[0], "plan gpu-0");
     }
+
+    /// Says, for every record, which family it went to.
+    struct Family(&'static str);
+
+    impl DeviceSetup for Family {
+        fn plan(
+            &self,
+            _: &Device,
+            _: Option<&DeviceConfig>,
+            _: &Allocated,
+        ) -> Result<Option<Setup>, SetupError> {
+            Ok(None)
+        }
+        fn apply(&self, _: &Setup) -> Result<Option<ContainerEdits>, SetupError> {
+            Ok(None)
+        }
+        fn undo(&self, _: &Setup) -> Result<(), SetupError> {
+            Err(SetupError::NotSupported {
+                device: self.0.into(),
+                reason: "undone here",
+            })
+        }
+        fn excludes(&self, _: &Setup, _: &Setup) -> Option<SetupError> {
+            Some(SetupError::NoBackend)
+        }
+        fn pci(&self, _: &Setup) -> Option<PciUse> {
+            Some(PciUse {
+                functions: vec![self.0.into()],
+                passthrough: false,
+            })
+        }
+    }
+
+    #[test]
+    fn each_record_goes_to_its_family_by_name() {
+        let router = Router::new(vec![
+            Route {
+                family: "acme",
+                kinds: |_| false,
+                unnamed: false,
+                setup: Arc::new(Family("acme")),
+            },
+            Route {
+                family: "nvidia",
+                kinds: |_| false,
+                unnamed: true,
+                setup: Arc::new(Family("nvidia")),
+            },
+        ]);
+        let named = |family| Setup::new(Some(family), 1, &serde_json::json!({"kind": "k"}));
+        let owner = |s: &Setup| match router.undo(s) {
+            Err(SetupError::NotSupported { device, .. }) => device,
+            other => panic!("{other:?}"),
+        };
+        let (unnamed, acme) = (vfio("0000:18:00.0"), named("acme").unwrap());
+        assert_eq!(owner(&unnamed), "nvidia");
+        assert_eq!(owner(&named("nvidia").unwrap()), "nvidia");
+        assert_eq!(owner(&acme), "acme");
+        let gone = named("gone").unwrap();
+        assert!(matches!(router.undo(&gone), Err(SetupError::NoBackend)));
+        assert_eq!(router.pci(&acme).unwrap().functions, ["acme"]);
+        assert_eq!(router.pci(&unnamed).unwrap().functions, ["nvidia"]);
+        assert_eq!(router.pci(&gone), None);
+        // Only a record of the same family keeps another out.
+        assert!(router.excludes(&acme, &acme).is_some());
+        assert!(router.excludes(&acme, &unnamed).is_none());
+        assert!(router.excludes(&unnamed, &gone).is_none());
+        // A record nobody here owns is kept as it is.
+        assert_eq!(router.for_claim(gone.clone(), "ns", "u").unwrap(), gone);
+    }
 }

@@ -9,6 +9,7 @@ mod domains;
 mod groups;
 mod old_checkpoints;
 mod operations;
+mod record_schemas;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Condvar, Mutex};

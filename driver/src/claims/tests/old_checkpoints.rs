@@ -9,7 +9,7 @@ use crate::claims::checkpoint::{self, Checkpoint};
 use crate::claims::lifecycle::Stage;
 
 /// The boot the fixture was written in: a checkpoint of another boot is discarded.
-const FIXTURE_BOOT: &str = "boot-1";
+pub(super) const FIXTURE_BOOT: &str = "boot-1";
 /// The claims the fixture holds, each prepared to completion.
 const UIDS: [&str; 5] = ["domain", "mig", "mixed", "mps", "plain"];
 
@@ -42,7 +42,7 @@ impl DeviceSetup for Undos {
 }
 
 /// The fixture's files copied into `to`, the state directory, keeping their layout.
-fn copy_fixture(from: &Path, to: &Path) {
+pub(super) fn copy_fixture(from: &Path, to: &Path) {
     for e in std::fs::read_dir(from).unwrap() {
         let e = e.unwrap();
         let target = to.join(e.file_name());
@@ -56,7 +56,7 @@ fn copy_fixture(from: &Path, to: &Path) {
 }
 
 /// The slot files' JSON, by name.
-fn slots(state: &Path) -> BTreeMap<String, serde_json::Value> {
+pub(super) fn slots(state: &Path) -> BTreeMap<String, serde_json::Value> {
     let dir = checkpoint::default_dir(state);
     ["checkpoint-a.json", "checkpoint-b.json"]
         .into_iter()

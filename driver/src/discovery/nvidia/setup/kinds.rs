@@ -313,3 +313,6 @@ impl NvidiaWork {
 fn owns(setup: &Setup) -> bool {
     setup.family().is_none_or(|f| f == FAMILY)
 }
+
+#[cfg(test)]
+mod tests;
