@@ -15,7 +15,11 @@ use serde_json::value::RawValue;
 
 use super::setup_error::SetupError;
 
-/// One device's setup as the checkpoint keeps it.
+/// One device's setup as the checkpoint keeps it, read back after a restart or an upgrade.
+///
+/// A family with node-side work writes its records with [`Setup::new`], naming itself and
+/// its payload's version, reads them back with [`Setup::decode`], and never stops reading a
+/// version that a released graft wrote.
 #[derive(Debug, Clone)]
 pub struct Setup {
     /// Its family's name; `None` for an unnamed record.
@@ -29,6 +33,17 @@ pub struct Setup {
     /// The whole object as written: its bytes are kept as they were read, so the
     /// checkpoint's checksum over them still holds.
     raw: Box<RawValue>,
+}
+
+/// Why a JSON value is not a setup record.
+#[derive(Debug, thiserror::Error)]
+pub enum NotARecord {
+    /// Not an object, or its envelope fields are of the wrong type.
+    #[error("a device's setup record is not one: {0}")]
+    Json(#[source] serde_json::Error),
+    /// An object without a `kind`.
+    #[error("a device's setup record has no kind")]
+    NoKind,
 }
 
 /// The envelope every record has.
@@ -66,16 +81,15 @@ impl Setup {
             },
         }
         .map_err(|e| unwritable(e.to_string()))?;
-        let mut setup = Setup::from_raw(raw).map_err(unwritable)?;
+        let mut setup = Setup::from_raw(raw).map_err(|e| unwritable(e.to_string()))?;
         setup.version = version;
         Ok(setup)
     }
 
     /// The record of `raw`, from its envelope; why not, when it has no `kind`.
-    fn from_raw(raw: Box<RawValue>) -> Result<Setup, String> {
-        let envelope: Envelope = serde_json::from_str(raw.get())
-            .map_err(|e| format!("a device's setup record is not one: {e}"))?;
-        let kind = envelope.kind.ok_or("a device's setup record has no kind")?;
+    fn from_raw(raw: Box<RawValue>) -> Result<Setup, NotARecord> {
+        let envelope: Envelope = serde_json::from_str(raw.get()).map_err(NotARecord::Json)?;
+        let kind = envelope.kind.ok_or(NotARecord::NoKind)?;
         Ok(Setup {
             version: match envelope.family {
                 Some(_) => envelope.version.unwrap_or(1),
