@@ -15,8 +15,9 @@ use std::time::{Duration, Instant};
 
 use graft_driver::claims::input::ClaimInput;
 use graft_driver::claims::seams::NriGate;
-use graft_driver::claims::setup_port::{DeviceSetup, Setup, SetupError};
+use graft_driver::claims::setup_port::{DeviceSetup, PciUse, Setup, SetupError};
 use graft_driver::claims::Core;
+use graft_driver::discovery::nvidia::setup::{answers, NvidiaWork};
 use graft_driver::mapping::{ContainerUse, PodUse};
 use graft_driver::model::{Allocated, ClaimId};
 use graft_driver::model::{Attribute, Device, Kind};
@@ -46,7 +47,8 @@ impl DeviceSetup for SlowVfio {
         _: Option<&DeviceConfig>,
         _: &Allocated,
     ) -> Result<Option<Setup>, SetupError> {
-        Ok((d.kind == Kind::Passthrough).then(|| Setup::vfio("0000:01:00.0")))
+        let work = (d.kind == Kind::Passthrough).then(|| NvidiaWork::vfio("0000:01:00.0"));
+        work.map(|w| w.record()).transpose()
     }
     fn apply(&self, _: &Setup) -> Result<Option<ContainerEdits>, SetupError> {
         std::thread::sleep(SLOW);
@@ -54,6 +56,9 @@ impl DeviceSetup for SlowVfio {
     }
     fn undo(&self, _: &Setup) -> Result<(), SetupError> {
         Ok(())
+    }
+    fn pci(&self, setup: &Setup) -> Option<PciUse> {
+        answers::pci(setup)
     }
 }
 

@@ -1,26 +1,28 @@
 //! The node's [`DeviceSetup`]: each call goes to the family that owns the device (a plan)
-//! or the checkpointed [`Setup`] (an apply or undo). A device whose family has no setup is
-//! planned as [`NoSetup`] plans it (sharing refused, nothing to do); a setup no family here
-//! owns cannot be applied or undone ([`SetupError::NoBackend`]: the family was switched off
-//! while a claim held it).
+//! or the checkpointed [`Setup`] (everything else), which names its family, or is unnamed
+//! (written before records named theirs) and goes to the family that takes unnamed records.
+//! A device whose family has no setup is planned as [`NoSetup`] plans it (sharing refused,
+//! nothing to do); a setup no family here owns cannot be applied or undone
+//! ([`SetupError::NoBackend`]: the family was switched off while a claim held it).
 
 use std::sync::Arc;
 
 use graft_record::ContainerEdits;
 
-use crate::claims::setup_port::{DeviceSetup, NoSetup, Setup, SetupError};
+use crate::claims::setup_port::{DeviceSetup, NoSetup, PciUse, Setup, SetupError};
 use crate::model::Allocated;
 use crate::model::{Device, Kind};
 use crate::opaque::DeviceConfig;
 
 /// A family's setup and what it answers for.
 pub struct Route {
-    /// Whose it is.
+    /// Whose it is: the checkpointed setups that name this family are its own.
     pub family: &'static str,
     /// The device kinds it plans.
     pub kinds: fn(Kind) -> bool,
-    /// The checkpointed setups it applies and undoes.
-    pub setups: fn(&Setup) -> bool,
+    /// It owns the unnamed setups too (those of checkpoint schema 5 and older, which it
+    /// keeps writing so).
+    pub unnamed: bool,
     /// The family's setup.
     pub setup: Arc<dyn DeviceSetup>,
 }
@@ -36,10 +38,15 @@ impl Router {
         Router { routes }
     }
 
+    fn route(&self, setup: &Setup) -> Option<&Route> {
+        self.routes.iter().find(|r| match setup.family() {
+            Some(family) => r.family == family,
+            None => r.unnamed,
+        })
+    }
+
     fn for_setup(&self, setup: &Setup) -> Result<&dyn DeviceSetup, SetupError> {
-        self.routes
-            .iter()
-            .find(|r| (r.setups)(setup))
+        self.route(setup)
             .map(|r| r.setup.as_ref())
             .ok_or(SetupError::NoBackend)
     }
@@ -65,12 +72,40 @@ impl DeviceSetup for Router {
     fn undo(&self, setup: &Setup) -> Result<(), SetupError> {
         self.for_setup(setup)?.undo(setup)
     }
+
+    fn for_claim(
+        &self,
+        setup: Setup,
+        namespace: &str,
+        claim_uid: &str,
+    ) -> Result<Setup, SetupError> {
+        match self.route(&setup) {
+            Some(r) => r.setup.for_claim(setup, namespace, claim_uid),
+            None => Ok(setup),
+        }
+    }
+
+    /// Only a setup of the same family keeps another out.
+    fn excludes(&self, setup: &Setup, held: &Setup) -> Option<SetupError> {
+        let route = self.route(setup)?;
+        let same = self.route(held).is_some_and(|r| std::ptr::eq(r, route));
+        same.then(|| route.setup.excludes(setup, held)).flatten()
+    }
+
+    fn pci(&self, setup: &Setup) -> Option<PciUse> {
+        self.route(setup)?.setup.pci(setup)
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::discovery::nvidia::setup::NvidiaWork;
     use std::sync::Mutex;
+
+    fn vfio(pci: &str) -> Setup {
+        NvidiaWork::vfio(pci).record().unwrap()
+    }
 
     /// Answers every call with its name, and keeps the calls.
     struct Named(&'static str, Mutex<Vec<String>>);
@@ -83,7 +118,7 @@ mod tests {
             _: &Allocated,
         ) -> Result<Option<Setup>, SetupError> {
             self.1.lock().unwrap().push(format!("plan {}", device.name));
-            Ok(Some(Setup::vfio(self.0)))
+            Ok(Some(vfio(self.0)))
         }
         fn apply(&self, setup: &Setup) -> Result<Option<ContainerEdits>, SetupError> {
             self.1.lock().unwrap().push(format!("apply {setup:?}"));
@@ -109,30 +144,102 @@ mod tests {
         let router = Router::new(vec![Route {
             family: "nvidia",
             kinds: |k| matches!(k, Kind::Whole | Kind::Passthrough),
-            setups: |s| matches!(s, Setup::Vfio { .. }),
+            unnamed: true,
             setup: gpu.clone(),
         }]);
         let alloc = Allocated::default();
         let planned = router
             .plan(&Device::new("gpu-0", Kind::Whole), None, &alloc)
             .unwrap();
-        assert_eq!(planned, Some(Setup::vfio("gpu")));
+        assert_eq!(planned, Some(vfio("gpu")));
         // A char device: no owner, so nothing to do, and sharing refused.
         let fuse = Device::new("fuse-0", Kind::Char);
         assert_eq!(router.plan(&fuse, None, &alloc).unwrap(), None);
         let err = router.plan(&fuse, Some(&sharing()), &alloc).unwrap_err();
         assert!(matches!(err, SetupError::NotSupported { .. }), "{err}");
-        router.apply(&Setup::vfio("0000:18:00.0")).unwrap();
-        router.undo(&Setup::vfio("0000:18:00.0")).unwrap();
-        // A setup nobody owns: as on a node without the family.
-        let mig = Setup::TimeSlice {
-            pci_bus_id: "0000:18:00.0".into(),
-            interval: 3,
-        };
+        router.apply(&vfio("0000:18:00.0")).unwrap();
+        router.undo(&vfio("0000:18:00.0")).unwrap();
+        // A setup nobody owns (another family's record): as on a node without the family.
+        let mig = Setup::new(
+            Some("acme"),
+            1,
+            &serde_json::json!({"kind": "timeSlice", "pciBusId": "0000:18:00.0", "interval": 3}),
+        )
+        .unwrap();
         assert!(matches!(router.apply(&mig), Err(SetupError::NoBackend)));
         assert!(matches!(router.undo(&mig), Err(SetupError::NoBackend)));
         let calls = gpu.1.lock().unwrap().clone();
         assert_eq!(calls.len(), 3, "{calls:?}");
         assert_eq!(calls[0], "plan gpu-0");
+    }
+
+    /// Says, for every record, which family it went to.
+    struct Family(&'static str);
+
+    impl DeviceSetup for Family {
+        fn plan(
+            &self,
+            _: &Device,
+            _: Option<&DeviceConfig>,
+            _: &Allocated,
+        ) -> Result<Option<Setup>, SetupError> {
+            Ok(None)
+        }
+        fn apply(&self, _: &Setup) -> Result<Option<ContainerEdits>, SetupError> {
+            Ok(None)
+        }
+        fn undo(&self, _: &Setup) -> Result<(), SetupError> {
+            Err(SetupError::NotSupported {
+                device: self.0.into(),
+                reason: "undone here",
+            })
+        }
+        fn excludes(&self, _: &Setup, _: &Setup) -> Option<SetupError> {
+            Some(SetupError::NoBackend)
+        }
+        fn pci(&self, _: &Setup) -> Option<PciUse> {
+            Some(PciUse {
+                functions: vec![self.0.into()],
+                passthrough: false,
+            })
+        }
+    }
+
+    #[test]
+    fn each_record_goes_to_its_family_by_name() {
+        let router = Router::new(vec![
+            Route {
+                family: "acme",
+                kinds: |_| false,
+                unnamed: false,
+                setup: Arc::new(Family("acme")),
+            },
+            Route {
+                family: "nvidia",
+                kinds: |_| false,
+                unnamed: true,
+                setup: Arc::new(Family("nvidia")),
+            },
+        ]);
+        let named = |family| Setup::new(Some(family), 1, &serde_json::json!({"kind": "k"}));
+        let owner = |s: &Setup| match router.undo(s) {
+            Err(SetupError::NotSupported { device, .. }) => device,
+            other => panic!("{other:?}"),
+        };
+        let (unnamed, acme) = (vfio("0000:18:00.0"), named("acme").unwrap());
+        assert_eq!(owner(&unnamed), "nvidia");
+        assert_eq!(owner(&named("nvidia").unwrap()), "nvidia");
+        assert_eq!(owner(&acme), "acme");
+        let gone = named("gone").unwrap();
+        assert!(matches!(router.undo(&gone), Err(SetupError::NoBackend)));
+        assert_eq!(router.pci(&acme).unwrap().functions, ["acme"]);
+        assert_eq!(router.pci(&unnamed).unwrap().functions, ["nvidia"]);
+        assert_eq!(router.pci(&gone), None);
+        // Only a record of the same family keeps another out.
+        assert!(router.excludes(&acme, &acme).is_some());
+        assert!(router.excludes(&acme, &unnamed).is_none());
+        assert!(router.excludes(&unnamed, &gone).is_none());
+        // A record nobody here owns is kept as it is.
+        assert_eq!(router.for_claim(gone.clone(), "ns", "u").unwrap(), gone);
     }
 }

@@ -14,7 +14,7 @@ use super::input::{ClaimError, ClaimInput};
 use super::keylocks::KeyLocks;
 use super::lifecycle::{next, Stage, Step};
 use super::seams::{CrashHook, Crashed, NoCrash, NriGate, StatusFile};
-use crate::claims::setup_port::{DeviceSetup, NoSetup};
+use crate::claims::setup_port::{DeviceSetup, NoSetup, SetupError};
 use crate::error::{DriverError, Result};
 use crate::mapping::{pod_record, ClaimDevice};
 use crate::model::ClaimId;
@@ -185,9 +185,16 @@ impl Core {
     pub(super) fn undo_setups(&self, entry: &ClaimEntry) -> std::result::Result<(), ClaimError> {
         for d in entry.devices.iter().rev() {
             if let Some(s) = &d.setup {
-                self.setup.undo(s).map_err(|source| ClaimError::Setup {
-                    device: d.device.clone(),
-                    source,
+                self.setup.undo(s).map_err(|source| match source {
+                    SetupError::Unreadable { .. } => ClaimError::UnreadableSetup {
+                        claim: format!("{}/{}", entry.namespace, entry.name),
+                        device: d.device.clone(),
+                        source: Box::new(source),
+                    },
+                    source => ClaimError::Setup {
+                        device: d.device.clone(),
+                        source,
+                    },
                 })?;
                 tracing::info!(device = d.device, setup = ?s, "setup undone");
             }

@@ -126,6 +126,21 @@ pub enum ClaimError {
         #[source]
         source: SetupError,
     },
+    /// A device's checkpointed setup record cannot be read by its family, so it cannot be
+    /// undone: the claim's entry stays, and so does the claim, until a driver that reads
+    /// the record unprepares it (or the record is mended).
+    #[error(
+        "claim {claim}: device {device}: {source}; it stays prepared until its setup can be undone"
+    )]
+    UnreadableSetup {
+        /// The claim (`namespace/name`).
+        claim: String,
+        /// The device.
+        device: String,
+        /// What its family could not read.
+        #[source]
+        source: Box<SetupError>,
+    },
     /// The device is prepared for another claim.
     #[error("device {device} is already prepared for claim {holder} ({holder_uid})")]
     AlreadyPrepared {

@@ -26,6 +26,7 @@ mod prepare;
 pub mod seams;
 pub mod setup_error;
 pub mod setup_port;
+pub mod setup_record;
 mod startup;
 pub mod tenant;
 mod unprepare;

@@ -11,7 +11,7 @@ use super::config_edits::{apply_config, share_config_env};
 use super::engine::{Core, CoreResult};
 use super::input::{ClaimError, ClaimInput};
 use super::lifecycle::{Stage, Step};
-use crate::claims::setup_port::Setup;
+use crate::claims::setup_port::{DeviceSetup, PciUse};
 use crate::mapping::base_request;
 use crate::model::{Attribute, Device};
 use crate::opaque;
@@ -153,14 +153,18 @@ impl Core {
                     node: self.node_name.clone(),
                 })?;
             let config = opaque::resolve(&self.driver_name, &input.configs, &r.request)?;
-            let setup = self
-                .setup
-                .plan(dev, config.as_ref(), r)
-                .map_err(|source| ClaimError::SetupRefused {
-                    request: r.request.clone(),
-                    source,
-                })?
-                .map(|s| s.for_claim(&id.namespace, &id.uid));
+            let refused = |source| ClaimError::SetupRefused {
+                request: r.request.clone(),
+                source,
+            };
+            let setup = match self.setup.plan(dev, config.as_ref(), r).map_err(refused)? {
+                Some(s) => Some(
+                    self.setup
+                        .for_claim(s, &id.namespace, &id.uid)
+                        .map_err(refused)?,
+                ),
+                None => None,
+            };
             if setup.is_none() && config.as_ref().is_some_and(|c| c.family.asks_sharing()) {
                 return Err(ClaimError::CannotShare {
                     request: r.request.clone(),
@@ -210,11 +214,11 @@ impl Core {
                             holder_uid: other_uid.clone(),
                         });
                     }
-                    if let Some(clash) = contested(inventory, o, p) {
+                    if let Some(clash) = contested(self.setup.as_ref(), inventory, o, p) {
                         return Err(clash.refusal(p, o, holder(), other_uid));
                     }
                     if let (Some(a), Some(b)) = (&p.setup, &o.setup) {
-                        if let Some(source) = a.excludes(b) {
+                        if let Some(source) = self.setup.excludes(a, b) {
                             return Err(ClaimError::Setup {
                                 device: p.device.clone(),
                                 source,
@@ -227,7 +231,7 @@ impl Core {
         // Nor within the claim: a GPU passed through cannot also be one of its GPUs.
         for (i, p) in planned.iter().enumerate() {
             for o in &planned[i + 1..] {
-                if let Some(clash) = contested(inventory, o, p) {
+                if let Some(clash) = contested(self.setup.as_ref(), inventory, o, p) {
                     return Err(clash.refusal(p, o, format!("{id}"), &id.uid));
                 }
             }
@@ -260,17 +264,15 @@ impl Core {
     }
 }
 
-/// The PCI functions a prepared device uses: those its passthrough takes from the host (the
-/// GPU and the rest of its IOMMU group), or its GPU's.
-fn functions(inventory: &BTreeMap<String, Device>, d: &PreparedDevice) -> Vec<String> {
-    if let Some(s) = &d.setup {
-        let taken = s.passed_through();
-        if !taken.is_empty() {
-            return taken.into_iter().map(String::from).collect();
-        }
-        if let Some(pci) = s.pci_bus_id() {
-            return vec![pci.to_string()];
-        }
+/// The PCI functions a prepared device uses: those its setup uses (those its passthrough
+/// takes from the host: the GPU and the rest of its IOMMU group), or its GPU's.
+fn functions(
+    inventory: &BTreeMap<String, Device>,
+    d: &PreparedDevice,
+    used: Option<PciUse>,
+) -> Vec<String> {
+    if let Some(u) = used.filter(|u| !u.functions.is_empty()) {
+        return u.functions;
     }
     match inventory
         .get(&d.device)
@@ -293,15 +295,21 @@ struct Contested {
 /// passthrough takes from the host (a GPU, or a peer in its IOMMU group) goes to no other
 /// device while it is prepared, whichever claim came first.
 fn contested(
+    setups: &dyn DeviceSetup,
     inventory: &BTreeMap<String, Device>,
     a: &PreparedDevice,
     b: &PreparedDevice,
 ) -> Option<Contested> {
-    let vfio = |d: &PreparedDevice| matches!(d.setup, Some(Setup::Vfio { .. }));
-    if a.device == b.device || !(vfio(a) || vfio(b)) {
+    if a.device == b.device {
         return None;
     }
-    let (fa, fb) = (functions(inventory, a), functions(inventory, b));
+    let used = |d: &PreparedDevice| d.setup.as_ref().and_then(|s| setups.pci(s));
+    let (ua, ub) = (used(a), used(b));
+    let passthrough = |u: &Option<PciUse>| u.as_ref().is_some_and(|u| u.passthrough);
+    if !(passthrough(&ua) || passthrough(&ub)) {
+        return None;
+    }
+    let (fa, fb) = (functions(inventory, a, ua), functions(inventory, b, ub));
     let function = fb.iter().find(|f| fa.contains(f))?.clone();
     Some(Contested {
         same_gpu: fa.first() == Some(&function) && fb.first() == Some(&function),

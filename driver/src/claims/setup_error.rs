@@ -94,6 +94,26 @@ pub enum SetupError {
         /// What changed.
         reason: String,
     },
+    /// A device's setup record cannot be made: its family's payload is not a JSON object
+    /// with a `kind` (a family's bug).
+    #[error("a {family} setup record cannot be written: {reason}")]
+    Unwritable {
+        /// The family (`unnamed` for a record written without its name).
+        family: String,
+        /// What was wrong.
+        reason: String,
+    },
+    /// A checkpointed setup record its family cannot read (damaged, or written by a
+    /// version of the family that this one does not know), so it cannot be undone.
+    #[error("its {family} setup record of kind {kind} cannot be read: {reason}")]
+    Unreadable {
+        /// The family that tried.
+        family: String,
+        /// The record's kind.
+        kind: String,
+        /// What was wrong.
+        reason: String,
+    },
     /// A setup reached a node with no backend to run it.
     #[error("no backend on this node sets devices up")]
     NoBackend,

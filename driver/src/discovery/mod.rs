@@ -14,8 +14,10 @@
 //! 3. [`Kind`]: only if its devices need a setup or configuration of their own (the
 //!    compiler then asks for their metrics class); a plain device node is [`Kind::Char`],
 //!    as the render family's are.
-//! 4. Node-side work that must survive a crash: a [`Setup`] variant (the checkpoint
-//!    schema; see the note there), named by its route's `setups`.
+//! 4. Node-side work that must survive a crash: its own payload type, kept in the
+//!    checkpoint as a [`Setup`] record that names the family (see the note there), and
+//!    answered for in its [`crate::claims::setup_port::DeviceSetup`] (`for_claim`,
+//!    `excludes`, `pci`), as NVIDIA's [`nvidia::setup::NvidiaWork`].
 //! 5. Fields of its own in the claims' opaque configuration: `discovery/<family>/opaque.rs`
 //!    (its types, which fields it takes, its merge and checks, as NVIDIA's
 //!    [`nvidia::opaque`]) and one field in [`crate::opaque::FamilyConfig`]; the generic

@@ -56,7 +56,7 @@ pub fn claim_reason(e: &ClaimError) -> &'static str {
         | ClaimError::DevicesBusy { .. }
         | ClaimError::AlreadyPrepared { .. } => BUSY,
         ClaimError::NriNotReady(_) => NRI_UNAVAILABLE,
-        ClaimError::Setup { .. } => SETUP,
+        ClaimError::Setup { .. } | ClaimError::UnreadableSetup { .. } => SETUP,
         ClaimError::PodsUnreadable(_) => API,
         ClaimError::SetupPanicked { .. } | ClaimError::Local { .. } => INTERNAL,
     }

@@ -6,11 +6,12 @@
 use std::collections::BTreeSet;
 use std::path::Path;
 
-use graft_driver::claims::setup_port::{DeviceSetup, Setup};
+use graft_driver::claims::setup_port::DeviceSetup;
 use graft_driver::discovery::nvidia::devices::MigLedger;
 use graft_driver::discovery::nvidia::nvml::GpuSelection;
 use graft_driver::discovery::nvidia::setup::MigManager;
 use graft_driver::discovery::nvidia::setup::NvidiaSetup;
+use graft_driver::discovery::nvidia::setup::NvidiaWork;
 use graft_driver::discovery::nvidia::NvidiaDiscovery;
 use graft_driver::discovery::Discovery;
 use graft_driver::model::Device;
@@ -135,8 +136,8 @@ fn a_partitioned_gpu_offers_every_placement_and_prepare_makes_the_instance() {
         .unwrap();
     assert!(
         matches!(
-            three,
-            Setup::Mig {
+            NvidiaWork::read(&three).unwrap(),
+            NvidiaWork::Mig {
                 profile: 2,
                 start: 4,
                 size: 4,

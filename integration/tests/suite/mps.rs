@@ -175,14 +175,15 @@ impl Bed {
     }
 
     pub(crate) fn plan(&self, ns: &str, alloc: &Allocated) -> Setup {
-        common::nvidia_setup(&self.node, None, Some(self.manager()))
-            .plan(&self.gpu, None, alloc)
-            .unwrap()
-            .unwrap()
+        let setup = common::nvidia_setup(&self.node, None, Some(self.manager()));
+        let planned = setup.plan(&self.gpu, None, alloc).unwrap().unwrap();
+        setup
             .for_claim(
+                planned,
                 ns,
                 &format!("claim-{}", alloc.share_id.as_deref().unwrap_or("")),
             )
+            .unwrap()
     }
 
     pub(crate) fn setup(&self) -> graft_driver::discovery::nvidia::setup::NvidiaSetup {

@@ -9,14 +9,20 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use super::entry::ClaimEntry;
+#[cfg(doc)]
+use crate::claims::setup_port::Setup;
 use crate::error::{DriverError, Result};
 
 /// The newest schema this driver reads and writes. Version 2 added MIG instance and MPS
 /// share setups; version 3 a VFIO setup's IOMMU group peers and persistence mode, which an
 /// older driver would not put back; version 4 a ComputeDomain channel's setup; version 5 the
-/// channel's number, clique and mode, and an IMEX daemon place's domain. A file is written as the oldest version that holds its
-/// claims, so that an older driver rolled back onto the node still reads it when it can.
-pub const CHECKPOINT_VERSION: u32 = 5;
+/// channel's number, clique and mode, and an IMEX daemon place's domain; version 6 setup
+/// records that name their family (and their payload's version), which an older driver would
+/// take for the unnamed records' family. A file is written as the oldest version that holds
+/// its claims, so that an older driver rolled back onto the node still reads it when it can.
+pub const CHECKPOINT_VERSION: u32 = 6;
+/// The last schema whose setup records all were unnamed (see [`Setup`]).
+pub const LAST_UNNAMED: u32 = 5;
 pub const OLDEST_VERSION: u32 = 1;
 /// Why a slot file is not a usable checkpoint.
 #[derive(Debug, thiserror::Error)]
@@ -46,34 +52,20 @@ pub struct OnDisk {
     pub claims: BTreeMap<String, ClaimEntry>,
 }
 
-/// The oldest schema that holds `claims`.
+/// The oldest schema that holds `claims`: 6 for a record that names its family; for an
+/// unnamed one, the schema that introduced its fields, as its family said when it wrote it
+/// (or the schema it was read at, at most 5).
 pub fn needed_version(claims: &BTreeMap<String, ClaimEntry>) -> u32 {
-    use crate::claims::setup_port::Setup;
-    let setups = || {
-        claims
-            .values()
-            .flat_map(|e| &e.devices)
-            .flat_map(|d| &d.setup)
-    };
-    let group = setups().any(|s| {
-        matches!(s, Setup::Vfio { persistence, peers, .. } if *persistence || !peers.is_empty())
-    });
-    let mig = setups().any(|s| matches!(s, Setup::Mig { .. } | Setup::Mps { .. }));
-    let bound = setups().any(|s| {
-        matches!(s, Setup::ComputeDomain { channel, .. } if channel.is_some())
-            || matches!(s, Setup::ImexDaemon { .. })
-    });
-    if bound {
-        5
-    } else if setups().any(|s| matches!(s, Setup::ComputeDomain { .. })) {
-        4
-    } else if group {
-        3
-    } else if mig {
-        2
-    } else {
-        OLDEST_VERSION
-    }
+    claims
+        .values()
+        .flat_map(|e| &e.devices)
+        .flat_map(|d| &d.setup)
+        .map(|s| match (s.family(), s.version()) {
+            (Some(_), _) => LAST_UNNAMED + 1,
+            (None, 0) => LAST_UNNAMED,
+            (None, v) => v.min(LAST_UNNAMED),
+        })
+        .fold(OLDEST_VERSION, u32::max)
 }
 
 /// Over the claims' JSON encoding.
@@ -109,6 +101,14 @@ pub fn read_slot(path: &Path) -> Result<Option<std::result::Result<OnDisk, BadSl
             Err(BadSlot::Version(f.version))
         }
         Ok(f) if f.checksum != checksum(&f.claims) => Err(BadSlot::Checksum),
-        Ok(f) => Ok(f),
+        Ok(mut f) => {
+            let schema = f.version;
+            f.claims
+                .values_mut()
+                .flat_map(|e| &mut e.devices)
+                .flat_map(|d| &mut d.setup)
+                .for_each(|s| s.read_in(schema, LAST_UNNAMED));
+            Ok(f)
+        }
     }))
 }

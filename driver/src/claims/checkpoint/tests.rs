@@ -1,6 +1,7 @@
 //! The checkpoint's slots, checks and lock.
 
 use super::*;
+use crate::discovery::nvidia::setup::{NvidiaWork, VfioPeer};
 
 pub(super) fn entry(state: ClaimState) -> ClaimEntry {
     ClaimEntry {
@@ -108,13 +109,17 @@ fn mig_entry() -> ClaimEntry {
     ClaimEntry {
         devices: vec![PreparedDevice {
             device: "gpu-7-mig-3g-40gb-4".into(),
-            setup: Some(crate::claims::setup_port::Setup::Mig {
-                gpu_uuid: "GPU-x".into(),
-                profile: 2,
-                start: 4,
-                size: 4,
-                slices: 3,
-            }),
+            setup: Some(
+                NvidiaWork::Mig {
+                    gpu_uuid: "GPU-x".into(),
+                    profile: 2,
+                    start: 4,
+                    size: 4,
+                    slices: 3,
+                }
+                .record()
+                .unwrap(),
+            ),
             ..entry(ClaimState::PrepareStarted).devices[0].clone()
         }],
         ..entry(ClaimState::PrepareStarted)
@@ -153,7 +158,7 @@ fn a_version_1_file_is_read_and_stays_version_1_until_it_holds_a_mig_instance() 
     let e = t.get("u1").unwrap().clone();
     assert_eq!(
         e.devices[0].setup,
-        Some(crate::claims::setup_port::Setup::vfio("0000:18:00.0"))
+        Some(NvidiaWork::vfio("0000:18:00.0").record().unwrap())
     );
     // Rewritten without a MIG instance: still version 1, which an older driver reads.
     t.put("u2", entry(ClaimState::PrepareCompleted)).unwrap();
@@ -180,11 +185,11 @@ fn a_version_1_file_is_read_and_stays_version_1_until_it_holds_a_mig_instance() 
     assert_eq!(version_of(&cp), 1);
     // Its channel number and an IMEX daemon place's domain need version 5.
     let mut bound = domain_entry();
-    if let Some(crate::claims::setup_port::Setup::ComputeDomain { channel, .. }) =
-        &mut bound.devices[0].setup
-    {
+    let mut work = NvidiaWork::read(bound.devices[0].setup.as_ref().unwrap()).unwrap();
+    if let NvidiaWork::ComputeDomain { channel, .. } = &mut work {
         *channel = Some(1);
     }
+    bound.devices[0].setup = Some(work.record().unwrap());
     t.put("u6", bound.clone()).unwrap();
     assert_eq!(version_of(&cp), 5);
     assert_eq!(cp.peek().unwrap()["u6"], bound);
@@ -195,15 +200,19 @@ fn a_version_1_file_is_read_and_stays_version_1_until_it_holds_a_mig_instance() 
 fn domain_entry() -> ClaimEntry {
     ClaimEntry {
         devices: vec![PreparedDevice {
-            setup: Some(crate::claims::setup_port::Setup::ComputeDomain {
-                domain_id: "0b6f7c1e-5d1a-4f7e-9a43-2f1c1d7b2a10".into(),
-                domain_name: "train".into(),
-                domain_namespace: "team-a".into(),
-                claim_namespace: "team-a".into(),
-                channel: None,
-                clique: String::new(),
-                all_channels: false,
-            }),
+            setup: Some(
+                NvidiaWork::ComputeDomain {
+                    domain_id: "0b6f7c1e-5d1a-4f7e-9a43-2f1c1d7b2a10".into(),
+                    domain_name: "train".into(),
+                    domain_namespace: "team-a".into(),
+                    claim_namespace: "team-a".into(),
+                    channel: None,
+                    clique: String::new(),
+                    all_channels: false,
+                }
+                .record()
+                .unwrap(),
+            ),
             ..entry(ClaimState::PrepareCompleted).devices[0].clone()
         }],
         ..entry(ClaimState::PrepareCompleted)
@@ -213,15 +222,19 @@ fn domain_entry() -> ClaimEntry {
 fn group_entry() -> ClaimEntry {
     ClaimEntry {
         devices: vec![PreparedDevice {
-            setup: Some(crate::claims::setup_port::Setup::Vfio {
-                pci_bus_id: "0000:18:00.0".into(),
-                persistence: true,
-                peers: vec![crate::claims::setup_port::VfioPeer {
-                    pci_bus_id: "0000:18:00.1".into(),
-                    driver: Some("snd_hda_intel".into()),
-                    persistence: false,
-                }],
-            }),
+            setup: Some(
+                NvidiaWork::Vfio {
+                    pci_bus_id: "0000:18:00.0".into(),
+                    persistence: true,
+                    peers: vec![VfioPeer {
+                        pci_bus_id: "0000:18:00.1".into(),
+                        driver: Some("snd_hda_intel".into()),
+                        persistence: false,
+                    }],
+                }
+                .record()
+                .unwrap(),
+            ),
             ..entry(ClaimState::PrepareCompleted).devices[0].clone()
         }],
         ..entry(ClaimState::PrepareCompleted)

@@ -1,6 +1,7 @@
-//! The core's rule for ComputeDomains' IMEX daemon places ([`Setup::excludes`]): while one
-//! domain's place is prepared, or planned in the same call, no other domain's is; the same
-//! domain's is. It holds across a restart, since it reads the checkpoint.
+//! The core's rule for ComputeDomains' IMEX daemon places ([`NvidiaWork::excludes`], asked
+//! through [`DeviceSetup::excludes`]): while one domain's place is prepared, or planned in
+//! the same call, no other domain's is; the same domain's is. It holds across a restart,
+//! since it reads the checkpoint.
 
 use super::*;
 
@@ -14,15 +15,14 @@ impl DeviceSetup for Places {
         _: Option<&DeviceConfig>,
         alloc: &Allocated,
     ) -> Result<Option<Setup>, SetupError> {
-        Ok(
-            (device.kind == Kind::DomainSlot).then(|| Setup::ImexDaemon {
-                domain_id: alloc.request.clone(),
-                domain_name: alloc.request.clone(),
-                domain_namespace: "ns".into(),
-                clique: "c.1".into(),
-                claim_namespace: String::new(),
-            }),
-        )
+        let work = (device.kind == Kind::DomainSlot).then(|| NvidiaWork::ImexDaemon {
+            domain_id: alloc.request.clone(),
+            domain_name: alloc.request.clone(),
+            domain_namespace: "ns".into(),
+            clique: "c.1".into(),
+            claim_namespace: String::new(),
+        });
+        work.map(|w| w.record()).transpose()
     }
 
     fn apply(&self, _: &Setup) -> Result<Option<ContainerEdits>, SetupError> {
@@ -31,6 +31,14 @@ impl DeviceSetup for Places {
 
     fn undo(&self, _: &Setup) -> Result<(), SetupError> {
         Ok(())
+    }
+
+    fn for_claim(&self, setup: Setup, namespace: &str, uid: &str) -> Result<Setup, SetupError> {
+        answers::for_claim(setup, namespace, uid)
+    }
+
+    fn excludes(&self, setup: &Setup, held: &Setup) -> Option<SetupError> {
+        answers::excludes(setup, held)
     }
 }
 

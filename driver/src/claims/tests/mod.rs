@@ -9,6 +9,7 @@ mod domains;
 mod groups;
 mod old_checkpoints;
 mod operations;
+mod record_schemas;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Condvar, Mutex};
@@ -19,8 +20,9 @@ use graft_record::{ContainerEdits, DeviceNode};
 use super::input::{ClaimError, ClaimInput, Outcome};
 use super::seams::{CrashHook, CrashPoint, Crashed, NotReady, NriGate};
 use super::{Core, CoreError, PreparedDevice};
-use crate::claims::setup_port::{DeviceSetup, Setup, SetupError, VfioPeer};
+use crate::claims::setup_port::{DeviceSetup, PciUse, Setup, SetupError};
 use crate::discovery::nvidia::setup::error::NvidiaSetupError;
+use crate::discovery::nvidia::setup::{answers, NvidiaWork, VfioPeer};
 use crate::mapping::{ContainerUse, PodUse};
 use crate::model::{Allocated, ClaimId};
 use crate::model::{Attribute, Device, Kind};
@@ -118,9 +120,9 @@ impl DeviceSetup for FakeSetup {
             return Ok(None);
         };
         let sharing = config.and_then(|c| c.family.nvidia.sharing.as_ref());
-        Ok(match (device.kind, sharing) {
+        let work = match (device.kind, sharing) {
             // Its IOMMU group peers, as the test inventory lists them.
-            (Kind::Passthrough, _) => Some(Setup::Vfio {
+            (Kind::Passthrough, _) => Some(NvidiaWork::Vfio {
                 pci_bus_id: pci,
                 persistence: false,
                 peers: device
@@ -135,16 +137,17 @@ impl DeviceSetup for FakeSetup {
                     })
                     .collect(),
             }),
-            (Kind::Whole, Some(s)) => Some(Setup::TimeSlice {
+            (Kind::Whole, Some(s)) => Some(NvidiaWork::TimeSlice {
                 pci_bus_id: pci,
                 interval: s.interval().smi_value(),
             }),
             _ => None,
-        })
+        };
+        work.map(|w| w.record()).transpose()
     }
 
     fn apply(&self, setup: &Setup) -> Result<Option<ContainerEdits>, SetupError> {
-        let pci = setup.pci_bus_id().unwrap_or_default().to_string();
+        let pci = pci_of(setup);
         let mut k = self.kernel();
         if k.panicking.contains(&pci) {
             // Not while holding the fake kernel's lock: later calls still use it.
@@ -172,18 +175,28 @@ impl DeviceSetup for FakeSetup {
             .into());
         }
         k.applied.insert(pci);
-        Ok(matches!(setup, Setup::Vfio { .. }).then(|| ContainerEdits {
+        Ok((setup.kind() == "vfio").then(|| ContainerEdits {
             device_nodes: vec![DeviceNode::char("/dev/vfio/7", 240, 7, 0o660)],
             ..Default::default()
         }))
     }
 
     fn undo(&self, setup: &Setup) -> Result<(), SetupError> {
-        self.kernel()
-            .applied
-            .remove(setup.pci_bus_id().unwrap_or_default());
+        self.kernel().applied.remove(&pci_of(setup));
         Ok(())
     }
+
+    fn pci(&self, setup: &Setup) -> Option<PciUse> {
+        answers::pci(setup)
+    }
+}
+
+/// The PCI function a setup of [`FakeSetup`]'s rebinds or reconfigures.
+fn pci_of(setup: &Setup) -> String {
+    NvidiaWork::read(setup)
+        .ok()
+        .and_then(|w| w.pci_bus_id().map(String::from))
+        .unwrap_or_default()
 }
 
 fn char_device(name: &str, minor: i64) -> Device {

@@ -9,7 +9,7 @@ use crate::claims::checkpoint::{self, Checkpoint};
 use crate::claims::lifecycle::Stage;
 
 /// The boot the fixture was written in: a checkpoint of another boot is discarded.
-const FIXTURE_BOOT: &str = "boot-1";
+pub(super) const FIXTURE_BOOT: &str = "boot-1";
 /// The claims the fixture holds, each prepared to completion.
 const UIDS: [&str; 5] = ["domain", "mig", "mixed", "mps", "plain"];
 
@@ -42,7 +42,7 @@ impl DeviceSetup for Undos {
 }
 
 /// The fixture's files copied into `to`, the state directory, keeping their layout.
-fn copy_fixture(from: &Path, to: &Path) {
+pub(super) fn copy_fixture(from: &Path, to: &Path) {
     for e in std::fs::read_dir(from).unwrap() {
         let e = e.unwrap();
         let target = to.join(e.file_name());
@@ -56,7 +56,7 @@ fn copy_fixture(from: &Path, to: &Path) {
 }
 
 /// The slot files' JSON, by name.
-fn slots(state: &Path) -> BTreeMap<String, serde_json::Value> {
+pub(super) fn slots(state: &Path) -> BTreeMap<String, serde_json::Value> {
     let dir = checkpoint::default_dir(state);
     ["checkpoint-a.json", "checkpoint-b.json"]
         .into_iter()
@@ -68,13 +68,15 @@ fn slots(state: &Path) -> BTreeMap<String, serde_json::Value> {
 }
 
 fn mig(start: u32) -> Setup {
-    Setup::Mig {
+    NvidiaWork::Mig {
         gpu_uuid: "GPU-0b9f1c2e-6a51-4c3d-9e7a-2f0d1c5b8a41".into(),
         profile: 19,
         start,
         size: 1,
         slices: 1,
     }
+    .record()
+    .unwrap()
 }
 
 /// The setups the old driver recorded, as today's schema reads them: fields added since
@@ -83,29 +85,37 @@ fn expected_setups() -> BTreeMap<&'static str, Vec<Option<Setup>>> {
     BTreeMap::from([
         (
             "domain",
-            vec![Some(Setup::ComputeDomain {
-                domain_id: "5f0c8e3a-2b7d-4e91-a6c4-d18f3b2e7a90".into(),
-                domain_name: "train".into(),
-                domain_namespace: "ns".into(),
-                claim_namespace: "ns".into(),
-                channel: None,
-                clique: String::new(),
-                all_channels: false,
-            })],
+            vec![Some(
+                NvidiaWork::ComputeDomain {
+                    domain_id: "5f0c8e3a-2b7d-4e91-a6c4-d18f3b2e7a90".into(),
+                    domain_name: "train".into(),
+                    domain_namespace: "ns".into(),
+                    claim_namespace: "ns".into(),
+                    channel: None,
+                    clique: String::new(),
+                    all_channels: false,
+                }
+                .record()
+                .unwrap(),
+            )],
         ),
         ("mig", vec![Some(mig(0))]),
         ("mixed", vec![Some(mig(1)), None]),
         (
             "mps",
-            vec![Some(Setup::Mps {
-                gpu_uuid: "GPU-7d3e2a10-58c4-4f6b-b1d9-0e4c7a9f2b63".into(),
-                minor: 1,
-                share: "share-mps".into(),
-                compute: 50,
-                memory_mib: Some(4096),
-                namespace: "ns".into(),
-                claim_uid: "mps".into(),
-            })],
+            vec![Some(
+                NvidiaWork::Mps {
+                    gpu_uuid: "GPU-7d3e2a10-58c4-4f6b-b1d9-0e4c7a9f2b63".into(),
+                    minor: 1,
+                    share: "share-mps".into(),
+                    compute: 50,
+                    memory_mib: Some(4096),
+                    namespace: "ns".into(),
+                    claim_uid: "mps".into(),
+                }
+                .record()
+                .unwrap(),
+            )],
         ),
         ("plain", vec![None]),
     ])

@@ -48,8 +48,8 @@ impl Backend for FilesBackend {
         Some(Route {
             family: "files",
             kinds: |k| matches!(k, Kind::Entry(_)),
-            // Served entries need nothing done on the node.
-            setups: |_| false,
+            // Served entries need nothing done on the node: no setup records.
+            unnamed: false,
             setup: Arc::new(ServedEntries {
                 inner: Arc::new(NoSetup),
                 host_root: self.host_root.clone(),

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use graft_record::nofollow::open_served;
 use graft_record::ContainerEdits;
 
-use crate::claims::setup_port::{DeviceSetup, Setup, SetupError};
+use crate::claims::setup_port::{DeviceSetup, PciUse, Setup, SetupError};
 use crate::model::{Allocated, Device, Kind};
 use crate::opaque::DeviceConfig;
 
@@ -58,5 +58,22 @@ impl DeviceSetup for ServedEntries {
 
     fn undo(&self, setup: &Setup) -> Result<(), SetupError> {
         self.inner.undo(setup)
+    }
+
+    fn for_claim(
+        &self,
+        setup: Setup,
+        namespace: &str,
+        claim_uid: &str,
+    ) -> Result<Setup, SetupError> {
+        self.inner.for_claim(setup, namespace, claim_uid)
+    }
+
+    fn excludes(&self, setup: &Setup, held: &Setup) -> Option<SetupError> {
+        self.inner.excludes(setup, held)
+    }
+
+    fn pci(&self, setup: &Setup) -> Option<PciUse> {
+        self.inner.pci(setup)
     }
 }

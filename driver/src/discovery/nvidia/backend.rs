@@ -15,12 +15,11 @@ use super::domain::{GateSlot, KubeGate};
 use super::driver_files::Roots;
 use super::nvml::GpuSelection;
 use super::setup::{
-    ChrootSmi, MigManager, MpsManager, NvidiaSetup, NvmlPersistence, PersistenceMode, Untouched,
-    Vfio,
+    ChrootSmi, MigManager, MpsManager, NvidiaSetup, NvidiaWork, NvmlPersistence, PersistenceMode,
+    Untouched, Vfio,
 };
 use crate::backend::router::Route;
 use crate::backend::{Backend, BackendError, Injection, Node, Running};
-use crate::claims::setup_port::Setup;
 use crate::claims::Core;
 use crate::daemon::{Daemon, Ends};
 use crate::discovery::nvidia::health::classify::parse_xids;
@@ -29,7 +28,7 @@ use crate::discovery::scan::Discovery;
 use crate::model::Kind;
 
 /// The family's name, as `--discovery` spells it.
-const NAME: &str = "nvidia";
+const NAME: &str = super::setup::FAMILY;
 /// The start-up step that installs graft-hook, as [`BackendError::Step`] names it.
 pub const INSTALLING_HOOK: &str = "installing graft-hook";
 
@@ -274,7 +273,16 @@ impl Backend for NvidiaBackend {
         let setups = core
             .setups()
             .map_err(|e| BackendError::step(NAME, "reading the checkpoint's MIG instances", e))?;
-        self.ledger.seed(&setups);
+        let own = NvidiaWork::own(&setups);
+        self.ledger.seed(own.iter().filter_map(|w| match w {
+            NvidiaWork::Mig {
+                gpu_uuid,
+                profile,
+                start,
+                ..
+            } => Some((gpu_uuid.as_str(), *profile, *start)),
+            _ => None,
+        }));
         self.install_hook()
     }
 
@@ -298,17 +306,7 @@ impl Backend for NvidiaBackend {
                         | Kind::Passthrough
                 )
             },
-            setups: |s| {
-                matches!(
-                    s,
-                    Setup::Vfio { .. }
-                        | Setup::TimeSlice { .. }
-                        | Setup::Mig { .. }
-                        | Setup::Mps { .. }
-                        | Setup::ComputeDomain { .. }
-                        | Setup::ImexDaemon { .. }
-                )
-            },
+            unnamed: true,
             setup: self.setup.clone(),
         })
     }
@@ -317,7 +315,11 @@ impl Backend for NvidiaBackend {
         let Some(m) = self.mps.clone() else { return };
         // graft-mps serves the shares marked: exactly the checkpoint's. A failure leaves the
         // other devices working; the next prepare or unprepare of a share corrects its own.
-        let setups = move || core.setups().map_err(|e| e.to_string());
+        let setups = move || {
+            core.setups()
+                .map(|s| NvidiaWork::own(&s))
+                .map_err(|e| e.to_string())
+        };
         match tokio::task::spawn_blocking(move || m.restore(setups)).await {
             Ok(Ok(())) => {}
             Ok(Err(e)) => tracing::error!(error = %e, "restoring the MPS shares"),

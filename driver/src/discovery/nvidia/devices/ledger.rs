@@ -5,8 +5,6 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, RwLock};
 
-use crate::claims::setup_port::Setup;
-
 /// `(profile id, placement start)` of each GPU instance graft made on one GPU.
 pub type Placements = BTreeSet<(u32, u32)>;
 
@@ -42,18 +40,11 @@ impl MigLedger {
             .unwrap_or_default()
     }
 
-    /// The checkpoint's MIG setups, at start.
-    pub fn seed<'a>(&self, setups: impl IntoIterator<Item = &'a Setup>) {
-        for s in setups {
-            if let Setup::Mig {
-                gpu_uuid,
-                profile,
-                start,
-                ..
-            } = s
-            {
-                self.insert(gpu_uuid, *profile, *start);
-            }
+    /// The checkpoint's MIG instances (`(gpu uuid, profile id, placement start)`), at
+    /// start.
+    pub fn seed<'a>(&self, instances: impl IntoIterator<Item = (&'a str, u32, u32)>) {
+        for (gpu, profile, start) in instances {
+            self.insert(gpu, profile, start);
         }
     }
 }

@@ -155,7 +155,7 @@ impl KubeGate {
 /// domain's slot (`status.slot`: every node of the domain uses that one number, and the
 /// others are other domains'). `All` is granted only to a domain whose own spec asks for
 /// it: the controller then pins no number, and the node holds no other domain's daemon
-/// ([`crate::claims::setup_port::Setup::excludes`]).
+/// ([`crate::discovery::nvidia::setup::NvidiaWork::excludes`]).
 pub fn bound_here(d: &DomainRef, g: &Grant, cd: &DynamicObject) -> Result<(), Refusal> {
     if cd.metadata.uid.as_deref() != Some(d.id.as_str()) {
         return Err(Refusal::Final(d.refuse(format!(

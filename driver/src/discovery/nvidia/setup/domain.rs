@@ -2,18 +2,19 @@
 //! allocated (its number, the node's clique, whether the claim asks for every channel)
 //! and passes the domain's gate ([`crate::discovery::nvidia::domain::gate`]), which checks
 //! that against the domain. A daemon place keeps its domain, so that no second domain's
-//! daemon place is prepared beside it ([`Setup::excludes`]). A configuration on the wrong
+//! daemon place is prepared beside it ([`NvidiaWork::excludes`]). A configuration on the wrong
 //! kind of device, or of another clique than the node's, is refused, naming both.
 
 use super::error::NvidiaSetupError;
+use super::kinds::NvidiaWork;
 use super::node::NvidiaSetup;
-use crate::claims::setup_port::{Setup, SetupError};
+use crate::claims::setup_port::SetupError;
 use crate::discovery::nvidia::domain::clique_label::CLIQUE_ATTRIBUTE;
 use crate::discovery::nvidia::domain::{AllocationMode, DomainConfig, DomainRef, Grant};
 use crate::model::{Device, Kind};
 
 /// The setup of `device` under a domain's configuration `cd`.
-pub fn plan(device: &Device, cd: &DomainConfig) -> Result<Option<Setup>, SetupError> {
+pub fn plan(device: &Device, cd: &DomainConfig) -> Result<Option<NvidiaWork>, SetupError> {
     let refuse = |reason| {
         Err(SetupError::NotSupported {
             device: device.name.clone(),
@@ -31,11 +32,11 @@ pub fn plan(device: &Device, cd: &DomainConfig) -> Result<Option<Setup>, SetupEr
             if clique.is_empty() {
                 return refuse("an IMEX channel without its cliqueID attribute");
             }
-            Ok(Some(Setup::ComputeDomain {
+            Ok(Some(NvidiaWork::ComputeDomain {
                 domain_id: c.domain_id.clone(),
                 domain_name: c.domain_name.clone(),
                 domain_namespace: c.domain_namespace.clone(),
-                // The core stamps the claim's (Setup::for_claim).
+                // The core stamps the claim's (NvidiaWork::for_claim).
                 claim_namespace: String::new(),
                 channel: Some(channel),
                 clique: clique.to_string(),
@@ -54,12 +55,12 @@ pub fn plan(device: &Device, cd: &DomainConfig) -> Result<Option<Setup>, SetupEr
                 }
                 .into());
             }
-            Ok(Some(Setup::ImexDaemon {
+            Ok(Some(NvidiaWork::ImexDaemon {
                 domain_id: c.domain_id.clone(),
                 domain_name: c.domain_name.clone(),
                 domain_namespace: c.domain_namespace.clone(),
                 clique: c.clique_id.clone(),
-                // The core stamps the claim's (Setup::for_claim).
+                // The core stamps the claim's (NvidiaWork::for_claim).
                 claim_namespace: String::new(),
             }))
         }
@@ -86,8 +87,8 @@ impl NvidiaSetup {
     /// A workload channel's gate: a claim joins only a domain of its own namespace, since
     /// the domain's IMEX channel reaches the memory its other pods export, and only
     /// through the channel the domain holds.
-    pub(super) fn join_domain(&self, setup: &Setup) -> Result<(), SetupError> {
-        let Setup::ComputeDomain {
+    pub(super) fn join_domain(&self, setup: &NvidiaWork) -> Result<(), SetupError> {
+        let NvidiaWork::ComputeDomain {
             domain_id,
             domain_name,
             domain_namespace,
@@ -135,8 +136,8 @@ impl NvidiaSetup {
     /// A daemon place goes only to a claim of graft's own namespace, where the controller
     /// makes the daemons' claims: a tenant's claim holding one would keep every other
     /// domain's daemon off the node.
-    pub(super) fn take_daemon_place(&self, setup: &Setup) -> Result<(), SetupError> {
-        let Setup::ImexDaemon {
+    pub(super) fn take_daemon_place(&self, setup: &NvidiaWork) -> Result<(), SetupError> {
+        let NvidiaWork::ImexDaemon {
             domain_name,
             domain_namespace,
             claim_namespace,
@@ -203,10 +204,10 @@ mod tests {
     fn a_channel_config_plans_the_gate_on_channels_only() {
         let ch = dev("imex-channel-0", Kind::Channel);
         let s = plan(&ch, &channel_cfg("Single")).unwrap().unwrap();
-        assert!(matches!(&s, Setup::ComputeDomain { domain_id, .. } if domain_id == "u-1"));
+        assert!(matches!(&s, NvidiaWork::ComputeDomain { domain_id, .. } if domain_id == "u-1"));
         let s = s.for_claim("team-a", "c1");
         assert!(
-            matches!(&s, Setup::ComputeDomain { claim_namespace, .. } if claim_namespace == "team-a")
+            matches!(&s, NvidiaWork::ComputeDomain { claim_namespace, .. } if claim_namespace == "team-a")
         );
         let gpu = dev("gpu-0", Kind::Whole);
         let e = plan(&gpu, &channel_cfg("Single")).unwrap_err();
@@ -220,7 +221,7 @@ mod tests {
     fn a_channel_keeps_its_number_clique_and_mode() {
         let s = plan(&dev("imex-channel-12", Kind::Channel), &channel_cfg("All"));
         match s.unwrap().unwrap() {
-            Setup::ComputeDomain {
+            NvidiaWork::ComputeDomain {
                 channel,
                 clique,
                 all_channels,
@@ -250,8 +251,10 @@ mod tests {
     fn a_daemon_place_keeps_its_domain_of_the_nodes_clique() {
         let daemon = dev("imex-daemon-0", Kind::DomainSlot);
         let a = plan(&daemon, &daemon_cfg("u-1", CLIQUE)).unwrap().unwrap();
-        assert!(matches!(&a, Setup::ImexDaemon { domain_id, clique, .. }
-            if domain_id == "u-1" && clique == CLIQUE));
+        assert!(
+            matches!(&a, NvidiaWork::ImexDaemon { domain_id, clique, .. }
+            if domain_id == "u-1" && clique == CLIQUE)
+        );
         let e = plan(&daemon, &daemon_cfg("u-1", "d.2")).unwrap_err();
         assert!(
             e.to_string().contains("imex-daemon-0") && e.to_string().contains("d.2"),
@@ -338,7 +341,7 @@ mod tests {
         assert!(e.to_string().contains("another namespace"), "{e}");
         // A setup without its channel number (an older graft's): refused, not granted.
         let mut old = s.for_claim("team-a", "c3");
-        if let Setup::ComputeDomain { channel, .. } = &mut old {
+        if let NvidiaWork::ComputeDomain { channel, .. } = &mut old {
             *channel = None;
         }
         let e = node.join_domain(&old).unwrap_err();

@@ -1,5 +1,5 @@
 //! Dynamic MIG at prepare time: the GPU and compute instance of an allocated placement are
-//! created through NVML (and destroyed at unprepare), as a [`crate::claims::setup_port::Setup::Mig`] that the
+//! created through NVML (and destroyed at unprepare), as a [`NvidiaWork::Mig`] that the
 //! checkpoint holds before anything is created, so a driver killed half way destroys or
 //! adopts it on the next unprepare or retry.
 //!

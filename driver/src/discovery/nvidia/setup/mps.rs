@@ -13,7 +13,8 @@ use std::time::{Duration, Instant};
 use graft_record::{ContainerEdits, EnvVar, Mount};
 
 use super::error::NvidiaSetupError;
-use crate::claims::setup_port::{Setup, SetupError};
+use super::kinds::NvidiaWork;
+use crate::claims::setup_port::SetupError;
 use crate::discovery::nvidia::devices::IPC_MOUNT_OPTIONS;
 use crate::mps::{self, GpuPaths, Phase, ShareMarker, CLIENT_PIPE_DIR};
 
@@ -51,9 +52,9 @@ pub struct Share<'a> {
 
 impl<'a> Share<'a> {
     /// The share of an MPS setup; `None` for other setups.
-    pub fn of(s: &'a Setup) -> Option<Share<'a>> {
+    pub fn of(s: &'a NvidiaWork) -> Option<Share<'a>> {
         match s {
-            Setup::Mps {
+            NvidiaWork::Mps {
                 gpu_uuid,
                 minor,
                 share,
@@ -219,7 +220,7 @@ impl MpsManager {
     /// entry before its marker).
     pub fn restore<E: std::fmt::Display>(
         &self,
-        setups: impl Fn() -> Result<Vec<Setup>, E>,
+        setups: impl Fn() -> Result<Vec<NvidiaWork>, E>,
     ) -> Result<(), SetupError> {
         let mut uuids: Vec<String> = graft_record::read::list_names(&mps::root(&self.state_dir))
             .unwrap_or_default()
@@ -303,8 +304,8 @@ mod tests {
     use super::*;
     use std::convert::Infallible;
 
-    fn setup(ns: &str, share: &str) -> Setup {
-        Setup::Mps {
+    fn setup(ns: &str, share: &str) -> NvidiaWork {
+        NvidiaWork::Mps {
             gpu_uuid: "GPU-1234".into(),
             minor: 2,
             share: share.into(),

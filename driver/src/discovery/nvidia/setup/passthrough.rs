@@ -5,7 +5,7 @@
 //! needs: the peers with the drivers they had, and which GPUs had persistence mode on. So a
 //! driver killed half way puts back exactly what it found. Whether another claim holds a
 //! function of the group is checked with the other claims, in the core's plan
-//! ([`crate::claims::setup_port::Setup::passed_through`]).
+//! ([`NvidiaWork::passed_through`]).
 
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::Path;
@@ -14,9 +14,10 @@ use std::time::{Duration, Instant};
 use graft_record::{ContainerEdits, DeviceKind, DeviceNode, EnvVar};
 use nix::sys::stat::{major, minor};
 
+use super::kinds::NvidiaWork;
 use super::node::NvidiaSetup;
 use super::vfio::{NVIDIA_DRIVER, VFIO_DRIVER};
-use crate::claims::setup_port::{Setup, SetupError};
+use crate::claims::setup_port::SetupError;
 
 /// A char device node as it is on the host, read with stat.
 fn stat_node(dev_root: &Path, rel: &str) -> Result<DeviceNode, SetupError> {
@@ -42,9 +43,9 @@ fn stat_node(dev_root: &Path, rel: &str) -> Result<DeviceNode, SetupError> {
 }
 
 /// The functions of a VFIO setup with their persistence flag: the GPU first.
-fn with_persistence(setup: &Setup) -> Vec<(&str, bool)> {
+fn with_persistence(setup: &NvidiaWork) -> Vec<(&str, bool)> {
     match setup {
-        Setup::Vfio {
+        NvidiaWork::Vfio {
             pci_bus_id,
             persistence,
             peers,
@@ -59,30 +60,30 @@ fn with_persistence(setup: &Setup) -> Vec<(&str, bool)> {
 pub trait Passthrough {
     /// Passthrough of `pci`: its group's other functions and their drivers, and which of
     /// them have persistence mode on; or why the group cannot go.
-    fn plan_vfio(&self, pci: &str) -> Result<Setup, SetupError>;
+    fn plan_vfio(&self, pci: &str) -> Result<NvidiaWork, SetupError>;
     /// The planned functions moved to vfio-pci (persistence mode off first where it was
     /// on); the edits that hand the group's node to the container.
-    fn apply_vfio(&self, setup: &Setup) -> Result<ContainerEdits, SetupError>;
+    fn apply_vfio(&self, setup: &NvidiaWork) -> Result<ContainerEdits, SetupError>;
     /// Every function back on the driver it had, persistence mode back on where it was;
     /// the first failure is returned once all were tried (the kubelet's retry tries again).
-    fn undo_vfio(&self, setup: &Setup) -> Result<(), SetupError>;
+    fn undo_vfio(&self, setup: &NvidiaWork) -> Result<(), SetupError>;
 }
 
 impl Passthrough for NvidiaSetup {
-    fn plan_vfio(&self, pci: &str) -> Result<Setup, SetupError> {
+    fn plan_vfio(&self, pci: &str) -> Result<NvidiaWork, SetupError> {
         let mut peers = self.vfio.group_peers(pci)?;
         for p in &mut peers {
             p.persistence = self.persistence_on(&p.pci_bus_id, p.driver.as_deref())?;
         }
-        Ok(Setup::Vfio {
+        Ok(NvidiaWork::Vfio {
             pci_bus_id: pci.to_string(),
             persistence: self.persistence_on(pci, self.vfio.driver(pci).as_deref())?,
             peers,
         })
     }
 
-    fn apply_vfio(&self, setup: &Setup) -> Result<ContainerEdits, SetupError> {
-        let Setup::Vfio {
+    fn apply_vfio(&self, setup: &NvidiaWork) -> Result<ContainerEdits, SetupError> {
+        let NvidiaWork::Vfio {
             pci_bus_id, peers, ..
         } = setup
         else {
@@ -102,8 +103,8 @@ impl Passthrough for NvidiaSetup {
         self.vfio_edits(pci_bus_id)
     }
 
-    fn undo_vfio(&self, setup: &Setup) -> Result<(), SetupError> {
-        let Setup::Vfio {
+    fn undo_vfio(&self, setup: &NvidiaWork) -> Result<(), SetupError> {
+        let NvidiaWork::Vfio {
             pci_bus_id, peers, ..
         } = setup
         else {
@@ -192,11 +193,12 @@ mod tests {
     use std::collections::BTreeMap;
     use std::sync::{Arc, Mutex};
 
+    use super::super::kinds::VfioPeer;
     use super::super::persistence::PersistenceMode;
     use super::super::smi::Smi;
     use super::super::vfio::tests::{FakeKernel, BDF, GROUP};
     use super::*;
-    use crate::claims::setup_port::{DeviceSetup, VfioPeer};
+    use crate::claims::setup_port::DeviceSetup;
 
     const AUDIO: &str = "0000:18:00.1";
 
@@ -273,7 +275,7 @@ mod tests {
         let plan = s.plan_vfio(BDF).unwrap();
         assert_eq!(
             plan,
-            Setup::Vfio {
+            NvidiaWork::Vfio {
                 pci_bus_id: BDF.into(),
                 persistence: true,
                 peers: vec![VfioPeer {
@@ -284,8 +286,9 @@ mod tests {
             }
         );
         assert_eq!(plan.passed_through(), vec![BDF, AUDIO]);
+        let record = plan.record().unwrap();
 
-        let edits = s.apply(&plan).unwrap().unwrap();
+        let edits = s.apply(&record).unwrap().unwrap();
         let nodes: Vec<(String, i64, i64)> = edits
             .device_nodes
             .iter()
@@ -304,15 +307,15 @@ mod tests {
             assert_eq!(s.vfio.driver(f).as_deref(), Some("vfio-pci"), "{f}");
         }
         // A retry of the same setup finds it done, and asks nvidia-smi nothing.
-        s.apply(&plan).unwrap();
+        s.apply(&record).unwrap();
         assert_eq!(calls.lock().unwrap().len(), 1);
 
-        s.undo(&plan).unwrap();
+        s.undo(&record).unwrap();
         assert_eq!(s.vfio.driver(BDF).as_deref(), Some("nvidia"));
         assert_eq!(s.vfio.driver(AUDIO).as_deref(), Some("snd_hda_intel"));
         assert_eq!(modes.enabled(BDF).unwrap(), Some(true));
         // Idempotent.
-        s.undo(&plan).unwrap();
+        s.undo(&record).unwrap();
 
         // A group holding another vendor's device is refused before anything is done.
         k.add_function(

@@ -6,12 +6,14 @@
 use graft_api::capacity::{COMPUTE, MEMORY};
 use graft_record::ContainerEdits;
 
+use super::answers;
 use super::dynamic_mig::MigManager;
 use super::error::NvidiaSetupError;
+use super::kinds::NvidiaWork;
 use super::mps::{MpsManager, Share};
 use super::node::NvidiaSetup;
 use super::passthrough::Passthrough;
-use crate::claims::setup_port::{DeviceSetup, Setup, SetupError};
+use crate::claims::setup_port::{DeviceSetup, PciUse, Setup, SetupError};
 use crate::discovery::nvidia::devices::{Identity, Placement};
 use crate::model::Allocated;
 use crate::model::{Device, Kind};
@@ -19,7 +21,7 @@ use crate::opaque::DeviceConfig;
 
 /// A share of an MPS GPU, from what the scheduler allocated: the compute percentage and
 /// memory it consumed (its defaults, the whole GPU, when the API server gave none).
-fn mps_setup(id: &Identity, alloc: &Allocated) -> Result<Setup, &'static str> {
+fn mps_setup(id: &Identity, alloc: &Allocated) -> Result<NvidiaWork, &'static str> {
     let uuid = id
         .uuid
         .as_deref()
@@ -41,21 +43,21 @@ fn mps_setup(id: &Identity, alloc: &Allocated) -> Result<Setup, &'static str> {
         ),
         None => None,
     };
-    Ok(Setup::Mps {
+    Ok(NvidiaWork::Mps {
         gpu_uuid: uuid.to_string(),
         minor,
         share: alloc.share_id.clone().unwrap_or_else(|| "whole".into()),
         compute,
         memory_mib,
-        // The core stamps the claim's (Setup::for_claim).
+        // The core stamps the claim's (NvidiaWork::for_claim).
         namespace: String::new(),
         claim_uid: String::new(),
     })
 }
 
 /// A dynamic MIG placement's setup, from what discovery published about it.
-fn mig_setup(p: &Placement) -> Setup {
-    Setup::Mig {
+fn mig_setup(p: &Placement) -> NvidiaWork {
+    NvidiaWork::Mig {
         gpu_uuid: p.parent_uuid.clone(),
         profile: p.profile,
         start: p.start,
@@ -110,6 +112,45 @@ impl DeviceSetup for NvidiaSetup {
         config: Option<&DeviceConfig>,
         alloc: &Allocated,
     ) -> Result<Option<Setup>, SetupError> {
+        self.plan_work(device, config, alloc)?
+            .map(|w| w.record())
+            .transpose()
+    }
+
+    fn apply(&self, setup: &Setup) -> Result<Option<ContainerEdits>, SetupError> {
+        self.apply_work(&NvidiaWork::read(setup)?)
+    }
+
+    fn undo(&self, setup: &Setup) -> Result<(), SetupError> {
+        self.undo_work(&NvidiaWork::read(setup)?)
+    }
+
+    fn for_claim(
+        &self,
+        setup: Setup,
+        namespace: &str,
+        claim_uid: &str,
+    ) -> Result<Setup, SetupError> {
+        answers::for_claim(setup, namespace, claim_uid)
+    }
+
+    fn excludes(&self, setup: &Setup, held: &Setup) -> Option<SetupError> {
+        answers::excludes(setup, held)
+    }
+
+    fn pci(&self, setup: &Setup) -> Option<PciUse> {
+        answers::pci(setup)
+    }
+}
+
+impl NvidiaSetup {
+    /// What preparing `device` with `config` for `alloc` needs.
+    fn plan_work(
+        &self,
+        device: &Device,
+        config: Option<&DeviceConfig>,
+        alloc: &Allocated,
+    ) -> Result<Option<NvidiaWork>, SetupError> {
         if let Some(cd) = config.and_then(|c| c.family.nvidia.compute_domain.as_ref()) {
             return super::domain::plan(device, cd);
         }
@@ -135,7 +176,7 @@ impl DeviceSetup for NvidiaSetup {
             (Kind::Passthrough, _, Some(_)) => {
                 refuse("a GPU passed through with VFIO cannot be time-sliced")
             }
-            (Kind::Whole, Some(pci_bus_id), Some(s)) => Ok(Some(Setup::TimeSlice {
+            (Kind::Whole, Some(pci_bus_id), Some(s)) => Ok(Some(NvidiaWork::TimeSlice {
                 pci_bus_id,
                 interval: s.interval().smi_value(),
             })),
@@ -168,14 +209,14 @@ impl DeviceSetup for NvidiaSetup {
         }
     }
 
-    fn apply(&self, setup: &Setup) -> Result<Option<ContainerEdits>, SetupError> {
+    fn apply_work(&self, setup: &NvidiaWork) -> Result<Option<ContainerEdits>, SetupError> {
         match setup {
-            Setup::Vfio { .. } => self.apply_vfio(setup).map(Some),
-            Setup::TimeSlice {
+            NvidiaWork::Vfio { .. } => self.apply_vfio(setup).map(Some),
+            NvidiaWork::TimeSlice {
                 pci_bus_id,
                 interval,
             } => self.set_timeslice(pci_bus_id, *interval).map(|()| None),
-            Setup::Mig {
+            NvidiaWork::Mig {
                 gpu_uuid,
                 profile,
                 start,
@@ -185,32 +226,32 @@ impl DeviceSetup for NvidiaSetup {
                 .mig_manager()?
                 .create(gpu_uuid, *profile, *start, *size, *slices)
                 .map(Some),
-            Setup::Mps { .. } => match Share::of(setup) {
+            NvidiaWork::Mps { .. } => match Share::of(setup) {
                 Some(share) => self.mps_manager()?.open_share(&share).map(Some),
                 None => Ok(None),
             },
-            Setup::ComputeDomain { .. } => self.join_domain(setup).map(|()| None),
+            NvidiaWork::ComputeDomain { .. } => self.join_domain(setup).map(|()| None),
             // Nothing on the node; the core keeps a second domain's place out.
-            Setup::ImexDaemon { .. } => self.take_daemon_place(setup).map(|()| None),
+            NvidiaWork::ImexDaemon { .. } => self.take_daemon_place(setup).map(|()| None),
         }
     }
 
-    fn undo(&self, setup: &Setup) -> Result<(), SetupError> {
+    fn undo_work(&self, setup: &NvidiaWork) -> Result<(), SetupError> {
         match setup {
-            Setup::Vfio { .. } => self.undo_vfio(setup),
-            Setup::TimeSlice { pci_bus_id, .. } => self.set_timeslice(pci_bus_id, 0),
-            Setup::Mig {
+            NvidiaWork::Vfio { .. } => self.undo_vfio(setup),
+            NvidiaWork::TimeSlice { pci_bus_id, .. } => self.set_timeslice(pci_bus_id, 0),
+            NvidiaWork::Mig {
                 gpu_uuid,
                 profile,
                 start,
                 ..
             } => self.mig_manager()?.destroy(gpu_uuid, *profile, *start),
-            Setup::Mps { .. } => match Share::of(setup) {
+            NvidiaWork::Mps { .. } => match Share::of(setup) {
                 Some(share) => self.mps_manager()?.close_share(&share),
                 None => Ok(()),
             },
             // The label stays for the domain's other claims here; the controller removes it.
-            Setup::ComputeDomain { .. } | Setup::ImexDaemon { .. } => Ok(()),
+            NvidiaWork::ComputeDomain { .. } | NvidiaWork::ImexDaemon { .. } => Ok(()),
         }
     }
 }
@@ -313,10 +354,12 @@ mod tests {
             .unwrap();
         assert_eq!(
             plan,
-            Setup::TimeSlice {
+            NvidiaWork::TimeSlice {
                 pci_bus_id: BDF.into(),
                 interval: 3
             }
+            .record()
+            .unwrap()
         );
         assert_eq!(s.apply(&plan).unwrap(), None);
         s.undo(&plan).unwrap();

@@ -17,7 +17,8 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use crate::claims::setup_port::{SetupError, VfioPeer};
+use super::kinds::VfioPeer;
+use crate::claims::setup_port::SetupError;
 use crate::discovery::nvidia::devices::{read_trim, PciFunction, PciTree, NVIDIA_VENDOR};
 use crate::discovery::nvidia::setup::error::NvidiaSetupError;
 

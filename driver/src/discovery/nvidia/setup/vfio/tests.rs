@@ -247,7 +247,7 @@ fn group_peers_are_nvidia_functions_only() {
     let peers = v.group_peers(BDF).unwrap();
     assert_eq!(
         peers,
-        vec![crate::claims::setup_port::VfioPeer {
+        vec![crate::discovery::nvidia::setup::VfioPeer {
             pci_bus_id: "0000:18:00.1".into(),
             driver: Some("snd_hda_intel".into()),
             persistence: false,
