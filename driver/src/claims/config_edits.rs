@@ -17,20 +17,23 @@ pub enum ConfigRefused {
         /// The variable.
         name: String,
     },
-    /// Driver capabilities asked of a device that is no NVIDIA GPU.
-    #[error("driverCapabilities apply to NVIDIA GPUs and MIG devices, not to {device}")]
-    NotGpu {
+    /// A family's optional edits asked of a device they do not apply to.
+    #[error("{} apply to {}, not to {device}", .applies.setting, .applies.to)]
+    NotApplicable {
         /// The device.
         device: String,
+        /// The setting, and what it applies to.
+        applies: opaque::Applies,
     },
-    /// A driver capability whose files the node's driver lacks.
-    #[error(
-        "driver capability {capability} was asked for, but the node's NVIDIA driver has no \
-         {capability} files"
-    )]
+    /// An optional edit whose files the node lacks.
+    #[error("{item} {capability} was asked for, but {provider} has no {capability} files")]
     NoCapabilityFiles {
-        /// The capability asked for.
+        /// The edit asked for.
         capability: String,
+        /// What one is called, in its family's words.
+        item: &'static str,
+        /// What provides its files.
+        provider: &'static str,
     },
 }
 
@@ -90,18 +93,21 @@ pub fn apply_config(
             value: value.clone(),
         });
     }
-    if let Some(names) = c.family.optional_edits() {
+    if let Some(asked) = c.family.optional_edits() {
         if !dev.kind.is_accelerator() {
-            return Err(ConfigRefused::NotGpu {
+            return Err(ConfigRefused::NotApplicable {
                 device: dev.name.clone(),
+                applies: asked.applies,
             });
         }
-        for name in names {
+        for name in asked.names {
             let extra =
                 dev.optional_edits
                     .get(name)
                     .ok_or_else(|| ConfigRefused::NoCapabilityFiles {
                         capability: name.to_string(),
+                        item: asked.item,
+                        provider: asked.provider,
                     })?;
             for m in &extra.mounts {
                 if !edits.mounts.iter().any(|x| x.destination == m.destination) {

@@ -93,13 +93,17 @@ pub enum ClaimError {
     },
     /// Sharing settings given for a device that cannot be shared.
     #[error(
-        "request {request}: device {device} cannot be shared (sharing applies to full NVIDIA GPUs)"
+        "request {request}: device {device} cannot be shared ({} applies to {})",
+        .sharing.setting,
+        .sharing.to
     )]
     CannotShare {
         /// The request the device was allocated for.
         request: String,
         /// The device.
         device: String,
+        /// The sharing setting, and what it applies to (its family's words).
+        sharing: crate::opaque::Applies,
     },
     /// A device's backend refused to plan its setup.
     #[error("request {request}: {source}")]

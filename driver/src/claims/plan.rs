@@ -165,10 +165,12 @@ impl Core {
                 ),
                 None => None,
             };
-            if setup.is_none() && config.as_ref().is_some_and(|c| c.family.asks_sharing()) {
+            let sharing = config.as_ref().and_then(|c| c.family.asks_sharing());
+            if let (None, Some(sharing)) = (&setup, sharing) {
                 return Err(ClaimError::CannotShare {
                     request: r.request.clone(),
                     device: r.device.clone(),
+                    sharing,
                 });
             }
             let (edits, env) =

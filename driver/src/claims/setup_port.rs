@@ -100,7 +100,7 @@ impl DeviceSetup for NoSetup {
         config: Option<&DeviceConfig>,
         _: &Allocated,
     ) -> Result<Option<Setup>, SetupError> {
-        if config.is_some_and(|c| c.family.asks_sharing()) {
+        if config.is_some_and(|c| c.family.asks_sharing().is_some()) {
             return Err(SetupError::NotSupported {
                 device: device.name.clone(),
                 reason: "the configuration asks to share it, and no device family on this \

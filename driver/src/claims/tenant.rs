@@ -201,6 +201,10 @@ mod tests {
         let own = ClaimError::CannotShare {
             request: "gpu".into(),
             device: "fuse-0".into(),
+            sharing: crate::opaque::Applies {
+                setting: "sharing",
+                to: "full GPUs",
+            },
         };
         assert_eq!(own.for_tenant("mine"), own.to_string());
         for (text, want) in [

@@ -189,6 +189,10 @@ fn prepares_in_flight_and_failed_by_reason() {
     let share = ClaimError::CannotShare {
         request: "r".into(),
         device: "fuse".into(),
+        sharing: crate::opaque::Applies {
+            setting: "sharing",
+            to: "full GPUs",
+        },
     };
     assert_eq!(claim_reason(&busy), "busy");
     assert_eq!(claim_reason(&gone), "not_found");

@@ -15,6 +15,30 @@ pub enum FamilyKindError {
     Nvidia(#[from] DomainConfigError),
 }
 
+/// A family's setting and the devices it applies to, in the family's words: the core's
+/// refusals name them, and hold no family's words of their own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Applies {
+    /// The setting, as users spell it (`sharing`).
+    pub setting: &'static str,
+    /// The devices it applies to.
+    pub to: &'static str,
+}
+
+/// Optional edits a configuration asks for by name (NVIDIA's driver capabilities), with
+/// the words to refuse them in.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OptionalEdits {
+    /// The names asked for, as the devices' optional edits are keyed.
+    pub names: Vec<&'static str>,
+    /// The setting that asked, and the devices it applies to.
+    pub applies: Applies,
+    /// What one of them is called (`driver capability`).
+    pub item: &'static str,
+    /// What provides their files on the node.
+    pub provider: &'static str,
+}
+
 /// Every family's part of one configuration.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct FamilyConfig {
@@ -55,15 +79,27 @@ impl FamilyConfig {
         self.nvidia.merge(later.nvidia);
     }
 
-    /// Whether sharing settings are given: only a family's setup can honour them, so a
-    /// device without one refuses them.
-    pub fn asks_sharing(&self) -> bool {
-        self.nvidia.sharing.is_some()
+    /// The sharing settings given, if any, and what they apply to: only a family's setup
+    /// can honour them, so a device without one refuses them.
+    pub fn asks_sharing(&self) -> Option<Applies> {
+        self.nvidia.sharing.as_ref().map(|_| Applies {
+            setting: "sharing",
+            to: NvidiaOpaque::SHARING_APPLIES_TO,
+        })
     }
 
-    /// The names of the devices' optional edits asked for (NVIDIA's driver capabilities,
-    /// which apply to its GPUs and MIG devices only); `None` when none are given.
-    pub fn optional_edits(&self) -> Option<Vec<&'static str>> {
-        self.nvidia.optional_edits()
+    /// The devices' optional edits asked for (NVIDIA's driver capabilities, which apply to
+    /// its GPUs and MIG devices only); `None` when none are given.
+    pub fn optional_edits(&self) -> Option<OptionalEdits> {
+        let (item, provider) = NvidiaOpaque::CAPABILITY;
+        Some(OptionalEdits {
+            names: self.nvidia.optional_edits()?,
+            applies: Applies {
+                setting: "driverCapabilities",
+                to: NvidiaOpaque::CAPABILITIES_APPLY_TO,
+            },
+            item,
+            provider,
+        })
     }
 }

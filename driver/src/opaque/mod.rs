@@ -35,7 +35,7 @@ use crate::mapping::base_request;
 
 pub mod families;
 
-pub use families::FamilyConfig;
+pub use families::{Applies, FamilyConfig, OptionalEdits};
 
 /// The `apiVersion` of graft's opaque device configuration.
 pub use graft_api::opaque::API_VERSION;

@@ -6,6 +6,7 @@
 mod concurrency;
 mod crashes;
 mod domains;
+mod family_words;
 mod groups;
 mod old_checkpoints;
 mod operations;

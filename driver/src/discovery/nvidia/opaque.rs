@@ -33,6 +33,13 @@ pub struct NvidiaOpaque {
 impl NvidiaOpaque {
     /// The parameters' fields this part owns, as users spell them.
     pub const FIELDS: &'static [&'static str] = &["sharing", "driverCapabilities"];
+    /// What `sharing` applies to, for the core's refusal of it elsewhere.
+    pub const SHARING_APPLIES_TO: &'static str = "full NVIDIA GPUs";
+    /// What `driverCapabilities` applies to, for the core's refusal of it elsewhere.
+    pub const CAPABILITIES_APPLY_TO: &'static str = "NVIDIA GPUs and MIG devices";
+    /// What one of `driverCapabilities` is called, and what provides its files.
+    pub const CAPABILITY: (&'static str, &'static str) =
+        ("driver capability", "the node's NVIDIA driver");
 
     /// Takes this part's fields out of `rest` (the parameters' fields the generic part does
     /// not know) and parses them.
