@@ -11,8 +11,8 @@
 //! on the Node first when an operator fixes it there (devices.toml, graft-hook's install).
 //! A family that could not start everything asks for one clean restart once its scan works.
 //!
-//! What start-up needs of the world outside the process is behind [`seams`], so that a
-//! test can run it against a recording fake and hold it to this order.
+//! What start-up needs of the world outside the process is behind [`seams`], so that the
+//! tests (`tests`) run it against a recording fake and hold it to this order.
 //!
 //! [`Daemon`]: graft_driver::daemon::Daemon
 
@@ -40,6 +40,8 @@ use crate::{cleanup, endpoints, rescan};
 
 mod seams;
 mod steps;
+#[cfg(test)]
+mod tests;
 
 use seams::{Real, World};
 use steps::{FirstScan, Tasks};
