@@ -272,7 +272,7 @@ const SPAWN_OWNERS: &[(&str, &str)] = &[
     ("driver/src/edge/call.rs", "awaited under the call's deadline; a prepare that outlasts it is handed to a task that awaits it and keeps its result for the retry (`late`)"),
     ("driver/src/events/health.rs", "awaited: reading the records of the devices whose health changed"),
     ("driver/src/events/nri.rs", "awaited: reading graft-nri's status file"),
-    ("driver/src/events/post.rs", "detached: `Poster::spawn`, which nothing calls (assembly.rs runs `with_task`'s task under the Daemon)"),
+    ("driver/src/events/post.rs", "detached: `Poster::spawn`, which nothing calls (graft-driver's assembly runs `with_task`'s task under the Daemon)"),
     ("driver/src/events/refusals.rs", "awaited: draining graft-nri's refusal journal"),
     ("driver/src/metrics/mod.rs", "awaited: counting claims and records for the gauges"),
     ("driver/src/plugin/mod.rs", "the DRA and registration servers: `serve` holds both and awaits them at shutdown"),

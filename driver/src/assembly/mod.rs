@@ -2,36 +2,49 @@
 //! answers throughout); the families opened and graft-nri's policy built from them before
 //! the core; each family's work before the first scan (the MIG ledger seeded from the
 //! checkpoint, graft-hook installed); the checkpoint settled before any family's work that
-//! reads it (the MPS shares); the long-running tasks last, each a named task of one
-//! [`Daemon`]; then the kubelet plugin until a signal or a restart request.
+//! reads it (the MPS shares); the long-running tasks, each a named task of one [`Daemon`]
+//! (the Event poster and the state-directory watchers before the checkpoint settles, the
+//! rest once it has and the families have started theirs); then the kubelet plugin until
+//! a signal or a restart request, after which the tasks are stopped.
+//!
+//! A family that fails to open or to do its work before the first scan ends start-up, told
+//! on the Node first when an operator fixes it there (devices.toml, graft-hook's install).
+//! A family that could not start everything asks for one clean restart once its scan works.
+//!
+//! What start-up needs of the world outside the process is behind [`seams`], so that the
+//! tests (`tests`) run it against a recording fake and hold it to this order.
+//!
+//! [`Daemon`]: graft_driver::daemon::Daemon
 
 use std::future::Future;
-use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use graft_driver::backend::router::Router;
-use graft_driver::backend::{Backend, Node, Running};
+use graft_driver::backend::Running;
 use graft_driver::claims::seams::{KillAt, NriGate, StatusFile};
-use graft_driver::claims::Core;
 use graft_driver::coexistence::Verdict;
-use graft_driver::daemon::{Daemon, Ends};
-use graft_driver::discovery::inventory::Inventory;
-use graft_driver::discovery::{inotify, report, Discovery};
+use graft_driver::discovery::report;
 use graft_driver::edge::{Edge, PodCache, KUBELET_DEADLINE};
 use graft_driver::events::node as node_events;
-use graft_driver::events::{node_ref, Poster};
+use graft_driver::events::node_ref;
 use graft_driver::health::HealthReport;
 use graft_driver::metrics::DriverMetrics;
 use graft_driver::plugin::registration::RegistrationState;
 use graft_driver::plugin::{self, PluginPaths};
 use graft_driver::publisher::Publisher;
-use graft_record::InjectionPolicy;
-use kube::runtime::events::Recorder;
 
 use crate::args::Args;
 use crate::{cleanup, endpoints, rescan};
+
+mod seams;
+mod steps;
+#[cfg(test)]
+mod tests;
+
+use seams::{Real, World};
+use steps::{FirstScan, Tasks};
 
 /// How long the tasks get to stop at shutdown.
 const STOP_WAIT: Duration = Duration::from_secs(2);
@@ -42,70 +55,41 @@ pub async fn run(
     started: Instant,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
+    run_in(&Real, args, started, shutdown).await
+}
+
+/// [`run`], in `world`.
+async fn run_in(
+    world: &dyn World,
+    args: Args,
+    started: Instant,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
     if let Err(r) = graft_driver::limits::check_qualified_name(&format!("{}/x", args.driver_name)) {
         bail!("--driver-name {:?}: {r}", args.driver_name);
     }
     // Served from the start: liveness answers while discovery and start-up run.
     let metrics = Arc::new(DriverMetrics::default());
     let registration = Arc::new(Mutex::new(RegistrationState::default()));
-    let mut daemon = graft_driver::daemon::counted(metrics.clone());
-    endpoints::telemetry(&metrics, registration.clone(), daemon.ended()).serve(
+    let daemon = graft_driver::daemon::counted(metrics.clone());
+    world.serve_probes(
+        endpoints::telemetry(&metrics, registration.clone(), daemon.ended()),
         graft_telemetry::parse_addr(&args.metrics_addr)?,
-        Some(&args.health_socket),
+        &args.health_socket,
     );
+    let mut tasks = Tasks::new(daemon, world);
 
     let boot_id = graft_record::read_boot_id(&args.boot_id_path)?;
     // Rescan requests: from inotify, and from setups that change what the node offers.
     let (wake_tx, wake_rx) = tokio::sync::mpsc::channel(1);
-    let node = Node {
-        node_name: args.node_name.clone(),
-        driver_name: args.driver_name.clone(),
-        state_dir: args.state_dir.clone(),
-        host_root: args.host_root.clone(),
-        sysfs_root: args.sysfs_root.clone(),
-        proc_root: args.proc_root.clone(),
-        dev_root: args.dev_root.clone(),
-        device_config: args.device_config.clone(),
-        allowed_mount_roots: args.allowed_mount_roots.clone(),
-        metrics: metrics.clone(),
-        rescan: wake_tx.clone(),
-    };
+    let node = steps::node(&args, &metrics, wake_tx.clone());
     // Made before the families open (no request yet): a start-up that fails on devices.toml
     // or graft-hook's install says so on the Node before the process ends.
-    let client = kube::Client::try_default()
-        .await
-        .context("no Kubernetes client configuration (in-cluster or KUBECONFIG)")?;
-    let recorder = graft_driver::events::recorder(client.clone(), &args.node_name);
-    let mut backends = match open(&args, &node) {
-        Ok(b) => b,
-        Err(e) => return Err(told(&recorder, &args.node_name, e).await),
-    };
-    let policy = policy(&args, &backends).context(
-        "the injection policy (--nvidia-hook-path, --allowed-mount-roots, --nvidia-ldconfig)",
-    )?;
-    tracing::info!(mount_roots = ?policy.mount_roots(), hook = policy.hook_path(), "injection policy");
-    let mut core = Core::new(
-        &args.driver_name,
-        &args.node_name,
-        args.state_dir.clone(),
-        &boot_id,
-    )?
-    .with_policy(policy);
-    for b in &mut backends {
-        if let Err(e) = b.before_scan(&core) {
-            return Err(told(&recorder, &args.node_name, e.into()).await);
-        }
-    }
-    // Never fatal: a failing backend is reported and retried, the others are published.
-    let discoveries: Vec<Box<dyn Discovery>> = backends
-        .iter_mut()
-        .filter_map(|b| b.take_discovery())
-        .collect();
-    let mut inventory = Inventory::new(&discoveries);
-    let first_scan = inventory.scan(&discoveries, std::time::SystemTime::now());
-    report::record(&first_scan, &inventory, &metrics);
-    let devices = inventory.devices().to_vec();
-    tracing::info!(devices = devices.len(), "discovered devices");
+    let client = world.client().await?;
+    let recorder = world.node_events(&client, &args.node_name);
+    let (mut backends, mut core) =
+        steps::families(world, &args, &node, &boot_id, recorder.as_ref()).await?;
+    let scan = FirstScan::of(&mut backends, &metrics);
     // A family that could not start everything (NVML missing) has graft-driver restart
     // (once, cleanly) when its scan works.
     let restart = Arc::new(tokio::sync::Notify::new());
@@ -119,7 +103,7 @@ pub async fn run(
     }
     let router = Router::new(backends.iter().filter_map(|b| b.route()).collect());
     core = core.with_setup(Arc::new(router));
-    core.set_inventory(&devices);
+    core.set_inventory(&scan.devices);
     let margin = Duration::from_secs(args.deadline_margin_seconds);
     if margin >= KUBELET_DEADLINE {
         bail!(
@@ -128,13 +112,13 @@ pub async fn run(
             KUBELET_DEADLINE.as_secs()
         );
     }
-    let (events, posting) = Poster::with_task(recorder);
-    daemon.spawn("event-poster", posting);
-    report::post(&first_scan.changes, &events, &args.node_name);
+    let (events, posting) = recorder.poster();
+    tasks.spawn("event-poster", posting);
+    report::post(&scan.changes, &events, &args.node_name);
     let mut pods = PodCache::default();
     if args.pod_cache {
         let (cache, watching) = PodCache::watch(client.clone(), &args.node_name);
-        daemon.spawn("pod-cache", watching);
+        tasks.spawn("pod-cache", watching);
         pods = cache;
     }
     let edge = Arc::new(
@@ -156,7 +140,7 @@ pub async fn run(
     };
     let (coexistence_tx, coexistence) = tokio::sync::watch::channel(first);
     if guard {
-        daemon.spawn(
+        tasks.spawn(
             "device-plugin-guard",
             graft_driver::coexistence::run(
                 client.clone(),
@@ -168,7 +152,7 @@ pub async fn run(
             ),
         );
     }
-    daemon.spawn(
+    tasks.spawn(
         "nri-events",
         graft_driver::events::nri::run(
             events.clone(),
@@ -179,7 +163,7 @@ pub async fn run(
             nri_outage_tx,
         ),
     );
-    daemon.spawn(
+    tasks.spawn(
         "refusal-events",
         graft_driver::events::refusals::run(events.clone(), args.state_dir.clone()),
     );
@@ -189,15 +173,16 @@ pub async fn run(
             node_ref(&args.node_name),
         );
     }
+    world.at(seams::Point::Settled);
     for b in &backends {
         b.after_startup(Arc::clone(edge.core())).await;
     }
-    rescan::refresh_absent(args.state_dir.clone(), devices.clone()).await;
+    rescan::refresh_absent(args.state_dir.clone(), scan.devices.clone()).await;
     let nri_status = StatusFile {
         state_dir: args.state_dir.clone(),
         boot_id: boot_id.clone(),
     };
-    daemon.spawn(
+    tasks.spawn(
         "claim-counts",
         graft_driver::metrics::keep_counts(
             metrics.clone(),
@@ -207,7 +192,7 @@ pub async fn run(
         ),
     );
 
-    let (inv_tx, inv_rx) = tokio::sync::watch::channel(devices);
+    let (inv_tx, inv_rx) = tokio::sync::watch::channel(scan.devices);
     // Device health: from the families that watch it (NVIDIA: NVML events); without one
     // every device stays healthy and the channel only feeds the kubelet's health stream.
     let (health_tx, health_rx) = tokio::sync::watch::channel(HealthReport::default());
@@ -219,7 +204,7 @@ pub async fn run(
         health: &health_tx,
     };
     for b in &mut backends {
-        b.start(&mut daemon, &running)?;
+        b.start(&mut tasks.daemon, &running)?;
     }
     let publisher = Publisher::new(
         client,
@@ -232,16 +217,16 @@ pub async fn run(
     .with_coexistence(coexistence)
     .with_metrics(metrics.clone())
     .with_snapshot(args.state_dir.clone());
-    daemon.spawn("publisher", publisher.run(inv_rx.clone()));
-    daemon.spawn(
+    tasks.spawn("publisher", publisher.run(inv_rx.clone()));
+    tasks.spawn(
         "device-metrics",
         graft_driver::metrics::watch_devices(metrics.clone(), inv_rx.clone(), health_rx.clone()),
     );
-    let discoveries = Arc::new(discoveries);
-    watch_changes(&mut daemon, &discoveries, wake_tx);
+    let discoveries = Arc::new(scan.discoveries);
+    tasks.watch_changes(&discoveries, wake_tx);
     let rescans = rescan::Rescan {
         backends: discoveries,
-        inventory,
+        inventory: scan.inventory,
         core: Arc::clone(edge.core()),
         state_dir: args.state_dir.clone(),
         every: Duration::from_secs(args.rescan_seconds.max(1)),
@@ -255,8 +240,8 @@ pub async fn run(
         wake: wake_rx,
         out: inv_tx,
     };
-    daemon.spawn("rescan", rescan::run(rescans));
-    daemon.spawn(
+    tasks.spawn("rescan", rescan::run(rescans));
+    tasks.spawn(
         "cleanup",
         cleanup::run(
             Arc::clone(&edge),
@@ -280,77 +265,13 @@ pub async fn run(
         inventory: inv_rx,
         health: health_rx,
     };
-    let served = plugin::serve(edge, &paths, registration, Some(feed), stop).await;
+    let served = world
+        .serve_plugin(edge, &paths, registration, feed, Box::pin(stop))
+        .await;
     // Tasks still running at the deadline are logged and aborted: the process stops anyway.
-    let _overdue = daemon.shutdown(STOP_WAIT).await;
+    let _overdue = tasks.daemon.shutdown(STOP_WAIT).await;
     // Held until the end: without a health source, the report stays live and empty.
     drop(health_tx);
     served?;
     Ok(())
-}
-
-/// The families `--discovery` names, each once, in its order.
-/// `e`, after its Event on the Node when it is one an operator fixes on the node
-/// (devices.toml, graft-hook's install).
-async fn told(recorder: &Recorder, node: &str, e: anyhow::Error) -> anyhow::Error {
-    if let Some(ev) = node_events::startup_failure(e.as_ref()) {
-        node_events::post_before_exit(recorder, node, ev).await;
-    }
-    e
-}
-
-fn open(args: &Args, node: &Node) -> anyhow::Result<Vec<Box<dyn Backend>>> {
-    let mut out: Vec<Box<dyn Backend>> = Vec::new();
-    for &family in &args.discovery {
-        if out.iter().any(|b| b.name() == family.name()) {
-            continue;
-        }
-        out.push(family.open(node, &args.backends)?);
-    }
-    if out.is_empty() {
-        bail!("--discovery: no backend selected");
-    }
-    Ok(out)
-}
-
-/// graft-nri's injection policy: the common roots, and what the families add.
-fn policy(
-    args: &Args,
-    backends: &[Box<dyn Backend>],
-) -> Result<InjectionPolicy, graft_record::InvalidRecord> {
-    let injections: Vec<_> = backends.iter().filter_map(|b| b.injection()).collect();
-    let family_roots: Vec<String> = injections
-        .iter()
-        .flat_map(|i| i.mount_roots.iter().cloned())
-        .collect();
-    let policy = InjectionPolicy::for_node(
-        &args.state_dir,
-        &args.backends.nvidia.nvidia_hook_path,
-        &family_roots,
-        &args.allowed_mount_roots,
-    )?;
-    // One ldconfig: graft-hook's `--ldconfig` names one (only NVIDIA asks for it today).
-    match injections.first() {
-        Some(i) => policy.with_ldconfig(&i.ldconfig),
-        None => Ok(policy),
-    }
-}
-
-/// Rescans on changes in the watched directories: an inotify thread wakes the rescan task.
-fn watch_changes(
-    daemon: &mut Daemon,
-    discoveries: &Arc<Vec<Box<dyn Discovery>>>,
-    wake: tokio::sync::mpsc::Sender<()>,
-) {
-    let watched = Arc::clone(discoveries);
-    let watch_paths =
-        move || -> Vec<PathBuf> { watched.iter().flat_map(|b| b.watch_paths()).collect() };
-    match inotify::watcher_thread(watch_paths, wake) {
-        Ok((n, thread)) => {
-            tracing::debug!(directories = n, "watching for device changes");
-            // A failed read leaves the periodic rescans: logged there, not a failure.
-            daemon.watch_thread("inotify", Ends::MayReturn, thread);
-        }
-        Err(e) => tracing::warn!(error = %e, "no change notification; periodic rescans only"),
-    }
 }
