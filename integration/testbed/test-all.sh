@@ -91,11 +91,10 @@ warm_pid=$!
 rc=0
 # The cluster tier is the run's longest path: what runs beside it yields the CPUs to it
 # (its API server, kubelet and containerd) and takes what they leave, most of it.
-cargo() { nice -n 10 command cargo "$@"; }
-cargo clippy --workspace --all-targets --quiet -- -D warnings || rc=1
+nice -n 10 cargo clippy --workspace --all-targets --quiet -- -D warnings || rc=1
 phase "clippy (beside the cluster tier)"
-cargo test --workspace --no-run --quiet --lib --bins --tests 2>/dev/null ||
-  cargo test --workspace --no-run --lib --bins --tests || rc=1
+nice -n 10 cargo test --workspace --no-run --quiet --lib --bins --tests 2>/dev/null ||
+  nice -n 10 cargo test --workspace --no-run --lib --bins --tests || rc=1
 phase "build: the crates' tests"
 # The fast tier (no root, no testbed), linted above.
 nice -n 10 bash integration/testbed/fast-tier.sh --no-lint 2>&1 | tee "$log"
