@@ -15,10 +15,11 @@ if [ "${1:-}" != --no-lint ]; then
   echo "fast-tier: fmt and clippy in $((SECONDS - start)) s" >&2
 fi
 rc=0
-cargo test --workspace --exclude graft-integration --no-fail-fast --lib --bins --tests || rc=1
-# The harness's own tests and the workspace's rules; its suite (`--test suite`) is the node
-# and cluster tiers.
-cargo test -p graft-integration --no-fail-fast --lib --bins --test 'workspace_*' || rc=1
+# One cargo invocation over the whole workspace: a narrower one (-p, --exclude) unifies
+# other features and compiles kube and graft's crates a second time. The integration
+# suite (the node and cluster tiers) is `test = false`, so `--tests` leaves it out and runs
+# the harness's own tests and the workspace's rules (integration/tests/workspace_*.rs).
+cargo test --workspace --no-fail-fast --lib --bins --tests || rc=1
 # Doc-tests only where there are some (the NRI SDK's usage example): the other crates'
 # empty runs would only lengthen the log.
 cargo test -p graft-nri-sdk --doc || rc=1
