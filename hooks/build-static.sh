@@ -10,6 +10,12 @@
 # TRIPLE defaults to the host's. A cross triple needs its linker and C compiler named the
 # usual way (CARGO_TARGET_<TRIPLE>_LINKER, CC_<triple>), as deploy/release/release.sh does.
 set -euo pipefail
+# The integration suite runs under RUSTC_BOOTSTRAP=1 (test-all.sh, for libtest's per-test
+# times), and its cluster tests run this script. Cargo keeps that variable in every
+# fingerprint, so a build under it rebuilds the build scripts and proc-macros that the
+# workspace's own builds share in target/debug, and every later workspace build then
+# compiles most of its dependencies again.
+unset RUSTC_BOOTSTRAP
 
 cd "$(dirname "$0")/.."
 profile=debug

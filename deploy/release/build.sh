@@ -12,6 +12,10 @@
 # graft-hook gets a target directory of its own below it: its RUSTFLAGS (+crt-static) differ,
 # and sharing one directory would rebuild the other binaries' dependencies on every run.
 set -euo pipefail
+# Not a nightly build, whoever runs it (the integration suite runs under RUSTC_BOOTSTRAP=1,
+# which cargo keeps in its fingerprints: a build with and one without it rebuild each
+# other's dependencies).
+unset RUSTC_BOOTSTRAP
 out=$1
 shift
 [ $# -gt 0 ] || { echo "build.sh: no target triple" >&2; exit 2; }
