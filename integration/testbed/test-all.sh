@@ -93,8 +93,8 @@ rc=0
 # (its API server, kubelet and containerd) and takes what they leave, most of it.
 nice -n 10 cargo clippy --workspace --all-targets --quiet -- -D warnings || rc=1
 phase "clippy (beside the cluster tier)"
-nice -n 10 cargo test --workspace --no-run --quiet --lib --bins --tests 2>/dev/null ||
-  nice -n 10 cargo test --workspace --no-run --lib --bins --tests || rc=1
+nice -n 10 cargo test --workspace --no-run --quiet --lib --bins --tests --examples 2>/dev/null ||
+  nice -n 10 cargo test --workspace --no-run --lib --bins --tests --examples || rc=1
 phase "build: the crates' tests"
 # The fast tier (no root, no testbed), linted above.
 nice -n 10 bash integration/testbed/fast-tier.sh --no-lint 2>&1 | tee "$log"

@@ -8,7 +8,10 @@
 //! deadline and a panic guard ([`guard`]): a late or panicking handler fails its request
 //! instead of getting the plugin dropped.
 //!
-//! ```no_run
+//! In short (the whole plugin, compiled with the workspace's tests, is
+//! `examples/hello_env.rs`):
+//!
+//! ```ignore
 //! use std::sync::Arc;
 //! use graft_nri_sdk::{async_trait, nri, run, Event, EventMask, NriPlugin, Options, Transport};
 //!
