@@ -4,9 +4,6 @@ use std::path::PathBuf;
 
 use graft_record::RecordError;
 
-use crate::claims::lifecycle::InvalidStep;
-use crate::discovery::config::InvalidEntry;
-
 /// A driver library result.
 pub type Result<T, E = DriverError> = std::result::Result<T, E>;
 
@@ -46,9 +43,10 @@ pub enum DriverError {
         path: PathBuf,
         /// Which entry.
         entry: String,
-        /// Why it is refused.
+        /// Why it is refused (discovery's `InvalidEntry`; boxed so that this crate-wide
+        /// error, which discovery uses, names no type of discovery's).
         #[source]
-        source: Box<InvalidEntry>,
+        source: Box<dyn std::error::Error + Send + Sync>,
     },
     /// A glob of the device config does not parse.
     #[error("device config {path}: path {pattern}: {source}")]
@@ -100,9 +98,10 @@ pub enum DriverError {
     Step {
         /// The claim's UID.
         claim: PathBuf,
-        /// The step refused.
+        /// The step refused (the life cycle's `InvalidStep`; boxed so that this crate-wide
+        /// error, which claims uses, names no type of claims').
         #[source]
-        source: InvalidStep,
+        source: Box<dyn std::error::Error + Send + Sync>,
     },
     /// The plugin socket cannot be served.
     #[error("plugin socket {path}: {reason}")]
@@ -166,5 +165,41 @@ impl DriverError {
                 | DriverError::ConfigEntry { .. }
                 | DriverError::ConfigGlob { .. }
         )
+    }
+}
+
+/// Why a family could not be opened or started. Here, beside [`DriverError`], so that the
+/// Events about a failed start (`events`) read it without importing the families' port.
+#[derive(Debug, thiserror::Error)]
+pub enum BackendError {
+    /// A family's discovery could not be made (its config is unreadable or invalid).
+    #[error(transparent)]
+    Discovery(#[from] DriverError),
+    /// A step of the family's start failed (the message is the step, as the log's chain
+    /// shows it above its cause).
+    #[error("{what}")]
+    Step {
+        /// The family whose start failed.
+        family: &'static str,
+        /// The step.
+        what: &'static str,
+        /// Its cause.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+}
+
+impl BackendError {
+    /// `family`'s step `what` failed with `source`.
+    pub fn step(
+        family: &'static str,
+        what: &'static str,
+        source: impl Into<Box<dyn std::error::Error + Send + Sync>>,
+    ) -> Self {
+        BackendError::Step {
+            family,
+            what,
+            source: source.into(),
+        }
     }
 }

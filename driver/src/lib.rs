@@ -13,6 +13,7 @@ pub mod error;
 pub mod events;
 pub mod families;
 pub mod health;
+pub mod inotify;
 pub mod limits;
 pub mod mapping;
 pub mod metrics;

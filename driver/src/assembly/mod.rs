@@ -218,9 +218,19 @@ async fn run_in(
     .with_metrics(metrics.clone())
     .with_snapshot(args.state_dir.clone());
     tasks.spawn("publisher", publisher.run(inv_rx.clone()));
+    let health_reasons = backends
+        .iter()
+        .flat_map(|b| b.health_reasons())
+        .copied()
+        .collect();
     tasks.spawn(
         "device-metrics",
-        graft_driver::metrics::watch_devices(metrics.clone(), inv_rx.clone(), health_rx.clone()),
+        graft_driver::metrics::watch_devices(
+            metrics.clone(),
+            inv_rx.clone(),
+            health_rx.clone(),
+            health_reasons,
+        ),
     );
     let discoveries = Arc::new(scan.discoveries);
     tasks.watch_changes(&discoveries, wake_tx);

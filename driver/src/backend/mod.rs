@@ -7,5 +7,7 @@
 
 mod port;
 pub mod router;
+pub mod scan;
 
 pub use port::{Backend, BackendError, Injection, Node, Running};
+pub use scan::{Discovery, Unavailable};

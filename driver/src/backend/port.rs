@@ -8,9 +8,10 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use tokio::sync::{mpsc, watch};
 
+use super::scan::Discovery;
 use crate::claims::Core;
 use crate::daemon::Daemon;
-use crate::discovery::scan::Discovery;
+pub use crate::error::BackendError;
 use crate::health::HealthReport;
 use crate::metrics::DriverMetrics;
 use crate::model::Device;
@@ -66,41 +67,6 @@ pub struct Running<'a> {
     pub health: &'a watch::Sender<HealthReport>,
 }
 
-/// Why a family could not be opened or started.
-#[derive(Debug, thiserror::Error)]
-pub enum BackendError {
-    /// A family's discovery could not be made (its config is unreadable or invalid).
-    #[error(transparent)]
-    Discovery(#[from] crate::error::DriverError),
-    /// A step of the family's start failed (the message is the step, as the log's chain
-    /// shows it above its cause).
-    #[error("{what}")]
-    Step {
-        /// The family whose start failed.
-        family: &'static str,
-        /// The step.
-        what: &'static str,
-        /// Its cause.
-        #[source]
-        source: Box<dyn std::error::Error + Send + Sync>,
-    },
-}
-
-impl BackendError {
-    /// `family`'s step `what` failed with `source`.
-    pub fn step(
-        family: &'static str,
-        what: &'static str,
-        source: impl Into<Box<dyn std::error::Error + Send + Sync>>,
-    ) -> Self {
-        BackendError::Step {
-            family,
-            what,
-            source: source.into(),
-        }
-    }
-}
-
 /// A device family (the port every family implements). The assembly calls these in this order: [`Backend::injection`],
 /// [`Backend::before_scan`], [`Backend::take_discovery`] and [`Backend::route`],
 /// [`Backend::after_startup`] (the checkpoint settled), [`Backend::start`].
@@ -108,6 +74,12 @@ impl BackendError {
 pub trait Backend: Send + Sync {
     /// The family's name, as `--discovery` spells it.
     fn name(&self) -> &'static str;
+    /// The reasons its health monitor gives a device (besides `xid-<n>`), each its own
+    /// `kind` of `graft_driver_health_events_total`: the metric's labels stay a closed set
+    /// that the families, not the core, spell.
+    fn health_reasons(&self) -> &'static [&'static str] {
+        &[]
+    }
     /// What it adds to graft-nri's policy, if anything.
     fn injection(&self) -> Option<Injection> {
         None

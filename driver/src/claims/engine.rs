@@ -237,7 +237,7 @@ impl Core {
     pub(super) fn step(uid: &str, from: Stage, step: Step) -> Result<Stage> {
         next(from, step).map_err(|source| DriverError::Step {
             claim: PathBuf::from(uid),
-            source,
+            source: Box::new(source),
         })
     }
 

@@ -7,7 +7,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, SystemTime};
 
-use super::scan::{Discovery, Unavailable};
+use crate::backend::scan::{Discovery, Unavailable};
 use crate::model::Device;
 
 /// A backend whose scans fail.

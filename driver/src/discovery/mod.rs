@@ -27,16 +27,14 @@
 pub mod char;
 pub mod config;
 pub mod files;
-pub mod inotify;
 pub mod inventory;
 pub mod nvidia;
 pub mod pcie;
 pub mod render;
 pub mod report;
-pub mod scan;
 
 #[cfg(doc)]
 use crate::{claims::setup_port::Setup, model::Device, model::Kind};
 
+pub use crate::backend::scan::{Discovery, Unavailable};
 pub use pcie::pcie_root;
-pub use scan::{Discovery, Unavailable};

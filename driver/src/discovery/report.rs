@@ -93,7 +93,7 @@ pub fn seconds_since(t: SystemTime) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::discovery::scan::Unavailable;
+    use crate::backend::scan::Unavailable;
     use std::time::Duration;
 
     #[test]

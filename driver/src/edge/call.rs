@@ -10,11 +10,12 @@ use kube::api::Api;
 use super::errors::{core_error, in_progress, told, CallError, ClaimFailure, ClaimOutcome};
 use super::fetch::{fetch, Fetched};
 use super::pods::PodCache;
+use super::reasons::{call_reason, claim_reason};
 use crate::claims::input::{ClaimError, Outcome};
 use crate::claims::{Core, CoreResult, PreparedDevice};
 use crate::events::claims::prepare_failed;
 use crate::events::Poster;
-use crate::metrics::prepare::{call_reason, claim_reason, InFlight, DEADLINE};
+use crate::metrics::prepare::{InFlight, DEADLINE};
 use crate::metrics::DriverMetrics;
 use crate::model::ClaimId;
 

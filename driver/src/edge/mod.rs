@@ -10,7 +10,9 @@ mod fetch;
 #[cfg(test)]
 mod fetch_tests;
 mod pods;
+mod reasons;
 
 pub use call::{Edge, DEFAULT_MARGIN, KUBELET_DEADLINE};
 pub use errors::{CallError, ClaimFailure, ClaimOutcome};
 pub use pods::PodCache;
+pub use reasons::{call_reason, claim_reason};

@@ -10,10 +10,12 @@ use std::time::Duration;
 use kube::runtime::events::{Event, EventType, Recorder};
 
 use super::post::{bounded_note, node_ref};
-use crate::backend::BackendError;
 use crate::claims::Rebuilt;
-use crate::discovery::nvidia::backend::INSTALLING_HOOK;
-use crate::error::DriverError;
+use crate::error::{BackendError, DriverError};
+
+/// The start-up step that installs graft-hook (the family that needs it names its step
+/// so), whose failure gets an Event of its own ([`HOOK_INSTALL_FAILED`]).
+pub const INSTALLING_HOOK: &str = "installing graft-hook";
 
 /// devices.toml is unreadable or refused (at start-up, or after an edit).
 pub const DEVICE_CONFIG_INVALID: &str = "DeviceConfigInvalid";

@@ -11,7 +11,7 @@ use graft_record::refusals::{self, Refusal};
 use kube::runtime::events::{Event, EventType};
 
 use super::post::{pod_ref, Poster, Posting};
-use crate::discovery::inotify;
+use crate::inotify;
 
 /// The Event reason of a container graft-nri refused.
 pub const REFUSED: &str = "DeviceInjectionRefused";

@@ -14,7 +14,6 @@ use prometheus_client::registry::Registry;
 use tokio::sync::{watch, Notify};
 
 use crate::claims::Core;
-use crate::discovery::nvidia::health::classify::REASONS;
 use crate::health::{Condition, HealthReport};
 use crate::model::Device;
 
@@ -292,14 +291,19 @@ impl DriverMetrics {
     }
 
     /// Counts each device whose condition or reason changed from `before` to `now`.
-    fn count_health_events(&self, before: &HealthReport, now: &HealthReport) {
+    fn count_health_events(
+        &self,
+        before: &HealthReport,
+        now: &HealthReport,
+        reasons: &[&'static str],
+    ) {
         for (name, h) in &now.devices {
             let same = before
                 .get(name)
                 .is_some_and(|b| b.condition == h.condition && b.reason == h.reason);
             if !same {
                 self.health_events
-                    .get_or_create(&event_labels(&h.reason))
+                    .get_or_create(&event_labels(&h.reason, reasons))
                     .inc();
             }
         }
@@ -322,9 +326,9 @@ fn observe(h: &Histograms, ok: bool, elapsed: Duration) {
         .observe(elapsed.as_secs_f64());
 }
 
-/// A health reason as bounded labels: `xid-79` -> (xid, 79); the health module's reasons as
+/// A health reason as bounded labels: `xid-79` -> (xid, 79); the families' `reasons` as
 /// themselves; anything else `other`.
-fn event_labels(reason: &str) -> EventLabels {
+fn event_labels(reason: &str, reasons: &[&'static str]) -> EventLabels {
     if let Some(n) = reason.strip_prefix("xid-") {
         let xid = if !n.is_empty() && n.len() <= 4 && n.bytes().all(|b| b.is_ascii_digit()) {
             n.to_string()
@@ -333,7 +337,7 @@ fn event_labels(reason: &str) -> EventLabels {
         };
         return EventLabels { kind: "xid", xid };
     }
-    let kind = REASONS
+    let kind = reasons
         .iter()
         .find(|r| **r == reason)
         .copied()
@@ -344,18 +348,20 @@ fn event_labels(reason: &str) -> EventLabels {
     }
 }
 
-/// Keeps the device gauges and health event counts up to date with the inventory and health.
+/// Keeps the device gauges and health event counts up to date with the inventory and health;
+/// `reasons` are the families' health reasons ([`crate::backend::Backend::health_reasons`]).
 pub async fn watch_devices(
     metrics: Arc<DriverMetrics>,
     mut inventory: watch::Receiver<Vec<Device>>,
     mut health: watch::Receiver<HealthReport>,
+    reasons: Vec<&'static str>,
 ) {
     let mut last = HealthReport::default();
     loop {
         {
             let devices = inventory.borrow_and_update();
             let now = health.borrow_and_update();
-            metrics.count_health_events(&last, &now);
+            metrics.count_health_events(&last, &now, &reasons);
             metrics.set_devices(&devices, &now);
             last = now.clone();
         }

@@ -1,17 +1,13 @@
 //! Prepares under way and failed: `graft_driver_prepare_in_flight` and
 //! `graft_driver_prepare_errors_total{reason}`, the reason from the error's type in a small
-//! closed set ([`REASONS`]). This is the one place errors become reasons; an error variant
-//! added to [`ClaimError`] or [`CallError`] must be given one here (the matches are
-//! exhaustive).
+//! closed set ([`REASONS`]). Which error is which reason is decided in one place, beside
+//! the call that counts them: `crate::edge::reasons`.
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
-
-use crate::claims::input::ClaimError;
-use crate::edge::CallError;
 
 /// The claim's opaque configuration (or what the record built from it would inject) is
 /// refused: the claim's author fixes it.
@@ -42,39 +38,6 @@ pub const REASONS: [&str; 8] = [
     API,
     INTERNAL,
 ];
-
-/// The reason of one claim's failure.
-pub fn claim_reason(e: &ClaimError) -> &'static str {
-    match e {
-        ClaimError::Config(_)
-        | ClaimError::Configure { .. }
-        | ClaimError::CannotShare { .. }
-        | ClaimError::SetupRefused { .. }
-        | ClaimError::Policy { .. } => BAD_CONFIG,
-        ClaimError::NotInPool { .. } | ClaimError::NotPresent { .. } => NOT_FOUND,
-        ClaimError::InProgress { .. }
-        | ClaimError::DevicesBusy { .. }
-        | ClaimError::AlreadyPrepared { .. } => BUSY,
-        ClaimError::NriNotReady(_) => NRI_UNAVAILABLE,
-        ClaimError::Setup { .. } | ClaimError::UnreadableSetup { .. } => SETUP,
-        ClaimError::PodsUnreadable(_) => API,
-        ClaimError::SetupPanicked { .. } | ClaimError::Local { .. } => INTERNAL,
-    }
-}
-
-/// The reason of a failure that fails every claim of the call.
-pub fn call_reason(e: &CallError) -> &'static str {
-    match e {
-        CallError::Fetch { .. } => API,
-        CallError::NotFound { .. }
-        | CallError::Replaced { .. }
-        | CallError::NotAllocated { .. } => NOT_FOUND,
-        CallError::Local(_)
-        | CallError::Internal(_)
-        | CallError::Crashed(_)
-        | CallError::StartupUnfinished => INTERNAL,
-    }
-}
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ReasonLabel {

@@ -19,27 +19,31 @@ fn unhealthy(reason: &str) -> DeviceHealth {
     }
 }
 
+/// The NVIDIA family's health reasons, as its backend declares them.
+const REASONS: &[&str] = &crate::discovery::nvidia::health::classify::REASONS;
+
 #[test]
 fn health_events_have_bounded_labels() {
-    assert_eq!(event_labels("xid-79").xid, "79");
-    assert_eq!(event_labels("xid-79999").xid, "other");
-    assert_eq!(event_labels("xid-7a").xid, "other");
-    assert_eq!(event_labels("anything at all").kind, "other");
-    // The health module's reasons are kinds of their own.
+    assert_eq!(event_labels("xid-79", REASONS).xid, "79");
+    assert_eq!(event_labels("xid-79999", REASONS).xid, "other");
+    assert_eq!(event_labels("xid-7a", REASONS).xid, "other");
+    assert_eq!(event_labels("anything at all", REASONS).kind, "other");
+    // The families' reasons are kinds of their own; without the family, `other`.
     for r in [
         "gpu-unavailable",
         "row-remap-failure",
         "drain-p2p",
         "nvml-error",
     ] {
-        assert_eq!(event_labels(r).kind, r);
+        assert_eq!(event_labels(r, REASONS).kind, r);
+        assert_eq!(event_labels(r, &[]).kind, "other");
     }
     let m = DriverMetrics::default();
     let mut now = HealthReport::default();
     now.devices.insert("gpu-0".into(), unhealthy("xid-79"));
-    m.count_health_events(&HealthReport::default(), &now);
-    m.count_health_events(&now, &now);
-    m.count_health_events(&now, &HealthReport::default());
+    m.count_health_events(&HealthReport::default(), &now, REASONS);
+    m.count_health_events(&now, &now, REASONS);
+    m.count_health_events(&now, &HealthReport::default(), REASONS);
     let t = text(&m);
     assert!(
         t.contains("graft_driver_health_events_total{kind=\"xid\",xid=\"79\"} 1"),
@@ -166,8 +170,8 @@ fn the_class_is_the_charts_device_class() {
 #[test]
 fn prepares_in_flight_and_failed_by_reason() {
     use crate::claims::input::ClaimError;
-    use crate::edge::CallError;
-    use prepare::{call_reason, claim_reason, REASONS};
+    use crate::edge::{call_reason, claim_reason, CallError};
+    use prepare::REASONS;
 
     let m = DriverMetrics::default();
     let a = m.prepare_started(3);

@@ -130,7 +130,14 @@ fn events_taint_devices_and_only_a_fine_gpu_clears() -> anyhow::Result<()> {
         .enable_all()
         .build()?;
     let (rx, _thread) = start(&d, inv_rx.clone(), &dir.path().join("state"), "boot-1")?;
-    rt.spawn(metrics::watch_devices(m.clone(), inv_rx, rx.clone()));
+    // With the family's health reasons, as graft-driver passes what its backends declare.
+    let reasons = graft_driver::discovery::nvidia::health::classify::REASONS.to_vec();
+    rt.spawn(metrics::watch_devices(
+        m.clone(),
+        inv_rx,
+        rx.clone(),
+        reasons,
+    ));
     registered(&node, &rx)?;
     assert_eq!(
         condition(&rx.borrow(), "gpu-3"),

@@ -2,8 +2,8 @@
 //! node-side setup and no tasks of its own.
 
 use super::scan::CharDiscovery;
+use crate::backend::scan::Discovery;
 use crate::backend::{Backend, BackendError, Node};
-use crate::discovery::scan::Discovery;
 
 /// The char family on this node.
 pub struct CharBackend {

@@ -8,9 +8,9 @@ use graft_api::attributes as attr;
 use graft_record::{validate_edits, ContainerEdits, DeviceKind, DeviceNode, EnvVar};
 use nix::sys::stat::{major, minor};
 
+use crate::backend::scan::Discovery;
 use crate::discovery::config::{load_config, CharEntry};
 use crate::discovery::pcie::pcie_root;
-use crate::discovery::scan::Discovery;
 use crate::error::{DriverError, Result};
 use crate::limits;
 use crate::model::{Attribute, Device, Kind, PCIE_ROOT_ATTRIBUTE};

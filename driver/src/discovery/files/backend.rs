@@ -8,9 +8,9 @@ use super::check::ServedEntries;
 use super::refused::RefusedDirs;
 use super::scan::FilesDiscovery;
 use crate::backend::router::Route;
+use crate::backend::scan::Discovery;
 use crate::backend::{Backend, BackendError, Node};
 use crate::claims::setup_port::NoSetup;
-use crate::discovery::scan::Discovery;
 use crate::model::Kind;
 
 /// The files family on this node.

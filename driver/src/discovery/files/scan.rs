@@ -12,8 +12,8 @@ use super::entry::default_env;
 use super::entry::device_name;
 use super::refused::RefusedDirs;
 
+use crate::backend::scan::{Discovery, Unavailable};
 use crate::discovery::config::{load_config, FilesEntry};
-use crate::discovery::scan::{Discovery, Unavailable};
 use crate::error::{DriverError, Result};
 use crate::limits;
 use crate::model::{Attribute, Device, Kind};

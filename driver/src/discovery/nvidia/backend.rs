@@ -19,18 +19,19 @@ use super::setup::{
     Untouched, Vfio,
 };
 use crate::backend::router::Route;
+use crate::backend::scan::Discovery;
 use crate::backend::{Backend, BackendError, Injection, Node, Running};
 use crate::claims::Core;
 use crate::daemon::{Daemon, Ends};
 use crate::discovery::nvidia::health::classify::parse_xids;
 use crate::discovery::nvidia::health::monitor::{self, MonitorConfig};
-use crate::discovery::scan::Discovery;
 use crate::model::Kind;
 
 /// The family's name, as `--discovery` spells it.
 const NAME: &str = super::setup::FAMILY;
-/// The start-up step that installs graft-hook, as [`BackendError::Step`] names it.
-pub const INSTALLING_HOOK: &str = "installing graft-hook";
+/// The start-up step that installs graft-hook, as [`BackendError::Step`] names it (its
+/// failure has an Event of its own).
+pub use crate::events::node::INSTALLING_HOOK;
 
 /// The NVIDIA family's flags.
 #[derive(Debug, Clone, clap::Args)]
@@ -258,6 +259,10 @@ impl NvidiaBackend {
 impl Backend for NvidiaBackend {
     fn name(&self) -> &'static str {
         NAME
+    }
+
+    fn health_reasons(&self) -> &'static [&'static str] {
+        &super::health::classify::REASONS
     }
 
     fn injection(&self) -> Option<Injection> {

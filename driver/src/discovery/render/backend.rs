@@ -2,8 +2,8 @@
 //! setup and no tasks of its own.
 
 use super::scan::RenderDiscovery;
+use crate::backend::scan::Discovery;
 use crate::backend::{Backend, Node};
-use crate::discovery::scan::Discovery;
 
 /// The render family on this node.
 pub struct RenderBackend {

@@ -11,8 +11,8 @@ use std::sync::Mutex;
 use graft_record::{validate_edits, ContainerEdits, DeviceKind, DeviceNode};
 use nix::sys::stat::{major, minor};
 
+use crate::backend::scan::{Discovery, Unavailable};
 use crate::discovery::pcie::pcie_root;
-use crate::discovery::scan::{Discovery, Unavailable};
 use crate::error::Result;
 use crate::limits::{self, LimitError};
 use crate::model::{Attribute, Device, Kind, PCIE_ROOT_ATTRIBUTE};

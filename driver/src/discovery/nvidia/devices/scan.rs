@@ -15,9 +15,9 @@ use super::passthrough;
 use super::per_gpu;
 use super::prepared::prepare;
 use super::unread::{GpuDevices, Unread};
+use crate::backend::scan::{Discovery, Unavailable};
 use crate::discovery::nvidia::driver_files::{self, DriverFiles};
 use crate::discovery::nvidia::nvml::{self, FailedGpu, Inventory};
-use crate::discovery::scan::{Discovery, Unavailable};
 use crate::error::Result;
 use crate::model::Device;
 

@@ -7,8 +7,8 @@
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 
+use crate::backend::scan::Unavailable;
 use crate::discovery::nvidia::nvml::FailedGpu;
-use crate::discovery::scan::Unavailable;
 use crate::model::Device;
 
 /// The Event reason of a GPU the scan could not read.
