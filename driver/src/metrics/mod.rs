@@ -18,11 +18,13 @@ use crate::health::{Condition, HealthReport};
 use crate::model::Device;
 
 mod devices;
+mod health_events;
 pub mod prepare;
 mod tasks;
 
 pub use devices::class;
 use devices::{all_classes, DeviceLabels, HEALTHS};
+use health_events::{event_labels, EventLabels};
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ResultLabel {
@@ -36,12 +38,6 @@ struct BackendLabel {
 
 /// A failing discovery backend, for the readiness body: name, since when, last error.
 pub type FailingBackend = (&'static str, SystemTime, String);
-
-#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct EventLabels {
-    kind: &'static str,
-    xid: String,
-}
 
 type Histograms = Family<ResultLabel, Histogram, fn() -> Histogram>;
 
@@ -324,28 +320,6 @@ fn observe(h: &Histograms, ok: bool, elapsed: Duration) {
     let result = if ok { "ok" } else { "error" };
     h.get_or_create(&ResultLabel { result })
         .observe(elapsed.as_secs_f64());
-}
-
-/// A health reason as bounded labels: `xid-79` -> (xid, 79); the families' `reasons` as
-/// themselves; anything else `other`.
-fn event_labels(reason: &str, reasons: &[&'static str]) -> EventLabels {
-    if let Some(n) = reason.strip_prefix("xid-") {
-        let xid = if !n.is_empty() && n.len() <= 4 && n.bytes().all(|b| b.is_ascii_digit()) {
-            n.to_string()
-        } else {
-            "other".into()
-        };
-        return EventLabels { kind: "xid", xid };
-    }
-    let kind = reasons
-        .iter()
-        .find(|r| **r == reason)
-        .copied()
-        .unwrap_or("other");
-    EventLabels {
-        kind,
-        xid: String::new(),
-    }
 }
 
 /// Keeps the device gauges and health event counts up to date with the inventory and health;
