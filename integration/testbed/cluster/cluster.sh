@@ -59,6 +59,16 @@ BRIDGE=graft0
 # when they graduate.
 GATES=ResourceHealthStatus=true,DRAPartitionableDevices=true,DRAConsumableCapacity=true
 KUBELET_GATES="ResourceHealthStatus: true, DRAPartitionableDevices: true, DRAConsumableCapacity: true"
+# Two of the kubelet's retry periods are shortened, so that tests wait on graft and not on
+# the kubelet (graft's behaviour does not depend on them; a node with the defaults retries
+# later, the same way):
+# - syncFrequency, 1 min by default, to 5 s: a pod whose NodePrepareResources failed (graft
+#   refusing while graft-nri is down, a domain not ready) is not retried until its next
+#   periodic sync, since the kubelet does not count a failed prepare as a failed sync;
+# - the container restart back-off (10 s doubling to 300 s) capped at 2 s: graft-nri kept
+#   down by a test crash-loops. KubeletCrashLoopBackOffMax: beta and on in 1.37, alpha in
+#   1.34; maxContainerRestartPeriod may not be under 1 s.
+KUBELET_GATES="KubeletCrashLoopBackOffMax: true, $KUBELET_GATES"
 RUNTIME_CONFIG=admissionregistration.k8s.io/v1beta1=true
 # GRAFT_CLUSTER_K8S=1.34 runs the oldest minor graft supports (setup.sh's GRAFT_K8S_134)
 # with the gates README's support table says to turn on there: in 1.34 DRADeviceTaints,
@@ -284,6 +294,8 @@ maxOpenFiles: 20000
 imageGCHighThresholdPercent: 100
 evictionHard: {nodefs.available: "0%", nodefs.inodesFree: "0%", imagefs.available: "0%"}
 featureGates: {$KUBELET_GATES}
+syncFrequency: 5s
+crashLoopBackOff: {maxContainerRestartPeriod: 2s}
 KL
   start kubelet kubelet --kubeconfig="$D/admin.kubeconfig" --config="$D/kubelet.yaml" \
     --hostname-override="$NODE"
