@@ -34,13 +34,29 @@ log() { echo "[deploy-graft] $*" >&2; }
 tar="$D/graft-image.tar"
 # graft-hook goes into the image statically linked, as the shipped image has it.
 case "$bin" in */release) hook=$(bash "$top/hooks/build-static.sh" --release) ;; *) hook=$(bash "$top/hooks/build-static.sh") ;; esac
-HOOK_BIN=$hook bash "$top/deploy/image/build.sh" "$bin" "$tar" "$IMAGE" >/dev/null ||
-  { log "building the image from $bin failed"; exit 1; }
-# import SOCK: the image into one node's containerd, saying why when it cannot.
+# The image is built again only when what goes into it changed (the tests deploy the same
+# binaries dozens of times): the key is each input's path, size and modification time.
+key=$(cd "$top" && stat -c '%n %s %Y' "$bin"/graft-{driver,mps,nri,compute-domain-controller,imex-daemon,scheduler-extender} \
+  "$bin/graftctl" "$hook" deploy/image/build.sh deploy/image/oci-layout.sh)
+if [ ! -s "$tar" ] || [ "$(cat "$tar.key" 2>/dev/null)" != "$key" ]; then
+  rm -f "$tar.key"
+  HOOK_BIN=$hook bash "$top/deploy/image/build.sh" "$bin" "$tar" "$IMAGE" >/dev/null ||
+    { log "building the image from $bin failed"; exit 1; }
+  printf '%s\n' "$key" >"$tar.key"
+fi
+# The layout is reproducible: the same binaries make the same manifest digest.
+digest=$(tar -xOf "$tar" index.json | jq -r '.manifests[0].digest')
+imported=""
+# import SOCK: the image into one node's containerd unless it holds it already, saying why
+# when it cannot.
 import_image() {
   local out
+  if ctr -a "$1" -n k8s.io images ls "name==$IMAGE" 2>/dev/null | grep -F "$digest" >/dev/null; then
+    return 0
+  fi
   out=$(ctr -a "$1" -n k8s.io images import "$tar" 2>&1) ||
     { log "importing $tar into $1 failed: $out"; df -h "$D" >&2; exit 1; }
+  imported=1
 }
 import_image /run/graft-cluster/containerd.sock
 # A multi-node testbed's other nodes (cluster.sh, GRAFT_CLUSTER_NODES) have a containerd each.
@@ -83,8 +99,9 @@ helm upgrade --install graft "$chart" --namespace graft-system --create-namespac
   --reset-values "${values[@]}" >&2
 # A new image under the same tag: restart the pods of a release that was there so they run
 # it (graft's DaemonSets: the GPU nodes' one too). A new release's pods start from it already,
-# and restarting them would only replace them half-started.
-if [ -n "$installed" ]; then
+# and restarting them would only replace them half-started; with the image unchanged, helm
+# has rolled whatever its values changed.
+if [ -n "$installed" ] && [ -n "$imported" ]; then
   kubectl -n graft-system rollout restart daemonset -l app.kubernetes.io/name=graft >&2
 fi
 kubectl -n graft-system rollout status daemonset -l app.kubernetes.io/name=graft --timeout=120s >&2
