@@ -5,8 +5,9 @@
 //! state (MPS, health), then graft installed with the test's values. The cluster is taken
 //! down when the test process exits (GRAFT_KEEP_CLUSTER=1 keeps it).
 
+use std::any::Any;
 use std::path::Path;
-use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::sync::{Mutex, MutexGuard, Once, OnceLock};
 use std::time::{Duration, Instant};
 
 use anyhow::{ensure, Context};
@@ -74,12 +75,33 @@ pub struct GpuBed {
 
 static BED: OnceLock<Mutex<Option<GpuBed>>> = OnceLock::new();
 
+/// A cluster a test module keeps up between its tests ([`keep`]), such as
+/// compute_domain_cluster's three nodes. Only touched with [`BED`] held: it is taken down when
+/// another test takes the host's cluster, and when the process exits.
+static KEPT: Mutex<Option<Box<dyn Any + Send>>> = Mutex::new(None);
+
 extern "C" fn take_down() {
     if let Some(m) = BED.get() {
         // Dropping the cluster takes it down (see Cluster's Drop).
         let bed = m.lock().unwrap_or_else(|p| p.into_inner()).take();
         drop(bed);
     }
+    drop_kept();
+}
+
+fn drop_kept() {
+    let kept = KEPT.lock().unwrap_or_else(|p| p.into_inner()).take();
+    drop(kept);
+}
+
+/// Takes down at exit whatever cluster the process leaves up.
+fn take_down_at_exit() {
+    static ONCE: Once = Once::new();
+    // SAFETY: registers a plain extern "C" function with no arguments, as atexit
+    // requires; it runs once when the test process exits normally.
+    ONCE.call_once(|| unsafe {
+        libc::atexit(take_down);
+    });
 }
 
 /// The shared bed, locked for one test; the cluster comes up on first use.
@@ -88,6 +110,7 @@ pub fn bed() -> anyhow::Result<MutexGuard<'static, Option<GpuBed>>> {
     // A test that failed while holding it leaves a cluster that the next test reinstalls.
     let mut guard = m.lock().unwrap_or_else(|p| p.into_inner());
     if guard.is_none() {
+        drop_kept();
         let cluster = Cluster::up()?;
         for ns in NAMESPACES.into_iter().chain([CHECK_NAMESPACE]) {
             cluster.apply(&format!(
@@ -96,24 +119,41 @@ pub fn bed() -> anyhow::Result<MutexGuard<'static, Option<GpuBed>>> {
         }
         let node = new_fake_node()?;
         *guard = Some(GpuBed { cluster, node });
-        // SAFETY: registers a plain extern "C" function with no arguments, as atexit
-        // requires; it runs once when the test process exits normally.
-        unsafe {
-            libc::atexit(take_down);
-        }
+        take_down_at_exit();
     }
     Ok(guard)
 }
 
-/// The turn of a test that brings its own cluster up (cluster_e2e): the shared bed is
-/// taken down, and no GPU test starts until the returned guard is dropped. One testbed
-/// cluster runs per host.
+/// The turn of a test that brings its own cluster up (cluster_e2e): the shared bed and any
+/// kept cluster are taken down, and no GPU test starts until the returned guard is dropped.
+/// One testbed cluster runs per host.
 pub fn own_cluster() -> MutexGuard<'static, Option<GpuBed>> {
+    let m = BED.get_or_init(|| Mutex::new(None));
+    let mut guard = m.lock().unwrap_or_else(|p| p.into_inner());
+    // Dropping a cluster takes it down (see Cluster's Drop).
+    drop(guard.take());
+    drop_kept();
+    guard
+}
+
+/// [`own_cluster`] for a test whose module keeps its cluster between its tests: the cluster
+/// of type `T` the last of them kept ([`keep`]) is handed back instead of being taken down
+/// (one of another type is taken down).
+pub fn own_kept_cluster<T: Any + Send>() -> (MutexGuard<'static, Option<GpuBed>>, Option<T>) {
     let m = BED.get_or_init(|| Mutex::new(None));
     let mut guard = m.lock().unwrap_or_else(|p| p.into_inner());
     // Dropping the cluster takes it down (see Cluster's Drop).
     drop(guard.take());
-    guard
+    let kept = KEPT.lock().unwrap_or_else(|p| p.into_inner()).take();
+    let kept = kept.and_then(|k| k.downcast::<T>().ok()).map(|k| *k);
+    (guard, kept)
+}
+
+/// Keeps `cluster` up for the next test of its module, which gets it from
+/// [`own_kept_cluster`]; call it while holding that turn. Taken down at exit otherwise.
+pub fn keep<T: Any + Send>(cluster: T) {
+    *KEPT.lock().unwrap_or_else(|p| p.into_inner()) = Some(Box::new(cluster));
+    take_down_at_exit();
 }
 
 /// A fake NVIDIA node at [`FAKE_DIR`], made anew.
@@ -153,14 +193,13 @@ pub fn fresh_install(
     values: &GpuValues,
     before_start: impl FnOnce(&FakeNode) -> anyhow::Result<()>,
 ) -> anyhow::Result<()> {
+    // One kubectl per namespace (it deletes the kinds in this order, then waits for all).
     for ns in ["default", NAMESPACES[0], NAMESPACES[1], CHECK_NAMESPACE] {
-        c.kubectl(&["-n", ns, "delete", "pods", "--all", "--wait=true"])?;
-        c.kubectl(&["-n", ns, "delete", "resourceclaims", "--all", "--wait=true"])?;
         c.kubectl(&[
             "-n",
             ns,
             "delete",
-            "resourceclaimtemplates",
+            "pods,resourceclaims,resourceclaimtemplates",
             "--all",
             "--wait=true",
         ])?;

@@ -1,11 +1,12 @@
 //! ComputeDomains on the multi-node testbed (harness `graft_integration::cluster::multi`,
 //! `multi::domains`): graft installed once from the chart with `computeDomains.enabled`,
 //! three nodes, the first in clique B and the two others in clique A, so that a two-node
-//! domain has one clique to go to and one to stay out of. Each test brings its own cluster
-//! up and takes it down (a node's kubelet stopped, or a test that failed half way, would
-//! leave the next one a cluster in an unknown state; bringing three nodes up takes seconds),
-//! taking its turn on the host's one testbed cluster through the GPU bed's lock. Needs
-//! root, the testbed and the workspace binaries, as cluster_e2e does.
+//! domain has one clique to go to and one to stay out of. The tests share one cluster, in
+//! name order (setup's `on_cluster`): each leaves it as it found it, a test finds it checked
+//! (nodes Ready, graft rolled out, nothing left in the namespace) or brings a fresh one up,
+//! and one that failed takes it down. The last test takes it down and checks that nothing
+//! is left on the host. Each takes its turn on the host's one testbed cluster through the
+//! GPU bed's lock. Needs root, the testbed and the workspace binaries, as cluster_e2e does.
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
@@ -321,4 +322,12 @@ fn compute_domain_node_loss_and_cleanup() -> anyhow::Result<()> {
         }
         delete_all(mc, &[("d1", &uid)])
     })
+}
+
+/// The shared cluster taken down after the other tests (libtest runs them in name order; run
+/// alone, it brings one up): no network namespace, link, mount, node process, cgroup or
+/// directory of the testbed is left on the host.
+#[test]
+fn the_three_nodes_go_down_leaving_nothing() -> anyhow::Result<()> {
+    down_leaving_nothing()
 }

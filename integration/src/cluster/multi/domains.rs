@@ -109,10 +109,10 @@ spec:
 }
 
 impl MultiCluster {
-    /// Installs graft in GPU mode with ComputeDomains on, `channels` IMEX channels per node
-    /// (`nvidia.imexChannels`, and the device nodes in each fake's /dev), node `i` in
-    /// `fabrics[i]`; returns once the controller runs on the first node's host network and
-    /// every node in a fabric publishes its channels.
+    /// Installs (or upgrades) graft in GPU mode with ComputeDomains on, `channels` IMEX
+    /// channels per node (`nvidia.imexChannels`, and the device nodes in each fake's /dev),
+    /// node `i` in `fabrics[i]`; returns once the controller runs on the first node's host
+    /// network and every node in a fabric publishes its channels.
     pub fn deploy_domains(
         &self,
         fabrics: &[Option<(&str, u32)>],
@@ -122,11 +122,14 @@ impl MultiCluster {
             fake.add_imex_channels(channels)?;
         }
         let values = GpuValues {
+            // On a cluster deployed before (more channels for the next test), the controller
+            // Deployment holds the patch below: helm's server-side apply takes its fields back.
             helm: [
                 "--set",
                 "computeDomains.enabled=true",
                 "--set",
                 &format!("nvidia.imexChannels={channels}"),
+                "--force-conflicts",
             ]
             .map(String::from)
             .to_vec(),

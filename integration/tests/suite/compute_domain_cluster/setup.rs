@@ -5,6 +5,7 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use anyhow::{ensure, Context};
+use graft_integration::cluster::gpu;
 use graft_integration::cluster::multi::domains::{
     clique_id, compute_domain, is_ready, ready_nodes,
 };
@@ -26,22 +27,106 @@ pub(super) const FABRICS: [Option<(&str, u32)>; 3] = [
 /// default) and the domain's reconcile after it.
 pub(super) const NODE_LOSS: Duration = Duration::from_secs(240);
 
-/// Brings a three-node cluster up with ComputeDomains and `channels` IMEX channels per
-/// node, runs `test`, takes the cluster down; fails with the test's error, else with what
-/// `down` left behind.
+/// The three-node cluster the tests share, graft deployed with `channels` IMEX channels per
+/// node.
+pub(super) struct Bed {
+    mc: MultiCluster,
+    channels: u32,
+}
+
+/// Runs `test` on the shared three-node cluster with ComputeDomains and at least `channels`
+/// IMEX channels per node (as many as asked: a test may rely on a node's only channel).
+/// The cluster the previous test kept is used when it is still clean, else a fresh one
+/// comes up. A test that passed keeps it for the next; one that failed takes it down, so
+/// that the next starts afresh. The last test of the module takes it down and checks what
+/// that left ([`down_leaving_nothing`]).
 pub(super) fn on_cluster(
     channels: u32,
     test: impl FnOnce(&MultiCluster) -> anyhow::Result<()>,
 ) -> anyhow::Result<()> {
-    let _turn = graft_integration::cluster::gpu::own_cluster();
-    let mc = MultiCluster::up(3)?;
-    let r = mc
-        .deploy_domains(&FABRICS, channels)
-        .and_then(|()| test(&mc))
-        .map_err(|e| e.context(mc.domain_state(NS)));
-    let left = mc.down()?;
-    r?;
+    let (_turn, kept) = gpu::own_kept_cluster::<Bed>();
+    let bed = match kept {
+        Some(bed) => reuse(bed, channels)?,
+        None => fresh(channels)?,
+    };
+    test(&bed.mc).map_err(|e| e.context(bed.mc.domain_state(NS)))?;
+    gpu::keep(bed);
+    Ok(())
+}
+
+/// Takes the shared cluster down (one brought up for the purpose when none is kept) and
+/// fails with what `down` left behind.
+pub(super) fn down_leaving_nothing() -> anyhow::Result<()> {
+    let (_turn, kept) = gpu::own_kept_cluster::<Bed>();
+    let bed = match kept {
+        Some(bed) => bed,
+        None => fresh(1)?,
+    };
+    let left = bed.mc.down()?;
     ensure!(left.is_empty(), "down left behind: {left:?}");
+    Ok(())
+}
+
+fn fresh(channels: u32) -> anyhow::Result<Bed> {
+    let mc = MultiCluster::up(3)?;
+    mc.deploy_domains(&FABRICS, channels)?;
+    Ok(Bed { mc, channels })
+}
+
+/// The kept cluster for a test asking `channels`: as it is, with more channels when asked
+/// (a rollout of graft), or a fresh one when it is not clean or has too many.
+fn reuse(mut bed: Bed, channels: u32) -> anyhow::Result<Bed> {
+    if let Err(e) = clean(&bed) {
+        eprintln!("compute_domain_cluster: the kept cluster is not clean ({e:#}); a fresh one");
+        drop(bed);
+        return fresh(channels);
+    }
+    if bed.channels > channels {
+        drop(bed);
+        return fresh(channels);
+    }
+    if bed.channels < channels {
+        bed.mc.deploy_domains(&FABRICS, channels)?;
+        bed.channels = channels;
+    }
+    Ok(bed)
+}
+
+/// Whether the kept cluster is as a fresh one would be: every node Ready with graft rolled
+/// out and its channels published, no domain, no pod or claim left in [`NS`].
+fn clean(bed: &Bed) -> anyhow::Result<()> {
+    let c = &bed.mc.cluster;
+    let ready = c.kubectl(&[
+        "get",
+        "nodes",
+        "-o",
+        r#"jsonpath={range .items[*]}{.metadata.name}={.status.conditions[?(@.type=="Ready")].status}{"\n"}{end}"#,
+    ])?;
+    for node in &bed.mc.nodes {
+        ensure!(
+            ready.lines().any(|l| l == format!("{node}=True")),
+            "{node} is not Ready: {ready}"
+        );
+    }
+    wait_until("domains, pods or claims left", || {
+        let domains = c.kubectl(&["get", "computedomains", "-A", "-o", "name"])?;
+        let left = c.kubectl(&["-n", NS, "get", "pods,resourceclaims", "-o", "name"])?;
+        Ok(domains.trim().is_empty() && left.trim().is_empty())
+    })?;
+    c.kubectl(&[
+        "-n",
+        "graft-system",
+        "rollout",
+        "status",
+        "daemonset/graft",
+        "--timeout=120s",
+    ])?;
+    for node in &bed.mc.nodes {
+        wait_until(&format!("{node} publishes fewer channels"), || {
+            let slices = bed.mc.slices(node)?;
+            Ok(slices.matches("\"imex-channel-").count() >= bed.channels as usize)
+        })?;
+    }
     Ok(())
 }
 
