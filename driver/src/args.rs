@@ -102,7 +102,12 @@ pub struct Args {
     #[arg(long, env = "GRAFT_POD_CACHE")]
     pub pod_cache: bool,
     /// Seconds between looks at the Node for device plugin resources.
-    #[arg(long, hide = true, default_value_t = 30)]
+    #[arg(
+        long,
+        hide = true,
+        env = "GRAFT_DEVICE_PLUGIN_CHECK_SECONDS",
+        default_value_t = 30
+    )]
     pub device_plugin_check_seconds: u64,
     /// Serve /metrics, /healthz and /readyz on this TCP address (default: this host only;
     /// the chart gives the pod's IP; `:9477`: every address; empty or `off`: not at all). Bound as soon as it is free: during a rolling update the

@@ -24,11 +24,26 @@ const NODE: &str = "graft-node";
 /// default), short so that the test is.
 const NRI_GRACE_S: u64 = 5;
 
-/// The GPU setup's values with graft-driver's grace for graft-nri shortened. The list
-/// replaces deploy-graft.sh's `driverExtraEnv`, so it repeats the fake node's roots.
+/// How often graft-driver looks at its Node for device plugin resources in these tests
+/// (`GRAFT_DEVICE_PLUGIN_CHECK_SECONDS`, 30 s by default), short so that the tests are.
+const PLUGIN_CHECK_S: u64 = 5;
+
+/// The GPU setup's values with graft-driver's grace for graft-nri shortened.
 fn short_nri_grace() -> GpuValues {
+    driver_env("GRAFT_NRI_EVENT_GRACE_SECONDS", NRI_GRACE_S)
+}
+
+/// The GPU setup's values with graft-driver's look at its Node for device plugins made
+/// more often.
+fn short_plugin_check() -> GpuValues {
+    driver_env("GRAFT_DEVICE_PLUGIN_CHECK_SECONDS", PLUGIN_CHECK_S)
+}
+
+/// The GPU setup's values with `name=value` in graft-driver's environment. The list replaces
+/// deploy-graft.sh's `driverExtraEnv`, so it repeats the fake node's roots.
+fn driver_env(name: &str, value: u64) -> GpuValues {
     let env = format!(
-        r#"driverExtraEnv=[{{"name":"GRAFT_PROC_ROOT","value":"/host{FAKE_DIR}/proc"}},{{"name":"GRAFT_SYSFS_ROOT","value":"/host{FAKE_DIR}/sys"}},{{"name":"GRAFT_NRI_EVENT_GRACE_SECONDS","value":"{NRI_GRACE_S}"}}]"#
+        r#"driverExtraEnv=[{{"name":"GRAFT_PROC_ROOT","value":"/host{FAKE_DIR}/proc"}},{{"name":"GRAFT_SYSFS_ROOT","value":"/host{FAKE_DIR}/sys"}},{{"name":"{name}","value":"{value}"}}]"#
     );
     GpuValues {
         helm: vec!["--set-json".into(), env],
@@ -132,7 +147,7 @@ fn node_resource(c: &Cluster, name: &str, count: Option<u32>) -> anyhow::Result<
 #[test]
 fn device_plugin_beside_graft_is_refused() -> anyhow::Result<()> {
     with_bed(|bed| {
-        bed.fresh(&GpuValues::default(), |_| Ok(()))?;
+        bed.fresh(&short_plugin_check(), |_| Ok(()))?;
         let c = &bed.cluster;
         ensure!(
             gpus_published(c)?,
@@ -140,7 +155,7 @@ fn device_plugin_beside_graft_is_refused() -> anyhow::Result<()> {
         );
         let result = (|| {
             device_plugin_resource(c, Some(8))?;
-            // graft-driver looks at its Node every 30 s (--device-plugin-check-seconds).
+            // graft-driver looks at its Node every PLUGIN_CHECK_S here.
             let start = Instant::now();
             wait_until("no DevicePluginBesideGraft Event on the Node", || {
                 Ok(events(c, "DevicePluginBesideGraft")?
@@ -183,7 +198,7 @@ fn device_plugin_beside_graft_is_refused() -> anyhow::Result<()> {
 #[test]
 fn network_operator_resources_withhold_nothing() -> anyhow::Result<()> {
     with_bed(|bed| {
-        bed.fresh(&GpuValues::default(), |_| Ok(()))?;
+        bed.fresh(&short_plugin_check(), |_| Ok(()))?;
         let c = &bed.cluster;
         ensure!(gpus_published(c)?, "no GPU published to begin with");
         const NICS: [&str; 2] = ["nvidia.com/hostdev", "nvidia.com/rdma_shared_device_a"];
@@ -193,9 +208,9 @@ fn network_operator_resources_withhold_nothing() -> anyhow::Result<()> {
             for nic in NICS {
                 node_resource(c, nic, Some(4))?;
             }
-            // graft-driver looks at its Node every 30 s: two looks and a little.
+            // graft-driver looks at its Node every PLUGIN_CHECK_S: three looks and a little.
             let start = Instant::now();
-            while start.elapsed() < Duration::from_secs(65) {
+            while start.elapsed() < Duration::from_secs(3 * PLUGIN_CHECK_S + 2) {
                 ensure!(
                     gpus_published(c)?,
                     "GPUs withheld for the Network Operator's resources after {:?}",
