@@ -185,6 +185,7 @@ fn main() {
     let core = Core::new("graft.dev", NODE, dir.path().to_path_buf(), "bench-boot")
         .expect("core")
         .with_setup(Arc::new(SlowVfio))
+        .with_opaque(graft_driver::families::opaque())
         .with_gate(Box::new(Ready));
     let mut inv: Vec<Device> = (0..FAST)
         .map(|i| device(&format!("fast-{i}"), Kind::Char, i as i64))

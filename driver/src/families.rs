@@ -1,12 +1,24 @@
 //! The device families graft-driver knows: the registry. A new family is a folder under
 //! [`crate::discovery`] with its [`Backend`], and a variant here with its name and its arm in
-//! [`Family::open`] (plus its flags in [`Flags`] if it has any). Nothing else names them.
+//! [`Family::open`] (plus its flags in [`Flags`] if it has any, and its part of the opaque
+//! configuration in [`opaque`] if it has one). Nothing else names them.
+
+use std::sync::Arc;
 
 use crate::backend::{Backend, BackendError, Node};
 use crate::discovery::char::backend::CharBackend;
 use crate::discovery::files::backend::FilesBackend;
 use crate::discovery::nvidia::backend::{NvidiaBackend, NvidiaFlags};
+use crate::discovery::nvidia::opaque::NvidiaOpaqueFamily;
 use crate::discovery::render::backend::RenderBackend;
+use crate::opaque::OpaqueFamilies;
+
+/// The families' parts of the opaque configuration. Every family's fields and kinds are
+/// known whichever families `--discovery` serves, so that a claim is read the same
+/// everywhere.
+pub fn opaque() -> OpaqueFamilies {
+    OpaqueFamilies::new(vec![Arc::new(NvidiaOpaqueFamily)])
+}
 
 /// A device family graft-driver can serve (`--discovery`, comma separated).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, clap::ValueEnum)]

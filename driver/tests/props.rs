@@ -913,10 +913,16 @@ fn opaque_resolve_never_panics() {
             json_string()
         ],
     );
+    let families = graft_driver::families::opaque();
     run(1500, input, |(configs, request)| {
         let configs: Vec<k8s_openapi::api::resource::v1::DeviceAllocationConfiguration> =
             serde_json::from_value(Value::Array(configs)).expect("allocation configs");
-        let _ = opaque::resolve(graft_driver::DEFAULT_DRIVER_NAME, &configs, &request);
+        let _ = opaque::resolve(
+            graft_driver::DEFAULT_DRIVER_NAME,
+            &configs,
+            &request,
+            &families,
+        );
         Ok(())
     });
 }

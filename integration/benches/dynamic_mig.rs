@@ -156,6 +156,7 @@ fn main() -> anyhow::Result<()> {
     let core = Core::new("graft.dev", NODE, state.clone(), "bench-boot")?
         .with_policy(policy)
         .with_setup(Arc::new(setup))
+        .with_opaque(graft_driver::families::opaque())
         .with_gate(Box::new(Ready));
     core.set_inventory(&devices);
     core.startup()?;

@@ -68,7 +68,8 @@ pub async fn families(
         args.state_dir.clone(),
         boot_id,
     )?
-    .with_policy(policy);
+    .with_policy(policy)
+    .with_opaque(graft_driver::families::opaque());
     world.at(Point::Core);
     for b in &mut backends {
         if let Err(e) = b.before_scan(&core) {

@@ -131,11 +131,11 @@ mod tests {
     }
 
     fn sharing() -> DeviceConfig {
-        serde_json::from_value(serde_json::json!({
+        let params = serde_json::json!({
             "apiVersion": "graft.dev/v1alpha1", "kind": "DeviceConfig",
             "sharing": {"strategy": "TimeSlicing", "timeSlicing": {"interval": "Long"}}
-        }))
-        .unwrap()
+        });
+        crate::opaque::decode(0, &params, &crate::families::opaque()).unwrap()
     }
 
     #[test]

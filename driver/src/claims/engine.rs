@@ -19,6 +19,7 @@ use crate::error::{DriverError, Result};
 use crate::mapping::{pod_record, ClaimDevice};
 use crate::model::ClaimId;
 use crate::model::Device;
+use crate::opaque::OpaqueFamilies;
 
 /// What stops a whole call: local state that cannot be read or written, or (in tests) a
 /// crash point.
@@ -63,6 +64,8 @@ pub struct Core {
     /// What a record may ask of a container; graft-nri applies the same rules.
     pub(super) policy: InjectionPolicy,
     pub(super) setup: Arc<dyn DeviceSetup>,
+    /// The families' parts of claims' opaque configuration.
+    pub(super) opaque: OpaqueFamilies,
     pub(super) gate: Box<dyn NriGate>,
     pub(super) crash: Box<dyn CrashHook>,
     pub(super) inventory: RwLock<Arc<BTreeMap<String, Device>>>,
@@ -92,6 +95,7 @@ impl Core {
             checkpoint,
             policy,
             setup: Arc::new(NoSetup),
+            opaque: OpaqueFamilies::default(),
             gate: Box::new(StatusFile {
                 state_dir,
                 boot_id: boot_id.to_string(),
@@ -106,6 +110,13 @@ impl Core {
     /// Who sets devices up on this node (VFIO rebinding, time-slicing).
     pub fn with_setup(mut self, setup: Arc<dyn DeviceSetup>) -> Self {
         self.setup = setup;
+        self
+    }
+
+    /// The families whose fields and kinds of opaque configuration claims may use (none
+    /// by default: the generic fields only).
+    pub fn with_opaque(mut self, families: OpaqueFamilies) -> Self {
+        self.opaque = families;
         self
     }
 

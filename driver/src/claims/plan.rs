@@ -152,7 +152,8 @@ impl Core {
                     request: r.request.clone(),
                     node: self.node_name.clone(),
                 })?;
-            let config = opaque::resolve(&self.driver_name, &input.configs, &r.request)?;
+            let config =
+                opaque::resolve(&self.driver_name, &input.configs, &r.request, &self.opaque)?;
             let refused = |source| ClaimError::SetupRefused {
                 request: r.request.clone(),
                 source,

@@ -18,10 +18,12 @@
 //!    checkpoint as a [`Setup`] record that names the family (see the note there), and
 //!    answered for in its [`crate::claims::setup_port::DeviceSetup`] (`for_claim`,
 //!    `excludes`, `pci`), as NVIDIA's [`nvidia::setup::NvidiaWork`].
-//! 5. Fields of its own in the claims' opaque configuration: `discovery/<family>/opaque.rs`
-//!    (its types, which fields it takes, its merge and checks, as NVIDIA's
-//!    [`nvidia::opaque`]) and one field in [`crate::opaque::FamilyConfig`]; the generic
-//!    parse hands each family its fields, once per entry.
+//! 5. Fields or kinds of its own in the claims' opaque configuration:
+//!    `discovery/<family>/opaque.rs` (its types, an [`crate::opaque::OpaqueFamily`] that
+//!    takes its fields and parses its kinds, a [`crate::opaque::FamilyPart`] that merges
+//!    and answers in its words, as NVIDIA's [`nvidia::opaque`]) and its line in
+//!    [`crate::families::opaque`]; the generic parse hands each family its fields, once per
+//!    entry, and the family reads its part back with `FamilyConfig::part`.
 //! 6. The chart: its DeviceClass, and its name in `backends` (`graft.discovery`).
 
 pub mod char;

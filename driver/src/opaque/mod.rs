@@ -20,8 +20,9 @@
 //! outside the rules of `graft_record::env` (loader variables, `PATH`, the variables graft
 //! owns) fails the claim with an error naming the entry and field.
 //!
-//! The fields a device family owns are parsed by that family, once per entry: this module
-//! hands them over through [`families::FamilyConfig`] and imports no family itself.
+//! The fields and kinds a device family owns are parsed by that family, once per entry:
+//! this module hands them to the families it is given ([`OpaqueFamilies`]) and imports no
+//! family itself.
 
 use std::collections::BTreeMap;
 
@@ -35,7 +36,9 @@ use crate::mapping::base_request;
 
 pub mod families;
 
-pub use families::{Applies, FamilyConfig, OptionalEdits};
+pub use families::{
+    Applies, FamilyConfig, FamilyKindError, FamilyPart, OpaqueFamilies, OpaqueFamily, OptionalEdits,
+};
 
 /// The `apiVersion` of graft's opaque device configuration.
 pub use graft_api::opaque::API_VERSION;
@@ -43,8 +46,7 @@ pub use graft_api::opaque::API_VERSION;
 pub use graft_api::opaque::DEVICE_CONFIG_KIND as KIND;
 
 /// The parameters graft understands: the generic ones, and the families' parts.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
-#[serde(try_from = "Params")]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct DeviceConfig {
     /// Extra environment for containers that get the device.
     pub env: BTreeMap<String, String>,
@@ -78,18 +80,17 @@ struct Params {
 /// The generic fields, as users spell them.
 const FIELDS: &[&str] = &["apiVersion", "kind", "env", "fileMode", "uid", "gid"];
 
-impl TryFrom<Params> for DeviceConfig {
-    type Error = serde_json::Error;
-
-    fn try_from(p: Params) -> Result<Self, Self::Error> {
+impl DeviceConfig {
+    /// The generic fields as written, and the families' parts parsed by `families`.
+    fn from_params(p: Params, families: &OpaqueFamilies) -> Result<Self, serde_json::Error> {
         let mut rest = p.rest;
-        let known = |k: &str| FamilyConfig::fields().any(|f| f == k);
+        let known = |k: &str| families.fields().any(|f| f == k);
         // A field nobody knows is named first, with every field's name, as serde names it.
         if let Some(k) = rest.keys().find(|k| !known(k)) {
             let all: Vec<String> = FIELDS
                 .iter()
                 .copied()
-                .chain(FamilyConfig::fields())
+                .chain(families.fields())
                 .map(|f| format!("`{f}`"))
                 .collect();
             return Err(serde::de::Error::custom(format_args!(
@@ -102,7 +103,7 @@ impl TryFrom<Params> for DeviceConfig {
             file_mode: p.file_mode,
             uid: p.uid,
             gid: p.gid,
-            family: FamilyConfig::take(&mut rest)?,
+            family: families.take(&mut rest)?,
         })
     }
 }
@@ -125,14 +126,20 @@ pub struct ConfigError {
     pub reason: String,
 }
 
-fn decode(index: usize, params: &serde_json::Value) -> Result<DeviceConfig, ConfigError> {
+/// Entry `index` of the allocation's configuration, its parameters `params` read with the
+/// families' parts of `families`.
+pub fn decode(
+    index: usize,
+    params: &serde_json::Value,
+    families: &OpaqueFamilies,
+) -> Result<DeviceConfig, ConfigError> {
     let at = format!("status.allocation.devices.config[{index}].opaque.parameters");
     let err = |at: String, reason: String| ConfigError { at, reason };
     // Read from the borrowed value: no copy of the parameters per entry.
     let meta = TypeMeta::deserialize(params).map_err(|e| err(at.clone(), e.to_string()))?;
-    let family_kind = FamilyConfig::kinds().any(|k| k == meta.kind);
+    let family_kind = families.kinds().any(|k| k == meta.kind);
     if meta.api_version != API_VERSION || (meta.kind != KIND && !family_kind) {
-        let kinds: Vec<&str> = std::iter::once(KIND).chain(FamilyConfig::kinds()).collect();
+        let kinds: Vec<&str> = std::iter::once(KIND).chain(families.kinds()).collect();
         return Err(err(
             at,
             format!(
@@ -144,14 +151,17 @@ fn decode(index: usize, params: &serde_json::Value) -> Result<DeviceConfig, Conf
         ));
     }
     if family_kind {
-        return FamilyConfig::of_kind(&meta.kind, params)
+        return families
+            .of_kind(&meta.kind, params)
             .map(|family| DeviceConfig {
                 family,
                 ..Default::default()
             })
             .map_err(|reason| err(at, reason.to_string()));
     }
-    let cfg = DeviceConfig::deserialize(params).map_err(|e| err(at.clone(), e.to_string()))?;
+    let cfg = Params::deserialize(params)
+        .and_then(|p| DeviceConfig::from_params(p, families))
+        .map_err(|e| err(at.clone(), e.to_string()))?;
     if let Some(m) = cfg.file_mode {
         if m > 0o777 {
             return Err(err(
@@ -185,11 +195,13 @@ impl DeviceConfig {
 
 /// The configuration that applies to devices allocated for `request` (its full name,
 /// subrequest included): every applicable entry of this driver merged, class entries
-/// first. `None` when no entry of this driver names it.
+/// first, the families' parts read by `families`. `None` when no entry of this driver names
+/// it.
 pub fn resolve(
     driver: &str,
     configs: &[DeviceAllocationConfiguration],
     request: &str,
+    families: &OpaqueFamilies,
 ) -> Result<Option<DeviceConfig>, ConfigError> {
     // Class before claim; a stable sort keeps the order within each source.
     let mut ordered: Vec<(usize, &DeviceAllocationConfiguration)> =
@@ -208,7 +220,7 @@ pub fn resolve(
                     .any(|r| r == request || r == base_request(request))
         });
         if applies {
-            let cfg = decode(i, &opaque.parameters.0)?;
+            let cfg = decode(i, &opaque.parameters.0, families)?;
             match &mut merged {
                 Some(m) => m.merge(cfg),
                 None => merged = Some(cfg),
@@ -222,6 +234,20 @@ pub fn resolve(
 mod tests {
     use super::*;
     use crate::discovery::nvidia::driver_files::Capability;
+    use crate::discovery::nvidia::opaque::NvidiaOpaque;
+
+    /// `resolve` with graft's families.
+    fn resolve(
+        driver: &str,
+        configs: &[DeviceAllocationConfiguration],
+        request: &str,
+    ) -> Result<Option<DeviceConfig>, ConfigError> {
+        super::resolve(driver, configs, request, &crate::families::opaque())
+    }
+
+    fn nvidia(c: &DeviceConfig) -> &NvidiaOpaque {
+        c.family.part::<NvidiaOpaque>().expect("NVIDIA's part")
+    }
 
     fn cfgs(v: serde_json::Value) -> Vec<DeviceAllocationConfiguration> {
         serde_json::from_value(v).unwrap()
@@ -277,7 +303,7 @@ mod tests {
         ]));
         let got = resolve("graft.dev", &c, "r").unwrap().unwrap();
         assert_eq!(
-            got.family.nvidia.driver_capabilities,
+            nvidia(&got).driver_capabilities,
             Some(vec![Capability::Graphics, Capability::Display])
         );
         let bad = cfgs(serde_json::json!([
@@ -373,7 +399,7 @@ mod tests {
         ]));
         let got = resolve("graft.dev", &c, "channel").unwrap().unwrap();
         assert_eq!(got.env["A"], "class");
-        let cd = got.family.nvidia.compute_domain.unwrap();
+        let cd = nvidia(&got).compute_domain.clone().unwrap();
         assert_eq!(cd.domain_id(), "u-1");
         let mut bad = ch_with("colour");
         let e = resolve("graft.dev", &cfgs(bad.take()), "channel").unwrap_err();

@@ -46,6 +46,7 @@ fn start(dir: &std::path::Path) -> Core {
     let core = Core::new("graft.dev", NODE, dir.to_path_buf(), BOOT)
         .unwrap()
         .with_setup(Arc::new(Places) as Arc<dyn DeviceSetup>)
+        .with_opaque(crate::families::opaque())
         .with_gate(Box::new(Gate(Ok(()))));
     core.set_inventory(&[
         Device::new("imex-daemon-0", Kind::DomainSlot),

@@ -12,9 +12,7 @@ fn nvidia(fields: serde_json::Value) -> FamilyConfig {
     let serde_json::Value::Object(mut rest) = fields else {
         panic!("an object")
     };
-    FamilyConfig {
-        nvidia: NvidiaOpaque::take(&mut rest).unwrap(),
-    }
+    FamilyConfig::of(vec![Box::new(NvidiaOpaque::take(&mut rest).unwrap())])
 }
 
 #[test]

@@ -22,6 +22,7 @@ use super::input::{ClaimError, ClaimInput, Outcome};
 use super::seams::{CrashHook, CrashPoint, Crashed, NotReady, NriGate};
 use super::{Core, CoreError, PreparedDevice};
 use crate::claims::setup_port::{DeviceSetup, PciUse, Setup, SetupError};
+use crate::discovery::nvidia::opaque::NvidiaOpaque;
 use crate::discovery::nvidia::setup::error::NvidiaSetupError;
 use crate::discovery::nvidia::setup::{answers, NvidiaWork, VfioPeer};
 use crate::mapping::{ContainerUse, PodUse};
@@ -120,7 +121,9 @@ impl DeviceSetup for FakeSetup {
         let Some(pci) = device.string_attribute("pciBusID").map(str::to_string) else {
             return Ok(None);
         };
-        let sharing = config.and_then(|c| c.family.nvidia.sharing.as_ref());
+        let sharing = config
+            .and_then(|c| c.family.part::<NvidiaOpaque>())
+            .and_then(|n| n.sharing.as_ref());
         let work = match (device.kind, sharing) {
             // Its IOMMU group peers, as the test inventory lists them.
             (Kind::Passthrough, _) => Some(NvidiaWork::Vfio {
@@ -266,6 +269,7 @@ impl Node {
         let core = Core::new("graft.dev", NODE, self.dir.path().to_path_buf(), boot)
             .unwrap()
             .with_setup(Arc::clone(&self.setup) as Arc<dyn DeviceSetup>)
+            .with_opaque(crate::families::opaque())
             .with_gate(Box::new(Gate(Ok(()))))
             .with_crash_hook(Box::new(CrashAt(Mutex::new(crash))));
         core.set_inventory(&inventory());

@@ -136,6 +136,7 @@ fn restores_a_schema_4_checkpoint_and_unprepares_every_claim() {
     let core = Core::new("graft.dev", NODE, dir.path().to_path_buf(), FIXTURE_BOOT)
         .unwrap()
         .with_setup(Arc::clone(&setup) as Arc<dyn DeviceSetup>)
+        .with_opaque(crate::families::opaque())
         .with_gate(Box::new(Gate(Ok(()))));
     // Read as it is: not quarantined and rebuilt from the records, which would lose the setups.
     assert_eq!(core.startup().unwrap(), None);

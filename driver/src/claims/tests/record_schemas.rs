@@ -80,6 +80,7 @@ fn core(dir: &Path, setup: Arc<dyn DeviceSetup>) -> Core {
     Core::new("graft.dev", NODE, dir.to_path_buf(), FIXTURE_BOOT)
         .unwrap()
         .with_setup(setup)
+        .with_opaque(crate::families::opaque())
         .with_gate(Box::new(Gate(Ok(()))))
 }
 

@@ -8,12 +8,84 @@
 //! Its fields sit at the top level of the parameters, beside the generic ones; the
 //! generic parse hands over the fields it does not know, and this part takes its own.
 
+use std::any::Any;
+
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
 use super::domain::config::DomainConfigError;
 use super::domain::DomainConfig;
 use super::driver_files::Capability;
+use crate::opaque::{Applies, FamilyKindError, FamilyPart, OpaqueFamily, OptionalEdits};
+
+/// NVIDIA's parser of its part, as the families' registry lists it.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NvidiaOpaqueFamily;
+
+impl OpaqueFamily for NvidiaOpaqueFamily {
+    fn fields(&self) -> &'static [&'static str] {
+        NvidiaOpaque::FIELDS
+    }
+
+    fn kinds(&self) -> &'static [&'static str] {
+        DomainConfig::KINDS
+    }
+
+    fn take(
+        &self,
+        rest: &mut Map<String, Value>,
+    ) -> Result<Option<Box<dyn FamilyPart>>, serde_json::Error> {
+        let part = NvidiaOpaque::take(rest)?;
+        // An empty part is none: configurations compare as if it were not there.
+        Ok((part != NvidiaOpaque::default()).then(|| Box::new(part) as Box<dyn FamilyPart>))
+    }
+
+    fn of_kind(&self, kind: &str, params: &Value) -> Result<Box<dyn FamilyPart>, FamilyKindError> {
+        NvidiaOpaque::of_kind(kind, params)
+            .map(|p| Box::new(p) as Box<dyn FamilyPart>)
+            .map_err(|e| FamilyKindError(Box::new(e)))
+    }
+}
+
+impl FamilyPart for NvidiaOpaque {
+    fn merge(&mut self, later: &dyn FamilyPart) {
+        if let Some(later) = later.as_any().downcast_ref::<NvidiaOpaque>() {
+            NvidiaOpaque::merge(self, later.clone());
+        }
+    }
+
+    fn asks_sharing(&self) -> Option<Applies> {
+        self.sharing.as_ref().map(|_| Applies {
+            setting: "sharing",
+            to: Self::SHARING_APPLIES_TO,
+        })
+    }
+
+    fn optional_edits(&self) -> Option<OptionalEdits> {
+        let (item, provider) = Self::CAPABILITY;
+        Some(OptionalEdits {
+            names: NvidiaOpaque::optional_edits(self)?,
+            applies: Applies {
+                setting: "driverCapabilities",
+                to: Self::CAPABILITIES_APPLY_TO,
+            },
+            item,
+            provider,
+        })
+    }
+
+    fn clone_part(&self) -> Box<dyn FamilyPart> {
+        Box::new(self.clone())
+    }
+
+    fn same(&self, other: &dyn FamilyPart) -> bool {
+        other.as_any().downcast_ref::<NvidiaOpaque>() == Some(self)
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
 
 /// NVIDIA's fields of a `DeviceConfig`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]

@@ -15,6 +15,7 @@ use super::node::NvidiaSetup;
 use super::passthrough::Passthrough;
 use crate::claims::setup_port::{DeviceSetup, PciUse, Setup, SetupError};
 use crate::discovery::nvidia::devices::{Identity, Placement};
+use crate::discovery::nvidia::opaque::NvidiaOpaque;
 use crate::model::Allocated;
 use crate::model::{Device, Kind};
 use crate::opaque::DeviceConfig;
@@ -151,10 +152,11 @@ impl NvidiaSetup {
         config: Option<&DeviceConfig>,
         alloc: &Allocated,
     ) -> Result<Option<NvidiaWork>, SetupError> {
-        if let Some(cd) = config.and_then(|c| c.family.nvidia.compute_domain.as_ref()) {
+        let nvidia = config.and_then(|c| c.family.part::<NvidiaOpaque>());
+        if let Some(cd) = nvidia.and_then(|n| n.compute_domain.as_ref()) {
             return super::domain::plan(device, cd);
         }
-        let sharing = config.and_then(|c| c.family.nvidia.sharing.as_ref());
+        let sharing = nvidia.and_then(|n| n.sharing.as_ref());
         let id = Identity::of(device);
         let pci = id.pci_bus_id.clone();
         let refuse = |reason| {
@@ -302,7 +304,7 @@ mod tests {
 
     fn config(json: &str) -> DeviceConfig {
         let v: serde_json::Value = serde_json::from_str(json).unwrap();
-        serde_json::from_value(v).unwrap()
+        crate::opaque::decode(0, &v, &crate::families::opaque()).unwrap()
     }
 
     fn setup(k: &FakeKernel, dev: &Path, smi: Recorded) -> NvidiaSetup {
