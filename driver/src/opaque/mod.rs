@@ -406,6 +406,32 @@ mod tests {
         assert!(e.at.ends_with("config[0].opaque.parameters") && e.reason.contains("colour"));
     }
 
+    #[test]
+    fn without_families_only_the_generic_fields_and_kind_are_known() {
+        let none = OpaqueFamilies::default();
+        let c = cfgs(serde_json::json!([
+            {"source": "FromClaim", "opaque": {"driver": "graft.dev", "parameters": params(serde_json::json!({"sharing": {"strategy": "TimeSlicing"}}))}}
+        ]));
+        let e = super::resolve("graft.dev", &c, "r", &none).unwrap_err();
+        assert_eq!(
+            e.reason,
+            "unknown field `sharing`, expected one of `apiVersion`, `kind`, `env`, `fileMode`, \
+             `uid`, `gid`"
+        );
+        let e = super::resolve("graft.dev", &cfgs(ch_with("x")), "r", &none).unwrap_err();
+        assert!(
+            e.reason.contains("ComputeDomainDaemonConfig")
+                && e.reason.contains("knows DeviceConfig of"),
+            "{e}"
+        );
+        // The families' parts compare and merge as their families say.
+        let plain = resolve("graft.dev", &cfgs(serde_json::json!([
+            {"source": "FromClaim", "opaque": {"driver": "graft.dev", "parameters": params(serde_json::json!({"env": {"A": "1"}}))}}
+        ])), "r").unwrap().unwrap();
+        assert_eq!(plain.family, FamilyConfig::default());
+        assert_eq!(plain.family.asks_sharing(), None);
+    }
+
     fn ch_with(field: &str) -> serde_json::Value {
         serde_json::json!([{"source": "FromClaim", "opaque": {"driver": "graft.dev", "parameters": {
             "apiVersion": API_VERSION, "kind": "ComputeDomainDaemonConfig", "domainID": "u-1",
