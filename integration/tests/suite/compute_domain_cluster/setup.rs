@@ -34,8 +34,8 @@ pub(super) struct Bed {
     channels: u32,
 }
 
-/// Runs `test` on the shared three-node cluster with ComputeDomains and at least `channels`
-/// IMEX channels per node (as many as asked: a test may rely on a node's only channel).
+/// Runs `test` on the shared three-node cluster with ComputeDomains and exactly `channels`
+/// IMEX channels per node (a test may rely on a node's only channel).
 /// The cluster the previous test kept is used when it is still clean, else a fresh one
 /// comes up. A test that passed keeps it for the next; one that failed takes it down, so
 /// that the next starts afresh. The last test of the module takes it down and checks what
