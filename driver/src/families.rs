@@ -1,17 +1,18 @@
-//! The device families graft-driver knows: the registry. A new family is a folder under
-//! [`crate::discovery`] with its [`Backend`], and a variant here with its name and its arm in
-//! [`Family::open`] (plus its flags in [`Flags`] if it has any, and its part of the opaque
-//! configuration in [`opaque`] if it has one). Nothing else names them.
+//! The device families graft-driver knows: the registry. A new family is a crate (or a
+//! folder of graft-generic-families) with its [`Backend`], and a variant here with its name
+//! and its arm in [`Family::open`] (plus its flags in [`Flags`] if it has any, and its part
+//! of the opaque configuration in [`opaque`] if it has one). graft-driver-core's
+//! `discovery` says what a family implements. Nothing else names the families.
 
 use std::sync::Arc;
 
-use crate::backend::{Backend, BackendError, Node};
-use crate::discovery::char::backend::CharBackend;
-use crate::discovery::files::backend::FilesBackend;
-use crate::discovery::nvidia::backend::{NvidiaBackend, NvidiaFlags};
-use crate::discovery::nvidia::opaque::NvidiaOpaqueFamily;
-use crate::discovery::render::backend::RenderBackend;
-use crate::opaque::OpaqueFamilies;
+use graft_driver_core::backend::{Backend, BackendError, Node};
+use graft_driver_core::opaque::OpaqueFamilies;
+use graft_generic_families::char::backend::CharBackend;
+use graft_generic_families::files::backend::FilesBackend;
+use graft_generic_families::render::backend::RenderBackend;
+use graft_nvidia::backend::{NvidiaBackend, NvidiaFlags};
+use graft_nvidia::opaque::NvidiaOpaqueFamily;
 
 /// The families' parts of the opaque configuration. Every family's fields and kinds are
 /// known whichever families `--discovery` serves, so that a claim is read the same

@@ -1,32 +1,22 @@
-//! graft's DRA kubelet plugin as a library: discovery, ResourceSlices, the core that
-//! prepares claims (checkpoint, records graft-nri reads, device setups) and the async edge
-//! that feeds it from the kubelet and the API server. The `graft-driver` binary wires
-//! these together; tests and benchmarks drive them directly.
+//! graft's DRA kubelet plugin assembled: the vendor-neutral core (graft-driver-core) and the
+//! device families (graft-nvidia, graft-generic-families), with the registry that names
+//! the families ([`families`]). The `graft-driver` and `graft-mps` binaries wire these
+//! together; tests and benchmarks drive them through this face, which keeps the paths
+//! they always used (`graft_driver::claims`, `graft_driver::discovery::nvidia`...).
 
-pub mod backend;
-pub mod claims;
-pub mod coexistence;
-pub mod daemon;
-pub mod discovery;
-pub mod edge;
-pub mod error;
-pub mod events;
+pub use graft_driver_core::{
+    backend, claims, coexistence, daemon, edge, error, events, health, inotify, limits, mapping,
+    metrics, model, opaque, plugin, publisher, quantity, slices, snapshot,
+};
+pub use graft_driver_core::{DriverError, Result, DEFAULT_DRIVER_NAME};
+/// The MPS control daemons' keeper (the `graft-mps` binary), NVIDIA's.
+pub use graft_nvidia::mps;
+
 pub mod families;
-pub mod health;
-pub mod inotify;
-pub mod limits;
-pub mod mapping;
-pub mod metrics;
-pub mod model;
-pub mod mps;
-pub mod opaque;
-pub mod plugin;
-pub mod publisher;
-pub mod quantity;
-pub mod slices;
-pub mod snapshot;
 
-pub use error::{DriverError, Result};
-
-/// The driver name graft registers under unless told otherwise.
-pub const DEFAULT_DRIVER_NAME: &str = graft_api::DRIVER;
+/// The core's discovery parts and every family, under the names they always had.
+pub mod discovery {
+    pub use graft_driver_core::discovery::*;
+    pub use graft_generic_families::{char, files, render};
+    pub use graft_nvidia as nvidia;
+}

@@ -6,7 +6,7 @@
 //!   boards have; [`share_group`] puts a second GPU (and its functions) and the PCIe port
 //!   above the first one in the first one's group, as a switch without ACS does;
 //! - [`FakeKernel::start`]: a thread that plays the kernel on the node's sysfs and procfs,
-//!   as the unit tests' fake kernel in driver/src/discovery/nvidia/vfio/tests.rs does. It
+//!   as the unit tests' fake kernel in families/nvidia/src/setup/vfio/tests.rs does. It
 //!   acts on the drivers' `bind` and `unbind` files, binds only as a function's
 //!   `driver_override` allows, lets the nvidia driver unbind a GPU only once its
 //!   `unbindLock` was granted, and grants that lock only while the GPU's persistence mode is

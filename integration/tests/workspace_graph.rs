@@ -26,8 +26,8 @@ const ALLOWED_CIRCLES: &[(&str, &[&str], &str)] = &[];
 
 /// The workspace crates each crate may depend on. Leaves first: the contract and protocol
 /// crates and telemetry depend on no other graft crate, the daemons' runtime on telemetry
-/// only; the daemons and tools on those (graft-nri also on its SDK); the harness on what it
-/// drives. No product crate depends on graft-integration or the fakes (those are loaded as
+/// only; the daemons and tools on those (graft-nri also on its SDK, graft-driver on its core
+/// and its families); the harness on what it drives. No product crate depends on graft-integration or the fakes (those are loaded as
 /// libraries by the tests).
 const ALLOWED_DEPS: &[(&str, &[&str])] = &[
     ("graft-api", &[]),
@@ -47,13 +47,40 @@ const ALLOWED_DEPS: &[(&str, &[&str])] = &[
             "graft-runtime",
         ],
     ),
+    // graft-driver's core names no family; each family depends on the core, never on
+    // another family; graft-driver (the registry and the binaries) on the core and every
+    // family.
     (
-        "graft-driver",
+        "graft-driver-core",
         &[
             "graft-api",
             "graft-proto",
             "graft-record",
+            "graft-telemetry",
+            "graft-runtime",
+        ],
+    ),
+    (
+        "graft-nvidia",
+        &[
+            "graft-driver-core",
+            "graft-api",
+            "graft-record",
             "graft-ldcache",
+        ],
+    ),
+    (
+        "graft-generic-families",
+        &["graft-driver-core", "graft-api", "graft-record"],
+    ),
+    (
+        "graft-driver",
+        &[
+            "graft-driver-core",
+            "graft-nvidia",
+            "graft-generic-families",
+            "graft-api",
+            "graft-record",
             "graft-telemetry",
             "graft-runtime",
         ],

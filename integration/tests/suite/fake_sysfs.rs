@@ -1,5 +1,5 @@
 //! The fakes VFIO passthrough is tested against, driven as graft drives them: graft's own
-//! sysfs code (driver/src/discovery/nvidia/vfio.rs) on the fake kernel of
+//! sysfs code (families/nvidia/src/setup/vfio/) on the fake kernel of
 //! integration/src/fake_sysfs.rs, persistence mode through the fake NVML and the fake
 //! nvidia-smi run chrooted into the driver root, and nvidia-smi refusing what the real one
 //! refuses. Needs root (chroot, mknod).

@@ -79,10 +79,15 @@ fn is_served(used: &str, served: &BTreeMap<String, String>, sources: &str) -> bo
         || used.strip_suffix("_total").is_some_and(quoted)
 }
 
-/// The Rust sources of graft-driver and graft-nri, concatenated.
+/// The Rust sources of graft-driver (its core and families too) and graft-nri, concatenated.
 fn sources() -> anyhow::Result<String> {
     let mut all = String::new();
-    let mut dirs = vec![top().join("driver/src"), top().join("nri-plugin/src")];
+    let mut dirs = vec![
+        top().join("driver/src"),
+        top().join("driver-core/src"),
+        top().join("families"),
+        top().join("nri-plugin/src"),
+    ];
     while let Some(dir) = dirs.pop() {
         for entry in std::fs::read_dir(&dir)? {
             let path = entry?.path();
