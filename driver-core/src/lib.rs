@@ -8,7 +8,6 @@
 
 pub mod backend;
 pub mod claims;
-pub mod coexistence;
 pub mod daemon;
 pub mod discovery;
 pub mod edge;

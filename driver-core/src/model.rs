@@ -176,3 +176,32 @@ pub struct Allocated {
     /// capacities, as the scheduler rounded it (Kubernetes quantities).
     pub consumed: BTreeMap<String, String>,
 }
+
+/// Which devices the families keep out of the ResourceSlices for now, by family: NVIDIA's
+/// GPUs while its device plugin advertises them on the Node. The publisher publishes a
+/// device only when no family holds it back; a family changes only its own hold.
+#[derive(Clone, Default)]
+pub struct Holds(BTreeMap<&'static str, fn(&Device) -> bool>);
+
+impl Holds {
+    /// `family` holds back the devices `which` picks; false when it already did.
+    pub fn hold(&mut self, family: &'static str, which: fn(&Device) -> bool) -> bool {
+        self.0.insert(family, which).is_none()
+    }
+
+    /// `family` holds nothing back any more; false when it held nothing.
+    pub fn release(&mut self, family: &'static str) -> bool {
+        self.0.remove(family).is_some()
+    }
+
+    /// Whether `device` may be published: no family holds it back.
+    pub fn publishes(&self, device: &Device) -> bool {
+        self.0.values().all(|which| !which(device))
+    }
+}
+
+impl std::fmt::Debug for Holds {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_set().entries(self.0.keys()).finish()
+    }
+}

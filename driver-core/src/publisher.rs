@@ -15,12 +15,11 @@ use kube::api::{Api, DeleteParams, ListParams, PostParams, Preconditions};
 use kube::runtime::{watcher, WatchStreamExt};
 use tokio::sync::{mpsc, watch};
 
-use crate::coexistence::Verdict;
 use crate::error::Result;
 use crate::health::taints::{FatalEffect, Tainting};
 use crate::health::HealthReport;
 use crate::metrics::DriverMetrics;
-use crate::model::Device;
+use crate::model::{Device, Holds};
 use crate::slices::{
     count_counters, count_shared, count_taints, desired_slices, publishable, up_to_date, NodeOwner,
 };
@@ -44,7 +43,7 @@ pub struct Publisher {
     /// Since when graft-nri has been away past its grace, published as a taint.
     nri: Option<watch::Receiver<Option<SystemTime>>>,
     /// Whether a device plugin beside graft makes it withhold its GPUs.
-    coexistence: Option<watch::Receiver<Verdict>>,
+    holds: Option<watch::Receiver<Holds>>,
     /// False once the API server dropped the taints we wrote (its DRADeviceTaints feature
     /// gate is off): from then on slices are compared and written without them, or every
     /// reconcile would rewrite them forever.
@@ -77,7 +76,7 @@ impl Publisher {
             health: None,
             fatal: FatalEffect::NoSchedule,
             nri: None,
-            coexistence: None,
+            holds: None,
             taints_kept: true,
             counters_kept: true,
             shared_kept: true,
@@ -127,9 +126,10 @@ impl Publisher {
         self
     }
 
-    /// Leaves out the devices `verdict` withholds (GPUs beside a device plugin).
-    pub fn with_coexistence(mut self, verdict: watch::Receiver<Verdict>) -> Self {
-        self.coexistence = Some(verdict);
+    /// Leaves out the devices the families hold back (NVIDIA's GPUs beside its device
+    /// plugin).
+    pub fn with_holds(mut self, holds: watch::Receiver<Holds>) -> Self {
+        self.holds = Some(holds);
         self
     }
 
@@ -301,7 +301,7 @@ impl Publisher {
     pub async fn run(mut self, mut inventory: watch::Receiver<Vec<Device>>) {
         let mut health = self.health.clone();
         let mut nri = self.nri.clone();
-        let mut coexistence = self.coexistence.clone();
+        let mut holds = self.holds.clone();
         let (tx, mut events) = mpsc::channel::<()>(1);
         let api = self.api();
         let cfg = watcher::Config::default().fields(&self.selector());
@@ -325,9 +325,9 @@ impl Publisher {
         let mut backoff = Duration::from_millis(200);
         loop {
             let mut devices = inventory.borrow_and_update().clone();
-            if let Some(v) = coexistence.as_mut() {
-                let v = v.borrow_and_update().clone();
-                devices.retain(|d| v.publishes(d.kind));
+            if let Some(h) = holds.as_mut() {
+                let h = h.borrow_and_update().clone();
+                devices.retain(|d| h.publishes(d));
             }
             let result = self.reconcile(&devices).await;
             drop(devices);
@@ -362,7 +362,7 @@ impl Publisher {
                 r = inventory.changed() => if r.is_err() { return },
                 Ok(()) = changed(&mut health) => {}
                 Ok(()) = changed(&mut nri) => {}
-                Ok(()) = changed(&mut coexistence) => {}
+                Ok(()) = changed(&mut holds) => {}
                 _ = events.recv() => {
                     // Let a burst of events (a wipe deletes several slices) settle.
                     tokio::time::sleep(Duration::from_millis(50)).await;

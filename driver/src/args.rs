@@ -86,29 +86,11 @@ pub struct Args {
     /// Event (a graft pod restart stays quiet).
     #[arg(long, env = "GRAFT_NRI_EVENT_GRACE_SECONDS", default_value_t = 30)]
     pub nri_event_grace_seconds: u64,
-    /// Publish NVIDIA GPUs even while a GPU device plugin advertises its resources on this
-    /// Node (the two are kept apart some other way); otherwise they are withheld.
-    #[arg(long, env = "GRAFT_ALLOW_DEVICE_PLUGIN_COEXISTENCE")]
-    pub allow_device_plugin_coexistence: bool,
-    /// More Node resources that mean a GPU device plugin runs on this node (names, or
-    /// prefixes ending in `*`, separated by commas), beside nvidia.com/gpu,
-    /// nvidia.com/gpu.shared and nvidia.com/mig-*. NVIDIA's other resources (the Network
-    /// Operator's nvidia.com/hostdev, RDMA devices) withhold nothing.
-    #[arg(long, env = "GRAFT_DEVICE_PLUGIN_RESOURCES", value_delimiter = ',')]
-    pub device_plugin_resources: Vec<String>,
     /// Keep the pods bound to this node from a watch, so that a prepare reads only its
     /// claims, not also their pods; needs `list` and `watch` on pods cluster-wide, which
     /// the chart grants only with `driver.podCache`.
     #[arg(long, env = "GRAFT_POD_CACHE")]
     pub pod_cache: bool,
-    /// Seconds between looks at the Node for device plugin resources.
-    #[arg(
-        long,
-        hide = true,
-        env = "GRAFT_DEVICE_PLUGIN_CHECK_SECONDS",
-        default_value_t = 30
-    )]
-    pub device_plugin_check_seconds: u64,
     /// Serve /metrics, /healthz and /readyz on this TCP address (default: this host only;
     /// the chart gives the pod's IP; `:9477`: every address; empty or `off`: not at all). Bound as soon as it is free: during a rolling update the
     /// instance being replaced holds it.

@@ -1,73 +1,127 @@
-//! The device families graft-driver knows: the registry. A new family is a crate (or a
-//! folder of graft-generic-families) with its [`Backend`], and a variant here with its name
-//! and its arm in [`Family::open`] (plus its flags in [`Flags`] if it has any, and its part
-//! of the opaque configuration in [`opaque`] if it has one). graft-driver-core's
-//! `discovery` says what a family implements. Nothing else names the families.
+//! The device families graft-driver knows: the registry, one entry per family in
+//! [`FAMILIES`]. A new family is a crate over graft-driver-core (or a folder of
+//! graft-generic-families) and its entry here: its `--discovery` name, how its backend is
+//! opened, and its part of the opaque configuration if it has one. A family with flags of
+//! its own adds them to [`Flags`] too. graft-driver-core's `discovery` says what a family
+//! implements. Nothing else names the families.
 
 use std::sync::Arc;
 
 use graft_driver_core::backend::{Backend, BackendError, Node};
-use graft_driver_core::opaque::OpaqueFamilies;
+use graft_driver_core::opaque::{OpaqueFamilies, OpaqueFamily};
 use graft_generic_families::char::backend::CharBackend;
 use graft_generic_families::files::backend::FilesBackend;
 use graft_generic_families::render::backend::RenderBackend;
 use graft_nvidia::backend::{NvidiaBackend, NvidiaFlags};
 use graft_nvidia::opaque::NvidiaOpaqueFamily;
 
+/// Every family graft-driver can serve, in the order `--discovery`'s error lists them.
+pub const FAMILIES: &[Registered] = &[
+    Registered {
+        name: "char",
+        about: "device nodes listed in the devices config",
+        open: |node, _| Ok(Box::new(CharBackend::new(node)?)),
+        opaque: None,
+    },
+    Registered {
+        name: "files",
+        about: "entries of served directories listed in the devices config",
+        open: |node, _| Ok(Box::new(FilesBackend::new(node)?)),
+        opaque: None,
+    },
+    Registered {
+        name: "nvidia",
+        about: "NVIDIA GPUs, MIG devices, IMEX channels, VFIO passthrough",
+        open: |node, flags| Ok(Box::new(NvidiaBackend::new(node, &flags.nvidia)?)),
+        opaque: Some(|| Arc::new(NvidiaOpaqueFamily)),
+    },
+    Registered {
+        name: "render",
+        about: "DRM render nodes (/dev/dri/renderD<N>)",
+        open: |node, _| Ok(Box::new(RenderBackend::new(node))),
+        opaque: None,
+    },
+];
+
+/// The flags of the families that have their own (each group a family's).
+#[derive(Debug, Clone, clap::Args)]
+pub struct Flags {
+    /// `--nvidia-*`, the GPU health flags and the device plugin guard's.
+    #[command(flatten)]
+    pub nvidia: NvidiaFlags,
+}
+
+/// How a family's backend is opened.
+pub type Open = fn(&Node, &Flags) -> Result<Box<dyn Backend>, BackendError>;
+
+/// One family's entry in the registry.
+pub struct Registered {
+    /// Its `--discovery` spelling and its discovery's name.
+    pub name: &'static str,
+    /// What it serves, in a few words.
+    pub about: &'static str,
+    /// Its backend, from the node's settings and the families' flags.
+    pub open: Open,
+    /// Its fields and kinds of the claims' opaque configuration, if it has any.
+    pub opaque: Option<fn() -> Arc<dyn OpaqueFamily>>,
+}
+
 /// The families' parts of the opaque configuration. Every family's fields and kinds are
 /// known whichever families `--discovery` serves, so that a claim is read the same
 /// everywhere.
 pub fn opaque() -> OpaqueFamilies {
-    OpaqueFamilies::new(vec![Arc::new(NvidiaOpaqueFamily)])
+    OpaqueFamilies::new(
+        FAMILIES
+            .iter()
+            .filter_map(|f| f.opaque)
+            .map(|f| f())
+            .collect(),
+    )
 }
 
-/// A device family graft-driver can serve (`--discovery`, comma separated).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, clap::ValueEnum)]
-pub enum Family {
-    /// Device nodes listed in the devices config.
-    Char,
-    /// Entries of served directories listed in the devices config.
-    Files,
-    /// NVIDIA GPUs, MIG devices, IMEX channels, VFIO passthrough.
-    Nvidia,
-    /// DRM render nodes (`/dev/dri/renderD<N>`).
-    Render,
-}
+/// A device family graft-driver can serve (`--discovery`, comma separated): its entry.
+#[derive(Clone, Copy)]
+pub struct Family(&'static Registered);
 
 impl Family {
     /// The family's name: its `--discovery` spelling and its discovery's name.
     pub fn name(self) -> &'static str {
-        match self {
-            Family::Char => "char",
-            Family::Files => "files",
-            Family::Nvidia => "nvidia",
-            Family::Render => "render",
-        }
+        self.0.name
+    }
+
+    /// What it serves, in a few words.
+    pub fn about(self) -> &'static str {
+        self.0.about
     }
 
     /// One name of `--discovery`'s list; blanks around it are allowed.
     pub fn parse(s: &str) -> Result<Family, UnknownFamily> {
         let s = s.trim();
-        <Family as clap::ValueEnum>::from_str(s, false).map_err(|_| UnknownFamily(s.to_string()))
+        FAMILIES
+            .iter()
+            .find(|f| f.name == s)
+            .map(Family)
+            .ok_or_else(|| UnknownFamily(s.to_string()))
     }
 
     /// The family's backend, from the node's settings and the flags.
     pub fn open(self, node: &Node, flags: &Flags) -> Result<Box<dyn Backend>, BackendError> {
-        Ok(match self {
-            Family::Char => Box::new(CharBackend::new(node)?),
-            Family::Files => Box::new(FilesBackend::new(node)?),
-            Family::Nvidia => Box::new(NvidiaBackend::new(node, &flags.nvidia)?),
-            Family::Render => Box::new(RenderBackend::new(node)),
-        })
+        (self.0.open)(node, flags)
     }
 }
 
-/// The flags of the families that have their own (each group a family's).
-#[derive(Debug, Clone, clap::Args)]
-pub struct Flags {
-    /// `--nvidia-*` and the GPU health flags.
-    #[command(flatten)]
-    pub nvidia: NvidiaFlags,
+impl PartialEq for Family {
+    fn eq(&self, other: &Family) -> bool {
+        self.name() == other.name()
+    }
+}
+
+impl Eq for Family {}
+
+impl std::fmt::Debug for Family {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Family({})", self.name())
+    }
 }
 
 /// A `--discovery` name that is no family's.
@@ -77,10 +131,7 @@ pub struct UnknownFamily(pub String);
 
 /// Every family's name, as `--discovery` lists them.
 fn known() -> String {
-    let names: Vec<&str> = <Family as clap::ValueEnum>::value_variants()
-        .iter()
-        .map(|f| f.name())
-        .collect();
+    let names: Vec<&str> = FAMILIES.iter().map(|f| f.name).collect();
     names.join(", ")
 }
 
@@ -90,17 +141,33 @@ mod tests {
 
     #[test]
     fn families_parse_as_discovery_always_took_them() {
-        assert_eq!(Family::parse("nvidia"), Ok(Family::Nvidia));
-        assert_eq!(Family::parse(" files "), Ok(Family::Files));
-        assert_eq!(Family::parse("char"), Ok(Family::Char));
+        let name = |s: &str| Family::parse(s).map(Family::name);
+        assert_eq!(name("nvidia"), Ok("nvidia"));
+        assert_eq!(name(" files "), Ok("files"));
+        assert_eq!(name("char"), Ok("char"));
         let err = Family::parse("gpu").unwrap_err();
         assert_eq!(
             err.to_string(),
             "unknown backend \"gpu\" (known: char, files, nvidia, render)"
         );
         assert!(Family::parse("").is_err());
-        for f in [Family::Char, Family::Files, Family::Nvidia, Family::Render] {
-            assert_eq!(Family::parse(f.name()), Ok(f));
+        for f in FAMILIES {
+            assert_eq!(name(f.name), Ok(f.name));
+            assert!(!f.about.is_empty());
         }
+    }
+
+    #[test]
+    fn every_family_with_an_opaque_part_is_given_to_the_core() {
+        let with_part = FAMILIES.iter().filter(|f| f.opaque.is_some()).count();
+        assert_eq!(with_part, 1);
+        // NVIDIA's fields and kinds, known to the parse.
+        let families = opaque();
+        assert!(
+            families.fields().any(|f| f == "sharing"),
+            "{:?}",
+            families.fields().collect::<Vec<_>>()
+        );
+        assert!(families.kinds().any(|k| k == "ComputeDomainChannelConfig"));
     }
 }

@@ -5,8 +5,8 @@
 //! they always used (`graft_driver::claims`, `graft_driver::discovery::nvidia`...).
 
 pub use graft_driver_core::{
-    backend, claims, coexistence, daemon, edge, error, events, health, inotify, limits, mapping,
-    metrics, model, opaque, plugin, publisher, quantity, slices, snapshot,
+    backend, claims, daemon, edge, error, events, health, inotify, limits, mapping, metrics, model,
+    opaque, plugin, publisher, quantity, slices, snapshot,
 };
 pub use graft_driver_core::{DriverError, Result, DEFAULT_DRIVER_NAME};
 /// The MPS control daemons' keeper (the `graft-mps` binary), NVIDIA's.

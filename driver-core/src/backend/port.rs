@@ -12,9 +12,10 @@ use super::scan::Discovery;
 use crate::claims::Core;
 use crate::daemon::Daemon;
 pub use crate::error::BackendError;
+use crate::events::Poster;
 use crate::health::HealthReport;
 use crate::metrics::DriverMetrics;
-use crate::model::Device;
+use crate::model::{Device, Holds};
 
 /// What every family may need of the node and the driver.
 #[derive(Clone)]
@@ -65,6 +66,11 @@ pub struct Running<'a> {
     pub inventory: watch::Receiver<Vec<Device>>,
     /// Where device health goes (ResourceSlice taints, the kubelet's stream).
     pub health: &'a watch::Sender<HealthReport>,
+    /// The devices held back from the ResourceSlices: a family that must hold some back
+    /// sets its hold in `start`, before the first publication, and changes only its own.
+    pub holds: &'a watch::Sender<Holds>,
+    /// The Node's Events.
+    pub events: &'a Poster,
 }
 
 /// A device family (the port every family implements). The assembly calls these in this order: [`Backend::injection`],

@@ -24,13 +24,13 @@ use anyhow::{bail, Context};
 use graft_driver::backend::router::Router;
 use graft_driver::backend::Running;
 use graft_driver::claims::seams::{KillAt, NriGate, StatusFile};
-use graft_driver::coexistence::Verdict;
 use graft_driver::discovery::report;
 use graft_driver::edge::{Edge, PodCache, KUBELET_DEADLINE};
 use graft_driver::events::node as node_events;
 use graft_driver::events::node_ref;
 use graft_driver::health::HealthReport;
 use graft_driver::metrics::DriverMetrics;
+use graft_driver::model::Holds;
 use graft_driver::plugin::registration::RegistrationState;
 use graft_driver::plugin::{self, PluginPaths};
 use graft_driver::publisher::Publisher;
@@ -128,30 +128,6 @@ async fn run_in(
             .with_metrics(metrics.clone()),
     );
     let (nri_outage_tx, nri_outage) = tokio::sync::watch::channel(None);
-    // GPUs beside NVIDIA's device plugin: withheld unless the operator allows both.
-    let guard = args
-        .discovery
-        .contains(&graft_driver::families::Family::Nvidia)
-        && !args.allow_device_plugin_coexistence;
-    let first = if guard {
-        Verdict::Unknown
-    } else {
-        Verdict::Clear
-    };
-    let (coexistence_tx, coexistence) = tokio::sync::watch::channel(first);
-    if guard {
-        tasks.spawn(
-            "device-plugin-guard",
-            graft_driver::coexistence::run(
-                client.clone(),
-                args.node_name.clone(),
-                events.clone(),
-                coexistence_tx,
-                Duration::from_secs(args.device_plugin_check_seconds.max(1)),
-                args.device_plugin_resources.clone(),
-            ),
-        );
-    }
     tasks.spawn(
         "nri-events",
         graft_driver::events::nri::run(
@@ -196,12 +172,17 @@ async fn run_in(
     // Device health: from the families that watch it (NVIDIA: NVML events); without one
     // every device stays healthy and the channel only feeds the kubelet's health stream.
     let (health_tx, health_rx) = tokio::sync::watch::channel(HealthReport::default());
+    // What the families hold back from the slices (NVIDIA: GPUs beside its device plugin),
+    // set in their `start`, before the publisher's first look.
+    let (holds_tx, holds_rx) = tokio::sync::watch::channel(Holds::default());
     let running = Running {
         client: client.clone(),
         node: &node,
         boot_id: &boot_id,
         inventory: inv_rx.clone(),
         health: &health_tx,
+        holds: &holds_tx,
+        events: &events,
     };
     for b in &mut backends {
         b.start(&mut tasks.daemon, &running)?;
@@ -214,7 +195,7 @@ async fn run_in(
     )
     .with_health(health_rx.clone(), args.health_taint_effect)
     .with_nri(nri_outage)
-    .with_coexistence(coexistence)
+    .with_holds(holds_rx)
     .with_metrics(metrics.clone())
     .with_snapshot(args.state_dir.clone());
     tasks.spawn("publisher", publisher.run(inv_rx.clone()));

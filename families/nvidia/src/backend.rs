@@ -10,9 +10,11 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-use super::devices::{HookConfig, MigLedger, NvidiaConfig, NvidiaDiscovery, PlacementOrder};
+use super::coexistence;
+use super::devices::{HookConfig, MigLedger, NvidiaConfig, NvidiaDiscovery};
 use super::domain::{GateSlot, KubeGate};
 use super::driver_files::Roots;
+pub use super::flags::NvidiaFlags;
 use super::nvml::GpuSelection;
 use super::setup::{
     ChrootSmi, MigManager, MpsManager, NvidiaSetup, NvidiaWork, NvmlPersistence, PersistenceMode,
@@ -32,92 +34,6 @@ const NAME: &str = super::setup::FAMILY;
 /// The start-up step that installs graft-hook, as [`BackendError::Step`] names it (its
 /// failure has an Event of its own).
 pub use graft_driver_core::events::node::INSTALLING_HOOK;
-
-/// The NVIDIA family's flags.
-#[derive(Debug, Clone, clap::Args)]
-pub struct NvidiaFlags {
-    /// Root of the NVIDIA driver installation, as a host path: `/`, or
-    /// `/run/nvidia/driver` with a driver container (nvidia backend).
-    #[arg(long, env = "GRAFT_NVIDIA_DRIVER_ROOT", default_value = "/")]
-    pub nvidia_driver_root: PathBuf,
-    /// libnvidia-ml.so.1 as a path inside the driver root (default: searched).
-    #[arg(long, env = "GRAFT_NVIDIA_NVML_LIB")]
-    pub nvidia_nvml_lib: Option<String>,
-    /// Host path of graft-hook; the driver installs its own copy there at start.
-    #[arg(
-        long,
-        env = "GRAFT_NVIDIA_HOOK_PATH",
-        default_value = "/var/lib/graft/bin/graft-hook"
-    )]
-    pub nvidia_hook_path: String,
-    /// Host path of the ldconfig that update-ldcache runs (default: the driver root's, else
-    /// the host's).
-    #[arg(long, env = "GRAFT_NVIDIA_LDCONFIG")]
-    pub nvidia_ldconfig: Option<String>,
-    /// The graft-hook to install (default: `graft-hook` next to this binary). It must be a
-    /// static executable.
-    #[arg(long, env = "GRAFT_HOOK_SOURCE")]
-    pub hook_source: Option<PathBuf>,
-    /// IMEX channels offered when the node's GPUs are in an NVLink fabric clique.
-    #[arg(long, env = "GRAFT_NVIDIA_IMEX_CHANNELS", default_value_t = 1)]
-    pub nvidia_imex_channels: u32,
-    /// Seconds a ComputeDomain channel's prepare waits for its domain to be Ready on this
-    /// node before it refuses (the kubelet then retries a minute or more later); keep it
-    /// well inside the kubelet's deadline for the call.
-    #[arg(
-        long,
-        env = "GRAFT_NVIDIA_COMPUTE_DOMAIN_WAIT_SECONDS",
-        default_value_t = 25
-    )]
-    pub nvidia_compute_domain_wait_seconds: u64,
-    /// Label the node with its NVLink clique (`resource.graft.dev/clique`); needs the right
-    /// to patch its Node, which the chart grants with ComputeDomains on.
-    #[arg(long, env = "GRAFT_NVIDIA_CLIQUE_LABEL")]
-    pub nvidia_clique_label: bool,
-    /// Offer GPUs for VFIO passthrough (rebound to vfio-pci while prepared).
-    #[arg(long, env = "GRAFT_NVIDIA_PASSTHROUGH")]
-    pub nvidia_passthrough: bool,
-    /// MIG-enabled GPUs whose MIG instances graft makes itself when a claim is prepared
-    /// (dynamic MIG): `all`, `none`, or GPU UUIDs and NVML indices separated by commas. The
-    /// other MIG-enabled GPUs offer the instances their operator made (static MIG). graft
-    /// never changes a GPU's MIG mode.
-    #[arg(long, env = "GRAFT_NVIDIA_DYNAMIC_MIG", default_value = "none", value_parser = GpuSelection::parse)]
-    pub nvidia_dynamic_mig: GpuSelection,
-    /// GPUs (MIG off) shared through NVIDIA MPS: several claims of one namespace at a time,
-    /// each consuming a compute percentage and memory through DRA consumable capacity; the
-    /// daemons are graft-mps's (docs/nvidia.md: MPS). `all`, `none`, or UUIDs / indices.
-    #[arg(long, env = "GRAFT_NVIDIA_MPS", default_value = "none", value_parser = GpuSelection::parse)]
-    pub nvidia_mps: GpuSelection,
-    /// The order dynamic-MIG placements are published in (`nvml`: NVML's own, for
-    /// side-by-side benchmarks; docs/placement.md).
-    #[arg(
-        long,
-        env = "GRAFT_NVIDIA_PLACEMENT_ORDER",
-        hide = true,
-        value_enum,
-        default_value = "spare-large"
-    )]
-    pub nvidia_placement_order: PlacementOrder,
-    /// Seconds to wait for a GPU to be free, and for a driver rebind to show.
-    #[arg(long, env = "GRAFT_NVIDIA_VFIO_TIMEOUT", default_value_t = 60)]
-    pub nvidia_vfio_timeout_seconds: u64,
-    /// XIDs that only mark a GPU degraded (a taint with effect None) instead of unhealthy,
-    /// comma separated; the default lists application errors (docs/nvidia.md: GPU health).
-    #[arg(
-        long,
-        env = "GRAFT_HEALTH_INFORMATIONAL_XIDS",
-        default_value = "13,31,43,45,68,94,109"
-    )]
-    pub health_informational_xids: String,
-    /// Seconds without new events after which a degraded condition (an informational XID)
-    /// clears; 0 keeps it until a reset. Unhealthy conditions never clear on time: only
-    /// when NVML's recovery action reads none and a probe of the GPU passes.
-    #[arg(long, env = "GRAFT_HEALTH_RECOVERY_SECONDS", default_value_t = 300)]
-    pub health_recovery_seconds: u64,
-    /// Seconds between checks that NVML can still reach every GPU.
-    #[arg(long, env = "GRAFT_HEALTH_PROBE_SECONDS", default_value_t = 10)]
-    pub health_probe_seconds: u64,
-}
 
 /// The discovery's settings from the flags.
 fn config(node: &Node, flags: &NvidiaFlags) -> NvidiaConfig {
@@ -333,6 +249,21 @@ impl Backend for NvidiaBackend {
     }
 
     fn start(&mut self, daemon: &mut Daemon, running: &Running<'_>) -> Result<(), BackendError> {
+        // GPUs beside NVIDIA's device plugin: withheld unless the operator allows both.
+        if !self.flags.allow_device_plugin_coexistence {
+            coexistence::hold_until_looked(running.holds);
+            daemon.spawn(
+                "device-plugin-guard",
+                coexistence::run(
+                    running.client.clone(),
+                    self.node.node_name.clone(),
+                    running.events.clone(),
+                    running.holds.clone(),
+                    Duration::from_secs(self.flags.device_plugin_check_seconds.max(1)),
+                    self.flags.device_plugin_resources.clone(),
+                ),
+            );
+        }
         // ComputeDomain channels ask the API server at prepare, from a blocking thread.
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             self.setup.domains.set(Arc::new(KubeGate {

@@ -25,9 +25,11 @@
 //! user); `nvml` does not need `driver_files` and `devices` does not need `setup`.
 
 pub mod backend;
+pub mod coexistence;
 pub mod devices;
 pub mod domain;
 pub mod driver_files;
+pub mod flags;
 pub mod health;
 mod hook_install;
 pub mod mps;

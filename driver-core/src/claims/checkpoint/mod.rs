@@ -30,10 +30,8 @@ mod slot;
 pub use super::lifecycle::ClaimState;
 pub use entry::{ClaimEntry, PreparedDevice};
 use group::{Batch, Group, Turn, View};
-/// The checksum a slot carries over its claims (tests write older schemas' files with it).
-pub use slot::checksum;
-pub use slot::CHECKPOINT_VERSION;
 use slot::{boot_time, needed_version, read_slot, OnDisk};
+pub use slot::{checksum, CHECKPOINT_VERSION};
 
 const SLOTS: [&str; 2] = ["checkpoint-a.json", "checkpoint-b.json"];
 const LOCK_NAME: &str = "checkpoint.lock";

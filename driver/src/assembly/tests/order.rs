@@ -94,25 +94,10 @@ const TASKS: &[(&[&str], &[&str])] = &[
             "cleanup",
         ],
     ),
-    // GPUs beside NVIDIA's device plugin are withheld while it is watched for...
+    // The device plugin guard is the NVIDIA family's own task, started in its `start`
+    // (graft-nvidia's tests/guard.rs); the assembly starts none for it.
     (
         &["--discovery", "nvidia"],
-        &[
-            "event-poster",
-            "device-plugin-guard",
-            "nri-events",
-            "refusal-events",
-            "claim-counts",
-            "publisher",
-            "device-metrics",
-            "inotify",
-            "rescan",
-            "cleanup",
-        ],
-    ),
-    // ... unless the operator allows both.
-    (
-        &["--discovery", "nvidia", "--allow-device-plugin-coexistence"],
         &[
             "event-poster",
             "nri-events",

@@ -264,6 +264,7 @@ mod tests {
     use super::super::vfio::tests::{FakeKernel, BDF};
     use super::*;
     use graft_driver_core::model::Attribute;
+    use graft_driver_core::opaque::{decode, OpaqueFamilies};
     use std::collections::BTreeMap;
     use std::path::Path;
     use std::sync::{Arc, Mutex};
@@ -303,15 +304,8 @@ mod tests {
     }
 
     fn config(json: &str) -> DeviceConfig {
-        let v: serde_json::Value = serde_json::from_str(json).unwrap();
-        graft_driver_core::opaque::decode(
-            0,
-            &v,
-            &graft_driver_core::opaque::OpaqueFamilies::new(vec![std::sync::Arc::new(
-                crate::opaque::NvidiaOpaqueFamily,
-            )]),
-        )
-        .unwrap()
+        let nvidia = OpaqueFamilies::new(vec![Arc::new(crate::opaque::NvidiaOpaqueFamily)]);
+        decode(0, &serde_json::from_str(json).unwrap(), &nvidia).unwrap()
     }
 
     fn setup(k: &FakeKernel, dev: &Path, smi: Recorded) -> NvidiaSetup {

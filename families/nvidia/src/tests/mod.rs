@@ -1,3 +1,4 @@
 //! Tests across the parts.
 
+mod guard;
 mod layouts;

@@ -18,8 +18,8 @@ use kube::api::Api;
 use kube::runtime::events::{Event, EventType};
 use tokio::sync::watch;
 
-use crate::events::{node_ref, Poster};
-use crate::model::Kind;
+use graft_driver_core::events::{node_ref, Poster};
+use graft_driver_core::model::{Device, Holds, Kind};
 
 /// What NVIDIA's GPU device plugin advertises: whole GPUs, their time-sliced or MPS
 /// replicas under the `.shared` rename, and MIG devices (`mig-<profile>`, also `.shared`).
@@ -47,10 +47,33 @@ pub enum Verdict {
 impl Verdict {
     /// Whether a device of `kind` is published under this verdict.
     pub fn publishes(&self, kind: Kind) -> bool {
-        // The nvidia family's GPUs, MIG devices and VFIO functions.
-        let gpu = kind.is_accelerator() || kind == Kind::Passthrough;
-        !gpu || *self == Verdict::Clear
+        !is_gpu(kind) || *self == Verdict::Clear
     }
+
+    /// This verdict as the family's hold on the slices; whether that changed them.
+    fn hold(&self, holds: &mut Holds) -> bool {
+        match self {
+            Verdict::Clear => holds.release(FAMILY),
+            Verdict::Unknown | Verdict::Withhold(_) => holds.hold(FAMILY, gpu_device),
+        }
+    }
+}
+
+/// The family's name, as its hold on the slices names it.
+const FAMILY: &str = crate::setup::FAMILY;
+
+/// The nvidia family's GPUs, MIG devices and VFIO functions.
+fn is_gpu(kind: Kind) -> bool {
+    kind.is_accelerator() || kind == Kind::Passthrough
+}
+
+fn gpu_device(d: &Device) -> bool {
+    is_gpu(d.kind)
+}
+
+/// Holds the GPUs back until the guard's first look at the Node ([`run`]).
+pub fn hold_until_looked(holds: &watch::Sender<Holds>) {
+    holds.send_if_modified(|h| Verdict::Unknown.hold(h));
 }
 
 /// Whether `name` matches `pattern`: the same name, or the pattern's prefix when it ends
@@ -114,17 +137,18 @@ fn event(v: &Verdict) -> Option<Event> {
     })
 }
 
-/// Looks at the Node every `every` and keeps `tx` up to date; an Event when GPUs are
-/// withheld, and when they are published again after that.
+/// Looks at the Node every `every` and keeps the family's hold in `holds` up to date; an
+/// Event when GPUs are withheld, and when they are published again after that.
 pub async fn run(
     client: kube::Client,
     node: String,
     poster: Poster,
-    tx: watch::Sender<Verdict>,
+    holds: watch::Sender<Holds>,
     every: Duration,
     extra: Vec<String>,
 ) {
     let nodes: Api<Node> = Api::all(client);
+    let mut before = Verdict::Unknown;
     loop {
         match nodes.get(&node).await {
             Ok(n) => {
@@ -134,8 +158,9 @@ pub async fn run(
                 } else {
                     Verdict::Withhold(found)
                 };
-                let before = tx.send_replace(now.clone());
-                let worth = match (&before, &now) {
+                holds.send_if_modified(|h| now.hold(h));
+                let was = std::mem::replace(&mut before, now.clone());
+                let worth = match (&was, &now) {
                     (Verdict::Unknown, Verdict::Clear) => false,
                     (b, n) => b != n,
                 };
@@ -223,5 +248,22 @@ mod tests {
         assert_eq!((ev.type_, ev.reason.as_str()), (EventType::Warning, BESIDE));
         assert!(ev.note.unwrap().contains("nvidia.com/gpu"));
         assert!(event(&Verdict::Unknown).is_none());
+    }
+
+    #[test]
+    fn the_hold_follows_the_verdict() {
+        let (tx, rx) = watch::channel(Holds::default());
+        let gpu = Device::new("gpu-0", Kind::Whole);
+        let vfio = Device::new("vfio-0", Kind::Passthrough);
+        let fuse = Device::new("fuse", Kind::Char);
+        hold_until_looked(&tx);
+        let mut holds = rx.borrow().clone();
+        assert!(!holds.publishes(&gpu) && !holds.publishes(&vfio) && holds.publishes(&fuse));
+        // Still withheld once seen: no change for the publisher to act on.
+        assert!(!Verdict::Withhold(vec!["nvidia.com/gpu".into()]).hold(&mut holds));
+        assert!(Verdict::Clear.hold(&mut holds));
+        assert!(holds.publishes(&gpu) && holds.publishes(&vfio));
+        assert!(!Verdict::Clear.hold(&mut holds));
+        assert_eq!(format!("{holds:?}"), "{}");
     }
 }
