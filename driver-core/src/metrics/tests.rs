@@ -19,21 +19,13 @@ fn unhealthy(reason: &str) -> DeviceHealth {
     }
 }
 
-/// A family's health reasons, as its backend declares them: NVIDIA's, which graft-nvidia's
-/// `health::classify::REASONS` lists (the core names no family, so the list is copied).
+/// A family's health reasons, as its backend declares them (`Backend::health_reasons`); a
+/// few of NVIDIA's.
 const REASONS: &[&str] = &[
-    "ecc-double-bit",
     "gpu-unavailable",
-    "gpu-lost",
-    "nvml-error",
-    "row-remap-pending",
     "row-remap-failure",
-    "page-retirement-pending",
-    "reset-required",
-    "reboot-required",
     "drain-p2p",
-    "drain-and-reset",
-    "recovery-action",
+    "nvml-error",
 ];
 
 #[test]
