@@ -17,27 +17,27 @@ use graft_nvidia::opaque::NvidiaOpaqueFamily;
 
 /// Every family graft-driver can serve, in the order `--discovery`'s error lists them.
 pub const FAMILIES: &[Registered] = &[
+    // Device nodes listed in the devices config.
     Registered {
         name: "char",
-        about: "device nodes listed in the devices config",
         open: |node, _| Ok(Box::new(CharBackend::new(node)?)),
         opaque: None,
     },
+    // Entries of served directories listed in the devices config.
     Registered {
         name: "files",
-        about: "entries of served directories listed in the devices config",
         open: |node, _| Ok(Box::new(FilesBackend::new(node)?)),
         opaque: None,
     },
+    // NVIDIA GPUs, MIG devices, IMEX channels, VFIO passthrough.
     Registered {
         name: "nvidia",
-        about: "NVIDIA GPUs, MIG devices, IMEX channels, VFIO passthrough",
         open: |node, flags| Ok(Box::new(NvidiaBackend::new(node, &flags.nvidia)?)),
         opaque: Some(|| Arc::new(NvidiaOpaqueFamily)),
     },
+    // DRM render nodes (/dev/dri/renderD<N>).
     Registered {
         name: "render",
-        about: "DRM render nodes (/dev/dri/renderD<N>)",
         open: |node, _| Ok(Box::new(RenderBackend::new(node))),
         opaque: None,
     },
@@ -58,8 +58,6 @@ pub type Open = fn(&Node, &Flags) -> Result<Box<dyn Backend>, BackendError>;
 pub struct Registered {
     /// Its `--discovery` spelling and its discovery's name.
     pub name: &'static str,
-    /// What it serves, in a few words.
-    pub about: &'static str,
     /// Its backend, from the node's settings and the families' flags.
     pub open: Open,
     /// Its fields and kinds of the claims' opaque configuration, if it has any.
@@ -87,11 +85,6 @@ impl Family {
     /// The family's name: its `--discovery` spelling and its discovery's name.
     pub fn name(self) -> &'static str {
         self.0.name
-    }
-
-    /// What it serves, in a few words.
-    pub fn about(self) -> &'static str {
-        self.0.about
     }
 
     /// One name of `--discovery`'s list; blanks around it are allowed.
@@ -153,7 +146,6 @@ mod tests {
         assert!(Family::parse("").is_err());
         for f in FAMILIES {
             assert_eq!(name(f.name), Ok(f.name));
-            assert!(!f.about.is_empty());
         }
     }
 
