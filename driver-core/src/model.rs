@@ -205,3 +205,44 @@ impl std::fmt::Debug for Holds {
         f.debug_set().entries(self.0.keys()).finish()
     }
 }
+
+/// A taint a family puts on one of its devices, beside health's: NVIDIA's MPS tenant
+/// (`<driver>/mps-tenant=<namespace>`), which keeps other namespaces' claims off a GPU
+/// one namespace shares. Its effect is always `NoSchedule`: the scheduler allocates the
+/// device only to claims that tolerate it, and running pods stay.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FamilyTaint {
+    /// The key, below the driver's name (`mps-tenant` is published as
+    /// `<driver>/mps-tenant`).
+    pub key: &'static str,
+    /// The value (a label value: at most 63 characters).
+    pub value: String,
+    /// Since when: published as `timeAdded`, so that an unchanged taint writes nothing.
+    pub since: std::time::SystemTime,
+}
+
+/// The taints each family puts on its devices, by family and device name. A family
+/// changes only its own.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FamilyTaints(BTreeMap<&'static str, BTreeMap<String, Vec<FamilyTaint>>>);
+
+impl FamilyTaints {
+    /// `family`'s taints are now `taints` (by device name); false when nothing changed.
+    pub fn set(
+        &mut self,
+        family: &'static str,
+        taints: BTreeMap<String, Vec<FamilyTaint>>,
+    ) -> bool {
+        let old = if taints.is_empty() {
+            self.0.remove(family)
+        } else {
+            self.0.insert(family, taints.clone())
+        };
+        old.unwrap_or_default() != taints
+    }
+
+    /// Every family's taints of `device`.
+    pub fn of<'a>(&'a self, device: &'a str) -> impl Iterator<Item = &'a FamilyTaint> {
+        self.0.values().filter_map(move |m| m.get(device)).flatten()
+    }
+}

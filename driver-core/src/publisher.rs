@@ -19,7 +19,7 @@ use crate::error::Result;
 use crate::health::taints::{FatalEffect, Tainting};
 use crate::health::HealthReport;
 use crate::metrics::DriverMetrics;
-use crate::model::{Device, Holds};
+use crate::model::{Device, FamilyTaints, Holds};
 use crate::slices::{
     count_counters, count_shared, count_taints, desired_slices, publishable, up_to_date, NodeOwner,
 };
@@ -44,6 +44,8 @@ pub struct Publisher {
     nri: Option<watch::Receiver<Option<SystemTime>>>,
     /// Whether a device plugin beside graft makes it withhold its GPUs.
     holds: Option<watch::Receiver<Holds>>,
+    /// What the families taint their own devices with (NVIDIA: MPS tenants).
+    family_taints: Option<watch::Receiver<FamilyTaints>>,
     /// False once the API server dropped the taints we wrote (its DRADeviceTaints feature
     /// gate is off): from then on slices are compared and written without them, or every
     /// reconcile would rewrite them forever.
@@ -77,6 +79,7 @@ impl Publisher {
             fatal: FatalEffect::NoSchedule,
             nri: None,
             holds: None,
+            family_taints: None,
             taints_kept: true,
             counters_kept: true,
             shared_kept: true,
@@ -133,6 +136,12 @@ impl Publisher {
         self
     }
 
+    /// Publishes the taints the families put on their devices.
+    pub fn with_family_taints(mut self, taints: watch::Receiver<FamilyTaints>) -> Self {
+        self.family_taints = Some(taints);
+        self
+    }
+
     fn tainting(&self) -> Tainting {
         if !self.taints_kept {
             return Tainting::none(&self.driver);
@@ -143,6 +152,9 @@ impl Publisher {
             t.report = h.borrow().clone();
         }
         t.nri_outage = self.nri.as_ref().and_then(|n| *n.borrow());
+        if let Some(f) = &self.family_taints {
+            t.family = f.borrow().clone();
+        }
         t
     }
 
@@ -302,6 +314,7 @@ impl Publisher {
         let mut health = self.health.clone();
         let mut nri = self.nri.clone();
         let mut holds = self.holds.clone();
+        let mut family_taints = self.family_taints.clone();
         let (tx, mut events) = mpsc::channel::<()>(1);
         let api = self.api();
         let cfg = watcher::Config::default().fields(&self.selector());
@@ -363,6 +376,7 @@ impl Publisher {
                 Ok(()) = changed(&mut health) => {}
                 Ok(()) = changed(&mut nri) => {}
                 Ok(()) = changed(&mut holds) => {}
+                Ok(()) = changed(&mut family_taints) => {}
                 _ = events.recv() => {
                     // Let a burst of events (a wipe deletes several slices) settle.
                     tokio::time::sleep(Duration::from_millis(50)).await;

@@ -15,7 +15,7 @@ pub use crate::error::BackendError;
 use crate::events::Poster;
 use crate::health::HealthReport;
 use crate::metrics::DriverMetrics;
-use crate::model::{Device, Holds};
+use crate::model::{Device, FamilyTaints, Holds};
 
 /// What every family may need of the node and the driver.
 #[derive(Clone)]
@@ -69,6 +69,9 @@ pub struct Running<'a> {
     /// The devices held back from the ResourceSlices: a family that must hold some back
     /// sets its hold in `start`, before the first publication, and changes only its own.
     pub holds: &'a watch::Sender<Holds>,
+    /// The taints a family puts on its own devices (NVIDIA: an MPS GPU's tenant); a family
+    /// changes only its own ([`FamilyTaints::set`]).
+    pub taints: &'a watch::Sender<FamilyTaints>,
     /// The Node's Events.
     pub events: &'a Poster,
 }

@@ -13,6 +13,7 @@ use k8s_openapi::api::resource::v1::DeviceTaint;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use super::report::{Condition, HealthReport};
+use crate::model::FamilyTaints;
 
 /// The taint key for a condition of `driver`'s devices.
 pub fn taint_key(driver: &str, condition: Condition) -> String {
@@ -58,6 +59,8 @@ pub struct Tainting {
     pub report: HealthReport,
     /// Since when graft-nri has been away past its grace period, if it is.
     pub nri_outage: Option<std::time::SystemTime>,
+    /// What the families taint their own devices with.
+    pub family: FamilyTaints,
 }
 
 impl Tainting {
@@ -68,6 +71,7 @@ impl Tainting {
             fatal: FatalEffect::NoSchedule,
             report: HealthReport::default(),
             nri_outage: None,
+            family: FamilyTaints::default(),
         }
     }
 
@@ -90,6 +94,10 @@ impl Tainting {
         if let Some(since) = self.nri_outage {
             let key = format!("{}/nri-unavailable", self.driver);
             taints.push(taint(key, "not-connected", "NoSchedule", since));
+        }
+        for t in self.family.of(name) {
+            let key = format!("{}/{}", self.driver, t.key);
+            taints.push(taint(key, &t.value, "NoSchedule", t.since));
         }
         (!taints.is_empty()).then_some(taints)
     }

@@ -30,7 +30,7 @@ use graft_driver::events::node as node_events;
 use graft_driver::events::node_ref;
 use graft_driver::health::HealthReport;
 use graft_driver::metrics::DriverMetrics;
-use graft_driver::model::Holds;
+use graft_driver::model::{FamilyTaints, Holds};
 use graft_driver::plugin::registration::RegistrationState;
 use graft_driver::plugin::{self, PluginPaths};
 use graft_driver::publisher::Publisher;
@@ -175,6 +175,8 @@ async fn run_in(
     // What the families hold back from the slices (NVIDIA: GPUs beside its device plugin),
     // set in their `start`, before the publisher's first look.
     let (holds_tx, holds_rx) = tokio::sync::watch::channel(Holds::default());
+    // What the families taint their own devices with (NVIDIA: MPS tenants).
+    let (taints_tx, taints_rx) = tokio::sync::watch::channel(FamilyTaints::default());
     let running = Running {
         client: client.clone(),
         node: &node,
@@ -182,6 +184,7 @@ async fn run_in(
         inventory: inv_rx.clone(),
         health: &health_tx,
         holds: &holds_tx,
+        taints: &taints_tx,
         events: &events,
     };
     for b in &mut backends {
@@ -196,6 +199,7 @@ async fn run_in(
     .with_health(health_rx.clone(), args.health_taint_effect)
     .with_nri(nri_outage)
     .with_holds(holds_rx)
+    .with_family_taints(taints_rx)
     .with_metrics(metrics.clone())
     .with_snapshot(args.state_dir.clone());
     tasks.spawn("publisher", publisher.run(inv_rx.clone()));

@@ -109,10 +109,8 @@ impl NvidiaBackend {
             _ => None,
         };
         // The daemons are graft-mps's (its own DaemonSet); graft-driver marks the shares.
-        let mps = (nvml.is_some() && flags.nvidia_mps != GpuSelection::None).then(|| MpsManager {
-            state_dir: node.state_dir.clone(),
-            wait: crate::setup::DEFAULT_WAIT,
-        });
+        let mps = (nvml.is_some() && flags.nvidia_mps != GpuSelection::None)
+            .then(|| MpsManager::new(node.state_dir.clone(), crate::setup::DEFAULT_WAIT));
         // Persistence mode is turned off and on around passthrough only.
         let persistence: Box<dyn PersistenceMode> = match (&nvml, flags.nvidia_passthrough) {
             (Some(lib), true) => Box::new(NvmlPersistence { lib: lib.clone() }),
@@ -261,6 +259,22 @@ impl Backend for NvidiaBackend {
                     running.holds.clone(),
                     Duration::from_secs(self.flags.device_plugin_check_seconds.max(1)),
                     self.flags.device_plugin_resources.clone(),
+                ),
+            );
+        }
+        // MPS tenants as taints, so that the scheduler sends other namespaces elsewhere.
+        if let Some(mps) = self
+            .mps
+            .clone()
+            .filter(|_| self.flags.nvidia_mps_tenant_taint)
+        {
+            daemon.spawn(
+                "mps-tenants",
+                crate::setup::mps_tenants::run(
+                    mps,
+                    running.inventory.clone(),
+                    running.taints.clone(),
+                    Duration::from_secs(30),
                 ),
             );
         }

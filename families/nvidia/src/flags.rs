@@ -61,6 +61,12 @@ pub struct NvidiaFlags {
     /// daemons are graft-mps's (docs/nvidia.md: MPS). `all`, `none`, or UUIDs / indices.
     #[arg(long, env = "GRAFT_NVIDIA_MPS", default_value = "none", value_parser = GpuSelection::parse)]
     pub nvidia_mps: GpuSelection,
+    /// Taints an MPS GPU `<driver>/mps-tenant=<namespace>` (NoSchedule) while a namespace
+    /// holds a share of it, so that the scheduler gives other namespaces' claims another GPU.
+    /// Only with every claim of the namespace tolerating its own tenancy: the chart turns it
+    /// on together with the admission policy that adds that toleration (docs/nvidia.md).
+    #[arg(long, env = "GRAFT_NVIDIA_MPS_TENANT_TAINT")]
+    pub nvidia_mps_tenant_taint: bool,
     /// The order dynamic-MIG placements are published in (`nvml`: NVML's own, for
     /// side-by-side benchmarks; docs/placement.md).
     #[arg(

@@ -64,19 +64,22 @@ for sock in /run/graft-cluster/n*/containerd.sock; do
   if [ -S "$sock" ]; then import_image "$sock"; fi
 done
 chart=$top/deploy/helm/graft
+# GPU lists ("4,5") as one --set value: helm splits --set at unescaped commas.
+mps=${GRAFT_GPU_MPS:-none}; mps=${mps//,/\\,}
+dynamic_mig=${GRAFT_GPU_DYNAMIC_MIG:-none}; dynamic_mig=${dynamic_mig//,/\\,}
 # The testbed serves the MutatingAdmissionPolicy API and runs NRI's default validator.
 values=(--set image.repository="${IMAGE%:*}" --set image.tag="${IMAGE##*:}"
         --set requireGraftNri.enabled=true)
 if [ -n "${GRAFT_GPU_FAKE:-}" ]; then
   values+=(-f "$chart/values-gpu.yaml" --set nvidia.driverRoot="$GRAFT_GPU_FAKE/host"
-           --set nvidia.dynamicMig="${GRAFT_GPU_DYNAMIC_MIG:-none}"
-           --set nvidia.mps="${GRAFT_GPU_MPS:-none}"
+           --set nvidia.dynamicMig="$dynamic_mig"
+           --set nvidia.mps="$mps"
            --set-json "driverExtraEnv=[{\"name\":\"GRAFT_PROC_ROOT\",\"value\":\"/host$GRAFT_GPU_FAKE/proc\"},{\"name\":\"GRAFT_SYSFS_ROOT\",\"value\":\"/host$GRAFT_GPU_FAKE/sys\"}]")
 fi
 if [ -n "${GRAFT_GPU_DRIVER_ROOT:-}" ]; then
   values+=(-f "$chart/values-gpu.yaml" --set nvidia.driverRoot="$GRAFT_GPU_DRIVER_ROOT"
-           --set nvidia.dynamicMig="${GRAFT_GPU_DYNAMIC_MIG:-none}"
-           --set nvidia.mps="${GRAFT_GPU_MPS:-none}")
+           --set nvidia.dynamicMig="$dynamic_mig"
+           --set nvidia.mps="$mps")
 fi
 if [ -n "${GRAFT_GPU_FAKE:-}${GRAFT_GPU_DRIVER_ROOT:-}" ]; then
   # The label NVIDIA's GPU feature discovery puts on GPU nodes, which values-gpu.yaml's

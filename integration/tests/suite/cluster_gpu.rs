@@ -17,6 +17,7 @@ mod dynamic_mig;
 mod gpu_health;
 mod health;
 mod mps;
+mod mps_scheduling;
 mod mps_support;
 mod placement;
 mod render;
@@ -70,16 +71,29 @@ fn gpus_through_the_gpu_setup() -> anyhow::Result<()> {
     })
 }
 
-/// MPS: shares of namespaces a and b on one GPU. b's waits (with an Event saying why) while
-/// a holds the GPU, and runs once a is gone, without a's /dev/shm; what a does to its own
+/// MPS: shares of namespaces a and b on one GPU, with the tenancy taint off so that
+/// prepare's refusal, the last guard, is what acts. b's waits (with an Event saying why)
+/// while a holds the GPU, and runs once a is gone, without a's /dev/shm; what a does to its own
 /// tenancy (a full /dev/shm, a symlink and a FIFO in its pipe directory, `quit`) changes
 /// nothing on the host and restarts neither graft nor graft-mps; a non-root pod is served;
 /// a client without its limit variables still gets the server's limits.
 #[test]
 fn mps_tenants_are_isolated() -> anyhow::Result<()> {
     with_bed(|bed| {
-        bed.fresh(&mps::values(), |_| Ok(()))?;
+        bed.fresh(&mps::guard_values(), |_| Ok(()))?;
         mps::tenants_are_isolated(&bed.cluster, &bed.node)
+    })
+}
+
+/// MPS tenancy decided by the scheduler: with two MPS GPUs, a second namespace's share
+/// lands on the GPU the first does not hold, the first namespace's next share joins its own
+/// GPU, and a third namespace's share stays Pending and unbound with the scheduler's reason
+/// until the first namespace leaves.
+#[test]
+fn mps_second_namespace_goes_elsewhere() -> anyhow::Result<()> {
+    with_bed(|bed| {
+        bed.fresh(&mps_scheduling::values(), |_| Ok(()))?;
+        mps_scheduling::second_namespace_goes_elsewhere(&bed.cluster, &bed.node)
     })
 }
 

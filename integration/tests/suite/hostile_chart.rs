@@ -29,6 +29,7 @@ use graft_integration::Testbed;
 
 mod controller;
 mod events;
+mod mps_tenancy;
 mod nodes;
 mod slices;
 mod tenants;

@@ -163,10 +163,7 @@ impl Bed {
     }
 
     fn manager(&self) -> MpsManager {
-        MpsManager {
-            state_dir: self.state.clone(),
-            wait: Duration::from_secs(20),
-        }
+        MpsManager::new(self.state.clone(), Duration::from_secs(20))
     }
 
     pub(crate) fn paths(&self) -> GpuPaths {

@@ -121,6 +121,10 @@ spec:
             # GPUs shared through MPS (docs/nvidia.md: Sharing a GPU).
             - name: GRAFT_NVIDIA_MPS
               value: {{ .Values.nvidia.mps | quote }}
+            # An MPS GPU's tenant namespace as a device taint, with 56-mps-tenancy.yaml's
+            # policies adding and checking the claims' tolerations.
+            - name: GRAFT_NVIDIA_MPS_TENANT_TAINT
+              value: {{ include "graft.mpsTenantTaint" . | quote }}
             # VFIO passthrough (docs/nvidia.md: VFIO passthrough), values nvidia.passthrough.
             - name: GRAFT_NVIDIA_PASSTHROUGH
               value: {{ .Values.nvidia.passthrough.enabled | quote }}

@@ -79,6 +79,18 @@ admissionregistration.k8s.io/v1beta1
 {{- end -}}
 {{- end }}
 
+{{/* "true" when MPS tenancy is published as a device taint (values: nvidia.mpsTenantTaint):
+MPS on, and the MutatingAdmissionPolicy API there to add each namespace's toleration
+(56-mps-tenancy.yaml). */}}
+{{- define "graft.mpsTenantTaint" -}}
+{{- $api := or (.Capabilities.APIVersions.Has "admissionregistration.k8s.io/v1/MutatingAdmissionPolicy") (.Capabilities.APIVersions.Has "admissionregistration.k8s.io/v1beta1/MutatingAdmissionPolicy") .Values.requireGraftNri.apiVersion -}}
+{{- if and .Values.backends.nvidia (ne (toString .Values.nvidia.mps) "none") .Values.nvidia.mpsTenantTaint $api -}}
+true
+{{- else -}}
+false
+{{- end -}}
+{{- end }}
+
 {{/* A DeviceClass's extended resource name (values: extendedResourceNames), or nothing:
 gpu.graft.dev's only where graft serves GPUs. Call with (list $ "class"). */}}
 {{- define "graft.extendedResourceName" -}}

@@ -10,6 +10,7 @@ mod domain;
 mod dynamic_mig;
 mod kinds;
 mod mps;
+pub mod mps_tenants;
 mod node;
 mod passthrough;
 mod persistence;

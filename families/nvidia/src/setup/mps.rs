@@ -8,6 +8,7 @@
 use std::fs::File;
 use std::os::fd::AsRawFd;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use graft_record::{ContainerEdits, EnvVar, Mount};
@@ -30,6 +31,8 @@ pub struct MpsManager {
     pub state_dir: PathBuf,
     /// How long a prepare waits for graft-mps to report the share served.
     pub wait: Duration,
+    /// Told whenever a GPU's markers may have changed (its tenant with them).
+    pub changed: Arc<tokio::sync::Notify>,
 }
 
 /// One share as its setup names it.
@@ -111,6 +114,15 @@ fn io(op: &str, path: &std::path::Path, e: impl std::fmt::Display) -> SetupError
 }
 
 impl MpsManager {
+    /// Marks shares in `state_dir`, a prepare waiting up to `wait` for graft-mps.
+    pub fn new(state_dir: PathBuf, wait: Duration) -> MpsManager {
+        MpsManager {
+            state_dir,
+            wait,
+            changed: Arc::default(),
+        }
+    }
+
     fn gpu(&self, uuid: &str) -> Result<GpuPaths, SetupError> {
         GpuPaths::new(&self.state_dir, uuid).ok_or_else(|| err(format!("GPU UUID {uuid:?}")))
     }
@@ -157,6 +169,7 @@ impl MpsManager {
             let bytes = serde_json::to_vec(&s.content()).map_err(|e| err(e.to_string()))?;
             graft_record::atomic::write_file(&gpu.share(&id), &bytes)
                 .map_err(|e| err(e.to_string()))?;
+            self.changed.notify_one();
         }
         match self.wait_served(&gpu, s.namespace, &id) {
             Ok(generation) => Ok(edits(&gpu, generation, s)),
@@ -204,9 +217,11 @@ impl MpsManager {
 
     fn close(&self, gpu: &GpuPaths, id: &str) -> Result<(), SetupError> {
         let _lock = self.lock(gpu)?;
-        graft_record::atomic::remove_file(&gpu.share(id))
+        let removed = graft_record::atomic::remove_file(&gpu.share(id))
             .map(|_| ())
-            .map_err(|e| err(e.to_string()))
+            .map_err(|e| err(e.to_string()));
+        self.changed.notify_one();
+        removed
     }
 
     /// A share unprepared: its marker goes (graft-mps ends the tenancy with the last one).
@@ -265,7 +280,22 @@ impl MpsManager {
                 }
             }
         }
+        self.changed.notify_one();
         Ok(())
+    }
+
+    /// Each GPU's tenant now: the namespace its markers name (one at a time, which
+    /// [`MpsManager::open_share`] keeps), by GPU UUID.
+    pub fn tenants(&self) -> std::collections::BTreeMap<String, String> {
+        graft_record::read::list_names(&mps::root(&self.state_dir))
+            .unwrap_or_default()
+            .into_iter()
+            .filter_map(|uuid| {
+                let gpu = GpuPaths::new(&self.state_dir, &uuid)?;
+                let (_, first) = mps::read_shares(&gpu).into_iter().next()?;
+                Some((uuid, first.namespace))
+            })
+            .collect()
     }
 }
 
@@ -317,10 +347,7 @@ mod tests {
     }
 
     fn manager(dir: &std::path::Path) -> MpsManager {
-        MpsManager {
-            state_dir: dir.to_path_buf(),
-            wait: Duration::from_millis(200),
-        }
+        MpsManager::new(dir.to_path_buf(), Duration::from_millis(200))
     }
 
     #[test]

@@ -14,7 +14,7 @@ use graft_driver_core::daemon::Daemon;
 use graft_driver_core::events::Poster;
 use graft_driver_core::health::HealthReport;
 use graft_driver_core::metrics::DriverMetrics;
-use graft_driver_core::model::{Device, Holds, Kind};
+use graft_driver_core::model::{Device, FamilyTaints, Holds, Kind};
 
 #[derive(clap::Parser)]
 struct Flags {
@@ -50,6 +50,7 @@ async fn the_guard_holds_the_gpus_back_unless_both_are_allowed() {
         let config = kube::Config::new("http://127.0.0.1:1".parse().unwrap());
         let (holds, seen) = watch::channel(Holds::default());
         let (health, _) = watch::channel(HealthReport::default());
+        let (taints, _) = watch::channel(FamilyTaints::default());
         let (events, _posted) = Poster::channel(4);
         let mut daemon = Daemon::new();
         let running = Running {
@@ -59,6 +60,7 @@ async fn the_guard_holds_the_gpus_back_unless_both_are_allowed() {
             inventory: watch::channel(Vec::new()).1,
             health: &health,
             holds: &holds,
+            taints: &taints,
             events: &events,
         };
         backend.start(&mut daemon, &running).unwrap();

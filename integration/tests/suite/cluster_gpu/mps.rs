@@ -22,6 +22,15 @@ pub fn values() -> GpuValues {
     }
 }
 
+/// [`values`] with the tenancy taint off: prepare's refusal, the last guard, alone keeps
+/// two namespaces apart (mps_scheduling.rs tests the scheduler's part).
+pub fn guard_values() -> GpuValues {
+    let mut v = values();
+    v.helm
+        .extend(["--set".into(), "nvidia.mpsTenantTaint=false".into()]);
+    v
+}
+
 const HOLD: &str = "echo DONE; sleep 3600";
 
 pub fn tenants_are_isolated(c: &Cluster, node: &FakeNode) -> anyhow::Result<()> {
