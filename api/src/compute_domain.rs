@@ -27,6 +27,14 @@ pub const NAMESPACE_ANNOTATION: &str = "resource.graft.dev/computeDomainNamespac
 /// graft-driver sets from its IMEX channels' `cliqueID`.
 pub const CLIQUE_LABEL: &str = "resource.graft.dev/clique";
 
+/// The binding condition of an IMEX channel with ComputeDomains on: the scheduler binds a
+/// pod allocated the channel once the controller sets it True on the claim's device status,
+/// which it does when the domain's IMEX daemon on the claim's node is Ready.
+pub const READY_CONDITION: &str = "resource.graft.dev/ComputeDomainReady";
+/// The binding failure condition: the controller sets it True when the domain cannot become
+/// Ready on the node in time, and the scheduler then undoes the allocation and tries again.
+pub const FAILED_CONDITION: &str = "resource.graft.dev/ComputeDomainFailed";
+
 /// The node label graft-driver sets (`true`) on a node where it prepares a workload claim
 /// of domain `uid`, and the controller removes from nodes that hold none: one key per
 /// domain.

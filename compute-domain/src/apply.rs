@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::Pod;
-use k8s_openapi::api::resource::v1::ResourceClaimTemplate;
+use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceClaimTemplate};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::Action;
@@ -22,7 +22,7 @@ use crate::objects::{self, DOMAIN_LABEL};
 use crate::place::{self, MANAGER};
 use crate::slot::{self, Placement, Unplaced};
 use crate::term::Term;
-use crate::{clique, labels, members, policy, status, Error};
+use crate::{binding, clique, labels, members, policy, status, Error};
 
 /// The status this term last wrote for the domain `uid` (the cached domains keep none:
 /// their namespace may write it, and as large as it likes).
@@ -187,7 +187,39 @@ pub(crate) async fn apply(cd: Arc<ComputeDomain>, term: &Term) -> Result<Action,
         let note = format!("node {node} holds no allocated claim of the domain: label removed");
         event(term, &cd, EventType::Normal, "NodeLeft", note).await;
     }
+    // Pods waiting to be bound: looked at again soon, so that a timeout is noticed.
+    if settle_bindings(term, &cd, &claims, &st).await? {
+        return Ok(Action::requeue(Duration::from_secs(10)));
+    }
     Ok(Action::requeue(Duration::from_secs(60)))
+}
+
+/// Writes the binding conditions of the domain's allocated channels (`binding`); true while
+/// any pod still waits.
+async fn settle_bindings(
+    term: &Term,
+    cd: &ComputeDomain,
+    claims: &[ResourceClaim],
+    st: &ComputeDomainStatus,
+) -> Result<bool, Error> {
+    let mut waiting = false;
+    for claim in claims {
+        let Some(v) = binding::verdict(claim, st, Timestamp::now(), term.binding_timeout) else {
+            continue;
+        };
+        if let binding::Verdict::Failed(why) = &v {
+            let note = format!("claim {}: {why}", claim.name_any());
+            event(term, cd, EventType::Warning, "BindingFailed", note).await;
+        }
+        waiting |= matches!(v, binding::Verdict::Waiting(_));
+        binding::write(&term.client, claim, &v)
+            .await
+            .map_err(kube_err(
+                cd,
+                &format!("writing claim {}'s binding conditions", claim.name_any()),
+            ))?;
+    }
+    Ok(waiting)
 }
 
 /// The workload template (refusing to take over one the domain does not own), and in

@@ -11,8 +11,8 @@ use std::collections::BTreeMap;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Node, Pod, PodCondition, PodSpec, PodStatus};
 use k8s_openapi::api::resource::v1::{
-    AllocationResult, DeviceAllocationResult, ResourceClaim, ResourceClaimStatus, ResourceSlice,
-    ResourceSliceSpec,
+    AllocatedDeviceStatus, AllocationResult, DeviceAllocationResult, ResourceClaim,
+    ResourceClaimStatus, ResourceSlice, ResourceSliceSpec,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::core::PartialObjectMeta;
@@ -108,44 +108,63 @@ pub fn trim_slice(s: &mut ResourceSlice) {
 /// A claim as the controller reads it: its domain label, graft's allocated devices, and
 /// the node its allocation names.
 pub fn trim_claim(c: &mut ResourceClaim) {
-    let allocation = c
-        .status
-        .take()
-        .and_then(|s| s.allocation)
-        .map(|a| AllocationResult {
-            devices: a.devices.map(|d| DeviceAllocationResult {
-                results: d.results.map(|rs| {
-                    rs.into_iter()
-                        .filter(|r| r.driver == DRIVER)
-                        .map(
-                            |r| k8s_openapi::api::resource::v1::DeviceRequestAllocationResult {
-                                driver: r.driver,
-                                pool: r.pool,
-                                device: r.device,
-                                request: r.request,
-                                ..Default::default()
-                            },
-                        )
-                        .collect()
-                }),
-                config: None,
+    let status = c.status.take();
+    // graft's device statuses: their binding conditions only (`binding`).
+    let devices: Option<Vec<AllocatedDeviceStatus>> = status
+        .as_ref()
+        .and_then(|s| s.devices.as_ref())
+        .map(|ds| {
+            ds.iter()
+                .filter(|d| d.driver == DRIVER && d.conditions.is_some())
+                .map(|d| AllocatedDeviceStatus {
+                    driver: d.driver.clone(),
+                    pool: d.pool.clone(),
+                    device: d.device.clone(),
+                    share_id: d.share_id.clone(),
+                    conditions: d.conditions.clone(),
+                    ..Default::default()
+                })
+                .collect()
+        })
+        .filter(|v: &Vec<_>| !v.is_empty());
+    let allocation = status.and_then(|s| s.allocation).map(|a| AllocationResult {
+        devices: a.devices.map(|d| DeviceAllocationResult {
+            results: d.results.map(|rs| {
+                rs.into_iter()
+                    .filter(|r| r.driver == DRIVER)
+                    .map(
+                        |r| k8s_openapi::api::resource::v1::DeviceRequestAllocationResult {
+                            driver: r.driver,
+                            pool: r.pool,
+                            device: r.device,
+                            request: r.request,
+                            share_id: r.share_id,
+                            binding_conditions: r.binding_conditions,
+                            binding_failure_conditions: r.binding_failure_conditions,
+                            ..Default::default()
+                        },
+                    )
+                    .collect()
             }),
-            node_selector: a.node_selector.map(|mut ns| {
-                for t in &mut ns.node_selector_terms {
-                    t.match_expressions = None;
-                    if let Some(f) = t.match_fields.as_mut() {
-                        f.retain(|r| r.key == "metadata.name");
-                    }
+            config: None,
+        }),
+        node_selector: a.node_selector.map(|mut ns| {
+            for t in &mut ns.node_selector_terms {
+                t.match_expressions = None;
+                if let Some(f) = t.match_fields.as_mut() {
+                    f.retain(|r| r.key == "metadata.name");
                 }
-                ns
-            }),
-            ..Default::default()
-        });
+            }
+            ns
+        }),
+        allocation_timestamp: a.allocation_timestamp,
+    });
     *c = ResourceClaim {
         metadata: meta(&c.metadata, &[DOMAIN_LABEL]),
         spec: Default::default(),
         status: allocation.map(|a| ResourceClaimStatus {
             allocation: Some(a),
+            devices,
             ..Default::default()
         }),
     };

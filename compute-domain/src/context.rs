@@ -2,6 +2,8 @@
 //! it calls (`apply`, `cleanup`, `place`, `labels`): the controller's configuration, the
 //! Events it posts, the error of a failed API call, and the check of a domain as written.
 
+use std::time::Duration;
+
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::watcher;
@@ -24,6 +26,8 @@ pub struct Context {
     pub(crate) selector: Option<String>,
     /// The limits on slots.
     pub(crate) policy: SlotPolicy,
+    /// How long a pod allocated a channel waits to be bound (`binding`).
+    pub(crate) binding_timeout: Duration,
 }
 
 impl Context {
@@ -38,6 +42,7 @@ impl Context {
             scope: None,
             selector: None,
             policy: SlotPolicy::default(),
+            binding_timeout: Duration::from_secs(300),
         }
     }
 
@@ -57,6 +62,13 @@ impl Context {
     /// Limits the slots a namespace holds and how long an empty domain keeps one.
     pub fn with_slot_policy(mut self, policy: SlotPolicy) -> Self {
         self.policy = policy;
+        self
+    }
+
+    /// How long a pod allocated one of the domains' channels waits to be bound before its
+    /// binding fails (default 300 s).
+    pub fn with_binding_timeout(mut self, timeout: Duration) -> Self {
+        self.binding_timeout = timeout;
         self
     }
 

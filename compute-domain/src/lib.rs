@@ -12,6 +12,7 @@
 //! acts at a time (a Lease); it reads the cluster from watch caches, never by listing.
 
 mod apply;
+pub mod binding;
 pub mod cache;
 mod cleanup;
 pub mod clique;

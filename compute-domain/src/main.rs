@@ -61,6 +61,11 @@ struct Args {
     /// Seconds a domain with no workload claim keeps a slot another domain waits for.
     #[arg(long, default_value_t = SlotPolicy::default().idle_grace.as_secs())]
     idle_slot_grace_seconds: u64,
+    /// Seconds a pod allocated a domain's channel waits to be bound for the domain's IMEX
+    /// daemon on its node to turn Ready; past them the binding fails and the scheduler
+    /// places the pod again (kube-scheduler's own limit, bindingTimeout, is 600 s).
+    #[arg(long, default_value_t = 300)]
+    binding_timeout_seconds: u64,
     /// Reconcile the domains of this namespace only (default: every namespace).
     #[arg(long)]
     watch_namespace: Option<String>,
@@ -116,7 +121,9 @@ async fn run(args: Args, image: String) -> anyhow::Result<()> {
         per_namespace: args.max_slots_per_namespace,
         idle_grace: Duration::from_secs(args.idle_slot_grace_seconds),
     };
-    let mut ctx = Context::new(client, cfg, metrics, reporter).with_slot_policy(policy);
+    let mut ctx = Context::new(client, cfg, metrics, reporter)
+        .with_slot_policy(policy)
+        .with_binding_timeout(Duration::from_secs(args.binding_timeout_seconds.max(1)));
     if let Some(ns) = &args.watch_namespace {
         ctx = ctx.only_namespace(ns);
     }

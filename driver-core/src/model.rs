@@ -82,6 +82,19 @@ pub struct Device {
     /// its capacity (DRA consumable capacity: an accelerator shared between processes): how
     /// much of each capacity a request may take.
     pub shared: Option<BTreeMap<String, CapacityPolicy>>,
+    /// Set when the scheduler must wait, before it binds a pod allocated this device, until
+    /// someone (a family's controller) reports the device ready on the claim's status (DRA
+    /// binding conditions).
+    pub binding: Option<Binding>,
+}
+
+/// A device's DRA binding conditions (condition types on the claim's device status).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Binding {
+    /// The pod is bound once every one of these is True.
+    pub ready: Vec<String>,
+    /// Any of these True undoes the allocation: the pod is scheduled again.
+    pub failed: Vec<String>,
 }
 
 /// How a request consumes one capacity of a shared device (quantities as the API writes
@@ -122,6 +135,7 @@ impl Device {
             optional_edits: BTreeMap::new(),
             consumes: None,
             shared: None,
+            binding: None,
         }
     }
 

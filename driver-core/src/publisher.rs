@@ -20,10 +20,11 @@ use crate::health::taints::{FatalEffect, Tainting};
 use crate::health::HealthReport;
 use crate::metrics::DriverMetrics;
 use crate::model::{Device, FamilyTaints, Holds};
-use crate::slices::{
-    count_counters, count_shared, count_taints, desired_slices, publishable, up_to_date, NodeOwner,
-};
+use crate::slices::{desired_slices, publishable, up_to_date, NodeOwner};
 use crate::snapshot::{snapshot, SnapshotWriter};
+
+mod kept;
+use kept::Kept;
 
 /// Reconciles the node's ResourceSlices with the inventory; see the module's note.
 pub struct Publisher {
@@ -46,17 +47,8 @@ pub struct Publisher {
     holds: Option<watch::Receiver<Holds>>,
     /// What the families taint their own devices with (NVIDIA: MPS tenants).
     family_taints: Option<watch::Receiver<FamilyTaints>>,
-    /// False once the API server dropped the taints we wrote (its DRADeviceTaints feature
-    /// gate is off): from then on slices are compared and written without them, or every
-    /// reconcile would rewrite them forever.
-    taints_kept: bool,
-    /// False once the API server dropped the counters we wrote (DRAPartitionableDevices
-    /// off): partitionable devices (dynamic MIG placements) are then not offered at all,
-    /// since without counters the scheduler would hand out overlapping ones.
-    counters_kept: bool,
-    /// False once the API server dropped `allowMultipleAllocations` (DRAConsumableCapacity
-    /// off): shared GPUs are then offered whole, one claim at a time.
-    shared_kept: bool,
+    /// Which gated fields the API server keeps (`kept`).
+    kept: Kept,
     metrics: Option<std::sync::Arc<DriverMetrics>>,
     /// Where what was published is left for graftctl, when set.
     snapshot: Option<SnapshotWriter>,
@@ -80,9 +72,7 @@ impl Publisher {
             nri: None,
             holds: None,
             family_taints: None,
-            taints_kept: true,
-            counters_kept: true,
-            shared_kept: true,
+            kept: Kept::default(),
             metrics: None,
             snapshot: None,
         }
@@ -143,7 +133,7 @@ impl Publisher {
     }
 
     fn tainting(&self) -> Tainting {
-        if !self.taints_kept {
+        if !self.kept.taints {
             return Tainting::none(&self.driver);
         }
         let mut t = Tainting::none(&self.driver);
@@ -184,22 +174,11 @@ impl Publisher {
     /// One reconcile pass; true when it wrote anything.
     pub async fn reconcile(&mut self, devices: &[Device]) -> Result<bool> {
         let owner = self.owner().await?;
-        // Without the API server's consumable capacity, a shared device is offered whole.
-        let unshared: Vec<Device>;
-        let devices = if self.shared_kept {
-            devices
-        } else {
-            unshared = devices
-                .iter()
-                .map(|d| Device {
-                    shared: None,
-                    ..d.clone()
-                })
-                .collect();
-            &unshared
-        };
+        // Without what the API server drops (sharing, binding conditions).
+        let offered = self.kept.offered(devices);
+        let devices = offered.as_ref();
         let (mut ok, dropped) = publishable(devices);
-        if !self.counters_kept {
+        if !self.kept.counters {
             ok.retain(|d| d.consumes.is_none());
         }
         if dropped != self.last_dropped {
@@ -233,9 +212,6 @@ impl Publisher {
 
         let generation = max_gen.max(self.last_generation) + 1;
         let desired = desired_slices(&self.driver, &owner, &ok, generation, &taints);
-        let mut dropped_taints = false;
-        let mut dropped_counters = false;
-        let mut dropped_shared = false;
         for mut slice in desired.iter().cloned() {
             let name = slice.metadata.name.clone().unwrap_or_default();
             let written = match existing
@@ -248,34 +224,7 @@ impl Publisher {
                 }
                 None => api.create(&PostParams::default(), &slice).await?,
             };
-            dropped_taints |= count_taints(&slice) > count_taints(&written);
-            dropped_counters |= count_counters(&slice) > count_counters(&written);
-            dropped_shared |= count_shared(&slice) > count_shared(&written);
-        }
-        if dropped_counters && self.counters_kept {
-            tracing::error!(
-                "the API server dropped the counters graft wrote: enable the \
-                 DRAPartitionableDevices feature gate (kube-apiserver, kube-scheduler, \
-                 kubelet) for dynamic MIG; until then its placements are not offered"
-            );
-            self.counters_kept = false;
-        }
-        if dropped_shared && self.shared_kept {
-            tracing::error!(
-                "the API server dropped allowMultipleAllocations: enable the \
-                 DRAConsumableCapacity feature gate (kube-apiserver, kube-scheduler, \
-                 kubelet) to share GPUs through MPS; until then they are offered whole"
-            );
-            self.shared_kept = false;
-        }
-        if dropped_taints && self.taints_kept {
-            tracing::warn!(
-                "the API server dropped the device taints graft wrote: enable the \
-                 DRADeviceTaints feature gate (kube-apiserver, kube-scheduler, \
-                 kube-controller-manager) for unhealthy devices to stop receiving pods; \
-                 until then health shows only in Events and pod status"
-            );
-            self.taints_kept = false;
+            self.kept.note(&slice, &written);
         }
         for e in &existing {
             let name = e.metadata.name.clone().unwrap_or_default();

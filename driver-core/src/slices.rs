@@ -81,6 +81,8 @@ pub fn api_device(d: &Device) -> ApiDevice {
                 .collect::<BTreeMap<_, _>>()
         }),
         allow_multiple_allocations: d.shared.is_some().then_some(true),
+        binding_conditions: d.binding.as_ref().map(|b| b.ready.clone()),
+        binding_failure_conditions: d.binding.as_ref().map(|b| b.failed.clone()),
         consumes_counters: d.consumes.as_ref().map(|c| {
             vec![DeviceCounterConsumption {
                 counter_set: c.set.clone(),
@@ -216,6 +218,16 @@ pub fn count_shared(s: &ResourceSlice) -> usize {
         .iter()
         .flatten()
         .filter(|d| d.allow_multiple_allocations == Some(true))
+        .count()
+}
+
+/// The devices of a published slice with binding conditions.
+pub fn count_binding(s: &ResourceSlice) -> usize {
+    s.spec
+        .devices
+        .iter()
+        .flatten()
+        .filter(|d| d.binding_conditions.as_ref().is_some_and(|c| !c.is_empty()))
         .count()
 }
 

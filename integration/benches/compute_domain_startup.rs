@@ -1,11 +1,15 @@
 //! ComputeDomain start-up on the multi-node testbed, side by side: two pods on two nodes of
-//! one clique (nodes 2 and 3), each with one IMEX channel, either
-//! - **domain**: the claims of a two-node ComputeDomain's workload template (created, and
-//!   its clique chosen, before the clock starts): each prepare labels the node, waits until
-//!   the domain's IMEX daemon there is scheduled, prepared, connected to its peer and Ready,
-//!   and the domain's status says so (the kubelet retries the prepare meanwhile); or
-//! - **plain**: the same pods with a plain `imex-channel.graft.dev` claim each (no domain,
-//!   no daemon).
+//! one clique (nodes 2 and 3), either
+//! - **domain**: each with the claim of a two-node ComputeDomain's workload template (the
+//!   domain created, and its clique chosen, before the clock starts): the scheduler
+//!   allocates each pod's channel and holds the pod until graft's controller reports the
+//!   domain's IMEX daemon on its node Ready (DRA binding conditions); the allocations make
+//!   the nodes members, so the daemons are scheduled, prepared, connect to each other and
+//!   turn Ready meanwhile; or
+//! - **plain**: the same pods without a claim (the floor any pod pays). With ComputeDomains
+//!   on, a plain `imex-channel.graft.dev` claim is never prepared (and, with binding
+//!   conditions, never bound), so it is no peer any more: rows before 2026-12-03 compared
+//!   against such claims and are not comparable with later ones.
 //!
 //! Timed from the first pod's first watch event to the last pod's Ready (`pod_clock`), the
 //! two pods created in one apply. The kinds take turns round by round, rotating which goes
@@ -22,10 +26,9 @@ use std::time::Duration;
 
 use anyhow::{ensure, Context};
 use graft_integration::bench::pct;
-use graft_integration::cluster::multi::domains::{compute_domain, template_pod};
+use graft_integration::cluster::multi::domains::{compute_domain, plain_pod, template_pod};
 use graft_integration::cluster::multi::MultiCluster;
 use graft_integration::cluster::wait_until;
-use graft_integration::cluster::workloads::claim_template;
 use graft_integration::pod_clock::PodClock;
 
 const NS: &str = "default";
@@ -64,12 +67,16 @@ async fn once(
             })?;
             (d, t)
         }
-        Kind::Plain => (format!("p{i}"), "plain-channel".to_string()),
+        Kind::Plain => (format!("p{i}"), String::new()),
     };
     let (a, b) = (format!("{prefix}-a"), format!("{prefix}-b"));
-    c.apply(
-        &(template_pod(NS, &a, &template, Some(n2)) + &template_pod(NS, &b, &template, Some(n3))),
-    )?;
+    let pods = match kind {
+        Kind::Domain => {
+            template_pod(NS, &a, &template, Some(n2)) + &template_pod(NS, &b, &template, Some(n3))
+        }
+        Kind::Plain => plain_pod(NS, &a, n2) + &plain_pod(NS, &b, n3),
+    };
+    c.apply(&pods)?;
     clock.wait_ready(&a, LIMIT).await.context(a.clone())?;
     clock.wait_ready(&b, LIMIT).await.context(b.clone())?;
     let (sa, sb) = (
@@ -140,11 +147,6 @@ fn p50(v: &[Duration]) -> f64 {
 
 async fn run(mc: &MultiCluster, rounds: usize) -> anyhow::Result<()> {
     mc.deploy_domains(&FABRICS, 1)?;
-    mc.cluster.apply(&claim_template(
-        "plain-channel",
-        "imex-channel.graft.dev",
-        None,
-    ))?;
     let clock = PodClock::start(mc.cluster.client().await?, NS, LABEL).await?;
     let kinds = [Kind::Domain, Kind::Plain];
     let mut took: [Vec<Duration>; 2] = Default::default();
@@ -168,7 +170,7 @@ async fn run(mc: &MultiCluster, rounds: usize) -> anyhow::Result<()> {
         max(&took[0])
     );
     println!(
-        "| plain imex-channel claims | {rounds} | {plain:.2} | {:.2} |",
+        "| pods without a claim | {rounds} | {plain:.2} | {:.2} |",
         max(&took[1])
     );
     println!("median ratio domain/plain: {:.1}", domain / plain);

@@ -120,6 +120,7 @@ fn main() -> anyhow::Result<()> {
         },
         driver_copies: None,
         imex_channels: 0,
+        compute_domains: false,
         passthrough: false,
         dynamic_mig: GpuSelection::parse("5").map_err(anyhow::Error::msg)?,
         mps: GpuSelection::None,

@@ -62,6 +62,8 @@ fn config(node: &Node, flags: &NvidiaFlags) -> NvidiaConfig {
         },
         driver_copies: Some(graft_record::driver_dir::base(&node.state_dir)),
         imex_channels: flags.nvidia_imex_channels,
+        // The chart passes --nvidia-clique-label exactly with ComputeDomains on.
+        compute_domains: flags.nvidia_clique_label,
         passthrough: flags.nvidia_passthrough,
         dynamic_mig: flags.nvidia_dynamic_mig.clone(),
         mps: flags.nvidia_mps.clone(),

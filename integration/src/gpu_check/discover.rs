@@ -67,6 +67,7 @@ pub fn config_with(opts: &Options, prepared: bool) -> NvidiaConfig {
         driver_copies: prepared
             .then(|| graft_record::driver_dir::base(&opts.work_dir.join("graft-state"))),
         imex_channels: 0,
+        compute_domains: false,
         passthrough: false,
         dynamic_mig: Default::default(),
         mps: Default::default(),

@@ -72,13 +72,13 @@ KUBELET_GATES="KubeletCrashLoopBackOffMax: true, $KUBELET_GATES"
 RUNTIME_CONFIG=admissionregistration.k8s.io/v1beta1=true
 # GRAFT_CLUSTER_K8S=1.34 runs the oldest minor graft supports (setup.sh's GRAFT_K8S_134)
 # with the gates README's support table says to turn on there: in 1.34 DRADeviceTaints,
-# DRAExtendedResource, ResourceHealthStatus, DRAPartitionableDevices and
-# DRAConsumableCapacity are alpha (off), MutatingAdmissionPolicy is beta and off (its
+# DRAExtendedResource, DRADeviceBindingConditions, ResourceHealthStatus,
+# DRAPartitionableDevices and DRAConsumableCapacity are alpha (off), MutatingAdmissionPolicy is beta and off (its
 # v1beta1 API is enabled above), and DeviceTaintRule is served only as resource.k8s.io
 # v1alpha3, which the device-taint eviction controller watches (pkg/features at v1.34.4).
 K8S_MINOR=${GRAFT_CLUSTER_K8S:-1.37}
 if [ "$K8S_MINOR" = 1.34 ]; then
-  GATES=MutatingAdmissionPolicy=true,DRADeviceTaints=true,DRAExtendedResource=true,$GATES
+  GATES=MutatingAdmissionPolicy=true,DRADeviceTaints=true,DRAExtendedResource=true,DRADeviceBindingConditions=true,$GATES
   KUBELET_GATES="DRADeviceTaints: true, DRAExtendedResource: true, $KUBELET_GATES"
   RUNTIME_CONFIG=$RUNTIME_CONFIG,resource.k8s.io/v1alpha3=true
 fi

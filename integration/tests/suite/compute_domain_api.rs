@@ -11,6 +11,7 @@
 //!
 //! Needs the testbed (`integration/testbed/setup.sh`).
 
+mod binding;
 pub(crate) mod chart;
 mod harness;
 mod isolation;

@@ -16,10 +16,11 @@ use graft_integration::cluster::multi::domains::{
     is_ready, plain_pod, ready_nodes, template_pod, CHANNEL_DIR, DOMAIN_LABEL, STAYS,
 };
 use graft_integration::cluster::wait_until;
-use graft_integration::cluster::workloads::{claim_template, phase, wait_running};
+use graft_integration::cluster::workloads::{phase, wait_running};
 use graft_integration::fake_gpu::IMEX_MAJOR;
 use serde_json::Value;
 
+mod binding;
 mod setup;
 
 use setup::*;
@@ -87,92 +88,101 @@ fn compute_domain_across_two_nodes() -> anyhow::Result<()> {
     })
 }
 
-/// A two-node domain goes to clique A (two nodes), not B (one). With clique A's room taken
-/// (a plain channel claim holds node 3's only channel: allocated, though never prepared
-/// with ComputeDomains on), its first pod lands on node 2 and the second stays Pending,
-/// unschedulable with the scheduler's reason, while node 1 (clique B) has a free channel it
-/// never takes; once the room is back, it lands in A and the domain turns Ready.
+/// A two-node domain goes to clique A (two nodes), not B (one). With node 3 (clique A)
+/// cordoned, its first pod is allocated node 2's channel and waits to be bound (its domain
+/// cannot be Ready with one member), and the second stays Pending, unschedulable with the
+/// scheduler's reason, while node 1 (clique B) has a free channel it never takes; once node
+/// 3 takes pods again, the second lands there, both are bound and the domain turns Ready.
 #[test]
 fn compute_domain_stays_in_one_clique() -> anyhow::Result<()> {
     on_cluster(1, |mc| {
         let c = &mc.cluster;
         let uid = create_domain(mc, "d1", 2)?;
         let (n1, n2, n3) = (&mc.nodes[0], &mc.nodes[1], &mc.nodes[2]);
-        c.apply(
-            &(claim_template("blocker", "imex-channel.graft.dev", None)
-                + &template_pod(NS, "blocker", "blocker", Some(n3))),
-        )?;
-        // With ComputeDomains on, the node refuses to prepare a plain channel; its
-        // allocation holds the channel all the same.
-        wait_until("the blocker was not scheduled", || {
-            Ok(node_of(mc, "blocker") == *n3)
-        })?;
-        c.apply(&template_pod(NS, "w1", "d1-channel", None))?;
-        wait_until("w1 was not scheduled", || Ok(!node_of(mc, "w1").is_empty()))?;
-        ensure!(
-            node_of(mc, "w1") == *n2,
-            "w1 went to {}, not {n2}",
-            node_of(mc, "w1")
-        );
-        c.apply(&template_pod(NS, "w2", "d1-channel", None))?;
-        let reason = |what: &str| {
-            c.kubectl(&[
-                "-n",
-                NS,
-                "get",
-                "pod",
-                "w2",
-                "-o",
-                &format!("jsonpath={{.status.conditions[?(@.type==\"PodScheduled\")].{what}}}"),
-            ])
-            .unwrap_or_default()
-        };
-        wait_until("w2 was not found unschedulable", || {
-            Ok(reason("reason") == "Unschedulable")
-        })?;
-        let message = reason("message");
-        ensure!(!message.is_empty(), "w2 is unschedulable without a message");
-        // It stays so: not on node 1, whose channel (clique B) stays free.
-        let start = Instant::now();
-        while start.elapsed() < STAYS {
-            let on = node_of(mc, "w2");
-            ensure!(
-                on.is_empty(),
-                "w2 was placed on {on} (clique A is full): {message}"
-            );
-            ensure!(
-                phase(c, NS, "w2") == "Pending",
-                "w2 is {}",
-                phase(c, NS, "w2")
-            );
-            std::thread::sleep(Duration::from_secs(1));
-        }
-        let held = c.kubectl(&[
-            "get",
-            "resourceclaims",
-            "-A",
-            "-o",
-            "jsonpath={range .items[*]}{.status.allocation.devices.results[*].pool}{\"\\n\"}{end}",
-        ])?;
-        ensure!(
-            !held.lines().any(|l| l.trim() == n1.as_str()),
-            "a claim holds a channel of {n1} (clique B):\n{held}"
-        );
-        eprintln!("w2 stayed Pending {STAYS:?}: {message}");
-
-        c.kubectl(&["-n", NS, "delete", "pod", "blocker", "--wait=true"])?;
+        c.kubectl(&["cordon", n3])?;
+        let stayed = stays_out_of_clique_b(mc, n1, n2);
+        c.kubectl(&["uncordon", n3])?;
+        stayed?;
         for w in ["w1", "w2"] {
             wait_running(c, NS, w)?;
         }
         ensure!(
-            node_of(mc, "w2") == *n3,
-            "w2 went to {}, not {n3}",
+            (node_of(mc, "w1"), node_of(mc, "w2")) == (n2.clone(), n3.clone()),
+            "w1 and w2 went to {} and {}, not {n2} and {n3}",
+            node_of(mc, "w1"),
             node_of(mc, "w2")
         );
         let a: BTreeSet<String> = [n2.clone(), n3.clone()].into();
         wait_ready_on(mc, "d1", &a)?;
         delete_all(mc, &[("d1", &uid)])
     })
+}
+
+/// With node 3 cordoned: w1 allocated on `n2` and waiting, w2 unschedulable, for [`STAYS`],
+/// and no claim of `n1` (clique B).
+fn stays_out_of_clique_b(
+    mc: &graft_integration::cluster::multi::MultiCluster,
+    n1: &str,
+    n2: &str,
+) -> anyhow::Result<()> {
+    let c = &mc.cluster;
+    c.apply(&template_pod(NS, "w1", "d1-channel", None))?;
+    let pools = || {
+        c.kubectl(&[
+            "-n",
+            NS,
+            "get",
+            "resourceclaims",
+            "-o",
+            "jsonpath={range .items[*]}{.metadata.name}={.status.allocation.devices.results[0].pool}{\"\\n\"}{end}",
+        ])
+    };
+    wait_until("w1's channel was not allocated", || {
+        Ok(pools()?.lines().any(|l| l.starts_with("w1-")))
+    })?;
+    ensure!(
+        pools()?
+            .lines()
+            .any(|l| l.starts_with("w1-") && l.ends_with(&format!("={n2}"))),
+        "w1's channel is not {n2}'s: {}",
+        pools()?
+    );
+    c.apply(&template_pod(NS, "w2", "d1-channel", None))?;
+    let reason = |what: &str| {
+        c.kubectl(&[
+            "-n",
+            NS,
+            "get",
+            "pod",
+            "w2",
+            "-o",
+            &format!("jsonpath={{.status.conditions[?(@.type==\"PodScheduled\")].{what}}}"),
+        ])
+        .unwrap_or_default()
+    };
+    wait_until("w2 was not found unschedulable", || {
+        Ok(reason("reason") == "Unschedulable")
+    })?;
+    let message = reason("message");
+    ensure!(!message.is_empty(), "w2 is unschedulable without a message");
+    // It stays so: not on node 1, whose channel (clique B) stays free; and w1 is not bound
+    // to a domain that cannot form.
+    let start = Instant::now();
+    while start.elapsed() < STAYS {
+        for w in ["w1", "w2"] {
+            let on = node_of(mc, w);
+            ensure!(on.is_empty(), "{w} was bound to {on}: {message}");
+            ensure!(phase(c, NS, w) == "Pending", "{w} is {}", phase(c, NS, w));
+        }
+        std::thread::sleep(Duration::from_secs(1));
+    }
+    let held = pools()?;
+    ensure!(
+        !held.lines().any(|l| l.ends_with(&format!("={n1}"))),
+        "a claim holds a channel of {n1} (clique B):\n{held}"
+    );
+    eprintln!("w2 stayed Pending {STAYS:?}, w1 unbound: {message}");
+    Ok(())
 }
 
 /// Two two-node domains on the same two nodes (two channels each): a node runs one
@@ -267,6 +277,23 @@ fn compute_domain_two_domains_one_node() -> anyhow::Result<()> {
         );
         delete_all(mc, &[("d1", &uid1), ("d2", &uid2)])
     })
+}
+
+/// A two-node domain's pods are bound only once the domain's IMEX daemons are Ready on
+/// their nodes (DRA binding conditions): the scheduler says it waits, the claims' channels
+/// say Ready, no prepare refuses or waits; the time from creation to Running is printed
+/// beside two pods without claims on the same nodes.
+#[test]
+fn compute_domain_binds_when_ready() -> anyhow::Result<()> {
+    on_cluster(1, binding::binds_when_ready)
+}
+
+/// Four pods of a two-node domain, two on each node: the channel (the domain's slot) is
+/// allocated to every one of their claims, each container gets it, and the domain runs one
+/// IMEX daemon per node.
+#[test]
+fn compute_domain_two_pods_per_node() -> anyhow::Result<()> {
+    on_cluster(1, binding::two_pods_per_node)
 }
 
 /// A Ready two-node domain loses a node (its kubelet stopped): the domain turns NotReady

@@ -27,6 +27,9 @@ pub struct NvidiaConfig {
     pub driver_copies: Option<PathBuf>,
     /// How many IMEX channels to offer when the node is in a fabric clique.
     pub imex_channels: u32,
+    /// ComputeDomains are on: an IMEX channel is published with binding conditions, so that
+    /// the scheduler binds its pod once the domain's IMEX daemon on the node is Ready.
+    pub compute_domains: bool,
     /// Offer GPUs for VFIO passthrough.
     pub passthrough: bool,
     /// The MIG-enabled GPUs whose instances graft makes at prepare.

@@ -34,6 +34,7 @@ pub fn full_gpu(
         optional_edits: Default::default(),
         consumes: None,
         shared: None,
+        binding: None,
     }
 }
 

@@ -8,12 +8,21 @@ use std::collections::{BTreeMap, BTreeSet};
 use super::edits;
 use crate::nvml::Inventory;
 use graft_api::attributes::{CHANNEL, CLIQUE_ID, SLOT, TYPE};
+use graft_api::compute_domain::{FAILED_CONDITION, READY_CONDITION};
 use graft_api::types;
-use graft_driver_core::model::{Attribute, Device, Kind};
+use graft_driver_core::model::{Attribute, Binding, Device, Kind};
 
 /// `count` channels and `count` daemon places when every GPU that is in a clique is in the same one; none, with a
-/// warning, when they disagree or `/proc/devices` has no channel major.
-pub fn channels(inv: &Inventory, majors: &BTreeMap<String, u32>, count: u32) -> Vec<Device> {
+/// warning, when they disagree or `/proc/devices` has no channel major. With `domains`
+/// (ComputeDomains on) a channel's pod is bound only once graft's controller reports the
+/// domain Ready on the node (its binding conditions), and a channel may be allocated to
+/// several claims at once (DRA consumable capacity, with nothing consumed).
+pub fn channels(
+    inv: &Inventory,
+    majors: &BTreeMap<String, u32>,
+    count: u32,
+    domains: bool,
+) -> Vec<Device> {
     let cliques: BTreeSet<&String> = inv.gpus.iter().filter_map(|g| g.clique.as_ref()).collect();
     let Some(clique) = cliques.first() else {
         return Vec::new();
@@ -46,12 +55,23 @@ pub fn channels(inv: &Inventory, majors: &BTreeMap<String, u32>, count: u32) -> 
             device_nodes: vec![edits::imex_node(major, n)],
             ..Default::default()
         };
-        device(
+        let mut d = device(
             format!("imex-channel-{n}"),
             Kind::Channel,
             attributes,
             edits,
-        )
+        );
+        if domains {
+            d.binding = Some(Binding {
+                ready: vec![READY_CONDITION.into()],
+                failed: vec![FAILED_CONDITION.into()],
+            });
+            // Several pods of the domain on one node: a channel is the domain's (its slot)
+            // for every claim of it, so it may be allocated many times; prepare gives it
+            // only to the domain's own claims.
+            d.shared = Some(BTreeMap::new());
+        }
+        d
     });
     // As many places for ComputeDomain IMEX daemons as channels: each domain on the node
     // holds one channel number and one daemon place.
@@ -85,6 +105,7 @@ fn device(
         optional_edits: Default::default(),
         consumes: None,
         shared: None,
+        binding: None,
     }
 }
 
@@ -121,7 +142,7 @@ mod tests {
             gpus: vec![gpu(0, Some("c.1")), gpu(1, None), gpu(2, Some("c.1"))],
             failed: vec![],
         };
-        let ch = channels(&inv, &majors, 2);
+        let ch = channels(&inv, &majors, 2, false);
         let names: Vec<&str> = ch.iter().map(|d| d.name.as_str()).collect();
         assert_eq!(
             names,
@@ -138,9 +159,32 @@ mod tests {
             ch[3].attributes["cliqueID"],
             Attribute::String("c.1".into())
         );
-        assert!(channels(&inv, &BTreeMap::new(), 2).is_empty());
+        assert!(channels(&inv, &BTreeMap::new(), 2, false).is_empty());
         // Two cliques: no channels, and no error either.
         inv.gpus.push(gpu(3, Some("c.2")));
-        assert!(channels(&inv, &majors, 2).is_empty());
+        assert!(channels(&inv, &majors, 2, false).is_empty());
+    }
+
+    #[test]
+    fn with_compute_domains_a_channel_waits_for_its_domain_and_a_daemon_place_does_not() {
+        let majors = BTreeMap::from([("nvidia-caps-imex-channels".to_string(), 234)]);
+        let inv = Inventory {
+            driver_version: "580.95.05".into(),
+            cuda_driver_version: None,
+            gpus: vec![gpu(0, Some("c.1"))],
+            failed: vec![],
+        };
+        let ch = channels(&inv, &majors, 1, true);
+        let b = ch[0]
+            .binding
+            .as_ref()
+            .expect("the channel's binding conditions");
+        assert_eq!(b.ready, [READY_CONDITION]);
+        assert_eq!(b.failed, [FAILED_CONDITION]);
+        assert_eq!(ch[0].shared, Some(BTreeMap::new()));
+        // The daemon's own place: its pod is what makes the domain ready.
+        assert_eq!(ch[1].kind, Kind::DomainSlot);
+        assert!(ch[1].binding.is_none() && ch[1].shared.is_none());
+        assert!(channels(&inv, &majors, 1, false)[0].binding.is_none());
     }
 }

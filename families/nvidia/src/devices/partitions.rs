@@ -176,6 +176,7 @@ pub fn devices(
                 optional_edits: Default::default(),
                 consumes: Some(consumption(use_of(p, start, size))),
                 shared: None,
+                binding: None,
             });
         }
     }

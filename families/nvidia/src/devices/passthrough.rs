@@ -65,6 +65,7 @@ pub fn devices(sys_root: &Path, inv: &Inventory) -> Vec<Device> {
                 optional_edits: Default::default(),
                 consumes: None,
                 shared: None,
+                binding: None,
             })
         })
         .collect()

@@ -167,5 +167,6 @@ fn mig_device(
         optional_edits: Default::default(),
         consumes: None,
         shared: None,
+        binding: None,
     })
 }

@@ -133,9 +133,12 @@ impl NvidiaDiscovery {
                 }),
             }
         }
-        built
-            .node
-            .extend(imex::channels(inv, &common.majors, c.imex_channels));
+        built.node.extend(imex::channels(
+            inv,
+            &common.majors,
+            c.imex_channels,
+            c.compute_domains,
+        ));
         if c.passthrough {
             built.node.extend(passthrough::devices(&c.sys_root, inv));
         }

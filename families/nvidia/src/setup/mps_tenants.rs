@@ -18,7 +18,7 @@ use graft_driver_core::model::{Device, FamilyTaint, FamilyTaints};
 use tokio::sync::watch;
 
 use super::kinds::FAMILY;
-use super::MpsManager;
+use super::mps::MpsManager;
 use crate::devices::Identity;
 
 /// The taint's key, below the driver's name.

@@ -300,6 +300,7 @@ mod tests {
             optional_edits: Default::default(),
             consumes: None,
             shared: None,
+            binding: None,
         }
     }
 

@@ -66,18 +66,25 @@ spec:
 
 /// A busybox pod `name` in `ns` whose container `app` uses the claim template `template`
 /// (a domain's workload template, or any other), on `node` when given; it lists its IMEX
-/// channels, prints DONE and idles.
+/// channels, prints DONE and idles. Without a node, no two pods of the template share one
+/// (required pod anti-affinity), as a user spreads a domain's pods over its `numNodes`
+/// nodes: a domain's channel may be allocated to several pods of one node.
 pub fn template_pod(ns: &str, name: &str, template: &str, node: Option<&str>) -> String {
-    let selector = node
-        .map(|n| format!("\n  nodeSelector: {{kubernetes.io/hostname: {n}}}"))
-        .unwrap_or_default();
+    let placement = match node {
+        Some(n) => format!("\n  nodeSelector: {{kubernetes.io/hostname: {n}}}"),
+        None => format!(
+            "\n  affinity: {{podAntiAffinity: {{requiredDuringSchedulingIgnoredDuringExecution: \
+             [{{labelSelector: {{matchLabels: {{graft-test/template: {template}}}}}, \
+             topologyKey: kubernetes.io/hostname}}]}}}}"
+        ),
+    };
     format!(
         r#"---
 apiVersion: v1
 kind: Pod
-metadata: {{name: {name}, namespace: {ns}, labels: {{graft-test: domains}}}}
+metadata: {{name: {name}, namespace: {ns}, labels: {{graft-test: domains, graft-test/template: {template}}}}}
 spec:
-  terminationGracePeriodSeconds: 1{selector}
+  terminationGracePeriodSeconds: 1{placement}
   resourceClaims: [{{name: imex, resourceClaimTemplateName: {template}}}]
   containers:
   - name: app

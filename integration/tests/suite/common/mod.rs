@@ -52,6 +52,7 @@ pub fn discovery_config(
         },
         driver_copies: None,
         imex_channels,
+        compute_domains: false,
         passthrough: imex_channels > 0,
         dynamic_mig: Default::default(),
         mps: Default::default(),

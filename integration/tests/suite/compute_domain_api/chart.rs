@@ -77,6 +77,20 @@ async fn chart_installs_the_controller_with_only_what_it_needs() -> anyhow::Resu
         &["delete", "configmaps", "-n", "graft-system"],
         &["list", "resourceclaims.resource.k8s.io", "-A"],
         &["watch", "resourceclaims.resource.k8s.io", "-A"],
+        &[
+            "patch",
+            "resourceclaims.resource.k8s.io",
+            "--subresource=status",
+            "-n",
+            "x",
+        ],
+        &[
+            "arbitrary-node:patch",
+            "resourceclaims.resource.k8s.io/graft.dev",
+            "--subresource=driver",
+            "-n",
+            "x",
+        ],
         &["list", "computedomains.resource.graft.dev", "-A"],
         &[
             "create",
@@ -102,6 +116,13 @@ async fn chart_installs_the_controller_with_only_what_it_needs() -> anyhow::Resu
         &["create", "resourceslices.resource.k8s.io"],
         &["patch", "configmaps", "-n", "x"],
         &["update", "resourceclaims.resource.k8s.io", "-n", "x"],
+        &[
+            "arbitrary-node:patch",
+            "resourceclaims.resource.k8s.io/gpu.nvidia.com",
+            "--subresource=driver",
+            "-n",
+            "x",
+        ],
     ] {
         ensure!(!can(call), "the chart's RBAC allows {call:?}");
     }
