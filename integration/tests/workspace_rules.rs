@@ -280,6 +280,7 @@ const SPAWN_OWNERS: &[(&str, &str)] = &[
     ("driver-core/src/snapshot.rs", "awaited: writing the device snapshot"),
     ("driver/src/rescan.rs", "awaited: the rescan's discovery and the absent-device list"),
     ("families/nvidia/src/backend.rs", "awaited: restoring the MPS shares at startup"),
+    ("families/nvidia/src/setup/mps_tenants.rs", "awaited: reading the MPS tenants from the share markers"),
     ("integration/src/pod_clock.rs", "the pod watch: `PodClock` holds the handle and aborts it when dropped"),
     ("nri-plugin/src/entries.rs", "detached: the batched write of graftctl's container entries; a failure is logged"),
     ("nri-plugin/src/main.rs", "awaited: taking the status lock"),

@@ -32,9 +32,6 @@ const GPU_STATE: [&str; 3] = [
     "/var/lib/graft/fake-nvml",
 ];
 
-/// What graft keeps of prepared claims: removed when a failed test left claims behind.
-const LEFT_BY_A_FAILED_TEST: [&str; 2] = ["/var/lib/graft/claims", "/var/lib/graft/driver"];
-
 /// graft's values for a GPU test, beyond values-gpu.yaml and the fake node's driver root.
 #[derive(Debug, Clone)]
 pub struct GpuValues {
@@ -211,14 +208,7 @@ pub fn fresh_install(
     c.uninstall_graft()?;
     if let Some(e) = stuck {
         eprintln!("GPU bed: {e:#}; removing graft's records and checkpoint before reinstalling");
-        for leftover in LEFT_BY_A_FAILED_TEST {
-            let p = Path::new(leftover);
-            let _ = if p.is_dir() {
-                std::fs::remove_dir_all(p)
-            } else {
-                std::fs::remove_file(p)
-            };
-        }
+        super::forget_prepared_claims();
     }
     // graft-mps mounts a tmpfs per MPS tenancy in the host's namespace; one its uninstall
     // cut short would keep the directory busy.

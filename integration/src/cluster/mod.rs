@@ -72,6 +72,23 @@ pub(crate) fn script(scripts: &Path, name: &str, k8s: Kubernetes) -> Command {
     cmd
 }
 
+/// What graft keeps of prepared claims on the host.
+const PREPARED_CLAIMS: [&str; 2] = ["/var/lib/graft/claims", "/var/lib/graft/driver"];
+
+/// Removes graft's claim records and checkpoint from the host: for a cluster left behind
+/// (a failed test, README's demo), whose claims no kubelet of the next cluster will
+/// unprepare.
+pub fn forget_prepared_claims() {
+    for leftover in PREPARED_CLAIMS {
+        let p = Path::new(leftover);
+        let _ = if p.is_dir() {
+            std::fs::remove_dir_all(p)
+        } else {
+            std::fs::remove_file(p)
+        };
+    }
+}
+
 impl Cluster {
     /// Brings the cluster up with graft from `target/debug`.
     pub fn up() -> anyhow::Result<Self> {
@@ -119,6 +136,10 @@ impl Cluster {
                  (GRAFT_KEEP_CLUSTER=1 keeps it)"
             );
             run(script(&scripts, "cluster.sh", k8s).arg("down"))?;
+            // `down` keeps /var/lib/graft when it was there before that cluster's `up`: the
+            // claims graft prepared for it would hold their devices in the new one, whose
+            // kubelet never heard of them and so never unprepares them.
+            forget_prepared_claims();
         }
         run(script(&scripts, "cluster.sh", k8s).arg("up"))?;
         let bins = match k8s {

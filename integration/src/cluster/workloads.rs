@@ -173,6 +173,20 @@ pub fn phase(c: &Cluster, ns: &str, pod: &str) -> String {
     .unwrap_or_default()
 }
 
+/// `reason: message` of each Event about pod `pod` in `ns`, one per line.
+pub fn pod_events(c: &Cluster, ns: &str, pod: &str) -> anyhow::Result<String> {
+    c.kubectl(&[
+        "-n",
+        ns,
+        "get",
+        "events",
+        "--field-selector",
+        &format!("involvedObject.name={pod}"),
+        "-o",
+        "jsonpath={range .items[*]}{.reason}: {.message}{\"\\n\"}{end}",
+    ])
+}
+
 /// Waits until pod `pod` in `ns` runs; returns how long that took. A failure carries the
 /// pod's description and the node's DRA state.
 pub fn wait_running(c: &Cluster, ns: &str, pod: &str) -> anyhow::Result<Duration> {

@@ -174,19 +174,7 @@ pub fn graft_state(c: &Cluster) -> anyhow::Result<(String, String)> {
     Ok((workloads::graft_restarts(c)?, uid))
 }
 
-/// Messages of the Events about pod `ns/pod`.
-pub fn pod_events(c: &Cluster, ns: &str, pod: &str) -> anyhow::Result<String> {
-    c.kubectl(&[
-        "-n",
-        ns,
-        "get",
-        "events",
-        "--field-selector",
-        &format!("involvedObject.name={pod}"),
-        "-o",
-        "jsonpath={range .items[*]}{.reason}: {.message}{\"\\n\"}{end}",
-    ])
-}
+pub use graft_integration::cluster::workloads::pod_events;
 
 pub fn control_log(t: &Path) -> String {
     FakeNode::mps_log(&t.join("log"))

@@ -18,6 +18,9 @@ use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::ResourceExt;
 use serde_json::json;
 
+use graft_compute_domain::binding::{FAILED_CONDITION, READY_CONDITION};
+use k8s_openapi::jiff::Timestamp;
+
 use super::harness::{client, controller, controller_with, domain, namespaces, wait, wait_within};
 use super::{daemon_pod, event_says, has_event, status_of};
 
@@ -110,6 +113,19 @@ pub(super) async fn claim_named(
     name: &str,
     node: &str,
 ) -> anyhow::Result<()> {
+    allocated_claim(c, cd, name, node, false).await
+}
+
+/// A workload claim `name` of `cd` allocated `imex-channel-1` on `node`, as the scheduler
+/// writes it; with `waits`, with the binding conditions graft's slices give a channel and
+/// the allocation's time (now), as while the pod waits to be bound.
+pub(super) async fn allocated_claim(
+    c: &kube::Client,
+    cd: &ComputeDomain,
+    name: &str,
+    node: &str,
+    waits: bool,
+) -> anyhow::Result<()> {
     let ns = cd.namespace().unwrap_or_default();
     let api: Api<ResourceClaim> = Api::namespaced(c.clone(), &ns);
     let rc: ResourceClaim = serde_json::from_value(json!({
@@ -119,15 +135,25 @@ pub(super) async fn claim_named(
                                            "exactly": {"deviceClassName": "imex-channel.graft.dev"}}]}},
     }))?;
     api.create(&PostParams::default(), &rc).await?;
-    // As the scheduler allocates it: the node in the allocation's node selector.
-    let status = json!({"status": {"allocation": {
-        "devices": {"results": [{"request": "channel", "driver": "graft.dev",
-                                 "pool": node, "device": "imex-channel-1"}]},
+    let mut result = json!({"request": "channel", "driver": "graft.dev",
+                            "pool": node, "device": "imex-channel-1"});
+    let mut allocation = json!({
+        "devices": {"results": []},
         "nodeSelector": {"nodeSelectorTerms": [{"matchFields": [
             {"key": "metadata.name", "operator": "In", "values": [node]}]}]},
-    }}});
-    api.patch_status(name, &PatchParams::default(), &Patch::Merge(&status))
-        .await?;
+    });
+    if waits {
+        result["bindingConditions"] = json!([READY_CONDITION]);
+        result["bindingFailureConditions"] = json!([FAILED_CONDITION]);
+        allocation["allocationTimestamp"] = json!(Timestamp::now().to_string());
+    }
+    allocation["devices"]["results"] = json!([result]);
+    api.patch_status(
+        name,
+        &PatchParams::default(),
+        &Patch::Merge(&json!({"status": {"allocation": allocation}})),
+    )
+    .await?;
     Ok(())
 }
 

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use anyhow::ensure;
 use graft_integration::cluster::multi::domains::{plain_pod, template_pod};
 use graft_integration::cluster::multi::MultiCluster;
-use graft_integration::cluster::workloads::wait_running;
+use graft_integration::cluster::workloads::{pod_events, wait_running};
 
 use super::setup::*;
 
@@ -23,19 +23,6 @@ fn time_to_running(mc: &MultiCluster, pods: &str, names: &[&str]) -> anyhow::Res
         wait_running(&mc.cluster, NS, n)?;
     }
     Ok(start.elapsed())
-}
-
-fn pod_events(mc: &MultiCluster, pod: &str) -> anyhow::Result<String> {
-    mc.cluster.kubectl(&[
-        "-n",
-        NS,
-        "get",
-        "events",
-        "--field-selector",
-        &format!("involvedObject.name={pod}"),
-        "-o",
-        "jsonpath={range .items[*]}{.reason}: {.message}{\"\\n\"}{end}",
-    ])
 }
 
 pub(super) fn binds_when_ready(mc: &MultiCluster) -> anyhow::Result<()> {
@@ -61,7 +48,7 @@ pub(super) fn binds_when_ready(mc: &MultiCluster) -> anyhow::Result<()> {
         "the domain's pods run on {on:?}"
     );
     for w in ["w1", "w2"] {
-        let events = pod_events(mc, w)?;
+        let events = pod_events(c, NS, w)?;
         // The scheduler waited for the binding conditions; the kubelet's prepare never
         // refused or timed out.
         ensure!(
