@@ -8,7 +8,12 @@ use std::time::Duration;
 use anyhow::Context as _;
 use graft_compute_domain::binding::{FAILED_CONDITION, READY_CONDITION};
 use k8s_openapi::api::resource::v1::ResourceClaim;
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::api::Api;
+
+/// The controller's binding timeout here: long enough that a loaded machine sees the wait
+/// before it ends; the failure is tested with a claim allocated longer ago.
+const TIMEOUT: Duration = Duration::from_secs(120);
 
 use super::harness::{client, controller_with, domain, namespaces, wait};
 use super::slots::allocated_claim;
@@ -36,23 +41,24 @@ async fn a_domains_pod_is_bound_once_its_daemon_is_ready_or_placed_again() -> an
     let ns = "cd-bind";
     let daemons = namespaces(&c, ns).await?;
     let _ctl = controller_with(&c, ns, "lease", "one", |ctx| {
-        ctx.only_namespace(ns)
-            .with_binding_timeout(Duration::from_secs(6))
+        ctx.only_namespace(ns).with_binding_timeout(TIMEOUT)
     });
     let cd = domain(&c, ns, "d", 2, "work").await?;
     wait(|| async { Ok(status_of(&c, ns, "d").await?.and_then(|s| s.slot).is_some()) }).await?;
 
     // Allocated on cd-a: waits (said once), then Ready once the daemon there is.
-    allocated_claim(&c, &cd, "work-a", "cd-a", true).await?;
+    allocated_claim(&c, &cd, "work-a", "cd-a", Some(Timestamp::now())).await?;
     let waiting = format!("{READY_CONDITION}=False/WaitingForDaemon");
     wait(|| async { Ok(conditions(&c, ns, "work-a").await? == [waiting.clone()]) }).await?;
     daemon_pod(&c, &daemons, &cd, "cd-a", true).await?;
     let ready = format!("{READY_CONDITION}=True/DaemonReady");
     wait(|| async { Ok(conditions(&c, ns, "work-a").await? == [ready.clone()]) }).await?;
 
-    // Allocated on cd-b, whose daemon never turns Ready: past the timeout the binding fails,
-    // so that the scheduler places the pod again, and the domain's Events say so.
-    allocated_claim(&c, &cd, "work-b", "cd-b", true).await?;
+    // Allocated on cd-b longer ago than the timeout, whose daemon is not Ready: the binding
+    // fails at the controller's first look, so that the scheduler places the pod again, and
+    // the domain's Events say so.
+    let long_ago = Timestamp::now() - SignedDuration::from_secs(2 * TIMEOUT.as_secs() as i64);
+    allocated_claim(&c, &cd, "work-b", "cd-b", Some(long_ago)).await?;
     daemon_pod(&c, &daemons, &cd, "cd-b", false).await?;
     let failed = vec![
         format!("{FAILED_CONDITION}=True/NotReadyInTime"),

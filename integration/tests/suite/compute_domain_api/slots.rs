@@ -113,18 +113,18 @@ pub(super) async fn claim_named(
     name: &str,
     node: &str,
 ) -> anyhow::Result<()> {
-    allocated_claim(c, cd, name, node, false).await
+    allocated_claim(c, cd, name, node, None).await
 }
 
 /// A workload claim `name` of `cd` allocated `imex-channel-1` on `node`, as the scheduler
-/// writes it; with `waits`, with the binding conditions graft's slices give a channel and
-/// the allocation's time (now), as while the pod waits to be bound.
+/// writes it; with `waits_since`, with the binding conditions graft's slices give a channel
+/// and that allocation time, as while the pod waits to be bound.
 pub(super) async fn allocated_claim(
     c: &kube::Client,
     cd: &ComputeDomain,
     name: &str,
     node: &str,
-    waits: bool,
+    waits_since: Option<Timestamp>,
 ) -> anyhow::Result<()> {
     let ns = cd.namespace().unwrap_or_default();
     let api: Api<ResourceClaim> = Api::namespaced(c.clone(), &ns);
@@ -142,10 +142,10 @@ pub(super) async fn allocated_claim(
         "nodeSelector": {"nodeSelectorTerms": [{"matchFields": [
             {"key": "metadata.name", "operator": "In", "values": [node]}]}]},
     });
-    if waits {
+    if let Some(at) = waits_since {
         result["bindingConditions"] = json!([READY_CONDITION]);
         result["bindingFailureConditions"] = json!([FAILED_CONDITION]);
-        allocation["allocationTimestamp"] = json!(Timestamp::now().to_string());
+        allocation["allocationTimestamp"] = json!(at.to_string());
     }
     allocation["devices"]["results"] = json!([result]);
     api.patch_status(
