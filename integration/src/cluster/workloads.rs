@@ -173,6 +173,30 @@ pub fn phase(c: &Cluster, ns: &str, pod: &str) -> String {
     .unwrap_or_default()
 }
 
+/// The name of the claim made for pod `pod`'s first claim in `ns`; empty while it has none.
+pub fn pod_claim(c: &Cluster, ns: &str, pod: &str) -> anyhow::Result<String> {
+    c.kubectl(&[
+        "-n",
+        ns,
+        "get",
+        "pod",
+        pod,
+        "-o",
+        "jsonpath={.status.resourceClaimStatuses[0].resourceClaimName}",
+    ])
+    .map(|s| s.trim().to_string())
+}
+
+/// Waits until pod `pod` in `ns` has its first claim; the claim's name.
+pub fn wait_pod_claim(c: &Cluster, ns: &str, pod: &str) -> anyhow::Result<String> {
+    let mut name = String::new();
+    super::wait_until(&format!("{ns}/{pod} got no claim"), || {
+        name = pod_claim(c, ns, pod)?;
+        Ok(!name.is_empty())
+    })?;
+    Ok(name)
+}
+
 /// `reason: message` of each Event about pod `pod` in `ns`, one per line.
 pub fn pod_events(c: &Cluster, ns: &str, pod: &str) -> anyhow::Result<String> {
     c.kubectl(&[

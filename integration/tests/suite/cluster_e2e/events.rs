@@ -6,6 +6,7 @@
 use std::time::Instant;
 
 use anyhow::{ensure, Context};
+use graft_integration::cluster::workloads::wait_pod_claim;
 use graft_integration::cluster::{Cluster, WAIT};
 
 /// A claim template graft's prepare rejects: opaque configuration of a kind it does not know.
@@ -24,25 +25,6 @@ spec:
           driver: graft.dev
           parameters: {apiVersion: graft.dev/v1alpha1, kind: NoSuchConfig}
 "#;
-
-/// The name of the claim generated for the pod's first claim.
-fn claim_of(c: &Cluster, pod: &str) -> anyhow::Result<String> {
-    let start = Instant::now();
-    loop {
-        let name = c.kubectl(&[
-            "get",
-            "pod",
-            pod,
-            "-o",
-            "jsonpath={.status.resourceClaimStatuses[0].resourceClaimName}",
-        ])?;
-        if !name.trim().is_empty() {
-            return Ok(name.trim().to_string());
-        }
-        ensure!(start.elapsed() < WAIT, "pod {pod} got no claim");
-        std::thread::sleep(std::time::Duration::from_millis(250));
-    }
-}
 
 /// Waits until `kubectl describe <what>` holds every needle; returns it.
 fn describe_shows(c: &Cluster, what: &[&str], needles: &[&str]) -> anyhow::Result<String> {
@@ -65,7 +47,7 @@ fn describe_shows(c: &Cluster, what: &[&str], needles: &[&str]) -> anyhow::Resul
 pub fn graft_failures_show_in_describe(c: &Cluster) -> anyhow::Result<()> {
     // Prepare fails: the claim says why, from graft.
     c.apply(&(BAD_CONFIG.to_string() + &super::one_claim_pod("bad-config", "dev", "sleep 3600")))?;
-    let claim = claim_of(c, "bad-config")?;
+    let claim = wait_pod_claim(c, "default", "bad-config")?;
     let out = describe_shows(
         c,
         &["resourceclaim", &claim],
@@ -81,7 +63,7 @@ pub fn graft_failures_show_in_describe(c: &Cluster) -> anyhow::Result<()> {
     // the allowed roots, and the container is recreated.
     c.apply(&super::fuse_pod("refused"))?;
     c.wait_phase("refused", "Running")?;
-    let claim = claim_of(c, "refused")?;
+    let claim = wait_pod_claim(c, "default", "refused")?;
     let uid = c.kubectl(&[
         "get",
         "resourceclaim",

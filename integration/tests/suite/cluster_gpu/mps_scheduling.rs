@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use anyhow::{ensure, Context};
 use graft_integration::cluster::gpu::{GpuValues, CHECK_NAMESPACE};
-use graft_integration::cluster::workloads::{phase, wait_running};
+use graft_integration::cluster::workloads::{phase, pod_claim, wait_running};
 use graft_integration::cluster::{wait_until, Cluster};
 use graft_integration::fake_gpu::FakeNode;
 
@@ -27,21 +27,12 @@ const HOLD: &str = "echo DONE; sleep 3600";
 
 /// The device the pod's claim was allocated.
 fn device_of(c: &Cluster, ns: &str, pod: &str) -> anyhow::Result<String> {
-    let claim = c.kubectl(&[
-        "-n",
-        ns,
-        "get",
-        "pod",
-        pod,
-        "-o",
-        "jsonpath={.status.resourceClaimStatuses[0].resourceClaimName}",
-    ])?;
     c.kubectl(&[
         "-n",
         ns,
         "get",
         "resourceclaim",
-        claim.trim(),
+        &pod_claim(c, ns, pod)?,
         "-o",
         "jsonpath={.status.allocation.devices.results[0].device}",
     ])

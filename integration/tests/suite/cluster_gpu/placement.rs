@@ -10,7 +10,9 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context};
-use graft_integration::cluster::workloads::{gpus_template, one_claim_pod, wait_unprepared};
+use graft_integration::cluster::workloads::{
+    gpus_template, one_claim_pod, pod_claim, wait_unprepared,
+};
 use graft_integration::cluster::{Cluster, WAIT};
 use graft_integration::fake_gpu::FakeNode;
 use serde_json::Value;
@@ -48,15 +50,9 @@ fn islands(c: &Cluster) -> anyhow::Result<BTreeMap<String, String>> {
 
 /// The devices allocated to pod `pod`'s claim.
 fn allocated(c: &Cluster, pod: &str) -> anyhow::Result<Vec<String>> {
-    let claim = c.kubectl(&[
-        "get",
-        "pod",
-        pod,
-        "-o",
-        "jsonpath={.status.resourceClaimStatuses[0].resourceClaimName}",
-    ])?;
+    let claim = pod_claim(c, "default", pod)?;
     let v: Value =
-        serde_json::from_str(&c.kubectl(&["get", "resourceclaim", claim.trim(), "-o", "json"])?)?;
+        serde_json::from_str(&c.kubectl(&["get", "resourceclaim", &claim, "-o", "json"])?)?;
     Ok(v["status"]["allocation"]["devices"]["results"]
         .as_array()
         .context("claim not allocated")?

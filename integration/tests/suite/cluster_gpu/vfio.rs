@@ -19,7 +19,7 @@ use std::time::Instant;
 
 use anyhow::ensure;
 use graft_integration::cluster::gpu::{GpuValues, FAKE_DIR};
-use graft_integration::cluster::workloads::{phase, wait_running};
+use graft_integration::cluster::workloads::{phase, wait_pod_claim, wait_running};
 use graft_integration::cluster::{wait_until, workloads, Cluster, WAIT};
 use graft_integration::fake_gpu::{FakeNode, LIB_DIR};
 use graft_integration::fake_sysfs::{self, bdf, FakeKernel, AUDIO_DRIVER};
@@ -158,7 +158,7 @@ pub fn vfio(c: &Cluster, node: &FakeNode) -> anyhow::Result<()> {
     wait_running(c, "a", "holder")?;
     let wanted = bdf(GROUPED, 0);
     c.apply(&pod("b", "wants", "vfio.graft.dev", &wanted))?;
-    let claim = wait_claim(c, "b", "wants")?;
+    let claim = wait_pod_claim(c, "b", "wants")?;
     // The holder is of another namespace: not named to this claim's author.
     let needle = format!("PCI function {held} is held by a claim of another namespace");
     let start = Instant::now();
@@ -211,22 +211,4 @@ pub fn vfio(c: &Cluster, node: &FakeNode) -> anyhow::Result<()> {
     ensure!(fake_sysfs::persistence(node)? == [true; 8]);
     eprintln!("vfio: the group's pod Running {took:?} after the holder was deleted");
     Ok(())
-}
-
-/// The claim made for the pod's first claim.
-fn wait_claim(c: &Cluster, ns: &str, pod: &str) -> anyhow::Result<String> {
-    let mut name = String::new();
-    wait_until(&format!("{ns}/{pod} got no claim"), || {
-        name = c.kubectl(&[
-            "-n",
-            ns,
-            "get",
-            "pod",
-            pod,
-            "-o",
-            "jsonpath={.status.resourceClaimStatuses[0].resourceClaimName}",
-        ])?;
-        Ok(!name.trim().is_empty())
-    })?;
-    Ok(name.trim().to_string())
 }
