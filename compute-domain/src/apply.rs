@@ -112,7 +112,7 @@ pub(crate) async fn apply(cd: Arc<ComputeDomain>, term: &Term) -> Result<Action,
     let members = members::members(&claims);
 
     let mut records = term.records.lock().await;
-    let placed = match place::place(term, &mut records, &cd, &nodes, !claims.is_empty()).await? {
+    let placed = match place::place(term, &mut records, &cd, &nodes, &claims).await? {
         Ok((p, new)) => {
             if new {
                 let (server, cmd) = slot::ports(p.slot).unwrap_or_default();
@@ -190,6 +190,11 @@ pub(crate) async fn apply(cd: Arc<ComputeDomain>, term: &Term) -> Result<Action,
     // Pods waiting to be bound: looked at again soon, so that a timeout is noticed.
     if settle_bindings(term, &cd, &claims, &st).await? {
         return Ok(Action::requeue(Duration::from_secs(10)));
+    }
+    // Without a member yet, the domain may still move (`revisit`): looked at again sooner,
+    // as slices and other domains' claims change without waking it.
+    if members.is_empty() {
+        return Ok(Action::requeue(Duration::from_secs(15)));
     }
     Ok(Action::requeue(Duration::from_secs(60)))
 }

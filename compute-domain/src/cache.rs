@@ -23,7 +23,7 @@ use kube::Api;
 use crate::clique::{CLIQUE_ATTRIBUTE, DRIVER};
 use crate::context::Context;
 use crate::objects::DOMAIN_LABEL;
-use graft_api::attributes::{qualified, TYPE};
+use graft_api::attributes::{qualified, PARENT_UUID, TYPE, UUID};
 
 /// Objects a page of the initial lists holds: claims may be up to the API server's object
 /// limit (about 1.5 MiB) each.
@@ -71,15 +71,13 @@ fn meta(m: &ObjectMeta, labels: &[&str]) -> ObjectMeta {
     }
 }
 
-/// A slice as `clique::node_channels` reads it: its node, pool and the devices' `type`
-/// and `cliqueID` attributes.
+/// A slice as `clique::node_channels` reads it: its node, pool and the devices' `type`,
+/// `cliqueID`, `uuid` and `parentUUID` attributes (which GPU a device is, or is part of).
 pub fn trim_slice(s: &mut ResourceSlice) {
-    let keep = [
-        TYPE.to_string(),
-        qualified(TYPE),
-        CLIQUE_ATTRIBUTE.to_string(),
-        qualified(CLIQUE_ATTRIBUTE),
-    ];
+    let keep: Vec<String> = [CLIQUE_ATTRIBUTE, TYPE, UUID, PARENT_UUID]
+        .into_iter()
+        .flat_map(|a| [a.to_string(), qualified(a)])
+        .collect();
     let devices = s.spec.devices.take().map(|ds| {
         ds.into_iter()
             .map(|d| k8s_openapi::api::resource::v1::Device {

@@ -1,12 +1,16 @@
 //! Which NVLink clique a domain goes to, from graft's ResourceSlices: its IMEX channel
-//! devices (`type: imex-channel`) carry the node's clique as the attribute `cliqueID`.
-//! A pure function of what the controller listed, so that it is tested without a cluster.
+//! devices (`type: imex-channel`) carry the node's clique as the attribute `cliqueID`, and
+//! its GPUs say whether the node has room for a domain's workload: a node counts when it has
+//! a free channel and a free GPU (or publishes no GPU of graft's, which then cannot judge).
+//! A pure function of what the controller's caches hold, so that it is tested without a
+//! cluster.
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 
 use k8s_openapi::api::resource::v1::{Device, ResourceClaim, ResourceSlice};
 
 pub use graft_api::attributes::CLIQUE_ID as CLIQUE_ATTRIBUTE;
+use graft_api::types::GPU as GPU_TYPE;
 pub use graft_api::types::IMEX_CHANNEL as CHANNEL_TYPE;
 pub use graft_api::DRIVER;
 
@@ -22,6 +26,19 @@ pub struct NodeChannels {
     pub free: usize,
     /// Every channel.
     pub total: usize,
+    /// graft's whole GPUs on the node (`type: gpu`).
+    pub gpus: usize,
+    /// Those of them no claim holds, whole or in part (a MIG device or share of a GPU
+    /// allocated makes the GPU busy).
+    pub free_gpus: usize,
+}
+
+impl NodeChannels {
+    /// Whether a domain's pod has room here: a free channel, and a free GPU unless the
+    /// node publishes none of graft's (its GPUs are someone else's to count).
+    pub fn has_room(&self) -> bool {
+        self.free > 0 && (self.gpus == 0 || self.free_gpus > 0)
+    }
 }
 
 /// Why no clique can take the domain.
@@ -33,7 +50,10 @@ pub enum NoClique {
     )]
     NoChannels,
     /// Every clique is too small, or too full.
-    #[error("no clique has {wanted} nodes with a free IMEX channel (the most: {best} in clique {clique:?})")]
+    #[error(
+        "no clique has {wanted} nodes with a free IMEX channel and a free GPU (the most: {best} \
+         in clique {clique:?})"
+    )]
     TooSmall {
         /// numNodes.
         wanted: usize,
@@ -65,18 +85,40 @@ pub fn allocated<'a>(claims: impl IntoIterator<Item = &'a ResourceClaim>) -> Has
         .collect()
 }
 
-/// Each node's IMEX channels, by node name. A node whose channels name two cliques (which
-/// a node cannot be in) keeps the first it lists.
+/// The GPU a device is or is part of, by UUID: a GPU's own, a MIG device's parent's.
+fn gpu_of(device: &Device) -> Option<&str> {
+    string_attribute(device, graft_api::attributes::PARENT_UUID).or_else(|| {
+        (string_attribute(device, graft_api::attributes::TYPE) == Some(GPU_TYPE))
+            .then(|| string_attribute(device, graft_api::attributes::UUID))
+            .flatten()
+    })
+}
+
+/// Each node's IMEX channels and GPUs, by node name (nodes with channels only). A node
+/// whose channels name two cliques (which a node cannot be in) keeps the first it lists.
 pub fn node_channels<'a>(
     slices: impl IntoIterator<Item = &'a ResourceSlice>,
     allocated: &HashSet<DeviceId>,
 ) -> BTreeMap<String, NodeChannels> {
     let mut nodes: BTreeMap<String, NodeChannels> = BTreeMap::new();
+    // Per node: its GPUs, and the GPUs of which some device is allocated.
+    let mut gpus: BTreeMap<&str, (BTreeSet<&str>, HashSet<&str>)> = BTreeMap::new();
     for s in slices.into_iter().filter(|s| s.spec.driver == DRIVER) {
         let Some(node) = s.spec.node_name.as_deref() else {
             continue;
         };
         for d in s.spec.devices.iter().flatten() {
+            let taken = allocated.contains(&(s.spec.pool.name.clone(), d.name.clone()));
+            if let Some(gpu) = gpu_of(d) {
+                let (all, busy) = gpus.entry(node).or_default();
+                if string_attribute(d, graft_api::attributes::TYPE) == Some(GPU_TYPE) {
+                    all.insert(gpu);
+                }
+                if taken {
+                    busy.insert(gpu);
+                }
+                continue;
+            }
             if string_attribute(d, graft_api::attributes::TYPE) != Some(CHANNEL_TYPE) {
                 continue;
             }
@@ -91,17 +133,31 @@ pub fn node_channels<'a>(
                 continue;
             }
             n.total += 1;
-            if !allocated.contains(&(s.spec.pool.name.clone(), d.name.clone())) {
+            if !taken {
                 n.free += 1;
             }
+        }
+    }
+    for (node, (all, busy)) in gpus {
+        if let Some(n) = nodes.get_mut(node) {
+            n.gpus = all.len();
+            n.free_gpus = all.iter().filter(|g| !busy.contains(*g)).count();
         }
     }
     nodes
 }
 
+/// How many nodes of `clique` have room ([`NodeChannels::has_room`]).
+pub fn room_in(nodes: &BTreeMap<String, NodeChannels>, clique: &str) -> usize {
+    nodes
+        .values()
+        .filter(|n| n.clique == clique && n.has_room())
+        .count()
+}
+
 /// The clique for a domain of `num_nodes` nodes: the one already chosen, else the smallest
-/// clique with that many nodes with a free channel (so that larger cliques stay for larger
-/// domains), ties by name.
+/// clique with that many nodes with room (so that larger cliques stay for larger domains),
+/// ties by name.
 pub fn choose(
     nodes: &BTreeMap<String, NodeChannels>,
     num_nodes: usize,
@@ -114,7 +170,7 @@ pub fn choose(
     let mut cliques = BTreeSet::new();
     for n in nodes.values() {
         cliques.insert(n.clique.as_str());
-        if n.free > 0 {
+        if n.has_room() {
             *with_room.entry(&n.clique).or_default() += 1;
         }
     }

@@ -28,6 +28,7 @@ pub mod objects;
 mod place;
 pub mod policy;
 pub mod record;
+pub mod revisit;
 pub mod slot;
 pub mod status;
 mod term;

@@ -37,6 +37,8 @@ pub struct Metrics {
     pub non_member_daemons: Family<DomainLabels, Gauge>,
     /// Slots taken from empty domains for domains that waited for one.
     pub slots_released: Counter,
+    /// Domains moved to another clique before any of their claims was allocated.
+    pub cliques_changed: Counter,
 }
 
 impl Metrics {
@@ -72,6 +74,12 @@ impl Metrics {
             "graft_compute_domain_slots_released",
             "Slots taken from ComputeDomains without workload claims for waiting domains",
             m.slots_released.clone(),
+        );
+        registry.register(
+            "graft_compute_domain_cliques_changed",
+            "ComputeDomains moved, before any claim of theirs was allocated, from a clique \
+             without room to one with room",
+            m.cliques_changed.clone(),
         );
         m
     }

@@ -1,7 +1,8 @@
 //! A domain's clique and slot, kept in its record (`record`), never read from its status.
 //! A domain with a placement keeps it; one without gets the lowest free slot of the
 //! smallest clique with room (`slot`), within its namespace's cap (`policy`); when the clique
-//! it needs has no free slot, an empty domain's slot there is taken for it (`release`).
+//! it needs has no free slot, an empty domain's slot there is taken for it (`release`); one
+//! none of whose claims is allocated moves when its clique has lost room (`revisit`).
 //! A domain an older controller placed (no record yet) keeps the placement its DaemonSet in
 //! graft's namespace shows.
 
@@ -102,19 +103,22 @@ async fn current(term: &Term, records: &Records, cd: &ComputeDomain) -> Result<R
     })
 }
 
-/// The domain's placement (`true`: chosen now), or why it has none. `has_claims`: whether
-/// the domain has any workload claim (a newly placed domain without one starts idle).
+/// The domain's placement (`true`: chosen now), or why it has none. `claims`: the domain's
+/// workload claims (a newly placed domain without one starts idle; one without an
+/// allocated claim may move, `revisit`).
 pub(crate) async fn place(
     term: &Term,
     records: &mut Records,
     cd: &ComputeDomain,
     nodes: &BTreeMap<String, NodeChannels>,
-    has_claims: bool,
+    claims: &[ResourceClaim],
 ) -> Result<Result<(Placement, bool), Unplaced>, Error> {
     let (_, ns, uid) = identity(cd)?;
+    let has_claims = !claims.is_empty();
     let mut r = current(term, records, cd).await?;
     if let Some(p) = r.placement.clone() {
         write(term, records, &uid, r, cd).await?;
+        let p = crate::revisit::revisit(term, records, cd, nodes, claims, p).await?;
         return Ok(Ok((p, false)));
     }
     if let Err(held) = term.policy.room_in(records, &ns, &uid) {
@@ -144,6 +148,49 @@ pub(crate) async fn place(
     Ok(Ok((p, true)))
 }
 
+/// Deletes the objects of domain `uid` (record `r`) that pin its placement, for `on`: its
+/// workload template first (so that no new claim can pin the slot), then its daemons'
+/// DaemonSet and claim template. Its next reconcile writes them again for its placement.
+pub(crate) async fn take_down(
+    term: &Term,
+    uid: &str,
+    r: &Record,
+    on: &ComputeDomain,
+) -> Result<(), Error> {
+    let c = &term.client;
+    let failed = |what: &str| kube_err(on, &format!("{what} of {}/{}", r.namespace, r.name));
+    let templates: Api<ResourceClaimTemplate> = Api::namespaced(c.clone(), &r.namespace);
+    if let Some(t) = templates
+        .get_opt(&r.template)
+        .await
+        .map_err(failed("reading the workload template"))?
+    {
+        if t.labels().get(DOMAIN_LABEL).map(String::as_str) == Some(uid) {
+            let dp = DeleteParams {
+                preconditions: Some(Preconditions {
+                    uid: t.uid(),
+                    resource_version: None,
+                }),
+                ..DeleteParams::background()
+            };
+            ignore_404(templates.delete(&r.template, &dp).await)
+                .await
+                .map_err(failed("deleting the workload template"))?;
+        }
+    }
+    let name = daemon_name(uid);
+    let dp = DeleteParams::background();
+    let ds: Api<DaemonSet> = Api::namespaced(c.clone(), &term.cfg.namespace);
+    ignore_404(ds.delete(&name, &dp).await)
+        .await
+        .map_err(failed("deleting the DaemonSet"))?;
+    let drct: Api<ResourceClaimTemplate> = Api::namespaced(c.clone(), &term.cfg.namespace);
+    ignore_404(drct.delete(&name, &dp).await)
+        .await
+        .map_err(failed("deleting the daemon template"))?;
+    Ok(())
+}
+
 /// Takes the slot of the empty domain `idle` for `waiting`: its workload template goes
 /// first (so that no new claim can pin the slot), then its daemons; if a claim of it
 /// exists after all (made before its template went), it keeps its slot (`false`) and its
@@ -162,35 +209,7 @@ async fn release(
     };
     let c = &term.client;
     let failed = |what: &str| kube_err(waiting, &format!("{what} of {}/{}", r.namespace, r.name));
-    let templates: Api<ResourceClaimTemplate> = Api::namespaced(c.clone(), &r.namespace);
-    if let Some(t) = templates
-        .get_opt(&r.template)
-        .await
-        .map_err(failed("reading the workload template"))?
-    {
-        if t.labels().get(DOMAIN_LABEL).map(String::as_str) == Some(idle) {
-            let dp = DeleteParams {
-                preconditions: Some(Preconditions {
-                    uid: t.uid(),
-                    resource_version: None,
-                }),
-                ..DeleteParams::background()
-            };
-            ignore_404(templates.delete(&r.template, &dp).await)
-                .await
-                .map_err(failed("deleting the workload template"))?;
-        }
-    }
-    let name = daemon_name(idle);
-    let dp = DeleteParams::background();
-    let ds: Api<DaemonSet> = Api::namespaced(c.clone(), &term.cfg.namespace);
-    ignore_404(ds.delete(&name, &dp).await)
-        .await
-        .map_err(failed("deleting the DaemonSet"))?;
-    let drct: Api<ResourceClaimTemplate> = Api::namespaced(c.clone(), &term.cfg.namespace);
-    ignore_404(drct.delete(&name, &dp).await)
-        .await
-        .map_err(failed("deleting the daemon template"))?;
+    take_down(term, idle, &r, waiting).await?;
     // Straight from the API server (the cache may lag): at most one, by the domain label.
     let claims = Api::<ResourceClaim>::namespaced(c.clone(), &r.namespace)
         .list_metadata(

@@ -156,6 +156,7 @@ mod tests {
                         clique: c.to_string(),
                         free: 1,
                         total: 1,
+                        ..Default::default()
                     },
                 )
             })

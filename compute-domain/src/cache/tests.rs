@@ -46,17 +46,36 @@ fn a_claim_keeps_only_what_the_controller_reads() {
 }
 
 #[test]
-fn a_slice_keeps_its_node_pool_and_channel_attributes() {
-    let full = channel_slice("a", "u.1", 3);
+fn a_slice_keeps_its_node_pool_and_channel_and_gpu_attributes() {
+    let mut full = channel_slice("a", "u.1", 3);
+    // A GPU and a MIG device of it, as graft-driver publishes them.
+    let gpus: Vec<k8s_openapi::api::resource::v1::Device> =
+        serde_json::from_value(serde_json::json!([
+        {"name": "gpu-0", "attributes": {"type": {"string": "gpu"}, "uuid": {"string": "GPU-a"},
+            "productName": {"string": "x".repeat(100)}}},
+        {"name": "gpu-0-mig-1-0", "attributes": {"type": {"string": "mig"},
+            "uuid": {"string": "MIG-a"}, "parentUUID": {"string": "GPU-a"}}}]))
+        .unwrap();
+    full.spec.devices.as_mut().unwrap().extend(gpus);
     let mut s = full.clone();
     s.metadata.managed_fields = Some(vec![Default::default()]);
     trim_slice(&mut s);
     assert!(s.metadata.managed_fields.is_none());
-    let d = &s.spec.devices.as_ref().unwrap()[0];
-    let keys: Vec<&String> = d.attributes.as_ref().unwrap().keys().collect();
-    assert_eq!(keys, ["cliqueID", "type"]);
-    let none = Default::default();
-    assert_eq!(node_channels([&s], &none), node_channels([&full], &none));
+    let keys = |i: usize| -> Vec<String> {
+        let d = &s.spec.devices.as_ref().unwrap()[i];
+        d.attributes.as_ref().unwrap().keys().cloned().collect()
+    };
+    assert_eq!(keys(0), ["cliqueID", "type"]);
+    assert_eq!(keys(3), ["type", "uuid"]);
+    assert_eq!(keys(4), ["parentUUID", "type", "uuid"]);
+    let taken = [("a".to_string(), "gpu-0-mig-1-0".to_string())].into();
+    for allocated in [Default::default(), taken] {
+        assert_eq!(
+            node_channels([&s], &allocated),
+            node_channels([&full], &allocated)
+        );
+    }
+    assert_eq!(node_channels([&s], &Default::default())["a"].free_gpus, 1);
 }
 
 #[test]

@@ -65,3 +65,68 @@ fn other_drivers_and_devices_are_ignored() {
     }
     assert!(nodes(&[other, gpu], &[]).is_empty());
 }
+
+/// `count` whole GPUs `gpu-<i>` on `node` (uuid `GPU-<node>-<i>`), and a MIG device of the
+/// first, `gpu-0-mig-1-0`.
+fn gpu_slice(node: &str, count: usize) -> ResourceSlice {
+    let mut devices: Vec<serde_json::Value> = (0..count)
+        .map(|i| {
+            serde_json::json!({"name": format!("gpu-{i}"), "attributes": {
+                "type": {"string": "gpu"}, "uuid": {"string": format!("GPU-{node}-{i}")}}})
+        })
+        .collect();
+    devices.push(serde_json::json!({"name": "gpu-0-mig-1-0", "attributes": {
+        "type": {"string": "mig"}, "uuid": {"string": format!("MIG-{node}")},
+        "parentUUID": {"string": format!("GPU-{node}-0")}}}));
+    serde_json::from_value(serde_json::json!({
+        "metadata": {"name": format!("{node}-gpus")},
+        "spec": {"driver": DRIVER, "nodeName": node,
+                 "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+                 "devices": devices}
+    }))
+    .unwrap()
+}
+
+#[test]
+fn nodes_without_a_free_gpu_do_not_count() {
+    let s = [
+        channel_slice("a", "u.1", 1),
+        channel_slice("b", "u.1", 1),
+        channel_slice("c", "u.2", 1),
+        gpu_slice("a", 1),
+        gpu_slice("b", 2),
+        gpu_slice("c", 2),
+    ];
+    // The smallest clique that fits one node is u.2, while c has a free GPU.
+    let n = nodes(&s, &[]);
+    assert_eq!((n["c"].gpus, n["c"].free_gpus), (2, 2));
+    assert_eq!(choose(&n, 1, None).unwrap(), "u.2");
+    // c's GPUs busy, one whole and one through its MIG device: u.1 instead.
+    let n = nodes(&s, &[("c", "gpu-1"), ("c", "gpu-0-mig-1-0")]);
+    assert_eq!((n["c"].free, n["c"].free_gpus), (1, 0));
+    assert!(!n["c"].has_room());
+    assert_eq!(room_in(&n, "u.2"), 0);
+    assert_eq!(choose(&n, 1, None).unwrap(), "u.1");
+    // a's only GPU busy: u.1 has one node with room, two are too many.
+    let n = nodes(&s, &[("a", "gpu-0"), ("c", "gpu-1"), ("c", "gpu-0")]);
+    assert_eq!(room_in(&n, "u.1"), 1);
+    let err = choose(&n, 2, None).unwrap_err();
+    assert_eq!(
+        err,
+        NoClique::TooSmall {
+            wanted: 2,
+            best: 1,
+            clique: "u.1".into()
+        }
+    );
+    assert!(err.to_string().contains("a free GPU"), "{err}");
+}
+
+#[test]
+fn a_node_without_graft_gpus_has_room_with_a_free_channel() {
+    let n = nodes(&[channel_slice("a", "u.1", 1)], &[]);
+    assert_eq!((n["a"].gpus, n["a"].free_gpus), (0, 0));
+    assert!(n["a"].has_room());
+    let n = nodes(&[channel_slice("a", "u.1", 1)], &[("a", "imex-channel-0")]);
+    assert!(!n["a"].has_room());
+}

@@ -21,6 +21,7 @@ use graft_integration::fake_gpu::IMEX_MAJOR;
 use serde_json::Value;
 
 mod binding;
+mod cliques;
 mod setup;
 
 use setup::*;
@@ -294,6 +295,16 @@ fn compute_domain_binds_when_ready() -> anyhow::Result<()> {
 #[test]
 fn compute_domain_two_pods_per_node() -> anyhow::Result<()> {
     on_cluster(1, binding::two_pods_per_node)
+}
+
+/// A one-node domain goes to clique B (node 1, the smallest clique with room). Node 1's
+/// GPUs taken, the domain's first pod (a channel and a GPU) finds no room there: before any
+/// claim of it is allocated the domain moves to clique A (a CliqueChanged Event), its claim
+/// is made again from the new template, and the pod runs in A. A new domain, node 1 still
+/// full, goes to A from the start.
+#[test]
+fn compute_domain_clique_follows_free_gpus() -> anyhow::Result<()> {
+    on_cluster(1, cliques::clique_follows_free_gpus)
 }
 
 /// A Ready two-node domain loses a node (its kubelet stopped): the domain turns NotReady

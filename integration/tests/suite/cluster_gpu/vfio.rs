@@ -20,7 +20,7 @@ use std::time::Instant;
 use anyhow::ensure;
 use graft_integration::cluster::gpu::{GpuValues, FAKE_DIR};
 use graft_integration::cluster::workloads::{phase, wait_pod_claim, wait_running};
-use graft_integration::cluster::{wait_until, workloads, Cluster, WAIT};
+use graft_integration::cluster::{workloads, Cluster, WAIT};
 use graft_integration::fake_gpu::{FakeNode, LIB_DIR};
 use graft_integration::fake_sysfs::{self, bdf, FakeKernel, AUDIO_DRIVER};
 

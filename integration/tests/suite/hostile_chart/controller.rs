@@ -80,7 +80,8 @@ async fn controller_client(cp: &ControlPlane) -> anyhow::Result<kube::Client> {
 
 /// The controller's ServiceAccount may set the conditions of graft's devices in a claim's
 /// status (a domain's binding), and nothing else of it: not the allocation, the
-/// reservations, another driver's device status, or the claim itself.
+/// reservations, another driver's device status; and may delete a domain's workload claim
+/// that is not allocated (the domain moves), but no other claim.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_controller_writes_only_graft_device_status_of_claims() -> anyhow::Result<()> {
     use k8s_openapi::api::resource::v1::ResourceClaim;
@@ -163,13 +164,51 @@ async fn the_controller_writes_only_graft_device_status_of_claims() -> anyhow::R
             tokio::time::sleep(std::time::Duration::from_millis(500)).await;
         }
     }
-    ensure!(
-        as_controller
-            .delete("w", &DeleteParams::default())
-            .await
-            .is_err(),
-        "the controller deleted a claim"
-    );
+    // Deleting: only a domain's workload claim (labelled) that is not allocated, when its
+    // domain moves (compute-domain/src/revisit.rs); never one allocated or not a domain's.
+    let labelled = |name: &str| -> anyhow::Result<ResourceClaim> {
+        Ok(serde_json::from_value(json!({
+            "metadata": {"name": name, "labels": {"resource.graft.dev/computeDomain": "u"}},
+            "spec": {"devices": {"requests": [
+                {"name": "a", "exactly": {"deviceClassName": "imex-channel.graft.dev"}},
+                {"name": "b", "exactly": {"deviceClassName": "nic.example.com"}}]}},
+        }))?)
+    };
+    for name in ["moving", "placed", "plain"] {
+        let _ = as_admin.delete(name, &DeleteParams::default()).await;
+    }
+    as_admin
+        .create(&PostParams::default(), &labelled("moving")?)
+        .await?;
+    as_admin
+        .create(&PostParams::default(), &labelled("placed")?)
+        .await?;
+    as_admin
+        .patch_status("placed", &pp, &merge(allocation("imex-channel-0")))
+        .await?;
+    let mut unlabelled = labelled("plain")?;
+    unlabelled.metadata.labels = None;
+    as_admin.create(&PostParams::default(), &unlabelled).await?;
+    for (name, what) in [
+        ("w", "an allocated claim of no domain"),
+        ("placed", "an allocated claim of a domain"),
+        ("plain", "a claim of no domain"),
+    ] {
+        ensure!(
+            as_controller
+                .delete(name, &DeleteParams::default())
+                .await
+                .is_err(),
+            "the controller deleted {what}"
+        );
+    }
+    as_controller
+        .delete("moving", &DeleteParams::default())
+        .await
+        .context("the controller's delete of a domain's claim not yet allocated")?;
+    for name in ["placed", "plain"] {
+        as_admin.delete(name, &DeleteParams::default()).await?;
+    }
     // What it writes goes through.
     as_controller
         .patch_status("w", &pp, &merge(json!({"status": {"devices": [ours]}})))
@@ -177,7 +216,7 @@ async fn the_controller_writes_only_graft_device_status_of_claims() -> anyhow::R
         .context("the controller's own binding condition")?;
     eprintln!(
         "{} attacks on a claim with the controller's ServiceAccount, 0 accepted",
-        attacks.len() + 1
+        attacks.len() + 3
     );
     Ok(())
 }
