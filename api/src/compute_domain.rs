@@ -147,6 +147,11 @@ pub struct NodeStatus {
     pub clique_id: String,
     /// Whether the node's daemon is ready.
     pub status: Readiness,
+    /// The node's place in the domain's IMEX node list (`0..numNodes`): its daemon is
+    /// listed under the name of that place, which keeps its place while the node is a
+    /// member, so that a member replaced changes one name's address, not the list.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub index: Option<u32>,
 }
 
 /// What the controller observed.
@@ -221,6 +226,7 @@ mod tests {
             ip_address: "10.0.0.1".into(),
             clique_id: "u.1".into(),
             status: Readiness::Ready,
+            index: None,
         })
         .unwrap();
         assert_eq!(status[crate::attributes::CLIQUE_ID], "u.1");

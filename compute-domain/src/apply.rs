@@ -164,7 +164,12 @@ pub(crate) async fn apply(cd: Arc<ComputeDomain>, term: &Term) -> Result<Action,
         .filter(|p| p.labels().get(DOMAIN_LABEL) == Some(&uid))
         .map(|p| Pod::clone(p))
         .collect();
-    let st = status::aggregate(&pods, &nodes, cd.spec.num_nodes as usize, &placed, &members);
+    let mut st = status::aggregate(&pods, &nodes, cd.spec.num_nodes as usize, &placed, &members);
+    let previous = records
+        .get(&uid)
+        .map(|r| r.nodes.as_slice())
+        .unwrap_or_default();
+    members::places(previous, &mut st.nodes);
     let strangers = status::strangers(&pods, &members);
     term.metrics
         .non_member_daemons

@@ -1,13 +1,21 @@
 //! The pure parts of `graft-imex-daemon`, the IMEX daemon pod's entry point: which members
-//! of a domain its IMEX daemon lists, when to (re)start it, and the two files it reads.
+//! of a domain its IMEX daemon lists and under which names, when to (re)start or only
+//! re-resolve it, and the files it reads.
 //!
-//! Facts (NVIDIA's IMEX guide, "IMEX Service Config Options" and "Deployment Models"):
-//! `nvidia-imex -c config.cfg` reads `KEY=VALUE` lines once at startup; the node list
-//! (`IMEX_NODE_CONFIG_FILE`) is one IP address a line and must be the same on every node of
-//! the domain. The guide's "Signal handling" names no signal that re-reads the node list
-//! (SIGUSR1 reloads TLS credentials and reconnects, SIGHUP dumps the log buffer), so a
-//! changed list means a restart of the daemon.
+//! Facts (NVIDIA's IMEX guide, "IMEX Service Config Options" and "Signal handling"):
+//! `nvidia-imex -c config.cfg` reads `KEY=VALUE` lines and the node list
+//! (`IMEX_NODE_CONFIG_FILE`, one peer a line, the same on every node) once at startup;
+//! SIGUSR1 makes it reload its TLS credentials and restart its outgoing connections, at
+//! most once every 5 s; a changed list discards its persisted state. NVIDIA's own
+//! ComputeDomain daemon (k8s-dra-driver-gpu, cmd/compute-domain-daemon/dnsnames.go) lists
+//! fixed DNS names instead of addresses, maps them in the pod's /etc/hosts and sends SIGUSR1
+//! when the mapping changes. So does this: the list is `graft-imex-<index>` for every place
+//! of the domain (`0..numNodes`, or more while more members are listed), each member keeps
+//! its place (the controller's record, `members::places`), and a member replaced changes
+//! one line of /etc/hosts and signals the daemon, never restarting it. Only a longer list
+//! (more members than places) or this node's own place changing restarts it.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
@@ -18,50 +26,158 @@ use crate::crd::NodeStatus;
 pub const CONFIG_FILE: &str = "config.cfg";
 /// The node list's name in the daemon's directory.
 pub const NODES_FILE: &str = "nodes_config.cfg";
+/// The prefix of the names the node list gives the domain's places.
+pub const NAME_PREFIX: &str = "graft-imex-";
+/// How long the IMEX daemon ignores a SIGUSR1 after one (the guide's "once every 5 s").
+pub const SIGNAL_SPACING: std::time::Duration = std::time::Duration::from_secs(5);
 
-/// The addresses of the domain's members in `clique`: sorted, each once. Members of
-/// another clique are left out (IMEX daemons only join peers of their own clique), and so
-/// are members without a valid address (their pod has none yet).
-pub fn members(nodes: &[NodeStatus], clique: &str) -> Vec<IpAddr> {
-    let mut ips: Vec<IpAddr> = nodes
-        .iter()
-        .filter(|n| n.clique_id == clique)
-        .filter_map(|n| n.ip_address.parse().ok())
-        .collect();
-    ips.sort();
-    ips.dedup();
-    ips
+/// The name of place `index` in the node list.
+pub fn name(index: u32) -> String {
+    format!("{NAME_PREFIX}{index}")
+}
+
+/// The domain's members in `clique` by place: those with a place keep it (the first of two
+/// claiming one), the others (a record of an older controller) take the lowest free places
+/// in address order. Members of another clique are left out (IMEX daemons only join peers
+/// of their own clique), and so are members without a valid address (no pod yet).
+pub fn members(nodes: &[NodeStatus], clique: &str) -> BTreeMap<u32, IpAddr> {
+    let mut by_place = BTreeMap::new();
+    let mut seen = BTreeSet::new();
+    let mut unplaced = Vec::new();
+    for n in nodes.iter().filter(|n| n.clique_id == clique) {
+        let Ok(ip) = n.ip_address.parse::<IpAddr>() else {
+            continue;
+        };
+        if !seen.insert(ip) {
+            continue;
+        }
+        match n.index {
+            Some(i) if !by_place.contains_key(&i) => {
+                by_place.insert(i, ip);
+            }
+            _ => unplaced.push(ip),
+        }
+    }
+    unplaced.sort();
+    let mut next = 0;
+    for ip in unplaced {
+        while by_place.contains_key(&next) {
+            next += 1;
+        }
+        by_place.insert(next, ip);
+    }
+    by_place
+}
+
+/// How many names the list holds for these members: `num_nodes`, or more when a member's
+/// place is beyond.
+pub fn places(members: &BTreeMap<u32, IpAddr>, num_nodes: usize) -> usize {
+    let last = members.keys().next_back().map_or(0, |i| *i as usize + 1);
+    last.max(num_nodes)
+}
+
+/// What the IMEX daemon runs with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Running {
+    /// How many names its list holds.
+    pub places: usize,
+    /// This node's place.
+    pub own: u32,
+    /// The addresses /etc/hosts gives the names.
+    pub members: BTreeMap<u32, IpAddr>,
 }
 
 /// What to do with the IMEX daemon after the domain changed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Plan {
-    /// (Re)start it with this node list.
-    Run(Vec<IpAddr>),
+    /// (Re)start it with these.
+    Run(Running),
+    /// Map the names to these addresses and signal it to re-resolve them.
+    Remap(BTreeMap<u32, IpAddr>),
     /// Stop it: this node is no longer a member.
     Stop,
     /// Leave it as it is (running or not).
     Keep,
 }
 
-/// Decides from the list the daemon runs with (`None`: not running), the domain's
-/// `members`, this node's address and the domain's size.
+/// Decides from what the daemon runs with (`None`: not running), the domain's `members` by
+/// place, this node's address and the domain's size.
 ///
-/// The daemon starts only once this node and `num_nodes` members are listed. When members
-/// leave and fewer than `num_nodes` remain, a running daemon keeps its list: the lost peers
-/// show as recovering and the node stays not ready, where a restart with the shorter list
-/// would report a domain that lacks nodes as ready.
-pub fn plan(running: Option<&[IpAddr]>, members: &[IpAddr], own: IpAddr, num_nodes: usize) -> Plan {
-    if !members.contains(&own) {
+/// The daemon starts once this node and `num_nodes` members are listed, so that every name
+/// resolves when it first looks (whether a real IMEX counts a name that does not resolve
+/// as a peer to wait for is not documented; NVIDIA's checks call `-q` READY the local
+/// daemon's state). After that a member lost and not replaced leaves its name unresolved:
+/// the peers it was connected to show it recovering and stay not ready, as they must while
+/// the domain lacks a node.
+pub fn plan(
+    running: Option<&Running>,
+    members: &BTreeMap<u32, IpAddr>,
+    own: IpAddr,
+    num_nodes: usize,
+) -> Plan {
+    let Some(own_place) = members.iter().find(|(_, ip)| **ip == own).map(|(i, _)| *i) else {
         return match running {
             Some(_) => Plan::Stop,
             None => Plan::Keep,
         };
+    };
+    let want = Running {
+        places: places(members, num_nodes),
+        own: own_place,
+        members: members.clone(),
+    };
+    match running {
+        Some(r) if r.places == want.places && r.own == want.own => {
+            if r.members == want.members {
+                Plan::Keep
+            } else {
+                Plan::Remap(want.members)
+            }
+        }
+        None if members.len() < num_nodes => Plan::Keep,
+        _ => Plan::Run(want),
     }
-    if members.len() < num_nodes || running == Some(members) {
-        return Plan::Keep;
+}
+
+/// `text` (a hosts file) with graft's lines for the domain's names replaced by `members`'.
+pub fn render_hosts(text: &str, members: &BTreeMap<u32, IpAddr>) -> String {
+    let ours = |l: &str| {
+        l.split_whitespace()
+            .skip(1)
+            .any(|h| h.starts_with(NAME_PREFIX))
+    };
+    let mut out: String = text
+        .lines()
+        .filter(|l| !ours(l) && l.trim() != HOSTS_MARK)
+        .map(|l| format!("{l}\n"))
+        .collect();
+    if !members.is_empty() {
+        out.push_str(HOSTS_MARK);
+        out.push('\n');
+        for (i, ip) in members {
+            out.push_str(&format!("{ip}\t{}\n", name(*i)));
+        }
     }
-    Plan::Run(members.to_vec())
+    out
+}
+
+/// The comment above graft's lines in a hosts file.
+const HOSTS_MARK: &str = "# the IMEX domain's members (graft-imex-daemon)";
+
+/// Rewrites the hosts file at `path` in place (the kubelet bind-mounts it: a rename over it
+/// would fail) with `members` mapped.
+pub fn write_hosts(path: &Path, members: &BTreeMap<u32, IpAddr>) -> std::io::Result<()> {
+    let text = std::fs::read_to_string(path)?;
+    let new = render_hosts(&text, members);
+    if new == text {
+        return Ok(());
+    }
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .truncate(true)
+        .open(path)?;
+    f.write_all(new.as_bytes())?;
+    f.sync_all()
 }
 
 /// Where and how the IMEX daemon listens, and where its files go.
@@ -109,24 +225,27 @@ impl ImexFiles {
         )
     }
 
-    /// Writes both files for `members`, each atomically (a temporary file renamed over
-    /// it), in `dir`, which is created private (0700) when missing; returns the config's path.
-    pub fn write(&self, members: &[IpAddr]) -> std::io::Result<PathBuf> {
+    /// Writes both files for a list of `places` names, each atomically (a temporary file
+    /// renamed over it), in `dir`, which is created private (0700) when missing; returns the
+    /// config's path.
+    pub fn write(&self, places: usize) -> std::io::Result<PathBuf> {
         use std::os::unix::fs::DirBuilderExt;
         std::fs::DirBuilder::new()
             .recursive(true)
             .mode(0o700)
             .create(&self.dir)?;
-        write_atomic(&self.nodes_path(), &render_nodes(members))?;
+        write_atomic(&self.nodes_path(), &render_nodes(places))?;
         let cfg = self.config_path();
         write_atomic(&cfg, &self.render_config())?;
         Ok(cfg)
     }
 }
 
-/// `nodes_config.cfg`: one address a line.
-pub fn render_nodes(members: &[IpAddr]) -> String {
-    members.iter().map(|ip| format!("{ip}\n")).collect()
+/// `nodes_config.cfg`: one name a line, for places `0..places`.
+pub fn render_nodes(places: usize) -> String {
+    (0..places as u32)
+        .map(|i| format!("{}\n", name(i)))
+        .collect()
 }
 
 fn write_atomic(path: &Path, text: &str) -> std::io::Result<()> {
@@ -138,85 +257,4 @@ fn write_atomic(path: &Path, text: &str) -> std::io::Result<()> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::crd::Readiness;
-
-    fn node(ip: &str, clique: &str) -> NodeStatus {
-        NodeStatus {
-            name: format!("n-{ip}"),
-            ip_address: ip.into(),
-            clique_id: clique.into(),
-            status: Readiness::NotReady,
-        }
-    }
-
-    fn ip(s: &str) -> IpAddr {
-        s.parse().unwrap()
-    }
-
-    #[test]
-    fn members_are_of_the_clique_sorted_and_once() {
-        let nodes = [
-            node("10.0.0.9", "u.1"),
-            node("10.0.0.10", "u.1"),
-            node("10.0.0.2", "u.2"),
-            node("10.0.0.9", "u.1"),
-            node("", "u.1"),
-            node("not-an-ip", "u.1"),
-        ];
-        assert_eq!(members(&nodes, "u.1"), [ip("10.0.0.9"), ip("10.0.0.10")]);
-        assert!(members(&nodes, "u.3").is_empty());
-    }
-
-    #[test]
-    fn starts_once_this_node_and_enough_members_are_listed() {
-        let (a, b) = (ip("10.0.0.1"), ip("10.0.0.2"));
-        assert_eq!(plan(None, &[b], a, 1), Plan::Keep);
-        assert_eq!(plan(None, &[a], a, 2), Plan::Keep);
-        assert_eq!(plan(None, &[a, b], a, 2), Plan::Run(vec![a, b]));
-        assert_eq!(plan(Some(&[a, b]), &[a, b], a, 2), Plan::Keep);
-    }
-
-    #[test]
-    fn a_changed_list_restarts_a_shrunk_one_keeps_a_lost_node_stops() {
-        let (a, b, c) = (ip("10.0.0.1"), ip("10.0.0.2"), ip("10.0.0.3"));
-        assert_eq!(
-            plan(Some(&[a, b]), &[a, b, c], a, 2),
-            Plan::Run(vec![a, b, c])
-        );
-        assert_eq!(plan(Some(&[a, b, c]), &[a, c], a, 2), Plan::Run(vec![a, c]));
-        assert_eq!(plan(Some(&[a, b]), &[a], a, 2), Plan::Keep);
-        assert_eq!(plan(Some(&[a, b]), &[b], a, 2), Plan::Stop);
-    }
-
-    #[test]
-    fn files_carry_the_keys_the_daemon_reads() {
-        let dir = tempfile::tempdir().unwrap();
-        let files = ImexFiles {
-            dir: dir.path().join("imex"),
-            bind_ip: ip("10.0.0.1"),
-            server_port: 50000,
-            cmd_port: 50005,
-        };
-        let cfg = files.write(&[ip("10.0.0.1"), ip("10.0.0.2")]).unwrap();
-        let text = std::fs::read_to_string(&cfg).unwrap();
-        for line in [
-            "DAEMONIZE=0",
-            "SERVER_PORT=50000",
-            "BIND_INTERFACE_IP=10.0.0.1",
-            "IMEX_CMD_ENABLED=1",
-            "IMEX_CMD_PORT=50005",
-            "IMEX_CMD_BIND_INTERFACE_IP=10.0.0.1",
-        ] {
-            assert!(text.lines().any(|l| l == line), "{line} in {text}");
-        }
-        let nodes = format!("IMEX_NODE_CONFIG_FILE={}", files.nodes_path().display());
-        assert!(text.contains(&nodes), "{text}");
-        let list = std::fs::read_to_string(files.nodes_path()).unwrap();
-        assert_eq!(list, "10.0.0.1\n10.0.0.2\n");
-        use std::os::unix::fs::PermissionsExt;
-        let mode = std::fs::metadata(&files.dir).unwrap().permissions().mode();
-        assert_eq!(mode & 0o777, 0o700);
-    }
-}
+mod tests;

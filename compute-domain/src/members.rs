@@ -10,7 +10,7 @@ use std::sync::Arc;
 use k8s_openapi::api::resource::v1::ResourceClaim;
 use serde_json::json;
 
-use graft_api::compute_domain::DOMAIN_LABEL;
+use graft_api::compute_domain::{NodeStatus, DOMAIN_LABEL};
 
 /// The nodes an allocated claim holds devices on: `None` while it is not allocated, and
 /// empty when its allocation names no node by name. graft's devices are node-local: the
@@ -53,6 +53,29 @@ pub fn members(claims: &[ResourceClaim]) -> BTreeSet<String> {
         .filter_map(allocation_nodes)
         .flatten()
         .collect()
+}
+
+/// Gives each of `nodes` its place in the IMEX node list (`graft-imex-daemon`'s names): the
+/// place it had in `previous` (the record), else the lowest free one, in name order. A
+/// member keeps its place while it stays, so that replacing one member remaps one name and
+/// restarts no daemon.
+pub fn places(previous: &[NodeStatus], nodes: &mut [NodeStatus]) {
+    let mut taken = BTreeSet::new();
+    for n in nodes.iter_mut() {
+        n.index = previous
+            .iter()
+            .find(|p| p.name == n.name)
+            .and_then(|p| p.index)
+            .filter(|i| taken.insert(*i));
+    }
+    let mut next = 0;
+    for n in nodes.iter_mut().filter(|n| n.index.is_none()) {
+        while taken.contains(&next) {
+            next += 1;
+        }
+        taken.insert(next);
+        n.index = Some(next);
+    }
 }
 
 /// A node affinity that admits exactly the `members` by name: one term each (a field
@@ -146,5 +169,44 @@ mod tests {
         }
         assert_eq!(allocation_nodes(&odd), Some(Vec::new()));
         assert!(members(&[odd]).is_empty());
+    }
+
+    #[test]
+    fn a_member_keeps_its_place_and_a_newcomer_takes_the_lowest_free() {
+        let n = |name: &str, index: Option<u32>| NodeStatus {
+            name: name.into(),
+            ip_address: String::new(),
+            clique_id: String::new(),
+            status: Default::default(),
+            index,
+        };
+        let places_of = |nodes: &[NodeStatus]| -> Vec<(String, Option<u32>)> {
+            nodes.iter().map(|n| (n.name.clone(), n.index)).collect()
+        };
+        let mut first = vec![n("a", None), n("b", None)];
+        places(&[], &mut first);
+        assert_eq!(
+            places_of(&first),
+            [("a".into(), Some(0)), ("b".into(), Some(1))]
+        );
+        // a lost, c joins: b keeps 1, c takes a's 0.
+        let mut next = vec![n("b", None), n("c", None)];
+        places(&first, &mut next);
+        assert_eq!(
+            places_of(&next),
+            [("b".into(), Some(1)), ("c".into(), Some(0))]
+        );
+        // A record claiming one place twice: the first keeps it.
+        let odd = [n("b", Some(1)), n("c", Some(1))];
+        let mut again = vec![n("b", None), n("c", None), n("d", None)];
+        places(&odd, &mut again);
+        assert_eq!(
+            places_of(&again),
+            [
+                ("b".into(), Some(1)),
+                ("c".into(), Some(0)),
+                ("d".into(), Some(2))
+            ]
+        );
     }
 }

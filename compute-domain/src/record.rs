@@ -171,6 +171,7 @@ mod tests {
                 ip_address: "10.0.0.1".into(),
                 clique_id: "u.1".into(),
                 status: Readiness::Ready,
+                index: Some(0),
             }],
         };
         let cm = r.to_config_map("uid-1", "graft");

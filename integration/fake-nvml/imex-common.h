@@ -33,6 +33,7 @@
 #define GRAFT_FAKE_IMEX_COMMON_H
 
 #define _GNU_SOURCE
+#include <ctype.h>
 #include <arpa/inet.h>
 #include <errno.h>
 #include <limits.h>
@@ -94,6 +95,15 @@ __attribute__((unused)) static int parse_port(const char *v) {
 __attribute__((unused)) static int valid_ip(const char *s) {
     unsigned char buf[16];
     return inet_pton(AF_INET, s, buf) == 1 || inet_pton(AF_INET6, s, buf) == 1;
+}
+
+/* A host name as a node list may give one instead of an address (RFC 1123 labels). */
+__attribute__((unused)) static int valid_name(const char *s) {
+    size_t n = strlen(s);
+    if (!n || n > 63 || !isalnum((unsigned char)s[0])) return 0;
+    for (size_t i = 0; i < n; i++)
+        if (!isalnum((unsigned char)s[i]) && s[i] != '-' && s[i] != '.') return 0;
+    return 1;
 }
 
 /* Reads `path` into `c`; on a malformed file writes why to `err` and returns -1. */
@@ -174,9 +184,10 @@ __attribute__((unused)) static int read_nodes(const char *path, char nodes[][64]
         lineno++;
         char *l = trim(line);
         if (!*l) continue;
-        if (!valid_ip(l) || n == MAX_NODES) {
+        if ((!valid_ip(l) && !valid_name(l)) || n == MAX_NODES) {
             snprintf(err, errlen, "Failed to read node configuration file %.512s line %d: %s",
-                     path, lineno, n == MAX_NODES ? "too many nodes" : "not an IP address");
+                     path, lineno,
+                     n == MAX_NODES ? "too many nodes" : "not an IP address or host name");
             fclose(f);
             return -1;
         }

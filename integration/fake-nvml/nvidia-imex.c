@@ -22,7 +22,16 @@
  *   peer is back; SHUTTING_DOWN on SIGTERM or SIGINT;
  * - with IMEX_CMD_ENABLED=1 serves the command service on IMEX_CMD_PORT for
  *   nvidia-imex-ctl (nvidia-imex-ctl.c);
- * - DAEMONIZE=1 (the default) forks once the sockets are bound and the parent exits 0.
+ * - DAEMONIZE=1 (the default) forks once the sockets are bound and the parent exits 0;
+ * - the node list may name peers instead of giving addresses, as NVIDIA's ComputeDomain
+ *   daemon writes it (k8s-dra-driver-gpu, cmd/compute-domain-daemon/dnsnames.go: fixed
+ *   names mapped in the pod's /etc/hosts). A name is resolved through the hosts file (no
+ *   DNS here; the file is FAKE_IMEX_HOSTS when set, for daemons run as host processes)
+ *   at start, to find this node, and again before every connection attempt (that driver
+ *   relies on IMEX re-resolving as its connections are checked); a name that does not
+ *   resolve is a peer not there yet. SIGUSR1 restarts the outgoing connections, at most
+ *   once every 5 s, a signal within 5 s of the last one being ignored (the IMEX guide,
+ *   "Signal handling").
  *
  * graft's own, not NVIDIA's (whose peer protocol is private: gRPC over TCP, by its error
  * codes): peers open with the line `graft-fake-imex 1 <own address> <cluster UUID>.<clique
@@ -62,12 +71,13 @@ struct inbound {
 };
 
 static struct imex_config cfg;
-static char nodes[MAX_NODES][64], clique[128];
+static char nodes[MAX_NODES][64], addrs[MAX_NODES][64], clique[128];
 static int n_nodes, self = -1;
 static struct peer peers[MAX_NODES];
 static struct inbound in[MAX_IN];
 static FILE *logf;
-static volatile sig_atomic_t stop;
+static volatile sig_atomic_t stop, usr1;
+static double last_usr1 = -10;
 
 static void logmsg(const char *fmt, ...) {
     va_list ap;
@@ -111,6 +121,33 @@ static socklen_t addr_of(const char *ip, int port, struct sockaddr_storage *ss) 
     return sizeof *a6;
 }
 
+/* The address of the hosts file's entry for `name`, or "" when it has none. */
+static void lookup(const char *name, char *out) {
+    const char *path = getenv("FAKE_IMEX_HOSTS");
+    FILE *f = fopen(path && *path ? path : "/etc/hosts", "r");
+    char line[MAX_LINE];
+    *out = 0;
+    if (!f) return;
+    while (!*out && fgets(line, sizeof line, f)) {
+        char *hash = strchr(line, '#'), *save = NULL;
+        if (hash) *hash = 0;
+        char *ip = strtok_r(line, " \t\r\n", &save), *h;
+        if (!ip || !valid_ip(ip)) continue;
+        while ((h = strtok_r(NULL, " \t\r\n", &save)))
+            if (!strcmp(h, name)) {
+                snprintf(out, 64, "%s", ip);
+                break;
+            }
+    }
+    fclose(f);
+}
+
+/* Node i's address now: the listed address, or what its name resolves to ("" if none). */
+static void resolve(int i) {
+    if (valid_ip(nodes[i])) snprintf(addrs[i], 64, "%s", nodes[i]);
+    else lookup(nodes[i], addrs[i]);
+}
+
 static int listen_on(const char *ip, int port, const char *what) {
     struct sockaddr_storage ss;
     socklen_t len = addr_of(*ip ? ip : "0.0.0.0", port, &ss);
@@ -125,9 +162,10 @@ static int listen_on(const char *ip, int port, const char *what) {
 /* This node's index in the list: BIND_INTERFACE_IP's, or the first listed address that
  * one of the host's interfaces has. */
 static int find_self(void) {
+    for (int i = 0; i < n_nodes; i++) resolve(i);
     if (*cfg.bind_ip) {
         for (int i = 0; i < n_nodes; i++)
-            if (!strcmp(nodes[i], cfg.bind_ip)) return i;
+            if (!strcmp(addrs[i], cfg.bind_ip)) return i;
         die("BIND_INTERFACE_IP %s is not in the node configuration file %s", cfg.bind_ip,
             cfg.node_file);
     }
@@ -141,7 +179,7 @@ static int find_self(void) {
                 inet_ntop(AF_INET, &((struct sockaddr_in *)p->ifa_addr)->sin_addr, ip, 64);
             else if (p->ifa_addr->sa_family == AF_INET6)
                 inet_ntop(AF_INET6, &((struct sockaddr_in6 *)p->ifa_addr)->sin6_addr, ip, 64);
-            if (!strcmp(ip, nodes[i])) {
+            if (*ip && !strcmp(ip, addrs[i])) {
                 freeifaddrs(ifs);
                 return i;
             }
@@ -183,7 +221,13 @@ static void drop_out(int i, const char *why) {
 static void try_connect(int i) {
     struct peer *p = &peers[i];
     struct sockaddr_storage ss;
-    socklen_t len = addr_of(nodes[i], cfg.server_port, &ss);
+    resolve(i);
+    if (!*addrs[i]) {
+        p->next_try = now() + 1;
+        if (p->status == 'C') p->status = 'R';
+        return;
+    }
+    socklen_t len = addr_of(addrs[i], cfg.server_port, &ss);
     p->fd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (p->fd < 0) {
         drop_out(i, strerror(errno));
@@ -205,16 +249,22 @@ static void judge_hello(const char *line, char *reply, size_t len, int *idx) {
         return;
     }
     for (int i = 0; i < n_nodes; i++)
-        if (i != self && !strcmp(nodes[i], ip)) *idx = i;
+        if (i != self && !strcmp(addrs[i], ip)) *idx = i;
+    /* A name mapped since it was last resolved. */
+    for (int i = 0; *idx < 0 && i < n_nodes; i++) {
+        if (i == self) continue;
+        resolve(i);
+        if (!strcmp(addrs[i], ip)) *idx = i;
+    }
     if (*idx < 0) {
         logmsg("refused %s: not in the node configuration file", ip);
-        snprintf(reply, len, "reject %s is not in the node list of %s\n", ip, nodes[self]);
+        snprintf(reply, len, "reject %s is not in the node list of %s\n", ip, addrs[self]);
     } else if (strcmp(theirs, clique)) {
         logmsg("refused %s: its clique %s is not ours (%s)", ip, theirs, clique);
         snprintf(reply, len, "reject clique %s is not %s\n", theirs, clique);
         *idx = -1;
     } else {
-        snprintf(reply, len, HELLO " %s %s\n", nodes[self], clique);
+        snprintf(reply, len, HELLO " %s %s\n", addrs[self], clique);
     }
 }
 
@@ -231,7 +281,7 @@ static void on_out(int i, short ev) {
             return;
         }
         if (!(ev & POLLOUT)) return;
-        snprintf(line, sizeof line, HELLO " %s %s\n", nodes[self], clique);
+        snprintf(line, sizeof line, HELLO " %s %s\n", addrs[self], clique);
         if (write_all(p->fd, line, strlen(line)) < 0) {
             drop_out(i, strerror(errno));
             return;
@@ -300,8 +350,25 @@ static void on_in(struct inbound *c) {
 #include "imex-cmd.h"
 
 static void on_signal(int sig) {
-    (void)sig;
-    stop = 1;
+    if (sig == SIGUSR1) usr1 = 1;
+    else stop = 1;
+}
+
+/* SIGUSR1: every outgoing connection again (names resolved anew), unless one came
+ * within 5 s. */
+static void on_usr1(void) {
+    usr1 = 0;
+    if (now() - last_usr1 < 5) {
+        logmsg("SIGUSR1 ignored: within 5 s of the last one");
+        return;
+    }
+    last_usr1 = now();
+    logmsg("SIGUSR1: restarting the connections to the peers");
+    for (int i = 0; i < n_nodes; i++) {
+        if (i == self) continue;
+        if (peers[i].fd >= 0) drop_out(i, "reconnecting (SIGUSR1)");
+        peers[i].next_try = now();
+    }
 }
 
 int main(int argc, char **argv) {
@@ -328,13 +395,14 @@ int main(int argc, char **argv) {
     if (check_driver(err, sizeof err) < 0) die("%s", err);
     if (read_clique(clique, sizeof clique, err, sizeof err) < 0) die("%s", err);
     self = find_self();
-    int lfd = listen_on(nodes[self], cfg.server_port, "peer service");
+    int lfd = listen_on(addrs[self], cfg.server_port, "peer service");
     int cfd = cfg.cmd_enabled ? listen_on(cfg.cmd_bind_ip, cfg.cmd_port, "command service") : -1;
     for (int i = 0; i < n_nodes; i++) peers[i] = (struct peer){.fd = -1, .status = 'N'};
     for (int i = 0; i < MAX_IN; i++) in[i].fd = -1;
     signal(SIGPIPE, SIG_IGN);
     signal(SIGTERM, on_signal);
     signal(SIGINT, on_signal);
+    signal(SIGUSR1, on_signal);
     if (cfg.daemonize) {
         pid_t pid = fork();
         if (pid < 0) die("fork: %s", strerror(errno));
@@ -346,6 +414,7 @@ int main(int argc, char **argv) {
     double next_row = 0;
     char sent[MAX_NODES + 64] = "";
     while (!stop) {
+        if (usr1) on_usr1();
         struct pollfd fds[2 + MAX_NODES + MAX_IN];
         int who[2 + MAX_NODES + MAX_IN], n = 0;
         fds[n] = (struct pollfd){lfd, POLLIN, 0}, who[n++] = -1;

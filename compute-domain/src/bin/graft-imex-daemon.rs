@@ -1,20 +1,24 @@
 //! graft-imex-daemon: the IMEX daemon pod's entry point. Watches its domain's record, which
 //! the controller writes in graft's namespace (never the domain's status, which the
-//! domain's namespace may write), writes the IMEX config and node list from the members of
-//! its clique, and runs the driver's
-//! `nvidia-imex` as its child: restarted when the list changes, SIGTERM forwarded, and the
-//! pod fails when the child dies on its own (the kubelet restarts it). `--check` is the
-//! readiness probe: ready only when `nvidia-imex-ctl -q` prints exactly READY.
+//! domain's namespace may write), writes the IMEX config and a node list of fixed names,
+//! maps the names to the members of its clique in the pod's /etc/hosts, and runs the
+//! driver's `nvidia-imex` as its child: signalled (SIGUSR1, spaced as IMEX wants) to
+//! re-resolve when a member changes, restarted only when the list must grow or this node's
+//! place moved (`daemon::plan`), SIGTERM forwarded, and the pod fails when the child dies on
+//! its own (the kubelet restarts it). `--check` is the readiness probe: ready only when
+//! `nvidia-imex-ctl -q` prints exactly READY.
 
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::process::{ExitCode, ExitStatus, Stdio};
 use std::time::Duration;
 
+use tokio::time::Instant;
+
 use anyhow::{bail, Context as _};
 use clap::Parser;
 use futures::StreamExt;
-use graft_compute_domain::daemon::{self, ImexFiles, Plan, CONFIG_FILE};
+use graft_compute_domain::daemon::{self, ImexFiles, Plan, Running, CONFIG_FILE, SIGNAL_SPACING};
 use graft_compute_domain::objects::{daemon_name, DAEMON_CONFIG_DIR, DAEMON_DRIVER_ROOT};
 use graft_compute_domain::record;
 use graft_runtime::{Signals, Workers};
@@ -70,6 +74,9 @@ struct Args {
     /// IMEX's SERVER_PORT (its default).
     #[arg(long, env = "GRAFT_IMEX_SERVER_PORT", default_value_t = 50000)]
     server_port: u16,
+    /// The hosts file nvidia-imex resolves the members' names through (the pod's own).
+    #[arg(long, env = "GRAFT_IMEX_HOSTS_FILE", default_value = "/etc/hosts")]
+    hosts_file: PathBuf,
     /// IMEX's IMEX_CMD_PORT (its default).
     #[arg(long, env = "GRAFT_IMEX_CMD_PORT", default_value_t = 50005)]
     cmd_port: u16,
@@ -133,10 +140,36 @@ async fn check(args: &Args) -> ExitCode {
     }
 }
 
-/// The running IMEX daemon and the node list it was started with.
+/// The running IMEX daemon, what it runs with, and when it was last signalled.
 struct Imex {
     child: Child,
-    members: Vec<IpAddr>,
+    with: Running,
+    signalled: Option<Instant>,
+    /// A SIGUSR1 owed: IMEX ignores one within [`SIGNAL_SPACING`] of the last.
+    due: Option<Instant>,
+}
+
+impl Imex {
+    /// Asks it to re-resolve its peers now, or as soon as IMEX takes a signal again.
+    fn resolve_again(&mut self) {
+        let now = Instant::now();
+        match self.signalled {
+            Some(t) if now < t + SIGNAL_SPACING => self.due = Some(t + SIGNAL_SPACING),
+            _ => self.signal(now),
+        }
+    }
+
+    fn signal(&mut self, now: Instant) {
+        self.due = None;
+        self.signalled = Some(now);
+        let Some(pid) = self.child.id().and_then(|p| i32::try_from(p).ok()) else {
+            return;
+        };
+        match kill(Pid::from_raw(pid), Signal::SIGUSR1) {
+            Ok(()) => tracing::info!("nvidia-imex signalled to resolve its peers again"),
+            Err(e) => tracing::warn!("SIGUSR1 to nvidia-imex: {e}"),
+        }
+    }
 }
 
 fn required<T>(v: Option<T>, what: &str) -> anyhow::Result<T> {
@@ -151,6 +184,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let clique = required(args.clique, "COMPUTE_DOMAIN_CLIQUE")?;
     let own = required(args.pod_ip, "POD_IP")?;
     let imex = args.driver_root.join("usr/bin/nvidia-imex");
+    let hosts = args.hosts_file;
     let files = ImexFiles {
         dir: args.config_dir,
         bind_ip: own,
@@ -174,12 +208,18 @@ async fn run(args: Args) -> anyhow::Result<()> {
         .boxed();
     let mut running: Option<Imex> = None;
     loop {
+        let due = running.as_ref().and_then(|r| r.due);
         tokio::select! {
             // Logged ("terminating") as it comes.
             _ = signals.recv() => break,
             status = exited(&mut running) => {
                 let status = status.context("waiting for nvidia-imex")?;
                 bail!("nvidia-imex exited on its own ({status})");
+            }
+            _ = tokio::time::sleep_until(due.unwrap_or_else(Instant::now)), if due.is_some() => {
+                if let Some(r) = running.as_mut() {
+                    r.signal(Instant::now());
+                }
             }
             ev = events.next() => {
                 let cm = match ev {
@@ -190,7 +230,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
                     }
                     Some(Ok(cm)) => cm,
                 };
-                let list = match cm.as_ref().map(record::nodes) {
+                let members = match cm.as_ref().map(record::nodes) {
                     Some(Ok(nodes)) => daemon::members(&nodes, &clique),
                     // Kept as it is: a record this cannot read changes nothing.
                     Some(Err(e)) => {
@@ -198,10 +238,10 @@ async fn run(args: Args) -> anyhow::Result<()> {
                         continue;
                     }
                     // Gone: the domain was deleted, this node is in no domain.
-                    None => Vec::new(),
+                    None => Default::default(),
                 };
-                let now = running.as_ref().map(|r| r.members.as_slice());
-                match daemon::plan(now, &list, own, num_nodes) {
+                let now = running.as_ref().map(|r| &r.with);
+                match daemon::plan(now, &members, own, num_nodes) {
                     Plan::Keep => {}
                     Plan::Stop => {
                         tracing::info!("this node left the domain: stopping nvidia-imex");
@@ -209,18 +249,30 @@ async fn run(args: Args) -> anyhow::Result<()> {
                             stop(r.child).await;
                         }
                     }
-                    Plan::Run(members) => {
+                    Plan::Remap(members) => {
+                        daemon::write_hosts(&hosts, &members)
+                            .with_context(|| format!("mapping the members in {}", hosts.display()))?;
+                        tracing::info!(?members, "members changed: names mapped anew");
+                        if let Some(r) = running.as_mut() {
+                            r.with.members = members;
+                            r.resolve_again();
+                        }
+                    }
+                    Plan::Run(with) => {
                         if let Some(r) = running.take() {
-                            tracing::info!(old = ?r.members, new = ?members,
-                                           "members changed: restarting nvidia-imex");
+                            tracing::info!(old = ?r.with, new = ?with,
+                                           "the node list or this node's place changed: \
+                                            restarting nvidia-imex");
                             stop(r.child).await;
                         }
-                        let cfg = files.write(&members).with_context(|| {
+                        daemon::write_hosts(&hosts, &with.members)
+                            .with_context(|| format!("mapping the members in {}", hosts.display()))?;
+                        let cfg = files.write(with.places).with_context(|| {
                             format!("writing the IMEX config in {}", files.dir.display())
                         })?;
                         let child = start(&imex, &cfg)?;
-                        tracing::info!(?members, "nvidia-imex started");
-                        running = Some(Imex { child, members });
+                        tracing::info!(?with, "nvidia-imex started");
+                        running = Some(Imex { child, with, signalled: None, due: None });
                     }
                 }
             }

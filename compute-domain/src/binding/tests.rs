@@ -34,6 +34,7 @@ fn status(nodes: &[(&str, Readiness)]) -> ComputeDomainStatus {
                 ip_address: String::new(),
                 clique_id: String::new(),
                 status: *r,
+                index: None,
             })
             .collect(),
         ..Default::default()

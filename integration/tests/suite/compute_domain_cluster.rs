@@ -22,6 +22,7 @@ use serde_json::Value;
 
 mod binding;
 mod cliques;
+mod replace;
 mod setup;
 
 use setup::*;
@@ -360,6 +361,15 @@ fn compute_domain_node_loss_and_cleanup() -> anyhow::Result<()> {
         }
         delete_all(mc, &[("d1", &uid)])
     })
+}
+
+/// A two-node domain on nodes 2 and 3, node 1 moved into their clique: node 3's kubelet
+/// stops and its pod is deleted, a new pod of the domain goes to node 1. The domain turns
+/// Ready on nodes 1 and 2, and node 2's IMEX daemon was never restarted: same pod, no
+/// container restart, nvidia-imex started once, its peer's name mapped anew.
+#[test]
+fn compute_domain_node_replaced_without_restarting_survivors() -> anyhow::Result<()> {
+    on_cluster(1, replace::node_replaced)
 }
 
 /// The shared cluster taken down after the other tests (libtest runs them in name order; run

@@ -156,8 +156,8 @@ fn a_malformed_config_or_node_list_is_refused() {
         ),
         (
             good.clone(),
-            "127.27.5.1\nimex-node-b\n",
-            "line 2: not an IP address",
+            "127.27.5.1\nimex node b\n",
+            "line 2: not an IP address or host name",
         ),
         (good.clone(), "\n", "lists no node"),
         (

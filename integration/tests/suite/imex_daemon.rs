@@ -2,7 +2,8 @@
 //! the fake node's `nvidia-imex` (integration/fake-nvml/nvidia-imex.c): daemons of the
 //! members of one clique become READY per `--check`; a member of another clique is left
 //! out of the node list; a member dropped from the domain's record stops its IMEX daemon
-//! and leaves the other not ready; SIGTERM stops the child and exits 0; a child that dies
+//! and leaves the other not ready; a member replaced in its place is resolved again by the
+//! survivor without a restart; SIGTERM stops the child and exits 0; a child that dies
 //! on its own fails the process; two domains' daemons on one address use their own ports.
 //! The chart's ServiceAccount for the daemons may read the records in graft's namespace and
 //! nothing more, and the controller is told to use it and the driver root.
@@ -81,6 +82,10 @@ impl Member {
         let imex_dir = dir.join(ip).join("imex");
         let log = dir.join(ip).join("graft-imex-daemon.log");
         let out = std::fs::File::create(&log)?;
+        // The pod's own /etc/hosts, which the daemon maps the members' names in and the fake
+        // nvidia-imex resolves them through.
+        let hosts = dir.join(ip).join("hosts");
+        std::fs::write(&hosts, "127.0.0.1\tlocalhost\n")?;
         let mut cmd = Command::new(workspace_bin("graft-imex-daemon")?);
         cmd.env_clear()
             .env("KUBECONFIG", &cp()?.kubeconfig)
@@ -95,6 +100,8 @@ impl Member {
             .env("GRAFT_RECORD_NAMESPACE", cd.namespace().unwrap_or_default())
             .env("NODE_NAME", format!("node-{ip}"))
             .env("POD_IP", ip)
+            .env("GRAFT_IMEX_HOSTS_FILE", &hosts)
+            .env("FAKE_IMEX_HOSTS", &hosts)
             .env("RUST_LOG", "info")
             .stdin(Stdio::null())
             .stdout(out.try_clone()?)
@@ -211,19 +218,31 @@ async fn domain_with(c: &kube::Client, ns: &str, name: &str) -> anyhow::Result<C
     Ok(api.create(&PostParams::default(), &cd).await?)
 }
 
-/// Sets the domain's members as the controller records them: (address, clique).
+/// Sets the domain's members as a controller that records no places would: (address,
+/// clique).
 async fn set_members(
     c: &kube::Client,
     cd: &ComputeDomain,
     m: &[(&str, &str)],
 ) -> anyhow::Result<()> {
+    write_members(c, cd, m, None).await
+}
+
+async fn write_members(
+    c: &kube::Client,
+    cd: &ComputeDomain,
+    m: &[(&str, &str)],
+    places: Option<&[u32]>,
+) -> anyhow::Result<()> {
     let nodes = m
         .iter()
-        .map(|(ip, clique)| NodeStatus {
+        .enumerate()
+        .map(|(k, (ip, clique))| NodeStatus {
             name: format!("node-{ip}"),
             ip_address: ip.to_string(),
             clique_id: clique.to_string(),
             status: Readiness::NotReady,
+            index: places.and_then(|p| p.get(k).copied()),
         })
         .collect();
     let ns = cd.namespace().unwrap_or_default();
@@ -244,6 +263,13 @@ async fn set_members(
     Ok(())
 }
 
+/// Sets the domain's members as the controller records them, each with its place.
+async fn set_places(c: &kube::Client, cd: &ComputeDomain, m: &[(&str, u32)]) -> anyhow::Result<()> {
+    let nodes: Vec<(&str, &str)> = m.iter().map(|(ip, _)| (*ip, CLIQUE)).collect();
+    let places: Vec<u32> = m.iter().map(|(_, i)| *i).collect();
+    write_members(c, cd, &nodes, Some(&places)).await
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn members_of_one_clique_become_ready_and_a_dropped_member_stops() -> anyhow::Result<()> {
     let c = client().await?;
@@ -257,7 +283,7 @@ async fn members_of_one_clique_become_ready_and_a_dropped_member_stops() -> anyh
     mb.wait_check("READY", true).await?;
     // The member of the other clique is not in the list (else neither could be ready).
     let list = std::fs::read_to_string(ma.imex_dir.join("nodes_config.cfg"))?;
-    assert_eq!(list, format!("{a}\n{b}\n"));
+    assert_eq!(list, "graft-imex-0\ngraft-imex-1\n");
 
     // b leaves: its IMEX daemon stops (no daemon answers), a's loses its peer.
     set_members(&c, &cd, &[(a, CLIQUE), (other, OTHER_CLIQUE)]).await?;
@@ -272,12 +298,16 @@ async fn members_of_one_clique_become_ready_and_a_dropped_member_stops() -> anyh
     Ok(())
 }
 
+/// The node list names the domain's places; IMEX starts once the domain's members are
+/// listed. A member replaced in its place (the old one gone, a new one at another address)
+/// is mapped anew and the survivor's nvidia-imex resolves it again on SIGUSR1: never
+/// restarted, READY with the newcomer.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn imex_waits_for_the_domain_and_restarts_with_a_new_member() -> anyhow::Result<()> {
+async fn a_replaced_member_is_resolved_again_without_a_restart() -> anyhow::Result<()> {
     let c = client().await?;
     let cd = domain_with(&c, "imexd-3", "d").await?;
     let (a, b, n3) = ("127.28.3.1", "127.28.3.2", "127.28.3.3");
-    set_members(&c, &cd, &[(a, CLIQUE)]).await?;
+    set_places(&c, &cd, &[(a, 0)]).await?;
     let dir = tempfile::tempdir()?;
     let ma = Member::start(dir.path(), a, &cd, 3)?;
     let mb = Member::start(dir.path(), b, &cd, 3)?;
@@ -285,26 +315,27 @@ async fn imex_waits_for_the_domain_and_restarts_with_a_new_member() -> anyhow::R
     tokio::time::sleep(Duration::from_secs(2)).await;
     ma.wait_check("", false).await?;
     assert!(!ma.imex_dir.join("config.cfg").exists(), "{}", ma.log());
-    set_members(&c, &cd, &[(a, CLIQUE), (b, CLIQUE)]).await?;
+    set_places(&c, &cd, &[(a, 0), (b, 1)]).await?;
     ma.wait_check("READY", true).await?;
     mb.wait_check("READY", true).await?;
-    // A third member joins: the others restart with it in their list.
+    let first = ma.child_pid()?;
+    // b goes, n3 takes its place: a's IMEX resolves graft-imex-1 anew.
+    drop(mb);
     let m3 = Member::start(dir.path(), n3, &cd, 3)?;
-    set_members(&c, &cd, &[(a, CLIQUE), (b, CLIQUE), (n3, CLIQUE)]).await?;
-    for m in [&ma, &mb, &m3] {
-        let start = Instant::now();
-        while std::fs::read_to_string(m.imex_dir.join("nodes_config.cfg"))
-            .unwrap_or_default()
-            .lines()
-            .count()
-            != 3
-        {
-            anyhow::ensure!(start.elapsed() < WAIT, "{}: no new list\n{}", m.ip, m.log());
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
-        m.wait_check("READY", true).await?;
-    }
-    assert!(ma.log().contains("restarting nvidia-imex"), "{}", ma.log());
+    set_places(&c, &cd, &[(a, 0), (n3, 1)]).await?;
+    m3.wait_check("READY", true).await?;
+    ma.wait_check("READY", true).await?;
+    anyhow::ensure!(
+        ma.child_pid()? == first,
+        "a's nvidia-imex was restarted:\n{}",
+        ma.log()
+    );
+    anyhow::ensure!(!ma.log().contains("restarting nvidia-imex"), "{}", ma.log());
+    let hosts = std::fs::read_to_string(dir.path().join(a).join("hosts"))?;
+    anyhow::ensure!(
+        hosts.contains(&format!("{n3}\tgraft-imex-1")) && !hosts.contains(b),
+        "a's hosts file:\n{hosts}"
+    );
     Ok(())
 }
 

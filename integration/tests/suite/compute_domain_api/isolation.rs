@@ -256,14 +256,19 @@ async fn a_node_cannot_join_a_foreign_domain() -> anyhow::Result<()> {
     }
     // What the IMEX daemon on cd-a does with each list it is given: start once.
     let own = "10.0.0.1".parse()?;
-    let mut running = None;
+    let mut running: Option<daemon::Running> = None;
     let mut starts = 0;
     for (view, _) in &seen {
         let members = daemon::members(view, "u.1");
-        match daemon::plan(running.as_deref(), &members, own, 2) {
+        match daemon::plan(running.as_ref(), &members, own, 2) {
             Plan::Run(m) => {
                 starts += 1;
                 running = Some(m);
+            }
+            Plan::Remap(m) => {
+                if let Some(r) = running.as_mut() {
+                    r.members = m;
+                }
             }
             Plan::Stop => running = None,
             Plan::Keep => {}

@@ -203,29 +203,46 @@ pub(super) fn wait_ready_on(
     Ok(d)
 }
 
-/// Checks that each member's IMEX daemon lists every member's address as READY and the
-/// domain UP.
+/// Checks that each member's IMEX daemon lists every member as READY, under the name of its
+/// place (the domain's status gives each member's), and the domain UP.
 pub(super) fn daemons_see_each_other(
     mc: &MultiCluster,
     uid: &str,
     nodes: &BTreeSet<String>,
 ) -> anyhow::Result<()> {
-    let ips = nodes
-        .iter()
-        .map(|n| mc.node_ip(n))
-        .collect::<anyhow::Result<Vec<_>>>()?;
+    let d = mc
+        .cluster
+        .kubectl(&["-n", NS, "get", "computedomains", "-o", "json"])?;
+    let d: Value = serde_json::from_str(&d)?;
+    let domain = d["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|i| i["metadata"]["uid"] == uid)
+        .context("no domain of that uid")?;
+    let mut names = Vec::new();
+    for n in nodes {
+        let place = domain["status"]["nodes"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|m| m["name"] == n.as_str())
+            .and_then(|m| m["index"].as_u64())
+            .with_context(|| format!("{n} has no place in the domain's status: {domain:#}"))?;
+        names.push(format!("graft-imex-{place}"));
+    }
     for node in nodes {
         let table = mc.imex_table(uid, node)?;
         ensure!(
             table.contains("Domain State: UP"),
             "{node}'s IMEX daemon:\n{table}"
         );
-        for ip in &ips {
+        for name in &names {
             ensure!(
                 table
                     .lines()
-                    .any(|l| l.contains(&format!(" {ip} ")) && l.trim_end().ends_with("READY")),
-                "{node}'s IMEX daemon does not see {ip} READY:\n{table}"
+                    .any(|l| l.contains(&format!(" {name} ")) && l.trim_end().ends_with("READY")),
+                "{node}'s IMEX daemon does not see {name} READY:\n{table}"
             );
         }
     }
