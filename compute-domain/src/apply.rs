@@ -22,7 +22,7 @@ use crate::objects::{self, DOMAIN_LABEL};
 use crate::place::{self, MANAGER};
 use crate::slot::{self, Placement, Unplaced};
 use crate::term::Term;
-use crate::{binding, clique, labels, members, policy, status, Error};
+use crate::{binding, clique, labels, members, policy, revisit, status, Error};
 
 /// The status this term last wrote for the domain `uid` (the cached domains keep none:
 /// their namespace may write it, and as large as it likes).
@@ -112,18 +112,18 @@ pub(crate) async fn apply(cd: Arc<ComputeDomain>, term: &Term) -> Result<Action,
     let members = members::members(&claims);
 
     let mut records = term.records.lock().await;
-    let placed = match place::place(term, &mut records, &cd, &nodes, &claims).await? {
-        Ok((p, new)) => {
-            if new {
-                let (server, cmd) = slot::ports(p.slot).unwrap_or_default();
-                let note = format!(
-                    "placed in clique {} at slot {} (IMEX ports {server}, {cmd})",
-                    p.clique, p.slot
-                );
-                event(term, &cd, EventType::Normal, "CliqueChosen", note).await;
-            }
+    let placed = match place::place(term, &mut records, &cd, &nodes, !claims.is_empty()).await? {
+        Ok((p, true)) => {
+            let (server, cmd) = slot::ports(p.slot).unwrap_or_default();
+            let note = format!(
+                "placed in clique {} at slot {} (IMEX ports {server}, {cmd})",
+                p.clique, p.slot
+            );
+            event(term, &cd, EventType::Normal, "CliqueChosen", note).await;
             p
         }
+        // Placed before: it may move while none of its claims is allocated.
+        Ok((p, false)) => revisit::revisit(term, &mut records, &cd, &nodes, &claims, p).await?,
         Err(why) => {
             term.metrics.placement_failures.inc();
             let reason = match why {

@@ -2,7 +2,8 @@
 //! A domain with a placement keeps it; one without gets the lowest free slot of the
 //! smallest clique with room (`slot`), within its namespace's cap (`policy`); when the clique
 //! it needs has no free slot, an empty domain's slot there is taken for it (`release`); one
-//! none of whose claims is allocated moves when its clique has lost room (`revisit`).
+//! none of whose claims is allocated moves when its clique has lost room (`revisit`, which
+//! `apply` calls for a domain placed before).
 //! A domain an older controller placed (no record yet) keeps the placement its DaemonSet in
 //! graft's namespace shows.
 
@@ -103,22 +104,19 @@ async fn current(term: &Term, records: &Records, cd: &ComputeDomain) -> Result<R
     })
 }
 
-/// The domain's placement (`true`: chosen now), or why it has none. `claims`: the domain's
-/// workload claims (a newly placed domain without one starts idle; one without an
-/// allocated claim may move, `revisit`).
+/// The domain's placement (`true`: chosen now), or why it has none. `has_claims`: whether
+/// the domain has any workload claim (a newly placed domain without one starts idle).
 pub(crate) async fn place(
     term: &Term,
     records: &mut Records,
     cd: &ComputeDomain,
     nodes: &BTreeMap<String, NodeChannels>,
-    claims: &[ResourceClaim],
+    has_claims: bool,
 ) -> Result<Result<(Placement, bool), Unplaced>, Error> {
     let (_, ns, uid) = identity(cd)?;
-    let has_claims = !claims.is_empty();
     let mut r = current(term, records, cd).await?;
     if let Some(p) = r.placement.clone() {
         write(term, records, &uid, r, cd).await?;
-        let p = crate::revisit::revisit(term, records, cd, nodes, claims, p).await?;
         return Ok(Ok((p, false)));
     }
     if let Err(held) = term.policy.room_in(records, &ns, &uid) {
