@@ -97,9 +97,10 @@ pub(super) fn clique_follows_free_gpus(mc: &MultiCluster) -> anyhow::Result<()> 
     );
     eprintln!("w1 ran on {on} after {took:?}; d1's Events:\n{events}");
     wait_ready_on(mc, "d1", &BTreeSet::from([on]))?;
+    // d1 gone frees clique A's one slot; what it left is checked once the filler's claim
+    // record is gone too (the check counts every record of a node).
     c.kubectl(&["-n", NS, "delete", "pod", "w1", "--wait=true"])?;
     c.kubectl(&["-n", NS, "delete", "computedomain", "d1", "--wait=true"])?;
-    mc.wait_domain_gone(NS, "d1", &uid1)?;
 
     // A new domain, node 1 still full: clique A from the start.
     let (uid2, at) = one_node_domain(mc, "d2")?;
@@ -107,7 +108,9 @@ pub(super) fn clique_follows_free_gpus(mc: &MultiCluster) -> anyhow::Result<()> 
         at == clique_a,
         "d2 went to {at} while node 1 has no free GPU, not clique A"
     );
+    // The filler goes with the domains' pods.
     delete_all(mc, &[("d2", &uid2)])?;
+    mc.wait_domain_gone(NS, "d1", &uid1)?;
     c.kubectl(&[
         "-n",
         NS,
