@@ -30,18 +30,19 @@ fn allocated(c: &ResourceClaim) -> bool {
 }
 
 /// Where the domain should go instead of `p`, if anywhere: `None` while any of its claims
-/// is allocated, while its clique has room for it, or when no other clique has.
+/// is allocated, while its clique has room for it, or when no other clique has. `taken`
+/// (the slots other domains hold) is asked only then: most reconciles end before it.
 pub fn better(
     nodes: &BTreeMap<String, NodeChannels>,
     num_nodes: usize,
     p: &Placement,
     claims: &[ResourceClaim],
-    taken: &BTreeMap<String, std::collections::BTreeSet<u32>>,
+    taken: impl FnOnce() -> BTreeMap<String, std::collections::BTreeSet<u32>>,
 ) -> Option<Placement> {
     if claims.iter().any(allocated) || clique::room_in(nodes, &p.clique) >= num_nodes {
         return None;
     }
-    slot::place(nodes, num_nodes, (None, None), taken)
+    slot::place(nodes, num_nodes, (None, None), &taken())
         .ok()
         .filter(|n| n.clique != p.clique)
 }
@@ -58,7 +59,7 @@ pub(crate) async fn revisit(
 ) -> Result<Placement, Error> {
     let (_, ns, uid) = identity(cd)?;
     let num = cd.spec.num_nodes as usize;
-    let Some(to) = better(nodes, num, &p, claims, &slot::taken(records, &uid)) else {
+    let Some(to) = better(nodes, num, &p, claims, || slot::taken(records, &uid)) else {
         return Ok(p);
     };
     let Some(r) = records.get(&uid).cloned() else {
@@ -139,15 +140,26 @@ mod tests {
         };
         let taken = BTreeMap::new();
         let free = node_channels(&slices, &Default::default());
-        assert_eq!(better(&free, 1, &at, &[], &taken), None, "u.2 has room");
+        assert_eq!(
+            better(&free, 1, &at, &[], || taken.clone()),
+            None,
+            "u.2 has room"
+        );
         // c's channels both taken (by another domain, slot 1 and the other slot).
         let full: std::collections::HashSet<_> = [0, 1]
             .map(|i| ("c".to_string(), format!("imex-channel-{i}")))
             .into();
         let full = node_channels(&slices, &full);
-        let to = better(&full, 1, &at, &[claim(false)], &taken);
+        let to = better(&full, 1, &at, &[claim(false)], || taken.clone());
         assert_eq!(to.map(|p| p.clique), Some("u.1".into()));
-        assert_eq!(better(&full, 1, &at, &[claim(true)], &taken), None);
-        assert_eq!(better(&full, 3, &at, &[], &taken), None, "no clique has 3");
+        assert_eq!(
+            better(&full, 1, &at, &[claim(true)], || taken.clone()),
+            None
+        );
+        assert_eq!(
+            better(&full, 3, &at, &[], || taken.clone()),
+            None,
+            "no clique has 3"
+        );
     }
 }
