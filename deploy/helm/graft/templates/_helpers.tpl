@@ -247,3 +247,17 @@ app.kubernetes.io/name: graft
 app.kubernetes.io/instance: {{ .Release.Name }}
 app.kubernetes.io/component: metrics
 {{- end }}
+
+{{/*
+Whether the request or alternative named by the argument (a CEL expression) asks a class of
+nvidia.mpsTenancyClasses and tolerates another namespace's MPS tenancy: the key with
+another value or Exists, or every taint (56-mps-tenancy.yaml's admission policy).
+*/}}
+{{- define "graft.mpsForeign" -}}
+{{ . }}.deviceClassName in variables.classes &&
+{{ . }}.?tolerations.orValue([]).exists(t,
+  (t.?key.orValue('') == '' && t.?operator.orValue('Equal') == 'Exists') ||
+  (t.?key.orValue('') == variables.key &&
+    (t.?operator.orValue('Equal') == 'Exists' ||
+     t.?value.orValue('') != object.metadata.namespace)))
+{{- end }}
