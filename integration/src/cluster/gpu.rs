@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{ensure, Context};
 
-use super::{run, wait_until, Cluster};
+use super::{run, wait_until, Cluster, Kubernetes};
 use crate::fake_gpu::FakeNode;
 
 /// Where the fake NVIDIA node lives on the host (graft-driver sees it below /host).
@@ -103,12 +103,21 @@ fn take_down_at_exit() {
 
 /// The shared bed, locked for one test; the cluster comes up on first use.
 pub fn bed() -> anyhow::Result<MutexGuard<'static, Option<GpuBed>>> {
+    bed_on(Kubernetes::Newest)
+}
+
+/// [`bed`] on the Kubernetes `k8s`: a bed on another one is taken down first.
+pub fn bed_on(k8s: Kubernetes) -> anyhow::Result<MutexGuard<'static, Option<GpuBed>>> {
     let m = BED.get_or_init(|| Mutex::new(None));
     // A test that failed while holding it leaves a cluster that the next test reinstalls.
     let mut guard = m.lock().unwrap_or_else(|p| p.into_inner());
+    if guard.as_ref().is_some_and(|b| b.cluster.k8s() != k8s) {
+        // Dropping a cluster takes it down (see Cluster's Drop).
+        drop(guard.take());
+    }
     if guard.is_none() {
         drop_kept();
-        let cluster = Cluster::up()?;
+        let cluster = Cluster::up_on(k8s)?;
         for ns in NAMESPACES.into_iter().chain([CHECK_NAMESPACE]) {
             cluster.apply(&format!(
                 "apiVersion: v1\nkind: Namespace\nmetadata: {{name: {ns}}}\n"
@@ -165,7 +174,15 @@ fn new_fake_node() -> anyhow::Result<FakeNode> {
 
 /// Runs one GPU test on the shared bed.
 pub fn with_bed<T>(test: impl FnOnce(&mut GpuBed) -> anyhow::Result<T>) -> anyhow::Result<T> {
-    let mut guard = bed()?;
+    with_bed_on(Kubernetes::Newest, test)
+}
+
+/// [`with_bed`] on a bed of the Kubernetes `k8s`.
+pub fn with_bed_on<T>(
+    k8s: Kubernetes,
+    test: impl FnOnce(&mut GpuBed) -> anyhow::Result<T>,
+) -> anyhow::Result<T> {
+    let mut guard = bed_on(k8s)?;
     let bed = guard.as_mut().context("the GPU bed is gone")?;
     test(bed)
 }

@@ -90,6 +90,11 @@ pub fn forget_prepared_claims() {
 }
 
 impl Cluster {
+    /// Which Kubernetes it runs.
+    pub fn k8s(&self) -> Kubernetes {
+        self.k8s
+    }
+
     /// Brings the cluster up with graft from `target/debug`.
     pub fn up() -> anyhow::Result<Self> {
         Self::up_on(Kubernetes::Newest)

@@ -13,7 +13,7 @@ use std::process::Command;
 use anyhow::{bail, Context};
 
 use super::gpu::{GpuValues, FAKE_DIR, MIG_STATE};
-use super::{run, Cluster};
+use super::{run, Cluster, Kubernetes};
 use crate::fake_gpu::FakeNode;
 use crate::testbed::Testbed;
 
@@ -57,6 +57,11 @@ impl MultiCluster {
         Self::up_with(nodes, None)
     }
 
+    /// [`MultiCluster::up`] on the Kubernetes `k8s`.
+    pub fn up_on(nodes: usize, k8s: Kubernetes) -> anyhow::Result<Self> {
+        Self::start(nodes, None, None, k8s)
+    }
+
     /// [`MultiCluster::up`], with kube-scheduler calling graft-scheduler-extender at
     /// `extender` (a URL; cluster.sh's GRAFT_SCHEDULER_EXTENDER) when given.
     pub fn up_with(nodes: usize, extender: Option<&str>) -> anyhow::Result<Self> {
@@ -70,29 +75,38 @@ impl MultiCluster {
         extender: Option<&str>,
         tls: Option<&Path>,
     ) -> anyhow::Result<Self> {
+        Self::start(nodes, extender, tls, Kubernetes::Newest)
+    }
+
+    fn start(
+        nodes: usize,
+        extender: Option<&str>,
+        tls: Option<&Path>,
+        k8s: Kubernetes,
+    ) -> anyhow::Result<Self> {
         if nodes < 2 {
             bail!("a multi-node testbed has at least 2 nodes, not {nodes}");
         }
         let tb = Testbed::load()?;
         let top = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
         let scripts = top.join("integration/testbed/cluster");
-        run(Command::new("bash")
-            .arg(scripts.join("cluster.sh"))
-            .arg("down"))?;
+        run(super::script(&scripts, "cluster.sh", k8s).arg("down"))?;
+        let bins = match k8s {
+            Kubernetes::Newest => &tb.k8s,
+            Kubernetes::V1_34 => &tb.k8s_134,
+        };
         // Made before `up`, so that its Drop takes down what a failed `up` left running.
         let cluster = Cluster {
-            kubectl: tb.k8s.join("kubectl"),
+            kubectl: bins.join("kubectl"),
             helm: tb.helm.clone(),
             crictl: tb.crictl.clone(),
             kubeconfig: PathBuf::from(format!("{CLUSTER_DIR}/admin.kubeconfig")),
             endpoint: format!("unix://{RUN_DIR}/containerd.sock"),
             scripts: scripts.clone(),
-            k8s: super::Kubernetes::Newest,
+            k8s,
         };
-        let mut up = Command::new("bash");
-        up.arg(scripts.join("cluster.sh"))
-            .arg("up")
-            .env("GRAFT_CLUSTER_NODES", nodes.to_string());
+        let mut up = super::script(&scripts, "cluster.sh", k8s);
+        up.arg("up").env("GRAFT_CLUSTER_NODES", nodes.to_string());
         if let Some(url) = extender {
             up.env("GRAFT_SCHEDULER_EXTENDER", url);
         }
@@ -237,9 +251,10 @@ impl MultiCluster {
     }
 
     fn node_cmd(&self, node: &str, what: &str) -> anyhow::Result<()> {
-        run(Command::new("bash")
-            .arg(self.cluster.scripts.join("cluster.sh"))
-            .args(["node", node, what]))?;
+        run(
+            super::script(&self.cluster.scripts, "cluster.sh", self.cluster.k8s)
+                .args(["node", node, what]),
+        )?;
         Ok(())
     }
 
@@ -247,9 +262,7 @@ impl MultiCluster {
     /// namespaces, links, mounts, the nodes' processes, cgroups, directories.
     pub fn down(self) -> anyhow::Result<Vec<String>> {
         let pids = node_pids();
-        run(Command::new("bash")
-            .arg(self.cluster.scripts.join("cluster.sh"))
-            .arg("down"))?;
+        run(super::script(&self.cluster.scripts, "cluster.sh", self.cluster.k8s).arg("down"))?;
         let mut left = Vec::new();
         for ns in run(Command::new("ip").args(["netns", "list"]))?.lines() {
             if ns.starts_with("graft-n") {

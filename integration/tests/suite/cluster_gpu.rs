@@ -10,8 +10,9 @@
 //! workspace binaries, as cluster_e2e does.
 
 use anyhow::ensure;
-use graft_integration::cluster::gpu::{with_bed, GpuValues};
+use graft_integration::cluster::gpu::{with_bed, with_bed_on, GpuValues};
 use graft_integration::cluster::workloads::{device_pod, wait_log, wait_unprepared};
+use graft_integration::cluster::Kubernetes;
 
 mod dynamic_mig;
 mod gpu_health;
@@ -92,6 +93,22 @@ fn mps_tenants_are_isolated() -> anyhow::Result<()> {
 #[test]
 fn mps_second_namespace_goes_elsewhere() -> anyhow::Result<()> {
     with_bed(|bed| {
+        bed.fresh(&mps_scheduling::values(), |_| Ok(()))?;
+        mps_scheduling::second_namespace_goes_elsewhere(&bed.cluster, &bed.node)
+    })
+}
+
+/// [`mps_second_namespace_goes_elsewhere`] on the oldest Kubernetes graft supports, 1.34,
+/// with the gates README's support table names (cluster.sh): the tenancy taint needs
+/// DRADeviceTaints and the MutatingAdmissionPolicy API (v1beta1 there), both off by default.
+#[test]
+fn mps_second_namespace_goes_elsewhere_on_kubernetes_1_34() -> anyhow::Result<()> {
+    with_bed_on(Kubernetes::V1_34, |bed| {
+        let version = bed.cluster.kubectl(&["version", "-o", "json"])?;
+        ensure!(
+            version.contains("\"gitVersion\": \"v1.34."),
+            "not a 1.34 cluster: {version}"
+        );
         bed.fresh(&mps_scheduling::values(), |_| Ok(()))?;
         mps_scheduling::second_namespace_goes_elsewhere(&bed.cluster, &bed.node)
     })
