@@ -77,6 +77,13 @@ RUNTIME_CONFIG=admissionregistration.k8s.io/v1beta1=true
 # v1beta1 API is enabled above), and DeviceTaintRule is served only as resource.k8s.io
 # v1alpha3, which the device-taint eviction controller watches (pkg/features at v1.34.4).
 K8S_MINOR=${GRAFT_CLUSTER_K8S:-1.37}
+# Gangs (docs/compute-domains.md): in 1.37 the Workload and PodGroup API
+# (scheduling.k8s.io/v1beta1) and the scheduler's gang scheduling are beta and off
+# (GenericWorkload). 1.34 has no such API.
+if [ "$K8S_MINOR" = 1.37 ]; then
+  GATES=GenericWorkload=true,$GATES
+  RUNTIME_CONFIG=$RUNTIME_CONFIG,scheduling.k8s.io/v1beta1=true
+fi
 if [ "$K8S_MINOR" = 1.34 ]; then
   GATES=MutatingAdmissionPolicy=true,DRADeviceTaints=true,DRAExtendedResource=true,DRADeviceBindingConditions=true,$GATES
   KUBELET_GATES="DRADeviceTaints: true, DRAExtendedResource: true, $KUBELET_GATES"

@@ -15,13 +15,14 @@ use anyhow::ensure;
 use graft_integration::cluster::multi::domains::{
     is_ready, plain_pod, ready_nodes, template_pod, CHANNEL_DIR, DOMAIN_LABEL, STAYS,
 };
-use graft_integration::cluster::wait_until;
 use graft_integration::cluster::workloads::{phase, wait_running};
+use graft_integration::cluster::{wait_until, Kubernetes};
 use graft_integration::fake_gpu::IMEX_MAJOR;
 use serde_json::Value;
 
 mod binding;
 mod cliques;
+mod gangs;
 mod replace;
 mod setup;
 
@@ -32,61 +33,77 @@ use setup::*;
 /// the domain turns Ready with both nodes; a pod outside the domain gets no channel.
 #[test]
 fn compute_domain_across_two_nodes() -> anyhow::Result<()> {
-    on_cluster(1, |mc| {
-        let c = &mc.cluster;
-        let uid = create_domain(mc, "d1", 2)?;
-        c.apply(
-            &(template_pod(NS, "w1", "d1-channel", None)
-                + &template_pod(NS, "w2", "d1-channel", None)),
-        )?;
-        for w in ["w1", "w2"] {
-            wait_running(c, NS, w)?;
-        }
-        let on: BTreeSet<String> = ["w1", "w2"].iter().map(|w| node_of(mc, w)).collect();
-        let a: BTreeSet<String> = mc.nodes[1..].iter().cloned().collect();
-        ensure!(
-            on == a,
-            "the domain's pods run on {on:?}, not on clique A's {a:?}"
-        );
-        wait_ready_on(mc, "d1", &a)?;
-        let (ch1, ch2) = (mc.channels_in(NS, "w1")?, mc.channels_in(NS, "w2")?);
-        ensure!(
-            ch1.len() == 1 && ch1 == ch2,
-            "the pods' channels differ: {ch1:?} / {ch2:?}"
-        );
-        // The claims are the domain's (labelled with its uid) and hold that channel.
-        let label = format!("{DOMAIN_LABEL}={uid}");
-        let claims: Value = serde_json::from_str(&c.kubectl(&[
-            "-n",
-            NS,
-            "get",
-            "resourceclaims",
-            "-l",
-            &label,
-            "-o",
-            "json",
-        ])?)?;
-        let devices: Vec<&str> = claims["items"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(|cl| cl["status"]["allocation"]["devices"]["results"][0]["device"].as_str())
-            .collect();
-        let want = ch1[0].replace("channel", "imex-channel-");
-        ensure!(
-            devices == [want.as_str(), want.as_str()],
-            "the domain's claims hold {devices:?}, not {want} twice"
-        );
-        daemons_see_each_other(mc, &uid, &a)?;
+    on_cluster(1, across_two_nodes)
+}
 
-        c.apply(&plain_pod(NS, "outside", &mc.nodes[1]))?;
-        wait_running(c, NS, "outside")?;
-        let ch = mc.channels_in(NS, "outside")?;
+fn across_two_nodes(mc: &graft_integration::cluster::multi::MultiCluster) -> anyhow::Result<()> {
+    let c = &mc.cluster;
+    let uid = create_domain(mc, "d1", 2)?;
+    c.apply(
+        &(template_pod(NS, "w1", "d1-channel", None) + &template_pod(NS, "w2", "d1-channel", None)),
+    )?;
+    for w in ["w1", "w2"] {
+        wait_running(c, NS, w)?;
+    }
+    let on: BTreeSet<String> = ["w1", "w2"].iter().map(|w| node_of(mc, w)).collect();
+    let a: BTreeSet<String> = mc.nodes[1..].iter().cloned().collect();
+    ensure!(
+        on == a,
+        "the domain's pods run on {on:?}, not on clique A's {a:?}"
+    );
+    wait_ready_on(mc, "d1", &a)?;
+    let (ch1, ch2) = (mc.channels_in(NS, "w1")?, mc.channels_in(NS, "w2")?);
+    ensure!(
+        ch1.len() == 1 && ch1 == ch2,
+        "the pods' channels differ: {ch1:?} / {ch2:?}"
+    );
+    // The claims are the domain's (labelled with its uid) and hold that channel.
+    let label = format!("{DOMAIN_LABEL}={uid}");
+    let claims: Value = serde_json::from_str(&c.kubectl(&[
+        "-n",
+        NS,
+        "get",
+        "resourceclaims",
+        "-l",
+        &label,
+        "-o",
+        "json",
+    ])?)?;
+    let devices: Vec<&str> = claims["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|cl| cl["status"]["allocation"]["devices"]["results"][0]["device"].as_str())
+        .collect();
+    let want = ch1[0].replace("channel", "imex-channel-");
+    ensure!(
+        devices == [want.as_str(), want.as_str()],
+        "the domain's claims hold {devices:?}, not {want} twice"
+    );
+    daemons_see_each_other(mc, &uid, &a)?;
+
+    c.apply(&plain_pod(NS, "outside", &mc.nodes[1]))?;
+    wait_running(c, NS, "outside")?;
+    let ch = mc.channels_in(NS, "outside")?;
+    ensure!(
+        ch.is_empty(),
+        "a pod outside the domain has {CHANNEL_DIR}: {ch:?}"
+    );
+    delete_all(mc, &[("d1", &uid)])
+}
+
+/// [`compute_domain_across_two_nodes`] on the oldest Kubernetes graft supports, 1.34, with
+/// the gates README's support table names (cluster.sh: DRADeviceBindingConditions is alpha
+/// there). Named to run after the 1.37 tests, so the cluster changes once.
+#[test]
+fn on_kubernetes_1_34_a_domain_across_two_nodes() -> anyhow::Result<()> {
+    on_cluster_of(Kubernetes::V1_34, 1, |mc| {
+        let version = mc.cluster.kubectl(&["version", "-o", "json"])?;
         ensure!(
-            ch.is_empty(),
-            "a pod outside the domain has {CHANNEL_DIR}: {ch:?}"
+            version.contains("\"gitVersion\": \"v1.34."),
+            "not a 1.34 cluster: {version}"
         );
-        delete_all(mc, &[("d1", &uid)])
+        across_two_nodes(mc)
     })
 }
 
@@ -288,6 +305,14 @@ fn compute_domain_two_domains_one_node() -> anyhow::Result<()> {
 #[test]
 fn compute_domain_binds_when_ready() -> anyhow::Result<()> {
     on_cluster(1, binding::binds_when_ready)
+}
+
+/// A two-node domain's pods in one gang (a PodGroup of Kubernetes 1.37, minCount 2) with
+/// room for only one: neither is bound nor holds a channel until both have a place, then
+/// both run and the domain turns Ready (gangs.rs).
+#[test]
+fn compute_domain_gang_admitted_together() -> anyhow::Result<()> {
+    on_cluster(1, gangs::admitted_together)
 }
 
 /// Four pods of a two-node domain, two on each node: the channel (the domain's slot) is

@@ -10,7 +10,7 @@ use graft_integration::cluster::multi::domains::{
     clique_id, compute_domain, is_ready, ready_nodes,
 };
 use graft_integration::cluster::multi::MultiCluster;
-use graft_integration::cluster::wait_until;
+use graft_integration::cluster::{wait_until, Kubernetes};
 use serde_json::Value;
 
 pub(super) const NS: &str = "default";
@@ -32,6 +32,7 @@ pub(super) const NODE_LOSS: Duration = Duration::from_secs(240);
 pub(super) struct Bed {
     mc: MultiCluster,
     channels: u32,
+    k8s: Kubernetes,
 }
 
 /// Runs `test` on the shared three-node cluster with ComputeDomains and exactly `channels`
@@ -44,10 +45,24 @@ pub(super) fn on_cluster(
     channels: u32,
     test: impl FnOnce(&MultiCluster) -> anyhow::Result<()>,
 ) -> anyhow::Result<()> {
+    on_cluster_of(Kubernetes::Newest, channels, test)
+}
+
+/// [`on_cluster`] on a cluster of the Kubernetes `k8s` (a kept one of another is taken
+/// down).
+pub(super) fn on_cluster_of(
+    k8s: Kubernetes,
+    channels: u32,
+    test: impl FnOnce(&MultiCluster) -> anyhow::Result<()>,
+) -> anyhow::Result<()> {
     let (_turn, kept) = gpu::own_kept_cluster::<Bed>();
     let bed = match kept {
-        Some(bed) => reuse(bed, channels)?,
-        None => fresh(channels)?,
+        Some(bed) if bed.k8s == k8s => reuse(bed, channels)?,
+        Some(other) => {
+            drop(other);
+            fresh(channels, k8s)?
+        }
+        None => fresh(channels, k8s)?,
     };
     test(&bed.mc).map_err(|e| e.context(bed.mc.domain_state(NS)))?;
     gpu::keep(bed);
@@ -60,17 +75,17 @@ pub(super) fn down_leaving_nothing() -> anyhow::Result<()> {
     let (_turn, kept) = gpu::own_kept_cluster::<Bed>();
     let bed = match kept {
         Some(bed) => bed,
-        None => fresh(1)?,
+        None => fresh(1, Kubernetes::Newest)?,
     };
     let left = bed.mc.down()?;
     ensure!(left.is_empty(), "down left behind: {left:?}");
     Ok(())
 }
 
-fn fresh(channels: u32) -> anyhow::Result<Bed> {
-    let mc = MultiCluster::up(3)?;
+fn fresh(channels: u32, k8s: Kubernetes) -> anyhow::Result<Bed> {
+    let mc = MultiCluster::up_on(3, k8s)?;
     mc.deploy_domains(&FABRICS, channels)?;
-    Ok(Bed { mc, channels })
+    Ok(Bed { mc, channels, k8s })
 }
 
 /// The kept cluster for a test asking `channels`: as it is, with more channels when asked
@@ -78,12 +93,14 @@ fn fresh(channels: u32) -> anyhow::Result<Bed> {
 fn reuse(mut bed: Bed, channels: u32) -> anyhow::Result<Bed> {
     if let Err(e) = clean(&bed) {
         eprintln!("compute_domain_cluster: the kept cluster is not clean ({e:#}); a fresh one");
+        let k8s = bed.k8s;
         drop(bed);
-        return fresh(channels);
+        return fresh(channels, k8s);
     }
     if bed.channels > channels {
+        let k8s = bed.k8s;
         drop(bed);
-        return fresh(channels);
+        return fresh(channels, k8s);
     }
     if bed.channels < channels {
         bed.mc.deploy_domains(&FABRICS, channels)?;
