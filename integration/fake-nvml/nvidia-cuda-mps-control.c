@@ -29,8 +29,9 @@
  *   `nvidia-cuda-mps-server` from PATH as the client's UID (uid and gid from SO_PEERCRED;
  *   only root can start one for another UID); one of the client's UID serves it; one of
  *   another UID makes the client wait (queued) until that server's clients are done, then
- *   that server is told to exit and one of the waiting UID starts. Driver 580 has no
- *   multi-user mode (MPS v3's multi-user servers come with release 615). A server starts
+ *   that server is told to exit and one of the waiting UID starts. Driver 580 has only this
+ *   legacy protocol (MPS v3's concurrent servers, `-p 3`, are documented from release
+ *   620's guide on, and not modelled here). A server starts
  *   with the daemon's default limits at that moment.
  * - no argument: the client mode; sends each line of stdin to the daemon (a connection
  *   each) and prints the replies; exits 1 with "Cannot find MPS control daemon process"
