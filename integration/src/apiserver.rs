@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context};
 use nix::sys::signal::Signal;
 
+use crate::cluster::Kubernetes;
 use crate::testbed::Testbed;
 
 /// etcd and kube-apiserver, running; stopped on drop.
@@ -51,6 +52,16 @@ fn spawn_logged(cmd: &mut Command, log: &Path) -> anyhow::Result<Child> {
 impl ControlPlane {
     /// Starts etcd and kube-apiserver under `dir` and waits until the API is ready.
     pub fn start(tb: &Testbed, dir: &Path) -> anyhow::Result<Self> {
+        Self::start_on(tb, dir, Kubernetes::Newest)
+    }
+
+    /// [`ControlPlane::start`] of the Kubernetes `k8s`; on 1.34 with the gates README's
+    /// support table names for the API server's part of graft (cluster.sh's).
+    pub fn start_on(tb: &Testbed, dir: &Path, k8s: Kubernetes) -> anyhow::Result<Self> {
+        let bins = match k8s {
+            Kubernetes::Newest => &tb.k8s,
+            Kubernetes::V1_34 => &tb.k8s_134,
+        };
         let _ = std::fs::remove_dir_all(dir);
         std::fs::create_dir_all(dir.join("pki"))?;
         let token = format!("graft-test-{:x}", std::process::id() as u64 * 7919 + 17);
@@ -72,7 +83,7 @@ impl ControlPlane {
 
         let (client, peer, secure) = (free_port()?, free_port()?, free_port()?);
         let etcd = spawn_logged(
-            Command::new(tb.k8s.join("etcd"))
+            Command::new(bins.join("etcd"))
                 .arg("--data-dir")
                 .arg(dir.join("etcd"))
                 .arg(format!("--listen-client-urls=http://127.0.0.1:{client}"))
@@ -87,8 +98,15 @@ impl ControlPlane {
             &dir.join("etcd.log"),
         )?;
         let mut children = vec![etcd];
+        let mut apiserver = Command::new(bins.join("kube-apiserver"));
+        if k8s == Kubernetes::V1_34 {
+            apiserver.arg(
+                "--feature-gates=MutatingAdmissionPolicy=true,DRADeviceTaints=true,\
+                 DRAConsumableCapacity=true,DRADeviceBindingConditions=true",
+            );
+        }
         let apiserver = spawn_logged(
-            Command::new(tb.k8s.join("kube-apiserver"))
+            apiserver
                 .arg(format!("--etcd-servers=http://127.0.0.1:{client}"))
                 .arg("--bind-address=127.0.0.1")
                 .arg(format!("--secure-port={secure}"))
@@ -135,7 +153,7 @@ impl ControlPlane {
             dir: dir.to_path_buf(),
             server,
             kubeconfig,
-            kubectl_bin: tb.k8s.join("kubectl"),
+            kubectl_bin: bins.join("kubectl"),
             children,
         };
         cp.wait_ready(Duration::from_secs(90))?;
@@ -223,6 +241,12 @@ pub fn shared() -> anyhow::Result<&'static ControlPlane> {
 /// A control plane of its own for a suite that changes cluster-wide objects (admission
 /// policies) the others must not see, started on first use.
 pub fn named(name: &'static str) -> anyhow::Result<&'static ControlPlane> {
+    named_on(name, Kubernetes::Newest)
+}
+
+/// [`named`] of the Kubernetes `k8s` (each name is one control plane: give another
+/// Kubernetes another name).
+pub fn named_on(name: &'static str, k8s: Kubernetes) -> anyhow::Result<&'static ControlPlane> {
     let cell: &'static Cell = {
         let mut planes = PLANES.lock().unwrap_or_else(|p| p.into_inner());
         planes
@@ -236,7 +260,7 @@ pub fn named(name: &'static str) -> anyhow::Result<&'static ControlPlane> {
         std::thread::spawn(move || {
             remove_stale_dirs();
             let dir = std::env::temp_dir().join(format!("graft-cp-{}-{name}", std::process::id()));
-            let r = Testbed::load().and_then(|tb| ControlPlane::start(&tb, &dir));
+            let r = Testbed::load().and_then(|tb| ControlPlane::start_on(&tb, &dir, k8s));
             let _ = tx.send(r.map_err(Unstarted::Start));
             loop {
                 std::thread::park();

@@ -3,7 +3,8 @@
 //! tolerate another namespace's, which would let it onto a GPU that namespace shares.
 
 use anyhow::ensure;
-use graft_integration::apiserver::ControlPlane;
+use graft_integration::apiserver::{self, ControlPlane};
+use graft_integration::cluster::Kubernetes;
 use graft_integration::Testbed;
 
 use super::{install, kubectl_file, refused_by, until_active};
@@ -43,15 +44,28 @@ fn tenancy(claim: &serde_json::Value, pointer: &str) -> Vec<String> {
 
 #[test]
 fn mps_tenancy_tolerates_only_the_claims_own_namespace() -> anyhow::Result<()> {
+    tolerates_only_own_namespace(super::control_plane()?, "v1")
+}
+
+/// The same on Kubernetes 1.34, the oldest graft supports, with the gates README's table
+/// names: its CEL has no flatten() and its API server panicked on a patch value holding
+/// objects, both of which the chart's policies once used.
+#[test]
+fn mps_tenancy_tolerates_only_the_claims_own_namespace_on_kubernetes_1_34() -> anyhow::Result<()> {
+    let cp = apiserver::named_on("hostile_chart_1_34", Kubernetes::V1_34)?;
+    tolerates_only_own_namespace(cp, "v1beta1")
+}
+
+/// The policies on `cp`, whose MutatingAdmissionPolicy API is of version `map`.
+fn tolerates_only_own_namespace(cp: &ControlPlane, map: &str) -> anyhow::Result<()> {
     let tb = Testbed::load()?;
-    let cp = super::control_plane()?;
     let yaml = tb.render_chart(&[
         "--set",
         "backends.nvidia=true",
         "--set",
         "nvidia.mps=all",
         "--api-versions",
-        "admissionregistration.k8s.io/v1/MutatingAdmissionPolicy",
+        &format!("admissionregistration.k8s.io/{map}/MutatingAdmissionPolicy"),
         "--show-only",
         "templates/56-mps-tenancy.yaml",
     ])?;
