@@ -146,16 +146,7 @@ fn stays_out_of_clique_b(
 ) -> anyhow::Result<()> {
     let c = &mc.cluster;
     c.apply(&template_pod(NS, "w1", "d1-channel", None))?;
-    let pools = || {
-        c.kubectl(&[
-            "-n",
-            NS,
-            "get",
-            "resourceclaims",
-            "-o",
-            "jsonpath={range .items[*]}{.metadata.name}={.status.allocation.devices.results[0].pool}{\"\\n\"}{end}",
-        ])
-    };
+    let pools = || claim_pools(mc);
     wait_until("w1's channel was not allocated", || {
         Ok(pools()?.lines().any(|l| l.starts_with("w1-")))
     })?;

@@ -81,7 +81,69 @@ pub(super) fn binds_when_ready(mc: &MultiCluster) -> anyhow::Result<()> {
         "creation to Running, two pods: without claims {plain:?}, a two-node domain's \
          {domain:?} (its IMEX daemons formed meanwhile): {ratio:.2}x"
     );
+    eprintln!(
+        "where the time went (API timestamps, whole seconds):\n{}",
+        timeline(mc, &uid)?
+    );
     delete_all(mc, &[("d1", &uid)])
+}
+
+/// The domain's pods and IMEX daemons as the API server dates them: each step's second
+/// after the first workload pod was created.
+fn timeline(mc: &MultiCluster, uid: &str) -> anyhow::Result<String> {
+    use serde_json::Value;
+    let pods: Value =
+        serde_json::from_str(&mc.cluster.kubectl(&["get", "pods", "-A", "-o", "json"])?)?;
+    let at = |v: &Value| {
+        v.as_str()
+            .and_then(|t| t.parse::<k8s_openapi::jiff::Timestamp>().ok())
+            .map(|t| t.as_second())
+    };
+    let condition = |p: &Value, kind: &str| {
+        p["status"]["conditions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|c| c["type"] == kind && c["status"] == "True")
+            .and_then(|c| at(&c["lastTransitionTime"]))
+    };
+    let mut steps: Vec<(i64, String)> = Vec::new();
+    for p in pods["items"].as_array().into_iter().flatten() {
+        let name = p["metadata"]["name"].as_str().unwrap_or_default();
+        let what = if name == "w1" || name == "w2" {
+            name.to_string()
+        } else if name.starts_with(&format!("imex-{uid}")) {
+            format!(
+                "daemon on {}",
+                p["spec"]["nodeName"].as_str().unwrap_or("?")
+            )
+        } else {
+            continue;
+        };
+        let started = p["status"]["containerStatuses"][0]["state"]["running"]["startedAt"].clone();
+        for (step, t) in [
+            ("created", at(&p["metadata"]["creationTimestamp"])),
+            ("bound", condition(p, "PodScheduled")),
+            ("container started", at(&started)),
+            ("Ready", condition(p, "Ready")),
+        ] {
+            if let Some(t) = t {
+                steps.push((t, format!("{what} {step}")));
+            }
+        }
+    }
+    let first = steps
+        .iter()
+        .filter(|(_, s)| s.starts_with('w') && s.ends_with("created"))
+        .map(|(t, _)| *t)
+        .min()
+        .unwrap_or_default();
+    steps.sort();
+    Ok(steps
+        .iter()
+        .map(|(t, s)| format!("  +{} s {s}", t - first))
+        .collect::<Vec<_>>()
+        .join("\n"))
 }
 
 pub(super) fn two_pods_per_node(mc: &MultiCluster) -> anyhow::Result<()> {

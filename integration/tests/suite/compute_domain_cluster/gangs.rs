@@ -33,18 +33,6 @@ fn member(name: &str) -> String {
     )
 }
 
-/// Each of the test's claims as `name=<pool of its first device>` (empty: unallocated).
-fn allocations(mc: &MultiCluster) -> anyhow::Result<String> {
-    mc.cluster.kubectl(&[
-        "-n",
-        NS,
-        "get",
-        "resourceclaims",
-        "-o",
-        "jsonpath={range .items[*]}{.metadata.name}={.status.allocation.devices.results[0].pool}{\"\\n\"}{end}",
-    ])
-}
-
 /// A two-node domain's two pods in one gang, with node 3 cordoned so that only one of them
 /// has a place: neither is bound and no channel is allocated to either (unlike
 /// compute_domain_stays_in_one_clique without a gang, where the first holds node 2's
@@ -89,7 +77,7 @@ fn waits_whole(mc: &MultiCluster) -> anyhow::Result<()> {
             ensure!(on.is_empty(), "{w} of an incomplete gang was bound to {on}");
             ensure!(phase(c, NS, w) == "Pending", "{w} is {}", phase(c, NS, w));
         }
-        let held = allocations(mc)?;
+        let held = claim_pools(mc)?;
         ensure!(
             held.lines().all(|l| l.ends_with('=')),
             "a claim of an incomplete gang holds a channel:\n{held}"

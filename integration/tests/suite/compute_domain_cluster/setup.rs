@@ -286,3 +286,15 @@ pub(super) fn delete_all(mc: &MultiCluster, domains: &[(&str, &str)]) -> anyhow:
     }
     Ok(())
 }
+
+/// Each claim of [`NS`] as `name=<pool of its first device>` (empty: unallocated).
+pub(super) fn claim_pools(mc: &MultiCluster) -> anyhow::Result<String> {
+    mc.cluster.kubectl(&[
+        "-n",
+        NS,
+        "get",
+        "resourceclaims",
+        "-o",
+        "jsonpath={range .items[*]}{.metadata.name}={.status.allocation.devices.results[0].pool}{\"\\n\"}{end}",
+    ])
+}
