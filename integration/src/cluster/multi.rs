@@ -91,6 +91,11 @@ impl MultiCluster {
         let top = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
         let scripts = top.join("integration/testbed/cluster");
         run(super::script(&scripts, "cluster.sh", k8s).arg("down"))?;
+        // The first node's graft keeps its claims in the host's /var/lib/graft, which `down`
+        // keeps when it was there before: claims prepared for a cluster taken down without
+        // unpreparing them would hold their devices in this one, whose kubelet never heard
+        // of them (as Cluster::start does for a cluster it finds running).
+        super::forget_prepared_claims();
         let bins = match k8s {
             Kubernetes::Newest => &tb.k8s,
             Kubernetes::V1_34 => &tb.k8s_134,
