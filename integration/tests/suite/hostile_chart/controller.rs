@@ -189,6 +189,25 @@ async fn the_controller_writes_only_graft_device_status_of_claims() -> anyhow::R
     let mut unlabelled = labelled("plain")?;
     unlabelled.metadata.labels = None;
     as_admin.create(&PostParams::default(), &unlabelled).await?;
+    // The API server's own checks may have refused the attacks above before the policy
+    // took effect (a loaded machine takes seconds): wait until it refuses a dry-run delete.
+    let dry = DeleteParams {
+        dry_run: true,
+        ..Default::default()
+    };
+    let start = std::time::Instant::now();
+    loop {
+        match as_controller.delete("w", &dry).await {
+            Err(e) if e.to_string().contains("compute-domain-claims") => break,
+            r => {
+                ensure!(
+                    start.elapsed().as_secs() < 60,
+                    "the claims policy did not refuse the controller's delete within 60 s: {r:?}"
+                );
+                tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+            }
+        }
+    }
     for (name, what) in [
         ("w", "an allocated claim of no domain"),
         ("placed", "an allocated claim of a domain"),
