@@ -177,15 +177,7 @@ fn stays_out_of_clique_b(
     ensure!(!message.is_empty(), "w2 is unschedulable without a message");
     // It stays so: not on node 1, whose channel (clique B) stays free; and w1 is not bound
     // to a domain that cannot form.
-    let start = Instant::now();
-    while start.elapsed() < STAYS {
-        for w in ["w1", "w2"] {
-            let on = node_of(mc, w);
-            ensure!(on.is_empty(), "{w} was bound to {on}: {message}");
-            ensure!(phase(c, NS, w) == "Pending", "{w} is {}", phase(c, NS, w));
-        }
-        std::thread::sleep(Duration::from_secs(1));
-    }
+    stay_pending(mc, &["w1", "w2"], &format!("({message})"), || Ok(()))?;
     let held = pools()?;
     ensure!(
         !held.lines().any(|l| l.ends_with(&format!("={n1}"))),

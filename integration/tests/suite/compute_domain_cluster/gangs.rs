@@ -9,7 +9,7 @@ use std::time::Instant;
 use anyhow::ensure;
 use graft_integration::cluster::multi::domains::{template_pod, STAYS};
 use graft_integration::cluster::multi::MultiCluster;
-use graft_integration::cluster::workloads::{phase, wait_running};
+use graft_integration::cluster::workloads::wait_running;
 
 use super::setup::*;
 
@@ -70,20 +70,14 @@ pub(super) fn admitted_together(mc: &MultiCluster) -> anyhow::Result<()> {
 fn waits_whole(mc: &MultiCluster) -> anyhow::Result<()> {
     let c = &mc.cluster;
     c.apply(&(member("w1") + &member("w2")))?;
-    let start = Instant::now();
-    while start.elapsed() < STAYS {
-        for w in ["w1", "w2"] {
-            let on = node_of(mc, w);
-            ensure!(on.is_empty(), "{w} of an incomplete gang was bound to {on}");
-            ensure!(phase(c, NS, w) == "Pending", "{w} is {}", phase(c, NS, w));
-        }
+    stay_pending(mc, &["w1", "w2"], "of an incomplete gang", || {
         let held = claim_pools(mc)?;
         ensure!(
             held.lines().all(|l| l.ends_with('=')),
             "a claim of an incomplete gang holds a channel:\n{held}"
         );
-        std::thread::sleep(std::time::Duration::from_secs(1));
-    }
+        Ok(())
+    })?;
     let seen = c.kubectl(&[
         "-n",
         NS,

@@ -2,14 +2,15 @@
 //! created and waited for, the checks of its members and daemons, and its removal.
 
 use std::collections::BTreeSet;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::{ensure, Context};
 use graft_integration::cluster::gpu;
 use graft_integration::cluster::multi::domains::{
-    clique_id, compute_domain, is_ready, ready_nodes,
+    clique_id, compute_domain, is_ready, ready_nodes, STAYS,
 };
 use graft_integration::cluster::multi::MultiCluster;
+use graft_integration::cluster::workloads::phase;
 use graft_integration::cluster::{wait_until, Kubernetes};
 use serde_json::Value;
 
@@ -195,6 +196,28 @@ pub(super) fn node_of(mc: &MultiCluster, name: &str) -> String {
             "jsonpath={.spec.nodeName}",
         ])
         .unwrap_or_default()
+}
+
+/// For [`STAYS`], once a second: every one of `pods` is Pending and unbound, and `also`
+/// holds. A failure names the pod, followed by `about`.
+pub(super) fn stay_pending(
+    mc: &MultiCluster,
+    pods: &[&str],
+    about: &str,
+    mut also: impl FnMut() -> anyhow::Result<()>,
+) -> anyhow::Result<()> {
+    let start = Instant::now();
+    while start.elapsed() < STAYS {
+        for p in pods {
+            let on = node_of(mc, p);
+            ensure!(on.is_empty(), "{p} {about} was bound to {on}");
+            let now = phase(&mc.cluster, NS, p);
+            ensure!(now == "Pending", "{p} {about} is {now}");
+        }
+        also()?;
+        std::thread::sleep(Duration::from_secs(1));
+    }
+    Ok(())
 }
 
 /// Waits until domain `name` is Ready with exactly `nodes` as its Ready members, every one
