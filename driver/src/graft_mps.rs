@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use clap::Parser;
+use graft_driver::mps::daemon::Protocol;
 use graft_driver::mps::reconcile::{Config, Reconciler};
 use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify};
 
@@ -36,6 +37,11 @@ struct Args {
     /// shim, the namespace where it resolves containers' mounts), or a path.
     #[arg(long, env = "GRAFT_ENTER_MOUNT_NS", default_value = "none")]
     enter_mount_ns: String,
+    /// The MPS control daemons' protocol: `2` (legacy, every driver: pods of several UIDs on
+    /// one GPU take turns) or `3` (MPS v3, driver 615 or later: a server per UID, side by
+    /// side; the daemons fail to start on older drivers).
+    #[arg(long, env = "GRAFT_MPS_PROTOCOL", default_value = "2", value_parser = ["2", "3"])]
+    mps_protocol: String,
     /// How often to set every tenancy's limits again, in seconds.
     #[arg(long, env = "GRAFT_MPS_RESYNC_SECONDS", default_value_t = 30)]
     resync_seconds: u64,
@@ -79,8 +85,9 @@ fn main() -> anyhow::Result<()> {
         driver_root: args.nvidia_driver_root.clone(),
         shm_bytes,
         proc_root: "/proc".into(),
+        protocol: Protocol::parse(&args.mps_protocol).unwrap_or_default(),
     });
-    tracing::info!(state = %args.state_dir.display(), driver_root = %args.nvidia_driver_root.display(), shm_bytes, "graft-mps started");
+    tracing::info!(state = %args.state_dir.display(), driver_root = %args.nvidia_driver_root.display(), shm_bytes, protocol = %args.mps_protocol, "graft-mps started");
     let resync = Duration::from_secs(args.resync_seconds.max(1));
     let mut last_resync = Instant::now();
     let changes = AddWatchFlags::IN_CREATE

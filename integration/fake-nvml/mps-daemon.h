@@ -1,7 +1,7 @@
 /* The fake MPS control daemon's running part (included by nvidia-cuda-mps-control.c, whose
- * header says what it does and where each behaviour comes from): the one server it runs
- * at a time, the clients waiting for a server of their UID, the control commands, and the
- * loop that serves them all from one thread. */
+ * header says what it does and where each behaviour comes from): its servers (one at a
+ * time under the legacy protocol, one per UID under v3), the clients waiting for a server
+ * of their UID, the control commands, and the loop that serves them all from one thread. */
 
 static int listen_fd = -1;
 static volatile sig_atomic_t terminate;
@@ -15,8 +15,10 @@ static void on_term(int sig) {
 static double def_atp = 100.0;
 static long long def_mem[MAX_DEVS];
 
-/* The running server (pid 0: none): it reads commands on `cmd` and reports on `rep`
- * (`ready`, `clients N PID...`, `error TEXT`). */
+/* A running server (pid 0: a free slot): it reads commands on `cmd` and reports on `rep`
+ * (`ready`, `clients N PID...`, `error TEXT`). Under the legacy protocol at most one runs;
+ * under MPS v3 one per UID, `uid_<uid>`. */
+#define MAX_SERVERS 8
 static struct server {
     pid_t pid;
     uid_t uid;
@@ -27,7 +29,23 @@ static struct server {
     long long mem[MAX_DEVS];
     char buf[2048];
     size_t len;
-} srv;
+} servers[MAX_SERVERS];
+
+/* 2: the legacy protocol; 3: MPS v3 (`-p 3`). */
+static int protocol = 2;
+
+static struct server *server_of_uid(uid_t uid) {
+    for (int i = 0; i < MAX_SERVERS; i++)
+        if (servers[i].pid && servers[i].uid == uid) return &servers[i];
+    return NULL;
+}
+
+/* Any running server (the legacy protocol's only one). */
+static struct server *running(void) {
+    for (int i = 0; i < MAX_SERVERS; i++)
+        if (servers[i].pid) return &servers[i];
+    return NULL;
+}
 
 /* Clients waiting for a server of their UID. */
 #define MAX_WAITING 64
@@ -52,17 +70,21 @@ static void mem_spec(const long long *mem, char *out, size_t len) {
     }
 }
 
-static void tell_server(const char *fmt, ...) {
-    if (!srv.pid) return;
+static void tell_server(struct server *srv, const char *fmt, ...) {
+    if (!srv || !srv->pid) return;
     char msg[256];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    write_str(srv.cmd, msg);
+    write_str(srv->cmd, msg);
 }
 
 static void spawn_server(uid_t uid, gid_t gid) {
+    struct server *srv = NULL;
+    for (int i = 0; i < MAX_SERVERS && !srv; i++)
+        if (!servers[i].pid) srv = &servers[i];
+    if (!srv) return;
     int to[2], from[2];
     if (pipe2(to, O_CLOEXEC) != 0) return;
     if (pipe2(from, O_CLOEXEC) != 0) {
@@ -97,24 +119,25 @@ static void spawn_server(uid_t uid, gid_t gid) {
         close(from[0]);
         return;
     }
-    memset(&srv, 0, sizeof srv);
-    srv.pid = pid;
-    srv.uid = uid;
-    srv.cmd = to[1];
-    srv.rep = from[0];
-    fcntl(srv.rep, F_SETFL, O_NONBLOCK);
-    srv.atp = def_atp;
-    memcpy(srv.mem, def_mem, sizeof srv.mem);
+    memset(srv, 0, sizeof *srv);
+    srv->pid = pid;
+    srv->uid = uid;
+    srv->cmd = to[1];
+    srv->rep = from[0];
+    fcntl(srv->rep, F_SETFL, O_NONBLOCK);
+    srv->atp = def_atp;
+    memcpy(srv->mem, def_mem, sizeof srv->mem);
     logc("Server %ld starting uid %u active_thread_percentage %g pinned_mem_limit %s", (long)pid,
          (unsigned)uid, def_atp, pinned[0] ? pinned : "none");
 }
 
-/* Hands the running server to the waiting clients of its UID. */
+/* Hands each running server to the waiting clients of its UID. */
 static void answer_waiting(void) {
     for (int i = 0; i < nwaiting;) {
-        if (srv.pid && srv.ready && !srv.draining && waiting[i].cred.uid == srv.uid) {
+        struct server *srv = server_of_uid(waiting[i].cred.uid);
+        if (srv && srv->ready && !srv->draining) {
             char msg[64];
-            snprintf(msg, sizeof msg, "server %ld\n", (long)srv.pid);
+            snprintf(msg, sizeof msg, "server %ld\n", (long)srv->pid);
             drop_waiter(i, msg);
         } else {
             i++;
@@ -122,61 +145,66 @@ static void answer_waiting(void) {
     }
 }
 
-static void server_gone(void) {
+static void server_gone(struct server *srv) {
     int st = 0;
-    for (int i = 0; i < 100 && waitpid(srv.pid, &st, WNOHANG) == 0; i++) usleep(50000);
-    if (waitpid(srv.pid, &st, WNOHANG) == 0) {
-        kill(srv.pid, SIGKILL);
-        waitpid(srv.pid, &st, 0);
+    for (int i = 0; i < 100 && waitpid(srv->pid, &st, WNOHANG) == 0; i++) usleep(50000);
+    if (waitpid(srv->pid, &st, WNOHANG) == 0) {
+        kill(srv->pid, SIGKILL);
+        waitpid(srv->pid, &st, 0);
     }
-    logc("Server %ld exited (status %d)", (long)srv.pid, st);
-    if (!srv.ready) {
+    logc("Server %ld exited (status %d)", (long)srv->pid, st);
+    if (!srv->ready) {
         /* It never served: its UID's clients get the failure rather than wait forever. */
         for (int i = 0; i < nwaiting;)
-            if (waiting[i].cred.uid == srv.uid)
+            if (waiting[i].cred.uid == srv->uid)
                 drop_waiter(i, "error the MPS server could not start\n");
             else
                 i++;
     }
-    close(srv.cmd);
-    close(srv.rep);
-    memset(&srv, 0, sizeof srv);
-    if (nwaiting > 0) spawn_server(waiting[0].cred.uid, waiting[0].cred.gid);
-}
-
-static void server_report(const char *line) {
-    if (strcmp(line, "ready") == 0) {
-        srv.ready = 1;
-        logc("Server %ld ready", (long)srv.pid);
-        answer_waiting();
-    } else if (strncmp(line, "clients ", 8) == 0) {
-        srv.nclients = atoi(line + 8);
-        const char *pids = strchr(line + 8, ' ');
-        snprintf(srv.clients, sizeof srv.clients, "%s", pids ? pids + 1 : "");
-        if (srv.draining && srv.nclients == 0) tell_server("exit\n");
-    } else if (strncmp(line, "error ", 6) == 0) {
-        logc("Server %ld: %s", (long)srv.pid, line + 6);
+    close(srv->cmd);
+    close(srv->rep);
+    memset(srv, 0, sizeof *srv);
+    /* Legacy: the first waiting UID's turn. v3: every waiting UID without a server. */
+    for (int i = 0; i < nwaiting; i++) {
+        if (protocol != 3 && running()) break;
+        if (!server_of_uid(waiting[i].cred.uid))
+            spawn_server(waiting[i].cred.uid, waiting[i].cred.gid);
     }
 }
 
-/* Reads what the server reported; returns -1 once it has gone. */
-static int read_server(void) {
+static void server_report(struct server *srv, const char *line) {
+    if (strcmp(line, "ready") == 0) {
+        srv->ready = 1;
+        logc("Server %ld ready", (long)srv->pid);
+        answer_waiting();
+    } else if (strncmp(line, "clients ", 8) == 0) {
+        srv->nclients = atoi(line + 8);
+        const char *pids = strchr(line + 8, ' ');
+        snprintf(srv->clients, sizeof srv->clients, "%s", pids ? pids + 1 : "");
+        if (srv->draining && srv->nclients == 0) tell_server(srv, "exit\n");
+    } else if (strncmp(line, "error ", 6) == 0) {
+        logc("Server %ld: %s", (long)srv->pid, line + 6);
+    }
+}
+
+/* Reads what a server reported; returns -1 once it has gone. */
+static int read_server(struct server *srv) {
     for (;;) {
-        ssize_t r = read(srv.rep, srv.buf + srv.len, sizeof srv.buf - 1 - srv.len);
+        ssize_t r = read(srv->rep, srv->buf + srv->len, sizeof srv->buf - 1 - srv->len);
         if (r < 0 && errno == EINTR) continue;
         if (r < 0 && errno == EAGAIN) return 0;
         if (r <= 0) return -1;
-        srv.len += (size_t)r;
-        srv.buf[srv.len] = '\0';
+        srv->len += (size_t)r;
+        srv->buf[srv->len] = '\0';
         char *nl;
-        while ((nl = strchr(srv.buf, '\n'))) {
+        while ((nl = strchr(srv->buf, '\n'))) {
             *nl = '\0';
-            server_report(srv.buf);
-            if (!srv.pid) return 0;
-            srv.len -= (size_t)(nl + 1 - srv.buf);
-            memmove(srv.buf, nl + 1, srv.len + 1);
+            server_report(srv, srv->buf);
+            if (!srv->pid) return 0;
+            srv->len -= (size_t)(nl + 1 - srv->buf);
+            memmove(srv->buf, nl + 1, srv->len + 1);
         }
-        if (srv.len >= sizeof srv.buf - 1) srv.len = 0;
+        if (srv->len >= sizeof srv->buf - 1) srv->len = 0;
     }
 }
 
@@ -192,14 +220,18 @@ static void client_hello(int fd) {
     waiting[nwaiting].cred = cred;
     nwaiting++;
     logc("Client %ld uid %u asks for a server", (long)cred.pid, (unsigned)cred.uid);
-    if (!srv.pid) {
+    struct server *srv = running();
+    if (protocol == 3) {
+        /* MPS v3: each UID its own server, `uid_<uid>`, beside the others'. */
+        if (!server_of_uid(cred.uid)) spawn_server(cred.uid, cred.gid);
+    } else if (!srv) {
         spawn_server(cred.uid, cred.gid);
-    } else if (srv.uid != cred.uid) {
+    } else if (srv->uid != cred.uid) {
         logc("Client %ld uid %u queued: server %ld of uid %u has %d clients", (long)cred.pid,
-             (unsigned)cred.uid, (long)srv.pid, (unsigned)srv.uid, srv.nclients);
-        if (!srv.draining) {
-            srv.draining = 1;
-            if (srv.ready && srv.nclients == 0) tell_server("exit\n");
+             (unsigned)cred.uid, (long)srv->pid, (unsigned)srv->uid, srv->nclients);
+        if (!srv->draining) {
+            srv->draining = 1;
+            if (srv->ready && srv->nclients == 0) tell_server(srv, "exit\n");
         }
     }
     answer_waiting();
@@ -211,9 +243,10 @@ static void shut_down(void) {
     if (listen_fd >= 0) close(listen_fd);
     listen_fd = -1;
     while (nwaiting > 0) drop_waiter(0, NULL);
-    if (srv.pid) {
-        tell_server("exit\n");
-        server_gone();
+    for (int i = 0; i < MAX_SERVERS; i++) {
+        if (!servers[i].pid) continue;
+        tell_server(&servers[i], "exit\n");
+        server_gone(&servers[i]);
         while (nwaiting > 0) drop_waiter(0, NULL);
     }
     unlink(sock_path);
@@ -223,10 +256,15 @@ static void shut_down(void) {
 
 static void serve(void) {
     while (!terminate) {
-        struct pollfd p[2 + MAX_WAITING];
-        int n = 0;
+        struct pollfd p[1 + MAX_SERVERS + MAX_WAITING];
+        struct server *polled[MAX_SERVERS];
+        int n = 0, nservers = 0;
         p[n++] = (struct pollfd){listen_fd, POLLIN, 0};
-        if (srv.pid) p[n++] = (struct pollfd){srv.rep, POLLIN, 0};
+        for (int i = 0; i < MAX_SERVERS; i++)
+            if (servers[i].pid) {
+                polled[nservers++] = &servers[i];
+                p[n++] = (struct pollfd){servers[i].rep, POLLIN, 0};
+            }
         int first_waiter = n;
         for (int i = 0; i < nwaiting; i++) p[n++] = (struct pollfd){waiting[i].fd, POLLIN, 0};
         if (poll(p, (nfds_t)n, -1) < 0) {
@@ -236,7 +274,9 @@ static void serve(void) {
         /* A waiting client that hung up (or spoke out of turn) gives up its place. */
         for (int i = nwaiting - 1; i >= 0; i--)
             if (p[first_waiter + i].revents) drop_waiter(i, NULL);
-        if (srv.pid && p[1].revents && read_server() < 0) server_gone();
+        for (int i = 0; i < nservers; i++)
+            if (p[1 + i].revents && polled[i]->pid && read_server(polled[i]) < 0)
+                server_gone(polled[i]);
         if (!(p[0].revents & POLLIN)) continue;
         int fd = accept4(listen_fd, NULL, NULL, SOCK_CLOEXEC);
         if (fd < 0) continue;

@@ -30,9 +30,15 @@
  *   only root can start one for another UID); one of the client's UID serves it; one of
  *   another UID makes the client wait (queued) until that server's clients are done, then
  *   that server is told to exit and one of the waiting UID starts. Driver 580 has only this
- *   legacy protocol (MPS v3's concurrent servers, `-p 3`, are documented from release
- *   620's guide on, and not modelled here). A server starts
- *   with the daemon's default limits at that moment.
+ *   legacy protocol. A server starts with the daemon's default limits at that moment.
+ * - MPS v3 (the guide of release 615 on, "MPS v3 Interface"): built with a DRIVER_VERSION of
+ *   615 or later, the program also takes `-p 2|3` / `--protocol` (CUDA_MPS_PROTOCOL_VERSION
+ *   wins over the flag), `-q` / `--quit`, and `<module> <verb> [args]`, sent to the
+ *   running daemon, which answers by its own protocol. Under `-p 3` each UID's clients get
+ *   a server of their own, `uid_<uid>`, beside the others' (no client waits for another
+ *   UID), and the v3 commands of mps-v3.h replace the legacy ones. An older build knows
+ *   none of these and prints its usage (exit 1), as it does for any argument it does not
+ *   know. The daemon logs `Protocol <n>` after its Startup line.
  * - no argument: the client mode; sends each line of stdin to the daemon (a connection
  *   each) and prints the replies; exits 1 with "Cannot find MPS control daemon process"
  *   when none answers.
@@ -71,10 +77,11 @@ static void logc(const char *fmt, ...) {
 static void usage(void) {
     fprintf(stderr,
             "NVIDIA CUDA MPS control (graft's fake, driver " DRIVER_VERSION ")\n"
-            "Usage: nvidia-cuda-mps-control [-d | -f]\n"
+            "Usage: nvidia-cuda-mps-control [-d | -f]%s\n"
             "  -d   start the control daemon in the background\n"
             "  -f   run the control daemon in the foreground\n"
-            "  (none) read commands from stdin and send them to the running daemon\n");
+            "  (none) read commands from stdin and send them to the running daemon\n",
+            atoi(DRIVER_VERSION) >= 615 ? " [-p 2|3] | -q | <module> <verb> [args]" : "");
 }
 
 static int setup_paths(void) {
@@ -184,6 +191,7 @@ static void run_daemon(int status_fd) {
 
     const char *visible = getenv("CUDA_VISIBLE_DEVICES");
     logc("Startup CUDA_VISIBLE_DEVICES=%s", visible ? visible : "");
+    logc("Protocol %d", protocol);
     log_privileges();
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
@@ -302,14 +310,76 @@ static int client(void) {
     return 0;
 }
 
+/* Whether this driver's control program has MPS v3 (`-p 3`): documented from release 615
+ * on. A legacy one knows only -d and -f. */
+static int has_v3(void) { return atoi(DRIVER_VERSION) >= 615; }
+
+/* A v3 command (`<module> <verb> ...`, the words of argv) sent to the running daemon;
+ * exits 1 when it answers an error. */
+static int v3_command(int argc, char **argv) {
+    char line[MAX_LINE] = "";
+    for (int i = 0; i < argc; i++) {
+        size_t n = strlen(line);
+        snprintf(line + n, sizeof line - n, "%s%s", i ? " " : "", argv[i]);
+    }
+    int fd = connect_control();
+    if (fd < 0) return not_running();
+    char msg[MAX_LINE + 2];
+    int n = snprintf(msg, sizeof msg, "%s\n", line);
+    if (n >= (int)sizeof msg) n = (int)sizeof msg - 1;
+    if (write_all(fd, msg, (size_t)n) != 0) {
+        close(fd);
+        return not_running();
+    }
+    shutdown(fd, SHUT_WR);
+    char buf[4096];
+    int failed = 0, first = 1;
+    for (;;) {
+        ssize_t r = read(fd, buf, sizeof buf);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) break;
+        if (first && strncmp(buf, "Error", r < 5 ? (size_t)r : 5) == 0) failed = 1;
+        first = 0;
+        fwrite(buf, 1, (size_t)r, failed ? stderr : stdout);
+    }
+    fflush(NULL);
+    close(fd);
+    return failed;
+}
+
 int main(int argc, char **argv) {
     signal(SIGPIPE, SIG_IGN);
-    int daemon_mode = argc == 2 && (strcmp(argv[1], "-d") == 0 || strcmp(argv[1], "-f") == 0);
-    if (argc > 2 || (argc == 2 && !daemon_mode)) {
+    int mode = 0; /* 'd', 'f', 'q', or 0: the client */
+    int first_word = argc;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "-d") == 0 || strcmp(a, "--daemon") == 0) {
+            mode = mode ? -1 : 'd';
+        } else if (strcmp(a, "-f") == 0 || strcmp(a, "--foreground") == 0) {
+            mode = mode ? -1 : 'f';
+        } else if (has_v3() && (strcmp(a, "-q") == 0 || strcmp(a, "--quit") == 0)) {
+            mode = mode ? -1 : 'q';
+        } else if (has_v3() && (strcmp(a, "-p") == 0 || strcmp(a, "--protocol") == 0) &&
+                   i + 1 < argc && (strcmp(argv[i + 1], "2") == 0 || strcmp(argv[i + 1], "3") == 0)) {
+            protocol = atoi(argv[++i]);
+        } else if (has_v3() && a[0] != '-' && !mode) {
+            first_word = i;
+            break;
+        } else {
+            mode = -1;
+        }
+    }
+    if (mode < 0 || (first_word < argc && mode)) {
         usage();
         return 1;
     }
+    /* The variable wins over the flag (the guide's "Enabling MPS v3"). */
+    const char *env = getenv("CUDA_MPS_PROTOCOL_VERSION");
+    if (has_v3() && env && (strcmp(env, "2") == 0 || strcmp(env, "3") == 0)) protocol = atoi(env);
     if (setup_paths() != 0) return 1;
     for (int i = 0; i < MAX_DEVS; i++) def_mem[i] = -1;
-    return daemon_mode ? start_daemon(strcmp(argv[1], "-f") == 0) : client();
+    if (mode == 'd' || mode == 'f') return start_daemon(mode == 'f');
+    if (mode == 'q') return send_command("quit");
+    if (first_word < argc) return v3_command(argc - first_word, argv + first_word);
+    return client();
 }

@@ -133,13 +133,18 @@ pub fn build_fake_mps_server(out: &Path) -> anyhow::Result<()> {
 /// as `DRIVER_VERSION`. Each build is kept in the temp directory under the hash of its
 /// source and settings, so that the suite's many fake nodes compile each program once.
 fn build_static_c(src: &str, out: &Path) -> anyhow::Result<()> {
+    build_static_c_of(src, out, DRIVER_VERSION)
+}
+
+/// [`build_static_c`] for driver `version`.
+fn build_static_c_of(src: &str, out: &Path, version: &str) -> anyhow::Result<()> {
     use sha2::{Digest, Sha256};
     let src = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("fake-nvml")
         .join(src);
     let code = std::fs::read(&src).with_context(|| format!("{}", src.display()))?;
     let mut h = Sha256::new();
-    h.update(DRIVER_VERSION.as_bytes());
+    h.update(version.as_bytes());
     h.update(&code);
     // The stand-ins include the headers beside them.
     for e in std::fs::read_dir(src.with_file_name(""))?.flatten() {
@@ -154,11 +159,14 @@ fn build_static_c(src: &str, out: &Path) -> anyhow::Result<()> {
     let stem = src.file_stem().and_then(|s| s.to_str()).unwrap_or("fake");
     let built = cache.join(format!("{stem}-{key}"));
     if !built.exists() {
-        // Built under a name of this process, renamed into place whole.
-        let tmp = cache.join(format!("{stem}-{key}.{}.tmp", std::process::id()));
+        // Built under a name of this process and call (the suite's threads build at once),
+        // renamed into place whole.
+        static BUILDS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = BUILDS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let tmp = cache.join(format!("{stem}-{key}.{}.{n}.tmp", std::process::id()));
         let res = Command::new("gcc")
             .args(["-static", "-O2", "-Wall"])
-            .arg(format!("-DDRIVER_VERSION=\"{DRIVER_VERSION}\""))
+            .arg(format!("-DDRIVER_VERSION=\"{version}\""))
             .arg("-o")
             .arg(&tmp)
             .arg(&src)
@@ -448,6 +456,24 @@ impl FakeNode {
     /// What graft-driver asked nvidia-smi, one call a line.
     pub fn smi_calls(&self) -> String {
         std::fs::read_to_string(self.host.join("var/log/fake-nvidia-smi.log")).unwrap_or_default()
+    }
+
+    /// Replaces the MPS control program and server with those of driver `version` (from
+    /// 615 on they have MPS v3, `-p 3`). Only the MPS programs change: graft-mps runs the
+    /// driver root's control program whatever its version, and the rest of the node stays
+    /// [`DRIVER_VERSION`].
+    pub fn install_mps_of(&self, version: &str) -> anyhow::Result<()> {
+        build_static_c_of(
+            "nvidia-cuda-mps-control.c",
+            &self.mps_control_path(),
+            version,
+        )?;
+        let server = self.host.join("usr/bin/nvidia-cuda-mps-server");
+        build_static_c_of("nvidia-cuda-mps-server.c", &server, version)?;
+        for p in [self.mps_control_path(), server] {
+            std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755))?;
+        }
+        Ok(())
     }
 
     /// The fake `nvidia-cuda-mps-control`, at `/usr/bin` in the driver root, as this host

@@ -19,12 +19,12 @@ use graft_integration::fake_gpu::{FakeNode, LIB_DIR};
 use graft_integration::fake_mps::{attach, with_gpu_dev};
 use graft_integration::gpu_check::compile_probe;
 
-const OTHER_UID: u32 = 1000;
+pub(crate) const OTHER_UID: u32 = 1000;
 
-struct Bed {
+pub(crate) struct Bed {
     _dir: tempfile::TempDir,
     node: FakeNode,
-    pipe: PathBuf,
+    pub(crate) pipe: PathBuf,
     log: PathBuf,
     probe: PathBuf,
     daemon: Option<Child>,
@@ -32,10 +32,18 @@ struct Bed {
 
 impl Bed {
     fn new(pipe_mode: u32) -> Bed {
+        Bed::start(pipe_mode, None, &["-f"])
+    }
+
+    /// A daemon of the MPS programs of driver `version` (when given), started with `args`.
+    pub(crate) fn start(pipe_mode: u32, version: Option<&str>, args: &[&str]) -> Bed {
         let dir = tempfile::tempdir().unwrap();
         // Other UIDs reach the fake driver's libraries and the probe.
         std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
         let node = FakeNode::create(&dir.path().join("node")).unwrap();
+        if let Some(v) = version {
+            node.install_mps_of(v).unwrap();
+        }
         let probe = dir.path().join("probe");
         compile_probe(&probe).unwrap();
         let pipe = dir.path().join("pipe");
@@ -50,7 +58,7 @@ impl Bed {
             probe,
             daemon: None,
         };
-        let mut cmd = bed.mps(&["-f"]);
+        let mut cmd = bed.mps(args);
         let child = with_gpu_dev(&mut cmd, 0, None, None)
             .stdin(Stdio::null())
             .spawn()
@@ -67,7 +75,7 @@ impl Bed {
         bed
     }
 
-    fn mps(&self, args: &[&str]) -> Command {
+    pub(crate) fn mps(&self, args: &[&str]) -> Command {
         let mut c = Command::new(self.node.mps_control_path());
         c.args(args)
             .env_clear()
@@ -78,7 +86,7 @@ impl Bed {
         c
     }
 
-    fn control(&self, commands: &str) -> String {
+    pub(crate) fn control(&self, commands: &str) -> String {
         let mut c = self.mps(&[]);
         let mut child = c
             .stdin(Stdio::piped())
@@ -95,7 +103,7 @@ impl Bed {
     }
 
     /// The probe as `uid`, with `env`.
-    fn probe(&self, uid: u32, env: &[(&str, &str)]) -> Command {
+    pub(crate) fn probe(&self, uid: u32, env: &[(&str, &str)]) -> Command {
         let mut c = Command::new(&self.probe);
         c.env_clear()
             .env("LD_LIBRARY_PATH", self.node.host.join(&LIB_DIR[1..]))
@@ -107,11 +115,11 @@ impl Bed {
         c
     }
 
-    fn control_log(&self) -> String {
+    pub(crate) fn control_log(&self) -> String {
         FakeNode::mps_log(&self.log)
     }
 
-    fn server_log(&self) -> String {
+    pub(crate) fn server_log(&self) -> String {
         FakeNode::mps_server_log(&self.log)
     }
 }
@@ -131,11 +139,11 @@ impl Drop for Bed {
     }
 }
 
-fn passed(out: &Output) -> bool {
+pub(crate) fn passed(out: &Output) -> bool {
     out.status.success() && String::from_utf8_lossy(&out.stdout).contains("PROBE PASS")
 }
 
-fn text(out: &Output) -> String {
+pub(crate) fn text(out: &Output) -> String {
     format!(
         "{}: {}{}",
         out.status,
@@ -144,7 +152,7 @@ fn text(out: &Output) -> String {
     )
 }
 
-fn root() -> bool {
+pub(crate) fn root() -> bool {
     let ok = nix::unistd::geteuid().is_root();
     if !ok {
         eprintln!("skipped: servers of other UIDs and the fake /dev need root");

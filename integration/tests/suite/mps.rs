@@ -37,6 +37,16 @@ pub(crate) struct GraftMps(Child);
 
 impl GraftMps {
     pub(crate) fn start(state: &Path, node: &FakeNode, log: &Path) -> GraftMps {
+        GraftMps::start_with(state, node, log, &[])
+    }
+
+    /// [`GraftMps::start`] with `extra` arguments.
+    pub(crate) fn start_with(
+        state: &Path,
+        node: &FakeNode,
+        log: &Path,
+        extra: &[&str],
+    ) -> GraftMps {
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -48,6 +58,7 @@ impl GraftMps {
             .arg("--nvidia-driver-root")
             .arg(&node.host)
             .args(["--shm-size", "8Mi", "--resync-seconds", "2"])
+            .args(extra)
             .env("RUST_LOG", "info")
             .stdin(Stdio::null())
             .stdout(log.try_clone().unwrap())
@@ -111,7 +122,7 @@ pub(crate) fn share(id: &str, compute: &str, memory: &str) -> Allocated {
     }
 }
 
-fn env(e: &graft_record::ContainerEdits, name: &str) -> Option<String> {
+pub(crate) fn env(e: &graft_record::ContainerEdits, name: &str) -> Option<String> {
     e.env
         .iter()
         .find(|v| v.name == name)
@@ -166,6 +177,15 @@ impl Bed {
         MpsManager::new(self.state.clone(), Duration::from_secs(20))
     }
 
+    /// graft-driver's setup, its prepares waiting up to `wait` for graft-mps.
+    pub(crate) fn setup_waiting(
+        &self,
+        wait: Duration,
+    ) -> graft_driver::discovery::nvidia::setup::NvidiaSetup {
+        let manager = MpsManager::new(self.state.clone(), wait);
+        common::nvidia_setup(&self.node, None, Some(manager))
+    }
+
     pub(crate) fn paths(&self) -> GpuPaths {
         let uuid = self.gpu.string_attribute("uuid").unwrap();
         GpuPaths::new(&self.state, uuid).unwrap()
@@ -193,7 +213,12 @@ impl Bed {
 
     /// The probe as a tenant's container runs it: the edits' env, pipe directory and shared
     /// memory (the pipe directory where a bind puts it).
-    fn probe(&self, uid: u32, edits: &graft_record::ContainerEdits, keep_env: bool) -> String {
+    pub(crate) fn probe(
+        &self,
+        uid: u32,
+        edits: &graft_record::ContainerEdits,
+        keep_env: bool,
+    ) -> String {
         let shm = PathBuf::from(&edits.mounts[1].source);
         let pipe = PathBuf::from(&edits.mounts[0].source);
         let mut c = Command::new(&self.probe);
@@ -426,6 +451,7 @@ fn the_sandbox_keeps_the_daemon_off_the_host() {
             major: 195,
             minor: 255,
         }],
+        protocol: mps::daemon::Protocol::Legacy,
     };
     // The daemon runs; its control client runs inside the sandbox too.
     let pid = mps::daemon::start(&spec).unwrap();
@@ -452,6 +478,6 @@ fn the_sandbox_keeps_the_daemon_off_the_host() {
     let root = std::fs::read_link(format!("/proc/{pid}/root")).unwrap();
     assert_eq!(root, Path::new("/"));
     assert!(std::fs::metadata(format!("/proc/{pid}/root{}", victim.display())).is_err());
-    mps::daemon::stop(pid);
+    mps::daemon::stop(pid, mps::daemon::Protocol::Legacy);
     assert!(mounts_below(&t.dir).is_empty());
 }

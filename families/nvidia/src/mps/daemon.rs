@@ -56,6 +56,56 @@ pub enum DaemonError {
     /// The control client did not answer in time.
     #[error("nvidia-cuda-mps-control did not answer within {timeout:?}", timeout = CONTROL_TIMEOUT)]
     Timeout,
+    /// The daemon exited before it answered (`hint`: what may be wrong).
+    #[error("the MPS control daemon exited as it started{hint}")]
+    ExitedAtStart {
+        /// What may be wrong, from the protocol asked for.
+        hint: &'static str,
+    },
+    /// The daemon's answer could not be used.
+    #[error("nvidia-cuda-mps-control answered {0:?}")]
+    Answer(String),
+}
+
+/// The control daemon's protocol (NVIDIA's MPS guide: `-p`/`--protocol`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Protocol {
+    /// The legacy protocol (v2), every driver's and the default: one server at a time,
+    /// clients of another UID wait until its clients are done.
+    #[default]
+    Legacy,
+    /// MPS v3 (documented from release 615 on): a server per UID (`uid_<uid>`), side by
+    /// side, and limits set per server.
+    V3,
+}
+
+impl Protocol {
+    /// `2` or `3`, as `-p` takes it.
+    pub fn parse(s: &str) -> Option<Protocol> {
+        match s {
+            "2" => Some(Protocol::Legacy),
+            "3" => Some(Protocol::V3),
+            _ => None,
+        }
+    }
+
+    /// The daemon's arguments besides `-f`.
+    pub fn daemon_args(self) -> &'static [&'static str] {
+        match self {
+            Protocol::Legacy => &[],
+            Protocol::V3 => &["-p", "3"],
+        }
+    }
+
+    fn exit_hint(self) -> &'static str {
+        match self {
+            Protocol::Legacy => "",
+            Protocol::V3 => {
+                " (MPS v3, -p 3, needs driver 615 or later: see the daemon's log, or run \
+                 graft-mps with --mps-protocol 2)"
+            }
+        }
+    }
 }
 
 /// Starts the daemon in its sandbox; returns its pid (also its process group).
@@ -110,10 +160,14 @@ fn wait_exit(pid: i32, within: Duration) -> bool {
     exited(pid)
 }
 
-/// Stops the daemon: `quit`, then SIGTERM, then SIGKILL, its group with it; collected.
-pub fn stop(pid: i32) {
+/// Stops the daemon: `quit` (`-q` under v3), then SIGTERM, then SIGKILL, its group with
+/// it; collected.
+pub fn stop(pid: i32, protocol: Protocol) {
     if !exited(pid) {
-        let _ = control(pid, "quit\n");
+        let _ = match protocol {
+            Protocol::Legacy => control(pid, "quit\n"),
+            Protocol::V3 => control_args(pid, &["-q"]),
+        };
         if !wait_exit(pid, Duration::from_secs(5)) {
             let _ = kill(Pid::from_raw(pid), Signal::SIGTERM);
             if !wait_exit(pid, Duration::from_secs(2)) {
@@ -128,8 +182,19 @@ pub fn stop(pid: i32) {
 /// Sends `commands` (one a line) through `nvidia-cuda-mps-control` inside the sandbox of
 /// daemon `pid`; its output when it succeeds.
 pub fn control(pid: i32, commands: &str) -> Result<String, DaemonError> {
+    run_control(pid, &[], commands)
+}
+
+/// Runs `nvidia-cuda-mps-control ARGS` (an MPS v3 command) inside the sandbox of daemon
+/// `pid`; its output when it succeeds.
+pub fn control_args(pid: i32, args: &[&str]) -> Result<String, DaemonError> {
+    run_control(pid, args, "")
+}
+
+fn run_control(pid: i32, args: &[&str], commands: &str) -> Result<String, DaemonError> {
     let ns = control::namespace_of(pid).map_err(DaemonError::Sandbox)?;
     let mut child = control::control_command(ns)
+        .args(args)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -236,6 +301,41 @@ fn read_until(
     (it.next().unwrap_or_default(), it.next().unwrap_or_default())
 }
 
+/// Runs `first` until the daemon answers, for up to `ready_within` while it is starting;
+/// a daemon that exits meanwhile is reported as such.
+pub(super) fn until_ready<T>(
+    pid: i32,
+    protocol: Protocol,
+    ready_within: Duration,
+    mut first: impl FnMut() -> Result<T, DaemonError>,
+) -> Result<T, DaemonError> {
+    let end = Instant::now() + ready_within;
+    loop {
+        match first() {
+            Ok(v) => return Ok(v),
+            Err(e) if e.to_string().contains("Cannot find") => {
+                if exited(pid) {
+                    return Err(DaemonError::ExitedAtStart {
+                        hint: protocol.exit_hint(),
+                    });
+                }
+                if Instant::now() >= end {
+                    return Err(e);
+                }
+                std::thread::sleep(Duration::from_millis(50))
+            }
+            // A daemon that refused its arguments may still be exiting: that is the cause.
+            Err(e) if wait_exit(pid, Duration::from_millis(500)) => {
+                tracing::debug!(error = %e, "the MPS control daemon exited");
+                return Err(DaemonError::ExitedAtStart {
+                    hint: protocol.exit_hint(),
+                });
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
 /// Sets the tenancy's limits: the defaults for servers started later, then the same for
 /// each running server (new clients of it get them). Waits up to `ready_within` for a
 /// daemon that is still starting to answer.
@@ -249,20 +349,9 @@ pub fn apply_limits(
     if let Some(m) = memory_mib {
         defaults.push_str(&format!("set_default_device_pinned_mem_limit 0 {m}M\n"));
     }
-    let end = Instant::now() + ready_within;
-    loop {
-        match control(pid, &defaults) {
-            Ok(_) => break,
-            Err(e)
-                if Instant::now() < end
-                    && !exited(pid)
-                    && e.to_string().contains("Cannot find") =>
-            {
-                std::thread::sleep(Duration::from_millis(50))
-            }
-            Err(e) => return Err(e),
-        }
-    }
+    until_ready(pid, Protocol::Legacy, ready_within, || {
+        control(pid, &defaults)
+    })?;
     let listed = control(pid, "get_server_list\n")?;
     let mut each = String::new();
     for server in listed.lines().filter_map(|l| l.trim().parse::<u32>().ok()) {

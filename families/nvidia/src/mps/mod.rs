@@ -32,6 +32,7 @@ pub mod privileges;
 pub mod reconcile;
 pub mod sandbox;
 pub mod tenancy;
+pub mod v3;
 
 pub use files::{
     read_shares, read_status, root, tenancy_limits, valid_share, valid_uuid, GpuPaths, Phase,

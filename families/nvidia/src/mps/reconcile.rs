@@ -6,11 +6,11 @@
 //! control commands is replaced. At start graft-mps adopts the tenancies its status files
 //! name: its daemons died with its previous container, the directories did not.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use super::daemon;
+use super::daemon::{self, Protocol};
 use super::files::{GpuPaths, Phase, ShareMarker, Status, TenancyPaths};
 use super::sandbox::Spec;
 use super::tenancy::{
@@ -27,6 +27,8 @@ pub struct Config {
     pub shm_bytes: u64,
     /// The host's /proc (the NVIDIA character majors).
     pub proc_root: PathBuf,
+    /// The daemons' protocol.
+    pub protocol: Protocol,
 }
 
 /// A tenancy graft-mps runs.
@@ -37,6 +39,8 @@ struct Tenancy {
     started: Instant,
     /// The limits and shares last applied.
     applied: Option<(u32, Option<u64>, Vec<String>)>,
+    /// MPS v3: the servers (name/pid) that have those limits.
+    limited: BTreeSet<String>,
     /// Consecutive failed starts, and when to try again.
     failures: u32,
     retry_at: Instant,
@@ -107,7 +111,7 @@ impl Reconciler {
     pub fn shutdown(&mut self) {
         for t in self.gpus.values_mut() {
             if let Some(pid) = t.pid.take() {
-                daemon::stop(pid);
+                daemon::stop(pid, self.cfg.protocol);
             }
         }
     }
@@ -178,6 +182,7 @@ impl Reconciler {
             pid: None,
             started: Instant::now(),
             applied: None,
+            limited: BTreeSet::new(),
             failures: 0,
             retry_at: Instant::now(),
         }
@@ -224,14 +229,22 @@ impl Reconciler {
             Ok(())
         };
         let wanted = (compute, memory, ids.clone());
+        let protocol = self.cfg.protocol;
         if let (Ok(()), Some(t)) = (&result, self.gpus.get_mut(uuid)) {
             if let Some(pid) = t.pid {
-                if resync || fresh || t.applied.as_ref() != Some(&wanted) {
-                    result = daemon::apply_limits(pid, compute, memory, Duration::from_secs(5))
-                        .map_err(TenancyError::from);
-                    if result.is_ok() {
-                        t.applied = Some(wanted);
+                let all = resync || fresh || t.applied.as_ref() != Some(&wanted);
+                let ready = Duration::from_secs(5);
+                result = match protocol {
+                    Protocol::Legacy if all => daemon::apply_limits(pid, compute, memory, ready),
+                    Protocol::Legacy => Ok(()),
+                    // Every pass: servers of UIDs that connected since get the limits.
+                    Protocol::V3 => {
+                        super::v3::apply_limits(pid, compute, memory, ready, &mut t.limited, all)
                     }
+                }
+                .map_err(TenancyError::from);
+                if result.is_ok() {
+                    t.applied = Some(wanted);
                 }
             }
         }
@@ -247,7 +260,7 @@ impl Reconciler {
                 if let Some(t) = self.gpus.get_mut(uuid) {
                     if let Some(pid) = t.pid.take() {
                         // A daemon that does not take its limits is replaced.
-                        daemon::stop(pid);
+                        daemon::stop(pid, self.cfg.protocol);
                     }
                     t.applied = None;
                     t.failures += 1;
@@ -278,6 +291,7 @@ impl Reconciler {
             tenancy: t.clone(),
             gpu_uuid: uuid.to_string(),
             nodes: nodes(&self.cfg.proc_root, minor),
+            protocol: self.cfg.protocol,
         };
         let pid = daemon::start(&spec)?;
         if let Some(t) = self.gpus.get_mut(uuid) {
@@ -298,7 +312,7 @@ impl Reconciler {
             return;
         };
         if let Some(pid) = t.pid {
-            daemon::stop(pid);
+            daemon::stop(pid, self.cfg.protocol);
         }
         if let Err(e) = remove_tenancy(&gpu.tenancy(t.generation)) {
             tracing::error!(gpu = uuid, error = %e, "removing the MPS tenancy; retried");

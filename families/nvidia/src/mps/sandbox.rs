@@ -58,6 +58,8 @@ pub struct Spec {
     pub gpu_uuid: String,
     /// The device nodes of its /dev.
     pub nodes: Vec<Node>,
+    /// The protocol it is started with.
+    pub protocol: super::daemon::Protocol,
 }
 
 fn c(p: &Path) -> std::io::Result<CString> {
@@ -147,6 +149,7 @@ pub fn daemon_command(spec: &Spec, trace: OwnedFd) -> std::io::Result<Command> {
     };
     let mut cmd = Command::new(CONTROL);
     cmd.arg("-f")
+        .args(spec.protocol.daemon_args())
         .env_clear()
         .env("PATH", SANDBOX_PATH)
         .env("HOME", "/")
