@@ -7,12 +7,17 @@
  * entry points it calls are declared below, by the symbol names libcuda exports (cuda.h
  * maps cuMemAlloc to cuMemAlloc_v2 and so on).
  *
+ * With GRAFT_PROBE_HOLD_SECONDS=N it then prints `PROBE HOLDING N s` and waits that long
+ * before it exits, CUDA still initialised (under MPS: still its server's client), for tests
+ * that need two clients at once.
+ *
  *   cc -O2 -o graft-cuda-probe integration/gpu/probe.c -ldl
  */
 #include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 typedef int CUresult;
 typedef int CUdevice;
@@ -209,5 +214,11 @@ int main(void) {
     CHECK("cuDeviceGetName", cu.DeviceGetName(name, sizeof name, dev));
     CHECK("cuDeviceTotalMem", cu.DeviceTotalMem(&mem, dev));
     printf("device 0: %s, %zu MiB\n", name, mem >> 20);
-    return vadd(dev, name);
+    int rc = vadd(dev, name);
+    const char *hold = getenv("GRAFT_PROBE_HOLD_SECONDS");
+    if (rc == 0 && hold && atoi(hold) > 0) {
+        printf("PROBE HOLDING %d s\n", atoi(hold));
+        sleep((unsigned)atoi(hold));
+    }
+    return rc;
 }

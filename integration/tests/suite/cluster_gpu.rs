@@ -20,6 +20,7 @@ mod health;
 mod mps;
 mod mps_scheduling;
 mod mps_support;
+mod mps_uids;
 mod placement;
 mod render;
 mod vfio;
@@ -83,6 +84,17 @@ fn mps_tenants_are_isolated() -> anyhow::Result<()> {
     with_bed(|bed| {
         bed.fresh(&mps::guard_values(), |_| Ok(()))?;
         mps::tenants_are_isolated(&bed.cluster, &bed.node)
+    })
+}
+
+/// Two UIDs of one namespace on one MPS GPU, the daemons on MPS v3: UID 2000's CUDA probe
+/// runs while UID 1000's client is still connected, each on a server of its own with the
+/// namespace's limits.
+#[test]
+fn mps_two_uids_one_namespace() -> anyhow::Result<()> {
+    with_bed(|bed| {
+        bed.fresh(&mps_uids::values(), mps_uids::v3_programs)?;
+        mps_uids::two_uids_one_namespace(&bed.cluster, &bed.node)
     })
 }
 
