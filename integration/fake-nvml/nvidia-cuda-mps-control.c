@@ -267,7 +267,9 @@ static int not_running(void) {
     return 1;
 }
 
-static int send_command(const char *line) {
+/* Sends one command line to the daemon and prints its answer. With `errors` (a v3
+ * command), an answer that begins with `Error` goes to stderr and makes the exit status 1. */
+static int send_line(const char *line, int errors) {
     int fd = connect_control();
     if (fd < 0) return not_running();
     char msg[MAX_LINE + 2];
@@ -279,16 +281,21 @@ static int send_command(const char *line) {
     }
     shutdown(fd, SHUT_WR);
     char buf[4096];
+    int failed = 0, first = 1;
     for (;;) {
         ssize_t r = read(fd, buf, sizeof buf);
         if (r < 0 && errno == EINTR) continue;
         if (r <= 0) break;
-        fwrite(buf, 1, (size_t)r, stdout);
+        if (errors && first && strncmp(buf, "Error", r < 5 ? (size_t)r : 5) == 0) failed = 1;
+        first = 0;
+        fwrite(buf, 1, (size_t)r, failed ? stderr : stdout);
     }
-    fflush(stdout);
+    fflush(NULL);
     close(fd);
-    return 0;
+    return failed;
 }
+
+static int send_command(const char *line) { return send_line(line, 0); }
 
 static int client(void) {
     char line[MAX_LINE];
@@ -322,29 +329,7 @@ static int v3_command(int argc, char **argv) {
         size_t n = strlen(line);
         snprintf(line + n, sizeof line - n, "%s%s", i ? " " : "", argv[i]);
     }
-    int fd = connect_control();
-    if (fd < 0) return not_running();
-    char msg[MAX_LINE + 2];
-    int n = snprintf(msg, sizeof msg, "%s\n", line);
-    if (n >= (int)sizeof msg) n = (int)sizeof msg - 1;
-    if (write_all(fd, msg, (size_t)n) != 0) {
-        close(fd);
-        return not_running();
-    }
-    shutdown(fd, SHUT_WR);
-    char buf[4096];
-    int failed = 0, first = 1;
-    for (;;) {
-        ssize_t r = read(fd, buf, sizeof buf);
-        if (r < 0 && errno == EINTR) continue;
-        if (r <= 0) break;
-        if (first && strncmp(buf, "Error", r < 5 ? (size_t)r : 5) == 0) failed = 1;
-        first = 0;
-        fwrite(buf, 1, (size_t)r, failed ? stderr : stdout);
-    }
-    fflush(NULL);
-    close(fd);
-    return failed;
+    return send_line(line, 1);
 }
 
 int main(int argc, char **argv) {

@@ -203,6 +203,20 @@ impl Bed {
             .unwrap()
     }
 
+    /// Namespace a's two shares: 40 % and 30 GiB, 60 % and 40 GiB.
+    pub(crate) fn two_shares_of_a(&self) -> (Setup, Setup) {
+        (
+            self.plan(
+                "a",
+                &share("1b4e28ba-2fa1-11d2-883f-0016d3cca427", "40", "30Gi"),
+            ),
+            self.plan(
+                "a",
+                &share("6fa459ea-ee8a-3ca4-894e-db77e160355e", "60", "40Gi"),
+            ),
+        )
+    }
+
     pub(crate) fn setup(&self) -> graft_driver::discovery::nvidia::setup::NvidiaSetup {
         common::nvidia_setup(&self.node, None, Some(self.manager()))
     }
@@ -263,14 +277,7 @@ fn tenancies_are_one_namespace_at_a_time_and_hold_their_limits() {
     let gpu = bed.paths();
 
     // Namespace a: two shares, one daemon with the namespace's total as its limits.
-    let a1 = bed.plan(
-        "a",
-        &share("1b4e28ba-2fa1-11d2-883f-0016d3cca427", "40", "30Gi"),
-    );
-    let a2 = bed.plan(
-        "a",
-        &share("6fa459ea-ee8a-3ca4-894e-db77e160355e", "60", "40Gi"),
-    );
+    let (a1, a2) = bed.two_shares_of_a();
     let started = Instant::now();
     let e1 = s.apply(&a1).unwrap().unwrap();
     println!(

@@ -14,7 +14,7 @@ use graft_integration::fake_gpu::FakeNode;
 use graft_integration::fake_mps::attach;
 
 use crate::fake_mps_v3::V3_DRIVER;
-use crate::mps::{env, root, share, wait_for, Bed, GraftMps, Unmount};
+use crate::mps::{env, root, wait_for, Bed, GraftMps, Unmount};
 
 #[test]
 fn two_uids_of_one_namespace_run_side_by_side_under_v3() {
@@ -27,14 +27,7 @@ fn two_uids_of_one_namespace_run_side_by_side_under_v3() {
     let log = bed.dir.path().join("graft-mps.log");
     let _graft_mps = GraftMps::start_with(&bed.state, &bed.node, &log, &["--mps-protocol", "3"]);
     let s = bed.setup();
-    let a1 = bed.plan(
-        "a",
-        &share("1b4e28ba-2fa1-11d2-883f-0016d3cca427", "40", "30Gi"),
-    );
-    let a2 = bed.plan(
-        "a",
-        &share("6fa459ea-ee8a-3ca4-894e-db77e160355e", "60", "40Gi"),
-    );
+    let (a1, a2) = bed.two_shares_of_a();
     let e1 = s.apply(&a1).unwrap().unwrap();
     let e2 = s.apply(&a2).unwrap().unwrap();
     assert_eq!(
@@ -89,10 +82,7 @@ fn protocol_3_on_a_driver_without_it_fails_the_prepare_saying_why() {
     let log = bed.dir.path().join("graft-mps.log");
     let _graft_mps = GraftMps::start_with(&bed.state, &bed.node, &log, &["--mps-protocol", "3"]);
     let s = bed.setup_waiting(Duration::from_secs(5));
-    let a1 = bed.plan(
-        "a",
-        &share("1b4e28ba-2fa1-11d2-883f-0016d3cca427", "40", "30Gi"),
-    );
+    let (a1, _) = bed.two_shares_of_a();
     let err = s.apply(&a1).unwrap_err().to_string();
     assert!(
         err.contains("exited as it started") && err.contains("driver 615"),
