@@ -5,8 +5,11 @@
  * of NVIDIA's default config.cfg (IMEX_NODE_DISCONNECTED_GRACE_TIME); DCGM's field
  * DCGM_FI_IMEX_DAEMON_STATUS, which names the states `nvidia-imex-ctl -q` reports; public
  * `nvidia-imex-ctl -N` captures for the connectivity letters and "Domain State"; a cloud
- * vendor's IMEX setup guide: the daemons talk TCP, C in the table means connected). Not
- * read, so not followed: the guide's "Connections, Quorum, and Clean up" (quorum waits).
+ * vendor's IMEX setup guide: the daemons talk TCP, C in the table means connected). Read
+ * since, not yet followed: the guide's "Connections, Quorum, and Clean up", by which the
+ * real daemon is ready right after it starts (waiting only after an unclean shutdown, for
+ * the nodes that had imported memory); this stand-in is stricter, READY only once every
+ * listed peer is connected (docs/compute-domains.md, What is left: the elastic mode).
  * - reads config.cfg and the node list at startup and refuses a malformed one (exit 1,
  *   the reason on stderr and in the log);
  * - refuses to start without its driver's NVML beside it (the real one aborts unless the
