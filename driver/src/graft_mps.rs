@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use clap::Parser;
-use graft_driver::mps::daemon::Protocol;
+use graft_driver::mps::protocol::Protocol;
 use graft_driver::mps::reconcile::{Config, Reconciler};
 use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify};
 

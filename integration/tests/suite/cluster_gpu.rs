@@ -18,6 +18,7 @@ mod dynamic_mig;
 mod gpu_health;
 mod health;
 mod mps;
+mod mps_oldest;
 mod mps_scheduling;
 mod mps_support;
 mod mps_uids;
@@ -241,5 +242,17 @@ fn mig_order_keeps_a_4g_slot() -> anyhow::Result<()> {
     with_bed(|bed| {
         bed.fresh(&dynamic_mig::values(), dynamic_mig::before_start)?;
         dynamic_mig::keeps_a_4g_slot(&bed.cluster)
+    })
+}
+
+/// MPS on Kubernetes 1.34 (the oldest supported), the GPU asked whole since 1.34's
+/// allocator does not allocate capacity shares on graft's slices: the probe runs through
+/// graft-mps's daemon, and another namespace waits Pending and unbound until the first
+/// leaves. Named to run after the 1.37 tests, so that the bed changes version once.
+#[test]
+fn whole_mps_gpu_on_kubernetes_1_34() -> anyhow::Result<()> {
+    with_bed_on(Kubernetes::V1_34, |bed| {
+        bed.fresh(&mps_oldest::values(), |_| Ok(()))?;
+        mps_oldest::whole_gpu(&bed.cluster, &bed.node)
     })
 }

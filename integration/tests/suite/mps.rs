@@ -458,7 +458,7 @@ fn the_sandbox_keeps_the_daemon_off_the_host() {
             major: 195,
             minor: 255,
         }],
-        protocol: mps::daemon::Protocol::Legacy,
+        protocol: mps::protocol::Protocol::Legacy,
     };
     // The daemon runs; its control client runs inside the sandbox too.
     let pid = mps::daemon::start(&spec).unwrap();
@@ -485,6 +485,6 @@ fn the_sandbox_keeps_the_daemon_off_the_host() {
     let root = std::fs::read_link(format!("/proc/{pid}/root")).unwrap();
     assert_eq!(root, Path::new("/"));
     assert!(std::fs::metadata(format!("/proc/{pid}/root{}", victim.display())).is_err());
-    mps::daemon::stop(pid, mps::daemon::Protocol::Legacy);
+    mps::daemon::stop(pid, mps::protocol::Protocol::Legacy);
     assert!(mounts_below(&t.dir).is_empty());
 }

@@ -29,6 +29,7 @@ pub mod daemon;
 mod files;
 pub mod fsops;
 pub mod privileges;
+pub mod protocol;
 pub mod reconcile;
 pub mod sandbox;
 pub mod tenancy;

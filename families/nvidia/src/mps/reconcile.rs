@@ -10,8 +10,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use super::daemon::{self, Protocol};
+use super::daemon;
 use super::files::{GpuPaths, Phase, ShareMarker, Status, TenancyPaths};
+use super::protocol::Protocol;
 use super::sandbox::Spec;
 use super::tenancy::{
     backoff, generations, make_dirs, nodes, remove_tenancy, write_status, TenancyError,

@@ -59,7 +59,7 @@ pub struct Spec {
     /// The device nodes of its /dev.
     pub nodes: Vec<Node>,
     /// The protocol it is started with.
-    pub protocol: super::daemon::Protocol,
+    pub protocol: super::protocol::Protocol,
 }
 
 fn c(p: &Path) -> std::io::Result<CString> {

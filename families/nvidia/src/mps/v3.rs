@@ -13,7 +13,8 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use super::daemon::{control_args, until_ready, DaemonError, Protocol};
+use super::daemon::{control_args, until_ready, DaemonError};
+use super::protocol::Protocol;
 
 /// Servers handled in one pass: a namespace's UIDs, with room.
 pub const MAX_SERVERS: usize = 64;

@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use anyhow::{ensure, Context};
 use graft_integration::cluster::gpu::{GpuValues, CHECK_NAMESPACE};
-use graft_integration::cluster::workloads::{phase, pod_claim, wait_running};
+use graft_integration::cluster::workloads::{pod_claim, wait_running};
 use graft_integration::cluster::{wait_until, Cluster};
 use graft_integration::fake_gpu::FakeNode;
 
@@ -113,26 +113,7 @@ pub fn second_namespace_goes_elsewhere(c: &Cluster, node: &FakeNode) -> anyhow::
     // reason (no node prepared anything for it).
     let third = CHECK_NAMESPACE;
     c.apply(&share(third, "mps-c1"))?;
-    let reason = |c: &Cluster| {
-        c.kubectl(&[
-            "-n",
-            third,
-            "get",
-            "pod",
-            "mps-c1",
-            "-o",
-            "jsonpath={.spec.nodeName}|{.status.conditions[?(@.type==\"PodScheduled\")].reason}|\
-             {.status.conditions[?(@.type==\"PodScheduled\")].message}",
-        ])
-    };
-    wait_until(
-        "the third namespace's pod was not found unschedulable",
-        || Ok(reason(c)?.starts_with("|Unschedulable|")),
-    )?;
-    std::thread::sleep(std::time::Duration::from_secs(5));
-    let why = reason(c)?;
-    ensure!(why.starts_with("|Unschedulable|"), "{why}");
-    ensure!(phase(c, third, "mps-c1") == "Pending");
+    let why = stays_unschedulable(c, third, "mps-c1")?;
     println!("the third namespace waits: {why}");
 
     // Once A leaves, its GPU is untainted and the waiting share runs there.

@@ -38,18 +38,25 @@ pub fn share_pod(
     uid: Option<u32>,
     command: &str,
 ) -> String {
+    let capacity = format!(r#"{{compute: "{compute}", memory: {memory}}}"#);
+    mps_pod(ns, name, Some(&capacity), uid, command)
+}
+
+/// As [`share_pod`], the claim asking `capacity` (`None`: nothing, so the whole GPU).
+pub fn mps_pod(
+    ns: &str,
+    name: &str,
+    capacity: Option<&str>,
+    uid: Option<u32>,
+    command: &str,
+) -> String {
     let security = uid
         .map(|u| format!("\n  securityContext: {{runAsUser: {u}, runAsGroup: {u}}}"))
         .unwrap_or_default();
     let command = serde_json::to_string(command).unwrap_or_default();
-    workloads::claim_template_in(
-        ns,
-        name,
-        "gpu.graft.dev",
-        Some(CEL),
-        Some(&format!(r#"{{compute: "{compute}", memory: {memory}}}"#)),
-    ) + &format!(
-        r#"---
+    workloads::claim_template_in(ns, name, "gpu.graft.dev", Some(CEL), capacity)
+        + &format!(
+            r#"---
 apiVersion: v1
 kind: Pod
 metadata: {{name: {name}, namespace: {ns}}}
@@ -63,8 +70,33 @@ spec:
     command: ["/bin/sh", "-c", {command}]
     resources: {{claims: [{{name: gpu}}]}}
 "#,
-        image::IMAGE
-    )
+            image::IMAGE
+        )
+}
+
+/// Waits until pod `name` of `ns` is unschedulable, checks it stays Pending and unbound for
+/// 5 s more; the scheduler's reason.
+pub fn stays_unschedulable(c: &Cluster, ns: &str, name: &str) -> anyhow::Result<String> {
+    let reason = || {
+        c.kubectl(&[
+            "-n",
+            ns,
+            "get",
+            "pod",
+            name,
+            "-o",
+            "jsonpath={.spec.nodeName}|{.status.conditions[?(@.type==\"PodScheduled\")].reason}|\
+             {.status.conditions[?(@.type==\"PodScheduled\")].message}",
+        ])
+    };
+    wait_until(&format!("{ns}/{name} was not found unschedulable"), || {
+        Ok(reason()?.starts_with("|Unschedulable|"))
+    })?;
+    std::thread::sleep(Duration::from_secs(5));
+    let why = reason()?;
+    ensure!(why.starts_with("|Unschedulable|"), "{why}");
+    ensure!(workloads::phase(c, ns, name) == "Pending");
+    Ok(why)
 }
 
 pub fn exec(c: &Cluster, ns: &str, pod: &str, script: &str) -> anyhow::Result<String> {
