@@ -104,11 +104,11 @@ pub enum Plan {
 /// place, this node's address and the domain's size.
 ///
 /// The daemon starts once this node and `num_nodes` members are listed, so that every name
-/// resolves when it first looks (whether a real IMEX counts a name that does not resolve
-/// as a peer to wait for is not documented; NVIDIA's checks call `-q` READY the local
-/// daemon's state). After that a member lost and not replaced leaves its name unresolved:
-/// the peers it was connected to show it recovering and stay not ready, as they must while
-/// the domain lacks a node.
+/// resolves when it first looks. IMEX itself is ready as soon as it runs (the IMEX guide's
+/// "Connections, Quorum, and Clean up": no quorum to initialise), so this wait is what
+/// makes a member's readiness mean its domain is whole. After that a member lost and not
+/// replaced leaves its name unresolved: the peers it was connected to show it recovering
+/// (`-N`), and the domain is not Ready for lack of that member.
 pub fn plan(
     running: Option<&Running>,
     members: &BTreeMap<u32, IpAddr>,

@@ -7,7 +7,7 @@
  * "READY\n", giving `-q -i 127.0.0.1 50005` before release 580 and `-q` alone, which reads
  * the config, since; an operator's guide, where `Query Status returned error code: 14`
  * means that no daemon answers):
- * - `-q`: prints the local daemon's state (READY, WAITING_FOR_PEERS, ...) and exits 0;
+ * - `-q`: prints the local daemon's state (READY, SHUTTING_DOWN) and exits 0;
  * - `-N`: prints the node table and the domain state, exits 0;
  * - finds the command service in the config (default /etc/nvidia-imex/config.cfg; `-c
  *   <file>` as the daemon takes it, which the tests need and the real ctl may not have):

@@ -5,11 +5,8 @@
  * of NVIDIA's default config.cfg (IMEX_NODE_DISCONNECTED_GRACE_TIME); DCGM's field
  * DCGM_FI_IMEX_DAEMON_STATUS, which names the states `nvidia-imex-ctl -q` reports; public
  * `nvidia-imex-ctl -N` captures for the connectivity letters and "Domain State"; a cloud
- * vendor's IMEX setup guide: the daemons talk TCP, C in the table means connected). Read
- * since, not yet followed: the guide's "Connections, Quorum, and Clean up", by which the
- * real daemon is ready right after it starts (waiting only after an unclean shutdown, for
- * the nodes that had imported memory); this stand-in is stricter, READY only once every
- * listed peer is connected (docs/compute-domains.md, What is left: the elastic mode).
+ * vendor's IMEX setup guide: the daemons talk TCP, C in the table means connected; the
+ * guide's "Connections, Quorum, and Clean up" for the states).
  * - reads config.cfg and the node list at startup and refuses a malformed one (exit 1,
  *   the reason on stderr and in the log);
  * - refuses to start without its driver's NVML beside it (the real one aborts unless the
@@ -19,10 +16,15 @@
  *   listed address one of the host's interfaces has) and connects over TCP to every other
  *   listed node at its SERVER_PORT, retrying every second, so that an absent or
  *   unreachable peer keeps the domain from forming;
- * - states: WAITING_FOR_PEERS until it is connected to every listed peer, then READY; a
- *   lost peer puts it in WAITING_FOR_RECOVERY (IMEX_NODE_DISCONNECTED_GRACE_TIME's default
- *   -1 waits for the peer indefinitely, its connection shown as R, Recovering) until the
- *   peer is back; SHUTTING_DOWN on SIGTERM or SIGINT;
+ * - states: READY once started, whatever its peers (the IMEX guide, "Connections,
+ *   Quorum, and Clean up": IMEX no longer needs a quorum to initialise and is ready right
+ *   after it starts; NVIDIA's ComputeDomain daemon reads `-q` READY as the local daemon's
+ *   state, "not the entire domain"); SHUTTING_DOWN on SIGTERM or SIGINT. Peers show in
+ *   the `-N` table: N never connected, C connected, R a lost peer
+ *   (IMEX_NODE_DISCONNECTED_GRACE_TIME's default -1 waits for it indefinitely), and
+ *   Domain State UP only while every listed node is READY to this one. The recovery wait
+ *   after an unclean shutdown (the guide: for nodes that had imported memory, by its
+ *   persist.dat) is not modelled: the stand-in has no imports;
  * - with IMEX_CMD_ENABLED=1 serves the command service on IMEX_CMD_PORT for
  *   nvidia-imex-ctl (nvidia-imex-ctl.c);
  * - DAEMONIZE=1 (the default) forks once the sockets are bound and the parent exits 0;
@@ -193,16 +195,11 @@ static int find_self(void) {
     return -1;
 }
 
-static const char *state(void) {
-    if (stop) return "SHUTTING_DOWN";
-    int lost = 0, waiting = 0;
-    for (int i = 0; i < n_nodes; i++) {
-        if (i == self || peers[i].status == 'C') continue;
-        if (peers[i].status == 'R') lost = 1;
-        else waiting = 1;
-    }
-    return lost ? "WAITING_FOR_RECOVERY" : waiting ? "WAITING_FOR_PEERS" : "READY";
-}
+/* The local daemon's state: READY once started, whatever its peers (the guide's
+ * "Connections, Quorum, and Clean up": no quorum to initialise; the recovery wait after an
+ * unclean shutdown concerns nodes that had imported memory, which the stand-in never has).
+ * Who is connected shows in the `-N` table's letters and Domain State. */
+static const char *state(void) { return stop ? "SHUTTING_DOWN" : "READY"; }
 
 static void own_row(char *out) {
     for (int i = 0; i < n_nodes; i++) out[i] = i == self ? 'C' : peers[i].status;
