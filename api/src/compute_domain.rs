@@ -116,11 +116,25 @@ pub struct ChannelSpec {
 )]
 #[serde(rename_all = "camelCase")]
 pub struct ComputeDomainSpec {
-    /// How many nodes the domain spans; it is Ready when that many are.
-    #[schemars(range(min = 1, max = 1024))]
+    /// How many nodes the domain spans; it is Ready when that many are. 0: elastic, the
+    /// nodes its pods land on, Ready with at least one (docs/compute-domains.md).
+    #[schemars(range(min = 0, max = 1024))]
     pub num_nodes: u32,
     /// The workload's channels.
     pub channel: ChannelSpec,
+}
+
+impl ComputeDomainSpec {
+    /// Whether the domain is elastic (`numNodes: 0`).
+    pub fn elastic(&self) -> bool {
+        self.num_nodes == 0
+    }
+
+    /// The fewest nodes the domain is Ready with, and places its clique needs room for:
+    /// `numNodes`, or one for an elastic domain.
+    pub fn min_nodes(&self) -> usize {
+        self.num_nodes.max(1) as usize
+    }
 }
 
 /// Ready or not, for the domain and for each of its nodes.

@@ -164,7 +164,7 @@ pub(crate) async fn apply(cd: Arc<ComputeDomain>, term: &Term) -> Result<Action,
         .filter(|p| p.labels().get(DOMAIN_LABEL) == Some(&uid))
         .map(|p| Pod::clone(p))
         .collect();
-    let mut st = status::aggregate(&pods, &nodes, cd.spec.num_nodes as usize, &placed, &members);
+    let mut st = status::aggregate(&pods, &nodes, cd.spec.min_nodes(), &placed, &members);
     let previous = records
         .get(&uid)
         .map(|r| r.nodes.as_slice())

@@ -155,6 +155,16 @@ pub fn room_in(nodes: &BTreeMap<String, NodeChannels>, clique: &str) -> usize {
         .count()
 }
 
+/// The most nodes with room any one clique has: what an elastic domain asks room for, so
+/// that it goes where it can grow.
+pub fn most_room(nodes: &BTreeMap<String, NodeChannels>) -> usize {
+    let mut with_room: BTreeMap<&str, usize> = BTreeMap::new();
+    for n in nodes.values().filter(|n| n.has_room()) {
+        *with_room.entry(&n.clique).or_default() += 1;
+    }
+    with_room.into_values().max().unwrap_or(0)
+}
+
 /// The clique for a domain of `num_nodes` nodes: the one already chosen, else the smallest
 /// clique with that many nodes with room (so that larger cliques stay for larger domains),
 /// ties by name.

@@ -136,9 +136,6 @@ pub enum Invalid {
     /// The workload template's name is not an object name.
     #[error("channel.resourceClaimTemplate.name {0:?} is not a valid object name")]
     TemplateName(String),
-    /// No nodes asked for.
-    #[error("numNodes must be at least 1")]
-    NoNodes,
 }
 
 /// Checks a domain as written, beyond what the CRD's schema refuses.
@@ -155,9 +152,6 @@ pub fn validate(cd: &ComputeDomain) -> Result<(), Invalid> {
         });
     if !dns {
         return Err(Invalid::TemplateName(t.clone()));
-    }
-    if cd.spec.num_nodes == 0 {
-        return Err(Invalid::NoNodes);
     }
     Ok(())
 }

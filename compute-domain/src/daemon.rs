@@ -17,7 +17,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
-use std::net::IpAddr;
+use std::net::{IpAddr, Ipv4Addr};
 use std::path::{Path, PathBuf};
 
 use crate::crd::NodeStatus;
@@ -30,6 +30,14 @@ pub const NODES_FILE: &str = "nodes_config.cfg";
 pub const NAME_PREFIX: &str = "graft-imex-";
 /// How long the IMEX daemon ignores a SIGUSR1 after one (the guide's "once every 5 s").
 pub const SIGNAL_SPACING: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Places an elastic domain (`numNodes: 0`) lists from the start: one NVL72 rack's 18
+/// compute trays, as NVIDIA's driver lists by default (`maxNodesPerIMEXDomain`).
+pub const ELASTIC_PLACES: usize = 18;
+/// Where an elastic domain's names of places no member holds point: a multicast address, to
+/// which Linux refuses a TCP connection at once (ENETUNREACH) whatever listens on the host,
+/// so `nvidia-imex` neither looks the name up nor waits on it.
+pub const UNUSED_PLACE: IpAddr = IpAddr::V4(Ipv4Addr::new(224, 0, 0, 1));
 
 /// The name of place `index` in the node list.
 pub fn name(index: u32) -> String {
@@ -69,11 +77,33 @@ pub fn members(nodes: &[NodeStatus], clique: &str) -> BTreeMap<u32, IpAddr> {
     by_place
 }
 
-/// How many names the list holds for these members: `num_nodes`, or more when a member's
-/// place is beyond.
+/// How many names the list holds for these members: `num_nodes` ([`ELASTIC_PLACES`] for an
+/// elastic domain, `num_nodes` 0), or more when a member's place is beyond.
 pub fn places(members: &BTreeMap<u32, IpAddr>, num_nodes: usize) -> usize {
     let last = members.keys().next_back().map_or(0, |i| *i as usize + 1);
-    last.max(num_nodes)
+    let fixed = if num_nodes == 0 {
+        ELASTIC_PLACES
+    } else {
+        num_nodes
+    };
+    last.max(fixed)
+}
+
+/// What the hosts file maps: the members, and in an elastic domain every other of the
+/// `places` names to [`UNUSED_PLACE`]. (A fixed domain starts with every name held, and a
+/// name whose member left stays unmapped: the domain is not Ready without it.)
+pub fn mapping(
+    members: &BTreeMap<u32, IpAddr>,
+    places: usize,
+    num_nodes: usize,
+) -> BTreeMap<u32, IpAddr> {
+    let mut all = members.clone();
+    if num_nodes == 0 {
+        for i in 0..places as u32 {
+            all.entry(i).or_insert(UNUSED_PLACE);
+        }
+    }
+    all
 }
 
 /// What the IMEX daemon runs with.

@@ -18,7 +18,7 @@ use kube::runtime::events::EventType;
 use kube::{Api, ResourceExt};
 
 use crate::cleanup::ignore_404;
-use crate::clique::NodeChannels;
+use crate::clique::{self, NodeChannels};
 use crate::context::{event_on, kube_err};
 use crate::crd::ComputeDomain;
 use crate::objects::{daemon_name, identity, DOMAIN_LABEL};
@@ -125,7 +125,12 @@ pub(crate) async fn place(
             held,
         }));
     }
-    let num = cd.spec.num_nodes as usize;
+    // An elastic domain goes to the clique with the most room, where it can grow.
+    let num = if cd.spec.elastic() {
+        clique::most_room(nodes).max(1)
+    } else {
+        cd.spec.min_nodes()
+    };
     let mut chosen = slot::place(nodes, num, (None, None), &slot::taken(records, &uid));
     if let Err(Unplaced::NoSlot { clique, .. }) = &chosen {
         let now = Timestamp::now();

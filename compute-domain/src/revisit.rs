@@ -58,7 +58,7 @@ pub(crate) async fn revisit(
     p: Placement,
 ) -> Result<Placement, Error> {
     let (_, ns, uid) = identity(cd)?;
-    let num = cd.spec.num_nodes as usize;
+    let num = cd.spec.min_nodes();
     let Some(to) = better(nodes, num, &p, claims, || slot::taken(records, &uid)) else {
         return Ok(p);
     };

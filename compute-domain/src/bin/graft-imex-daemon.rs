@@ -250,7 +250,9 @@ async fn run(args: Args) -> anyhow::Result<()> {
                         }
                     }
                     Plan::Remap(members) => {
-                        daemon::write_hosts(&hosts, &members)
+                        let places = running.as_ref().map_or(0, |r| r.with.places);
+                        let mapped = daemon::mapping(&members, places, num_nodes);
+                        daemon::write_hosts(&hosts, &mapped)
                             .with_context(|| format!("mapping the members in {}", hosts.display()))?;
                         tracing::info!(?members, "members changed: names mapped anew");
                         if let Some(r) = running.as_mut() {
@@ -265,7 +267,8 @@ async fn run(args: Args) -> anyhow::Result<()> {
                                             restarting nvidia-imex");
                             stop(r.child).await;
                         }
-                        daemon::write_hosts(&hosts, &with.members)
+                        let mapped = daemon::mapping(&with.members, with.places, num_nodes);
+                        daemon::write_hosts(&hosts, &mapped)
                             .with_context(|| format!("mapping the members in {}", hosts.display()))?;
                         let cfg = files.write(with.places).with_context(|| {
                             format!("writing the IMEX config in {}", files.dir.display())

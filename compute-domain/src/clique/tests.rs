@@ -130,3 +130,19 @@ fn a_node_without_graft_gpus_has_room_with_a_free_channel() {
     let n = nodes(&[channel_slice("a", "u.1", 1)], &[("a", "imex-channel-0")]);
     assert!(!n["a"].has_room());
 }
+
+#[test]
+fn an_elastic_domain_asks_for_the_most_room() {
+    let s = [
+        channel_slice("a", "u.1", 1),
+        channel_slice("b", "u.1", 1),
+        channel_slice("c", "u.2", 1),
+    ];
+    let n = nodes(&s, &[]);
+    assert_eq!(most_room(&n), 2);
+    assert_eq!(choose(&n, most_room(&n), None).unwrap(), "u.1");
+    let full = nodes(&s, &[("a", "imex-channel-0"), ("b", "imex-channel-0")]);
+    assert_eq!(most_room(&full), 1);
+    assert_eq!(choose(&full, most_room(&full), None).unwrap(), "u.2");
+    assert_eq!(most_room(&BTreeMap::new()), 0);
+}

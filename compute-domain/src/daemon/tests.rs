@@ -150,3 +150,35 @@ fn files_carry_the_keys_the_daemon_reads() {
     let mode = std::fs::metadata(&files.dir).unwrap().permissions().mode();
     assert_eq!(mode & 0o777, 0o700);
 }
+
+#[test]
+fn an_elastic_domain_starts_with_its_own_node_and_lists_a_rack() {
+    let (a, b) = ("10.0.0.1", "10.0.0.2");
+    // Started as soon as this node is a member, with ELASTIC_PLACES names.
+    let alone = map(&[(0, a)]);
+    let running = Running {
+        places: ELASTIC_PLACES,
+        own: 0,
+        members: alone.clone(),
+    };
+    assert_eq!(plan(None, &alone, ip(a), 0), Plan::Run(running.clone()));
+    assert_eq!(plan(None, &map(&[(0, b)]), ip(a), 0), Plan::Keep);
+    // A second member joins: remapped, not restarted.
+    let two = map(&[(0, a), (1, b)]);
+    assert_eq!(
+        plan(Some(&running), &two, ip(a), 0),
+        Plan::Remap(two.clone())
+    );
+    // Every unused place points at the multicast address; a fixed domain maps members only.
+    let mapped = mapping(&two, ELASTIC_PLACES, 0);
+    assert_eq!(mapped.len(), ELASTIC_PLACES);
+    assert_eq!(mapped[&1], ip(b));
+    assert!((2..ELASTIC_PLACES as u32).all(|i| mapped[&i] == UNUSED_PLACE));
+    assert!(UNUSED_PLACE.is_multicast());
+    assert_eq!(mapping(&two, 4, 2), two);
+    // More members than a rack: the list grows (a restart).
+    let many: BTreeMap<u32, IpAddr> = (0..=ELASTIC_PLACES as u32)
+        .map(|i| (i, ip(&format!("10.0.1.{}", i + 1))))
+        .collect();
+    assert_eq!(places(&many, 0), ELASTIC_PLACES + 1);
+}

@@ -22,6 +22,7 @@ use serde_json::Value;
 
 mod binding;
 mod cliques;
+mod elastic;
 mod gangs;
 mod replace;
 mod setup;
@@ -301,6 +302,13 @@ fn compute_domain_gang_admitted_together() -> anyhow::Result<()> {
 /// Four pods of a two-node domain, two on each node: the channel (the domain's slot) is
 /// allocated to every one of their claims, each container gets it, and the domain runs one
 /// IMEX daemon per node.
+/// An elastic domain (`numNodes: 0`): Ready with its first pod's node alone, joined by a
+/// second pod's node without restarting the first node's `nvidia-imex`.
+#[test]
+fn compute_domain_elastic() -> anyhow::Result<()> {
+    on_cluster(1, elastic::grows)
+}
+
 #[test]
 fn compute_domain_two_pods_per_node() -> anyhow::Result<()> {
     on_cluster(1, binding::two_pods_per_node)

@@ -44,7 +44,11 @@ fn node1_to(mc: &MultiCluster, clique: u32) -> anyhow::Result<()> {
 }
 
 /// The log of the IMEX daemon pod of domain `uid` on `node`, and that pod's name.
-fn daemon_log(mc: &MultiCluster, uid: &str, node: &str) -> anyhow::Result<(String, String)> {
+pub(super) fn daemon_log(
+    mc: &MultiCluster,
+    uid: &str,
+    node: &str,
+) -> anyhow::Result<(String, String)> {
     let pod = mc
         .daemon_pod(uid, node)?
         .with_context(|| format!("no IMEX daemon on {node}"))?;
