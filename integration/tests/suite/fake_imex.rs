@@ -108,8 +108,12 @@ fn a_killed_daemon_shows_as_recovering_until_it_is_back() {
     let dir = tempfile::tempdir().unwrap();
     let nodes = domain(dir.path(), 4, &[Some(1), Some(1), Some(1)]);
     let mut daemons: Vec<Daemon> = nodes.iter().map(ImexNode::start).collect();
+    // READY comes at once; the domain is whole once every table is all C.
     for n in &nodes {
         wait_for(n, "READY");
+        wait_table(n, |t| {
+            (0..3).all(|i| matrix_row(t, i) == "CCC") && t.contains("Domain State: UP")
+        });
     }
     daemons[2].kill(Signal::SIGKILL);
     for n in &nodes[..2] {

@@ -254,8 +254,26 @@ pub(super) fn daemons_see_each_other(
 }
 
 /// As [`daemons_see_each_other`]; the domain UP only when `whole` (an elastic domain lists
-/// places no member holds).
+/// places no member holds). Waits for it: a member is Ready as soon as its daemon runs (IMEX
+/// needs no quorum), before it has reached the others.
 pub(super) fn daemons_see(
+    mc: &MultiCluster,
+    uid: &str,
+    nodes: &BTreeSet<String>,
+    whole: bool,
+) -> anyhow::Result<()> {
+    let start = std::time::Instant::now();
+    loop {
+        match seen_by_daemons(mc, uid, nodes, whole) {
+            Err(_) if start.elapsed() < Duration::from_secs(60) => {
+                std::thread::sleep(Duration::from_millis(500))
+            }
+            other => return other,
+        }
+    }
+}
+
+fn seen_by_daemons(
     mc: &MultiCluster,
     uid: &str,
     nodes: &BTreeSet<String>,
