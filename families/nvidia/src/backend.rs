@@ -259,7 +259,6 @@ impl Backend for NvidiaBackend {
                     self.node.node_name.clone(),
                     running.events.clone(),
                     running.holds.clone(),
-                    Duration::from_secs(self.flags.device_plugin_check_seconds.max(1)),
                     self.flags.device_plugin_resources.clone(),
                 ),
             );

@@ -11,11 +11,11 @@
 //! graft hands out no GPU. A GPU plugin renamed elsewhere is named with
 //! `--device-plugin-resources`.
 
-use std::time::Duration;
-
+use futures::StreamExt;
 use k8s_openapi::api::core::v1::Node;
 use kube::api::Api;
 use kube::runtime::events::{Event, EventType};
+use kube::runtime::{watcher, WatchStreamExt};
 use tokio::sync::watch;
 
 use graft_driver_core::events::{node_ref, Poster};
@@ -137,43 +137,53 @@ fn event(v: &Verdict) -> Option<Event> {
     })
 }
 
-/// Looks at the Node every `every` and keeps the family's hold in `holds` up to date; an
-/// Event when GPUs are withheld, and when they are published again after that.
+/// Watches this Node (a field selector on its name, so the API server sends this node's
+/// changes alone: one event per status update, about one each 5 min from the kubelet,
+/// where a poll cost a GET every 30 s) and keeps the family's hold in `holds` up to date;
+/// an Event when GPUs are withheld, and when they are published again after that.
 pub async fn run(
     client: kube::Client,
     node: String,
     poster: Poster,
     holds: watch::Sender<Holds>,
-    every: Duration,
     extra: Vec<String>,
 ) {
     let nodes: Api<Node> = Api::all(client);
+    let config = watcher::Config::default().fields(&format!("metadata.name={node}"));
+    let stream = watcher(nodes, config).default_backoff();
+    let mut stream = std::pin::pin!(stream);
     let mut before = Verdict::Unknown;
-    loop {
-        match nodes.get(&node).await {
-            Ok(n) => {
-                let found = plugin_resources(&n, &extra);
-                let now = if found.is_empty() {
-                    Verdict::Clear
-                } else {
-                    Verdict::Withhold(found)
-                };
-                holds.send_if_modified(|h| now.hold(h));
-                let was = std::mem::replace(&mut before, now.clone());
-                let worth = match (&was, &now) {
-                    (Verdict::Unknown, Verdict::Clear) => false,
-                    (b, n) => b != n,
-                };
-                if worth {
-                    if let Some(ev) = event(&now) {
-                        tracing::warn!(verdict = ?now, "device plugin beside graft");
-                        poster.post(ev, node_ref(&node));
-                    }
+    let mut failing = false;
+    while let Some(ev) = stream.next().await {
+        let n = match ev {
+            Ok(watcher::Event::Apply(n) | watcher::Event::InitApply(n)) => n,
+            Ok(_) => continue,
+            Err(e) => {
+                if !std::mem::replace(&mut failing, true) {
+                    tracing::warn!(error = %e, "watching this Node for device plugin resources");
                 }
+                continue;
             }
-            Err(e) => tracing::warn!(error = %e, "reading this Node for device plugin resources"),
+        };
+        failing = false;
+        let found = plugin_resources(&n, &extra);
+        let now = if found.is_empty() {
+            Verdict::Clear
+        } else {
+            Verdict::Withhold(found)
+        };
+        holds.send_if_modified(|h| now.hold(h));
+        let was = std::mem::replace(&mut before, now.clone());
+        let worth = match (&was, &now) {
+            (Verdict::Unknown, Verdict::Clear) => false,
+            (b, n) => b != n,
+        };
+        if worth {
+            if let Some(ev) = event(&now) {
+                tracing::warn!(verdict = ?now, "device plugin beside graft");
+                poster.post(ev, node_ref(&node));
+            }
         }
-        tokio::time::sleep(every).await;
     }
 }
 

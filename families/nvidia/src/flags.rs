@@ -106,7 +106,7 @@ pub struct NvidiaFlags {
     /// Operator's nvidia.com/hostdev, RDMA devices) withhold nothing.
     #[arg(long, env = "GRAFT_DEVICE_PLUGIN_RESOURCES", value_delimiter = ',')]
     pub device_plugin_resources: Vec<String>,
-    /// Seconds between looks at the Node for device plugin resources.
+    /// Ignored: the Node is watched now (kept so that older configurations still start).
     #[arg(
         long,
         hide = true,
