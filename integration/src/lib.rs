@@ -14,6 +14,7 @@ pub mod extender_pki;
 pub mod fake_gpu;
 pub mod fake_mps;
 pub mod fake_sysfs;
+pub mod fleet;
 pub mod gpu_check;
 pub mod hostile;
 pub mod images;

@@ -99,6 +99,7 @@ const ALLOWED_DEPS: &[(&str, &[&str])] = &[
     (
         "graft-integration",
         &[
+            "graft-api",
             "graft-driver",
             "graft-proto",
             "graft-record",

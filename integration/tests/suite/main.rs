@@ -45,6 +45,7 @@ mod fake_mps_v3;
 mod fake_nvml_events;
 mod fake_nvml_mig;
 mod fake_sysfs;
+mod fleet_sim;
 mod gpu_check;
 mod gpu_health;
 mod graftctl;

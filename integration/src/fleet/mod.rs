@@ -1,0 +1,262 @@
+//! A fleet of simulated GPU nodes on one machine, against the testbed's real control
+//! plane: etcd, kube-apiserver, kube-controller-manager and kube-scheduler (one process
+//! per scheduler profile set), with N Node objects that no kubelet runs. Each node is
+//! written Ready once and publishes the ResourceSlices graft-driver would publish on it
+//! ([`shapes`]); pods bound to it are marked Running, and deleted pods removed, by
+//! [`kubelet`], as kwok's fake kubelet does. graft's cluster components (the extender,
+//! the ComputeDomain controller) run as processes against it, as they do in a cluster.
+//!
+//! What is not real, and why:
+//! - No lease heartbeats: 5,000 nodes renewing a Lease every 10 s is 500 writes/s, which
+//!   on two cores would measure the API server, not graft. The node lifecycle controller
+//!   runs (it lifts the `not-ready` taint admission puts on new nodes) with a grace period
+//!   of an hour, so that no node is marked unreachable during a run.
+//! - No container ever starts; a pod is Running as soon as it is bound.
+
+pub mod kubelet;
+pub mod nodes;
+pub mod shapes;
+pub mod workload;
+
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+
+use anyhow::Context;
+use nix::sys::signal::Signal;
+
+use crate::apiserver::ControlPlane;
+use crate::testbed::Testbed;
+
+/// A process of the fleet (a scheduler, a controller, a graft component), killed on drop.
+pub struct Proc {
+    /// What it is.
+    pub name: String,
+    child: Child,
+}
+
+impl Proc {
+    /// Starts `cmd` with its output in `dir/<name>.log`; it dies with the thread that
+    /// started it (PR_SET_PDEATHSIG), so start it from one that lives as long as the run.
+    pub fn start(name: &str, cmd: &mut Command, dir: &Path) -> anyhow::Result<Self> {
+        let out = std::fs::File::create(dir.join(format!("{name}.log")))?;
+        let err = out.try_clone()?;
+        // SAFETY: the closure runs in the forked child before exec and only calls
+        // prctl(2), which is async-signal-safe.
+        unsafe {
+            cmd.pre_exec(|| {
+                nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)?;
+                Ok(())
+            });
+        }
+        let child = cmd
+            .stdin(Stdio::null())
+            .stdout(out)
+            .stderr(err)
+            .spawn()
+            .with_context(|| format!("starting {name}"))?;
+        Ok(Proc {
+            name: name.to_string(),
+            child,
+        })
+    }
+
+    /// Its pid.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Resident memory now and its peak, KiB (VmRSS, VmHWM).
+    pub fn rss_kib(&self) -> (u64, u64) {
+        crate::bench::rss_kib(self.pid())
+    }
+
+    /// CPU time so far (user + system).
+    pub fn cpu_time(&self) -> std::time::Duration {
+        crate::bench::cpu_time(self.pid())
+    }
+
+    /// Whether it still runs.
+    pub fn running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A kube-scheduler's extender, as docs/placement.md configures it (plain HTTP here: the
+/// fleet measures scoring, not TLS, and both sides of a comparison pay the same).
+pub struct ExtenderUse {
+    /// Its `urlPrefix`.
+    pub url: String,
+}
+
+/// The control plane and its schedulers.
+pub struct Fleet {
+    /// etcd and kube-apiserver.
+    pub cp: ControlPlane,
+    /// Where logs and configurations go.
+    pub dir: PathBuf,
+    bins: PathBuf,
+    /// kube-controller-manager and the schedulers.
+    pub procs: Vec<Proc>,
+}
+
+impl Fleet {
+    /// Starts etcd, kube-apiserver and kube-controller-manager of the newest Kubernetes
+    /// under `dir`.
+    pub fn start(tb: &Testbed, dir: &Path) -> anyhow::Result<Self> {
+        let cp = ControlPlane::start(tb, dir)?;
+        let mut f = Fleet {
+            cp,
+            dir: dir.to_path_buf(),
+            bins: tb.k8s.clone(),
+            procs: Vec::new(),
+        };
+        let sa_key = dir.join("pki/sa.key");
+        let cm = Proc::start(
+            "kube-controller-manager",
+            Command::new(f.bins.join("kube-controller-manager"))
+                .arg(format!("--kubeconfig={}", f.cp.kubeconfig.display()))
+                .args(["--leader-elect=false", "--controllers=*"])
+                .arg(format!(
+                    "--service-account-private-key-file={}",
+                    sa_key.display()
+                ))
+                .args([
+                    "--use-service-account-credentials=false",
+                    "--node-monitor-grace-period=1h",
+                    "--kube-api-qps=500",
+                    "--kube-api-burst=1000",
+                ]),
+            dir,
+        )?;
+        f.procs.push(cm);
+        Ok(f)
+    }
+
+    /// Starts a kube-scheduler serving the profiles `profiles` (scheduler names), calling
+    /// `extender` for every profile when given (extenders are per process, not per
+    /// profile: a second profile with the extender is a second scheduler).
+    pub fn scheduler(
+        &mut self,
+        name: &str,
+        profiles: &[&str],
+        extender: Option<&ExtenderUse>,
+    ) -> anyhow::Result<()> {
+        let mut yaml = format!(
+            "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\n\
+             clientConnection: {{kubeconfig: {}, qps: 1000, burst: 2000}}\n\
+             leaderElection: {{leaderElect: false}}\nprofiles:\n",
+            self.cp.kubeconfig.display()
+        );
+        for p in profiles {
+            yaml.push_str(&format!("  - schedulerName: {p}\n"));
+        }
+        if let Some(e) = extender {
+            yaml.push_str(&format!(
+                "extenders:\n  - urlPrefix: {}\n    prioritizeVerb: prioritize\n    weight: 5\n    \
+                 nodeCacheCapable: true\n    ignorable: true\n    httpTimeout: 2s\n",
+                e.url
+            ));
+        }
+        let path = self.dir.join(format!("{name}.yaml"));
+        std::fs::write(&path, yaml)?;
+        let p = Proc::start(
+            name,
+            Command::new(self.bins.join("kube-scheduler"))
+                .arg(format!("--config={}", path.display()))
+                .args(["--secure-port=0"]),
+            &self.dir,
+        )?;
+        self.procs.push(p);
+        Ok(())
+    }
+
+    /// Every process still runs; the first that does not, named, with its log's tail.
+    pub fn check(&mut self) -> anyhow::Result<()> {
+        for p in &mut self.procs {
+            if !p.running() {
+                let log = std::fs::read_to_string(self.dir.join(format!("{}.log", p.name)))
+                    .unwrap_or_default();
+                let tail: Vec<&str> = log.lines().rev().take(20).collect();
+                anyhow::bail!(
+                    "{} exited; its log, newest first:\n{}",
+                    p.name,
+                    tail.join("\n")
+                );
+            }
+        }
+        Ok(())
+    }
+
+    /// A client for the API server, as an admin.
+    pub async fn client(&self) -> anyhow::Result<kube::Client> {
+        self.cp.client().await
+    }
+}
+
+/// graft-scheduler-extender running against the fleet.
+pub struct Extender {
+    /// The process.
+    pub proc: Proc,
+    /// How kube-scheduler calls it.
+    pub usage: ExtenderUse,
+    /// Where its /metrics and /readyz are (`127.0.0.1:<port>`).
+    pub metrics: String,
+}
+
+fn free_port() -> anyhow::Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
+}
+
+impl Fleet {
+    /// Starts graft-scheduler-extender (plain HTTP on a loopback port) as an admin of the
+    /// fleet, and waits until its caches are filled (`/readyz`).
+    pub fn extender(&self, extra: &[&str]) -> anyhow::Result<Extender> {
+        let (port, mport) = (free_port()?, free_port()?);
+        let metrics = format!("127.0.0.1:{mport}");
+        let proc = Proc::start(
+            "graft-scheduler-extender",
+            Command::new(crate::testbed::workspace_bin("graft-scheduler-extender")?)
+                .env("KUBECONFIG", &self.cp.kubeconfig)
+                .arg(format!("--listen=127.0.0.1:{port}"))
+                .arg(format!("--metrics-addr={metrics}"))
+                .args(extra),
+            &self.dir,
+        )?;
+        let start = std::time::Instant::now();
+        while !matches!(crate::scrape::tcp_get(&metrics, "/readyz"), Ok((200, _))) {
+            anyhow::ensure!(
+                start.elapsed() < std::time::Duration::from_secs(120),
+                "graft-scheduler-extender not ready after 120 s (log: {})",
+                self.dir.join("graft-scheduler-extender.log").display()
+            );
+            std::thread::sleep(std::time::Duration::from_millis(250));
+        }
+        Ok(Extender {
+            proc,
+            usage: ExtenderUse {
+                url: format!("http://127.0.0.1:{port}/"),
+            },
+            metrics,
+        })
+    }
+
+    /// Applies the chart's DeviceClasses, as shipped.
+    pub fn device_classes(&self, tb: &Testbed) -> anyhow::Result<()> {
+        let yaml = tb.render_chart(&["--show-only", "templates/30-deviceclasses.yaml"])?;
+        let path = self.dir.join("deviceclasses.yaml");
+        std::fs::write(&path, yaml)?;
+        self.cp
+            .kubectl(&["apply", "-f", &path.to_string_lossy()])
+            .map(|_| ())
+    }
+}
