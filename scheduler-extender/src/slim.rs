@@ -155,4 +155,4 @@ pub fn claim(driver: &str, c: &mut ResourceClaim) {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -126,7 +126,7 @@ fn a_slim_claim_gives_the_same_demand_use_and_owners() {
 }
 
 /// Bytes allocated on this thread, less those freed: what the objects built here keep.
-mod counting {
+pub(crate) mod counting {
     use std::alloc::{GlobalAlloc, Layout, System};
     use std::cell::Cell;
 
