@@ -37,13 +37,13 @@ pub enum Change<E> {
 /// relisting no longer lists survives it.
 pub fn step<K, E>(
     pending: &mut Option<Vec<(String, E)>>,
-    event: watcher::Event<K>,
+    event: &watcher::Event<K>,
     key: impl Fn(&K) -> String,
     entry: impl Fn(&K) -> E,
 ) -> Option<Change<E>> {
     match event {
-        watcher::Event::Apply(k) => Some(Change::Apply(key(&k), entry(&k))),
-        watcher::Event::Delete(k) => Some(Change::Delete(key(&k))),
+        watcher::Event::Apply(k) => Some(Change::Apply(key(k), entry(k))),
+        watcher::Event::Delete(k) => Some(Change::Delete(key(k))),
         watcher::Event::Init => {
             *pending = Some(Vec::new());
             None
@@ -51,7 +51,7 @@ pub fn step<K, E>(
         watcher::Event::InitApply(k) => {
             pending
                 .get_or_insert_with(Vec::new)
-                .push((key(&k), entry(&k)));
+                .push((key(k), entry(k)));
             None
         }
         watcher::Event::InitDone => Some(Change::Replace(pending.take().unwrap_or_default())),

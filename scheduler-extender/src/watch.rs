@@ -38,14 +38,15 @@ pub struct Caches {
 }
 
 /// Runs one watch's events into `apply` until dropped (the stream retries with backoff);
-/// a relisting replaces what the index had (see [`index::step`]). `ready` turns true once
-/// the first listing is complete.
+/// a relisting replaces what the index had (see [`index::step`]). Each event then goes to
+/// `store`. `ready` turns true once the first listing is complete.
 async fn keep<K, E>(
     kind: &'static str,
     stream: impl Stream<Item = Result<watcher::Event<K>, watcher::Error>>,
     key: impl Fn(&K) -> String,
     entry: impl Fn(&K) -> E,
     apply: impl Fn(Change<E>),
+    mut store: impl FnMut(watcher::Event<K>),
     ready: Arc<AtomicBool>,
 ) {
     let mut stream = std::pin::pin!(stream);
@@ -56,9 +57,10 @@ async fn keep<K, E>(
             Ok(ev) => {
                 failing = false;
                 let done = matches!(ev, watcher::Event::InitDone);
-                if let Some(change) = index::step(&mut pending, ev, &key, &entry) {
+                if let Some(change) = index::step(&mut pending, &ev, &key, &entry) {
                     apply(change);
                 }
+                store(ev);
                 if done {
                     ready.store(true, Ordering::Release);
                 }
@@ -107,8 +109,8 @@ impl Caches {
                 watcher::Config::default(),
             )
             .default_backoff()
-            .modify(move |c| slim::claim(&d, c))
-            .reflect(claim_writer);
+            .modify(move |c| slim::claim(&d, c));
+            let mut claim_writer = claim_writer;
             // Metadata only: a node's pool is a label; its status is large and changes often.
             let nodes = watcher(
                 Api::<PartialObjectMeta<Node>>::all(client),
@@ -122,6 +124,7 @@ impl Caches {
                     |s: &ResourceSlice| name_of(&s.metadata),
                     |s| Slice::of(&driver, s),
                     move |c| i1.slices(c),
+                    |_| (),
                     r_slices,
                 ),
                 keep(
@@ -130,6 +133,8 @@ impl Caches {
                     index::claim_key,
                     |c| index::held(i2.driver(), c),
                     |c| i2.claims(c),
+                    // The index has what an allocated claim holds: the store keeps less.
+                    move |ev| claim_writer.apply_watcher_event(&ev.modify(slim::settled)),
                     r_claims,
                 ),
                 keep(
@@ -142,6 +147,7 @@ impl Caches {
                         pool.map_or(NO_POOL, String::as_str).to_string()
                     },
                     move |c| i3.node_pools(c),
+                    |_| (),
                     r_nodes,
                 ),
             );

@@ -104,7 +104,7 @@ fn feed_slice(
     ev: watcher::Event<ResourceSlice>,
 ) {
     let name = |s: &ResourceSlice| s.metadata.name.clone().unwrap_or_default();
-    if let Some(c) = step(pending, ev, name, |s| Slice::of(DRIVER, s)) {
+    if let Some(c) = step(pending, &ev, name, |s| Slice::of(DRIVER, s)) {
         index.slices(c);
     }
 }
@@ -114,7 +114,7 @@ fn feed_claim(
     pending: &mut Option<Vec<(String, Held)>>,
     ev: watcher::Event<ResourceClaim>,
 ) {
-    if let Some(c) = step(pending, ev, claim_key, |c| held(DRIVER, c)) {
+    if let Some(c) = step(pending, &ev, claim_key, |c| held(DRIVER, c)) {
         index.claims(c);
     }
 }
