@@ -7,6 +7,7 @@
 
 pub mod demand;
 pub mod events;
+pub mod index;
 pub mod intake;
 pub mod listen;
 pub mod metrics;

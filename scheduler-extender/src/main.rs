@@ -31,6 +31,14 @@ struct Args {
     /// DeviceClasses whose requests are whole GPUs (repeat for more).
     #[arg(long = "gpu-class", default_value = graft_api::classes::GPU.name)]
     gpu_classes: Vec<String>,
+    /// The Node label whose value names a node's pool, for the per-pool GPU and
+    /// fragmentation gauges (nodes without it are in pool `none`).
+    #[arg(
+        long,
+        env = "GRAFT_EXTENDER_POOL_LABEL",
+        default_value = "node.kubernetes.io/instance-type"
+    )]
+    pool_label: String,
     /// `pack`: fill partly used nodes first; `spread`: keep load even.
     #[arg(long, env = "GRAFT_EXTENDER_MODE", default_value = "pack")]
     mode: Mode,
@@ -77,7 +85,9 @@ async fn run(args: Args) -> anyhow::Result<()> {
         .context("connecting to the API server")?;
     let mut telemetry = Telemetry::new("graft_scheduler_extender_build_info");
     let metrics = Metrics::register(telemetry.registry());
-    let (caches, watching) = Caches::watch(client.clone(), &args.driver);
+    let (caches, watching) = Caches::watch(client.clone(), &args.driver, &args.pool_label);
+    let fleet =
+        graft_scheduler_extender::metrics::keep_fleet(caches.index(), metrics.fleet.clone());
     // A qualified name, as the Events API asks of reportingController.
     let reporter = kube::runtime::events::Reporter {
         controller: "graft.dev/scheduler-extender".into(),
@@ -90,7 +100,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
             Ok("caches filled".to_string())
         } else {
             Err(graft_telemetry::NotReady(
-                "the ResourceSlice and ResourceClaim caches are not filled yet".into(),
+                "the ResourceSlice, ResourceClaim and Node watches have not listed yet".into(),
             ))
         }
     });
@@ -114,7 +124,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         announced: Arc::default(),
     };
     let mut signals = Signals::install()?;
-    // The three run for the life of the process: one ending is an error naming it.
+    // The four run for the life of the process: one ending is an error naming it.
     let mut daemon = Daemon::new();
     daemon.spawn("extender-server", async move {
         serve(listener, tls, shared)
@@ -123,6 +133,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
     });
     daemon.spawn("watches", watching);
     daemon.spawn("event-poster", posting);
+    daemon.spawn("fleet-gauges", fleet);
     daemon.run(&mut signals, STOP_WAIT).await?;
     Ok(())
 }

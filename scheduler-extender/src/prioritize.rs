@@ -2,21 +2,20 @@
 
 use std::sync::Arc;
 
-use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceSlice};
+use k8s_openapi::api::resource::v1::ResourceClaim;
 
 use crate::demand::{self, Demand};
 use crate::score::{self, Mode};
 use crate::state;
 use graft_api::extender::{ExtenderArgs, HostPriority};
 
-/// What the extender knows of the cluster: graft's slices and every claim.
+/// What the extender knows of the cluster: each node's GPUs and the claims.
 pub trait View: Send + Sync {
-    /// Both caches have been filled once.
+    /// Every watch has listed once.
     fn ready(&self) -> bool;
-    /// Every ResourceSlice.
-    fn slices(&self) -> Vec<Arc<ResourceSlice>>;
-    /// Every ResourceClaim.
-    fn claims(&self) -> Vec<Arc<ResourceClaim>>;
+    /// The GPUs of each of `names`, in order (none for a node without graft GPUs): only
+    /// the candidates are read, never the whole cluster.
+    fn nodes(&self, names: &[String]) -> Vec<state::NodeGpus>;
     /// One claim.
     fn claim(&self, namespace: &str, name: &str) -> Option<Arc<ResourceClaim>>;
 }
@@ -46,6 +45,8 @@ pub struct Scored {
 pub fn prioritize(view: &dyn View, config: &Config, args: &ExtenderArgs) -> Scored {
     let candidates = args.candidates();
     let demand = match &args.pod {
+        // Most pods name no claim: answered without a look at the view.
+        Some(pod) if !names_claims(pod) => Demand::default(),
         Some(pod) => {
             let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
             let found: Vec<Arc<ResourceClaim>> = demand::claim_names(pod)
@@ -74,21 +75,25 @@ pub fn prioritize(view: &dyn View, config: &Config, args: &ExtenderArgs) -> Scor
             .collect();
         return Scored { hosts, demand };
     }
-    let slices = view.slices();
-    let claims = view.claims();
-    let nodes = state::nodes(
-        &config.driver,
-        slices.iter().map(|s| s.as_ref()),
-        claims.iter().map(|c| c.as_ref()),
-    );
-    let empty = state::NodeGpus::default();
+    let mut nodes = view.nodes(&candidates).into_iter();
     let hosts = candidates
         .into_iter()
         .map(|host| {
-            let node = nodes.get(&host).unwrap_or(&empty);
-            let score = score::score(node, &demand, config.mode);
+            let node = nodes.next().unwrap_or_default();
+            let score = score::score(&node, &demand, config.mode);
             HostPriority { host, score }
         })
         .collect();
     Scored { hosts, demand }
 }
+
+/// Whether the pod names any ResourceClaim at all.
+fn names_claims(pod: &k8s_openapi::api::core::v1::Pod) -> bool {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.resource_claims.as_ref())
+        .is_some_and(|c| !c.is_empty())
+}
+
+#[cfg(test)]
+mod tests;

@@ -44,7 +44,7 @@ impl NodeGpus {
     }
 }
 
-fn string_attr<'a>(d: &'a Device, domain: &str, name: &str) -> Option<&'a str> {
+pub(crate) fn string_attr<'a>(d: &'a Device, domain: &str, name: &str) -> Option<&'a str> {
     let attrs = d.attributes.as_ref()?;
     // Unqualified names are in the driver's domain; the qualified form means the same.
     attrs
@@ -63,7 +63,7 @@ fn bool_attr(d: &Device, domain: &str, name: &str) -> bool {
 }
 
 /// Whether `d` is a whole GPU offered as one (`type` gpu, MIG off).
-fn whole_gpu(d: &Device, driver: &str) -> bool {
+pub(crate) fn whole_gpu(d: &Device, driver: &str) -> bool {
     string_attr(d, driver, TYPE) == Some(graft_api::types::GPU)
         && !bool_attr(d, driver, MIG_ENABLED)
 }

@@ -5,7 +5,7 @@
 //! while it is down. The extender serves HTTPS with certificates as the chart makes them
 //! (graft's CA, a serving and a client certificate); kube-scheduler is played by curl
 //! trusting graft's CA alone, with the client certificate. Its API server is a stand-in
-//! that lists no slices and no claims (the extender then scores every node 0, which is
+//! that lists no slices, claims or nodes (the extender then scores every node 0, which is
 //! all these calls need). Needs the workspace binaries, openssl and curl; no testbed.
 
 use std::io::{BufRead, BufReader, Read, Write};
@@ -57,13 +57,16 @@ fn api_connection(conn: TcpStream) {
             std::thread::sleep(Duration::from_secs(3600));
             return;
         }
-        let kind = if path.contains("resourceslices") {
-            "ResourceSliceList"
+        let (api, kind) = if path.contains("resourceslices") {
+            ("resource.k8s.io/v1", "ResourceSliceList")
+        } else if path.contains("/nodes") {
+            // The Node watch asks for metadata only.
+            ("meta.k8s.io/v1", "PartialObjectMetadataList")
         } else {
-            "ResourceClaimList"
+            ("resource.k8s.io/v1", "ResourceClaimList")
         };
         let body = format!(
-            r#"{{"apiVersion":"resource.k8s.io/v1","kind":"{kind}","metadata":{{"resourceVersion":"1"}},"items":[]}}"#
+            r#"{{"apiVersion":"{api}","kind":"{kind}","metadata":{{"resourceVersion":"1"}},"items":[]}}"#
         );
         let head = format!(
             "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",

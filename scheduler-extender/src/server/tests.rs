@@ -23,11 +23,17 @@ impl View for Fixed {
     fn ready(&self) -> bool {
         self.ready.load(Ordering::Relaxed)
     }
-    fn slices(&self) -> Vec<Arc<ResourceSlice>> {
-        self.slices.clone()
-    }
-    fn claims(&self) -> Vec<Arc<ResourceClaim>> {
-        self.claims.clone()
+    /// The full rebuild, the index's reference.
+    fn nodes(&self, names: &[String]) -> Vec<crate::state::NodeGpus> {
+        let all = crate::state::nodes(
+            "graft.dev",
+            self.slices.iter().map(|s| s.as_ref()),
+            self.claims.iter().map(|c| c.as_ref()),
+        );
+        names
+            .iter()
+            .map(|n| all.get(n).cloned().unwrap_or_default())
+            .collect()
     }
     fn claim(&self, ns: &str, name: &str) -> Option<Arc<ResourceClaim>> {
         self.claims

@@ -89,6 +89,11 @@ fn scheduler_extender_is_off_by_default_and_writes_only_events() -> anyhow::Resu
         role.contains("resources: [\"resourceclaims\"]\n    verbs: [\"get\", \"list\", \"watch\"]"),
         "{role}"
     );
+    // Nodes only listed and watched (their metadata: the pool label of the fleet gauges).
+    ensure!(
+        role.contains("resources: [\"nodes\"]\n    verbs: [\"list\", \"watch\"]"),
+        "{role}"
+    );
 
     let dir = tempfile::tempdir()?;
     let bad = dir.path().join("v.yaml");

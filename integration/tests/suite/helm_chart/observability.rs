@@ -1,7 +1,8 @@
 //! The chart's observability pack: the metrics Service follows the metrics addresses, the
 //! ServiceMonitor, PrometheusRule and dashboard are off by default, and every metric an
 //! alert or the dashboard uses is one graft serves, of the type its suffix says (read from
-//! graft-driver's and graft-nri's own registries, so that a renamed metric fails here).
+//! graft-driver's, graft-nri's and graft-scheduler-extender's own registries, so that a
+//! renamed metric fails here).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -22,11 +23,18 @@ const ALL_ON: [&str; 6] = [
     "metrics.dashboard.enabled=true",
 ];
 
-/// Every metric graft-driver and graft-nri register, with its type (`# TYPE` lines).
+/// Every metric graft-driver, graft-nri and graft-scheduler-extender register, with its
+/// type (`# TYPE` lines).
 fn served() -> anyhow::Result<BTreeMap<String, String>> {
     let mut registry = Registry::default();
     graft_driver::metrics::DriverMetrics::default().register(&mut registry);
     graft_nri::metrics::NriMetrics::default().register(&mut registry);
+    let extender = graft_scheduler_extender::metrics::Metrics::register(&mut registry);
+    // One pool, so that the per-pool gauges have a series and are encoded with their type.
+    extender.fleet.set(&BTreeMap::from([(
+        "x".to_string(),
+        graft_scheduler_extender::index::PoolGpus::default(),
+    )]));
     let mut text = String::new();
     prometheus_client::encoding::text::encode(&mut text, &registry)?;
     let mut out = BTreeMap::new();
@@ -79,7 +87,8 @@ fn is_served(used: &str, served: &BTreeMap<String, String>, sources: &str) -> bo
         || used.strip_suffix("_total").is_some_and(quoted)
 }
 
-/// The Rust sources of graft-driver (its core and families too) and graft-nri, concatenated.
+/// The Rust sources of graft-driver (its core and families too), graft-nri and
+/// graft-scheduler-extender, concatenated.
 fn sources() -> anyhow::Result<String> {
     let mut all = String::new();
     let mut dirs = vec![
@@ -87,6 +96,7 @@ fn sources() -> anyhow::Result<String> {
         top().join("driver-core/src"),
         top().join("families"),
         top().join("nri-plugin/src"),
+        top().join("scheduler-extender/src"),
     ];
     while let Some(dir) = dirs.pop() {
         for entry in std::fs::read_dir(&dir)? {
@@ -149,6 +159,33 @@ fn alerts_and_dashboard_use_metrics_graft_serves() -> anyhow::Result<()> {
         unknown.is_empty(),
         "not served by graft (as written): {unknown:?}; served: {served:?}"
     );
+    Ok(())
+}
+
+/// The dashboard shows the scheduler extender's free GPUs and fragmentation ratio per
+/// node pool.
+#[test]
+fn dashboard_shows_fragmentation() -> anyhow::Result<()> {
+    let dashboard = std::fs::read_to_string(chart().join("files/dashboard.json"))?;
+    let json: Value = serde_json::from_str(&dashboard).context("dashboard.json")?;
+    let exprs: Vec<&str> = json["panels"]
+        .as_array()
+        .context("panels")?
+        .iter()
+        .flat_map(|p| p["targets"].as_array().into_iter().flatten())
+        .filter_map(|t| t["expr"].as_str())
+        .collect();
+    for want in [
+        "graft_scheduler_extender_free_gpus",
+        "graft_scheduler_extender_fragmentation_ratio",
+    ] {
+        ensure!(
+            exprs
+                .iter()
+                .any(|e| metric_names(e).contains(want) && e.contains("by (pool)")),
+            "no dashboard query shows {want} per pool: {exprs:?}"
+        );
+    }
     Ok(())
 }
 
