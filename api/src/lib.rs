@@ -13,6 +13,7 @@
 pub mod attributes;
 pub mod capacity;
 pub mod classes;
+pub mod client;
 pub mod compute_domain;
 pub mod extender;
 pub mod opaque;

@@ -89,7 +89,7 @@ fn main() -> anyhow::Result<()> {
 
 async fn run(args: Args, image: String) -> anyhow::Result<()> {
     let mut signals = Signals::install()?;
-    let client = kube::Client::try_default()
+    let client = graft_api::client::connect("graft-compute-domain-controller")
         .await
         .context("connecting to the API server")?;
     let mut telemetry = Telemetry::new("graft_compute_domain_build_info");

@@ -80,7 +80,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
             None
         }
     };
-    let client = kube::Client::try_default()
+    let client = graft_api::client::connect("graft-scheduler-extender")
         .await
         .context("connecting to the API server")?;
     let mut telemetry = Telemetry::new("graft_scheduler_extender_build_info");

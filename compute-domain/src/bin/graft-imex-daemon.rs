@@ -194,7 +194,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
     tracing::info!(domain = %format!("{namespace}/{name}"), %uid, node = %args.node_name,
                    %own, %clique, "watching the domain");
     let mut signals = Signals::install()?;
-    let client = kube::Client::try_default()
+    let client = graft_api::client::connect("graft-imex-daemon")
         .await
         .context("connecting to the API server")?;
     let records = args

@@ -107,7 +107,7 @@ impl Probes for Real {
 #[async_trait]
 impl Cluster for Real {
     async fn client(&self) -> anyhow::Result<kube::Client> {
-        kube::Client::try_default()
+        graft_api::client::connect("graft-driver")
             .await
             .context("no Kubernetes client configuration (in-cluster or KUBECONFIG)")
     }
