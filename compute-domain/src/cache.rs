@@ -20,7 +20,7 @@ use kube::runtime::reflector::{self, Store};
 use kube::runtime::{watcher, WatchStreamExt};
 use kube::Api;
 
-use crate::clique::{CLIQUE_ATTRIBUTE, DRIVER};
+use crate::clique::{CHANNEL_TYPE, CLIQUE_ATTRIBUTE, DRIVER};
 use crate::context::Context;
 use crate::objects::DOMAIN_LABEL;
 use graft_api::attributes::{qualified, PARENT_UUID, TYPE, UUID};
@@ -73,11 +73,26 @@ fn meta(m: &ObjectMeta, labels: &[&str]) -> ObjectMeta {
 
 /// A slice as `clique::node_channels` reads it: its node, pool and the devices' `type`,
 /// `cliqueID`, `uuid` and `parentUUID` attributes (which GPU a device is, or is part of).
+/// A slice without an IMEX channel keeps no device: `node_channels` counts a node's GPUs
+/// only on nodes with channels, and most of a fleet has none (the fleet benchmark: the
+/// controller's memory at 5,000 nodes was 2.5x its figure at 1,000 before this).
 pub fn trim_slice(s: &mut ResourceSlice) {
     let keep: Vec<String> = [CLIQUE_ATTRIBUTE, TYPE, UUID, PARENT_UUID]
         .into_iter()
         .flat_map(|a| [a.to_string(), qualified(a)])
         .collect();
+    let type_keys = [TYPE.to_string(), qualified(TYPE)];
+    let has_channel = s.spec.devices.iter().flatten().any(|d| {
+        d.attributes.as_ref().is_some_and(|a| {
+            type_keys
+                .iter()
+                .filter_map(|k| a.get(k))
+                .any(|v| v.string.as_deref() == Some(CHANNEL_TYPE))
+        })
+    });
+    if !has_channel {
+        s.spec.devices = None;
+    }
     let devices = s.spec.devices.take().map(|ds| {
         ds.into_iter()
             .map(|d| k8s_openapi::api::resource::v1::Device {

@@ -79,6 +79,24 @@ fn a_slice_keeps_its_node_pool_and_channel_and_gpu_attributes() {
 }
 
 #[test]
+fn a_slice_without_channels_keeps_no_devices() {
+    let mut s = channel_slice("b", "u.1", 0);
+    let gpus: Vec<k8s_openapi::api::resource::v1::Device> = serde_json::from_value(
+        serde_json::json!([{"name": "gpu-0", "attributes": {"type": {"string": "gpu"}}}]),
+    )
+    .unwrap();
+    s.spec.devices = Some(gpus);
+    let full = s.clone();
+    trim_slice(&mut s);
+    assert!(s.spec.devices.is_none(), "{s:?}");
+    assert_eq!(s.spec.node_name.as_deref(), Some("b"));
+    assert_eq!(
+        node_channels([&s], &Default::default()),
+        node_channels([&full], &Default::default())
+    );
+}
+
+#[test]
 fn a_pod_keeps_its_node_address_and_readiness() {
     let mut p: Pod = serde_json::from_value(serde_json::json!({
         "metadata": {"name": "d", "namespace": "g", "labels": {DOMAIN_LABEL: "u1"},
