@@ -26,6 +26,10 @@ use crate::state::NodeGpus;
 
 /// How long a claim the cache lacks may take to GET.
 const GET_TIMEOUT: Duration = Duration::from_secs(1);
+/// Objects per page of the initial lists (and relists).
+const SLICE_PAGE: u32 = 50;
+const CLAIM_PAGE: u32 = 10;
+const NODE_PAGE: u32 = 500;
 
 /// The index and the claims, readable while the watches run.
 #[derive(Clone)]
@@ -100,13 +104,18 @@ impl Caches {
         let label = pool_label.to_string();
         let run = async move {
             let (i1, i2, i3) = (index.clone(), index.clone(), index);
-            let graft = watcher::Config::default().fields(&format!("spec.driver={driver}"));
+            // Small pages, so that the initial list's transient memory is a page's, not
+            // the cluster's: graft's slices hold at most 128 devices each; a claim may be
+            // as large as the API server takes (about 1.5 MiB).
+            let graft = watcher::Config::default()
+                .fields(&format!("spec.driver={driver}"))
+                .page_size(SLICE_PAGE);
             let slices =
                 watcher(Api::<ResourceSlice>::all(client.clone()), graft).default_backoff();
             let d = driver.clone();
             let claims = watcher(
                 Api::<ResourceClaim>::all(client.clone()),
-                watcher::Config::default(),
+                watcher::Config::default().page_size(CLAIM_PAGE),
             )
             .default_backoff()
             .modify(move |c| slim::claim(&d, c));
@@ -114,7 +123,7 @@ impl Caches {
             // Metadata only: a node's pool is a label; its status is large and changes often.
             let nodes = watcher(
                 Api::<PartialObjectMeta<Node>>::all(client),
-                watcher::Config::default(),
+                watcher::Config::default().page_size(NODE_PAGE),
             )
             .default_backoff();
             tokio::join!(
