@@ -58,6 +58,17 @@ impl ControlPlane {
     /// [`ControlPlane::start`] of the Kubernetes `k8s`; on 1.34 with the gates README's
     /// support table names for the API server's part of graft (cluster.sh's).
     pub fn start_on(tb: &Testbed, dir: &Path, k8s: Kubernetes) -> anyhow::Result<Self> {
+        Self::start_with(tb, dir, k8s, &[])
+    }
+
+    /// [`ControlPlane::start_on`] with more kube-apiserver arguments (files they name must
+    /// lie outside `dir`, which is made afresh).
+    pub fn start_with(
+        tb: &Testbed,
+        dir: &Path,
+        k8s: Kubernetes,
+        extra: &[String],
+    ) -> anyhow::Result<Self> {
         let bins = match k8s {
             Kubernetes::Newest => &tb.k8s,
             Kubernetes::V1_34 => &tb.k8s_134,
@@ -107,6 +118,7 @@ impl ControlPlane {
         }
         let apiserver = spawn_logged(
             apiserver
+                .args(extra)
                 .arg(format!("--etcd-servers=http://127.0.0.1:{client}"))
                 .arg("--bind-address=127.0.0.1")
                 .arg(format!("--secure-port={secure}"))

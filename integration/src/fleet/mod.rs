@@ -13,6 +13,8 @@
 //!   of an hour, so that no node is marked unreachable during a run.
 //! - No container ever starts; a pod is Running as soon as it is bound.
 
+pub mod audit;
+pub mod graft;
 pub mod kubelet;
 pub mod nodes;
 pub mod shapes;
@@ -105,18 +107,27 @@ pub struct Fleet {
     bins: PathBuf,
     /// kube-controller-manager and the schedulers.
     pub procs: Vec<Proc>,
+    /// kube-apiserver's audit log ([`audit`]).
+    pub audit_log: PathBuf,
 }
 
 impl Fleet {
     /// Starts etcd, kube-apiserver and kube-controller-manager of the newest Kubernetes
     /// under `dir`.
     pub fn start(tb: &Testbed, dir: &Path) -> anyhow::Result<Self> {
-        let cp = ControlPlane::start(tb, dir)?;
+        // The audit files beside `dir`, which the control plane makes afresh.
+        let name = dir.file_name().and_then(|n| n.to_str()).unwrap_or("fleet");
+        let policy = dir.with_file_name(format!("{name}-audit-policy.yaml"));
+        let audit_log = dir.with_file_name(format!("{name}-audit.log"));
+        let _ = std::fs::remove_file(&audit_log);
+        let extra = audit::args(&policy, &audit_log)?;
+        let cp = ControlPlane::start_with(tb, dir, crate::cluster::Kubernetes::Newest, &extra)?;
         let mut f = Fleet {
             cp,
             dir: dir.to_path_buf(),
             bins: tb.k8s.clone(),
             procs: Vec::new(),
+            audit_log,
         };
         let sa_key = dir.join("pki/sa.key");
         let cm = Proc::start(
@@ -201,55 +212,7 @@ impl Fleet {
     }
 }
 
-/// graft-scheduler-extender running against the fleet.
-pub struct Extender {
-    /// The process.
-    pub proc: Proc,
-    /// How kube-scheduler calls it.
-    pub usage: ExtenderUse,
-    /// Where its /metrics and /readyz are (`127.0.0.1:<port>`).
-    pub metrics: String,
-}
-
-fn free_port() -> anyhow::Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port())
-}
-
 impl Fleet {
-    /// Starts graft-scheduler-extender (plain HTTP on a loopback port) as an admin of the
-    /// fleet, and waits until its caches are filled (`/readyz`).
-    pub fn extender(&self, extra: &[&str]) -> anyhow::Result<Extender> {
-        let (port, mport) = (free_port()?, free_port()?);
-        let metrics = format!("127.0.0.1:{mport}");
-        let proc = Proc::start(
-            "graft-scheduler-extender",
-            Command::new(crate::testbed::workspace_bin("graft-scheduler-extender")?)
-                .env("KUBECONFIG", &self.cp.kubeconfig)
-                .arg(format!("--listen=127.0.0.1:{port}"))
-                .arg(format!("--metrics-addr={metrics}"))
-                .args(extra),
-            &self.dir,
-        )?;
-        let start = std::time::Instant::now();
-        while !matches!(crate::scrape::tcp_get(&metrics, "/readyz"), Ok((200, _))) {
-            anyhow::ensure!(
-                start.elapsed() < std::time::Duration::from_secs(120),
-                "graft-scheduler-extender not ready after 120 s (log: {})",
-                self.dir.join("graft-scheduler-extender.log").display()
-            );
-            std::thread::sleep(std::time::Duration::from_millis(250));
-        }
-        Ok(Extender {
-            proc,
-            usage: ExtenderUse {
-                url: format!("http://127.0.0.1:{port}/"),
-            },
-            metrics,
-        })
-    }
-
     /// Applies the chart's DeviceClasses, as shipped.
     pub fn device_classes(&self, tb: &Testbed) -> anyhow::Result<()> {
         let yaml = tb.render_chart(&["--show-only", "templates/30-deviceclasses.yaml"])?;

@@ -131,6 +131,35 @@ async fn extender_on_a_second_scheduler_profile() -> anyhow::Result<()> {
         "default scheduler: 4 pods on {:?}; graft profile: 6 pods on {distinct:?}",
         default_nodes.iter().collect::<BTreeSet<_>>()
     );
+    // The fleet gauges: 72 HGX boards of 8 GPUs, 10 of them used on the nodes above.
+    let series = |name: &str| format!("graft_scheduler_extender_{name}{{pool=\"hgx-h100\"}}");
+    let used: BTreeSet<&String> = default_nodes.iter().chain(&graft_nodes).collect();
+    let start = std::time::Instant::now();
+    loop {
+        let text = scrape::tcp_get(&ext.metrics, "/metrics")
+            .map(|(_, t)| t)
+            .unwrap_or_default();
+        let get = |n: &str| scrape::value(&text, &series(n));
+        let want_free = 576.0 - 10.0;
+        let stranded = (8 * used.len()) as f64 - 10.0;
+        if get("gpus") == Some(576.0) && get("free_gpus") == Some(want_free) {
+            let ratio = get("fragmentation_ratio").unwrap_or(-1.0);
+            ensure!(
+                (ratio - stranded / want_free).abs() < 1e-6,
+                "fragmentation ratio {ratio}, expected {stranded}/{want_free}"
+            );
+            break;
+        }
+        ensure!(
+            start.elapsed() < Duration::from_secs(30),
+            "the fleet gauges never showed 566 of 576 GPUs free:\n{}",
+            text.lines()
+                .filter(|l| l.contains("hgx-h100"))
+                .collect::<Vec<_>>()
+                .join("\n")
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
     fleet.check()?;
 
     // The benchmark's mix, a round per scheduler.

@@ -1,0 +1,201 @@
+//! The fleet at 1,000 and 5,000 simulated GPU nodes (integration/src/fleet): the testbed's
+//! real API server, controller-manager and two kube-schedulers, one plain and one whose
+//! profile calls graft-scheduler-extender, with the ComputeDomain controller and one real
+//! graft-driver (containerd, graft-nri, its nvidia family on a fake GPU node) beside them.
+//! Printed per size:
+//! - kube-scheduler's throughput (pods bound per second, scheduler_perf's measure) on the
+//!   same seeded pods with and without the extender, in pairs run in alternating order,
+//!   and the ratio with its 95 % interval over the pairs;
+//! - the extender's and the controller's resident memory and CPU, and the extender's time
+//!   per call;
+//! - API requests per second by caller (the audit log, by User-Agent), idle and during the
+//!   rounds, and what one graft-driver asks.
+//!
+//! Run: `cargo build --release --workspace --bins && bash hooks/build-static.sh --quiet &&
+//! cargo bench -p graft-integration --bench fleet`. GRAFT_FLEET_SIZES (1000,5000),
+//! GRAFT_FLEET_PAIRS (3), GRAFT_FLEET_PODS (400 per round), GRAFT_FLEET_IDLE_S (60);
+//! GRAFT_FLEET_KEEP=1 keeps the logs; GRAFT_FLEET_BINS=DIR takes graft's binaries from DIR.
+
+#[path = "fleet/report.rs"]
+mod report;
+
+use std::time::{Duration, Instant};
+
+use graft_integration::dra_node::DraNode;
+use graft_integration::fake_gpu::FakeNode;
+use graft_integration::fleet::audit;
+use graft_integration::fleet::kubelet::Kubelet;
+use graft_integration::fleet::{nodes, shapes::Shapes, workload, Fleet};
+use graft_integration::scrape;
+use graft_integration::testbed::Testbed;
+use k8s_openapi::jiff::Timestamp;
+use report::{Figures, Pair};
+
+const GRAFT_PROFILE: &str = "graft-gpu";
+/// The real graft-driver's char devices, beside its GPUs.
+const DEVICES: &str = "[[devices]]\npath = \"/dev/null\"\nattributes = { type = \"test\" }\n";
+
+fn env_or(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn metric(addr: &str, series: &str) -> f64 {
+    let text = scrape::tcp_get(addr, "/metrics")
+        .map(|(_, t)| t)
+        .unwrap_or_default();
+    scrape::value(&text, series).unwrap_or(0.0)
+}
+
+async fn one_size(
+    tb: &Testbed,
+    shapes: &Shapes,
+    size: usize,
+    root: &std::path::Path,
+) -> anyhow::Result<Figures> {
+    let pairs = env_or("GRAFT_FLEET_PAIRS", 3) as usize;
+    let pods = env_or("GRAFT_FLEET_PODS", 400) as usize;
+    let idle = Duration::from_secs(env_or("GRAFT_FLEET_IDLE_S", 60));
+    let mut fleet = Fleet::start(tb, &root.join(format!("cp-{size}")))?;
+    fleet.device_classes(tb)?;
+    let c = fleet.client().await?;
+    let plan = nodes::plan(size);
+    let t = Instant::now();
+    let slices = nodes::make(&c, shapes, &plan).await?;
+    let made_in = t.elapsed();
+    nodes::wait_untainted(&c, Duration::from_secs(600)).await?;
+    eprintln!(
+        "{size} nodes, {slices} slices made in {:.0} s",
+        made_in.as_secs_f64()
+    );
+    let _kubelet = Kubelet::start(c.clone());
+    let ext = fleet.extender(&[])?;
+    let ctl = fleet.cd_controller(tb)?;
+    fleet.scheduler("kube-scheduler", &["default-scheduler"], None)?;
+    fleet.scheduler("kube-scheduler-graft", &[GRAFT_PROFILE], Some(&ext.usage))?;
+    // One real graft-driver (containerd, graft-nri, its nvidia family on a fake GPU node)
+    // in the fleet: what one node's driver asks of the API server.
+    let gpu = FakeNode::create(&root.join(format!("driver-node-{size}")))?;
+    let hook = root.join(format!("driver-node-{size}/bin/graft-hook"));
+    let mut args: Vec<String> = ["--discovery", "char,nvidia"].map(String::from).into();
+    args.extend(gpu.nvidia_args(&hook, &graft_integration::testbed::static_hook()?));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let _driver = DraNode::start_with(&fleet.cp, "sim-driver", DEVICES, &args).await?;
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    fleet.check()?;
+    let ext_idle = ext.proc.rss_kib();
+    let ctl_idle = ctl.proc.rss_kib();
+
+    let t0 = Timestamp::now();
+    tokio::time::sleep(idle).await;
+    let t1 = Timestamp::now();
+
+    let mut runs = Vec::new();
+    let (calls0, secs0) = (
+        metric(
+            &ext.metrics,
+            "graft_scheduler_extender_call_duration_seconds_count",
+        ),
+        metric(
+            &ext.metrics,
+            "graft_scheduler_extender_call_duration_seconds_sum",
+        ),
+    );
+    let ext_cpu0 = ext.proc.cpu_time();
+    let t2 = Timestamp::now();
+    for pair in 0..pairs {
+        let asks = workload::asks(pair as u64 + 1, pods);
+        let order = if pair % 2 == 0 {
+            ["default-scheduler", GRAFT_PROFILE]
+        } else {
+            [GRAFT_PROFILE, "default-scheduler"]
+        };
+        let mut got = [0.0f64; 2];
+        for scheduler in order {
+            let ns = format!("fleet-{size}-{pair}-{scheduler}");
+            let r = workload::round(&c, &ns, scheduler, &asks, Duration::from_secs(300)).await?;
+            eprintln!(
+                "  pair {pair} {scheduler}: {}/{} bound in {:.1} s, {:.1} pods/s (created in {:.1} s)",
+                r.bound,
+                r.pods,
+                r.bound_in.as_secs_f64(),
+                r.throughput(),
+                r.created_in.as_secs_f64()
+            );
+            anyhow::ensure!(
+                r.bound == r.pods,
+                "{ns}: {:?}",
+                workload::unbound(&c, &ns, 3).await?
+            );
+            got[usize::from(scheduler == GRAFT_PROFILE)] = r.throughput();
+            workload::clear(&c, &ns, Duration::from_secs(300)).await?;
+        }
+        runs.push(Pair {
+            without: got[0],
+            with: got[1],
+        });
+        fleet.check()?;
+    }
+    let t3 = Timestamp::now();
+    let calls = metric(
+        &ext.metrics,
+        "graft_scheduler_extender_call_duration_seconds_count",
+    ) - calls0;
+    let secs = metric(
+        &ext.metrics,
+        "graft_scheduler_extender_call_duration_seconds_sum",
+    ) - secs0;
+    Ok(Figures {
+        size,
+        slices,
+        made_in,
+        pods,
+        pairs: runs,
+        ext_idle,
+        ext_after: ext.proc.rss_kib(),
+        ctl_idle,
+        ctl_after: ctl.proc.rss_kib(),
+        ext_cpu: ext.proc.cpu_time().saturating_sub(ext_cpu0),
+        ext_calls: calls,
+        ext_call_s: secs,
+        idle: audit::count(&fleet.audit_log, t0, t1)?,
+        idle_s: (t1 - t0)
+            .total(k8s_openapi::jiff::Unit::Second)
+            .unwrap_or(1.0),
+        busy: audit::count(&fleet.audit_log, t2, t3)?,
+        busy_s: (t3 - t2)
+            .total(k8s_openapi::jiff::Unit::Second)
+            .unwrap_or(1.0),
+    })
+}
+
+fn main() -> anyhow::Result<()> {
+    let sizes: Vec<usize> = std::env::var("GRAFT_FLEET_SIZES")
+        .unwrap_or_else(|_| "1000,5000".into())
+        .split(',')
+        .filter_map(|s| s.trim().parse().ok())
+        .collect();
+    let tb = Testbed::load()?;
+    let root = tempfile::Builder::new()
+        .prefix("graft-fleet")
+        .tempdir_in("/tmp")?;
+    let shapes = Shapes::discover(&root.path().join("shapes"))?;
+    // Processes die with the thread that started them: this one, which block_on keeps.
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    let mut all = Vec::new();
+    for size in sizes {
+        let f = rt.block_on(one_size(&tb, &shapes, size, root.path()))?;
+        report::print(&f);
+        all.push(f);
+    }
+    report::summary(&all);
+    if std::env::var_os("GRAFT_FLEET_KEEP").is_some() {
+        eprintln!("logs and audit logs kept in {}", root.keep().display());
+    }
+    Ok(())
+}
