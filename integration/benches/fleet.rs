@@ -13,7 +13,8 @@
 //!
 //! Run: `cargo build --release --workspace --bins && bash hooks/build-static.sh --quiet &&
 //! cargo bench -p graft-integration --bench fleet`. GRAFT_FLEET_SIZES (1000,5000),
-//! GRAFT_FLEET_PAIRS (3), GRAFT_FLEET_PODS (400 per round), GRAFT_FLEET_IDLE_S (60);
+//! GRAFT_FLEET_PAIRS (3), GRAFT_FLEET_PODS (400 per round), GRAFT_FLEET_IDLE_S (60),
+//! GRAFT_FLEET_CLAIMS (10000 claims at rest, for the memory each costs);
 //! GRAFT_FLEET_KEEP=1 keeps the logs; GRAFT_FLEET_BINS=DIR takes graft's binaries from DIR.
 
 #[path = "fleet/report.rs"]
@@ -139,6 +140,18 @@ async fn one_size(
         fleet.check()?;
     }
     let t3 = Timestamp::now();
+    // Claims at rest: GRAFT_FLEET_CLAIMS unallocated one-GPU claims, and what each costs
+    // the extender and the controller, who cache every claim.
+    let claims_n = env_or("GRAFT_FLEET_CLAIMS", 10_000) as usize;
+    let (ext_before, ctl_before) = (ext.proc.rss_kib().0, ctl.proc.rss_kib().0);
+    let ns = format!("fleet-{size}-claims");
+    workload::claims_at_rest(&c, &ns, claims_n).await?;
+    tokio::time::sleep(Duration::from_secs(15)).await;
+    let per_claim = (
+        (ext.proc.rss_kib().0 as f64 - ext_before as f64) * 1024.0 / claims_n.max(1) as f64,
+        (ctl.proc.rss_kib().0 as f64 - ctl_before as f64) * 1024.0 / claims_n.max(1) as f64,
+    );
+    workload::clear(&c, &ns, Duration::from_secs(600)).await?;
     let calls = metric(
         &ext.metrics,
         "graft_scheduler_extender_call_duration_seconds_count",
@@ -160,6 +173,8 @@ async fn one_size(
         ext_cpu: ext.proc.cpu_time().saturating_sub(ext_cpu0),
         ext_calls: calls,
         ext_call_s: secs,
+        claims: claims_n,
+        per_claim,
         idle: audit::count(&fleet.audit_log, t0, t1)?,
         idle_s: (t1 - t0)
             .total(k8s_openapi::jiff::Unit::Second)

@@ -27,6 +27,9 @@ pub struct Figures {
     pub ext_cpu: Duration,
     pub ext_calls: f64,
     pub ext_call_s: f64,
+    /// Claims made at rest, and the RSS each added (bytes: extender, controller).
+    pub claims: usize,
+    pub per_claim: (f64, f64),
     pub idle: Counts,
     pub idle_s: f64,
     pub busy: Counts,
@@ -92,6 +95,10 @@ pub fn print(f: &Figures) {
         mib(f.ctl_idle.0),
         mib(f.ctl_after.0),
         mib(f.ctl_after.1)
+    );
+    println!(
+        "{} unallocated claims at rest: {:.0} B each in the extender, {:.0} B in the controller (RSS).",
+        f.claims, f.per_claim.0, f.per_claim.1
     );
     println!("\n| caller | idle: requests/s | idle: watches opened | rounds: requests/s |");
     println!("|---|---|---|---|");

@@ -197,6 +197,29 @@ pub async fn round(
     })
 }
 
+/// Makes namespace `ns` with `n` one-GPU claims no pod uses (they stay unallocated).
+pub async fn claims_at_rest(client: &kube::Client, ns: &str, n: usize) -> anyhow::Result<()> {
+    let nss: Api<Namespace> = Api::all(client.clone());
+    let nsobj: Namespace = serde_json::from_value(json!({"metadata": {"name": ns}}))?;
+    nss.create(&PostParams::default(), &nsobj)
+        .await
+        .with_context(|| format!("creating namespace {ns}"))?;
+    let claims: Api<ResourceClaim> = Api::namespaced(client.clone(), ns);
+    futures::stream::iter(0..n)
+        .map(|i| {
+            let claims = claims.clone();
+            async move {
+                let c = claim(ns, &format!("c{i:06}"), Ask::Gpus(1))?;
+                claims.create(&PostParams::default(), &c).await?;
+                anyhow::Ok(())
+            }
+        })
+        .buffer_unordered(IN_FLIGHT)
+        .try_collect::<Vec<()>>()
+        .await?;
+    Ok(())
+}
+
 /// Why the pods of `ns` that are not bound wait: `name: message` of their PodScheduled
 /// condition, at most `max` of them.
 pub async fn unbound(client: &kube::Client, ns: &str, max: usize) -> anyhow::Result<Vec<String>> {
@@ -222,18 +245,48 @@ pub async fn unbound(client: &kube::Client, ns: &str, max: usize) -> anyhow::Res
         .collect())
 }
 
-/// Deletes namespace `ns` and waits up to `limit` until it is gone (the fake kubelet
-/// removes its pods; the claims are deallocated and deleted).
+/// Deletes the pods of namespace `ns` (at once: no kubelet waits for them) and then its
+/// claims, waiting up to `limit` for each to be gone, then the namespace (not waited for:
+/// the namespace controller backs off between its passes).
 pub async fn clear(client: &kube::Client, ns: &str, limit: Duration) -> anyhow::Result<()> {
-    let nss: Api<Namespace> = Api::all(client.clone());
-    let _ = nss.delete(ns, &DeleteParams::default()).await;
     let start = Instant::now();
-    while nss.get_opt(ns).await?.is_some() {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let now = DeleteParams {
+        grace_period_seconds: Some(0),
+        ..Default::default()
+    };
+    let _ = pods
+        .delete_collection(&now, &kube::api::ListParams::default())
+        .await?;
+    while !pods
+        .list_metadata(&kube::api::ListParams::default().limit(1))
+        .await?
+        .items
+        .is_empty()
+    {
         anyhow::ensure!(
             start.elapsed() < limit,
-            "namespace {ns} still there after {limit:?}"
+            "pods of {ns} still there after {limit:?}"
         );
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
+    let claims: Api<ResourceClaim> = Api::namespaced(client.clone(), ns);
+    let _ = claims
+        .delete_collection(&DeleteParams::default(), &kube::api::ListParams::default())
+        .await?;
+    while !claims
+        .list_metadata(&kube::api::ListParams::default().limit(1))
+        .await?
+        .items
+        .is_empty()
+    {
+        anyhow::ensure!(
+            start.elapsed() < limit,
+            "claims of {ns} still there after {limit:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let nss: Api<Namespace> = Api::all(client.clone());
+    let _ = nss.delete(ns, &DeleteParams::default()).await;
     Ok(())
 }

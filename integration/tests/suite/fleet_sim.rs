@@ -66,6 +66,9 @@ async fn one_by_one(
             );
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
+        // The extender learns of the allocation through its watch: give it a moment
+        // before the next pod is scored, as a busy CI machine may delay the event.
+        tokio::time::sleep(Duration::from_millis(500)).await;
     }
     Ok(placed)
 }
