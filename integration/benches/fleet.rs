@@ -15,7 +15,8 @@
 //! cargo bench -p graft-integration --bench fleet`. GRAFT_FLEET_SIZES (1000,5000),
 //! GRAFT_FLEET_PAIRS (3), GRAFT_FLEET_PODS (400 per round), GRAFT_FLEET_IDLE_S (60),
 //! GRAFT_FLEET_CLAIMS (10000 claims at rest, for the memory each costs);
-//! GRAFT_FLEET_KEEP=1 keeps the logs; GRAFT_FLEET_BINS=DIR takes graft's binaries from DIR.
+//! GRAFT_FLEET_KEEP=1 keeps the logs; GRAFT_FLEET_BINS=DIR takes graft's binaries from DIR;
+//! GRAFT_FLEET_CTL_PEER=PATH runs an earlier controller build beside, measured alike.
 
 #[path = "fleet/report.rs"]
 mod report;
@@ -74,6 +75,13 @@ async fn one_size(
     let _kubelet = Kubelet::start(c.clone());
     let ext = fleet.extender(&[])?;
     let ctl = fleet.cd_controller(tb)?;
+    // GRAFT_FLEET_CTL_PEER=PATH: an earlier controller build beside it, measured alike.
+    let peer = match std::env::var_os("GRAFT_FLEET_CTL_PEER") {
+        Some(p) => {
+            Some(fleet.controller_process("controller-peer", p.as_ref(), "graft-cd-peer")?)
+        }
+        None => None,
+    };
     fleet.scheduler("kube-scheduler", &["default-scheduler"], None)?;
     fleet.scheduler("kube-scheduler-graft", &[GRAFT_PROFILE], Some(&ext.usage))?;
     // One real graft-driver (containerd, graft-nri, its nvidia family on a fake GPU node)
@@ -88,6 +96,7 @@ async fn one_size(
     fleet.check()?;
     let ext_idle = ext.proc.rss_kib();
     let ctl_idle = ctl.proc.rss_kib();
+    let peer_idle = peer.as_ref().map(|p| p.proc.rss_kib());
 
     let t0 = Timestamp::now();
     tokio::time::sleep(idle).await;
@@ -170,6 +179,7 @@ async fn one_size(
         ext_after: ext.proc.rss_kib(),
         ctl_idle,
         ctl_after: ctl.proc.rss_kib(),
+        peer: peer_idle.zip(peer.as_ref().map(|p| p.proc.rss_kib())),
         ext_cpu: ext.proc.cpu_time().saturating_sub(ext_cpu0),
         ext_calls: calls,
         ext_call_s: secs,

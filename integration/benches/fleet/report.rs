@@ -24,6 +24,8 @@ pub struct Figures {
     pub ext_after: (u64, u64),
     pub ctl_idle: (u64, u64),
     pub ctl_after: (u64, u64),
+    /// An earlier controller build beside (GRAFT_FLEET_CTL_PEER): idle and after.
+    pub peer: Option<((u64, u64), (u64, u64))>,
     pub ext_cpu: Duration,
     pub ext_calls: f64,
     pub ext_call_s: f64,
@@ -96,6 +98,14 @@ pub fn print(f: &Figures) {
         mib(f.ctl_after.0),
         mib(f.ctl_after.1)
     );
+    if let Some((idle, after)) = f.peer {
+        println!(
+            "Earlier controller build beside it (GRAFT_FLEET_CTL_PEER): {:.1} / {:.1} / {:.1} MiB.",
+            mib(idle.0),
+            mib(after.0),
+            mib(after.1)
+        );
+    }
     println!(
         "{} unallocated claims at rest: {:.0} B each in the extender, {:.0} B in the controller (RSS).",
         f.claims, f.per_claim.0, f.per_claim.1

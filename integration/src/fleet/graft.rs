@@ -100,20 +100,35 @@ impl Fleet {
             );
             std::thread::sleep(Duration::from_millis(250));
         }
+        self.controller_process(
+            "graft-compute-domain-controller",
+            &bin("graft-compute-domain-controller")?,
+            "graft-compute-domain-controller",
+        )
+    }
+
+    /// One more controller process from `binary`, holding Lease `lease` (so that it leads,
+    /// and fills its caches, beside another): an earlier build, side by side.
+    pub fn controller_process(
+        &self,
+        name: &str,
+        binary: &std::path::Path,
+        lease: &str,
+    ) -> anyhow::Result<Controller> {
         let metrics = format!("127.0.0.1:{}", free_port()?);
         let proc = Proc::start(
-            "graft-compute-domain-controller",
-            Command::new(crate::testbed::workspace_bin(
-                "graft-compute-domain-controller",
-            )?)
-            .env("KUBECONFIG", &self.cp.kubeconfig)
-            .args([
-                "--namespace",
-                "graft-system",
-                "--daemon-image",
-                "registry.invalid/imex:1",
-            ])
-            .arg(format!("--metrics-addr={metrics}")),
+            name,
+            Command::new(binary)
+                .env("KUBECONFIG", &self.cp.kubeconfig)
+                .args([
+                    "--namespace",
+                    "graft-system",
+                    "--daemon-image",
+                    "registry.invalid/imex:1",
+                    "--lease",
+                    lease,
+                ])
+                .arg(format!("--metrics-addr={metrics}")),
             &self.dir,
         )?;
         Ok(Controller { proc, metrics })
