@@ -245,47 +245,45 @@ pub async fn unbound(client: &kube::Client, ns: &str, max: usize) -> anyhow::Res
         .collect())
 }
 
+/// Waits until `api` lists nothing, up to `limit` after `start`.
+async fn wait_empty<K>(
+    api: &Api<K>,
+    what: &str,
+    start: Instant,
+    limit: Duration,
+) -> anyhow::Result<()>
+where
+    K: kube::Resource + Clone + std::fmt::Debug + k8s_openapi::serde::de::DeserializeOwned,
+{
+    let one = kube::api::ListParams::default().limit(1);
+    while !api.list_metadata(&one).await?.items.is_empty() {
+        anyhow::ensure!(
+            start.elapsed() < limit,
+            "{what} still there after {limit:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    Ok(())
+}
+
 /// Deletes the pods of namespace `ns` (at once: no kubelet waits for them) and then its
 /// claims, waiting up to `limit` for each to be gone, then the namespace (not waited for:
 /// the namespace controller backs off between its passes).
 pub async fn clear(client: &kube::Client, ns: &str, limit: Duration) -> anyhow::Result<()> {
     let start = Instant::now();
+    let all = kube::api::ListParams::default();
     let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
     let now = DeleteParams {
         grace_period_seconds: Some(0),
         ..Default::default()
     };
-    let _ = pods
-        .delete_collection(&now, &kube::api::ListParams::default())
-        .await?;
-    while !pods
-        .list_metadata(&kube::api::ListParams::default().limit(1))
-        .await?
-        .items
-        .is_empty()
-    {
-        anyhow::ensure!(
-            start.elapsed() < limit,
-            "pods of {ns} still there after {limit:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
+    let _ = pods.delete_collection(&now, &all).await?;
+    wait_empty(&pods, &format!("pods of {ns}"), start, limit).await?;
     let claims: Api<ResourceClaim> = Api::namespaced(client.clone(), ns);
     let _ = claims
-        .delete_collection(&DeleteParams::default(), &kube::api::ListParams::default())
+        .delete_collection(&DeleteParams::default(), &all)
         .await?;
-    while !claims
-        .list_metadata(&kube::api::ListParams::default().limit(1))
-        .await?
-        .items
-        .is_empty()
-    {
-        anyhow::ensure!(
-            start.elapsed() < limit,
-            "claims of {ns} still there after {limit:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
+    wait_empty(&claims, &format!("claims of {ns}"), start, limit).await?;
     let nss: Api<Namespace> = Api::all(client.clone());
     let _ = nss.delete(ns, &DeleteParams::default()).await;
     Ok(())
