@@ -67,7 +67,7 @@ async fn one_size(
     let t = Instant::now();
     let slices = nodes::make(&c, shapes, &plan).await?;
     let made_in = t.elapsed();
-    nodes::wait_untainted(&c, Duration::from_secs(600)).await?;
+    fleet.nodes_ready(&c, Duration::from_secs(600)).await?;
     eprintln!(
         "{size} nodes, {slices} slices made in {:.0} s",
         made_in.as_secs_f64()

@@ -140,6 +140,8 @@ impl Fleet {
                     sa_key.display()
                 ))
                 .args([
+                    // Its port would meet a cluster's controller-manager on this machine.
+                    "--secure-port=0",
                     "--use-service-account-credentials=false",
                     "--node-monitor-grace-period=1h",
                     "--kube-api-qps=500",
@@ -204,6 +206,20 @@ impl Fleet {
             }
         }
         Ok(())
+    }
+
+    /// Waits until no simulated node is tainted ([`nodes::wait_untainted`]); when that
+    /// fails, the process that is gone (the controller-manager lifts the taints) is named.
+    pub async fn nodes_ready(
+        &mut self,
+        client: &kube::Client,
+        limit: std::time::Duration,
+    ) -> anyhow::Result<()> {
+        let waited = nodes::wait_untainted(client, limit).await;
+        if waited.is_err() {
+            self.check()?;
+        }
+        waited
     }
 
     /// A client for the API server, as an admin.

@@ -90,7 +90,7 @@ async fn extender_on_a_second_scheduler_profile() -> anyhow::Result<()> {
     let plan = nodes::plan(NODES);
     let slices = nodes::make(&c, &shapes, &plan).await?;
     ensure!(slices >= NODES, "{slices} slices for {NODES} nodes");
-    nodes::wait_untainted(&c, Duration::from_secs(120)).await?;
+    fleet.nodes_ready(&c, Duration::from_secs(120)).await?;
     let _kubelet = Kubelet::start(c.clone());
     let ext = fleet.extender(&[])?;
     fleet.scheduler("kube-scheduler", &["default-scheduler"], None)?;
