@@ -1,10 +1,17 @@
 //! What the reconciles read, kept by watches (kube-runtime reflectors) that every reconcile
 //! shares, so that no reconcile lists the cluster: graft's ResourceSlices (field selector
 //! `spec.driver=graft.dev`), every ResourceClaim, the daemon pods in graft's namespace
-//! (the domain label), and the nodes' domain labels (metadata only). Each object is trimmed to what the controller reads before it is
-//! stored (no managedFields, no spec it does not read, no other drivers' results), so that
-//! memory follows the number of objects, not their size; the initial lists come in small
-//! pages, so that a page of maximum-size claims is all that is ever held whole.
+//! (the domain label), and the nodes' domain labels (metadata only). Each object is trimmed
+//! to what the controller reads before it is stored (no managedFields, no spec it does not
+//! read, no other drivers' results), so that memory follows the number of objects, not
+//! their size; the initial lists come in small pages, so that a page of maximum-size claims
+//! is all that is ever held whole.
+//!
+//! Of slices, claims and nodes only those the reconciles can use are stored ([`only`]): a
+//! slice with an IMEX channel, a claim of a domain or with graft's devices allocated, a node
+//! with a domain's label. The rest of the fleet streams past, so that the controller's memory
+//! follows the domains' part of the cluster, not its size (the fleet benchmark: 1.85x from
+//! 1,000 to 5,000 nodes while every node's slice and metadata were kept).
 
 use std::collections::BTreeMap;
 
@@ -32,13 +39,13 @@ pub const PAGE: u32 = 10;
 /// The shared caches of one leadership term.
 #[derive(Clone)]
 pub struct Caches {
-    /// graft's ResourceSlices, trimmed by [`trim_slice`].
+    /// graft's ResourceSlices with IMEX channels, trimmed by [`trim_slice`].
     pub slices: Store<ResourceSlice>,
-    /// Every ResourceClaim, trimmed by [`trim_claim`].
+    /// The ResourceClaims of domains or with graft's devices, trimmed by [`trim_claim`].
     pub claims: Store<ResourceClaim>,
     /// The daemon pods in graft's namespace, trimmed by [`trim_pod`].
     pub pods: Store<Pod>,
-    /// Every node's name and domain labels ([`trim_node`]).
+    /// The name and domain labels of every node that has one ([`trim_node`]).
     pub nodes: Store<PartialObjectMeta<Node>>,
 }
 
@@ -227,6 +234,62 @@ pub fn trim_pod(p: &mut Pod) {
     };
 }
 
+/// Whether a trimmed slice has a use: [`trim_slice`] keeps devices only of a slice with
+/// an IMEX channel.
+pub fn keep_slice(s: &ResourceSlice) -> bool {
+    s.spec.devices.is_some()
+}
+
+/// Whether a trimmed claim has a use: a domain's (`members`, `binding`, `labels`), or one
+/// holding graft's devices (`clique::allocated`: a channel or GPU taken). Other claims, most
+/// of a fleet's at rest, are not stored.
+pub fn keep_claim(c: &ResourceClaim) -> bool {
+    let domain = c
+        .metadata
+        .labels
+        .as_ref()
+        .is_some_and(|l| l.contains_key(DOMAIN_LABEL));
+    let graft = c
+        .status
+        .as_ref()
+        .and_then(|s| s.allocation.as_ref())
+        .and_then(|a| a.devices.as_ref())
+        .and_then(|d| d.results.as_ref())
+        .is_some_and(|r| !r.is_empty());
+    domain || graft
+}
+
+/// Whether a trimmed node has a use: a domain's label to prune ([`trim_node`] keeps no
+/// other).
+pub fn keep_node(n: &PartialObjectMeta<Node>) -> bool {
+    n.metadata.labels.is_some()
+}
+
+/// A watch event as the cache takes it, given which objects it keeps: an object it does not
+/// keep is never stored, and one that stops being kept leaves it (its update is passed on as
+/// a deletion, a no-op for one never stored).
+pub fn only<K>(keep: fn(&K) -> bool, ev: watcher::Event<K>) -> Option<watcher::Event<K>> {
+    match ev {
+        watcher::Event::Apply(o) if !keep(&o) => Some(watcher::Event::Delete(o)),
+        watcher::Event::InitApply(o) if !keep(&o) => None,
+        ev => Some(ev),
+    }
+}
+
+/// [`only`] over a watch stream's items, errors passed on.
+fn kept<K>(
+    keep: fn(&K) -> bool,
+) -> impl FnMut(
+    watcher::Result<watcher::Event<K>>,
+) -> std::future::Ready<Option<watcher::Result<watcher::Event<K>>>> {
+    move |r| {
+        std::future::ready(match r {
+            Ok(ev) => only(keep, ev).map(Ok),
+            Err(e) => Some(Err(e)),
+        })
+    }
+}
+
 async fn report<K>(what: &'static str, r: watcher::Result<watcher::Event<K>>) {
     if let Err(e) = r {
         tracing::warn!(error = %e, "watching {what}");
@@ -243,6 +306,7 @@ pub fn start(ctx: &Context) -> (Caches, impl std::future::Future<Output = ()>) {
     let slice_watch = watcher(Api::<ResourceSlice>::all(c.clone()), slice_cfg)
         .default_backoff()
         .modify(trim_slice)
+        .filter_map(kept(keep_slice))
         .reflect(slices_w);
     // Every namespace's, whatever the controller's scope: a channel taken anywhere is taken.
     let (claims, claims_w) = reflector::store();
@@ -252,6 +316,7 @@ pub fn start(ctx: &Context) -> (Caches, impl std::future::Future<Output = ()>) {
     )
     .default_backoff()
     .modify(trim_claim)
+    .filter_map(kept(keep_claim))
     .reflect(claims_w);
     let (pods, pods_w) = reflector::store();
     let pods_api: Api<Pod> = Api::namespaced(c, &ctx.cfg.namespace);
@@ -264,6 +329,7 @@ pub fn start(ctx: &Context) -> (Caches, impl std::future::Future<Output = ()>) {
     let node_watch = watcher(node_api, watcher::Config::default().page_size(PAGE * 10))
         .default_backoff()
         .modify(trim_node)
+        .filter_map(kept(keep_node))
         .reflect(nodes_w);
     let drive = async move {
         tokio::join!(
