@@ -17,14 +17,11 @@ use graft_driver::claims::input::ClaimInput;
 use graft_driver::claims::seams::NriGate;
 use graft_driver::claims::setup_port::SetupError;
 use graft_driver::claims::Core;
-use graft_driver::discovery::nvidia::devices::HookConfig;
 use graft_driver::discovery::nvidia::devices::MigLedger;
-use graft_driver::discovery::nvidia::driver_files::Roots;
-use graft_driver::discovery::nvidia::nvml::GpuSelection;
 use graft_driver::discovery::nvidia::setup::MigManager;
 use graft_driver::discovery::nvidia::setup::Vfio;
 use graft_driver::discovery::nvidia::setup::{NvidiaSetup, Smi};
-use graft_driver::discovery::nvidia::{NvidiaConfig, NvidiaDiscovery};
+use graft_driver::discovery::nvidia::NvidiaDiscovery;
 use graft_driver::discovery::Discovery;
 use graft_driver::mapping::{ContainerUse, PodUse};
 use graft_driver::model::{Allocated, ClaimId};
@@ -104,28 +101,7 @@ fn main() -> anyhow::Result<()> {
     node.configure_mig(&format!("mig 5 on\nstate {}\n", mig_state.display()))?;
     let state = dir.path().join("state");
     std::fs::create_dir_all(&state)?;
-    let config = NvidiaConfig {
-        roots: Roots {
-            host: "/".into(),
-            driver: node.host.clone(),
-        },
-        nvml_lib: None,
-        proc_root: node.proc.clone(),
-        sys_root: node.sys.clone(),
-        dev_root: node.dev.clone(),
-        hook: HookConfig {
-            path: DEFAULT_HOOK_PATH.into(),
-            ldconfig: "/sbin/ldconfig".into(),
-            params_copy: state.join("nvidia/params").to_string_lossy().into_owned(),
-        },
-        driver_copies: None,
-        imex_channels: 0,
-        compute_domains: false,
-        passthrough: false,
-        dynamic_mig: GpuSelection::parse("5").map_err(anyhow::Error::msg)?,
-        mps: GpuSelection::None,
-        placement_order: Default::default(),
-    };
+    let config = node.nvidia_config(&state.join("nvidia/params"), "5", 0)?;
     let ledger = MigLedger::default();
     let discovery = NvidiaDiscovery::new(config)?.with_ledger(ledger.clone());
     let devices = discovery.discover()?;

@@ -16,6 +16,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Context};
 
+mod config;
 mod imex;
 mod links;
 pub use imex::{build_fake_imex, build_fake_imex_ctl, FabricState, ImexConfig};

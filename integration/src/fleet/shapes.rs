@@ -10,10 +10,7 @@ use anyhow::Context;
 use k8s_openapi::api::resource::v1::ResourceSlice;
 
 use crate::fake_gpu::FakeNode;
-use graft_driver::discovery::nvidia::devices::HookConfig;
-use graft_driver::discovery::nvidia::driver_files::Roots;
-use graft_driver::discovery::nvidia::nvml::GpuSelection;
-use graft_driver::discovery::nvidia::{NvidiaConfig, NvidiaDiscovery};
+use graft_driver::discovery::nvidia::NvidiaDiscovery;
 use graft_driver::discovery::Discovery;
 use graft_driver::health::taints::Tainting;
 use graft_driver::model::{Attribute, Device};
@@ -45,36 +42,6 @@ pub struct Shapes {
     nvl: Vec<Device>,
 }
 
-fn config(
-    node: &FakeNode,
-    state: &Path,
-    dynamic_mig: &str,
-    imex: u32,
-) -> anyhow::Result<NvidiaConfig> {
-    Ok(NvidiaConfig {
-        roots: Roots {
-            host: "/".into(),
-            driver: node.host.clone(),
-        },
-        nvml_lib: None,
-        proc_root: node.proc.clone(),
-        sys_root: node.sys.clone(),
-        dev_root: node.dev.clone(),
-        hook: HookConfig {
-            path: graft_record::policy::DEFAULT_HOOK_PATH.into(),
-            ldconfig: "/sbin/ldconfig".into(),
-            params_copy: state.join("params").to_string_lossy().into_owned(),
-        },
-        driver_copies: None,
-        imex_channels: imex,
-        compute_domains: imex > 0,
-        passthrough: false,
-        dynamic_mig: GpuSelection::parse(dynamic_mig).map_err(anyhow::Error::msg)?,
-        mps: GpuSelection::None,
-        placement_order: Default::default(),
-    })
-}
-
 /// The GPU index a device belongs to (`gpu-<i>`, `gpu-<i>-...`), if any.
 fn gpu_index(d: &Device) -> Option<usize> {
     d.name.strip_prefix("gpu-")?.split('-').next()?.parse().ok()
@@ -88,9 +55,10 @@ impl Shapes {
         // The fake library starts with MIG on GPUs 6 and 7 (static MIG): a board of whole
         // GPUs has it off.
         hgx_node.configure_mig(WHOLE)?;
-        let hgx = NvidiaDiscovery::new(config(&hgx_node, &dir.join("hgx-state"), "", 0)?)?
-            .discover()
-            .context("discovering the HGX shape")?;
+        let hgx =
+            NvidiaDiscovery::new(hgx_node.nvidia_config(&dir.join("hgx-state/params"), "", 0)?)?
+                .discover()
+                .context("discovering the HGX shape")?;
 
         let mig_node = FakeNode::create(&dir.join("mig"))?;
         mig_node.set_nvlink(&[&[0, 1, 2, 3], &[4, 5, 6, 7]])?;
@@ -100,7 +68,7 @@ impl Shapes {
             "{WHOLE}mig 5 on\nstate {}\n",
             state.join("mig").display()
         ))?;
-        let mig = NvidiaDiscovery::new(config(&mig_node, &state, "5", 0)?)?
+        let mig = NvidiaDiscovery::new(mig_node.nvidia_config(&state.join("params"), "5", 0)?)?
             .discover()
             .context("discovering the HGX shape with dynamic MIG")?;
 
@@ -110,12 +78,13 @@ impl Shapes {
         nvl_node.configure_mig(WHOLE)?;
         nvl_node.set_fabric(Some(("d4ec2c5b1b3e4a4c9c5f000000000000", 0)))?;
         nvl_node.add_imex_channels(4)?;
-        let nvl = NvidiaDiscovery::new(config(&nvl_node, &dir.join("nvl-state"), "", 4)?)?
-            .discover()
-            .context("discovering the NVL72 shape")?
-            .into_iter()
-            .filter(|d| gpu_index(d).is_none_or(|i| i < 4))
-            .collect();
+        let nvl =
+            NvidiaDiscovery::new(nvl_node.nvidia_config(&dir.join("nvl-state/params"), "", 4)?)?
+                .discover()
+                .context("discovering the NVL72 shape")?
+                .into_iter()
+                .filter(|d| gpu_index(d).is_none_or(|i| i < 4))
+                .collect();
         Ok(Shapes { hgx, mig, nvl })
     }
 
