@@ -41,26 +41,15 @@ use serde_json::Value;
 
 #[path = "placement/model.rs"]
 mod model;
+#[path = "placement/seen.rs"]
+mod seen;
 #[path = "placement/stream.rs"]
 mod stream;
 
+use seen::{figures, Seen, TICK};
 use stream::{env_or, pod_yaml, stream, Ask, Job};
 
 const LABEL: &str = "graft-bench=placement";
-/// A wait this long, in all, with enough free GPUs in the cluster counts as stranded.
-const STRANDED: Duration = Duration::from_secs(3);
-const TICK: Duration = Duration::from_millis(500);
-
-#[derive(Default)]
-struct Seen {
-    created: Option<Instant>,
-    scheduled: Option<Instant>,
-    finished: Option<Instant>,
-    stranded: Duration,
-    /// Of `stranded`, the ticks when no single node had room either.
-    fragmented: Duration,
-    one_island: Option<bool>,
-}
 
 fn list<T: k8s_openapi::serde::de::DeserializeOwned>(
     c: &Cluster,
@@ -159,14 +148,7 @@ fn run(c: &Cluster, jobs: &[Job]) -> anyhow::Result<Vec<Seen>> {
                 s.finished = Some(now);
                 done.push(jobs[i].name.clone());
             }
-            if let (Ask::Gpus(n), None) = (jobs[i].ask, s.scheduled) {
-                if free >= n as usize {
-                    s.stranded += TICK;
-                    if most < n as usize {
-                        s.fragmented += TICK;
-                    }
-                }
-            }
+            s.tick(jobs[i].ask, free, most);
         }
         if !done.is_empty() {
             let mut args = vec!["delete", "pod", "--wait=false"];
@@ -176,79 +158,6 @@ fn run(c: &Cluster, jobs: &[Job]) -> anyhow::Result<Vec<Seen>> {
         std::thread::sleep(TICK.saturating_sub(tick.elapsed()));
     }
     Ok(seen)
-}
-
-struct Figures {
-    stranded: usize,
-    fragmented: usize,
-    mean: Duration,
-    p99: Duration,
-    small_mean: Duration,
-    utilisation: f64,
-    island: (usize, usize),
-}
-
-fn figures(jobs: &[Job], seen: &[Seen], whole_gpus: u32) -> Figures {
-    let pending = |s: &Seen| {
-        s.scheduled
-            .zip(s.created)
-            .map(|(a, b)| a - b)
-            .unwrap_or_default()
-    };
-    let mut all: Vec<Duration> = seen.iter().map(pending).collect();
-    all.sort();
-    let mean = |v: &[Duration]| v.iter().sum::<Duration>() / v.len().max(1) as u32;
-    let small: Vec<Duration> = jobs
-        .iter()
-        .zip(seen)
-        .filter(|(j, _)| matches!(j.ask, Ask::Gpus(1) | Ask::Mig(_)))
-        .map(|(_, s)| pending(s))
-        .collect();
-    let first = seen.iter().filter_map(|s| s.created).min();
-    let last = seen.iter().filter_map(|s| s.finished).max();
-    let span = first.zip(last).map(|(a, b)| b - a).unwrap_or_default();
-    let used: f64 = jobs
-        .iter()
-        .zip(seen)
-        .filter_map(|(j, s)| match j.ask {
-            Ask::Gpus(n) => Some(
-                f64::from(n)
-                    * s.finished
-                        .zip(s.scheduled)
-                        .map(|(f, b)| (f - b).as_secs_f64())?,
-            ),
-            Ask::Mig(_) => None,
-        })
-        .sum();
-    let multi: Vec<&Seen> = jobs
-        .iter()
-        .zip(seen)
-        .filter(|(j, _)| matches!(j.ask, Ask::Gpus(n) if n > 1))
-        .map(|(_, s)| s)
-        .collect();
-    Figures {
-        stranded: jobs
-            .iter()
-            .zip(seen)
-            .filter(|(j, s)| matches!(j.ask, Ask::Gpus(_)) && s.stranded >= STRANDED)
-            .count(),
-        fragmented: jobs
-            .iter()
-            .zip(seen)
-            .filter(|(j, s)| matches!(j.ask, Ask::Gpus(_)) && s.fragmented >= STRANDED)
-            .count(),
-        mean: mean(&all),
-        p99: all
-            .get((all.len() * 99 / 100).min(all.len().saturating_sub(1)))
-            .copied()
-            .unwrap_or_default(),
-        small_mean: mean(&small),
-        utilisation: used / (f64::from(whole_gpus) * span.as_secs_f64().max(1.0)),
-        island: (
-            multi.iter().filter(|s| s.one_island == Some(true)).count(),
-            multi.len(),
-        ),
-    }
 }
 
 /// Installs graft for `variant` and waits until every node published and, with the
@@ -291,7 +200,7 @@ fn main() -> anyhow::Result<()> {
         Duration::from_secs(env_or("GRAFT_BENCH_RUN_S", 30)),
     );
     if std::env::var_os("GRAFT_BENCH_MODEL_ONLY").is_some() {
-        print_model(&jobs);
+        model::print(&jobs, model::bench_nodes());
         return Ok(());
     }
     let _turn = graft_integration::cluster::gpu::own_cluster();
@@ -335,62 +244,9 @@ fn main() -> anyhow::Result<()> {
         asks(|a| matches!(a, Ask::Gpus(8))),
         asks(|a| matches!(a, Ask::Mig(_))),
     );
-    println!("| variant | stranded-capacity waits | pending mean / p99 s | small pods pending mean s | GPU-hours used / available | multi-GPU pods on one NVLink island |");
-    println!("|---|---|---|---|---|---|");
-    for (name, f) in &rows {
-        println!(
-            "| {name} | {} ({}) | {:.1} / {:.1} | {:.1} | {:.2} | {} of {} |",
-            f.stranded,
-            f.fragmented,
-            f.mean.as_secs_f64(),
-            f.p99.as_secs_f64(),
-            f.small_mean.as_secs_f64(),
-            f.utilisation,
-            f.island.0,
-            f.island.1
-        );
-    }
-    print_model(&jobs);
+    seen::print(&rows);
+    model::print(&jobs, model::bench_nodes());
     let left = mc.down()?;
     anyhow::ensure!(left.is_empty(), "the testbed left {left:?}");
     Ok(())
-}
-
-/// The ideal replay's table, and the stream's whole-GPU demand over the arrival span.
-fn print_model(jobs: &[Job]) {
-    let gpu_secs: f64 = jobs
-        .iter()
-        .filter_map(|j| match j.ask {
-            Ask::Gpus(n) => Some(f64::from(n) * j.run.as_secs_f64()),
-            Ask::Mig(_) => None,
-        })
-        .sum();
-    let span = jobs.last().map_or(1.0, |j| j.arrive.as_secs_f64().max(1.0));
-    let hold = Duration::from_millis(env_or("GRAFT_BENCH_HOLD_MS", 0));
-    println!(
-        "\nideal replay, no cluster (whole-GPU demand {:.2} of the 30 GPUs while pods arrive; GPUs held {:.1} s past each run)\n",
-        gpu_secs / span / 30.0,
-        hold.as_secs_f64()
-    );
-    println!("| rule | stranded-capacity waits | whole-GPU pods pending mean s | 1-GPU pods pending mean s | multi-GPU pods on one NVLink island |");
-    println!("|---|---|---|---|---|");
-    for (name, rule) in [
-        ("spread", model::Rule::Spread),
-        ("pack", model::Rule::Pack),
-        ("extender's score", model::Rule::Extender),
-        (
-            "extender's score, reserving for the biggest waiting pod",
-            model::Rule::Reserve,
-        ),
-    ] {
-        let r = model::replay(jobs, model::bench_nodes(), rule, hold, TICK, STRANDED);
-        println!(
-            "| {name} | {} | {:.1} | {:.1} | {} of {} |",
-            r.stranded,
-            r.mean.as_secs_f64(),
-            r.small_mean.as_secs_f64(),
-            r.island.0,
-            r.island.1
-        );
-    }
 }

@@ -189,3 +189,51 @@ pub fn replay(
         island,
     }
 }
+
+/// The ideal replay's table on `nodes`, and the stream's whole-GPU demand over the arrival
+/// span; GRAFT_BENCH_HOLD_MS holds each pod's GPUs that much past its run.
+pub fn print(jobs: &[Job], nodes: Vec<NodeGpus>) {
+    let whole: usize = nodes.iter().map(|n| n.gpus.len()).sum();
+    let gpu_secs: f64 = jobs
+        .iter()
+        .filter_map(|j| match j.ask {
+            Ask::Gpus(n) => Some(f64::from(n) * j.run.as_secs_f64()),
+            Ask::Mig(_) => None,
+        })
+        .sum();
+    let span = jobs.last().map_or(1.0, |j| j.arrive.as_secs_f64().max(1.0));
+    let hold = Duration::from_millis(super::stream::env_or("GRAFT_BENCH_HOLD_MS", 0));
+    println!(
+        "\nideal replay, no cluster (whole-GPU demand {:.2} of the {whole} GPUs while pods arrive; GPUs held {:.1} s past each run)\n",
+        gpu_secs / span / whole.max(1) as f64,
+        hold.as_secs_f64()
+    );
+    println!("| rule | stranded-capacity waits | whole-GPU pods pending mean s | 1-GPU pods pending mean s | multi-GPU pods on one NVLink island |");
+    println!("|---|---|---|---|---|");
+    for (name, rule) in [
+        ("spread", Rule::Spread),
+        ("pack", Rule::Pack),
+        ("extender's score", Rule::Extender),
+        (
+            "extender's score, reserving for the biggest waiting pod",
+            Rule::Reserve,
+        ),
+    ] {
+        let r = replay(
+            jobs,
+            nodes.clone(),
+            rule,
+            hold,
+            super::seen::TICK,
+            super::seen::STRANDED,
+        );
+        println!(
+            "| {name} | {} | {:.1} | {:.1} | {} of {} |",
+            r.stranded,
+            r.mean.as_secs_f64(),
+            r.small_mean.as_secs_f64(),
+            r.island.0,
+            r.island.1
+        );
+    }
+}
