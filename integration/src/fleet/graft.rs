@@ -66,6 +66,9 @@ impl Fleet {
     }
 }
 
+/// graft's namespace in the fleet: the controller's daemons go there.
+pub const NAMESPACE: &str = "graft-system";
+
 /// The ComputeDomain controller against the fleet.
 pub struct Controller {
     /// The process.
@@ -87,7 +90,7 @@ impl Fleet {
         let path = self.dir.join("crd.yaml");
         std::fs::write(&path, crd)?;
         self.cp.kubectl(&["apply", "-f", &path.to_string_lossy()])?;
-        let _ = self.cp.kubectl(&["create", "namespace", "graft-system"]);
+        let _ = self.cp.kubectl(&["create", "namespace", NAMESPACE]);
         let start = Instant::now();
         while self
             .cp
@@ -122,7 +125,7 @@ impl Fleet {
                 .env("KUBECONFIG", &self.cp.kubeconfig)
                 .args([
                     "--namespace",
-                    "graft-system",
+                    NAMESPACE,
                     "--daemon-image",
                     "registry.invalid/imex:1",
                     "--lease",

@@ -14,6 +14,7 @@
 //! - No container ever starts; a pod is Running as soon as it is bound.
 
 pub mod audit;
+pub mod domains;
 pub mod graft;
 pub mod kubelet;
 pub mod nodes;

@@ -75,6 +75,22 @@ pub fn plan(n: usize) -> Vec<SimNode> {
         .collect()
 }
 
+/// `count` more NVL trays, named on from node number `first`, all in the one clique of
+/// rack `rack`: a clique wider than a rack's 18 trays (fifth-generation NVLink reaches 576
+/// GPUs in one domain across racks, 144 trays; 256 is beyond that), so that one clique
+/// holds a 64- or 256-node ComputeDomain.
+/// It measures graft's controller, the scheduler and the DaemonSet controller at that size,
+/// not IMEX, which no simulated node runs.
+pub fn wide_clique(first: usize, count: usize, rack: usize) -> Vec<SimNode> {
+    (first..first + count)
+        .map(|i| SimNode {
+            name: format!("sim-{i:05}"),
+            shape: Shape::Nvl72,
+            rack,
+        })
+        .collect()
+}
+
 async fn make_one(
     client: &kube::Client,
     shapes: &Shapes,
@@ -100,7 +116,8 @@ async fn make_one(
         "capacity": resources, "allocatable": resources,
         "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
             "message": "simulated", "lastHeartbeatTime": now, "lastTransitionTime": now}],
-        "addresses": [{"type": "InternalIP", "address": address(i).to_string()},
+        "addresses": [{"type": "InternalIP",
+            "address": address_of(&n.name).unwrap_or(address(i)).to_string()},
             {"type": "Hostname", "address": n.name}],
     }});
     nodes

@@ -110,21 +110,14 @@ impl Round {
     }
 }
 
-/// Makes namespace `ns`, the claims of `asks`, then their pods for `scheduler`, and
-/// waits up to `limit` for every pod to be bound.
-pub async fn round(
-    client: &kube::Client,
-    ns: &str,
-    scheduler: &str,
-    asks: &[Ask],
-    limit: Duration,
-) -> anyhow::Result<Round> {
+/// Makes namespace `ns` and waits for its default ServiceAccount, which admission wants
+/// before any pod.
+pub async fn namespace(client: &kube::Client, ns: &str) -> anyhow::Result<()> {
     let nss: Api<Namespace> = Api::all(client.clone());
     let n: Namespace = serde_json::from_value(json!({"metadata": {"name": ns}}))?;
     nss.create(&PostParams::default(), &n)
         .await
         .with_context(|| format!("creating namespace {ns}"))?;
-    // The namespace's default ServiceAccount, which admission wants before any pod.
     let sas: Api<k8s_openapi::api::core::v1::ServiceAccount> = Api::namespaced(client.clone(), ns);
     let start = Instant::now();
     while sas.get_opt("default").await?.is_none() {
@@ -134,6 +127,19 @@ pub async fn round(
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+    Ok(())
+}
+
+/// Makes namespace `ns`, the claims of `asks`, then their pods for `scheduler`, and
+/// waits up to `limit` for every pod to be bound.
+pub async fn round(
+    client: &kube::Client,
+    ns: &str,
+    scheduler: &str,
+    asks: &[Ask],
+    limit: Duration,
+) -> anyhow::Result<Round> {
+    namespace(client, ns).await?;
     let claims: Api<ResourceClaim> = Api::namespaced(client.clone(), ns);
     futures::stream::iter(asks.iter().enumerate())
         .map(|(i, a)| {

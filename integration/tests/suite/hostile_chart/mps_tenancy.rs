@@ -78,6 +78,13 @@ fn tolerates_only_own_namespace(cp: &ControlPlane, map: &str) -> anyhow::Result<
     until_active(|| {
         Ok(tenancy(&admitted(cp, &claim("mps-a", "probe", gpu))?, "/0/exactly") == own)
     })?;
+    // The validating policy reaches admission on its own time, apart from the mutating one
+    // (CI once saw a foreign toleration accepted on a loaded 1.34 API server): wait for it too.
+    let foreign = format!(
+        "[{{name: gpu, exactly: {{deviceClassName: gpu.graft.dev, tolerations: [{{key: {KEY}, \
+         operator: Exists}}]}}}}]"
+    );
+    until_active(|| Ok(admitted(cp, &claim("mps-b", "probe", &foreign)).is_err()))?;
 
     // Added beside the claim's own tolerations, to each request of graft's classes and to
     // each firstAvailable alternative of them; once, when the claim already has it.
