@@ -9,12 +9,15 @@
 //! - the extender's and the controller's resident memory and CPU, and the extender's time
 //!   per call;
 //! - API requests per second by caller (the audit log, by User-Agent), idle and during the
-//!   rounds, and what one graft-driver asks.
+//!   rounds, and what one graft-driver asks;
+//! - last, on a clique made that wide for them, ComputeDomains of 64 and 256 nodes: from
+//!   their pods' creation to the domain Ready and every pod bound.
 //!
 //! Run: `cargo build --release --workspace --bins && bash hooks/build-static.sh --quiet &&
 //! cargo bench -p graft-integration --bench fleet`. GRAFT_FLEET_SIZES (1000,5000),
 //! GRAFT_FLEET_PAIRS (3), GRAFT_FLEET_PODS (400 per round), GRAFT_FLEET_IDLE_S (60),
-//! GRAFT_FLEET_CLAIMS (10000 claims at rest, for the memory each costs);
+//! GRAFT_FLEET_CLAIMS (10000 claims at rest, for the memory each costs),
+//! GRAFT_FLEET_DOMAINS (64,256; "" for none);
 //! GRAFT_FLEET_KEEP=1 keeps the logs; GRAFT_FLEET_BINS=DIR takes graft's binaries from DIR;
 //! GRAFT_FLEET_CTL_PEER=PATH runs an earlier controller build beside, measured alike.
 
@@ -27,13 +30,15 @@ use graft_integration::dra_node::DraNode;
 use graft_integration::fake_gpu::FakeNode;
 use graft_integration::fleet::audit;
 use graft_integration::fleet::kubelet::Kubelet;
-use graft_integration::fleet::{nodes, shapes::Shapes, workload, Fleet};
+use graft_integration::fleet::{domains, nodes, shapes::Shapes, workload, Fleet};
 use graft_integration::scrape;
 use graft_integration::testbed::Testbed;
 use k8s_openapi::jiff::Timestamp;
 use report::{Figures, Pair};
 
 const GRAFT_PROFILE: &str = "graft-gpu";
+/// The rack number of the wide clique ComputeDomains are measured on.
+const WIDE_RACK: usize = 10_000;
 /// The real graft-driver's char devices, beside its GPUs.
 const DEVICES: &str = "[[devices]]\npath = \"/dev/null\"\nattributes = { type = \"test\" }\n";
 
@@ -161,6 +166,35 @@ async fn one_size(
         (ctl.proc.rss_kib().0 as f64 - ctl_before as f64) * 1024.0 / claims_n.max(1) as f64,
     );
     workload::clear(&c, &ns, Duration::from_secs(600)).await?;
+    let (ext_after, ctl_after) = (ext.proc.rss_kib(), ctl.proc.rss_kib());
+    let peer_after = peer.as_ref().map(|p| p.proc.rss_kib());
+    // Under a Lease of its own it would place the domains below too.
+    drop(peer);
+
+    // ComputeDomains of GRAFT_FLEET_DOMAINS nodes, on one clique that wide made for them
+    // after the figures above (nodes::wide_clique).
+    let mut domain_runs = Vec::new();
+    let wanted = list_env("GRAFT_FLEET_DOMAINS", "64,256");
+    if let Some(&most) = wanted.iter().max() {
+        let wide = nodes::wide_clique(size, most + 8, WIDE_RACK);
+        nodes::make(&c, shapes, &wide).await?;
+        fleet.nodes_ready(&c, Duration::from_secs(300)).await?;
+        for (k, &n) in wanted.iter().enumerate() {
+            let ns = format!("fleet-{size}-domain-{k}");
+            let r = domains::ready(&c, &ns, n, Duration::from_secs(600)).await?;
+            eprintln!(
+                "  domain of {n}: placed in {:.1} s; pods made in {:.1} s, Ready {:.1} s and \
+                 all bound {:.1} s after the first",
+                r.placed_in.as_secs_f64(),
+                r.created_in.as_secs_f64(),
+                r.ready_in.as_secs_f64(),
+                r.bound_in.as_secs_f64()
+            );
+            domain_runs.push(r);
+            domains::clear(&c, &ns, Duration::from_secs(300)).await?;
+            fleet.check()?;
+        }
+    }
     let calls = metric(
         &ext.metrics,
         "graft_scheduler_extender_call_duration_seconds_count",
@@ -176,10 +210,10 @@ async fn one_size(
         pods,
         pairs: runs,
         ext_idle,
-        ext_after: ext.proc.rss_kib(),
+        ext_after,
         ctl_idle,
-        ctl_after: ctl.proc.rss_kib(),
-        peer: peer_idle.zip(peer.as_ref().map(|p| p.proc.rss_kib())),
+        ctl_after,
+        peer: peer_idle.zip(peer_after),
         ext_cpu: ext.proc.cpu_time().saturating_sub(ext_cpu0),
         ext_calls: calls,
         ext_call_s: secs,
@@ -193,15 +227,21 @@ async fn one_size(
         busy_s: (t3 - t2)
             .total(k8s_openapi::jiff::Unit::Second)
             .unwrap_or(1.0),
+        domains: domain_runs,
     })
 }
 
-fn main() -> anyhow::Result<()> {
-    let sizes: Vec<usize> = std::env::var("GRAFT_FLEET_SIZES")
-        .unwrap_or_else(|_| "1000,5000".into())
+/// A comma-separated list of numbers from `name`, `default` when unset ("" for none).
+fn list_env(name: &str, default: &str) -> Vec<usize> {
+    std::env::var(name)
+        .unwrap_or_else(|_| default.into())
         .split(',')
         .filter_map(|s| s.trim().parse().ok())
-        .collect();
+        .collect()
+}
+
+fn main() -> anyhow::Result<()> {
+    let sizes = list_env("GRAFT_FLEET_SIZES", "1000,5000");
     let tb = Testbed::load()?;
     let root = tempfile::Builder::new()
         .prefix("graft-fleet")

@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use graft_integration::fleet::audit::Counts;
+use graft_integration::fleet::domains::DomainRun;
 
 /// One pair of rounds on the same pods: pods bound per second without and with the
 /// extender.
@@ -36,6 +37,8 @@ pub struct Figures {
     pub idle_s: f64,
     pub busy: Counts,
     pub busy_s: f64,
+    /// ComputeDomains made Ready, in order.
+    pub domains: Vec<DomainRun>,
 }
 
 /// Student's t at 97.5 % for `df` degrees of freedom (1 to 10; the normal's beyond).
@@ -122,6 +125,22 @@ pub fn print(f: &Figures) {
             f.idle.watches(c),
             f.busy.requests(c) as f64 / f.busy_s
         );
+    }
+    if !f.domains.is_empty() {
+        println!(
+            "\n| ComputeDomain nodes | placed (s) | pods made (s) | Ready after the first pod (s) | all bound (s) |"
+        );
+        println!("|---|---|---|---|---|");
+        for d in &f.domains {
+            println!(
+                "| {} | {:.1} | {:.1} | {:.1} | {:.1} |",
+                d.nodes,
+                d.placed_in.as_secs_f64(),
+                d.created_in.as_secs_f64(),
+                d.ready_in.as_secs_f64(),
+                d.bound_in.as_secs_f64()
+            );
+        }
     }
     println!(
         "One graft-driver: {:.4} requests/s idle ({} watches opened over {:.0} s), {:.4} during the rounds.",
