@@ -179,12 +179,14 @@ async fn one_size(
         let wide = nodes::wide_clique(size, most + 8, WIDE_RACK);
         nodes::make(&c, shapes, &wide).await?;
         fleet.nodes_ready(&c, Duration::from_secs(300)).await?;
-        for (k, &n) in wanted.iter().enumerate() {
+        // Each size twice: pods as written, and pods also selecting the clique's nodes.
+        let runs = wanted.iter().flat_map(|&n| [(n, false), (n, true)]);
+        for (k, (n, pin)) in runs.enumerate() {
             let ns = format!("fleet-{size}-domain-{k}");
-            let r = domains::ready(&c, &ns, n, Duration::from_secs(600)).await?;
+            let r = domains::ready(&c, &ns, n, pin, Duration::from_secs(600)).await?;
             eprintln!(
-                "  domain of {n}: placed in {:.1} s; pods made in {:.1} s, Ready {:.1} s and \
-                 all bound {:.1} s after the first",
+                "  domain of {n} (pods pinned to its clique: {pin}): placed in {:.1} s; pods \
+                 made in {:.1} s, Ready {:.1} s and all bound {:.1} s after the first",
                 r.placed_in.as_secs_f64(),
                 r.created_in.as_secs_f64(),
                 r.ready_in.as_secs_f64(),
@@ -247,11 +249,7 @@ fn main() -> anyhow::Result<()> {
         .prefix("graft-fleet")
         .tempdir_in("/tmp")?;
     let shapes = Shapes::discover(&root.path().join("shapes"))?;
-    // Processes die with the thread that started them: this one, which block_on keeps.
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()?;
+    let rt = graft_integration::fleet::runtime()?;
     let mut all = Vec::new();
     for size in sizes {
         let f = rt.block_on(one_size(&tb, &shapes, size, root.path()))?;

@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use graft_integration::fleet::kubelet::Kubelet;
-use graft_integration::fleet::{nodes, shapes::Shapes, workload, Fleet};
+use graft_integration::fleet::{self, nodes, shapes::Shapes, workload, Fleet};
 use graft_integration::testbed::Testbed;
 use graft_scheduler_extender::state;
 use k8s_openapi::api::core::v1::Pod;
@@ -81,24 +81,6 @@ impl<K: kube::Resource<DynamicType = ()> + 'static> Drop for Watched<K> {
     fn drop(&mut self) {
         self.task.abort();
     }
-}
-
-/// Whether the devices allocated to `claim` are all on one NVLink island.
-fn one_island(claim: &ResourceClaim, islands: &BTreeMap<(String, String), String>) -> Option<bool> {
-    let results = claim
-        .status
-        .as_ref()?
-        .allocation
-        .as_ref()?
-        .devices
-        .as_ref()?
-        .results
-        .as_ref()?;
-    let of: Vec<Option<&String>> = results
-        .iter()
-        .map(|r| islands.get(&(r.pool.clone(), r.device.clone())))
-        .collect();
-    Some(of[0].is_some() && of.iter().all(|i| *i == of[0]))
 }
 
 /// One variant over the whole stream, in namespace `ns`, by `scheduler`.
@@ -185,7 +167,13 @@ async fn run(
                 s.one_island = held
                     .iter()
                     .find(|c| c.metadata.name.as_deref() == Some(&jobs[i].name))
-                    .and_then(|c| one_island(c, &islands));
+                    .and_then(|c| {
+                        seen::one_island(c, |pool, device| {
+                            islands
+                                .get(&(pool.to_string(), device.to_string()))
+                                .cloned()
+                        })
+                    });
             }
             if s.finished.is_none() && now.duration_since(at) >= jobs[i].run {
                 s.finished = Some(now);
@@ -230,17 +218,11 @@ fn main() -> anyhow::Result<()> {
         .prefix("graft-churn")
         .tempdir_in("/tmp")?;
     let shapes = Shapes::discover(&root.path().join("shapes"))?;
-    // Processes die with the thread that started them: this one, which block_on keeps.
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()?;
-    rt.block_on(async {
-        let mut fleet = Fleet::start(&tb, &root.path().join("cp"))?;
-        fleet.device_classes(&tb)?;
-        let c = fleet.client().await?;
-        nodes::make(&c, &shapes, &nodes::plan(size)).await?;
-        fleet.nodes_ready(&c, Duration::from_secs(300)).await?;
+    fleet::runtime()?.block_on(async {
+        let plan = nodes::plan(size);
+        let limit = Duration::from_secs(300);
+        let (mut fleet, c, _) =
+            Fleet::with_nodes(&tb, &root.path().join("cp"), &shapes, &plan, limit).await?;
         let _kubelet = Kubelet::start(c.clone());
         let ext = fleet.extender(&[])?;
         fleet.scheduler("kube-scheduler", &["default-scheduler"], None)?;

@@ -72,25 +72,14 @@ fn same_island(pod: &str, claims: &[ResourceClaim], slices: &[ResourceSlice]) ->
             .flatten()
             .any(|o| o.name == pod)
     })?;
-    let results = claim
-        .status
-        .as_ref()?
-        .allocation
-        .as_ref()?
-        .devices
-        .as_ref()?
-        .results
-        .clone()?;
-    let island = |pool: &str, device: &str| {
+    seen::one_island(claim, |pool, device| {
         slices
             .iter()
             .filter(|s| s.spec.pool.name == pool)
             .flat_map(|s| s.spec.devices.iter().flatten())
             .find(|d| d.name == device)
             .and_then(|d| d.attributes.as_ref()?.get(state::ISLAND)?.string.clone())
-    };
-    let islands: Vec<Option<String>> = results.iter().map(|r| island(&r.pool, &r.device)).collect();
-    Some(islands[0].is_some() && islands.iter().all(|i| *i == islands[0]))
+    })
 }
 
 /// One variant over the whole stream.

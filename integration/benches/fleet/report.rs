@@ -128,13 +128,14 @@ pub fn print(f: &Figures) {
     }
     if !f.domains.is_empty() {
         println!(
-            "\n| ComputeDomain nodes | placed (s) | pods made (s) | Ready after the first pod (s) | all bound (s) |"
+            "\n| ComputeDomain nodes | pods select the clique | placed (s) | pods made (s) | Ready after the first pod (s) | all bound (s) |"
         );
-        println!("|---|---|---|---|---|");
+        println!("|---|---|---|---|---|---|");
         for d in &f.domains {
             println!(
-                "| {} | {:.1} | {:.1} | {:.1} | {:.1} |",
+                "| {} | {} | {:.1} | {:.1} | {:.1} | {:.1} |",
                 d.nodes,
+                if d.pinned { "yes" } else { "no" },
                 d.placed_in.as_secs_f64(),
                 d.created_in.as_secs_f64(),
                 d.ready_in.as_secs_f64(),

@@ -3,6 +3,8 @@
 
 use std::time::{Duration, Instant};
 
+use k8s_openapi::api::resource::v1::ResourceClaim;
+
 use super::stream::{Ask, Job};
 
 /// A wait this long, in all, with enough free GPUs in the cluster counts as stranded.
@@ -126,4 +128,24 @@ pub fn print(rows: &[(&str, Figures)]) {
             f.island.1
         );
     }
+}
+
+/// Whether the devices allocated to `claim` share one NVLink island (`island` names a
+/// device's by pool and device); `None` while it is not allocated.
+pub fn one_island(
+    claim: &ResourceClaim,
+    island: impl Fn(&str, &str) -> Option<String>,
+) -> Option<bool> {
+    let results = claim
+        .status
+        .as_ref()?
+        .allocation
+        .as_ref()?
+        .devices
+        .as_ref()?
+        .results
+        .as_ref()?;
+    let of: Vec<Option<String>> = results.iter().map(|r| island(&r.pool, &r.device)).collect();
+    let first = of.first()?;
+    Some(first.is_some() && of.iter().all(|i| i == first))
 }

@@ -8,8 +8,7 @@
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use futures::{StreamExt, TryStreamExt};
-use graft_api::compute_domain::{ComputeDomain, Readiness};
+use graft_api::compute_domain::{ComputeDomain, Readiness, CLIQUE_LABEL};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::resource::v1::ResourceClaimTemplate;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
@@ -17,8 +16,6 @@ use serde_json::json;
 
 use super::workload;
 
-/// Creations in flight.
-const IN_FLIGHT: usize = 16;
 /// The domain's channel template.
 const TEMPLATE: &str = "channel";
 
@@ -27,6 +24,8 @@ const TEMPLATE: &str = "channel";
 pub struct DomainRun {
     /// Its `numNodes`, and the pods made for it (one per node).
     pub nodes: usize,
+    /// Whether its pods selected its clique's nodes (the clique label, [`ready`]).
+    pub pinned: bool,
     /// From the domain's creation to its template (the controller placed it).
     pub placed_in: Duration,
     /// From the first pod's creation to the last one's.
@@ -40,8 +39,8 @@ pub struct DomainRun {
 /// A workload pod of the domain: its channel claim from the domain's template, and one pod
 /// a node (the domain's pods on one node share its channel, so spreading them is the pods'
 /// part, as a multi-node job's pods are spread by anti-affinity).
-fn pod(ns: &str, name: &str) -> anyhow::Result<Pod> {
-    Ok(serde_json::from_value(json!({
+fn pod(ns: &str, name: &str, clique: Option<&str>) -> anyhow::Result<Pod> {
+    let mut p: Pod = serde_json::from_value(json!({
         "metadata": {"name": name, "namespace": ns, "labels": {"app": "domain-workload"}},
         "spec": {
             "terminationGracePeriodSeconds": 0,
@@ -52,7 +51,11 @@ fn pod(ns: &str, name: &str) -> anyhow::Result<Pod> {
             "containers": [{"name": "app", "image": "registry.invalid/sim:1",
                 "resources": {"claims": [{"name": "imex"}]}}],
         },
-    }))?)
+    }))?;
+    if let (Some(c), Some(spec)) = (clique, p.spec.as_mut()) {
+        spec.node_selector = Some([(CLIQUE_LABEL.to_string(), c.to_string())].into());
+    }
+    Ok(p)
 }
 
 async fn bound(pods: &Api<Pod>) -> anyhow::Result<usize> {
@@ -65,23 +68,27 @@ async fn bound(pods: &Api<Pod>) -> anyhow::Result<usize> {
         .count())
 }
 
-async fn nodes_of(pods: &Api<Pod>) -> anyhow::Result<usize> {
-    let nodes: std::collections::BTreeSet<String> = pods
+/// The nodes `pods` are bound to.
+pub async fn nodes_of(pods: &Api<Pod>) -> anyhow::Result<std::collections::BTreeSet<String>> {
+    Ok(pods
         .list(&ListParams::default())
         .await?
         .items
         .into_iter()
         .filter_map(|p| p.spec?.node_name)
-        .collect();
-    Ok(nodes.len())
+        .collect())
 }
 
 /// Makes namespace `ns`, a domain of `n` nodes there and, once it is placed, its `n` pods;
-/// waits up to `limit` for the domain to be Ready and every pod bound.
+/// waits up to `limit` for the domain to be Ready and every pod bound. With `pin`, the pods
+/// also select the nodes of the domain's clique (`status.clique`) by graft-driver's clique
+/// label, so that kube-scheduler rules other nodes out by label before it evaluates their
+/// devices.
 pub async fn ready(
     client: &kube::Client,
     ns: &str,
     n: usize,
+    pin: bool,
     limit: Duration,
 ) -> anyhow::Result<DomainRun> {
     workload::namespace(client, ns).await?;
@@ -105,21 +112,19 @@ pub async fn ready(
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let placed_in = start.elapsed();
+    let clique = match pin {
+        true => domains.get("wide").await?.status.and_then(|s| s.clique),
+        false => None,
+    };
+    anyhow::ensure!(
+        pin == clique.is_some(),
+        "{ns}: placed, but no clique in its status"
+    );
 
     let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
     let t0 = Instant::now();
-    futures::stream::iter(0..n)
-        .map(|i| {
-            let pods = pods.clone();
-            async move {
-                pods.create(&PostParams::default(), &pod(ns, &format!("w{i:04}"))?)
-                    .await?;
-                anyhow::Ok(())
-            }
-        })
-        .buffer_unordered(IN_FLIGHT)
-        .try_collect::<Vec<()>>()
-        .await?;
+    let made = (0..n).map(|i| pod(ns, &format!("w{i:04}"), clique.as_deref()));
+    workload::create_all(&pods, made).await?;
     let created_in = t0.elapsed();
     let ready_in = loop {
         let status = domains.get("wide").await?.status.unwrap_or_default();
@@ -137,7 +142,7 @@ pub async fn ready(
                 "{ns}: not Ready {limit:?} after its pods: {ready} of {n} nodes Ready, {} pods \
                  bound on {} nodes, {} daemon pods bound, {:?}",
                 bound(&pods).await?,
-                nodes_of(&pods).await?,
+                nodes_of(&pods).await?.len(),
                 bound(&daemons).await?,
                 status.message
             );
@@ -158,6 +163,7 @@ pub async fn ready(
     };
     Ok(DomainRun {
         nodes: n,
+        pinned: pin,
         placed_in,
         created_in,
         ready_in,

@@ -229,7 +229,33 @@ impl Fleet {
     }
 }
 
+/// A runtime for a fleet run: its processes die with the thread that started them
+/// ([`Proc::start`]), so start them inside `block_on` on the thread that keeps it.
+pub fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+}
+
 impl Fleet {
+    /// A fleet under `dir` with the chart's DeviceClasses and the nodes of `plan` made and
+    /// untainted (within `limit`); its admin client and the number of slices published.
+    pub async fn with_nodes(
+        tb: &Testbed,
+        dir: &Path,
+        shapes: &shapes::Shapes,
+        plan: &[nodes::SimNode],
+        limit: std::time::Duration,
+    ) -> anyhow::Result<(Fleet, kube::Client, usize)> {
+        let mut fleet = Fleet::start(tb, dir)?;
+        fleet.device_classes(tb)?;
+        let c = fleet.client().await?;
+        let slices = nodes::make(&c, shapes, plan).await?;
+        fleet.nodes_ready(&c, limit).await?;
+        Ok((fleet, c, slices))
+    }
+
     /// Applies the chart's DeviceClasses, as shipped.
     pub fn device_classes(&self, tb: &Testbed) -> anyhow::Result<()> {
         let yaml = tb.render_chart(&["--show-only", "templates/30-deviceclasses.yaml"])?;

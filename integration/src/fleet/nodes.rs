@@ -98,7 +98,7 @@ async fn make_one(
     n: &SimNode,
 ) -> anyhow::Result<usize> {
     let nodes: Api<Node> = Api::all(client.clone());
-    let node: Node = serde_json::from_value(json!({
+    let mut node: Node = serde_json::from_value(json!({
         "metadata": {"name": n.name, "labels": {
             "kubernetes.io/hostname": n.name,
             "kubernetes.io/os": "linux",
@@ -106,6 +106,13 @@ async fn make_one(
             SIM_LABEL: "true",
         }},
     }))?;
+    // The clique label graft-driver sets on a node with IMEX channels.
+    if let (Some(clique), Some(labels)) = (
+        shapes.clique(n.shape, n.rack),
+        node.metadata.labels.as_mut(),
+    ) {
+        labels.insert(graft_api::compute_domain::CLIQUE_LABEL.into(), clique);
+    }
     let made = nodes
         .create(&PostParams::default(), &node)
         .await

@@ -97,19 +97,33 @@ impl Shapes {
         }
     }
 
+    /// The NVLink clique of a node of `shape` in rack `rack` (`<cluster>.<rack>`): its IMEX
+    /// channels' `cliqueID`, and the node label graft-driver sets from it
+    /// (`resource.graft.dev/clique`, with ComputeDomains on).
+    pub fn clique(&self, shape: Shape, rack: usize) -> Option<String> {
+        let clique_key = graft_api::attributes::CLIQUE_ID;
+        self.devices(shape)
+            .iter()
+            .find_map(|d| match d.attributes.get(clique_key) {
+                Some(Attribute::String(c)) => Some(format!("{}.{rack}", c.split_once('.')?.0)),
+                _ => None,
+            })
+    }
+
     /// The ResourceSlices graft-driver would publish on node `name` (uid `uid`) of
     /// `shape`; an NVL72 tray's devices carry the clique id of `rack`.
     pub fn slices(&self, shape: Shape, name: &str, uid: &str, rack: usize) -> Vec<ResourceSlice> {
         let clique_key = graft_api::attributes::CLIQUE_ID;
+        let clique = self.clique(shape, rack);
         let devices: Vec<Device> = self
             .devices(shape)
             .iter()
             .cloned()
             .map(|mut d| {
-                if let Some(Attribute::String(c)) = d.attributes.get_mut(clique_key) {
-                    if let Some((cluster, _)) = c.split_once('.') {
-                        *c = format!("{cluster}.{rack}");
-                    }
+                if let (Some(Attribute::String(c)), Some(rack_clique)) =
+                    (d.attributes.get_mut(clique_key), &clique)
+                {
+                    c.clone_from(rack_clique);
                 }
                 d
             })

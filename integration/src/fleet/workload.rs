@@ -110,6 +110,29 @@ impl Round {
     }
 }
 
+/// Creates each of `objects` through `api`, [`IN_FLIGHT`] at a time; the first error.
+pub async fn create_all<K>(
+    api: &Api<K>,
+    objects: impl Iterator<Item = anyhow::Result<K>>,
+) -> anyhow::Result<()>
+where
+    K: kube::Resource
+        + Clone
+        + std::fmt::Debug
+        + k8s_openapi::serde::Serialize
+        + k8s_openapi::serde::de::DeserializeOwned,
+{
+    futures::stream::iter(objects)
+        .map(|o| async move {
+            api.create(&PostParams::default(), &o?).await?;
+            anyhow::Ok(())
+        })
+        .buffer_unordered(IN_FLIGHT)
+        .try_collect::<Vec<()>>()
+        .await?;
+    Ok(())
+}
+
 /// Makes namespace `ns` and waits for its default ServiceAccount, which admission wants
 /// before any pod.
 pub async fn namespace(client: &kube::Client, ns: &str) -> anyhow::Result<()> {
@@ -141,18 +164,12 @@ pub async fn round(
 ) -> anyhow::Result<Round> {
     namespace(client, ns).await?;
     let claims: Api<ResourceClaim> = Api::namespaced(client.clone(), ns);
-    futures::stream::iter(asks.iter().enumerate())
-        .map(|(i, a)| {
-            let claims = claims.clone();
-            async move {
-                let c = claim(ns, &format!("p{i:05}"), *a)?;
-                claims.create(&PostParams::default(), &c).await?;
-                anyhow::Ok(())
-            }
-        })
-        .buffer_unordered(IN_FLIGHT)
-        .try_collect::<Vec<()>>()
-        .await?;
+    let made = asks.iter().enumerate();
+    create_all(
+        &claims,
+        made.map(|(i, a)| claim(ns, &format!("p{i:05}"), *a)),
+    )
+    .await?;
 
     let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
     // Bindings are counted from a watch started before the first pod.
@@ -170,18 +187,11 @@ pub async fn round(
     });
     tokio::time::sleep(Duration::from_millis(300)).await;
     let t0 = Instant::now();
-    futures::stream::iter(0..asks.len())
-        .map(|i| {
-            let pods = pods.clone();
-            async move {
-                let p = pod(ns, &format!("p{i:05}"), scheduler)?;
-                pods.create(&PostParams::default(), &p).await?;
-                anyhow::Ok(())
-            }
-        })
-        .buffer_unordered(IN_FLIGHT)
-        .try_collect::<Vec<()>>()
-        .await?;
+    create_all(
+        &pods,
+        (0..asks.len()).map(|i| pod(ns, &format!("p{i:05}"), scheduler)),
+    )
+    .await?;
     let created_in = t0.elapsed();
     let mut bound: BTreeMap<String, Instant> = BTreeMap::new();
     let deadline = tokio::time::Instant::now() + limit;
@@ -211,18 +221,11 @@ pub async fn claims_at_rest(client: &kube::Client, ns: &str, n: usize) -> anyhow
         .await
         .with_context(|| format!("creating namespace {ns}"))?;
     let claims: Api<ResourceClaim> = Api::namespaced(client.clone(), ns);
-    futures::stream::iter(0..n)
-        .map(|i| {
-            let claims = claims.clone();
-            async move {
-                let c = claim(ns, &format!("c{i:06}"), Ask::Gpus(1))?;
-                claims.create(&PostParams::default(), &c).await?;
-                anyhow::Ok(())
-            }
-        })
-        .buffer_unordered(IN_FLIGHT)
-        .try_collect::<Vec<()>>()
-        .await?;
+    create_all(
+        &claims,
+        (0..n).map(|i| claim(ns, &format!("c{i:06}"), Ask::Gpus(1))),
+    )
+    .await?;
     Ok(())
 }
 

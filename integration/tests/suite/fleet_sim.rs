@@ -14,6 +14,8 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams, PostParams};
 
 const NODES: usize = 100;
+/// How long the fleet's nodes may take to be Ready.
+const LIMIT: Duration = Duration::from_secs(120);
 /// The scheduler name of the profile that calls graft's extender.
 const GRAFT_PROFILE: &str = "graft-gpu";
 
@@ -84,13 +86,10 @@ async fn extender_on_a_second_scheduler_profile() -> anyhow::Result<()> {
         .prefix("graft-fleet")
         .tempdir_in("/tmp")?;
     let shapes = Shapes::discover(&dir.path().join("shapes"))?;
-    let mut fleet = Fleet::start(&tb, &dir.path().join("cp"))?;
-    fleet.device_classes(&tb)?;
-    let c = fleet.client().await?;
     let plan = nodes::plan(NODES);
-    let slices = nodes::make(&c, &shapes, &plan).await?;
+    let (mut fleet, c, slices) =
+        Fleet::with_nodes(&tb, &dir.path().join("cp"), &shapes, &plan, LIMIT).await?;
     ensure!(slices >= NODES, "{slices} slices for {NODES} nodes");
-    fleet.nodes_ready(&c, Duration::from_secs(120)).await?;
     let _kubelet = Kubelet::start(c.clone());
     let ext = fleet.extender(&[])?;
     fleet.scheduler("kube-scheduler", &["default-scheduler"], None)?;
@@ -201,17 +200,20 @@ async fn compute_domain_of_a_rack_in_the_fleet() -> anyhow::Result<()> {
         .prefix("graft-fleet")
         .tempdir_in("/tmp")?;
     let shapes = Shapes::discover(&dir.path().join("shapes"))?;
-    let mut fleet = Fleet::start(&tb, &dir.path().join("cp"))?;
-    fleet.device_classes(&tb)?;
-    let c = fleet.client().await?;
-    nodes::make(&c, &shapes, &nodes::plan(NODES)).await?;
-    fleet.nodes_ready(&c, Duration::from_secs(120)).await?;
+    let (mut fleet, c, _) = Fleet::with_nodes(
+        &tb,
+        &dir.path().join("cp"),
+        &shapes,
+        &nodes::plan(NODES),
+        LIMIT,
+    )
+    .await?;
     let _kubelet = Kubelet::start(c.clone());
     let mut ctl = fleet.cd_controller(&tb)?;
     fleet.scheduler("kube-scheduler", &["default-scheduler"], None)?;
 
     let ns = "fleet-domain";
-    let r = domains::ready(&c, ns, 18, Duration::from_secs(120)).await?;
+    let r = domains::ready(&c, ns, 18, false, Duration::from_secs(120)).await?;
     eprintln!(
         "a domain of 18: placed in {:.1} s, Ready {:.1} s and bound {:.1} s after its pods",
         r.placed_in.as_secs_f64(),
@@ -219,13 +221,7 @@ async fn compute_domain_of_a_rack_in_the_fleet() -> anyhow::Result<()> {
         r.bound_in.as_secs_f64()
     );
     let daemons: Api<Pod> = Api::namespaced(c.clone(), graft_integration::fleet::graft::NAMESPACE);
-    let on: BTreeSet<String> = daemons
-        .list(&ListParams::default())
-        .await?
-        .items
-        .into_iter()
-        .filter_map(|p| p.spec?.node_name)
-        .collect();
+    let on = domains::nodes_of(&daemons).await?;
     ensure!(
         on.len() == 18 && on.iter().all(|n| n.as_str() < "sim-00018"),
         "daemons on {on:?}, not on the rack's 18 trays"
