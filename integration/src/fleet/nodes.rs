@@ -106,7 +106,8 @@ async fn make_one(
             SIM_LABEL: "true",
         }},
     }))?;
-    // The clique label graft-driver sets on a node with IMEX channels.
+    // The clique label graft-driver sets on a node with IMEX channels
+    // (families/nvidia/src/domain/clique_label.rs, with ComputeDomains on).
     if let (Some(clique), Some(labels)) = (
         shapes.clique(n.shape, n.rack),
         node.metadata.labels.as_mut(),
