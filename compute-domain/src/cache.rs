@@ -1,25 +1,26 @@
 //! What the reconciles read, kept by watches (kube-runtime reflectors) that every reconcile
 //! shares, so that no reconcile lists the cluster: graft's ResourceSlices (field selector
 //! `spec.driver=graft.dev`), every ResourceClaim, the daemon pods in graft's namespace
-//! (the domain label), and the nodes' domain labels (metadata only). Each object is trimmed
+//! (the domain label), and the nodes' domain labels (metadata only). A slice is stored as
+//! a compact record of its devices ([`SliceDevices`]); every other object is trimmed
 //! to what the controller reads before it is stored (no managedFields, no spec it does not
 //! read, no other drivers' results), so that memory follows the number of objects, not
 //! their size; the initial lists come in small pages, so that a page of maximum-size claims
 //! is all that is ever held whole.
 //!
 //! Of slices, claims and nodes only those the reconciles can use are stored ([`only`]): a
-//! slice with an IMEX channel, a claim of a domain or with graft's devices allocated, a node
+//! slice with a device in an NVLink clique, a claim of a domain or with graft's devices allocated, a node
 //! with a domain's label. The rest of the fleet streams past, so that the controller's memory
 //! follows the domains' part of the cluster, not its size (the fleet benchmark: 1.85x from
 //! 1,000 to 5,000 nodes while every node's slice and metadata were kept).
 
 use std::collections::BTreeMap;
 
-use futures::StreamExt;
+use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::{Node, Pod, PodCondition, PodSpec, PodStatus};
 use k8s_openapi::api::resource::v1::{
     AllocatedDeviceStatus, AllocationResult, DeviceAllocationResult, ResourceClaim,
-    ResourceClaimStatus, ResourceSlice, ResourceSliceSpec,
+    ResourceClaimStatus, ResourceSlice,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::core::PartialObjectMeta;
@@ -27,10 +28,10 @@ use kube::runtime::reflector::{self, Store};
 use kube::runtime::{watcher, WatchStreamExt};
 use kube::Api;
 
-use crate::clique::{CHANNEL_TYPE, CLIQUE_ATTRIBUTE, DRIVER};
+use crate::clique::DRIVER;
 use crate::context::Context;
+use crate::devices::SliceDevices;
 use crate::objects::DOMAIN_LABEL;
-use graft_api::attributes::{qualified, PARENT_UUID, TYPE, UUID};
 
 /// Objects a page of the initial lists holds: claims may be up to the API server's object
 /// limit (about 1.5 MiB) each.
@@ -39,8 +40,8 @@ pub const PAGE: u32 = 10;
 /// The shared caches of one leadership term.
 #[derive(Clone)]
 pub struct Caches {
-    /// graft's ResourceSlices with IMEX channels, trimmed by [`trim_slice`].
-    pub slices: Store<ResourceSlice>,
+    /// graft's ResourceSlices with IMEX channels, as [`SliceDevices`] records.
+    pub slices: Store<SliceDevices>,
     /// The ResourceClaims of domains or with graft's devices, trimmed by [`trim_claim`].
     pub claims: Store<ResourceClaim>,
     /// The daemon pods in graft's namespace, trimmed by [`trim_pod`].
@@ -78,51 +79,16 @@ fn meta(m: &ObjectMeta, labels: &[&str]) -> ObjectMeta {
     }
 }
 
-/// A slice as `clique::node_channels` reads it: its node, pool and the devices' `type`,
-/// `cliqueID`, `uuid` and `parentUUID` attributes (which GPU a device is, or is part of).
-/// A slice without an IMEX channel keeps no device: `node_channels` counts a node's GPUs
-/// only on nodes with channels, and most of a fleet has none (the fleet benchmark: the
-/// controller's memory at 5,000 nodes was 2.5x its figure at 1,000 before this).
-pub fn trim_slice(s: &mut ResourceSlice) {
-    let keep: Vec<String> = [CLIQUE_ATTRIBUTE, TYPE, UUID, PARENT_UUID]
-        .into_iter()
-        .flat_map(|a| [a.to_string(), qualified(a)])
-        .collect();
-    let type_keys = [TYPE.to_string(), qualified(TYPE)];
-    let has_channel = s.spec.devices.iter().flatten().any(|d| {
-        d.attributes.as_ref().is_some_and(|a| {
-            type_keys
-                .iter()
-                .filter_map(|k| a.get(k))
-                .any(|v| v.string.as_deref() == Some(CHANNEL_TYPE))
-        })
-    });
-    if !has_channel {
-        s.spec.devices = None;
+/// A slice's watch event as the cache takes it: its [`SliceDevices`] record.
+pub fn slice_event(ev: watcher::Event<ResourceSlice>) -> watcher::Event<SliceDevices> {
+    use watcher::Event::*;
+    match ev {
+        Apply(s) => Apply(SliceDevices::of(&s)),
+        Delete(s) => Delete(SliceDevices::of(&s)),
+        InitApply(s) => InitApply(SliceDevices::of(&s)),
+        Init => Init,
+        InitDone => InitDone,
     }
-    let devices = s.spec.devices.take().map(|ds| {
-        ds.into_iter()
-            .map(|d| k8s_openapi::api::resource::v1::Device {
-                name: d.name,
-                attributes: d.attributes.map(|a| {
-                    a.into_iter()
-                        .filter(|(k, _)| keep.contains(k))
-                        .collect::<BTreeMap<_, _>>()
-                }),
-                ..Default::default()
-            })
-            .collect()
-    });
-    *s = ResourceSlice {
-        metadata: meta(&s.metadata, &[]),
-        spec: ResourceSliceSpec {
-            driver: std::mem::take(&mut s.spec.driver),
-            node_name: s.spec.node_name.take(),
-            pool: std::mem::take(&mut s.spec.pool),
-            devices,
-            ..Default::default()
-        },
-    };
 }
 
 /// A claim as the controller reads it: its domain label, graft's allocated devices, and
@@ -234,10 +200,10 @@ pub fn trim_pod(p: &mut Pod) {
     };
 }
 
-/// Whether a trimmed slice has a use: [`trim_slice`] keeps devices only of a slice with
-/// an IMEX channel.
-pub fn keep_slice(s: &ResourceSlice) -> bool {
-    s.spec.devices.is_some()
+/// Whether a slice's record has a use: one of a node in an NVLink clique
+/// ([`SliceDevices::of`]).
+pub fn keep_slice(s: &SliceDevices) -> bool {
+    s.kept()
 }
 
 /// Whether a trimmed claim has a use: a domain's (`members`, `binding`, `labels`), or one
@@ -303,11 +269,13 @@ pub fn start(ctx: &Context) -> (Caches, impl std::future::Future<Output = ()>) {
     let slice_cfg = watcher::Config::default()
         .fields(&format!("spec.driver={DRIVER}"))
         .page_size(PAGE);
-    let slice_watch = watcher(Api::<ResourceSlice>::all(c.clone()), slice_cfg)
-        .default_backoff()
-        .modify(trim_slice)
-        .filter_map(kept(keep_slice))
-        .reflect(slices_w);
+    let slice_watch = reflector::reflector(
+        slices_w,
+        watcher(Api::<ResourceSlice>::all(c.clone()), slice_cfg)
+            .default_backoff()
+            .map_ok(slice_event)
+            .filter_map(kept(keep_slice)),
+    );
     // Every namespace's, whatever the controller's scope: a channel taken anywhere is taken.
     let (claims, claims_w) = reflector::store();
     let claim_watch = watcher(

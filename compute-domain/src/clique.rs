@@ -7,10 +7,11 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 
-use k8s_openapi::api::resource::v1::{Device, ResourceClaim, ResourceSlice};
+use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceSlice};
+
+use crate::devices::{Role, SliceDevices};
 
 pub use graft_api::attributes::CLIQUE_ID as CLIQUE_ATTRIBUTE;
-use graft_api::types::GPU as GPU_TYPE;
 pub use graft_api::types::IMEX_CHANNEL as CHANNEL_TYPE;
 pub use graft_api::DRIVER;
 
@@ -64,16 +65,6 @@ pub enum NoClique {
     },
 }
 
-/// An attribute by its name as a slice may spell it: bare (the driver's own domain) or
-/// qualified with the driver's name.
-fn string_attribute<'a>(device: &'a Device, name: &str) -> Option<&'a str> {
-    let attrs = device.attributes.as_ref()?;
-    attrs
-        .get(name)
-        .or_else(|| attrs.get(&graft_api::attributes::qualified(name)))
-        .and_then(|a| a.string.as_deref())
-}
-
 /// The devices that claims hold, of driver graft.dev.
 pub fn allocated<'a>(claims: impl IntoIterator<Item = &'a ResourceClaim>) -> HashSet<DeviceId> {
     claims
@@ -85,46 +76,33 @@ pub fn allocated<'a>(claims: impl IntoIterator<Item = &'a ResourceClaim>) -> Has
         .collect()
 }
 
-/// The GPU a device is or is part of, by UUID: a GPU's own, a MIG device's parent's.
-fn gpu_of(device: &Device) -> Option<&str> {
-    string_attribute(device, graft_api::attributes::PARENT_UUID).or_else(|| {
-        (string_attribute(device, graft_api::attributes::TYPE) == Some(GPU_TYPE))
-            .then(|| string_attribute(device, graft_api::attributes::UUID))
-            .flatten()
-    })
-}
-
 /// Each node's IMEX channels and GPUs, by node name (nodes with channels only). A node
 /// whose channels name two cliques (which a node cannot be in) keeps the first it lists.
 pub fn node_channels<'a>(
-    slices: impl IntoIterator<Item = &'a ResourceSlice>,
+    slices: impl IntoIterator<Item = &'a SliceDevices>,
     allocated: &HashSet<DeviceId>,
 ) -> BTreeMap<String, NodeChannels> {
     let mut nodes: BTreeMap<String, NodeChannels> = BTreeMap::new();
     // Per node: its GPUs, and the GPUs of which some device is allocated.
     let mut gpus: BTreeMap<&str, (BTreeSet<&str>, HashSet<&str>)> = BTreeMap::new();
-    for s in slices.into_iter().filter(|s| s.spec.driver == DRIVER) {
-        let Some(node) = s.spec.node_name.as_deref() else {
+    for s in slices {
+        let Some(node) = s.node.as_deref() else {
             continue;
         };
-        for d in s.spec.devices.iter().flatten() {
-            let taken = allocated.contains(&(s.spec.pool.name.clone(), d.name.clone()));
-            if let Some(gpu) = gpu_of(d) {
-                let (all, busy) = gpus.entry(node).or_default();
-                if string_attribute(d, graft_api::attributes::TYPE) == Some(GPU_TYPE) {
-                    all.insert(gpu);
+        for (name, role) in &s.devices {
+            let taken = allocated.contains(&(s.pool.to_string(), name.to_string()));
+            let clique = match *role {
+                Role::Gpu(i) | Role::Part(i) => {
+                    let (all, busy) = gpus.entry(node).or_default();
+                    if matches!(role, Role::Gpu(_)) {
+                        all.insert(s.gpu(i));
+                    }
+                    if taken {
+                        busy.insert(s.gpu(i));
+                    }
+                    continue;
                 }
-                if taken {
-                    busy.insert(gpu);
-                }
-                continue;
-            }
-            if string_attribute(d, graft_api::attributes::TYPE) != Some(CHANNEL_TYPE) {
-                continue;
-            }
-            let Some(clique) = string_attribute(d, CLIQUE_ATTRIBUTE).filter(|c| !c.is_empty())
-            else {
-                continue;
+                Role::Channel(i) => s.clique(i),
             };
             let n = nodes.entry(node.to_string()).or_default();
             if n.clique.is_empty() {

@@ -20,6 +20,7 @@ mod context;
 pub mod controller;
 pub use graft_api::compute_domain as crd;
 pub mod daemon;
+pub mod devices;
 pub mod labels;
 pub mod lease;
 pub mod members;

@@ -129,11 +129,11 @@ mod tests {
 
     #[test]
     fn an_unallocated_domain_leaves_a_clique_without_room_for_one_with_room() {
-        let slices = [
+        let slices = crate::devices::records(&[
             channel_slice("a", "u.1", 2),
             channel_slice("b", "u.1", 2),
             channel_slice("c", "u.2", 2),
-        ];
+        ]);
         let at = Placement {
             clique: "u.2".into(),
             slot: 0,

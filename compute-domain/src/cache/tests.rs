@@ -1,5 +1,5 @@
 use super::*;
-use crate::clique::{allocated, channel_slice, node_channels};
+use crate::clique::{allocated, channel_slice};
 use crate::members::{allocation_nodes, domain_claims};
 use std::sync::Arc;
 
@@ -46,57 +46,6 @@ fn a_claim_keeps_only_what_the_controller_reads() {
 }
 
 #[test]
-fn a_slice_keeps_its_node_pool_and_channel_and_gpu_attributes() {
-    let mut full = channel_slice("a", "u.1", 3);
-    // A GPU and a MIG device of it, as graft-driver publishes them.
-    let gpus: Vec<k8s_openapi::api::resource::v1::Device> =
-        serde_json::from_value(serde_json::json!([
-        {"name": "gpu-0", "attributes": {"type": {"string": "gpu"}, "uuid": {"string": "GPU-a"},
-            "productName": {"string": "x".repeat(100)}}},
-        {"name": "gpu-0-mig-1-0", "attributes": {"type": {"string": "mig"},
-            "uuid": {"string": "MIG-a"}, "parentUUID": {"string": "GPU-a"}}}]))
-        .unwrap();
-    full.spec.devices.as_mut().unwrap().extend(gpus);
-    let mut s = full.clone();
-    s.metadata.managed_fields = Some(vec![Default::default()]);
-    trim_slice(&mut s);
-    assert!(s.metadata.managed_fields.is_none());
-    let keys = |i: usize| -> Vec<String> {
-        let d = &s.spec.devices.as_ref().unwrap()[i];
-        d.attributes.as_ref().unwrap().keys().cloned().collect()
-    };
-    assert_eq!(keys(0), ["cliqueID", "type"]);
-    assert_eq!(keys(3), ["type", "uuid"]);
-    assert_eq!(keys(4), ["parentUUID", "type", "uuid"]);
-    let taken = [("a".to_string(), "gpu-0-mig-1-0".to_string())].into();
-    for allocated in [Default::default(), taken] {
-        assert_eq!(
-            node_channels([&s], &allocated),
-            node_channels([&full], &allocated)
-        );
-    }
-    assert_eq!(node_channels([&s], &Default::default())["a"].free_gpus, 1);
-}
-
-#[test]
-fn a_slice_without_channels_keeps_no_devices() {
-    let mut s = channel_slice("b", "u.1", 0);
-    let gpus: Vec<k8s_openapi::api::resource::v1::Device> = serde_json::from_value(
-        serde_json::json!([{"name": "gpu-0", "attributes": {"type": {"string": "gpu"}}}]),
-    )
-    .unwrap();
-    s.spec.devices = Some(gpus);
-    let full = s.clone();
-    trim_slice(&mut s);
-    assert!(s.spec.devices.is_none(), "{s:?}");
-    assert_eq!(s.spec.node_name.as_deref(), Some("b"));
-    assert_eq!(
-        node_channels([&s], &Default::default()),
-        node_channels([&full], &Default::default())
-    );
-}
-
-#[test]
 fn a_pod_keeps_its_node_address_and_readiness() {
     let mut p: Pod = serde_json::from_value(serde_json::json!({
         "metadata": {"name": "d", "namespace": "g", "labels": {DOMAIN_LABEL: "u1"},
@@ -118,7 +67,7 @@ fn a_pod_keeps_its_node_address_and_readiness() {
 /// Feeds `events` through [`only`] into a store; what it holds, by name.
 fn stored<K>(keep: fn(&K) -> bool, events: Vec<watcher::Event<K>>) -> Vec<String>
 where
-    K: kube::Resource<DynamicType = ()> + Clone + 'static,
+    K: reflector::Lookup<DynamicType = ()> + Clone + 'static,
 {
     let (store, mut w) = reflector::store::<K>();
     for ev in events {
@@ -129,22 +78,20 @@ where
     let mut names: Vec<String> = store
         .state()
         .iter()
-        .map(|o| o.meta().name.clone().unwrap_or_default())
+        .map(|o| o.name().unwrap_or_default().into_owned())
         .collect();
     names.sort();
     names
 }
 
-fn trimmed_slice(node: &str, channels: usize) -> ResourceSlice {
+fn trimmed_slice(node: &str, channels: usize) -> SliceDevices {
     let mut s = channel_slice(node, "u.1", channels);
     if channels == 0 {
-        s.spec.devices = serde_json::from_value(
-            serde_json::json!([{"name": "gpu-0", "attributes": {"type": {"string": "gpu"}}}]),
-        )
+        s.spec.devices = serde_json::from_value(serde_json::json!([{"name": "gpu-0",
+            "attributes": {"type": {"string": "gpu"}, "uuid": {"string": "GPU-0"}}}]))
         .ok();
     }
-    trim_slice(&mut s);
-    s
+    SliceDevices::of(&s)
 }
 
 #[test]

@@ -5,7 +5,7 @@ fn nodes(slices: &[ResourceSlice], taken: &[(&str, &str)]) -> BTreeMap<String, N
         .iter()
         .map(|(p, d)| (p.to_string(), d.to_string()))
         .collect();
-    node_channels(slices, &taken)
+    node_channels(&crate::devices::records(slices), &taken)
 }
 
 #[test]
@@ -67,17 +67,18 @@ fn other_drivers_and_devices_are_ignored() {
 }
 
 /// `count` whole GPUs `gpu-<i>` on `node` (uuid `GPU-<node>-<i>`), and a MIG device of the
-/// first, `gpu-0-mig-1-0`.
-fn gpu_slice(node: &str, count: usize) -> ResourceSlice {
+/// first, `gpu-0-mig-1-0`, all in fabric clique `clique`, in a slice of their own.
+fn gpu_slice(node: &str, clique: &str, count: usize) -> ResourceSlice {
     let mut devices: Vec<serde_json::Value> = (0..count)
         .map(|i| {
             serde_json::json!({"name": format!("gpu-{i}"), "attributes": {
-                "type": {"string": "gpu"}, "uuid": {"string": format!("GPU-{node}-{i}")}}})
+                "type": {"string": "gpu"}, "uuid": {"string": format!("GPU-{node}-{i}")},
+                "cliqueID": {"string": clique}}})
         })
         .collect();
     devices.push(serde_json::json!({"name": "gpu-0-mig-1-0", "attributes": {
         "type": {"string": "mig"}, "uuid": {"string": format!("MIG-{node}")},
-        "parentUUID": {"string": format!("GPU-{node}-0")}}}));
+        "parentUUID": {"string": format!("GPU-{node}-0")}, "cliqueID": {"string": clique}}}));
     serde_json::from_value(serde_json::json!({
         "metadata": {"name": format!("{node}-gpus")},
         "spec": {"driver": DRIVER, "nodeName": node,
@@ -93,9 +94,9 @@ fn nodes_without_a_free_gpu_do_not_count() {
         channel_slice("a", "u.1", 1),
         channel_slice("b", "u.1", 1),
         channel_slice("c", "u.2", 1),
-        gpu_slice("a", 1),
-        gpu_slice("b", 2),
-        gpu_slice("c", 2),
+        gpu_slice("a", "u.1", 1),
+        gpu_slice("b", "u.1", 2),
+        gpu_slice("c", "u.2", 2),
     ];
     // The smallest clique that fits one node is u.2, while c has a free GPU.
     let n = nodes(&s, &[]);

@@ -7,7 +7,7 @@ fn nodes(spec: &[(&str, &str, usize)]) -> BTreeMap<String, NodeChannels> {
         .iter()
         .map(|(n, c, count)| channel_slice(n, c, *count))
         .collect();
-    node_channels(&slices, &Default::default())
+    node_channels(&crate::devices::records(&slices), &Default::default())
 }
 
 fn domain(uid: &str, clique: Option<&str>, slot: Option<u32>) -> (String, Record) {
