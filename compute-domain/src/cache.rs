@@ -1,7 +1,8 @@
 //! What the reconciles read, kept by watches (kube-runtime reflectors) that every reconcile
 //! shares, so that no reconcile lists the cluster: graft's ResourceSlices (field selector
 //! `spec.driver=graft.dev`), every ResourceClaim, the daemon pods in graft's namespace
-//! (the domain label), and the nodes' domain labels (metadata only). A slice is stored as
+//! (the domain label), the nodes' domain labels and the domains' DaemonSets (metadata
+//! only). A slice is stored as
 //! a compact record of its devices ([`SliceDevices`]); every other object is trimmed
 //! to what the controller reads before it is stored (no managedFields, no spec it does not
 //! read, no other drivers' results), so that memory follows the number of objects, not
@@ -17,6 +18,7 @@
 use std::collections::BTreeMap;
 
 use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Node, Pod, PodCondition, PodSpec, PodStatus};
 use k8s_openapi::api::resource::v1::{
     AllocatedDeviceStatus, AllocationResult, DeviceAllocationResult, ResourceClaim,
@@ -48,6 +50,9 @@ pub struct Caches {
     pub pods: Store<Pod>,
     /// The name and domain labels of every node that has one ([`trim_node`]).
     pub nodes: Store<PartialObjectMeta<Node>>,
+    /// The domains' DaemonSets in graft's namespace: name, uid and generation
+    /// ([`trim_daemonset`]), so that a reconcile writes one only when it changed.
+    pub daemonsets: Store<PartialObjectMeta<DaemonSet>>,
 }
 
 impl Caches {
@@ -57,6 +62,7 @@ impl Caches {
             && self.claims.wait_until_ready().await.is_ok()
             && self.pods.wait_until_ready().await.is_ok()
             && self.nodes.wait_until_ready().await.is_ok()
+            && self.daemonsets.wait_until_ready().await.is_ok()
     }
 }
 
@@ -170,6 +176,15 @@ pub fn trim_node(n: &mut PartialObjectMeta<Node>) {
     n.metadata = ObjectMeta {
         labels: (!labels.is_empty()).then_some(labels),
         ..meta(&n.metadata, &[])
+    };
+}
+
+/// A DaemonSet as `apply` reads it: whether it is still the one the controller last
+/// wrote (its uid and generation).
+pub fn trim_daemonset(d: &mut PartialObjectMeta<DaemonSet>) {
+    d.metadata = ObjectMeta {
+        generation: d.metadata.generation,
+        ..meta(&d.metadata, &[])
     };
 }
 
@@ -292,6 +307,13 @@ pub fn start(ctx: &Context) -> (Caches, impl std::future::Future<Output = ()>) {
         .default_backoff()
         .modify(trim_pod)
         .reflect(pods_w);
+    let (daemonsets, daemonsets_w) = reflector::store();
+    let ds_api: Api<PartialObjectMeta<DaemonSet>> =
+        Api::namespaced(ctx.client.clone(), &ctx.cfg.namespace);
+    let ds_watch = watcher(ds_api, watcher::Config::default().labels(DOMAIN_LABEL))
+        .default_backoff()
+        .modify(trim_daemonset)
+        .reflect(daemonsets_w);
     let (nodes, nodes_w) = reflector::store();
     let node_api: Api<PartialObjectMeta<Node>> = Api::all(ctx.client.clone());
     let node_watch = watcher(node_api, watcher::Config::default().page_size(PAGE * 10))
@@ -305,6 +327,7 @@ pub fn start(ctx: &Context) -> (Caches, impl std::future::Future<Output = ()>) {
             claim_watch.for_each(|r| report("ResourceClaims", r)),
             pod_watch.for_each(|r| report("daemon pods", r)),
             node_watch.for_each(|r| report("nodes", r)),
+            ds_watch.for_each(|r| report("DaemonSets", r)),
         );
     };
     (
@@ -313,6 +336,7 @@ pub fn start(ctx: &Context) -> (Caches, impl std::future::Future<Output = ()>) {
             claims,
             pods,
             nodes,
+            daemonsets,
         },
         drive,
     )

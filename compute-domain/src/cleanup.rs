@@ -85,6 +85,9 @@ pub(crate) async fn cleanup(cd: Arc<ComputeDomain>, ctx: &Term) -> Result<Action
         .await
         .map_err(kube_err(&cd, "deleting the domain's record"))?;
     records.remove(&uid);
+    if let Ok(mut w) = ctx.written.lock() {
+        w.remove(&uid);
+    }
     if let Ok(mut r) = ctx.reported.lock() {
         r.remove(&uid);
     }

@@ -20,6 +20,18 @@ pub(crate) struct Term {
     pub(crate) records: tokio::sync::Mutex<BTreeMap<String, Record>>,
     /// The status last written for each domain, by uid.
     pub(crate) reported: std::sync::Mutex<HashMap<String, ComputeDomainStatus>>,
+    /// The DaemonSet last written for each domain, by the domain's uid.
+    pub(crate) written: std::sync::Mutex<HashMap<String, Written>>,
+}
+
+/// A DaemonSet as the controller wrote it: a digest of what it applied, and the uid and
+/// generation the API server gave back. While the cached DaemonSet still has both, applying
+/// the same again would change nothing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Written {
+    pub(crate) digest: u64,
+    pub(crate) uid: Option<String>,
+    pub(crate) generation: Option<i64>,
 }
 
 impl Deref for Term {
@@ -42,6 +54,7 @@ impl Term {
             caches,
             records: tokio::sync::Mutex::new(records),
             reported: Default::default(),
+            written: Default::default(),
         }
     }
 }

@@ -17,6 +17,7 @@ mod harness;
 mod isolation;
 mod lease;
 mod slots;
+mod writes;
 
 use std::path::Path;
 
