@@ -11,5 +11,6 @@ pub mod published;
 pub mod reads;
 pub mod refusal;
 pub mod sources;
+pub mod unclaimed;
 pub mod validator;
 pub mod verify;

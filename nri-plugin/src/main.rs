@@ -101,6 +101,18 @@ struct Args {
     #[allow(dead_code)]
     #[arg(long, value_parser = ["live", "ready"])]
     probe: Option<String>,
+    /// GPU requests to NVIDIA's container toolkit (`NVIDIA_VISIBLE_DEVICES` and the like,
+    /// from an image or a pod spec) in containers graft gives no GPU: `clear` rewrites them
+    /// to ask nothing, `refuse` refuses the container, `keep` leaves them (NVIDIA's device
+    /// plugin on the same node gives its pods GPUs through them). The chart sets `clear` on
+    /// its GPU nodes.
+    #[arg(
+        long,
+        env = "GRAFT_NRI_UNCLAIMED_GPU_REQUESTS",
+        value_enum,
+        default_value = "keep"
+    )]
+    unclaimed_gpu_requests: graft_nri::unclaimed::Mode,
     /// Where this boot's id is read from.
     #[arg(long, default_value = BOOT_ID_PATH, hide = true)]
     boot_id_path: PathBuf,
@@ -195,7 +207,8 @@ fn main() -> anyhow::Result<()> {
                 .with_eviction_grace(std::time::Duration::from_millis(args.eviction_grace_ms))
                 .with_host_root(args.host_root.clone())
                 .with_deadline(std::time::Duration::from_millis(args.deadline_ms.max(1)))
-                .with_metrics(metrics),
+                .with_metrics(metrics)
+                .with_unclaimed_gpu_requests(args.unclaimed_gpu_requests),
         );
         // The NRI session runs until the process stops: its end, however it comes, is an
         // error (the runtime restarts a pre-installed plugin; the DaemonSet this one).

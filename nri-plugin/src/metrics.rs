@@ -65,15 +65,19 @@ pub enum Refusal {
     DeviceAbsent,
     /// graft-nri failed internally (a panic in the handler).
     Internal,
+    /// The container asks NVIDIA's container toolkit for GPUs graft did not give it
+    /// (`--unclaimed-gpu-requests=refuse`).
+    UnclaimedGpuRequest,
 }
 
 impl Refusal {
-    const ALL: [Refusal; 5] = [
+    const ALL: [Refusal; 6] = [
         Refusal::RecordUnreadable,
         Refusal::RecordRejected,
         Refusal::SourceNotServed,
         Refusal::DeviceAbsent,
         Refusal::Internal,
+        Refusal::UnclaimedGpuRequest,
     ];
 
     /// The value of the `reason` label.
@@ -84,6 +88,7 @@ impl Refusal {
             Refusal::SourceNotServed => "source_not_served",
             Refusal::DeviceAbsent => "device_absent",
             Refusal::Internal => "internal",
+            Refusal::UnclaimedGpuRequest => "unclaimed_gpu_request",
         }
     }
 }
@@ -112,6 +117,7 @@ pub struct NriMetrics {
     refused: Family<ReasonLabel, Counter>,
     refused_by: Vec<Counter>,
     skipped: Counter,
+    gpu_requests_cleared: Counter,
     connected: Gauge,
     synchronized: Gauge,
     reconnects: Counter,
@@ -140,6 +146,7 @@ impl Default for NriMetrics {
             refused,
             refused_by,
             skipped: Counter::default(),
+            gpu_requests_cleared: Counter::default(),
             connected: Gauge::default(),
             synchronized: Gauge::default(),
             reconnects: Counter::default(),
@@ -170,8 +177,14 @@ impl NriMetrics {
         );
         r.register(
             "graft_nri_containers_skipped",
-            "Containers created unchanged: their pod has no graft claim",
+            "Containers created unchanged: nothing recorded for them, no GPU request to clear",
             self.skipped.clone(),
+        );
+        r.register(
+            "graft_nri_gpu_requests_cleared",
+            "Containers graft gives no GPU whose requests to NVIDIA's container toolkit \
+             were cleared (--unclaimed-gpu-requests=clear)",
+            self.gpu_requests_cleared.clone(),
         );
         r.register(
             "graft_nri_connected",
@@ -222,6 +235,11 @@ impl NriMetrics {
     /// A container was created unchanged: no graft claim in its pod.
     pub fn skipped(&self) {
         self.skipped.inc();
+    }
+
+    /// A container's requests to NVIDIA's container toolkit were cleared.
+    pub fn gpu_requests_cleared(&self) {
+        self.gpu_requests_cleared.inc();
     }
 
     /// A container was refused, for `why`.

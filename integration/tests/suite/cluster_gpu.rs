@@ -24,6 +24,7 @@ mod mps_support;
 mod mps_uids;
 mod placement;
 mod render;
+mod unclaimed;
 mod vfio;
 
 /// A pod's GPU container runs the driver's nvidia-smi and sees its libraries; its sibling
@@ -232,6 +233,17 @@ fn two_gpus_on_one_nvlink_island() -> anyhow::Result<()> {
     with_bed(|bed| {
         bed.fresh(&GpuValues::default(), placement::pairs)?;
         placement::two_gpus_on_one_island(&bed.cluster)
+    })
+}
+
+/// A pod without a claim whose images ask NVIDIA's container toolkit for every GPU
+/// (`NVIDIA_VISIBLE_DEVICES=all`, a legacy CUDA image, the pod spec's variable), with the
+/// chart's defaults: each container's environment asks for none (`void`).
+#[test]
+fn unclaimed_container_sees_no_gpu() -> anyhow::Result<()> {
+    with_bed(|bed| {
+        bed.fresh(&GpuValues::default(), |_| Ok(()))?;
+        unclaimed::unclaimed_container_sees_no_gpu(&bed.cluster)
     })
 }
 

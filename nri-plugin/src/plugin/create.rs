@@ -12,6 +12,7 @@ use crate::entries;
 use crate::inject::{plan, Plan};
 use crate::metrics::Refusal;
 use crate::sources::{check_present, check_served};
+use crate::unclaimed::{self, Mode, Requests};
 
 impl GraftPlugin {
     /// [`graft_nri_sdk::NriPlugin::create_container`], inside the container's span.
@@ -103,8 +104,39 @@ impl GraftPlugin {
             }
         };
         let mut resp = nri::CreateContainerResponse::new();
+        // The toolkit's device requests that graft's plan does not override.
+        let planned_env: Vec<&str> = planned
+            .iter()
+            .flat_map(|(p, _)| p.edits.env.iter().map(|v| v.name.as_str()))
+            .collect();
+        let requests = match self.unclaimed {
+            Mode::Keep => Requests::default(),
+            _ => unclaimed::find(&ctr.env, &ctr.mounts, &ctr.annotations, &planned_env),
+        };
+        if !requests.is_empty() {
+            if self.unclaimed == Mode::Refuse {
+                let why = format!(
+                    "the container asks NVIDIA's container toolkit for devices graft did not \
+                     give it ({}); this node refuses GPU requests outside a claim \
+                     (--unclaimed-gpu-requests=refuse): ask for GPUs with a ResourceClaim",
+                    requests.describe()
+                );
+                return Err(self.refuse(&pod, &ctr, &[], Refusal::UnclaimedGpuRequest, why));
+            }
+            tracing::info!(
+                requests = %requests.describe(),
+                "cleared the container's requests to NVIDIA's container toolkit"
+            );
+            self.metrics.gpu_requests_cleared();
+        }
         let Some((plan, entry)) = planned else {
-            self.metrics.skipped();
+            if requests.is_empty() {
+                self.metrics.skipped();
+            } else {
+                let mut adj = nri::ContainerAdjustment::new();
+                requests.clear(&mut adj);
+                resp.adjust = Some(adj).into();
+            }
             return Ok(resp);
         };
         self.stats.injected.fetch_add(1, Ordering::Relaxed);
@@ -114,7 +146,9 @@ impl GraftPlugin {
             devices = plan.edits.device_nodes.len(), injected = %annotation,
             "injecting recorded devices"
         );
-        resp.adjust = Some(plan.adjustment_with(annotation)).into();
+        let mut adj = plan.adjustment_with(annotation);
+        requests.clear(&mut adj);
+        resp.adjust = Some(adj).into();
         // graftctl's entry is diagnostics: written after the answer, with others.
         self.entries.push(self.store.root().to_path_buf(), entry);
         Ok(resp)

@@ -60,6 +60,9 @@ pub struct GraftPlugin {
     reads: Reads,
     /// graftctl's container entries not yet written.
     entries: crate::entries::Pending,
+    /// What becomes of GPU requests to NVIDIA's container toolkit in containers graft
+    /// gives no GPU.
+    unclaimed: crate::unclaimed::Mode,
     #[cfg(feature = "fault-injection")]
     fault: FaultSwitch,
 }
@@ -79,9 +82,17 @@ impl GraftPlugin {
             registration_timeout_ms: AtomicU64::new(0),
             reads: Reads::default(),
             entries: Default::default(),
+            unclaimed: Default::default(),
             #[cfg(feature = "fault-injection")]
             fault: FaultSwitch::default(),
         }
+    }
+
+    /// What becomes of GPU requests to NVIDIA's container toolkit in containers graft
+    /// gives no GPU ([`crate::unclaimed`]).
+    pub fn with_unclaimed_gpu_requests(mut self, mode: crate::unclaimed::Mode) -> Self {
+        self.unclaimed = mode;
+        self
     }
 
     /// Test builds only: a switch that makes the next CreateContainer handlers sleep or

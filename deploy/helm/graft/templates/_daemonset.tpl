@@ -243,6 +243,8 @@ spec:
             {{- if $gpu }}
             - name: GRAFT_NVIDIA_DRIVER_ROOT
               value: {{ .Values.nvidia.driverRoot }}
+            - name: GRAFT_NRI_UNCLAIMED_GPU_REQUESTS
+              value: {{ .Values.nvidia.unclaimedGpuRequests | default (ternary "keep" "clear" .Values.nvidia.allowDevicePluginCoexistence) | quote }}
             {{- end }}
             - name: GRAFT_LOG_FORMAT
               value: {{ .Values.logFormat | quote }}
