@@ -12,9 +12,9 @@ use std::borrow::Cow;
 use k8s_openapi::api::resource::v1::{Device, ResourceSlice};
 use kube::runtime::reflector::Lookup;
 
-use crate::clique::{CHANNEL_TYPE, CLIQUE_ATTRIBUTE, DRIVER};
-use graft_api::attributes::{qualified, PARENT_UUID, TYPE, UUID};
-use graft_api::types::GPU as GPU_TYPE;
+use graft_api::attributes::{qualified, CLIQUE_ID, PARENT_UUID, TYPE, UUID};
+use graft_api::types::{GPU as GPU_TYPE, IMEX_CHANNEL as CHANNEL_TYPE};
+use graft_api::DRIVER;
 
 /// What a device is to placement; the index is into its record's tables.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -87,7 +87,7 @@ impl SliceDevices {
         let devices = s.spec.devices.as_deref().unwrap_or_default();
         let in_clique = devices
             .iter()
-            .any(|d| string_attribute(d, CLIQUE_ATTRIBUTE).is_some_and(|c| !c.is_empty()));
+            .any(|d| string_attribute(d, CLIQUE_ID).is_some_and(|c| !c.is_empty()));
         if s.spec.driver != DRIVER || !in_clique {
             return r;
         }
@@ -101,7 +101,7 @@ impl SliceDevices {
                     None => continue,
                 }
             } else if kind == Some(CHANNEL_TYPE) {
-                match string_attribute(d, CLIQUE_ATTRIBUTE).filter(|c| !c.is_empty()) {
+                match string_attribute(d, CLIQUE_ID).filter(|c| !c.is_empty()) {
                     Some(clique) => Role::Channel(index(&mut r.cliques, clique)),
                     None => continue,
                 }
