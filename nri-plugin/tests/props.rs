@@ -23,7 +23,6 @@ use graft_nri_sdk::mux::{Mux, HEADER_LEN, MAX_PAYLOAD, PLUGIN_SERVICE_CONN, RUNT
 use graft_nri_sdk::{self as sdk, NriPlugin, Options, Transport};
 use graft_proto::nri::{self, ContainerState, Event};
 use graft_proto::nri_ttrpc;
-use graft_record::policy::{DEFAULT_HOOK_PATH, HOOK_ENV, HOOK_NAME, HOOK_SUBCOMMANDS};
 use graft_record::{InjectionPolicy, RecordStore, StatusPublisher, INJECTED_ANNOTATION};
 use proptest::prelude::*;
 use proptest::test_runner::{Config as ProptestConfig, TestCaseError, TestRunner};
@@ -34,6 +33,7 @@ use ttrpc::r#async::{Server, TtrpcContext};
 
 #[path = "../../record/tests/support/mutate.rs"]
 mod mutate;
+mod support;
 use mutate::Mutation;
 
 const POD: &str = "5e0c9a8b-1d2f-4e3a-8b7c-6d5e4f3a2b10";
@@ -663,28 +663,11 @@ struct Env {
 
 fn env() -> Env {
     let dir = tempfile::tempdir().unwrap();
-    let store = RecordStore::open(dir.path()).unwrap();
-    let policy = InjectionPolicy::new(dir.path(), DEFAULT_HOOK_PATH, &[]).unwrap();
-    let fixture = std::fs::read(
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../record/tests/fixtures/claim-v1.json"),
-    )
-    .unwrap();
-    let mut c1 = graft_record::parse_record(std::path::Path::new("fixture"), &fixture).unwrap();
-    c1.pods[0].uid = POD.into();
+    let (store, policy, mut c1) = support::fixture(dir.path(), POD);
     c1.pods[0].containers.push(graft_record::ContainerRecord {
         name: "both".into(),
         devices: vec!["fuse".into()],
     });
-    // What the node's injection policy allows: a bind of a directory graft serves from its
-    // state directory (an MPS tenancy's), graft-hook.
-    let fuse = &mut c1.devices[0].edits;
-    fuse.mounts[0].source = format!("{}/mps/GPU-0/t-1/shm", dir.path().display());
-    fuse.mounts[0].options = vec!["ro".into(), "nosuid".into(), "nodev".into(), "rbind".into()];
-    fuse.hooks[0].path = DEFAULT_HOOK_PATH.into();
-    fuse.hooks[0].args = vec![HOOK_NAME.into(), HOOK_SUBCOMMANDS[0].into()];
-    fuse.hooks[0].env = HOOK_ENV.iter().map(|s| s.to_string()).collect();
-    policy.check_record(&c1).expect("c1 follows the policy");
     store.put_claim(&c1).unwrap();
     let mut c2 = c1.clone();
     c2.claim.uid = "c2".into();
