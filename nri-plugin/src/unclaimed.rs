@@ -123,6 +123,25 @@ fn asks(value: &str) -> bool {
     !items.is_empty() && !items.contains(&"void")
 }
 
+/// The variables [`find`] reads.
+const READ: [&str; 6] = [
+    VISIBLE_DEVICES,
+    "CUDA_VERSION",
+    "NVIDIA_REQUIRE_CUDA",
+    OTHER_REQUESTS[0],
+    OTHER_REQUESTS[1],
+    OTHER_REQUESTS[2],
+];
+
+/// The values in force of [`READ`]'s variables.
+struct Vars<'a, 'e>(&'a [Option<&'e str>; READ.len()]);
+
+impl<'e> Vars<'_, 'e> {
+    fn get(&self, name: &str) -> Option<&'e str> {
+        READ.iter().position(|n| *n == name).and_then(|i| self.0[i])
+    }
+}
+
 /// `path` with `.` and `..` resolved as text, as Go's `filepath.Clean` does.
 fn lexical(path: &str) -> std::path::PathBuf {
     use std::path::Component;
@@ -147,12 +166,16 @@ pub fn find(
     annotations: &HashMap<String, String>,
     planned: &[&str],
 ) -> Requests {
-    // The last entry of a name is the one in force.
-    let mut vars: HashMap<&str, &str> = HashMap::new();
+    // One pass, no allocation (this runs on every CreateContainer): the last entry of a
+    // name is the one in force.
+    let mut last: [Option<&str>; READ.len()] = [None; READ.len()];
     for e in env {
         let (k, v) = e.split_once('=').unwrap_or((e.as_str(), ""));
-        vars.insert(k, v);
+        if let Some(i) = READ.iter().position(|n| *n == k) {
+            last[i] = Some(v);
+        }
     }
+    let vars = Vars(&last);
     let mut r = Requests::default();
     if !planned.contains(&VISIBLE_DEVICES) {
         match vars.get(VISIBLE_DEVICES) {
@@ -182,8 +205,13 @@ pub fn find(
     }
     // Any mount there, whatever its source (the toolkit reads those of /dev/null, after
     // cleaning both paths): none of graft's, and no other use of that directory is known.
+    // A path without the directory's name cannot clean to it, and is not cleaned.
     for m in mounts {
-        if lexical(&m.destination).starts_with(MOUNT_ROOT) && !r.mounts.contains(&m.destination) {
+        let named = m.destination.contains("nvidia-container-devices");
+        if named
+            && lexical(&m.destination).starts_with(MOUNT_ROOT)
+            && !r.mounts.contains(&m.destination)
+        {
             r.mounts.push(m.destination.clone());
         }
     }
