@@ -13,7 +13,11 @@
 //! `gpu`: the injection plan of a GPU claim (policy checks, merge) with the driver's files
 //! bound one by one and as the prepared directory, alternating in one loop.
 //!
-//! Run: cargo bench -p graft-nri --bench hot_path [-- create|none|idle|sync|floor|gpu] (default: all).
+//! `modes`: CreateContainer with `--unclaimed-gpu-requests` at `keep` (the binary's default)
+//! and at `clear` (the chart's on GPU nodes), for a pod with a claim and one without, on the
+//! same requests (20 variables, none of NVIDIA's), in alternating rounds of 500.
+//!
+//! Run: cargo bench -p graft-nri --bench hot_path [-- create|none|idle|sync|floor|gpu|modes] (default: all).
 //! `GRAFT_BENCH_CALLS` sets the number of CreateContainer calls (default 5000).
 
 use std::sync::Arc;
@@ -127,6 +131,44 @@ fn main() {
             pct(&times[1], 0.99),
             pct(&times[1], 0.5) / pct(&times[0], 0.5)
         );
+    }
+    if want("modes") {
+        let dir2 = tempfile::tempdir().expect("tempdir");
+        let clear = Arc::new(
+            plugin_with_claims(dir2.path(), 1000)
+                .with_unclaimed_gpu_requests(graft_nri::unclaimed::Mode::Clear),
+        );
+        let plugins = [plugin.clone(), clear];
+        for pod in ["pod-uid-00000", "pod-uid-none"] {
+            let ps = plugins.clone();
+            let [keep, clear] = rt
+                .block_on(rt.spawn(async move {
+                    let mut t = [Vec::new(), Vec::new()];
+                    for (i, p) in ps.iter().enumerate() {
+                        let _warm = create(p, pod, 500, None).await;
+                        t[i].clear();
+                    }
+                    for round in 0..(calls / 500).max(2) {
+                        for k in [round % 2, 1 - round % 2] {
+                            t[k].extend(create(&ps[k], pod, 500, None).await);
+                        }
+                    }
+                    for v in &mut t {
+                        v.sort();
+                    }
+                    t
+                }))
+                .expect("bench task");
+            println!(
+                "CreateContainer, {pod}: keep p50 {:.1} µs, p99 {:.1} µs; clear p50 {:.1} µs, p99 {:.1} µs; p50 ratio clear/keep {:.3} ({} calls each)",
+                pct(&keep, 0.5),
+                pct(&keep, 0.99),
+                pct(&clear, 0.5),
+                pct(&clear, 0.99),
+                pct(&clear, 0.5) / pct(&keep, 0.5),
+                keep.len()
+            );
+        }
     }
     if want("sync") {
         let bytes = sync_request(1000);
