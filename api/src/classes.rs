@@ -72,6 +72,21 @@ impl DeviceClass {
     }
 }
 
+/// The chart's class for MIG devices of one profile (values: nvidia.migProfiles), which
+/// serves the name NVIDIA's device plugin gives them (`nvidia.com/mig-1g.10gb`).
+pub fn mig_profile_class(profile: &str) -> String {
+    format!("mig-{profile}.{DRIVER}")
+}
+
+/// That class's CEL selector, as the chart writes it: `mig.graft.dev`'s, and the profile.
+pub fn mig_profile_cel(profile: &str) -> String {
+    format!(
+        "{} && device.attributes['{DRIVER}'].?{}.orValue('') == '{profile}'",
+        typed("mig.graft.dev", types::MIG).cel(),
+        attributes::PROFILE
+    )
+}
+
 /// The most specific class that selects a device of `device_type` (`None`: it has none),
 /// with MIG mode on or off: what `graft_driver_devices`' `class` label says. A type no class
 /// names counts under the catch-all.
@@ -97,6 +112,16 @@ mod tests {
         assert_eq!(of(Some("fuse"), false), "fuse.graft.dev");
         assert_eq!(of(Some("my-own-type"), false), DRIVER);
         assert_eq!(of(None, false), DRIVER);
+    }
+
+    #[test]
+    fn a_mig_profile_class_selects_its_profile() {
+        assert_eq!(mig_profile_class("1g.10gb"), "mig-1g.10gb.graft.dev");
+        assert_eq!(
+            mig_profile_cel("1g.10gb"),
+            "device.driver == 'graft.dev' && device.attributes['graft.dev'].?type.orValue('') \
+             == 'mig' && device.attributes['graft.dev'].?profile.orValue('') == '1g.10gb'"
+        );
     }
 
     #[test]

@@ -1,10 +1,11 @@
 //! The chart against the contract, read as files (no helm needed): its DeviceClasses are
-//! exactly [`graft_api::classes::ALL`], in order, each with the selector the contract
+//! exactly [`graft_api::classes::ALL`], in order (with the MIG profile classes' template
+//! after mig.graft.dev), each with the selector the contract
 //! renders, and the ComputeDomain CRD template is the one the contract's types make.
 
 use std::path::PathBuf;
 
-use graft_api::classes::ALL;
+use graft_api::classes::{mig_profile_cel, ALL};
 
 fn chart_file(rel: &str) -> String {
     let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -51,7 +52,13 @@ fn template_classes() -> Vec<(String, String)> {
 #[test]
 fn the_charts_device_classes_select_what_the_contract_says() {
     let chart = template_classes();
-    let want: Vec<(String, String)> = ALL.iter().map(|c| (c.name.into(), c.cel())).collect();
+    let mut want: Vec<(String, String)> = ALL.iter().map(|c| (c.name.into(), c.cel())).collect();
+    // After mig.graft.dev, the template of a class per MIG profile (named by a helper).
+    let mig = want.iter().position(|(n, _)| n == "mig.graft.dev").unwrap();
+    want.insert(
+        mig + 1,
+        ("{{ $class }}".into(), mig_profile_cel("{{ $p }}")),
+    );
     assert_eq!(
         chart, want,
         "templates/30-deviceclasses.yaml against graft_api::classes"

@@ -14,6 +14,7 @@ use graft_integration::cluster::gpu::{with_bed, with_bed_on, GpuValues};
 use graft_integration::cluster::workloads::{device_pod, wait_log, wait_unprepared};
 use graft_integration::cluster::Kubernetes;
 
+mod device_plugin;
 mod dynamic_mig;
 mod gpu_health;
 mod health;
@@ -233,6 +234,18 @@ fn two_gpus_on_one_nvlink_island() -> anyhow::Result<()> {
     with_bed(|bed| {
         bed.fresh(&GpuValues::default(), placement::pairs)?;
         placement::two_gpus_on_one_island(&bed.cluster)
+    })
+}
+
+/// Pods written for NVIDIA's device plugin run unchanged on graft's GPUs with the chart's
+/// defaults: `limits: {nvidia.com/gpu: 2}` gets two GPUs and `nvidia.com/mig-1g.10gb: 1` a
+/// MIG device of that profile, each in the container that asked only, and graft withholds
+/// nothing for serving the device plugin's names.
+#[test]
+fn device_plugin_pod_runs_unchanged() -> anyhow::Result<()> {
+    with_bed(|bed| {
+        bed.fresh(&GpuValues::default(), |_| Ok(()))?;
+        device_plugin::device_plugin_pod_runs_unchanged(&bed.cluster)
     })
 }
 

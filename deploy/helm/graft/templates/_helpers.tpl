@@ -101,14 +101,32 @@ gpu.graft.dev's only where graft serves GPUs. Call with (list $ "class"). */}}
 {{- end -}}
 {{- end }}
 
+{{/* The MIG profile classes (values: nvidia.migProfiles) as JSON, class name to profile:
+only where graft serves GPUs and mig.graft.dev is installed. */}}
+{{- define "graft.migProfileClasses" -}}
+{{- $out := dict -}}
+{{- if and .Values.backends.nvidia (has "mig.graft.dev" .Values.deviceClasses) -}}
+{{- range $p := .Values.nvidia.migProfiles -}}
+{{- $_ := set $out (printf "mig-%s.graft.dev" $p) $p -}}
+{{- end -}}
+{{- end -}}
+{{ toJson $out }}
+{{- end }}
+
 {{/* Every extended resource a pod may ask graft's classes by, as a CEL list: each class's
 own name, and the name Kubernetes gives every DeviceClass
-(deviceclass.resource.kubernetes.io/<class>). */}}
+(deviceclass.resource.kubernetes.io/<class>); the MIG profile classes' too. */}}
 {{- define "graft.extendedResourceNamesCel" -}}
 {{- $names := list -}}
 {{- range $class := .Values.deviceClasses -}}
 {{- with include "graft.extendedResourceName" (list $ $class) -}}
 {{- $names = append $names (printf "'%s'" .) -}}
+{{- end -}}
+{{- $names = append $names (printf "'deviceclass.resource.kubernetes.io/%s'" $class) -}}
+{{- end -}}
+{{- range $class, $p := include "graft.migProfileClasses" . | fromJson -}}
+{{- with $.Values.nvidia.migResourcePrefix -}}
+{{- $names = append $names (printf "'%s%s'" . $p) -}}
 {{- end -}}
 {{- $names = append $names (printf "'deviceclass.resource.kubernetes.io/%s'" $class) -}}
 {{- end -}}
@@ -219,20 +237,10 @@ default), each value a string. Empty: every node is a GPU node. */}}
 {{- toJson $out -}}
 {{- end }}
 
-{{/* Refusals that need no cluster to decide (helm template has none): a class under one of
-the names NVIDIA's device plugin hands GPUs out by (nvidia.com/gpu, nvidia.com/mig-...)
-needs nvidia.allowDevicePluginCoexistence. */}}
+{{/* Refusals that need no cluster to decide (helm template has none). */}}
 {{- define "graft.guards" -}}
 {{- if hasKey .Values.nvidia "gpuNodeSelector" -}}
 {{- fail "nvidia.gpuNodeSelector is now nvidia.gpuNodeLabels: a node carrying any one of its labels is a GPU node (by default nvidia.com/gpu.present=true or feature.node.kubernetes.io/pci-10de.present=true); move your labels there (docs/configuration.md)" -}}
-{{- end -}}
-{{- if not .Values.nvidia.allowDevicePluginCoexistence -}}
-{{- range $class := .Values.deviceClasses -}}
-{{- $name := include "graft.extendedResourceName" (list $ $class) -}}
-{{- if hasPrefix "nvidia.com/" $name -}}
-{{- fail (printf "extendedResourceNames.%s is %s, a name NVIDIA's device plugin hands out the same GPUs by: set nvidia.allowDevicePluginCoexistence=true once no device plugin runs on graft's GPU nodes (docs/configuration.md), or leave the name empty" $class $name) -}}
-{{- end -}}
-{{- end -}}
 {{- end -}}
 {{- end }}
 

@@ -283,66 +283,87 @@ fn every_object_carries_the_recommended_labels() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// A GPU class under the device plugin's resource name needs saying that no device plugin
-/// serves the same GPUs; informational XIDs are a value.
+/// GPU mode serves the device plugin's names by default: nvidia.com/gpu on gpu.graft.dev
+/// and a class per MIG profile under nvidia.com/mig-<profile>, each selecting what
+/// graft_api::classes says; the require-graft-nri policy marks pods asking for them.
+/// Informational XIDs are a value.
 #[test]
-fn device_plugin_resource_name_needs_acknowledging() -> anyhow::Result<()> {
+fn gpu_classes_serve_the_device_plugins_names() -> anyhow::Result<()> {
     let tb = Testbed::load()?;
     let gpu = chart().join("values-gpu.yaml");
     let gpu = gpu.to_str().context("path")?;
-    let shipped = tb.render_chart(&["-f", gpu])?;
+    let shipped = tb.render_chart(&["-f", gpu, "--set", "requireGraftNri.enabled=true"])?;
     let class = object(&shipped, "DeviceClass", "gpu.graft.dev")?;
-    ensure!(!class.contains("extendedResourceName"), "{class}");
+    ensure!(
+        class.contains("extendedResourceName: nvidia.com/gpu\n"),
+        "{class}"
+    );
+    let mig = object(&shipped, "DeviceClass", "mig-1g.10gb.graft.dev")?;
+    ensure!(
+        mig.contains("extendedResourceName: nvidia.com/mig-1g.10gb\n"),
+        "{mig}"
+    );
+    let cel = graft_api::classes::mig_profile_cel("1g.10gb");
+    ensure!(
+        mig.replace("\n          ", " ").contains(&cel),
+        "{cel} not in\n{mig}"
+    );
+    let marks = object(&shipped, "MutatingAdmissionPolicy", "graft-require-nri")?;
+    for name in ["'nvidia.com/gpu'", "'nvidia.com/mig-7g.80gb'"] {
+        ensure!(marks.contains(name), "{name} not in\n{marks}");
+    }
     ensure!(
         shipped.contains(
             "name: GRAFT_HEALTH_INFORMATIONAL_XIDS\n              value: \"13,31,43,45,68,94,109\"\n"
         ),
         "{shipped}"
     );
-    let name = [
+    // Coexistence turns the guard off, and leaves the names alone.
+    let acked = tb.render_chart(&[
         "-f",
         gpu,
-        "--set",
-        "extendedResourceNames.gpu\\.graft\\.dev=nvidia.com/gpu",
-    ];
-    let refused = match tb.render_chart(&name) {
-        Ok(out) => anyhow::bail!("rendered:\n{out}"),
-        Err(e) => format!("{e:#}"),
-    };
-    ensure!(
-        refused.contains("nvidia.allowDevicePluginCoexistence=true"),
-        "{refused}"
-    );
-    let mut ack = name.to_vec();
-    ack.extend([
         "--set",
         "nvidia.allowDevicePluginCoexistence=true",
         "--set-json",
         "nvidia.informationalXids=[13,43]",
-    ]);
-    let acked = tb.render_chart(&ack)?;
+        "--set-json",
+        "nvidia.migProfiles=[\"2g.20gb\"]",
+        "--set",
+        "nvidia.migResourcePrefix=",
+    ])?;
     let class = object(&acked, "DeviceClass", "gpu.graft.dev")?;
     ensure!(
         class.contains("extendedResourceName: nvidia.com/gpu\n"),
         "{class}"
     );
     ensure!(
+        acked.contains(
+            "name: GRAFT_ALLOW_DEVICE_PLUGIN_COEXISTENCE\n              value: \"true\"\n"
+        ),
+        "the guard is still on:\n{acked}"
+    );
+    ensure!(object(&acked, "DeviceClass", "mig-1g.10gb.graft.dev").is_err());
+    let mig = object(&acked, "DeviceClass", "mig-2g.20gb.graft.dev")?;
+    ensure!(!mig.contains("extendedResourceName"), "{mig}");
+    ensure!(
         acked.contains("name: GRAFT_HEALTH_INFORMATIONAL_XIDS\n              value: \"13,43\"\n"),
         "{acked}"
     );
-    // A MIG profile's device-plugin name is refused the same way.
-    let mig = [
-        "-f",
-        gpu,
-        "--set",
-        "extendedResourceNames.mig\\.graft\\.dev=nvidia.com/mig-1g.10gb",
-    ];
-    ensure!(tb.render_chart(&mig).is_err());
-    // Without GPUs graft maps nothing there: nothing to refuse.
-    tb.render_chart(&[
-        "--set",
-        "extendedResourceNames.gpu\\.graft\\.dev=nvidia.com/gpu",
-    ])?;
+    // A profile that is not one is refused by the schema.
+    ensure!(tb
+        .render_chart(&[
+            "-f",
+            gpu,
+            "--set-json",
+            "nvidia.migProfiles=[\"1g.10gb+me\"]"
+        ])
+        .is_err());
+    // Without GPUs graft serves none of NVIDIA's names.
+    let plain = tb.render_chart(&[])?;
+    ensure!(
+        !plain.contains("extendedResourceName: nvidia.com/"),
+        "{plain}"
+    );
     Ok(())
 }
 
