@@ -2,7 +2,9 @@
 //! defaults: `limits: {nvidia.com/gpu: 2}` and `limits: {nvidia.com/mig-1g.10gb: 1}` (the
 //! device plugin's mixed MIG strategy) get devices through the scheduler's extended-resource
 //! claims (DRAExtendedResource), only in the container that asked. The fake node's GPU 7
-//! starts with a 1g.10gb instance (integration/fake-nvml, mig/state.rs presets).
+//! starts with a 1g.10gb instance (integration/fake-nvml, mig/state.rs presets). Then the
+//! node as the device plugin leaves it (`nvidia.com/gpu: 0` in its status): pods still run
+//! on graft's GPUs.
 
 use anyhow::{ensure, Context};
 use graft_integration::cluster::workloads::{events, wait_log, wait_unprepared, BUSYBOX};
@@ -114,5 +116,46 @@ pub fn device_plugin_pod_runs_unchanged(c: &Cluster) -> anyhow::Result<()> {
     println!("nvidia.com/gpu: 2 -> {gpus:?}; nvidia.com/mig-1g.10gb: 1 -> {mig:?}");
 
     c.kubectl(&["delete", "pod", "dp-gpus", "dp-mig", "--wait=true"])?;
+    wait_unprepared(c)?;
+    let zero = after_the_device_plugin(c);
+    let cleanup = node_resource(c, None);
+    zero.and(cleanup)
+}
+
+/// The Node's `nvidia.com/gpu` in capacity and allocatable: `Some(n)` sets it, `None`
+/// removes it (a status patch; the kubelet keeps resources it does not manage).
+fn node_resource(c: &Cluster, count: Option<u32>) -> anyhow::Result<()> {
+    let node = c.kubectl(&["get", "nodes", "-o", "jsonpath={.items[0].metadata.name}"])?;
+    let v = count.map_or("null".to_string(), |n| format!("\"{n}\""));
+    let patch = format!(
+        r#"{{"status":{{"capacity":{{"nvidia.com/gpu":{v}}},"allocatable":{{"nvidia.com/gpu":{v}}}}}}}"#
+    );
+    c.kubectl(&[
+        "patch",
+        "node",
+        node.trim(),
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        &patch,
+    ])?;
+    Ok(())
+}
+
+/// A node the device plugin served keeps `nvidia.com/gpu: 0` once it is gone (the kubelet
+/// writes 0 for a removed device plugin's resource instead of deleting it): graft's guard
+/// publishes its GPUs there, and the scheduler serves the pod from them.
+fn after_the_device_plugin(c: &Cluster) -> anyhow::Result<()> {
+    node_resource(c, Some(0))?;
+    c.apply(&pod("dp-zero", "nvidia.com/gpu", 1))?;
+    c.wait_phase("dp-zero", "Running")?;
+    let got = allocation(c, "dp-zero", "nvidia.com/gpu")?;
+    ensure!(
+        got.len() == 1,
+        "nvidia.com/gpu: 1 beside a zero got {got:?}"
+    );
+    let log = wait_log(c, "dp-zero", "app", "DONE")?;
+    ensure!(log.contains("gpus=1 "), "dp-zero/app:\n{log}");
+    c.kubectl(&["delete", "pod", "dp-zero", "--wait=true"])?;
     wait_unprepared(c)
 }
