@@ -11,6 +11,9 @@
 pub const MEMORY: &str = "memory";
 /// On an MPS GPU: the compute percentage (1 to 100) a claim consumes.
 pub const COMPUTE: &str = "compute";
+/// On a time-sliced GPU or MIG device: the replicas it is offered as; a claim consumes one
+/// unless it asks for more.
+pub const SHARES: &str = "shares";
 /// A MIG device's streaming multiprocessors.
 pub const MULTIPROCESSORS: &str = "multiprocessors";
 /// A MIG device's copy engines.
@@ -30,6 +33,7 @@ pub const SIZE: &str = "size";
 pub const ALL: &[&str] = &[
     MEMORY,
     COMPUTE,
+    SHARES,
     MULTIPROCESSORS,
     COPY_ENGINES,
     DECODERS,

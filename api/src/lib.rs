@@ -43,4 +43,7 @@ pub mod types {
 pub mod sharing {
     /// Through MPS: claims take shares of its compute and memory.
     pub const MPS: &str = "mps";
+    /// Time-sliced among claims, as replicas: each claim consumes shares of it
+    /// ([`crate::capacity::SHARES`]), and CUDA switches between their processes.
+    pub const TIME_SLICING: &str = "timeSlicing";
 }

@@ -67,6 +67,8 @@ fn config(node: &Node, flags: &NvidiaFlags) -> NvidiaConfig {
         passthrough: flags.nvidia_passthrough,
         dynamic_mig: flags.nvidia_dynamic_mig.clone(),
         mps: flags.nvidia_mps.clone(),
+        time_slicing: flags.nvidia_time_slicing.clone(),
+        time_slicing_replicas: flags.nvidia_time_slicing_replicas,
         placement_order: flags.nvidia_placement_order,
         roots,
     }

@@ -61,6 +61,22 @@ pub struct NvidiaFlags {
     /// daemons are graft-mps's (docs/nvidia.md: MPS). `all`, `none`, or UUIDs / indices.
     #[arg(long, env = "GRAFT_NVIDIA_MPS", default_value = "none", value_parser = GpuSelection::parse)]
     pub nvidia_mps: GpuSelection,
+    /// GPUs time-sliced among claims, as the device plugin's time-slicing replicas: each is
+    /// published for several claims at once (DRA consumable capacity), every claim
+    /// consuming one of `--nvidia-time-slicing-replicas` shares unless it asks for more;
+    /// of a GPU in MIG mode, its static MIG devices are. No limits: every process may use
+    /// all of the device's memory (docs/nvidia.md: Sharing a GPU). `all`, `none`, or UUIDs
+    /// / indices; an MPS GPU stays MPS.
+    #[arg(long, env = "GRAFT_NVIDIA_TIME_SLICING", default_value = "none", value_parser = GpuSelection::parse)]
+    pub nvidia_time_slicing: GpuSelection,
+    /// The shares each time-sliced GPU or MIG device is offered as (2 to 1024).
+    #[arg(
+        long,
+        env = "GRAFT_NVIDIA_TIME_SLICING_REPLICAS",
+        default_value_t = 4,
+        value_parser = clap::value_parser!(u32).range(2..=1024)
+    )]
+    pub nvidia_time_slicing_replicas: u32,
     /// Taints an MPS GPU `<driver>/mps-tenant=<namespace>` (NoSchedule) while a namespace
     /// holds a share of it, so that the scheduler gives other namespaces' claims another GPU.
     /// Only with every claim of the namespace tolerating its own tenancy: the chart turns it

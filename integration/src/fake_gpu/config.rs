@@ -41,6 +41,8 @@ impl FakeNode {
             passthrough: false,
             dynamic_mig: GpuSelection::parse(dynamic_mig).map_err(anyhow::Error::msg)?,
             mps: GpuSelection::None,
+            time_slicing: GpuSelection::None,
+            time_slicing_replicas: 4,
             placement_order: Default::default(),
         })
     }

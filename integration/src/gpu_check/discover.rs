@@ -71,6 +71,8 @@ pub fn config_with(opts: &Options, prepared: bool) -> NvidiaConfig {
         passthrough: false,
         dynamic_mig: Default::default(),
         mps: Default::default(),
+        time_slicing: Default::default(),
+        time_slicing_replicas: 4,
         placement_order: Default::default(),
     }
 }

@@ -25,6 +25,7 @@ mod mps_support;
 mod mps_uids;
 mod placement;
 mod render;
+mod shares;
 mod unclaimed;
 mod vfio;
 
@@ -246,6 +247,17 @@ fn device_plugin_pod_runs_unchanged() -> anyhow::Result<()> {
     with_bed(|bed| {
         bed.fresh(&GpuValues::default(), |_| Ok(()))?;
         device_plugin::device_plugin_pod_runs_unchanged(&bed.cluster)
+    })
+}
+
+/// Time-slicing replicas: pods with claims of their own share one GPU offered as three
+/// shares (one a claim, or as many as it asks), a fourth share waits Pending and unbound
+/// until one is given back.
+#[test]
+fn shares_across_claims() -> anyhow::Result<()> {
+    with_bed(|bed| {
+        bed.fresh(&shares::values(), |_| Ok(()))?;
+        shares::shares_across_claims(&bed.cluster)
     })
 }
 

@@ -121,6 +121,13 @@ spec:
             # GPUs shared through MPS (docs/nvidia.md: Sharing a GPU).
             - name: GRAFT_NVIDIA_MPS
               value: {{ .Values.nvidia.mps | quote }}
+            {{- if ne (toString .Values.nvidia.timeSlicing.gpus) "none" }}
+            # GPUs time-sliced among claims, as replicas (docs/nvidia.md: Sharing a GPU).
+            - name: GRAFT_NVIDIA_TIME_SLICING
+              value: {{ .Values.nvidia.timeSlicing.gpus | quote }}
+            - name: GRAFT_NVIDIA_TIME_SLICING_REPLICAS
+              value: {{ .Values.nvidia.timeSlicing.replicas | quote }}
+            {{- end }}
             # An MPS GPU's tenant namespace as a device taint, with 56-mps-tenancy.yaml's
             # policies adding and checking the claims' tolerations.
             - name: GRAFT_NVIDIA_MPS_TENANT_TAINT

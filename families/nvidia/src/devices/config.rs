@@ -36,6 +36,10 @@ pub struct NvidiaConfig {
     pub dynamic_mig: GpuSelection,
     /// The GPUs (MIG off) shared through MPS.
     pub mps: GpuSelection,
+    /// The GPUs, and the static MIG devices of GPUs, time-sliced among claims.
+    pub time_slicing: GpuSelection,
+    /// The replicas each of those is offered as.
+    pub time_slicing_replicas: u32,
     /// The order dynamic-MIG placements are published in.
     pub placement_order: PlacementOrder,
 }

@@ -7,7 +7,7 @@ use super::edits;
 use super::identity::{MINOR, NVLINK_ISLAND, NVLINK_ISLAND_SIZE, SHARING, UUID};
 use crate::nvml::{Gpu, Island};
 use graft_api::attributes::{INDEX, TYPE};
-use graft_api::capacity::{COMPUTE, MEMORY};
+use graft_api::capacity::{COMPUTE, MEMORY, SHARES};
 use graft_api::types;
 use graft_driver_core::model::{Attribute, CapacityPolicy, Device, Kind};
 
@@ -108,6 +108,42 @@ pub fn mps_shared(d: &mut Device, g: &Gpu) {
     d.shared = Some(policies);
 }
 
+/// A whole GPU or a static MIG device time-sliced among claims: `replicas` shares, one
+/// consumed by a claim unless it asks for more. Its other capacity (memory, engines) is
+/// not divided: a claim consumes none of it, since nothing would hold it to a part.
+pub fn time_shared(d: &mut Device, replicas: u32) {
+    d.attributes.insert(
+        SHARING.into(),
+        Attribute::String(graft_api::sharing::TIME_SLICING.into()),
+    );
+    let mut policies: BTreeMap<String, CapacityPolicy> = d
+        .capacity
+        .iter()
+        .map(|(k, v)| {
+            // Memory is written in Mi: a step of 1Mi divides it; counts step by one.
+            let step = if v.ends_with("Mi") { "1Mi" } else { "1" };
+            let policy = CapacityPolicy {
+                default: "0".into(),
+                min: "0".into(),
+                max: v.clone(),
+                step: step.into(),
+            };
+            (k.clone(), policy)
+        })
+        .collect();
+    d.capacity.insert(SHARES.into(), replicas.to_string());
+    policies.insert(
+        SHARES.to_string(),
+        CapacityPolicy {
+            default: "1".into(),
+            min: "1".into(),
+            max: replicas.to_string(),
+            step: "1".into(),
+        },
+    );
+    d.shared = Some(policies);
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -137,5 +173,39 @@ mod tests {
             d.attributes.get("nvlinkIslandSize"),
             Some(&Attribute::Int(4))
         );
+    }
+
+    #[test]
+    fn a_time_shared_device_divides_its_shares_and_nothing_else() {
+        let mut d = Device {
+            kind: Kind::Partition,
+            name: "gpu-4-mig-1-0".into(),
+            attributes: BTreeMap::new(),
+            capacity: [
+                (MEMORY.to_string(), "9856Mi".to_string()),
+                ("multiprocessors".to_string(), "16".to_string()),
+            ]
+            .into(),
+            edits: Default::default(),
+            optional_edits: Default::default(),
+            consumes: None,
+            shared: None,
+            binding: None,
+        };
+        time_shared(&mut d, 3);
+        assert_eq!(d.capacity[SHARES], "3");
+        let p = d.shared.as_ref().unwrap();
+        assert_eq!(
+            (p[SHARES].default.as_str(), p[SHARES].max.as_str()),
+            ("1", "3")
+        );
+        assert_eq!(
+            (p[MEMORY].default.as_str(), p[MEMORY].step.as_str()),
+            ("0", "1Mi")
+        );
+        assert_eq!(p["multiprocessors"].default, "0");
+        assert!(crate::devices::Identity::of(&d).time_shared);
+        let api = graft_driver_core::slices::api_device(&d);
+        assert_eq!(api.allow_multiple_allocations, Some(true));
     }
 }

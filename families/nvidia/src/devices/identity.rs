@@ -41,6 +41,8 @@ pub struct Identity {
     pub pci_bus_id: Option<String>,
     /// Shared through MPS.
     pub mps: bool,
+    /// Time-sliced among claims (shares).
+    pub time_shared: bool,
     /// A dynamic-MIG placement, complete or not.
     pub dynamic: bool,
     /// The placement when `dynamic` and every part of it was published.
@@ -75,6 +77,7 @@ impl Identity {
             minor: int(MINOR),
             pci_bus_id: text(PCI_BUS_ID),
             mps: device.string_attribute(SHARING) == Some(graft_api::sharing::MPS),
+            time_shared: device.string_attribute(SHARING) == Some(graft_api::sharing::TIME_SLICING),
             dynamic,
             placement: if dynamic { placement() } else { None },
         }

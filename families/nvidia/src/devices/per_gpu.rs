@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use super::common::{fail, Common};
 use super::config::NvidiaConfig;
 use super::edits;
-use super::fields::{full_gpu, mebibytes, mps_shared, numa_node, nvlink_island};
+use super::fields::{full_gpu, mebibytes, mps_shared, numa_node, nvlink_island, time_shared};
 use super::identity::{PARENT_UUID, PCI_BUS_ID, UUID};
 use super::ledger::MigLedger;
 use super::partitions;
@@ -77,6 +77,13 @@ pub fn gpu_devices(
         );
     }
     if let (true, Some(layout)) = (dynamic && g.mig_enabled, &g.mig_layout) {
+        if c.time_slicing.covers(g) {
+            tracing::warn!(
+                gpu = g.uuid,
+                "listed for time-slicing and dynamic MIG: the instances graft makes are not \
+                 shared (only static MIG devices are)"
+            );
+        }
         let owned = ledger.owned(&g.uuid);
         return Ok(partitions::devices(
             g,
@@ -101,6 +108,8 @@ pub fn gpu_devices(
         }
         if c.mps.covers(g) {
             mps_shared(&mut d, g);
+        } else if c.time_slicing.covers(g) {
+            time_shared(&mut d, c.time_slicing_replicas);
         }
         return Ok(vec![d]);
     }
@@ -110,9 +119,16 @@ pub fn gpu_devices(
             "listed for MPS, but its MIG mode is on; not shared through MPS"
         );
     }
+    let sliced = c.time_slicing.covers(g);
     g.migs
         .iter()
-        .map(|m| mig_device(c, g, m, &shared, &common.edits, &common.majors).map(with_optional))
+        .map(|m| {
+            let mut d = mig_device(c, g, m, &shared, &common.edits, &common.majors)?;
+            if sliced {
+                time_shared(&mut d, c.time_slicing_replicas);
+            }
+            Ok(with_optional(d))
+        })
         .collect()
 }
 

@@ -170,6 +170,10 @@ impl NvidiaSetup {
             (Kind::Whole, _, Some(_)) if mps => {
                 refuse("this GPU is shared through MPS; time-slicing does not apply")
             }
+            (Kind::Whole | Kind::Partition, _, Some(_)) if id.time_shared => refuse(
+                "this device is time-sliced among claims (--nvidia-time-slicing); its time \
+                 slice is the same for all of them, so no claim's config sets it",
+            ),
             (Kind::Whole, _, None) if mps => match mps_setup(&id, alloc) {
                 Ok(s) => Ok(Some(s)),
                 Err(reason) => refuse(reason),
@@ -397,5 +401,31 @@ mod tests {
                 .unwrap(),
             None
         );
+    }
+
+    #[test]
+    fn a_time_shared_device_needs_no_setup_and_takes_no_time_slice() {
+        let k = FakeKernel::start(false);
+        let dev = tempfile::tempdir().unwrap();
+        let smi = Recorded::default();
+        let s = setup(&k, dev.path(), smi.clone());
+        let long = config(
+            r#"{"apiVersion":"graft.dev/v1alpha1","kind":"DeviceConfig",
+                "sharing":{"strategy":"TimeSlicing","timeSlicing":{"interval":"Long"}}}"#,
+        );
+        for (name, kind) in [("gpu-2", "gpu"), ("gpu-4-mig-1-0", "mig")] {
+            let mut d = device(name, kind);
+            d.attributes.insert(
+                graft_api::attributes::SHARING.into(),
+                Attribute::String(graft_api::sharing::TIME_SLICING.into()),
+            );
+            assert_eq!(s.plan(&d, None, &Default::default()).unwrap(), None);
+            let err = s.plan(&d, Some(&long), &Default::default()).unwrap_err();
+            assert!(
+                err.to_string().contains("time-sliced among claims"),
+                "{err}"
+            );
+        }
+        assert!(smi.0.lock().unwrap().is_empty());
     }
 }

@@ -56,6 +56,8 @@ pub fn discovery_config(
         passthrough: imex_channels > 0,
         dynamic_mig: Default::default(),
         mps: Default::default(),
+        time_slicing: Default::default(),
+        time_slicing_replicas: 4,
         placement_order: Default::default(),
     }
 }

@@ -1,0 +1,119 @@
+//! Time-slicing replicas through the chart (`nvidia.timeSlicing`): GPU index 0 offered as
+//! three shares. Pods with claims of their own share it, one share each unless a claim
+//! asks for more (`capacity.requests: {shares: 2}`); a claim that finds no share left
+//! stays Pending with the scheduler's reason, and runs once a share is given back. Every
+//! pod sees the same GPU.
+
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, ensure, Context};
+use graft_integration::cluster::gpu::GpuValues;
+use graft_integration::cluster::workloads::{
+    claim_template_consuming, one_claim_pod, pod_claim, wait_log, wait_unprepared,
+};
+use graft_integration::cluster::{Cluster, WAIT};
+use serde_json::Value;
+
+/// GPU index 0 as three shares.
+pub fn values() -> GpuValues {
+    GpuValues {
+        helm: vec![
+            "--set".into(),
+            "nvidia.timeSlicing.gpus=0".into(),
+            "--set".into(),
+            "nvidia.timeSlicing.replicas=3".into(),
+        ],
+        ..Default::default()
+    }
+}
+
+const SHARED: &str = r#"device.attributes["graft.dev"].sharing == "timeSlicing""#;
+
+const SHOW: &str = "ls /dev | grep -E '^nvidia[0-9]+$'; echo DONE; sleep 3600";
+
+/// A pod `name` with a claim of its own for `shares` shares of a time-sliced GPU.
+fn share_pod(name: &str, shares: u32) -> String {
+    let capacity = (shares != 1).then(|| format!("{{shares: {shares}}}"));
+    claim_template_consuming(name, "gpu.graft.dev", Some(SHARED), capacity.as_deref())
+        + &one_claim_pod(name, "dev", SHOW)
+}
+
+/// The device, share id and consumed shares of pod `pod`'s claim.
+fn allocated(c: &Cluster, pod: &str) -> anyhow::Result<(String, String, String)> {
+    let claim = pod_claim(c, "default", pod)?;
+    let v: Value =
+        serde_json::from_str(&c.kubectl(&["get", "resourceclaim", &claim, "-o", "json"])?)?;
+    let r = &v["status"]["allocation"]["devices"]["results"][0];
+    let text = |x: &Value| x.as_str().unwrap_or_default().to_string();
+    ensure!(!r.is_null(), "{claim} not allocated: {v}");
+    Ok((
+        text(&r["device"]),
+        text(&r["shareID"]),
+        text(&r["consumedCapacity"]["shares"]),
+    ))
+}
+
+pub fn shares_across_claims(c: &Cluster) -> anyhow::Result<()> {
+    c.apply(&share_pod("share-a", 1))?;
+    c.apply(&share_pod("share-b", 2))?;
+    c.wait_phase("share-a", "Running")?;
+    c.wait_phase("share-b", "Running")?;
+    let a = allocated(c, "share-a")?;
+    let b = allocated(c, "share-b")?;
+    ensure!(
+        a.0 == b.0 && !a.1.is_empty() && !b.1.is_empty() && a.1 != b.1,
+        "two claims, one GPU, two shares: {a:?} {b:?}"
+    );
+    ensure!(a.2 == "1" && b.2 == "2", "consumed shares: {a:?} {b:?}");
+    let seen_a = wait_log(c, "share-a", "app", "DONE")?;
+    let seen_b = wait_log(c, "share-b", "app", "DONE")?;
+    ensure!(
+        seen_a == seen_b && seen_a.lines().count() == 2,
+        "the shares see different GPUs:\n{seen_a}\n{seen_b}"
+    );
+
+    // No share left: the third waits, unbound, with the scheduler's reason.
+    c.apply(&share_pod("share-c", 1))?;
+    let start = Instant::now();
+    loop {
+        let events = c.kubectl(&[
+            "get",
+            "events",
+            "--field-selector",
+            "involvedObject.name=share-c,reason=FailedScheduling",
+            "-o",
+            "name",
+        ])?;
+        if !events.trim().is_empty() {
+            break;
+        }
+        if start.elapsed() > WAIT {
+            bail!(
+                "share-c: no FailedScheduling with every share taken\n{}",
+                c.dra_state()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let node = c.kubectl(&["get", "pod", "share-c", "-o", "jsonpath={.spec.nodeName}"])?;
+    ensure!(node.trim().is_empty(), "share-c was bound to {node}");
+
+    c.kubectl(&["delete", "pod", "share-b", "--wait=true"])?;
+    c.wait_phase("share-c", "Running")?;
+    let cc = allocated(c, "share-c")?;
+    ensure!(
+        cc.0 == a.0,
+        "share-c got {cc:?}, not the shared GPU {}",
+        a.0
+    );
+    let seen_c = wait_log(c, "share-c", "app", "DONE")?;
+    ensure!(seen_c == seen_a, "{seen_c}");
+    println!("shares of {}: a {a:?}, b {b:?}, c {cc:?}", a.0);
+
+    c.kubectl(&["delete", "pod", "share-a", "share-c", "--wait=true"])?;
+    for t in ["share-a", "share-b", "share-c"] {
+        c.kubectl(&["delete", "resourceclaimtemplate", t, "--wait=true"])
+            .with_context(|| t.to_string())?;
+    }
+    wait_unprepared(c)
+}
