@@ -70,18 +70,8 @@ pub fn of_pod<'a>(
         };
         let mut per_request: BTreeMap<&str, usize> = BTreeMap::new();
         for r in devices.requests.iter().flatten() {
-            let Some(x) = &r.exactly else {
-                // firstAvailable: the scheduler picks among alternatives; graft cannot tell
-                // which, so it counts none.
+            let Some(count) = request_gpus(r, classes) else {
                 continue;
-            };
-            if !classes.contains(&x.device_class_name) {
-                continue;
-            }
-            let count = match x.allocation_mode.as_deref() {
-                // "All" takes what the node has: no count to place by.
-                Some("All") => continue,
-                _ => x.count.unwrap_or(1).max(0) as usize,
             };
             per_request.insert(r.name.as_str(), count);
             d.gpus += count;
@@ -102,6 +92,30 @@ pub fn of_pod<'a>(
         }
     }
     d
+}
+
+/// The whole GPUs request `r` takes: its count when it asks for one of `classes` by count;
+/// for `firstAvailable`, the fewest any alternative takes when every alternative is such a
+/// request (graft's island preference makes `[island, any]` of one request: the same GPUs
+/// either way), none otherwise, since the scheduler may pick one graft does not serve.
+fn request_gpus(
+    r: &k8s_openapi::api::resource::v1::DeviceRequest,
+    classes: &[String],
+) -> Option<usize> {
+    let by_count = |class: &String, mode: Option<&str>, count: Option<i64>| {
+        // "All" takes what the node has: no count to place by.
+        (classes.contains(class) && mode != Some("All")).then(|| count.unwrap_or(1).max(0) as usize)
+    };
+    if let Some(x) = &r.exactly {
+        return by_count(&x.device_class_name, x.allocation_mode.as_deref(), x.count);
+    }
+    r.first_available
+        .iter()
+        .flatten()
+        .map(|a| by_count(&a.device_class_name, a.allocation_mode.as_deref(), a.count))
+        .collect::<Option<Vec<usize>>>()?
+        .into_iter()
+        .min()
 }
 
 #[cfg(test)]

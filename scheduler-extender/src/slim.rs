@@ -13,7 +13,7 @@
 
 use k8s_openapi::api::resource::v1::{
     AllocationResult, DeviceAllocationResult, DeviceClaim, DeviceConstraint, DeviceRequest,
-    DeviceRequestAllocationResult, ExactDeviceRequest, ResourceClaim,
+    DeviceRequestAllocationResult, DeviceSubRequest, ExactDeviceRequest, ResourceClaim,
     ResourceClaimConsumerReference, ResourceClaimSpec, ResourceClaimStatus,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
@@ -52,8 +52,18 @@ fn request(r: DeviceRequest) -> DeviceRequest {
             device_class_name: x.device_class_name,
             ..ExactDeviceRequest::default()
         }),
-        // demand counts no firstAvailable request: nothing of it is read.
-        first_available: None,
+        // demand counts alternatives by class and count only.
+        first_available: r.first_available.map(|alts| {
+            alts.into_iter()
+                .map(|a| DeviceSubRequest {
+                    name: a.name,
+                    allocation_mode: a.allocation_mode,
+                    count: a.count,
+                    device_class_name: a.device_class_name,
+                    ..DeviceSubRequest::default()
+                })
+                .collect()
+        }),
     }
 }
 

@@ -281,18 +281,24 @@ pub fn wait_log_in(
 /// Until no claim is left in the API and graft holds no record: the kubelet unprepares a
 /// deleted pod's claims a little after the API forgets them.
 pub fn wait_unprepared(c: &Cluster) -> anyhow::Result<()> {
+    wait_claims_left(c, 0)
+}
+
+/// Until `left` claims are left in the API and graft holds as many records: those of pods
+/// that stay, the others' unprepared.
+pub fn wait_claims_left(c: &Cluster, left: usize) -> anyhow::Result<()> {
     let start = Instant::now();
     loop {
         let claims = c.kubectl(&["get", "resourceclaims", "-A", "-o", "name"])?;
         let records = std::fs::read_dir("/var/lib/graft/claims")
             .map(|d| d.count())
             .unwrap_or(0);
-        if claims.trim().is_empty() && records == 0 {
+        if claims.lines().filter(|l| !l.trim().is_empty()).count() == left && records == left {
             return Ok(());
         }
         ensure!(
             start.elapsed() < WAIT,
-            "claims {claims:?} / {records} records left behind"
+            "claims {claims:?} / {records} records left behind (want {left})"
         );
         std::thread::sleep(Duration::from_millis(250));
     }

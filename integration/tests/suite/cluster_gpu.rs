@@ -227,14 +227,25 @@ fn render_nodes_through_the_chart() -> anyhow::Result<()> {
     })
 }
 
-/// NVLink islands through the chart: a claim for two GPUs with `matchAttribute` on
-/// `graft.dev/nvlinkIsland` gets two GPUs NVLink joins, where first-fit alone takes two
-/// that it does not; three, more than any island has, are not scheduled.
+/// NVLink islands through the chart, the island preference off: a claim for two GPUs with
+/// `matchAttribute` on `graft.dev/nvlinkIsland` gets two GPUs NVLink joins, where first-fit
+/// alone takes two that it does not; three, more than any island has, are not scheduled.
 #[test]
 fn two_gpus_on_one_nvlink_island() -> anyhow::Result<()> {
     with_bed(|bed| {
-        bed.fresh(&GpuValues::default(), placement::pairs)?;
+        bed.fresh(&placement::first_fit_values(), placement::pairs)?;
         placement::two_gpus_on_one_island(&bed.cluster)
+    })
+}
+
+/// With the chart's defaults, requests for several GPUs that name no island get one: a pod
+/// asking `nvidia.com/gpu: 2`, and a claim for two GPUs without a constraint also once the
+/// first island is half taken.
+#[test]
+fn count_only_pod_gets_one_island() -> anyhow::Result<()> {
+    with_bed(|bed| {
+        bed.fresh(&GpuValues::default(), placement::pairs)?;
+        placement::count_only_pod_gets_one_island(&bed.cluster)
     })
 }
 

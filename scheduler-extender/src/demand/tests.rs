@@ -102,3 +102,37 @@ fn a_constraint_without_requests_covers_them_all_and_a_missing_claim_is_counted(
     assert_eq!(d.one_island, 3);
     assert_eq!(d.unknown_claims, 1, "shared is not in the cache");
 }
+
+#[test]
+fn an_island_preference_counts_its_gpus_once_and_requires_no_island() {
+    // What the chart's policy makes of a request for four GPUs: the same four either way.
+    let made = claim(
+        "p-made-x1",
+        json!({
+            "requests": [
+                {"name": "gpus", "firstAvailable": [
+                    {"name": "island", "deviceClassName": "gpu.graft.dev", "allocationMode": "ExactCount", "count": 4},
+                    {"name": "any", "deviceClassName": "gpu.graft.dev", "allocationMode": "ExactCount", "count": 4}]},
+                {"name": "either", "firstAvailable": [
+                    {"name": "gpu", "deviceClassName": "gpu.graft.dev"},
+                    {"name": "nic", "deviceClassName": "nic.example.com"}]},
+            ],
+            "constraints": [{"requests": ["gpus/island"], "matchAttribute": ISLAND}]
+        }),
+        false,
+    );
+    let d = of_pod(
+        &pod(),
+        |n| (n == "p-made-x1").then_some(&made),
+        &classes(),
+        ISLAND,
+    );
+    assert_eq!(
+        d,
+        Demand {
+            gpus: 4,
+            one_island: 0,
+            unknown_claims: 1
+        }
+    );
+}

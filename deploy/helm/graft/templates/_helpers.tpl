@@ -91,6 +91,18 @@ false
 {{- end -}}
 {{- end }}
 
+{{/* "true" when claims for several GPUs are rewritten to prefer one NVLink island (values:
+nvidia.nvlinkIslandPreference): GPUs served, gpu.graft.dev installed, and the
+MutatingAdmissionPolicy API there (57-nvlink-islands.yaml). */}}
+{{- define "graft.islandPreference" -}}
+{{- $api := or (.Capabilities.APIVersions.Has "admissionregistration.k8s.io/v1/MutatingAdmissionPolicy") (.Capabilities.APIVersions.Has "admissionregistration.k8s.io/v1beta1/MutatingAdmissionPolicy") .Values.requireGraftNri.apiVersion -}}
+{{- if and .Values.backends.nvidia .Values.nvidia.nvlinkIslandPreference (has "gpu.graft.dev" .Values.deviceClasses) $api -}}
+true
+{{- else -}}
+false
+{{- end -}}
+{{- end }}
+
 {{/* A DeviceClass's extended resource name (values: extendedResourceNames), or nothing:
 gpu.graft.dev's only where graft serves GPUs. Call with (list $ "class"). */}}
 {{- define "graft.extendedResourceName" -}}

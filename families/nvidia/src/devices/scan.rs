@@ -118,7 +118,11 @@ impl NvidiaDiscovery {
             node: Vec::new(),
             failed: inv.failed.clone(),
         };
-        for g in &inv.gpus {
+        let islands: Vec<_> = inv.gpus.iter().map(|g| g.nvlink_island.as_ref()).collect();
+        for g in crate::nvml::island_order(&islands)
+            .into_iter()
+            .map(|i| &inv.gpus[i])
+        {
             match per_gpu::gpu_devices(c, &self.ledger, g, &common) {
                 Ok(devices) => built.gpus.push(GpuDevices {
                     index: g.index,

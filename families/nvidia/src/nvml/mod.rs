@@ -18,4 +18,4 @@ pub use mig::{create_gi, destroy_gi, find_gi, full_compute_instance, gi_placemen
 pub use names::{profile_name, sysfs_bus_id};
 pub use open::open;
 pub use selection::{GpuSelection, SelectionError};
-pub use topology::Island;
+pub use topology::{island_order, Island};

@@ -57,6 +57,24 @@ pub fn islands(bus_ids: &[String], joined: &[(usize, usize)]) -> Vec<Option<Isla
         .collect()
 }
 
+/// The order to publish GPUs in, as positions into `islands` (each GPU's island, in NVML
+/// index order): each island's GPUs together, where its first GPU stands, the rest in
+/// index order. kube-scheduler's allocator takes the first devices that fit, in slice
+/// order, so a request for several GPUs without a `matchAttribute` (a pod's
+/// `nvidia.com/gpu: 2`) gets one island's GPUs while the first island with a free GPU has
+/// room for all of them (docs/placement.md).
+pub fn island_order(islands: &[Option<&Island>]) -> Vec<usize> {
+    let mut first: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
+    for (i, island) in islands.iter().enumerate() {
+        if let Some(x) = island {
+            first.entry(x.id.as_str()).or_insert(i);
+        }
+    }
+    let mut order: Vec<usize> = (0..islands.len()).collect();
+    order.sort_by_key(|&i| (islands[i].map_or(i, |x| first[x.id.as_str()]), i));
+    order
+}
+
 /// The pairs of `devices` (positions) that NVML says NVLink joins.
 pub fn joined_pairs(devices: &[&NvmlDevice<'_>]) -> Vec<(usize, usize)> {
     let mut pairs = Vec::new();
@@ -104,6 +122,16 @@ mod tests {
         for i in 4..8 {
             assert_eq!(id(i), Some((bus[4].clone(), 4)));
         }
+    }
+
+    #[test]
+    fn an_islands_gpus_are_published_together_where_its_first_stands() {
+        let bus = ids(9);
+        let got = islands(&bus, &[(0, 2), (1, 3), (4, 5), (6, 8)]);
+        let refs: Vec<Option<&Island>> = got.iter().map(Option::as_ref).collect();
+        assert_eq!(island_order(&refs), vec![0, 2, 1, 3, 4, 5, 6, 8, 7]);
+        let none: Vec<Option<&Island>> = vec![None; 3];
+        assert_eq!(island_order(&none), vec![0, 1, 2]);
     }
 
     #[test]

@@ -16,7 +16,7 @@ const COUNT: &str = r#"echo "gpus=$(ls /dev | grep -cE '^nvidia[0-9]+$') caps=$(
 
 /// A pod whose container `app` asks `limits: {resource: count}`, beside `other`, which
 /// asks nothing.
-fn pod(name: &str, resource: &str, count: u32) -> String {
+pub fn pod(name: &str, resource: &str, count: u32) -> String {
     format!(
         r#"apiVersion: v1
 kind: Pod
@@ -39,7 +39,11 @@ spec:
 
 /// The scheduler's claim for pod `name`, and the devices allocated from it with the
 /// profile attribute of each (empty for a full GPU).
-fn allocation(c: &Cluster, name: &str, resource: &str) -> anyhow::Result<Vec<(String, String)>> {
+pub fn allocation(
+    c: &Cluster,
+    name: &str,
+    resource: &str,
+) -> anyhow::Result<Vec<(String, String)>> {
     let pod: Value = serde_json::from_str(&c.kubectl(&["get", "pod", name, "-o", "json"])?)?;
     let status = &pod["status"]["extendedResourceClaimStatus"];
     let claim = status["resourceClaimName"]
