@@ -245,7 +245,8 @@ fn two_gpus_on_one_nvlink_island() -> anyhow::Result<()> {
 fn count_only_pod_gets_one_island() -> anyhow::Result<()> {
     with_bed(|bed| {
         bed.fresh(&GpuValues::default(), placement::pairs)?;
-        placement::count_only_pod_gets_one_island(&bed.cluster)
+        placement::count_only_pod_gets_one_island(&bed.cluster)?;
+        placement::island_policy_rewrites_a_claim(&bed.cluster)
     })
 }
 
@@ -296,11 +297,13 @@ fn mig_order_keeps_a_4g_slot() -> anyhow::Result<()> {
 /// MPS on Kubernetes 1.34 (the oldest supported), the GPU asked whole since 1.34's
 /// allocator does not allocate capacity shares on graft's slices: the probe runs through
 /// graft-mps's daemon, and another namespace waits Pending and unbound until the first
-/// leaves. Named to run after the 1.37 tests, so that the bed changes version once.
+/// leaves; and the chart's NVLink island policy rewrites a claim for two GPUs under 1.34's
+/// admission CEL. Named to run after the 1.37 tests, so that the bed changes version once.
 #[test]
 fn whole_mps_gpu_on_kubernetes_1_34() -> anyhow::Result<()> {
     with_bed_on(Kubernetes::V1_34, |bed| {
         bed.fresh(&mps_oldest::values(), |_| Ok(()))?;
-        mps_oldest::whole_gpu(&bed.cluster, &bed.node)
+        mps_oldest::whole_gpu(&bed.cluster, &bed.node)?;
+        placement::island_policy_rewrites_a_claim(&bed.cluster)
     })
 }

@@ -211,3 +211,51 @@ pub fn count_only_pod_gets_one_island(c: &Cluster) -> anyhow::Result<()> {
     wait_claims_left(c, 1)?;
     delete_leaving(c, "hold-one", 0)
 }
+
+/// The island policy as the API server applies it: a claim for two GPUs without a
+/// constraint comes back as `firstAvailable: [island, any]` with the island constraint,
+/// and one for one GPU as written. Run on 1.34 too, whose admission CEL is older.
+pub fn island_policy_rewrites_a_claim(c: &Cluster) -> anyhow::Result<()> {
+    let claim = |name: &str, count: u32| {
+        format!(
+            "apiVersion: resource.k8s.io/v1\nkind: ResourceClaim\nmetadata: {{name: {name}, namespace: default}}\nspec:\n  devices:\n    requests:\n    - name: gpus\n      exactly: {{deviceClassName: gpu.graft.dev, allocationMode: ExactCount, count: {count}}}\n"
+        )
+    };
+    c.apply(&(claim("island-two", 2) + "---\n" + &claim("island-one", 1)))?;
+    let get = |name: &str| -> anyhow::Result<Value> {
+        Ok(serde_json::from_str(&c.kubectl(&[
+            "get",
+            "resourceclaim",
+            name,
+            "-o",
+            "json",
+        ])?)?)
+    };
+    let two = get("island-two")?;
+    let devices = &two["spec"]["devices"];
+    let alts = &devices["requests"][0]["firstAvailable"];
+    ensure!(
+        devices["requests"][0]["exactly"].is_null()
+            && alts[0]["name"] == "island"
+            && alts[1]["name"] == "any"
+            && alts[0]["count"] == 2
+            && alts[1]["deviceClassName"] == "gpu.graft.dev"
+            && devices["constraints"][0]["requests"][0] == "gpus/island"
+            && devices["constraints"][0]["matchAttribute"] == "graft.dev/nvlinkIsland",
+        "not rewritten: {devices}"
+    );
+    let one = get("island-one")?;
+    ensure!(
+        one["spec"]["devices"]["requests"][0]["exactly"]["count"] == 1,
+        "a claim for one GPU was changed: {}",
+        one["spec"]
+    );
+    c.kubectl(&[
+        "delete",
+        "resourceclaim",
+        "island-two",
+        "island-one",
+        "--wait=true",
+    ])?;
+    Ok(())
+}
