@@ -23,7 +23,13 @@
 //!   tests through the file `fake-nvml-events` next to the library (format in the `feed`
 //!   module), which also sets each GPU's health: lost (every per-device call fails with
 //!   `GPU_IS_LOST`), its recovery action (`nvmlDeviceGetFieldValues`) and row remapping
-//!   (`nvmlDeviceGetRemappedRows`); see the `health` module.
+//!   (`nvmlDeviceGetRemappedRows`); see the `health` module;
+//! - idle GPUs (utilisation 0, no memory used, 69 W, no MPS clients), unless the file
+//!   `fake-nvml-usage` next to the library sets each GPU's utilisation, memory used and
+//!   power, MIG devices' memory used and the GPUs' MPS client processes
+//!   (`nvmlDeviceGetUtilizationRates`, `nvmlDeviceGetPowerUsage`,
+//!   `nvmlDeviceGetMemoryInfo_v2`, `nvmlDeviceGetMPSComputeRunningProcesses_v3`); see the
+//!   `usage` module.
 //!
 //! Anything else is not exported, which nvml-wrapper reports as a failed symbol load.
 
@@ -46,6 +52,7 @@ mod health;
 mod mig;
 mod nvlink;
 mod persistence;
+mod usage;
 
 use handles::{decode, handle_of_gpu, handle_of_mig, Handle, Inst};
 use mig::config::model;
@@ -397,10 +404,14 @@ pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo_v2(
     if let Err(rc) = health::reachable(device) {
         return rc;
     }
-    let total = match decode(device) {
-        Some(Handle::Gpu(_)) => model().memory,
+    // Memory used as the `usage` module's file says, of the GPU or the MIG device.
+    let (total, used) = match decode(device) {
+        Some(Handle::Gpu(i)) => (model().memory, usage::now().used_bytes(i, None)),
         Some(Handle::Mig(inst)) => match mig::device(inst) {
-            Ok(m) => m.gi.memory_mb << 20,
+            Ok(m) => (
+                m.gi.memory_mb << 20,
+                usage::now().used_bytes(m.inst.gpu, Some(m.inst.gi)),
+            ),
             Err(rc) => return rc,
         },
         None => return INVALID_ARGUMENT,
@@ -411,8 +422,8 @@ pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo_v2(
     let reserved = 512 << 20;
     (*mem).total = total;
     (*mem).reserved = reserved;
-    (*mem).used = 0;
-    (*mem).free = total - reserved;
+    (*mem).used = used;
+    (*mem).free = total.saturating_sub(reserved).saturating_sub(used);
     SUCCESS
 }
 

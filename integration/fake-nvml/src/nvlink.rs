@@ -45,7 +45,7 @@ fn islands() -> [Option<usize>; GPUS] {
 
 /// Whether GPU `i` is in MIG mode now; a configuration that cannot be read counts as off,
 /// as the MIG calls then fail on their own.
-fn mig_on(i: usize) -> bool {
+pub(crate) fn mig_on(i: usize) -> bool {
     mig::config::load().is_ok_and(|c| c.mig.get(i).copied().unwrap_or(false))
 }
 
