@@ -25,6 +25,7 @@ pub mod publisher;
 pub mod quantity;
 pub mod slices;
 pub mod snapshot;
+pub mod usage;
 
 pub use error::{DriverError, Result};
 

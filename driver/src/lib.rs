@@ -6,7 +6,7 @@
 
 pub use graft_driver_core::{
     backend, claims, daemon, edge, error, events, health, inotify, limits, mapping, metrics, model,
-    opaque, plugin, publisher, quantity, slices, snapshot,
+    opaque, plugin, publisher, quantity, slices, snapshot, usage,
 };
 pub use graft_driver_core::{DriverError, Result, DEFAULT_DRIVER_NAME};
 /// The MPS control daemons' keeper (the `graft-mps` binary), NVIDIA's.

@@ -74,6 +74,9 @@ pub struct Running<'a> {
     pub taints: &'a watch::Sender<FamilyTaints>,
     /// The Node's Events.
     pub events: &'a Poster,
+    /// Where a family reports what it measured of its devices (NVIDIA: NVML's
+    /// utilisation, memory and power), for the metrics that name the pod using each.
+    pub usage: &'a watch::Sender<crate::usage::UsageReport>,
 }
 
 /// A device family (the port every family implements). The assembly calls these in this order: [`Backend::injection`],

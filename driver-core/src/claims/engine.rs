@@ -185,6 +185,15 @@ impl Core {
         Ok((prepared, self.store.claim_uids()?.len()))
     }
 
+    /// Every claim record on disk (for the usage metrics: who holds which device).
+    pub fn records(&self) -> Result<Vec<ClaimRecord>> {
+        let mut out = Vec::new();
+        for uid in self.store.claim_uids()? {
+            out.extend(self.store.get_claim(&uid)?);
+        }
+        Ok(out)
+    }
+
     /// The record graft-nri would read for a claim.
     pub fn record(&self, uid: &str) -> Result<Option<ClaimRecord>> {
         Ok(self.store.get_claim(uid)?)

@@ -21,6 +21,7 @@ mod devices;
 mod health_events;
 pub mod prepare;
 mod tasks;
+pub mod usage;
 
 pub use devices::class;
 use devices::{all_classes, DeviceLabels, HEALTHS};
@@ -66,6 +67,7 @@ pub struct DriverMetrics {
     failing_backends: Mutex<Vec<FailingBackend>>,
     served_dirs_refused: Gauge,
     tasks_ended: tasks::TaskCounts,
+    usage: usage::UsageMetrics,
 }
 
 impl Default for DriverMetrics {
@@ -101,6 +103,7 @@ impl Default for DriverMetrics {
             failing_backends: Mutex::new(Vec::new()),
             served_dirs_refused: Gauge::default(),
             tasks_ended: Default::default(),
+            usage: Default::default(),
         }
     }
 }
@@ -170,6 +173,7 @@ impl DriverMetrics {
             self.served_dirs_refused.clone(),
         );
         self.tasks_ended.register(r);
+        self.usage.register(r);
     }
 
     /// A long-running task ended before shutdown ([`crate::daemon`]); and how many times.

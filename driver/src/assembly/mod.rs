@@ -177,6 +177,18 @@ async fn run_in(
     let (holds_tx, holds_rx) = tokio::sync::watch::channel(Holds::default());
     // What the families taint their own devices with (NVIDIA: MPS tenants).
     let (taints_tx, taints_rx) = tokio::sync::watch::channel(FamilyTaints::default());
+    // What the families measure of their devices, attributed to claims for the metrics.
+    let (usage_tx, usage_rx) =
+        tokio::sync::watch::channel(graft_driver::usage::UsageReport::default());
+    tasks.spawn(
+        "usage-metrics",
+        graft_driver::metrics::usage::run(
+            metrics.clone(),
+            Arc::clone(edge.core()),
+            args.state_dir.clone(),
+            usage_rx,
+        ),
+    );
     let running = Running {
         client: client.clone(),
         node: &node,
@@ -186,6 +198,7 @@ async fn run_in(
         holds: &holds_tx,
         taints: &taints_tx,
         events: &events,
+        usage: &usage_tx,
     };
     for b in &mut backends {
         b.start(&mut tasks.daemon, &running)?;

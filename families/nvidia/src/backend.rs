@@ -281,6 +281,19 @@ impl Backend for NvidiaBackend {
                 ),
             );
         }
+        // What each GPU is doing, for the metrics that name the pod using it.
+        if let (Some(lib), true) = (self.nvml.clone(), self.flags.nvidia_usage_seconds > 0) {
+            daemon.spawn(
+                "gpu-usage",
+                crate::usage::run(
+                    lib,
+                    self.config.proc_root.clone(),
+                    running.inventory.clone(),
+                    running.usage.clone(),
+                    Duration::from_secs(self.flags.nvidia_usage_seconds),
+                ),
+            );
+        }
         // ComputeDomain channels ask the API server at prepare, from a blocking thread.
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             self.setup.domains.set(Arc::new(KubeGate {

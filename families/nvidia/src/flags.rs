@@ -109,6 +109,10 @@ pub struct NvidiaFlags {
     /// when NVML's recovery action reads none and a probe of the GPU passes.
     #[arg(long, env = "GRAFT_HEALTH_RECOVERY_SECONDS", default_value_t = 300)]
     pub health_recovery_seconds: u64,
+    /// Seconds between reads of each GPU's utilisation, memory and power for the metrics
+    /// that name the pod using it (graft_gpu_*); 0 turns them off.
+    #[arg(long, env = "GRAFT_NVIDIA_USAGE_SECONDS", default_value_t = 15)]
+    pub nvidia_usage_seconds: u64,
     /// Seconds between checks that NVML can still reach every GPU.
     #[arg(long, env = "GRAFT_HEALTH_PROBE_SECONDS", default_value_t = 10)]
     pub health_probe_seconds: u64,

@@ -37,6 +37,7 @@ pub mod nvml;
 pub mod opaque;
 pub mod setup;
 pub mod setup_error;
+pub mod usage;
 
 #[cfg(test)]
 mod tests;

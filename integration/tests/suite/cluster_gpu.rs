@@ -27,6 +27,7 @@ mod placement;
 mod render;
 mod shares;
 mod unclaimed;
+mod usage;
 mod vfio;
 
 /// A pod's GPU container runs the driver's nvidia-smi and sees its libraries; its sibling
@@ -270,6 +271,16 @@ fn shares_across_claims() -> anyhow::Result<()> {
     with_bed(|bed| {
         bed.fresh(&shares::values(), |_| Ok(()))?;
         shares::shares_across_claims(&bed.cluster)
+    })
+}
+
+/// GPU usage by the pod using it: graft-driver's graft_gpu_* metrics of a busy whole GPU,
+/// MIG device and MPS share name each one's namespace, pod and container.
+#[test]
+fn gpu_metrics_name_the_pod() -> anyhow::Result<()> {
+    with_bed(|bed| {
+        bed.fresh(&usage::values(), |_| Ok(()))?;
+        usage::gpu_metrics_name_the_pod(&bed.cluster, &bed.node)
     })
 }
 

@@ -121,6 +121,9 @@ spec:
             # GPUs shared through MPS (docs/nvidia.md: Sharing a GPU).
             - name: GRAFT_NVIDIA_MPS
               value: {{ .Values.nvidia.mps | quote }}
+            # Seconds between reads of each GPU's usage for graft_gpu_* (0: off).
+            - name: GRAFT_NVIDIA_USAGE_SECONDS
+              value: {{ .Values.nvidia.usageMetricsSeconds | quote }}
             {{- if ne (toString .Values.nvidia.timeSlicing.gpus) "none" }}
             # GPUs time-sliced among claims, as replicas (docs/nvidia.md: Sharing a GPU).
             - name: GRAFT_NVIDIA_TIME_SLICING

@@ -51,6 +51,7 @@ async fn the_guard_holds_the_gpus_back_unless_both_are_allowed() {
         let (holds, seen) = watch::channel(Holds::default());
         let (health, _) = watch::channel(HealthReport::default());
         let (taints, _) = watch::channel(FamilyTaints::default());
+        let (usage, _) = watch::channel(Default::default());
         let (events, _posted) = Poster::channel(4);
         let mut daemon = Daemon::new();
         let running = Running {
@@ -62,6 +63,7 @@ async fn the_guard_holds_the_gpus_back_unless_both_are_allowed() {
             holds: &holds,
             taints: &taints,
             events: &events,
+            usage: &usage,
         };
         backend.start(&mut daemon, &running).unwrap();
         let gpu = Device::new("gpu-0", Kind::Whole);

@@ -27,7 +27,7 @@ pub fn values() -> GpuValues {
     }
 }
 
-const SHARED: &str = r#"device.attributes["graft.dev"].sharing == "timeSlicing""#;
+const SHARED: &str = r#"device.attributes["graft.dev"].?sharing.orValue("") == "timeSlicing""#;
 
 const SHOW: &str = "ls /dev | grep -E '^nvidia[0-9]+$'; echo DONE; sleep 3600";
 
