@@ -378,5 +378,26 @@ pub async fn keep_counts(
     }
 }
 
+/// Keeps the usage gauges equal to the families' last reports, attributed to the claims
+/// that hold each device ([`usage`]).
+pub async fn watch_usage(
+    metrics: Arc<DriverMetrics>,
+    core: Arc<Core>,
+    state_dir: std::path::PathBuf,
+    mut reports: watch::Receiver<crate::usage::UsageReport>,
+) {
+    loop {
+        let report = reports.borrow_and_update().clone();
+        let (c, dir) = (core.clone(), state_dir.clone());
+        match tokio::task::spawn_blocking(move || usage::attribute_now(&c, &dir, &report)).await {
+            Ok(now) => metrics.usage.set(&now),
+            Err(e) => tracing::error!(error = %e, "attributing device usage panicked"),
+        }
+        if reports.changed().await.is_err() {
+            return;
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests;

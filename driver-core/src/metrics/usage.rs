@@ -6,9 +6,8 @@
 //! for their own container, read from graft-nri's container index.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::AtomicU64;
-use std::sync::Arc;
 
 use graft_record::containers::{read_entry, ContainerEntry};
 use graft_record::ClaimRecord;
@@ -16,7 +15,6 @@ use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
-use tokio::sync::watch;
 
 use crate::claims::Core;
 use crate::usage::{DeviceUsage, UsageReport};
@@ -80,7 +78,7 @@ impl UsageMetrics {
     }
 
     /// Replaces every series with `now`'s.
-    fn set(&self, now: &[Attributed]) {
+    pub(super) fn set(&self, now: &[Attributed]) {
         for g in [&self.utilization, &self.memory, &self.power] {
             g.clear();
         }
@@ -173,7 +171,11 @@ pub fn attribute(
 }
 
 /// Reads the records and container entries for a report, on a blocking thread.
-fn attribute_now(core: &Core, state_dir: &Path, report: &UsageReport) -> Vec<Attributed> {
+pub(super) fn attribute_now(
+    core: &Core,
+    state_dir: &Path,
+    report: &UsageReport,
+) -> Vec<Attributed> {
     let records = match core.records() {
         Ok(r) => r,
         Err(e) => {
@@ -184,26 +186,6 @@ fn attribute_now(core: &Core, state_dir: &Path, report: &UsageReport) -> Vec<Att
     attribute(report, &records, |id| {
         read_entry(state_dir, id).ok().flatten()
     })
-}
-
-/// Keeps the usage gauges equal to the families' last reports, attributed to claims.
-pub async fn run(
-    metrics: Arc<super::DriverMetrics>,
-    core: Arc<Core>,
-    state_dir: PathBuf,
-    mut usage: watch::Receiver<UsageReport>,
-) {
-    loop {
-        let report = usage.borrow_and_update().clone();
-        let (c, dir) = (core.clone(), state_dir.clone());
-        match tokio::task::spawn_blocking(move || attribute_now(&c, &dir, &report)).await {
-            Ok(now) => metrics.usage.set(&now),
-            Err(e) => tracing::error!(error = %e, "attributing device usage panicked"),
-        }
-        if usage.changed().await.is_err() {
-            return;
-        }
-    }
 }
 
 #[cfg(test)]

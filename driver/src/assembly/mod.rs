@@ -182,7 +182,7 @@ async fn run_in(
         tokio::sync::watch::channel(graft_driver::usage::UsageReport::default());
     tasks.spawn(
         "usage-metrics",
-        graft_driver::metrics::usage::run(
+        graft_driver::metrics::watch_usage(
             metrics.clone(),
             Arc::clone(edge.core()),
             args.state_dir.clone(),
