@@ -281,6 +281,7 @@ const SPAWN_OWNERS: &[(&str, &str)] = &[
     ("driver/src/rescan.rs", "awaited: the rescan's discovery and the absent-device list"),
     ("families/nvidia/src/backend.rs", "awaited: restoring the MPS shares at startup"),
     ("families/nvidia/src/setup/mps_tenants.rs", "awaited: reading the MPS tenants from the share markers"),
+    ("families/nvidia/src/usage.rs", "awaited: one round of NVML reads for the usage metrics"),
     ("integration/src/fleet/kubelet.rs", "the fake kubelet: `Kubelet` holds the handle and aborts it when dropped; its writes are a JoinSet it reaps"),
     ("integration/src/fleet/workload.rs", "a round's pod watch: aborted when the round has counted its pods"),
     ("integration/src/pod_clock.rs", "the pod watch: `PodClock` holds the handle and aborts it when dropped"),

@@ -189,5 +189,4 @@ pub(super) fn attribute_now(
 }
 
 #[cfg(test)]
-#[path = "usage_tests.rs"]
 mod tests;
