@@ -278,6 +278,47 @@ pub fn wait_log_in(
     }
 }
 
+/// Until pod `pod` in `default` has a FailedScheduling Event (`why` says what is expected
+/// to keep it from fitting).
+pub fn wait_failed_scheduling(c: &Cluster, pod: &str, why: &str) -> anyhow::Result<()> {
+    let start = Instant::now();
+    let selector = format!("involvedObject.name={pod},reason=FailedScheduling");
+    loop {
+        let events = c.kubectl(&["get", "events", "--field-selector", &selector, "-o", "name"])?;
+        if !events.trim().is_empty() {
+            return Ok(());
+        }
+        if start.elapsed() > WAIT {
+            bail!("{pod}: no FailedScheduling with {why}\n{}", c.dra_state());
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+/// Sets (`Some(n)`) or removes (`None`) extended resource `name` in Node `node`'s capacity
+/// and allocatable, as a device plugin's count shows there (a status patch; the kubelet
+/// keeps resources it does not manage).
+pub fn set_node_resource(
+    c: &Cluster,
+    node: &str,
+    name: &str,
+    count: Option<u32>,
+) -> anyhow::Result<()> {
+    let v = count.map_or("null".to_string(), |n| format!("\"{n}\""));
+    let patch =
+        format!(r#"{{"status":{{"capacity":{{"{name}":{v}}},"allocatable":{{"{name}":{v}}}}}}}"#);
+    c.kubectl(&[
+        "patch",
+        "node",
+        node,
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        &patch,
+    ])?;
+    Ok(())
+}
+
 /// Until no claim is left in the API and graft holds no record: the kubelet unprepares a
 /// deleted pod's claims a little after the API forgets them.
 pub fn wait_unprepared(c: &Cluster) -> anyhow::Result<()> {

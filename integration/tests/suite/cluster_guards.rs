@@ -129,19 +129,7 @@ fn device_plugin_resource(c: &Cluster, count: Option<u32>) -> anyhow::Result<()>
 
 /// Sets or removes extended resource `name` on the Node's status, as above.
 fn node_resource(c: &Cluster, name: &str, count: Option<u32>) -> anyhow::Result<()> {
-    let v = count.map_or("null".to_string(), |n| format!("\"{n}\""));
-    let patch =
-        format!(r#"{{"status":{{"capacity":{{"{name}":{v}}},"allocatable":{{"{name}":{v}}}}}}}"#);
-    c.kubectl(&[
-        "patch",
-        "node",
-        NODE,
-        "--subresource=status",
-        "--type=merge",
-        "-p",
-        &patch,
-    ])?;
-    Ok(())
+    workloads::set_node_resource(c, NODE, name, count)
 }
 
 #[test]

@@ -7,7 +7,9 @@
 //! on graft's GPUs.
 
 use anyhow::{ensure, Context};
-use graft_integration::cluster::workloads::{events, wait_log, wait_unprepared, BUSYBOX};
+use graft_integration::cluster::workloads::{
+    events, set_node_resource, wait_log, wait_unprepared, BUSYBOX,
+};
 use graft_integration::cluster::Cluster;
 use serde_json::Value;
 
@@ -126,24 +128,10 @@ pub fn device_plugin_pod_runs_unchanged(c: &Cluster) -> anyhow::Result<()> {
     zero.and(cleanup)
 }
 
-/// The Node's `nvidia.com/gpu` in capacity and allocatable: `Some(n)` sets it, `None`
-/// removes it (a status patch; the kubelet keeps resources it does not manage).
+/// The Node's `nvidia.com/gpu`, set or removed.
 fn node_resource(c: &Cluster, count: Option<u32>) -> anyhow::Result<()> {
     let node = c.kubectl(&["get", "nodes", "-o", "jsonpath={.items[0].metadata.name}"])?;
-    let v = count.map_or("null".to_string(), |n| format!("\"{n}\""));
-    let patch = format!(
-        r#"{{"status":{{"capacity":{{"nvidia.com/gpu":{v}}},"allocatable":{{"nvidia.com/gpu":{v}}}}}}}"#
-    );
-    c.kubectl(&[
-        "patch",
-        "node",
-        node.trim(),
-        "--subresource=status",
-        "--type=merge",
-        "-p",
-        &patch,
-    ])?;
-    Ok(())
+    set_node_resource(c, node.trim(), "nvidia.com/gpu", count)
 }
 
 /// A node the device plugin served keeps `nvidia.com/gpu: 0` once it is gone (the kubelet

@@ -6,17 +6,16 @@
 //! that first-fit would not pick together: graft publishes whole GPUs in NVML index order,
 //! so first-fit takes indices 0 and 1, and the pairs are 0-2, 1-3, 4-5 and 6-7.
 
-use std::collections::BTreeMap;
-use std::time::{Duration, Instant};
-
-use anyhow::{bail, ensure, Context};
+use anyhow::{ensure, Context};
 use graft_integration::cluster::gpu::GpuValues;
 use graft_integration::cluster::workloads::{
-    gpus_template, one_claim_pod, pod_claim, wait_claims_left, wait_unprepared,
+    gpus_template, one_claim_pod, pod_claim, wait_claims_left, wait_failed_scheduling,
+    wait_unprepared,
 };
-use graft_integration::cluster::{Cluster, WAIT};
+use graft_integration::cluster::Cluster;
 use graft_integration::fake_gpu::FakeNode;
 use serde_json::Value;
+use std::collections::BTreeMap;
 
 /// The example claim for two GPUs of one island, relative to the integration crate.
 const EXAMPLE: &str = concat!(
@@ -132,27 +131,7 @@ pub fn two_gpus_on_one_island(c: &Cluster) -> anyhow::Result<()> {
         &(gpus_template("island-three", 3, true)
             + &one_claim_pod("island-three", "gpus", "sleep 3600")),
     )?;
-    let start = Instant::now();
-    loop {
-        let events = c.kubectl(&[
-            "get",
-            "events",
-            "--field-selector",
-            "involvedObject.name=island-three,reason=FailedScheduling",
-            "-o",
-            "name",
-        ])?;
-        if !events.trim().is_empty() {
-            break;
-        }
-        if start.elapsed() > WAIT {
-            bail!(
-                "no FailedScheduling for a claim no island can hold\n{}",
-                c.dra_state()
-            );
-        }
-        std::thread::sleep(Duration::from_millis(500));
-    }
+    wait_failed_scheduling(c, "island-three", "a claim no island can hold")?;
     ensure!(
         c.pod_phase("island-three") == "Pending",
         "a claim for three GPUs of one island (islands of two) left Pending"

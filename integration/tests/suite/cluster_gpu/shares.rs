@@ -4,14 +4,13 @@
 //! stays Pending with the scheduler's reason, and runs once a share is given back. Every
 //! pod sees the same GPU.
 
-use std::time::{Duration, Instant};
-
-use anyhow::{bail, ensure, Context};
+use anyhow::{ensure, Context};
 use graft_integration::cluster::gpu::GpuValues;
 use graft_integration::cluster::workloads::{
-    claim_template_consuming, one_claim_pod, pod_claim, wait_log, wait_unprepared,
+    claim_template_consuming, one_claim_pod, pod_claim, wait_failed_scheduling, wait_log,
+    wait_unprepared,
 };
-use graft_integration::cluster::{Cluster, WAIT};
+use graft_integration::cluster::Cluster;
 use serde_json::Value;
 
 /// GPU index 0 as three shares.
@@ -74,27 +73,7 @@ pub fn shares_across_claims(c: &Cluster) -> anyhow::Result<()> {
 
     // No share left: the third waits, unbound, with the scheduler's reason.
     c.apply(&share_pod("share-c", 1))?;
-    let start = Instant::now();
-    loop {
-        let events = c.kubectl(&[
-            "get",
-            "events",
-            "--field-selector",
-            "involvedObject.name=share-c,reason=FailedScheduling",
-            "-o",
-            "name",
-        ])?;
-        if !events.trim().is_empty() {
-            break;
-        }
-        if start.elapsed() > WAIT {
-            bail!(
-                "share-c: no FailedScheduling with every share taken\n{}",
-                c.dra_state()
-            );
-        }
-        std::thread::sleep(Duration::from_millis(500));
-    }
+    wait_failed_scheduling(c, "share-c", "every share taken")?;
     let node = c.kubectl(&["get", "pod", "share-c", "-o", "jsonpath={.spec.nodeName}"])?;
     ensure!(node.trim().is_empty(), "share-c was bound to {node}");
 

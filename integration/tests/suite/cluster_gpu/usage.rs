@@ -7,6 +7,7 @@
 //! - an MPS share (GPU 4): the memory its client process uses, found by the process's
 //!   cgroup under the node's /proc (the fake node's: the test copies the real process's
 //!   cgroup there, as the kernel shows it).
+//!
 //! The fake NVML reads the figures from `fake-nvml-usage` (integration/fake-nvml/src/usage.rs).
 
 use std::time::{Duration, Instant};
