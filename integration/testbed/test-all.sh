@@ -92,6 +92,8 @@ rc=0
 # The cluster tier is the run's longest path: what runs beside it yields the CPUs to it
 # (its API server, kubelet and containerd) and takes what they leave, most of it.
 nice -n 10 cargo clippy --workspace --all-targets --quiet -- -D warnings || rc=1
+# The suite is `test = false` (built by `--test suite` only), so --all-targets skips it.
+nice -n 10 cargo clippy -p graft-integration --test suite --quiet -- -D warnings || rc=1
 phase "clippy (beside the cluster tier)"
 nice -n 10 cargo test --workspace --no-run --quiet --lib --bins --tests --examples 2>/dev/null ||
   nice -n 10 cargo test --workspace --no-run --lib --bins --tests --examples || rc=1
