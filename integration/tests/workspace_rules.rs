@@ -274,6 +274,7 @@ const SPAWN_OWNERS: &[(&str, &str)] = &[
     ("driver-core/src/events/post.rs", "detached: `Poster::spawn`, which nothing calls (graft-driver's assembly runs `with_task`'s task under the Daemon)"),
     ("driver-core/src/events/refusals.rs", "awaited: draining graft-nri's refusal journal"),
     ("driver-core/src/metrics/mod.rs", "awaited: counting claims and records for the gauges"),
+    ("driver-core/src/metrics/usage.rs", "awaited: joining a usage round with the claim records"),
     ("driver-core/src/plugin/mod.rs", "the DRA and registration servers: `serve` holds both and awaits them at shutdown"),
     ("driver-core/src/plugin/resource_health.rs", "detached: one producer per health stream; it ends when the client goes or on stop"),
     ("driver-core/src/publisher.rs", "detached: the slice watch that wakes `run`; it stops once `run` drops its receiver"),

@@ -67,7 +67,7 @@ pub struct DriverMetrics {
     failing_backends: Mutex<Vec<FailingBackend>>,
     served_dirs_refused: Gauge,
     tasks_ended: tasks::TaskCounts,
-    usage: usage::UsageMetrics,
+    usage: Arc<usage::UsageMetrics>,
 }
 
 impl Default for DriverMetrics {
@@ -183,6 +183,11 @@ impl DriverMetrics {
     /// How many times `task` ended before shutdown.
     pub fn tasks_ended(&self, task: &'static str) -> u64 {
         self.tasks_ended.get(task)
+    }
+
+    /// The per-pod GPU usage gauges, which [`usage::run`] keeps.
+    pub fn usage(&self) -> Arc<usage::UsageMetrics> {
+        self.usage.clone()
     }
 
     /// The files backend's count of refused served directories.
@@ -374,27 +379,6 @@ pub async fn keep_counts(
         tokio::select! {
             _ = metrics.counts_changed.notified() => {}
             _ = tokio::time::sleep(every) => {}
-        }
-    }
-}
-
-/// Keeps the usage gauges equal to the families' last reports, attributed to the claims
-/// that hold each device ([`usage`]).
-pub async fn watch_usage(
-    metrics: Arc<DriverMetrics>,
-    core: Arc<Core>,
-    state_dir: std::path::PathBuf,
-    mut reports: watch::Receiver<crate::usage::UsageReport>,
-) {
-    loop {
-        let report = reports.borrow_and_update().clone();
-        let (c, dir) = (core.clone(), state_dir.clone());
-        match tokio::task::spawn_blocking(move || usage::attribute_now(&c, &dir, &report)).await {
-            Ok(now) => metrics.usage.set(&now),
-            Err(e) => tracing::error!(error = %e, "attributing device usage panicked"),
-        }
-        if reports.changed().await.is_err() {
-            return;
         }
     }
 }

@@ -6,8 +6,9 @@
 //! for their own container, read from graft-nri's container index.
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
 
 use graft_record::containers::{read_entry, ContainerEntry};
 use graft_record::ClaimRecord;
@@ -15,6 +16,7 @@ use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
+use tokio::sync::watch;
 
 use crate::claims::Core;
 use crate::usage::{DeviceUsage, UsageReport};
@@ -78,7 +80,7 @@ impl UsageMetrics {
     }
 
     /// Replaces every series with `now`'s.
-    pub(super) fn set(&self, now: &[Attributed]) {
+    fn set(&self, now: &[Attributed]) {
         for g in [&self.utilization, &self.memory, &self.power] {
             g.clear();
         }
@@ -171,11 +173,7 @@ pub fn attribute(
 }
 
 /// Reads the records and container entries for a report, on a blocking thread.
-pub(super) fn attribute_now(
-    core: &Core,
-    state_dir: &Path,
-    report: &UsageReport,
-) -> Vec<Attributed> {
+fn attribute_now(core: &Core, state_dir: &Path, report: &UsageReport) -> Vec<Attributed> {
     let records = match core.records() {
         Ok(r) => r,
         Err(e) => {
@@ -186,6 +184,27 @@ pub(super) fn attribute_now(
     attribute(report, &records, |id| {
         read_entry(state_dir, id).ok().flatten()
     })
+}
+
+/// Keeps `gauges` equal to the families' last reports, attributed to the claims that hold
+/// each device.
+pub async fn run(
+    gauges: Arc<UsageMetrics>,
+    core: Arc<Core>,
+    state_dir: PathBuf,
+    mut reports: watch::Receiver<UsageReport>,
+) {
+    loop {
+        let report = reports.borrow_and_update().clone();
+        let (c, dir) = (core.clone(), state_dir.clone());
+        match tokio::task::spawn_blocking(move || attribute_now(&c, &dir, &report)).await {
+            Ok(now) => gauges.set(&now),
+            Err(e) => tracing::error!(error = %e, "attributing device usage panicked"),
+        }
+        if reports.changed().await.is_err() {
+            return;
+        }
+    }
 }
 
 #[cfg(test)]

@@ -182,8 +182,8 @@ async fn run_in(
         tokio::sync::watch::channel(graft_driver::usage::UsageReport::default());
     tasks.spawn(
         "usage-metrics",
-        graft_driver::metrics::watch_usage(
-            metrics.clone(),
+        graft_driver::metrics::usage::run(
+            metrics.usage(),
             Arc::clone(edge.core()),
             args.state_dir.clone(),
             usage_rx,
