@@ -31,7 +31,11 @@
 //!   `nvmlDeviceGetMemoryInfo_v2`, `nvmlDeviceGetMPSComputeRunningProcesses_v3`); see the
 //!   `usage` module.
 //!
-//! Anything else is not exported, which nvml-wrapper reports as a failed symbol load.
+//! - the unversioned twins that go-nvml binds (NVIDIA's container toolkit), answering as the
+//!   versioned calls do; see the `toolkit` module.
+//!
+//! Anything else is not exported, which nvml-wrapper reports as a failed symbol load (and
+//! go-nvml, which binds lazily, as a symbol lookup error when called).
 
 // Every export is a C entry point that dereferences caller pointers, as NVML's do.
 #![allow(clippy::missing_safety_doc)]
@@ -52,6 +56,7 @@ mod health;
 mod mig;
 mod nvlink;
 mod persistence;
+mod toolkit;
 mod usage;
 
 use handles::{decode, handle_of_gpu, handle_of_mig, Handle, Inst};

@@ -44,6 +44,7 @@ mod fake_mps_clients;
 mod fake_mps_v3;
 mod fake_nvml_events;
 mod fake_nvml_mig;
+mod fake_nvml_toolkit;
 mod fake_nvml_usage;
 mod fake_sysfs;
 mod fleet_sim;

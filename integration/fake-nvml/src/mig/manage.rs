@@ -330,6 +330,37 @@ pub unsafe extern "C" fn nvmlGpuInstanceGetComputeInstances(
     })())
 }
 
+/// What go-nvml's MIG walk (NVIDIA's container toolkit) calls for each compute instance.
+#[no_mangle]
+pub unsafe extern "C" fn nvmlGpuInstanceGetComputeInstanceById(
+    gi: nvmlGpuInstance_t,
+    id: c_uint,
+    ci: *mut nvmlComputeInstance_t,
+) -> nvmlReturn_t {
+    if let Err(rc) = crate::health::reachable_gi(gi) {
+        return rc;
+    }
+    code((|| {
+        let (_, state, g) = gi_now(gi)?;
+        if ci.is_null() {
+            return Err(INVALID_ARGUMENT);
+        }
+        state
+            .cis
+            .iter()
+            .find(|c| c.gpu == g.gpu && c.gi == g.id && c.id == id)
+            .ok_or(NOT_FOUND)?;
+        Ok(put(
+            ci,
+            handle_of_ci(Inst {
+                gpu: g.gpu,
+                gi: g.id,
+                ci: id,
+            }),
+        ))
+    })())
+}
+
 #[no_mangle]
 pub unsafe extern "C" fn nvmlComputeInstanceGetInfo_v2(
     ci: nvmlComputeInstance_t,

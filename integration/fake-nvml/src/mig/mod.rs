@@ -14,6 +14,9 @@ use super::*;
 
 pub(crate) mod config;
 mod manage;
+pub(crate) use manage::{
+    nvmlDeviceGetGpuInstanceProfileInfoV, nvmlGpuInstanceGetComputeInstanceProfileInfoV,
+};
 pub(crate) mod profiles;
 mod rules;
 pub(crate) mod state;
