@@ -279,6 +279,13 @@ state = "$R/containerd"
 [plugins.'io.containerd.cri.v1.runtime'.cni]
   bin_dirs = ["/usr/lib/cni"]
   conf_dir = "$D/cni/net.d"
+# NVIDIA's container toolkit as the GPU Operator registers it (runc stays the default, as
+# with the operator's CDI on): the wrapper is written by the test that uses it
+# (cluster_gpu::unclaimed_container_sees_no_gpu, through the RuntimeClass nvidia).
+[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.nvidia]
+  runtime_type = "io.containerd.runc.v2"
+[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.nvidia.options]
+  BinaryName = "$D/nvidia-toolkit/nvidia-container-runtime"
 CT
   start containerd containerd --config "$D/containerd.toml"
   wait_for "containerd" 30 ctr -a "$R/containerd.sock" version

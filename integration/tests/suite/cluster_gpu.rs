@@ -26,6 +26,7 @@ mod mps_uids;
 mod placement;
 mod render;
 mod shares;
+mod toolkit;
 mod unclaimed;
 mod usage;
 mod vfio;
@@ -285,13 +286,23 @@ fn gpu_metrics_name_the_pod() -> anyhow::Result<()> {
 }
 
 /// A pod without a claim whose images ask NVIDIA's container toolkit for every GPU
-/// (`NVIDIA_VISIBLE_DEVICES=all`, a legacy CUDA image, the pod spec's variable), with the
-/// chart's defaults: each container's environment asks for none (`void`).
+/// (`NVIDIA_VISIBLE_DEVICES=all`, a legacy CUDA image, the pod spec's variable), run by the
+/// toolkit built from source: with the chart's defaults each container's environment asks
+/// for none (`void`) and it sees no GPU; with `nvidia.unclaimedGpuRequests=keep` the
+/// toolkit gives the same images every GPU.
 #[test]
 fn unclaimed_container_sees_no_gpu() -> anyhow::Result<()> {
     with_bed(|bed| {
+        unclaimed::images()?;
         bed.fresh(&GpuValues::default(), |_| Ok(()))?;
-        unclaimed::unclaimed_container_sees_no_gpu(&bed.cluster)
+        toolkit::install(&bed.cluster)?;
+        unclaimed::unclaimed_container_sees_no_gpu(&bed.cluster)?;
+        let keep = GpuValues {
+            helm: vec!["--set".into(), "nvidia.unclaimedGpuRequests=keep".into()],
+            ..GpuValues::default()
+        };
+        bed.fresh(&keep, |_| Ok(()))?;
+        unclaimed::the_toolkit_gives_them_gpus_when_kept(&bed.cluster)
     })
 }
 
