@@ -87,6 +87,21 @@ pub fn mig_profile_cel(profile: &str) -> String {
     )
 }
 
+/// The chart's class for time-sliced shares of whole GPUs (values: nvidia.timeSlicing), which
+/// serves the name NVIDIA's device plugin gives them with `renameByDefault`
+/// (`nvidia.com/gpu.shared`).
+pub const GPU_SHARED: &str = "gpu-shared.graft.dev";
+
+/// That class's CEL selector, as the chart writes it: `gpu.graft.dev`'s, and time-sliced.
+pub fn gpu_shared_cel() -> String {
+    format!(
+        "{} && device.attributes['{DRIVER}'].?{}.orValue('') == '{}'",
+        GPU.cel(),
+        attributes::SHARING,
+        crate::sharing::TIME_SLICING
+    )
+}
+
 /// The most specific class that selects a device of `device_type` (`None`: it has none),
 /// with MIG mode on or off: what `graft_driver_devices`' `class` label says. A type no class
 /// names counts under the catch-all.
@@ -112,6 +127,16 @@ mod tests {
         assert_eq!(of(Some("fuse"), false), "fuse.graft.dev");
         assert_eq!(of(Some("my-own-type"), false), DRIVER);
         assert_eq!(of(None, false), DRIVER);
+    }
+
+    #[test]
+    fn the_shared_gpu_class_selects_time_sliced_gpus() {
+        let cel = gpu_shared_cel();
+        assert!(cel.starts_with(&GPU.cel()), "{cel}");
+        assert!(
+            cel.ends_with(".?sharing.orValue('') == 'timeSlicing'"),
+            "{cel}"
+        );
     }
 
     #[test]

@@ -1,11 +1,12 @@
 //! The chart against the contract, read as files (no helm needed): its DeviceClasses are
-//! exactly [`graft_api::classes::ALL`], in order (with the MIG profile classes' template
-//! after mig.graft.dev), each with the selector the contract
+//! exactly [`graft_api::classes::ALL`], in order (with the shared GPUs' class after
+//! gpu.graft.dev and the MIG profile classes' template after mig.graft.dev), each with the
+//! selector the contract
 //! renders, and the ComputeDomain CRD template is the one the contract's types make.
 
 use std::path::PathBuf;
 
-use graft_api::classes::{mig_profile_cel, ALL};
+use graft_api::classes::{gpu_shared_cel, mig_profile_cel, ALL, GPU_SHARED};
 
 fn chart_file(rel: &str) -> String {
     let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -53,6 +54,9 @@ fn template_classes() -> Vec<(String, String)> {
 fn the_charts_device_classes_select_what_the_contract_says() {
     let chart = template_classes();
     let mut want: Vec<(String, String)> = ALL.iter().map(|c| (c.name.into(), c.cel())).collect();
+    // After gpu.graft.dev, the class of its time-sliced shares.
+    let gpu = want.iter().position(|(n, _)| n == "gpu.graft.dev").unwrap();
+    want.insert(gpu + 1, (GPU_SHARED.into(), gpu_shared_cel()));
     // After mig.graft.dev, the template of a class per MIG profile (named by a helper).
     let mig = want.iter().position(|(n, _)| n == "mig.graft.dev").unwrap();
     want.insert(

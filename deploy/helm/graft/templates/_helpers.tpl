@@ -125,9 +125,19 @@ only where graft serves GPUs and mig.graft.dev is installed. */}}
 {{ toJson $out }}
 {{- end }}
 
+{{/* "true" where the chart installs gpu-shared.graft.dev (time-sliced GPUs under
+nvidia.timeSlicing.sharedResourceName): graft serves GPUs, gpu.graft.dev is installed and
+the name is set. Otherwise nothing. */}}
+{{- define "graft.gpuSharedClass" -}}
+{{- if and .Values.backends.nvidia (has "gpu.graft.dev" .Values.deviceClasses) .Values.nvidia.timeSlicing.sharedResourceName -}}
+true
+{{- end -}}
+{{- end }}
+
 {{/* Every extended resource a pod may ask graft's classes by, as a CEL list: each class's
 own name, and the name Kubernetes gives every DeviceClass
-(deviceclass.resource.kubernetes.io/<class>); the MIG profile classes' too. */}}
+(deviceclass.resource.kubernetes.io/<class>); the shared GPUs' and the MIG profile
+classes' too. */}}
 {{- define "graft.extendedResourceNamesCel" -}}
 {{- $names := list -}}
 {{- range $class := .Values.deviceClasses -}}
@@ -135,6 +145,10 @@ own name, and the name Kubernetes gives every DeviceClass
 {{- $names = append $names (printf "'%s'" .) -}}
 {{- end -}}
 {{- $names = append $names (printf "'deviceclass.resource.kubernetes.io/%s'" $class) -}}
+{{- end -}}
+{{- if include "graft.gpuSharedClass" . -}}
+{{- $names = append $names (printf "'%s'" .Values.nvidia.timeSlicing.sharedResourceName) -}}
+{{- $names = append $names "'deviceclass.resource.kubernetes.io/gpu-shared.graft.dev'" -}}
 {{- end -}}
 {{- range $class, $p := include "graft.migProfileClasses" . | fromJson -}}
 {{- with $.Values.nvidia.migResourcePrefix -}}

@@ -2,7 +2,8 @@
 //! three shares. Pods with claims of their own share it, one share each unless a claim
 //! asks for more (`capacity.requests: {shares: 2}`); a claim that finds no share left
 //! stays Pending with the scheduler's reason, and runs once a share is given back. Every
-//! pod sees the same GPU.
+//! pod sees the same GPU. Then pods asking for the device plugin's renamed resource
+//! (`nvidia.com/gpu.shared`) get shares of it too.
 
 use anyhow::{ensure, Context};
 use graft_integration::cluster::gpu::GpuValues;
@@ -12,6 +13,8 @@ use graft_integration::cluster::workloads::{
 };
 use graft_integration::cluster::Cluster;
 use serde_json::Value;
+
+use super::device_plugin::{allocation, pod};
 
 /// GPU index 0 as three shares.
 pub fn values() -> GpuValues {
@@ -94,5 +97,26 @@ pub fn shares_across_claims(c: &Cluster) -> anyhow::Result<()> {
         c.kubectl(&["delete", "resourceclaimtemplate", t, "--wait=true"])
             .with_context(|| t.to_string())?;
     }
+    wait_unprepared(c)?;
+    renamed_shares(c, &a.0)
+}
+
+/// Pods written for the device plugin with `renameByDefault: true` ask for
+/// `nvidia.com/gpu.shared` (gpu-shared.graft.dev): two of them run on shares of the one
+/// time-sliced GPU, `shared`, none on a GPU of its own.
+fn renamed_shares(c: &Cluster, shared: &str) -> anyhow::Result<()> {
+    let names = ["renamed-a", "renamed-b"];
+    for name in names {
+        c.apply(&pod(name, "nvidia.com/gpu.shared", 1))?;
+    }
+    for name in names {
+        c.wait_phase(name, "Running")?;
+        let got = allocation(c, name, "nvidia.com/gpu.shared")?;
+        ensure!(
+            got.len() == 1 && got[0].0 == shared,
+            "{name}: nvidia.com/gpu.shared: 1 got {got:?}, not a share of {shared}"
+        );
+    }
+    c.kubectl(&["delete", "pod", names[0], names[1], "--wait=true"])?;
     wait_unprepared(c)
 }
