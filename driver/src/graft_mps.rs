@@ -42,6 +42,11 @@ struct Args {
     /// side; the daemons fail to start on older drivers).
     #[arg(long, env = "GRAFT_MPS_PROTOCOL", default_value = "2", value_parser = ["2", "3"])]
     mps_protocol: String,
+    /// Where the host's /proc is, in the mount namespace worked in (the NVIDIA majors and a
+    /// MIG device's capabilities are read there); tests point it at a fake node's, as
+    /// graft-driver's.
+    #[arg(long, env = "GRAFT_PROC_ROOT", hide = true, default_value = "/proc")]
+    proc_root: std::path::PathBuf,
     /// How often to set every tenancy's limits again, in seconds.
     #[arg(long, env = "GRAFT_MPS_RESYNC_SECONDS", default_value_t = 30)]
     resync_seconds: u64,
@@ -84,7 +89,7 @@ fn main() -> anyhow::Result<()> {
         state_dir: args.state_dir.clone(),
         driver_root: args.nvidia_driver_root.clone(),
         shm_bytes,
-        proc_root: "/proc".into(),
+        proc_root: args.proc_root.clone(),
         protocol: Protocol::parse(&args.mps_protocol).unwrap_or_default(),
     });
     tracing::info!(state = %args.state_dir.display(), driver_root = %args.nvidia_driver_root.display(), shm_bytes, protocol = %args.mps_protocol, "graft-mps started");

@@ -7,7 +7,8 @@
  * - It is started by the control daemon only (stdin its command pipe, the limits in its
  *   environment), as the UID of the clients it serves: it refuses a client of another UID
  *   (one server per UID, the man page). Like the real server it needs the GPU's device
- *   nodes: without /dev/nvidiactl it fails to start.
+ *   nodes: without /dev/nvidiactl it fails to start, and serving a MIG device
+ *   (CUDA_VISIBLE_DEVICES=MIG-...) without two capability nodes in /dev/nvidia-caps too.
  * - It listens on <pipe dir>/mps-server-<pid> and reports `ready`, then `clients N PID...`
  *   whenever a client comes or goes, on stdout (the daemon's pipe); logs go to stderr,
  *   which the daemon points at <log dir>/server.log.
@@ -23,6 +24,7 @@
  */
 #include "mps-common.h"
 
+#include <dirent.h>
 #include <signal.h>
 
 static char sock_path[PATH_MAX];
@@ -160,6 +162,22 @@ static int command(const char *line) {
     return 0;
 }
 
+/* Character device nodes in /dev/nvidia-caps. */
+static int caps_nodes(void) {
+    DIR *d = opendir("/dev/nvidia-caps");
+    if (!d) return 0;
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        char path[PATH_MAX];
+        struct stat st;
+        snprintf(path, sizeof path, "/dev/nvidia-caps/%s", e->d_name);
+        if (lstat(path, &st) == 0 && S_ISCHR(st.st_mode)) n++;
+    }
+    closedir(d);
+    return n;
+}
+
 int main(void) {
     signal(SIGPIPE, SIG_IGN);
     const char *a = getenv("FAKE_MPS_ACTIVE_THREAD_PERCENTAGE");
@@ -175,6 +193,16 @@ int main(void) {
     if (stat("/dev/nvidiactl", &st) != 0 || !S_ISCHR(st.st_mode)) {
         logs("Server %ld cannot start: /dev/nvidiactl is not a device node", (long)getpid());
         write_str(STDOUT_FILENO, "error /dev/nvidiactl is not a device node\n");
+        return 1;
+    }
+    /* A MIG device opens only with its GPU and compute instances' access capabilities
+     * (NVIDIA's MIG user guide, "Device Nodes and Capabilities"): nodes under
+     * /dev/nvidia-caps, at least one for each. */
+    const char *visible = getenv("CUDA_VISIBLE_DEVICES");
+    if (visible && strncmp(visible, "MIG-", 4) == 0 && caps_nodes() < 2) {
+        logs("Server %ld cannot start: %s without its capabilities in /dev/nvidia-caps",
+             (long)getpid(), visible);
+        write_str(STDOUT_FILENO, "error MIG device without its access capabilities\n");
         return 1;
     }
     const char *p = getenv("CUDA_MPS_PIPE_DIRECTORY");

@@ -56,9 +56,10 @@ pub struct NvidiaFlags {
     /// never changes a GPU's MIG mode.
     #[arg(long, env = "GRAFT_NVIDIA_DYNAMIC_MIG", default_value = "none", value_parser = GpuSelection::parse)]
     pub nvidia_dynamic_mig: GpuSelection,
-    /// GPUs (MIG off) shared through NVIDIA MPS: several claims of one namespace at a time,
-    /// each consuming a compute percentage and memory through DRA consumable capacity; the
-    /// daemons are graft-mps's (docs/nvidia.md: MPS). `all`, `none`, or UUIDs / indices.
+    /// GPUs shared through NVIDIA MPS: several claims of one namespace at a time, each
+    /// consuming a compute percentage and memory through DRA consumable capacity; of a GPU in
+    /// MIG mode, each static MIG device is shared so (a daemon per device); the daemons are
+    /// graft-mps's (docs/nvidia.md: MPS). `all`, `none`, or UUIDs / indices.
     #[arg(long, env = "GRAFT_NVIDIA_MPS", default_value = "none", value_parser = GpuSelection::parse)]
     pub nvidia_mps: GpuSelection,
     /// GPUs time-sliced among claims, as the device plugin's time-slicing replicas: each is

@@ -74,7 +74,8 @@ if [ -n "${GRAFT_GPU_FAKE:-}" ]; then
   values+=(-f "$chart/values-gpu.yaml" --set nvidia.driverRoot="$GRAFT_GPU_FAKE/host"
            --set nvidia.dynamicMig="$dynamic_mig"
            --set nvidia.mps="$mps"
-           --set-json "driverExtraEnv=[{\"name\":\"GRAFT_PROC_ROOT\",\"value\":\"/host$GRAFT_GPU_FAKE/proc\"},{\"name\":\"GRAFT_SYSFS_ROOT\",\"value\":\"/host$GRAFT_GPU_FAKE/sys\"}]")
+           --set-json "driverExtraEnv=[{\"name\":\"GRAFT_PROC_ROOT\",\"value\":\"/host$GRAFT_GPU_FAKE/proc\"},{\"name\":\"GRAFT_SYSFS_ROOT\",\"value\":\"/host$GRAFT_GPU_FAKE/sys\"}]"
+           --set-json "mpsExtraEnv=[{\"name\":\"GRAFT_PROC_ROOT\",\"value\":\"$GRAFT_GPU_FAKE/proc\"}]")
 fi
 if [ -n "${GRAFT_GPU_DRIVER_ROOT:-}" ]; then
   values+=(-f "$chart/values-gpu.yaml" --set nvidia.driverRoot="$GRAFT_GPU_DRIVER_ROOT"

@@ -19,6 +19,7 @@ mod dynamic_mig;
 mod gpu_health;
 mod health;
 mod mps;
+mod mps_mig;
 mod mps_oldest;
 mod mps_scheduling;
 mod mps_support;
@@ -90,6 +91,17 @@ fn mps_tenants_are_isolated() -> anyhow::Result<()> {
     with_bed(|bed| {
         bed.fresh(&mps::guard_values(), |_| Ok(()))?;
         mps::tenants_are_isolated(&bed.cluster, &bed.node)
+    })
+}
+
+/// MPS on a static MIG device: a claim's share of a 1g.10gb device runs CUDA through a daemon
+/// graft-mps runs for that MIG device alone, with its instances' capabilities and the
+/// share's limits.
+#[test]
+fn mps_on_a_mig_device() -> anyhow::Result<()> {
+    with_bed(|bed| {
+        bed.fresh(&mps_mig::values(), |_| Ok(()))?;
+        mps_mig::mps_on_a_mig_device(&bed.cluster, &bed.node)
     })
 }
 

@@ -60,6 +60,7 @@ mod hostile_served;
 mod imex_daemon;
 mod mps;
 mod mps_escape;
+mod mps_mig;
 mod mps_v3;
 mod nri_containerd;
 mod nri_killed_bursts;

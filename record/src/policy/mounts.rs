@@ -86,12 +86,15 @@ fn served_from_state(state: &str, source: &str) -> bool {
         return false;
     };
     let parts: Vec<&str> = rest.split('/').collect();
-    // As graft-driver names them: `GPU-` and hex digits or dashes.
+    // As graft-driver names them: `GPU-` (a GPU) or `MIG-` (a MIG device), then hex digits
+    // or dashes.
     let uuid_ok = |u: &str| {
         u.len() <= 64
-            && u.strip_prefix("GPU-").is_some_and(|r| {
-                !r.is_empty() && r.bytes().all(|b| b.is_ascii_hexdigit() || b == b'-')
-            })
+            && u.strip_prefix("GPU-")
+                .or_else(|| u.strip_prefix("MIG-"))
+                .is_some_and(|r| {
+                    !r.is_empty() && r.bytes().all(|b| b.is_ascii_hexdigit() || b == b'-')
+                })
     };
     let tenancy_ok = |t: &str| {
         t.strip_prefix("t-")

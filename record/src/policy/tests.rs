@@ -61,6 +61,11 @@ fn mounts_inside_the_roots_with_safe_options_pass() {
         .is_ok());
     let shm = "/var/lib/graft/mps/GPU-0a1b/t-3/shm";
     assert!(p.check_edits("e", &mount(shm, "/dev/shm", &rw)).is_ok());
+    // A share of a MIG device: its own UUID.
+    let mig = "/var/lib/graft/mps/MIG-0d2b/t-1/pipe";
+    assert!(p
+        .check_edits("e", &mount(mig, "/tmp/nvidia-mps", &rw))
+        .is_ok());
 }
 
 #[test]
@@ -101,6 +106,10 @@ fn mounts_that_break_a_rule_name_it() {
         ),
         (
             mount("/var/lib/graft/mps/GPU-1/t-x/shm", "/x", &ro),
+            "not a directory",
+        ),
+        (
+            mount("/var/lib/graft/mps/MIG-../t-1/shm", "/x", &ro),
             "not a directory",
         ),
         (

@@ -107,6 +107,7 @@ fn expected_setups() -> BTreeMap<&'static str, Vec<Option<Setup>>> {
                 NvidiaWork::Mps {
                     gpu_uuid: "GPU-7d3e2a10-58c4-4f6b-b1d9-0e4c7a9f2b63".into(),
                     minor: 1,
+                    mig: None,
                     share: "share-mps".into(),
                     compute: 50,
                     memory_mib: Some(4096),

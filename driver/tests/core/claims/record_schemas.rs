@@ -187,6 +187,7 @@ fn v5_setups() -> BTreeMap<&'static str, Vec<Option<NvidiaWork>>> {
             vec![Some(NvidiaWork::Mps {
                 gpu_uuid: "GPU-7d3e2a10-58c4-4f6b-b1d9-0e4c7a9f2b63".into(),
                 minor: 1,
+                mig: None,
                 share: "share-mps".into(),
                 compute: 50,
                 memory_mib: Some(4096),

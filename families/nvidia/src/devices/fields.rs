@@ -75,15 +75,19 @@ pub fn semver(v: &str) -> Option<String> {
     }
 }
 
-/// A whole GPU offered for sharing through MPS: several claims at once, each consuming a
-/// compute percentage and an amount of memory (DRA consumable capacity).
-pub fn mps_shared(d: &mut Device, g: &Gpu) {
+/// A whole GPU or a static MIG device (`memory_bytes` its own) offered for sharing through
+/// MPS: several claims at once, each consuming a compute percentage and an amount of memory
+/// (DRA consumable capacity).
+pub fn mps_shared(d: &mut Device, memory_bytes: Option<u64>) {
     d.attributes.insert(
         SHARING.into(),
         Attribute::String(graft_api::sharing::MPS.into()),
     );
+    // A MIG device's engines and multiprocessors are not divided (MPS limits only compute
+    // and memory): a share consumes none of them.
+    let mut policies = undivided(d);
+    policies.remove(MEMORY);
     d.capacity.insert(COMPUTE.into(), "100".into());
-    let mut policies = BTreeMap::new();
     policies.insert(
         COMPUTE.to_string(),
         CapacityPolicy {
@@ -93,7 +97,7 @@ pub fn mps_shared(d: &mut Device, g: &Gpu) {
             step: "1".into(),
         },
     );
-    if let Some(bytes) = g.memory_bytes {
+    if let Some(bytes) = memory_bytes {
         let all = mebibytes(bytes);
         policies.insert(
             MEMORY.to_string(),
@@ -108,17 +112,14 @@ pub fn mps_shared(d: &mut Device, g: &Gpu) {
     d.shared = Some(policies);
 }
 
-/// A whole GPU or a static MIG device time-sliced among claims: `replicas` shares, one
-/// consumed by a claim unless it asks for more. Its other capacity (memory, engines) is
-/// not divided: a claim consumes none of it, since nothing would hold it to a part.
-pub fn time_shared(d: &mut Device, replicas: u32) {
-    d.attributes.insert(
-        SHARING.into(),
-        Attribute::String(graft_api::sharing::TIME_SLICING.into()),
-    );
-    let mut policies: BTreeMap<String, CapacityPolicy> = d
-        .capacity
+/// Policies for each capacity `d` has now under which a claim consumes none of it unless it
+/// asks: what several claims of one device do not divide. A capacity of 0 (a MIG device
+/// without encoders) gets none: the API server refuses a step larger than the capacity,
+/// and without a policy a claim consumes all of nothing.
+fn undivided(d: &Device) -> BTreeMap<String, CapacityPolicy> {
+    d.capacity
         .iter()
+        .filter(|(_, v)| v.trim_end_matches("Mi") != "0")
         .map(|(k, v)| {
             // Memory is written in Mi: a step of 1Mi divides it; counts step by one.
             let step = if v.ends_with("Mi") { "1Mi" } else { "1" };
@@ -130,7 +131,18 @@ pub fn time_shared(d: &mut Device, replicas: u32) {
             };
             (k.clone(), policy)
         })
-        .collect();
+        .collect()
+}
+
+/// A whole GPU or a static MIG device time-sliced among claims: `replicas` shares, one
+/// consumed by a claim unless it asks for more. Its other capacity (memory, engines) is
+/// not divided: a claim consumes none of it, since nothing would hold it to a part.
+pub fn time_shared(d: &mut Device, replicas: u32) {
+    d.attributes.insert(
+        SHARING.into(),
+        Attribute::String(graft_api::sharing::TIME_SLICING.into()),
+    );
+    let mut policies = undivided(d);
     d.capacity.insert(SHARES.into(), replicas.to_string());
     policies.insert(
         SHARES.to_string(),
@@ -175,15 +187,16 @@ mod tests {
         );
     }
 
-    #[test]
-    fn a_time_shared_device_divides_its_shares_and_nothing_else() {
-        let mut d = Device {
+    /// A static MIG device's capacity, as the scan publishes it: no encoders on an H100's.
+    fn mig_device() -> Device {
+        Device {
             kind: Kind::Partition,
             name: "gpu-4-mig-1-0".into(),
             attributes: BTreeMap::new(),
             capacity: [
                 (MEMORY.to_string(), "9856Mi".to_string()),
                 ("multiprocessors".to_string(), "16".to_string()),
+                ("encoders".to_string(), "0".to_string()),
             ]
             .into(),
             edits: Default::default(),
@@ -191,8 +204,45 @@ mod tests {
             consumes: None,
             shared: None,
             binding: None,
-        };
+        }
+    }
+
+    /// What the API server checks of a policy: its step fits in the capacity.
+    fn steps_fit(d: &Device) {
+        for (k, p) in d.shared.iter().flatten() {
+            let cap = graft_driver_core::quantity::parse(&d.capacity[k]).unwrap();
+            let step = graft_driver_core::quantity::parse(&p.step).unwrap();
+            assert!(
+                step <= cap,
+                "{k}: step {} over capacity {}",
+                p.step,
+                d.capacity[k]
+            );
+        }
+    }
+
+    #[test]
+    fn an_mps_mig_device_divides_compute_and_its_own_memory() {
+        let mut d = mig_device();
+        mps_shared(&mut d, Some(9856 << 20));
+        let p = d.shared.as_ref().unwrap();
+        assert_eq!(p[COMPUTE].default, "100");
+        assert_eq!(
+            (p[MEMORY].default.as_str(), p[MEMORY].max.as_str()),
+            ("9856Mi", "9856Mi")
+        );
+        assert_eq!(p["multiprocessors"].default, "0");
+        assert!(!p.contains_key("encoders"), "{p:?}");
+        steps_fit(&d);
+        assert!(crate::devices::Identity::of(&d).mps);
+    }
+
+    #[test]
+    fn a_time_shared_device_divides_its_shares_and_nothing_else() {
+        let mut d = mig_device();
         time_shared(&mut d, 3);
+        steps_fit(&d);
+        assert!(!d.shared.as_ref().unwrap().contains_key("encoders"));
         assert_eq!(d.capacity[SHARES], "3");
         let p = d.shared.as_ref().unwrap();
         assert_eq!(

@@ -8,8 +8,8 @@ use graft_driver_core::model::{Attribute, Device};
 // The names are the cluster's contract (graft_api::attributes); an island is computed in
 // nvml/topology.rs.
 pub use graft_api::attributes::{
-    DYNAMIC, MINOR, NVLINK_ISLAND, NVLINK_ISLAND_SIZE, PARENT_UUID, PCI_BUS_ID, PLACEMENT_SIZE,
-    PLACEMENT_START, PROFILE_ID, SHARING, UUID,
+    CI_ID, DYNAMIC, GI_ID, MINOR, NVLINK_ISLAND, NVLINK_ISLAND_SIZE, PARENT_MINOR, PARENT_UUID,
+    PCI_BUS_ID, PLACEMENT_SIZE, PLACEMENT_START, PROFILE_ID, SHARING, UUID,
 };
 /// The counter a placement consumes one of per compute slice.
 pub const COMPUTE_SLICES: &str = "compute-slices";
@@ -37,6 +37,8 @@ pub struct Identity {
     pub uuid: Option<String>,
     /// A GPU's device-node minor (`/dev/nvidia<minor>`).
     pub minor: Option<u32>,
+    /// A static MIG device's parent GPU minor, and its GPU and compute instance ids.
+    pub mig: Option<(u32, crate::mps::MigIds)>,
     /// sysfs form (`0000:18:00.0`).
     pub pci_bus_id: Option<String>,
     /// Shared through MPS.
@@ -75,6 +77,14 @@ impl Identity {
         Identity {
             uuid: text(UUID),
             minor: int(MINOR),
+            mig: (|| {
+                let ids = crate::mps::MigIds {
+                    gi: int(GI_ID)?,
+                    ci: int(CI_ID)?,
+                };
+                Some((int(PARENT_MINOR)?, ids))
+            })()
+            .filter(|_| !dynamic),
             pci_bus_id: text(PCI_BUS_ID),
             mps: device.string_attribute(SHARING) == Some(graft_api::sharing::MPS),
             time_shared: device.string_attribute(SHARING) == Some(graft_api::sharing::TIME_SLICING),
@@ -130,7 +140,7 @@ mod tests {
                 ..Identity::default()
             }
         );
-        mps_shared(&mut d, &gpu());
+        mps_shared(&mut d, gpu().memory_bytes);
         assert!(Identity::of(&d).mps);
     }
 

@@ -107,24 +107,22 @@ pub fn gpu_devices(
             nvlink_island(&mut d, island);
         }
         if c.mps.covers(g) {
-            mps_shared(&mut d, g);
+            mps_shared(&mut d, g.memory_bytes);
         } else if c.time_slicing.covers(g) {
             time_shared(&mut d, c.time_slicing_replicas);
         }
         return Ok(vec![d]);
     }
-    if c.mps.covers(g) {
-        tracing::warn!(
-            gpu = g.uuid,
-            "listed for MPS, but its MIG mode is on; not shared through MPS"
-        );
-    }
-    let sliced = c.time_slicing.covers(g);
+    // MPS runs on a MIG device as on a GPU (a daemon per device): each static MIG device of a
+    // listed GPU is shared so; as with whole GPUs, MPS comes before time-slicing.
+    let (mps, sliced) = (c.mps.covers(g), c.time_slicing.covers(g));
     g.migs
         .iter()
         .map(|m| {
             let mut d = mig_device(c, g, m, &shared, &common.edits, &common.majors)?;
-            if sliced {
+            if mps {
+                mps_shared(&mut d, Some(m.memory_bytes));
+            } else if sliced {
                 time_shared(&mut d, c.time_slicing_replicas);
             }
             Ok(with_optional(d))

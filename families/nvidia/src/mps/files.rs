@@ -23,8 +23,22 @@ pub struct ShareMarker {
     /// Pinned device memory; `None`: the whole GPU's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory_mib: Option<u64>,
-    /// The GPU's minor number (its device node in the daemon's sandbox).
+    /// The GPU's minor number (its device node in the daemon's sandbox); of a MIG device,
+    /// its parent GPU's.
     pub minor: u32,
+    /// Of a share of a static MIG device: its instances, whose access capabilities the
+    /// daemon's sandbox gets too. `None`: a whole GPU.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mig: Option<MigIds>,
+}
+
+/// A MIG device's GPU and compute instance ids on its parent GPU.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MigIds {
+    /// GPU instance id.
+    pub gi: u32,
+    /// Compute instance id.
+    pub ci: u32,
 }
 
 /// Where a tenancy stands.
@@ -65,11 +79,13 @@ pub struct Status {
     pub message: String,
 }
 
-/// A GPU UUID as a directory name: `GPU-` and hex digits and dashes only.
+/// A GPU or MIG device UUID as a directory name: `GPU-` or `MIG-`, then hex digits and
+/// dashes only.
 pub fn valid_uuid(uuid: &str) -> bool {
     uuid.len() <= 64
         && uuid
             .strip_prefix("GPU-")
+            .or_else(|| uuid.strip_prefix("MIG-"))
             .is_some_and(|r| !r.is_empty() && r.chars().all(|c| c.is_ascii_hexdigit() || c == '-'))
 }
 
@@ -210,13 +226,17 @@ mod tests {
             compute,
             memory_mib: memory,
             minor: 0,
+            mig: None,
         }
     }
 
     #[test]
     fn names_are_checked() {
         assert!(valid_uuid("GPU-6a1f0000-93c1-4d4e-8f7b-0c5e2a900000"));
-        for bad in ["", "GPU-", "MIG-1", "GPU-../x", "GPU-a/b", "gpu-1"] {
+        assert!(valid_uuid("MIG-0d2b0000-51a0-5b7e-9c3d-7e11f4a00000"));
+        for bad in [
+            "", "GPU-", "MIG-", "MIG-x1", "GPU-../x", "GPU-a/b", "gpu-1", "MIG/1",
+        ] {
             assert!(!valid_uuid(bad), "{bad:?}");
         }
         assert!(valid_share("3f1c2b7e-8d4a-4e8b-9a55-0c2d1e6f7a90"));

@@ -14,6 +14,7 @@
 //!
 //! ```text
 //! <state>/mps/<gpu-uuid>.lock                 flock: graft-driver's namespace check
+//!                                             (a MIG device's own UUID for a share of one)
 //! <state>/mps/<gpu-uuid>/shares/<id>.json     graft-driver: one per prepared share
 //! <state>/mps/<gpu-uuid>/status.json          graft-mps: the tenancy it runs
 //! <state>/mps/<gpu-uuid>/t-<generation>/      graft-mps: one tenancy's directories
@@ -36,6 +37,6 @@ pub mod tenancy;
 pub mod v3;
 
 pub use files::{
-    read_shares, read_status, root, tenancy_limits, valid_share, valid_uuid, GpuPaths, Phase,
-    ShareMarker, Status, TenancyPaths, CLIENT_PIPE_DIR, FILE_CAP,
+    read_shares, read_status, root, tenancy_limits, valid_share, valid_uuid, GpuPaths, MigIds,
+    Phase, ShareMarker, Status, TenancyPaths, CLIENT_PIPE_DIR, FILE_CAP,
 };

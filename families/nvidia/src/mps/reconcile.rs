@@ -11,7 +11,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use super::daemon;
-use super::files::{GpuPaths, Phase, ShareMarker, Status, TenancyPaths};
+use super::files::{GpuPaths, MigIds, Phase, ShareMarker, Status, TenancyPaths};
 use super::protocol::Protocol;
 use super::sandbox::Spec;
 use super::tenancy::{
@@ -154,8 +154,8 @@ impl Reconciler {
             let t = self.adopt_or_create(gpu, &namespace);
             self.gpus.insert(uuid.to_string(), t);
         }
-        let minor = served[0].1.minor;
-        self.run(uuid, gpu, &served, minor, resync);
+        let device = (served[0].1.minor, served[0].1.mig);
+        self.run(uuid, gpu, &served, device, resync);
         let keep = self.gpus.get(uuid).map(|t| t.generation);
         self.remove_leftovers(gpu, keep);
     }
@@ -208,7 +208,7 @@ impl Reconciler {
         uuid: &str,
         gpu: &GpuPaths,
         served: &[&(String, ShareMarker)],
-        minor: u32,
+        device: (u32, Option<MigIds>),
         resync: bool,
     ) {
         let (compute, memory) = super::files::tenancy_limits(served.iter().map(|(_, m)| m));
@@ -225,7 +225,7 @@ impl Reconciler {
         }
         let fresh = pid.is_none();
         let mut result = if fresh {
-            self.start(uuid, gpu, &gpu.tenancy(generation), minor, ids.clone())
+            self.start(uuid, gpu, &gpu.tenancy(generation), device, ids.clone())
         } else {
             Ok(())
         };
@@ -279,19 +279,20 @@ impl Reconciler {
         uuid: &str,
         gpu: &GpuPaths,
         t: &TenancyPaths,
-        minor: u32,
+        (minor, mig): (u32, Option<MigIds>),
         shares: Vec<String>,
     ) -> Result<(), TenancyError> {
         write_status(
             gpu,
             &self.status(uuid, Phase::Starting, shares, String::new()),
         );
+        let nodes = nodes(&self.cfg.proc_root, minor, mig)?;
         make_dirs(t, self.cfg.shm_bytes)?;
         let spec = Spec {
             driver_root: self.cfg.driver_root.clone(),
             tenancy: t.clone(),
             gpu_uuid: uuid.to_string(),
-            nodes: nodes(&self.cfg.proc_root, minor),
+            nodes,
             protocol: self.cfg.protocol,
         };
         let pid = daemon::start(&spec)?;

@@ -95,6 +95,8 @@ struct Prepared {
     log: CString,
     pid_file: CString,
     pid_temp: CString,
+    /// Directories below /dev the nodes are in (a MIG device's `nvidia-caps`).
+    node_dirs: Vec<CString>,
     nodes: Vec<(CString, libc::dev_t)>,
 }
 
@@ -137,6 +139,18 @@ pub fn daemon_command(spec: &Spec, trace: OwnedFd) -> std::io::Result<Command> {
         log: c(&t.log())?,
         pid_file: CString::new(format!("{CLIENT_PIPE_DIR}/{PID_FILE}"))?,
         pid_temp: CString::new(format!("{CLIENT_PIPE_DIR}/.graft-{PID_FILE}"))?,
+        node_dirs: {
+            let mut dirs: Vec<&str> = spec
+                .nodes
+                .iter()
+                .filter_map(|n| n.name.rsplit_once('/').map(|(d, _)| d))
+                .collect();
+            dirs.sort_unstable();
+            dirs.dedup();
+            dirs.iter()
+                .map(|d| in_root(&format!("/dev/{d}")))
+                .collect::<Result<_, _>>()?
+        },
         nodes: spec
             .nodes
             .iter()
@@ -290,6 +304,12 @@ fn enter(p: &Prepared) -> Step {
         MS_NOSUID | MS_NOEXEC,
         Some(small),
     )?;
+    for dir in &p.node_dirs {
+        // SAFETY: a NUL-terminated path made before fork; mkdir is async-signal-safe.
+        check("mkdir /dev/<dir>", unsafe {
+            libc::mkdir(dir.as_ptr(), 0o755)
+        })?;
+    }
     for (name, dev) in &p.nodes {
         check("mknod", unsafe {
             libc::mknod(name.as_ptr(), libc::S_IFCHR | 0o666, *dev)

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use super::daemon::DaemonError;
-use super::files::{GpuPaths, Status, TenancyPaths};
+use super::files::{GpuPaths, MigIds, Status, TenancyPaths};
 use super::fsops;
 use super::sandbox::Node;
 
@@ -36,6 +36,16 @@ pub enum TenancyError {
     /// The daemon could not be started or given its limits.
     #[error(transparent)]
     Daemon(#[from] DaemonError),
+    /// A MIG device's access capabilities could not be found: its daemon could not open it.
+    #[error("MIG device gi {gi} ci {ci}: {reason}")]
+    MigCapabilities {
+        /// GPU instance id.
+        gi: u32,
+        /// Compute instance id.
+        ci: u32,
+        /// What was missing.
+        reason: String,
+    },
 }
 
 /// Writes the GPU's status for graft-driver (a failure is logged: the next pass writes it).
@@ -60,8 +70,11 @@ pub fn char_major(proc_root: &Path, driver: &str) -> Option<u64> {
 }
 
 /// What the daemon's /dev holds: the basics and the GPU's NVIDIA nodes (195 is the fixed
-/// major of nvidiactl and `nvidia<N>`; nvidia-uvm's is the kernel's choice).
-pub fn nodes(proc_root: &Path, minor: u32) -> Vec<Node> {
+/// major of nvidiactl and `nvidia<N>`; nvidia-uvm's is the kernel's choice); for a MIG
+/// device, also the access capabilities of its GPU and compute instance
+/// (`nvidia-caps/nvidia-cap<N>`, found as graft-driver finds them), which CUDA needs to open
+/// it. A MIG device whose capabilities cannot be found is an error: its daemon would fail.
+pub fn nodes(proc_root: &Path, minor: u32, mig: Option<MigIds>) -> Result<Vec<Node>, TenancyError> {
     let n = |name: &str, major: u64, minor: u64| Node {
         name: name.into(),
         major,
@@ -78,7 +91,22 @@ pub fn nodes(proc_root: &Path, minor: u32) -> Vec<Node> {
         v.push(n("nvidia-uvm", uvm, 0));
         v.push(n("nvidia-uvm-tools", uvm, 1));
     }
-    v
+    if let Some(m) = mig {
+        let missing = |reason: String| TenancyError::MigCapabilities {
+            gi: m.gi,
+            ci: m.ci,
+            reason,
+        };
+        let caps = char_major(proc_root, "nvidia-caps")
+            .ok_or_else(|| missing("/proc/devices has no nvidia-caps entry".into()))?;
+        for ci in [None, Some(m.ci)] {
+            let cap = crate::driver_files::mig_access_cap(proc_root, minor, m.gi, ci)
+                .map_err(|e| missing(e.to_string()))?;
+            let minor = u64::from(cap.minor);
+            v.push(n(&format!("nvidia-caps/nvidia-cap{minor}"), caps, minor));
+        }
+    }
+    Ok(v)
 }
 
 /// The generations of the GPU's tenancy directories (`t-<n>`).
@@ -156,4 +184,65 @@ pub fn make_dirs(t: &TenancyPaths, shm_bytes: u64) -> Result<(), TenancyError> {
         mount_tmpfs(&t.shm(), &format!("size={shm_bytes},mode=1777"))?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn proc_root(minors: &str) -> tempfile::TempDir {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path();
+        std::fs::write(
+            p.join("devices"),
+            "Character devices:\n195 nvidia\n235 nvidia-caps\n510 nvidia-uvm\n\nBlock devices:\n",
+        )
+        .unwrap();
+        std::fs::create_dir_all(p.join("driver/nvidia-caps")).unwrap();
+        std::fs::write(p.join("driver/nvidia-caps/mig-minors"), minors).unwrap();
+        dir
+    }
+
+    fn names(nodes: &[Node]) -> Vec<String> {
+        nodes
+            .iter()
+            .map(|n| format!("{} {}:{}", n.name, n.major, n.minor))
+            .collect()
+    }
+
+    #[test]
+    fn a_mig_devices_daemon_gets_its_instances_capabilities() {
+        let proc = proc_root("gpu3/gi13/access 400\ngpu3/gi13/ci0/access 401\n");
+        let whole = nodes(proc.path(), 3, None).unwrap();
+        assert!(names(&whole).contains(&"nvidia3 195:3".to_string()));
+        assert!(!names(&whole).iter().any(|n| n.starts_with("nvidia-caps/")));
+        let mig = nodes(proc.path(), 3, Some(MigIds { gi: 13, ci: 0 })).unwrap();
+        let got = names(&mig);
+        for want in [
+            "nvidia3 195:3",
+            "nvidia-caps/nvidia-cap400 235:400",
+            "nvidia-caps/nvidia-cap401 235:401",
+        ] {
+            assert!(got.contains(&want.to_string()), "{want} not in {got:?}");
+        }
+    }
+
+    #[test]
+    fn a_mig_device_without_its_capabilities_is_an_error() {
+        let proc = proc_root("gpu3/gi13/access 400\n");
+        let err = nodes(proc.path(), 3, Some(MigIds { gi: 13, ci: 2 }))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("gi 13 ci 2"), "{err}");
+        let none = tempfile::tempdir().unwrap();
+        std::fs::write(
+            none.path().join("devices"),
+            "Character devices:\n195 nvidia\n",
+        )
+        .unwrap();
+        let err = nodes(none.path(), 3, Some(MigIds { gi: 13, ci: 0 }))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("nvidia-caps"), "{err}");
+    }
 }

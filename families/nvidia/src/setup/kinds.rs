@@ -71,8 +71,11 @@ pub enum NvidiaWork {
     Mps {
         /// The GPU shared.
         gpu_uuid: String,
-        /// Its minor number (`/dev/nvidia<minor>`).
+        /// Its minor number (`/dev/nvidia<minor>`); of a MIG device, its parent GPU's.
         minor: u32,
+        /// Of a static MIG device (`gpu_uuid` is then its own UUID): its instances.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        mig: Option<crate::mps::MigIds>,
         /// The allocation's share id (`whole` without one).
         share: String,
         /// The active thread percentage.

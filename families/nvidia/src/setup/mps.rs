@@ -39,8 +39,10 @@ pub struct MpsManager {
 pub struct Share<'a> {
     /// The GPU shared.
     pub gpu_uuid: &'a str,
-    /// The GPU's device-node minor.
+    /// The GPU's device-node minor (of a MIG device, its parent's).
     pub minor: u32,
+    /// Of a static MIG device: its instances.
+    pub mig: Option<mps::MigIds>,
     /// The share id, `whole` for a claim of the whole GPU.
     pub share: &'a str,
     /// Compute percentage, 1 to 100.
@@ -60,6 +62,7 @@ impl<'a> Share<'a> {
             NvidiaWork::Mps {
                 gpu_uuid,
                 minor,
+                mig,
                 share,
                 compute,
                 memory_mib,
@@ -68,6 +71,7 @@ impl<'a> Share<'a> {
             } => Some(Share {
                 gpu_uuid,
                 minor: *minor,
+                mig: *mig,
                 share,
                 compute: *compute,
                 memory_mib: *memory_mib,
@@ -98,6 +102,7 @@ impl<'a> Share<'a> {
             compute: self.compute,
             memory_mib: self.memory_mib,
             minor: self.minor,
+            mig: self.mig,
         }
     }
 }
@@ -338,6 +343,7 @@ mod tests {
         NvidiaWork::Mps {
             gpu_uuid: "GPU-1234".into(),
             minor: 2,
+            mig: None,
             share: share.into(),
             compute: 40,
             memory_mib: Some(1024),

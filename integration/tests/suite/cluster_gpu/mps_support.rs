@@ -14,7 +14,8 @@ pub const MPS_GPU: &str = "4";
 /// The tenancies' /dev/shm size in these tests: small, to be filled.
 pub const SHM_SIZE: &str = "16Mi";
 const MPS_STATE: &str = "/var/lib/graft/mps";
-const CEL: &str = r#"device.attributes["graft.dev"].?sharing.orValue("") == "mps""#;
+/// A claim selector for devices shared through MPS.
+pub const CEL: &str = r#"device.attributes["graft.dev"].?sharing.orValue("") == "mps""#;
 
 /// Builds the GPU-check image for the fake node and imports it into the cluster's
 /// containerd (once per test; importing again is harmless).

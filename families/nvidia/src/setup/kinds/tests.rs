@@ -32,6 +32,7 @@ fn mps() -> NvidiaWork {
     NvidiaWork::Mps {
         gpu_uuid: "GPU-1".into(),
         minor: 1,
+        mig: None,
         share: "s".into(),
         compute: 50,
         memory_mib: None,
