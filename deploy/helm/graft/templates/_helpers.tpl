@@ -134,6 +134,19 @@ true
 {{- end -}}
 {{- end }}
 
+{{/* The classes whose requests the MPS tenancy policies handle, as JSON: the values' list,
+and with mig.graft.dev in it the MIG profile classes, which select its devices (MPS shares of
+static MIG devices among them). */}}
+{{- define "graft.mpsTenancyClasses" -}}
+{{- $classes := .Values.nvidia.mpsTenancyClasses -}}
+{{- if has "mig.graft.dev" $classes -}}
+{{- range $class, $p := include "graft.migProfileClasses" . | fromJson -}}
+{{- $classes = append $classes $class -}}
+{{- end -}}
+{{- end -}}
+{{ toJson $classes }}
+{{- end }}
+
 {{/* Every extended resource a pod may ask graft's classes by, as a CEL list: each class's
 own name, and the name Kubernetes gives every DeviceClass
 (deviceclass.resource.kubernetes.io/<class>); the shared GPUs' and the MIG profile

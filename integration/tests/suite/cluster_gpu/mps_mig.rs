@@ -12,7 +12,9 @@ use graft_integration::cluster::Cluster;
 use graft_integration::fake_gpu::FakeNode;
 use graft_integration::gpu_check::image;
 
-use super::mps_support::{control_log, gpu_dir, import_probe_image, server_log, tenancy, CEL};
+use super::mps_support::{
+    control_log, gpu_dir, import_probe_image, server_log, stays_unschedulable, tenancy, CEL,
+};
 
 /// MPS on GPU index 7, in MIG mode.
 pub fn values() -> GpuValues {
@@ -22,16 +24,17 @@ pub fn values() -> GpuValues {
     }
 }
 
-fn pod(name: &str) -> String {
+/// A pod of `ns` whose claim takes `compute` % and 4Gi of an MPS 1g.10gb device.
+fn pod(ns: &str, name: &str, compute: u32) -> String {
     let cel = format!(r#"{CEL} && device.attributes["graft.dev"].profile == "1g.10gb""#);
-    let capacity = r#"{compute: "50", memory: 4Gi}"#;
+    let capacity = format!(r#"{{compute: "{compute}", memory: 4Gi}}"#);
     let command = r#"ls /dev/nvidia-caps; graft-cuda-probe; echo DONE; sleep 3600"#;
-    workloads::claim_template_in("default", name, "mig.graft.dev", Some(&cel), Some(capacity))
+    workloads::claim_template_in(ns, name, "mig.graft.dev", Some(&cel), Some(&capacity))
         + &format!(
             r#"---
 apiVersion: v1
 kind: Pod
-metadata: {{name: {name}, namespace: default}}
+metadata: {{name: {name}, namespace: {ns}}}
 spec:
   terminationGracePeriodSeconds: 1
   resourceClaims: [{{name: gpu, resourceClaimTemplateName: {name}}}]
@@ -49,7 +52,7 @@ spec:
 pub fn mps_on_a_mig_device(c: &Cluster, node: &FakeNode) -> anyhow::Result<()> {
     import_probe_image(node)?;
     super::mps_support::graft_mps_ready(c)?;
-    c.apply(&pod("mps-mig"))?;
+    c.apply(&pod("default", "mps-mig", 50))?;
     wait_running(c, "default", "mps-mig")?;
     let log = workloads::wait_log_in(c, "default", "mps-mig", "app", "DONE")?;
     ensure!(
@@ -79,7 +82,28 @@ pub fn mps_on_a_mig_device(c: &Cluster, node: &FakeNode) -> anyhow::Result<()> {
         "{server}"
     );
     println!("MPS on {uuid}: {}", log.trim());
-    c.kubectl(&["delete", "pod", "mps-mig", "--wait=true"])?;
-    c.kubectl(&["delete", "resourceclaimtemplate", "mps-mig", "--wait=true"])?;
+
+    // The same namespace's second share joins that device's daemon (the tenancy policy
+    // gives mig.graft.dev's claims their namespace's toleration); another namespace's waits
+    // unscheduled: the device carries the first namespace's tenancy taint.
+    c.apply(&pod("default", "mps-mig-2", 30))?;
+    wait_running(c, "default", "mps-mig-2")?;
+    let log = workloads::wait_log_in(c, "default", "mps-mig-2", "app", "DONE")?;
+    ensure!(log.contains("PROBE PASS"), "the second share: {log}");
+    ensure!(tenancy(&gpu)? == t, "a second tenancy on {uuid}");
+    // The tenancy's limits are the two shares' sum, set on the daemon and its server.
+    let control = control_log(&t);
+    for want in [
+        "Command set_default_active_thread_percentage 80",
+        "Command set_default_device_pinned_mem_limit 0 8192M",
+    ] {
+        ensure!(control.contains(want), "{want:?} not in\n{control}");
+    }
+    c.apply(&pod("a", "mps-mig-a", 10))?;
+    let why = stays_unschedulable(c, "a", "mps-mig-a")?;
+    println!("another namespace's share of {uuid}: {why}");
+
+    c.kubectl(&["-n", "a", "delete", "pod", "mps-mig-a", "--wait=true"])?;
+    c.kubectl(&["delete", "pod", "mps-mig", "mps-mig-2", "--wait=true"])?;
     workloads::wait_unprepared(c)
 }
