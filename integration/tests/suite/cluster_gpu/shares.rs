@@ -16,12 +16,12 @@ use serde_json::Value;
 
 use super::device_plugin::{allocation, pod};
 
-/// GPU index 0 as three shares.
+/// GPU index 0 as three shares, and the static MIG devices of GPU index 6 (MIG mode).
 pub fn values() -> GpuValues {
     GpuValues {
         helm: vec![
             "--set".into(),
-            "nvidia.timeSlicing.gpus=0".into(),
+            "nvidia.timeSlicing.gpus=0\\,6".into(),
             "--set".into(),
             "nvidia.timeSlicing.replicas=3".into(),
         ],
@@ -98,7 +98,34 @@ pub fn shares_across_claims(c: &Cluster) -> anyhow::Result<()> {
             .with_context(|| t.to_string())?;
     }
     wait_unprepared(c)?;
-    renamed_shares(c, &a.0)
+    renamed_shares(c, &a.0)?;
+    mig_shares(c)
+}
+
+/// Two claims time-share one static MIG device of GPU index 6 (gpu-4: two 3g.40gb devices).
+fn mig_shares(c: &Cluster) -> anyhow::Result<()> {
+    let names = ["mig-share-a", "mig-share-b"];
+    let cel = format!(r#"{SHARED} && device.attributes["graft.dev"].profile == "3g.40gb""#);
+    for name in names {
+        c.apply(
+            &(claim_template_consuming(name, "mig.graft.dev", Some(&cel), None)
+                + &one_claim_pod(name, "dev", SHOW)),
+        )?;
+    }
+    let mut got = Vec::new();
+    for name in names {
+        c.wait_phase(name, "Running")?;
+        got.push(allocated(c, name)?);
+    }
+    ensure!(
+        got[0].0 == got[1].0 && got[0].0.starts_with("gpu-4-mig-") && got[0].1 != got[1].1,
+        "two shares of one MIG device: {got:?}"
+    );
+    c.kubectl(&["delete", "pod", names[0], names[1], "--wait=true"])?;
+    for t in names {
+        c.kubectl(&["delete", "resourceclaimtemplate", t, "--wait=true"])?;
+    }
+    wait_unprepared(c)
 }
 
 /// Pods written for the device plugin with `renameByDefault: true` ask for
