@@ -6,9 +6,10 @@
 //!   (`nvmlDeviceGetPowerUsage`, milliwatts);
 //! - a static MIG device: its memory used, by its own UUID; NVML has no utilisation or
 //!   power for a MIG device (`NOT_SUPPORTED`), so none is reported;
-//! - an MPS GPU: each client process's memory (`nvmlDeviceGetMPSComputeRunningProcesses_v3`),
-//!   with the container it runs in, read from the process's cgroup under the host's /proc;
-//!   whole-GPU figures would belong to every share at once, so none are reported.
+//! - an MPS GPU or MPS MIG device: each client process's memory
+//!   (`nvmlDeviceGetMPSComputeRunningProcesses_v3`, of a MIG device asked of its own
+//!   handle), with the container it runs in, read from the process's cgroup under the host's
+//!   /proc; whole-device figures would belong to every share at once, so none are reported.
 //!
 //! Not measured: the instances graft makes itself (dynamic MIG), whose UUIDs exist only
 //! while prepared.
@@ -84,8 +85,24 @@ pub fn measure(nvml: &Nvml, devices: &[Device], proc_root: &Path) -> UsageReport
             gpu_uuid: uuid.to_string(),
             ..Default::default()
         };
+        // A device's parent GPU and instance, under dcgm-exporter's labels (a MIG device's).
+        let in_parent = |u: &mut DeviceUsage| {
+            u.gpu_uuid = d
+                .string_attribute(PARENT_UUID)
+                .unwrap_or_default()
+                .to_string();
+            u.gpu_instance = d
+                .int_attribute(GI_ID)
+                .map(|g| g.to_string())
+                .unwrap_or_default();
+        };
         match d.kind {
-            Kind::Whole if id.mps => {
+            // An MPS MIG device's processes are asked of its own handle (NVML gives a MIG
+            // device's processes per instance).
+            Kind::Whole | Kind::Partition if id.mps && !id.dynamic => {
+                if d.kind == Kind::Partition {
+                    in_parent(&mut u);
+                }
                 u.per_process = true;
                 for p in dev.mps_running_compute_processes().unwrap_or_default() {
                     let UsedGpuMemory::Used(bytes) = p.used_gpu_memory else {
@@ -108,14 +125,7 @@ pub fn measure(nvml: &Nvml, devices: &[Device], proc_root: &Path) -> UsageReport
                 u.power_watts = dev.power_usage().ok().map(|mw| f64::from(mw) / 1000.0);
             }
             Kind::Partition if !id.dynamic => {
-                u.gpu_uuid = d
-                    .string_attribute(PARENT_UUID)
-                    .unwrap_or_default()
-                    .to_string();
-                u.gpu_instance = d
-                    .int_attribute(GI_ID)
-                    .map(|g| g.to_string())
-                    .unwrap_or_default();
+                in_parent(&mut u);
                 u.memory_used_bytes = dev.memory_info().ok().map(|m| m.used);
             }
             _ => continue,
