@@ -10,10 +10,10 @@ use graft_integration::cluster::gpu::GpuValues;
 use graft_integration::cluster::workloads::{self, wait_running};
 use graft_integration::cluster::Cluster;
 use graft_integration::fake_gpu::FakeNode;
-use graft_integration::gpu_check::image;
 
 use super::mps_support::{
-    control_log, gpu_dir, import_probe_image, server_log, stays_unschedulable, tenancy, CEL,
+    control_log, gpu_dir, import_probe_image, probe_pod, server_log, stays_unschedulable, tenancy,
+    CEL,
 };
 
 /// MPS on GPU index 7, in MIG mode.
@@ -30,23 +30,7 @@ fn pod(ns: &str, name: &str, compute: u32) -> String {
     let capacity = format!(r#"{{compute: "{compute}", memory: 4Gi}}"#);
     let command = r#"ls /dev/nvidia-caps; graft-cuda-probe; echo DONE; sleep 3600"#;
     workloads::claim_template_in(ns, name, "mig.graft.dev", Some(&cel), Some(&capacity))
-        + &format!(
-            r#"---
-apiVersion: v1
-kind: Pod
-metadata: {{name: {name}, namespace: {ns}}}
-spec:
-  terminationGracePeriodSeconds: 1
-  resourceClaims: [{{name: gpu, resourceClaimTemplateName: {name}}}]
-  containers:
-  - name: app
-    image: {}
-    imagePullPolicy: Never
-    command: ["/bin/sh", "-c", {command:?}]
-    resources: {{claims: [{{name: gpu}}]}}
-"#,
-            image::IMAGE
-        )
+        + &probe_pod(ns, name, "", command)
 }
 
 pub fn mps_on_a_mig_device(c: &Cluster, node: &FakeNode) -> anyhow::Result<()> {

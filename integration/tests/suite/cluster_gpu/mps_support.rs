@@ -54,10 +54,16 @@ pub fn mps_pod(
     let security = uid
         .map(|u| format!("\n  securityContext: {{runAsUser: {u}, runAsGroup: {u}}}"))
         .unwrap_or_default();
+    let claim = workloads::claim_template_in(ns, name, "gpu.graft.dev", Some(CEL), capacity);
+    claim + &probe_pod(ns, name, &security, command)
+}
+
+/// A pod `name` of `ns` (with `security` added to its spec) whose container, in the probe's
+/// image, runs `command` with the claim of the template `name`.
+pub fn probe_pod(ns: &str, name: &str, security: &str, command: &str) -> String {
     let command = serde_json::to_string(command).unwrap_or_default();
-    workloads::claim_template_in(ns, name, "gpu.graft.dev", Some(CEL), capacity)
-        + &format!(
-            r#"---
+    format!(
+        r#"---
 apiVersion: v1
 kind: Pod
 metadata: {{name: {name}, namespace: {ns}}}
@@ -71,8 +77,8 @@ spec:
     command: ["/bin/sh", "-c", {command}]
     resources: {{claims: [{{name: gpu}}]}}
 "#,
-            image::IMAGE
-        )
+        image::IMAGE
+    )
 }
 
 /// Waits until pod `name` of `ns` is unschedulable, checks it stays Pending and unbound for
