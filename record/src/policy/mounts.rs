@@ -86,16 +86,7 @@ fn served_from_state(state: &str, source: &str) -> bool {
         return false;
     };
     let parts: Vec<&str> = rest.split('/').collect();
-    // As graft-driver names them: `GPU-` (a GPU) or `MIG-` (a MIG device), then hex digits
-    // or dashes.
-    let uuid_ok = |u: &str| {
-        u.len() <= 64
-            && u.strip_prefix("GPU-")
-                .or_else(|| u.strip_prefix("MIG-"))
-                .is_some_and(|r| {
-                    !r.is_empty() && r.bytes().all(|b| b.is_ascii_hexdigit() || b == b'-')
-                })
-    };
+    let uuid_ok = crate::names::is_device_uuid;
     let tenancy_ok = |t: &str| {
         t.strip_prefix("t-")
             .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))

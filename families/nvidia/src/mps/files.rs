@@ -79,14 +79,9 @@ pub struct Status {
     pub message: String,
 }
 
-/// A GPU or MIG device UUID as a directory name: `GPU-` or `MIG-`, then hex digits and
-/// dashes only.
+/// A GPU or MIG device UUID as a directory name (the record policy checks the same rule).
 pub fn valid_uuid(uuid: &str) -> bool {
-    uuid.len() <= 64
-        && uuid
-            .strip_prefix("GPU-")
-            .or_else(|| uuid.strip_prefix("MIG-"))
-            .is_some_and(|r| !r.is_empty() && r.chars().all(|c| c.is_ascii_hexdigit() || c == '-'))
+    graft_record::names::is_device_uuid(uuid)
 }
 
 /// A share's marker name: letters, digits and dashes (a UUID the API server checked).
