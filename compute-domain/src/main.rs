@@ -83,7 +83,8 @@ fn main() -> anyhow::Result<()> {
     let Some(image) = args.daemon_image.take() else {
         anyhow::bail!("--daemon-image (GRAFT_IMEX_IMAGE) is required");
     };
-    graft_runtime::init_logs(args.log_format, None)?;
+    // Held until main returns: dropping it writes out the lines still buffered.
+    let _logs = graft_runtime::init_logs(args.log_format, None)?;
     graft_runtime::block_on(Workers::PerCore, run(args, image))?
 }
 

@@ -73,7 +73,8 @@ fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     enter_mount_ns(&args.enter_mount_ns)?;
     graft_runtime::private_umask();
-    graft_runtime::init_logs(args.log_format, None)?;
+    // Held until main returns: dropping it writes out the lines still buffered.
+    let _logs = graft_runtime::init_logs(args.log_format, None)?;
     let shm_bytes = graft_driver::quantity::parse(&args.shm_size)
         .and_then(|b| u64::try_from(b).ok())
         .filter(|&b| b >= 1 << 20)

@@ -24,7 +24,8 @@ fn main() -> anyhow::Result<()> {
     }
     graft_runtime::private_umask();
     let args = Args::parse();
-    graft_runtime::init_logs(args.log_format, None)?;
+    // Held until main returns: dropping it writes out the lines still buffered.
+    let _logs = graft_runtime::init_logs(args.log_format, None)?;
     // Two workers whatever the node's core count: the driver's work is a few RPCs at a time.
     graft_runtime::block_on(Workers::Fixed(2), async move {
         let mut signals = Signals::install()?;

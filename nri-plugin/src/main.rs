@@ -135,7 +135,8 @@ fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     // Everything graft-nri creates in the state directory is root's alone.
     graft_runtime::private_umask();
-    graft_runtime::init_logs(args.log_format, args.log_file.as_deref())?;
+    // Held until main returns: dropping it writes out the lines still buffered.
+    let _logs = graft_runtime::init_logs(args.log_format, args.log_file.as_deref())?;
     let transport = match std::env::var("NRI_PLUGIN_SOCKET") {
         Ok(fd) => Transport::PreInstalled(fd.parse().with_context(|| {
             format!("NRI_PLUGIN_SOCKET={fd:?} is not a file descriptor number")

@@ -17,7 +17,7 @@ pub mod tasks;
 pub mod telemetry;
 
 pub use error::{How, RuntimeError, ShutdownOverdue, TaskFailed, TasksStopped};
-pub use process::{block_on, exit_if_probe, init_logs, private_umask, Workers};
+pub use process::{block_on, exit_if_probe, init_logs, private_umask, LogGuard, Workers};
 pub use signals::{stop_flag, Signals, Stop};
 pub use tasks::{Daemon, Ended, Ends};
 pub use telemetry::Telemetry;

@@ -2,11 +2,11 @@
 //! mask, the log output and the tokio runtime, the same way for every daemon.
 
 use std::future::Future;
-use std::io::IsTerminal;
+use std::io::{IsTerminal, Write};
 use std::path::Path;
-use std::sync::Arc;
 
 use graft_telemetry::logs::LogFormat;
+use tracing_appender::non_blocking::{NonBlocking, NonBlockingBuilder, WorkerGuard};
 use tracing_subscriber::fmt::writer::BoxMakeWriter;
 
 use crate::error::RuntimeError;
@@ -37,10 +37,27 @@ pub fn private_umask() {
     nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o077));
 }
 
+/// Most log lines waiting for the log thread (a line is the formatted event, usually well
+/// under 1 KiB): while the output is stuck (a full pipe, a hung disk), lines past these are
+/// dropped, so that memory stays bounded and no caller ever waits for the output.
+pub const LOG_BUFFER_LINES: usize = 4096;
+
+/// The log thread of [`init_logs`]. Dropping it hands the thread the lines still buffered
+/// and waits for them to be written (about a second at most, should the output be stuck):
+/// hold it until `main` returns, and drop it before any `std::process::exit`.
+#[must_use = "dropping the guard ends the log output: hold it until main returns"]
+#[derive(Debug)]
+pub struct LogGuard {
+    _worker: WorkerGuard,
+}
+
 /// Installs the log output: `file` (appended to; for a daemon whose stderr is /dev/null),
-/// else stderr, coloured when it is a terminal.
-pub fn init_logs(format: LogFormat, file: Option<&Path>) -> Result<(), RuntimeError> {
-    let (writer, ansi) = match file {
+/// else stderr, coloured when it is a terminal. The lines are written by a thread of their
+/// own ([`LOG_BUFFER_LINES`] at most waiting, more are dropped), so that logging never blocks
+/// a caller, such as graft-nri answering CreateContainer while the runtime waits. Starts
+/// that thread: call it after whatever needs a single-threaded process (mallopt, setns).
+pub fn init_logs(format: LogFormat, file: Option<&Path>) -> Result<LogGuard, RuntimeError> {
+    let ((writer, guard), ansi) = match file {
         Some(path) => {
             let f = std::fs::OpenOptions::new()
                 .create(true)
@@ -50,15 +67,25 @@ pub fn init_logs(format: LogFormat, file: Option<&Path>) -> Result<(), RuntimeEr
                     path: path.to_path_buf(),
                     source,
                 })?;
-            (BoxMakeWriter::new(Arc::new(f)), false)
+            (off_thread(f, LOG_BUFFER_LINES), false)
         }
         None => (
-            BoxMakeWriter::new(std::io::stderr),
+            off_thread(std::io::stderr(), LOG_BUFFER_LINES),
             std::io::stderr().is_terminal(),
         ),
     };
-    graft_telemetry::logs::init(format, writer, ansi);
-    Ok(())
+    graft_telemetry::logs::init(format, BoxMakeWriter::new(writer), ansi);
+    Ok(LogGuard { _worker: guard })
+}
+
+/// A writer that hands each line to a thread writing them to `out`; lossy: past `lines`
+/// waiting, a line is dropped rather than the caller blocked.
+fn off_thread<W: Write + Send + 'static>(out: W, lines: usize) -> (NonBlocking, WorkerGuard) {
+    NonBlockingBuilder::default()
+        .lossy(true)
+        .buffered_lines_limit(lines)
+        .thread_name("graft-logs")
+        .finish(out)
 }
 
 /// How many worker threads the tokio runtime has.

@@ -63,7 +63,8 @@ const STOP_WAIT: Duration = Duration::from_secs(2);
 
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    graft_runtime::init_logs(args.log_format, None)?;
+    // Held until main returns: dropping it writes out the lines still buffered.
+    let _logs = graft_runtime::init_logs(args.log_format, None)?;
     graft_runtime::block_on(Workers::PerCore, run(args))?
 }
 

@@ -96,9 +96,18 @@ fn main() -> ExitCode {
             }
         };
     }
-    let ran = graft_runtime::init_logs(args.log_format, None)
+    // Held until main returns, past the error's line below: dropping it writes out the
+    // lines still buffered. Without it there is no log to say why, hence stderr.
+    let _logs = match graft_runtime::init_logs(args.log_format, None) {
+        Ok(logs) => logs,
+        Err(e) => {
+            eprintln!("{:#}", anyhow::Error::from(e));
+            return ExitCode::FAILURE;
+        }
+    };
+    let ran = graft_runtime::block_on(Workers::PerCore, run(args))
         .map_err(anyhow::Error::from)
-        .and_then(|()| graft_runtime::block_on(Workers::PerCore, run(args))?);
+        .and_then(|ran| ran);
     match ran {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
