@@ -8,6 +8,7 @@
 
 use std::path::Path;
 
+use graft_record::absent::AbsentCache;
 use graft_record::nofollow::{
     is_driver_socket, open_served, open_socket, EntryError, DRIVER_SOCKETS,
 };
@@ -97,11 +98,15 @@ fn check_driver_socket(host_root: &Path, source: &str) -> Result<(), EntryError>
     open_socket(&root, socket).map(drop)
 }
 
+/// The absent-device list as last read: one `lstat` per container, a read only when
+/// graft-driver has replaced the file (as `published` keeps the device snapshot).
+static ABSENT: AbsentCache = AbsentCache::new();
+
 /// Refuses a plan that needs a device graft-driver found gone from the node since its claim
 /// was prepared (`graft_record::absent`, in the state directory `root`). An unreadable list
 /// is logged and not held against the container: it only adds to what the records allow.
 pub fn check_present(plan: &Plan, root: &Path) -> Result<(), SourceError> {
-    let absent = match graft_record::absent::read_absent(root) {
+    let absent = match ABSENT.read(root) {
         Ok(a) => a,
         Err(e) => {
             tracing::warn!(error = %e, "the list of absent devices is unreadable; not checked");

@@ -7,16 +7,22 @@
 //! <root>/absent-devices.json   {"version": 1, "devices": ["serial-0", ...]} (atomic replace)
 //! ```
 //!
-//! A missing file means none is absent.
+//! A missing file means none is absent. The file is read like every state file
+//! ([`crate::read`]): never through a symlink, only a regular file, at most
+//! [`SMALL_FILE_CAP`] bytes. graft-nri looks on every CreateContainer, through an
+//! [`AbsentCache`].
 
 use std::collections::BTreeSet;
 use std::io::ErrorKind;
 use std::path::Path;
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use serde::{Deserialize, Serialize};
 
 use crate::atomic;
+use crate::cache::{keepable, key_of, FileKey};
 use crate::error::{RecordError, Result};
+use crate::read::{open_state_file, read_capped, read_state_file, SMALL_FILE_CAP};
 
 const ABSENT_FILE: &str = "absent-devices.json";
 const VERSION: u32 = 1;
@@ -28,7 +34,7 @@ struct AbsentFile {
 }
 
 /// Replaces the list (graft-driver). An empty list is no file: graft-nri's check on every
-/// CreateContainer is then one failed open.
+/// CreateContainer is then one failed `lstat`.
 pub fn write_absent(root: &Path, devices: &BTreeSet<String>) -> Result<()> {
     if devices.is_empty() {
         return atomic::remove_file(&root.join(ABSENT_FILE)).map(drop);
@@ -41,16 +47,20 @@ pub fn write_absent(root: &Path, devices: &BTreeSet<String>) -> Result<()> {
     atomic::write_file(&root.join(ABSENT_FILE), &data)
 }
 
-/// The devices listed as absent; empty when there is no list.
+/// The devices listed as absent; empty when there is no list. A symlink, a non-regular
+/// file, a file over [`SMALL_FILE_CAP`] bytes and one that is not the list are errors
+/// naming the file.
 pub fn read_absent(root: &Path) -> Result<BTreeSet<String>> {
     let path = root.join(ABSENT_FILE);
-    let data = match std::fs::read(&path) {
-        Ok(d) => d,
-        Err(e) if e.kind() == ErrorKind::NotFound => return Ok(BTreeSet::new()),
-        Err(e) => return Err(RecordError::io("read", path, e)),
-    };
-    let f: AbsentFile = serde_json::from_slice(&data)
-        .map_err(|e| RecordError::io("parse", path.clone(), std::io::Error::other(e)))?;
+    match read_state_file(&path, SMALL_FILE_CAP)? {
+        Some(data) => parse(&path, &data),
+        None => Ok(BTreeSet::new()),
+    }
+}
+
+fn parse(path: &Path, data: &[u8]) -> Result<BTreeSet<String>> {
+    let f: AbsentFile = serde_json::from_slice(data)
+        .map_err(|e| RecordError::io("parse", path, std::io::Error::other(e)))?;
     if f.version != VERSION {
         return Err(RecordError::io(
             "parse",
@@ -64,30 +74,80 @@ pub fn read_absent(root: &Path) -> Result<BTreeSet<String>> {
     Ok(f.devices)
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
+/// The list as last read from one state directory, for a reader that looks on every
+/// container (graft-nri): each call is one `lstat`, and the file is read again only when it
+/// is another file (graft-driver replaces it by rename: a new inode) or has changed (size,
+/// modification or change time). A missing file is the empty list, remembered as such.
+/// What is kept follows the claim records' rule (`cache`): only a file that did not change
+/// while it was read and is settled, so that a rewrite within the clock's tick is never
+/// mistaken for the file read before. Errors are never kept: the next call reads again.
+#[derive(Debug, Default)]
+pub struct AbsentCache {
+    last: Mutex<Last>,
+}
 
-    #[test]
-    fn round_trip_missing_and_garbage() {
-        let dir = tempfile::tempdir().unwrap();
-        assert!(read_absent(dir.path()).unwrap().is_empty());
-        let set = BTreeSet::from(["serial-0".to_string(), "seat-2".to_string()]);
-        write_absent(dir.path(), &set).unwrap();
-        assert_eq!(read_absent(dir.path()).unwrap(), set);
-        write_absent(dir.path(), &BTreeSet::new()).unwrap();
-        assert!(!dir.path().join(ABSENT_FILE).exists());
-        assert!(read_absent(dir.path()).unwrap().is_empty());
-        std::fs::write(
-            dir.path().join(ABSENT_FILE),
-            b"{\"version\": 9, \"devices\": []}",
-        )
-        .unwrap();
-        assert!(read_absent(dir.path())
-            .unwrap_err()
-            .to_string()
-            .contains("version 9"));
-        std::fs::write(dir.path().join(ABSENT_FILE), b"\xff").unwrap();
-        assert!(read_absent(dir.path()).is_err());
+/// The list last read, with the key of its file; `None` as the key: there was no file.
+type Last = Option<(Option<FileKey>, Arc<BTreeSet<String>>)>;
+
+impl AbsentCache {
+    /// An empty cache (usable in a `static`).
+    pub const fn new() -> Self {
+        AbsentCache {
+            last: Mutex::new(None),
+        }
+    }
+
+    /// [`read_absent`] of `root`, from the cache while the file is the one last read.
+    pub fn read(&self, root: &Path) -> Result<Arc<BTreeSet<String>>> {
+        let path = root.join(ABSENT_FILE);
+        let seen = match std::fs::symlink_metadata(&path) {
+            Ok(m) if m.file_type().is_file() => Some(key_of(&m)),
+            Err(e) if e.kind() == ErrorKind::NotFound => {
+                let mut last = self.lock();
+                if let Some((None, none)) = last.as_ref() {
+                    return Ok(none.clone());
+                }
+                let none = Arc::new(BTreeSet::new());
+                *last = Some((None, none.clone()));
+                return Ok(none);
+            }
+            // A symlink, a FIFO, an lstat that failed: the full read says what is wrong.
+            _ => None,
+        };
+        if let (Some(seen), Some((Some(k), list))) = (seen, self.lock().as_ref()) {
+            if *k == seen {
+                return Ok(list.clone());
+            }
+        }
+        let read = read_file(&path);
+        let mut last = self.lock();
+        match read {
+            Ok((list, keep)) => {
+                *last = keep.map(|k| (Some(k), list.clone()));
+                Ok(list)
+            }
+            Err(e) => {
+                *last = None;
+                Err(e)
+            }
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Last> {
+        self.last.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
+
+/// The list at `path`, with the key to keep it under when it may be kept.
+fn read_file(path: &Path) -> Result<(Arc<BTreeSet<String>>, Option<FileKey>)> {
+    let Some((f, meta)) = open_state_file(path, SMALL_FILE_CAP)? else {
+        // Gone since the lstat: none absent; the next call remembers that.
+        return Ok((Arc::new(BTreeSet::new()), None));
+    };
+    let key = key_of(&meta);
+    let list = parse(path, &read_capped(&f, &meta, path, SMALL_FILE_CAP)?)?;
+    Ok((Arc::new(list), keepable(&f, &key).then_some(key)))
+}
+
+#[cfg(test)]
+mod tests;

@@ -14,8 +14,11 @@
 //! could keep every field. A copy is therefore kept only once its file is [`SETTLED`] old
 //! when read; a later write, in place or as a new file that reuses the inode number, then
 //! carries a change time after that read and misses.
+//!
+//! [`crate::absent::AbsentCache`] keeps the absent-device list by the same rule.
 
 use std::collections::HashMap;
+use std::fs::File;
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
@@ -32,7 +35,7 @@ pub const SETTLED: Duration = Duration::from_millis(100);
 pub const MAX_ENTRIES: usize = 8192;
 
 /// What `fstat` says of a record file: device, inode, size, mtime and ctime (s, ns).
-type FileKey = (u64, u64, u64, i64, i64, i64, i64);
+pub(crate) type FileKey = (u64, u64, u64, i64, i64, i64, i64);
 
 /// Parsed records by claim UID, with the identity of the file each came from.
 #[derive(Debug, Default)]
@@ -73,9 +76,7 @@ impl RecordCache {
                 return Err(e);
             }
         };
-        // Kept only if the file did not change while it was read and is settled.
-        let same = f.metadata().is_ok_and(|m| key_of(&m) == key);
-        if same && settled(key.5, key.6) && settled(key.3, key.4) {
+        if keepable(&f, &key) {
             if map.len() >= MAX_ENTRIES {
                 map.clear();
             }
@@ -100,7 +101,15 @@ impl RecordCache {
     }
 }
 
-fn key_of(m: &std::fs::Metadata) -> FileKey {
+/// Whether a copy parsed from `f`, whose `fstat` said `key` before the read, may be kept:
+/// the file did not change while it was read, and is settled.
+pub(crate) fn keepable(f: &File, key: &FileKey) -> bool {
+    let same = f.metadata().is_ok_and(|m| key_of(&m) == *key);
+    same && settled(key.5, key.6) && settled(key.3, key.4)
+}
+
+/// The file's identity and times, from `lstat` or `fstat`.
+pub(crate) fn key_of(m: &std::fs::Metadata) -> FileKey {
     (
         m.dev(),
         m.ino(),
