@@ -1,5 +1,11 @@
 //! What the benchmarks share: percentiles of sorted timings, a process's memory and CPU, and
-//! the claims they record on the node.
+//! the claims they record on the node; paired statistics over rounds, per-call sample files,
+//! run-queue wait and containerd's own timings by uprobe in the submodules.
+
+pub mod paired;
+pub mod samples;
+pub mod sched;
+pub mod uprobe;
 
 use std::time::Duration;
 
