@@ -101,6 +101,8 @@ const ALLOWED_DEPS: &[(&str, &[&str])] = &[
         &[
             "graft-api",
             "graft-driver",
+            // graft-null-nri, the benches' floor for an NRI plugin on graft's SDK.
+            "graft-nri-sdk",
             "graft-proto",
             "graft-record",
             "graft-telemetry",
