@@ -83,6 +83,22 @@ pub struct Runtime {
 }
 
 impl Runtime {
+    /// A handle on no runtime, whose calls all fail (its peer is gone): for driving a
+    /// plugin's handlers outside a connection, in tests and benchmarks. Call it inside a
+    /// tokio runtime.
+    pub fn unconnected() -> std::io::Result<Runtime> {
+        let (ours, theirs) = std::os::unix::net::UnixStream::pair()?;
+        drop(theirs);
+        ours.set_nonblocking(true)?;
+        let stream = tokio::net::UnixStream::from_std(ours)?;
+        Ok(Runtime {
+            client: RuntimeClient::new(ttrpc::r#async::Client::new(
+                ttrpc::r#async::transport::Socket::new(stream),
+            )),
+            timeout: Duration::from_secs(1),
+        })
+    }
+
     /// Asks the runtime to update and/or evict containers. Returns the updates it failed.
     pub async fn update_containers(
         &self,

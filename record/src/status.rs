@@ -52,6 +52,11 @@ pub struct NriStatus {
     /// (started while the plugin was away), since the plugin started.
     #[serde(default)]
     pub uninjected_found: u64,
+    /// Synchronize requests whose running containers have been checked against their
+    /// records, since the plugin started. The check runs after the answer, so a reader
+    /// that wants its outcome (`uninjected_found`) waits for this to grow.
+    #[serde(default)]
+    pub verified_syncs: u64,
     /// Why the plugin is not connected, when it is not.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,

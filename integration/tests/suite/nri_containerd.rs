@@ -447,9 +447,11 @@ async fn scenario(version: Version) -> anyhow::Result<()> {
 
     // 3. containerd restarts: graft-nri reconnects, resynchronizes (finding nothing amiss
     //    with the running injected container), and injects the next container.
+    let verified = nri.wait_synchronized(LONG)?.verified_syncs;
     let before = Instant::now();
     cd.restart()?;
-    let status = wait_resynced(&mut nri, before)?;
+    wait_resynced(&mut nri, before)?;
+    let status = wait_verified(&mut nri, verified + 1)?;
     ensure!(
         status.uninjected_found == 0,
         "an injected container must not be flagged: {status:?}"
@@ -502,7 +504,8 @@ async fn scenario(version: Version) -> anyhow::Result<()> {
         "plugin away: no injection"
     );
     nri.spawn()?;
-    let status = nri.wait_synchronized(LONG)?;
+    nri.wait_synchronized(LONG)?;
+    let status = wait_verified(&mut nri, 1)?;
     ensure!(
         status.uninjected_found == 1,
         "exactly the missed container is found: {status:?}"
@@ -560,6 +563,22 @@ async fn scenario(version: Version) -> anyhow::Result<()> {
 }
 
 /// Waits for a Synchronize that happened after `since`.
+/// Waits until graft-nri has verified `n` Synchronize requests (it checks the running
+/// containers after its answer).
+fn wait_verified(nri: &mut GraftNri, n: u64) -> anyhow::Result<NriStatus> {
+    let start = Instant::now();
+    loop {
+        let s = nri.wait_synchronized(LONG)?;
+        if s.verified_syncs >= n {
+            return Ok(s);
+        }
+        if start.elapsed() > LONG {
+            bail!("Synchronize {n} not verified: {s:?}\n{}", nri.log_text());
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 fn wait_resynced(nri: &mut GraftNri, since: Instant) -> anyhow::Result<NriStatus> {
     let since_ms = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)?

@@ -54,8 +54,6 @@ pub struct GraftPlugin {
     eviction_grace: Duration,
     /// Where the host's root is visible (served entries are checked there).
     host_root: PathBuf,
-    /// The runtime's registration timeout (Configure), in milliseconds; 0 when unknown.
-    registration_timeout_ms: AtomicU64,
     /// CreateContainer's record reads, with their deadline.
     reads: Reads,
     /// graftctl's container entries not yet written.
@@ -79,7 +77,6 @@ impl GraftPlugin {
             metrics: Arc::new(NriMetrics::default()),
             eviction_grace: Duration::from_secs(5),
             host_root: PathBuf::from("/"),
-            registration_timeout_ms: AtomicU64::new(0),
             reads: Reads::default(),
             entries: Default::default(),
             unclaimed: Default::default(),
@@ -185,10 +182,6 @@ impl NriPlugin for GraftPlugin {
         match &state {
             ConnectionState::Configured(info) => {
                 self.metrics.configured();
-                self.registration_timeout_ms.store(
-                    u64::try_from(info.registration_timeout_ms).unwrap_or(0),
-                    Ordering::Relaxed,
-                );
                 self.reads.configured(info.request_timeout_ms);
             }
             ConnectionState::Synchronized => self.metrics.synchronized(),
