@@ -15,9 +15,7 @@ use std::time::{Duration, Instant};
 use graft_integration::bench::{numbered_claim, pct, rss_kib};
 use graft_integration::records::char_node;
 use graft_integration::{Containerd, Cri, GraftNri, Testbed, Version};
-use graft_proto::nri;
 use graft_record::*;
-use protobuf::Message;
 
 /// A claim of the CRI side, for the pod's `containers`.
 fn claim(i: usize, pod_uid: &str, containers: &[String]) -> ClaimRecord {
@@ -34,7 +32,7 @@ fn claim(i: usize, pod_uid: &str, containers: &[String]) -> ClaimRecord {
 
 #[path = "../../nri-plugin/benches/support/fixtures.rs"]
 mod fixtures;
-use fixtures::{create, plugin_with_claims, sync_request};
+use fixtures::{create, fresh_plugin, plugin_with_claims, sync_request, synchronize};
 
 fn us(d: Duration) -> f64 {
     d.as_nanos() as f64 / 1000.0
@@ -63,28 +61,47 @@ async fn plugin_side() {
     }
 }
 
+/// Synchronize as the runtime sends it: once, to a plugin that has just started, so its
+/// record cache is empty. Each run is a fresh plugin on the same records (30 runs), driven
+/// as the SDK drives it: decode, then the handler until its answer. The check of the
+/// running containers runs after the answer and is timed to its end as well.
 fn synchronize_side() {
     let n = 1000;
     let dir = tempfile::tempdir().unwrap();
-    let plugin = plugin_with_claims(dir.path(), n);
+    drop(plugin_with_claims(dir.path(), n));
     let bytes = sync_request(n);
-    let mut times = Vec::new();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let (mut answer, mut checked) = (Vec::new(), Vec::new());
     for _ in 0..30 {
-        let t = Instant::now();
-        let r = nri::SynchronizeRequest::parse_from_bytes(&bytes).unwrap();
-        let found = plugin.find_uninjected(&r.pods, &r.containers);
-        times.push(t.elapsed());
-        assert!(found.is_empty());
+        let plugin = fresh_plugin(dir.path());
+        let (a, c) = synchronize(&rt, &plugin, dir.path(), &bytes);
+        answer.push(a);
+        checked.push(c);
     }
-    times.sort();
-    println!("\n## Synchronize with {n} running containers, each holding a recorded claim ({} KiB request), 30 runs\n", bytes.len() / 1024);
-    println!("| p50 ms | max ms |");
-    println!("|---|---|");
-    println!(
-        "| {:.2} | {:.2} |",
-        us(pct(&times, 0.5)) / 1000.0,
-        us(*times.last().unwrap()) / 1000.0
-    );
+    let within = answer
+        .iter()
+        .filter(|d| **d <= Duration::from_millis(10))
+        .count();
+    answer.sort();
+    checked.sort();
+    println!("\n## Synchronize with {n} running containers, each holding a recorded claim ({} KiB request), 30 fresh plugins\n", bytes.len() / 1024);
+    println!("| until | p50 ms | max ms |");
+    println!("|---|---|---|");
+    for (label, times) in [
+        ("the answer", &answer),
+        ("the check's end (after the answer)", &checked),
+    ] {
+        println!(
+            "| {label} | {:.2} | {:.2} |",
+            us(pct(times, 0.5)) / 1000.0,
+            us(*times.last().unwrap()) / 1000.0
+        );
+    }
+    println!("\nanswers within 10 ms: {within} of 30");
 }
 
 async fn cri_side() -> anyhow::Result<()> {

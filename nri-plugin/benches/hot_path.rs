@@ -23,14 +23,11 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use graft_proto::nri;
-use protobuf::Message;
-
 #[path = "support/fixtures.rs"]
 mod fixtures;
 #[path = "support/gpu.rs"]
 mod gpu;
-use fixtures::{create, plugin_with_claims, sync_request};
+use fixtures::{create, fresh_plugin, plugin_with_claims, sync_request, synchronize};
 
 fn pct(sorted: &[Duration], p: f64) -> f64 {
     let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
@@ -171,23 +168,34 @@ fn main() {
         }
     }
     if want("sync") {
+        // As the runtime sends it: once, to a plugin that has just started (its record cache
+        // empty), driven as the SDK drives it. Each run is a fresh plugin on the same records.
+        drop(plugin);
         let bytes = sync_request(1000);
-        let mut times = Vec::new();
-        let mut first = None;
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let (mut answer, mut checked) = (Vec::new(), Vec::new());
         for _ in 0..30 {
-            let t = Instant::now();
-            let r = nri::SynchronizeRequest::parse_from_bytes(&bytes).expect("decode");
-            let found = plugin.find_uninjected(&r.pods, &r.containers);
-            times.push(t.elapsed());
-            first.get_or_insert(t.elapsed());
-            assert!(found.is_empty());
+            let p = fresh_plugin(dir.path());
+            let (a, c) = synchronize(&rt, &p, dir.path(), &bytes);
+            answer.push(a);
+            checked.push(c);
         }
-        times.sort();
+        let within = answer
+            .iter()
+            .filter(|d| **d <= Duration::from_millis(10))
+            .count();
+        answer.sort();
+        checked.sort();
         println!(
-            "Synchronize, 1000 containers: first {:.2} ms, p50 {:.2} ms, max {:.2} ms",
-            first.map_or(0.0, |d| d.as_secs_f64() * 1000.0),
-            pct(&times, 0.5) / 1000.0,
-            pct(&times, 1.0) / 1000.0
+            "Synchronize, 1000 containers, 30 fresh plugins: answer p50 {:.2} ms, max {:.2} ms ({within} of 30 within 10 ms); the check after it ends at p50 {:.2} ms, max {:.2} ms",
+            pct(&answer, 0.5) / 1000.0,
+            pct(&answer, 1.0) / 1000.0,
+            pct(&checked, 0.5) / 1000.0,
+            pct(&checked, 1.0) / 1000.0
         );
     }
 }

@@ -55,7 +55,23 @@ pub fn plugin_with_claims(dir: &Path, n: usize) -> GraftPlugin {
             .put_claim(&claim(i, &format!("pod-uid-{i:05}")))
             .expect("put");
     }
-    let status = StatusPublisher::acquire(dir, "10-graft", "bench".into()).expect("status");
+    fresh_plugin(dir)
+}
+
+/// A new plugin on the records already in `dir`, its record cache empty, as when graft-nri
+/// starts and the runtime synchronizes. The previous plugin on `dir` must be dropped first
+/// (it holds the status file).
+pub fn fresh_plugin(dir: &Path) -> GraftPlugin {
+    let store = RecordStore::open(dir).expect("store");
+    // The previous plugin's tasks may still hold the status file for a moment.
+    let started = Instant::now();
+    let status = loop {
+        match StatusPublisher::acquire(dir, "10-graft", "bench".into()) {
+            Ok(s) => break s,
+            Err(e) if started.elapsed() > Duration::from_secs(5) => panic!("status: {e}"),
+            Err(_) => std::thread::sleep(Duration::from_millis(1)),
+        }
+    };
     let policy =
         InjectionPolicy::new(dir, graft_record::policy::DEFAULT_HOOK_PATH, &[]).expect("policy");
     GraftPlugin::new(store, status, policy)
@@ -144,4 +160,39 @@ pub fn sync_request(n: usize) -> Vec<u8> {
         req.containers.push(ctr);
     }
     req.write_to_bytes().expect("encode")
+}
+
+/// Synchronize as the SDK hands it to the plugin: the request decoded, then the handler,
+/// until its answer. The check of the running containers runs after the answer; this waits
+/// for it too, so that runs do not overlap. Returns the time to the answer and to the end of
+/// the check. `dir` is the plugin's state directory (its status file counts the checks).
+pub fn synchronize(
+    rt: &tokio::runtime::Runtime,
+    plugin: &GraftPlugin,
+    dir: &Path,
+    bytes: &[u8],
+) -> (Duration, Duration) {
+    let verified = || {
+        graft_record::read_status(dir)
+            .ok()
+            .flatten()
+            .map_or(0, |s| s.verified_syncs)
+    };
+    let before = verified();
+    let t = Instant::now();
+    let answered = rt.block_on(async {
+        let r = nri::SynchronizeRequest::parse_from_bytes(bytes).expect("decode");
+        let runtime = graft_nri_sdk::Runtime::unconnected().expect("runtime");
+        let updates = plugin
+            .synchronize(runtime, r.pods, r.containers)
+            .await
+            .expect("synchronize");
+        assert!(updates.is_empty());
+        t.elapsed()
+    });
+    while verified() == before {
+        assert!(t.elapsed() < Duration::from_secs(30), "never verified");
+        std::thread::sleep(Duration::from_micros(200));
+    }
+    (answered, t.elapsed())
 }
