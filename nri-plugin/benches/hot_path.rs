@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 mod fixtures;
 #[path = "support/gpu.rs"]
 mod gpu;
-use fixtures::{create, fresh_plugin, plugin_with_claims, sync_request, synchronize};
+use fixtures::{create, plugin_with_claims, sync_request, synchronize_runs};
 
 fn pct(sorted: &[Duration], p: f64) -> f64 {
     let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
@@ -172,24 +172,7 @@ fn main() {
         // empty), driven as the SDK drives it. Each run is a fresh plugin on the same records.
         drop(plugin);
         let bytes = sync_request(1000);
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .expect("runtime");
-        let (mut answer, mut checked) = (Vec::new(), Vec::new());
-        for _ in 0..30 {
-            let p = fresh_plugin(dir.path());
-            let (a, c) = synchronize(&rt, &p, dir.path(), &bytes);
-            answer.push(a);
-            checked.push(c);
-        }
-        let within = answer
-            .iter()
-            .filter(|d| **d <= Duration::from_millis(10))
-            .count();
-        answer.sort();
-        checked.sort();
+        let (answer, checked, within) = synchronize_runs(dir.path(), &bytes, 30);
         println!(
             "Synchronize, 1000 containers, 30 fresh plugins: answer p50 {:.2} ms, max {:.2} ms ({within} of 30 within 10 ms); the check after it ends at p50 {:.2} ms, max {:.2} ms",
             pct(&answer, 0.5) / 1000.0,

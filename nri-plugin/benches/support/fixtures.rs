@@ -196,3 +196,32 @@ pub fn synchronize(
     }
     (answered, t.elapsed())
 }
+
+/// `runs` Synchronize requests `bytes`, each to a fresh plugin on the records in `dir`
+/// ([`synchronize`]): the times to the answer and to the check's end, each sorted, and
+/// how many answers took at most 10 ms.
+pub fn synchronize_runs(
+    dir: &Path,
+    bytes: &[u8],
+    runs: usize,
+) -> (Vec<Duration>, Vec<Duration>, usize) {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let (mut answer, mut checked) = (Vec::new(), Vec::new());
+    for _ in 0..runs {
+        let plugin = fresh_plugin(dir);
+        let (a, c) = synchronize(&rt, &plugin, dir, bytes);
+        answer.push(a);
+        checked.push(c);
+    }
+    let within = answer
+        .iter()
+        .filter(|d| **d <= Duration::from_millis(10))
+        .count();
+    answer.sort();
+    checked.sort();
+    (answer, checked, within)
+}
