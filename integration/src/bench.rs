@@ -2,6 +2,7 @@
 //! the claims they record on the node; paired statistics over rounds, per-call sample files,
 //! run-queue wait and containerd's own timings by uprobe in the submodules.
 
+pub mod mem;
 pub mod paired;
 pub mod samples;
 pub mod sched;

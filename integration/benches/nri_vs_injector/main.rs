@@ -27,9 +27,10 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
+use graft_integration::bench::mem::Footprint;
+use graft_integration::bench::numbered_claim;
 use graft_integration::bench::samples::Samples;
 use graft_integration::bench::uprobe::{Hit, Uprobes};
-use graft_integration::bench::{numbered_claim, rss_kib};
 use graft_integration::records::char_node;
 use graft_integration::{Containerd, GraftNri, Testbed, Version};
 use graft_record::{ClaimRecord, ContainerEdits, RecordStore};
@@ -230,9 +231,9 @@ async fn run() -> anyhow::Result<()> {
         }
     }
     let csv = samples.finish()?;
-    let graft_rss = rss_kib(graft.pid().unwrap_or(0));
-    let inj_rss = rss_kib(injector.child.id());
-    let null_rss = rss_kib(null.child.id());
+    let graft_mem = Footprint::of(graft.pid().unwrap_or(0));
+    let inj_mem = Footprint::of(injector.child.id());
+    let null_mem = Footprint::of(null.child.id());
     let graft_count = graft
         .log_text()
         .matches("injecting recorded devices")
@@ -251,17 +252,22 @@ async fn run() -> anyhow::Result<()> {
     println!("Figures: value [95 % bootstrap interval over rounds].");
     cases(&measured);
     println!("\n## Plugin memory after the run\n");
-    println!("| | VmRSS MiB | VmHWM MiB |");
-    println!("|---|---|---|");
-    for (label, (rss, hwm)) in [
-        ("graft-nri", graft_rss),
-        ("graft-null-nri", null_rss),
-        ("device-injector", inj_rss),
+    println!(
+        "| | RSS MiB | anonymous + dirty MiB | anonymous MiB | clean private file pages MiB |"
+    );
+    println!("|---|---|---|---|---|");
+    let mib = |k: u64| k as f64 / 1024.0;
+    for (label, f) in [
+        ("graft-nri", graft_mem),
+        ("graft-null-nri", null_mem),
+        ("device-injector", inj_mem),
     ] {
         println!(
-            "| {label} | {:.1} | {:.1} |",
-            rss as f64 / 1024.0,
-            hwm as f64 / 1024.0
+            "| {label} | {:.1} | {:.1} | {:.1} | {:.1} |",
+            mib(f.rss),
+            mib(f.own()),
+            mib(f.anonymous),
+            mib(f.private_clean)
         );
     }
     drop(probes);
