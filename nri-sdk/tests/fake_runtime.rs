@@ -443,10 +443,3 @@ async fn late_and_panicking_handlers_are_refused_and_the_plugin_stays_connected(
         .unwrap();
     let _ = server.shutdown().await;
 }
-
-#[tokio::test]
-async fn an_unconnected_runtime_fails_every_call() {
-    let rt = Runtime::unconnected().unwrap();
-    let e = rt.update_containers(Vec::new(), Vec::new()).await;
-    assert!(e.is_err(), "{e:?}");
-}
