@@ -143,7 +143,8 @@ impl GraftNri {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
-    /// Waits until the log contains `needle`.
+    /// Waits until the log contains `needle` (lines are written by graft-nri's log thread, a
+    /// moment after the event they tell of).
     pub fn wait_log(&self, needle: &str, limit: Duration) -> anyhow::Result<String> {
         let start = Instant::now();
         loop {

@@ -175,7 +175,7 @@ async fn registration_and_sockets() -> anyhow::Result<()> {
         rejected.is_err(),
         "a rejection must be answered with an error"
     );
-    ensure!(node.driver.log_text().contains("rejected the registration"));
+    node.driver.wait_log("rejected the registration", WAIT)?;
     let (code, why) = scrape::get(&health, "/readyz")?;
     ensure!(code == 503 && why.contains("rejected"), "{code} {why}");
 
@@ -726,10 +726,8 @@ async fn reboot_discards_the_checkpoint() -> anyhow::Result<()> {
         std::fs::write(slot, b"{\"version\": 1, \"cla")?;
     }
     node.restart_driver(None).await?;
-    ensure!(node
-        .driver
-        .log_text()
-        .contains("rebuilding it from the claim records"));
+    node.driver
+        .wait_log("rebuilding it from the claim records", WAIT)?;
     let cp = node.checkpoint()?;
     ensure!(
         cp["claims"][uid(&before)]["state"] == "PrepareCompleted",
@@ -744,7 +742,7 @@ async fn reboot_discards_the_checkpoint() -> anyhow::Result<()> {
     node.nri.spawn()?;
     node.nri.wait_synchronized(WAIT)?;
     node.restart_driver(None).await?;
-    ensure!(node.driver.log_text().contains("another boot"));
+    node.driver.wait_log("another boot", WAIT)?;
     ensure!(
         node.record(&uid(&before))?.is_none(),
         "a record of the previous boot survived"

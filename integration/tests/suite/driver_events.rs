@@ -143,7 +143,7 @@ async fn json_logs_carry_the_claim() -> anyhow::Result<()> {
     ensure!(prepare(&node, &[&claim]).await?[&uid(&claim)]
         .error
         .is_empty());
-    let log = node.driver.log_text();
+    let log = node.driver.wait_log("prepared", WAIT)?;
     for l in log.lines().filter(|l| !l.trim().is_empty()) {
         serde_json::from_str::<serde_json::Value>(l)
             .map_err(|e| anyhow::anyhow!("not JSON ({e}): {l}"))?;
@@ -249,7 +249,7 @@ async fn journaled_refusal_becomes_a_pod_event() -> anyhow::Result<()> {
         ensure!(Instant::now() < until, "journal not emptied");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let log = node.driver.log_text();
+    let log = node.driver.wait_log("entry skipped", WAIT)?;
     ensure!(
         log.contains("entry skipped") && log.contains("symlink"),
         "{log}"

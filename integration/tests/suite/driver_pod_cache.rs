@@ -42,7 +42,9 @@ async fn delete_now(api: &Api<Pod>, name: &str) -> anyhow::Result<()> {
 
 /// `pods_cached` of the driver's last NodePrepareResources log line.
 fn pods_cached(node: &DraNode) -> anyhow::Result<u64> {
-    let log = node.driver.log_text();
+    let log = node
+        .driver
+        .wait_log("NodePrepareResources", Duration::from_secs(10))?;
     let line = log
         .lines()
         .rfind(|l| l.contains("NodePrepareResources"))

@@ -354,10 +354,9 @@ async fn hostile_images_never_reach_the_host() -> anyhow::Result<()> {
         "{total} hostile images, 0 reached the host:\n{}",
         table.join("\n")
     );
-    ensure!(
-        n.nri.log_text().contains("injecting recorded devices"),
-        "graft-nri injected nothing"
-    );
+    n.nri
+        .wait_log("injecting recorded devices", Duration::from_secs(10))
+        .context("graft-nri injected nothing")?;
     Ok(())
 }
 

@@ -415,15 +415,19 @@ async fn scenario(version: Version) -> anyhow::Result<()> {
             && entry.reason.contains("is gone from the node"),
         "{entry:?}"
     );
-    // The log line carries the container's span.
-    let log = nri.log_text();
-    ensure!(
-        log.lines().any(|l| l.contains("refusing to create")
+    // The log line carries the container's span (written by graft-nri's log thread, a moment
+    // after the refusal).
+    let spanned = |l: &str| {
+        l.contains("refusing to create")
             && l.contains("pod=default/pod-absent")
             && l.contains("container=app")
-            && l.contains("container_id=")),
-        "{log}"
-    );
+            && l.contains("container_id=")
+    };
+    let start = Instant::now();
+    while !nri.log_text().lines().any(spanned) {
+        ensure!(start.elapsed() < LONG, "{}", nri.log_text());
+        std::thread::sleep(Duration::from_millis(20));
+    }
     for e in graft_record::refusals::read_all(&state)? {
         graft_record::refusals::remove(&state, &e.name)?;
     }
