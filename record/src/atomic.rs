@@ -36,24 +36,20 @@ pub fn write_file_mode(path: &Path, data: &[u8], mode: u32) -> Result<()> {
     sync_dir(dir)
 }
 
-/// A new file's content written and synced beside its final path, to be renamed over it
-/// with [`Staged::install`]. Writers stage outside their lock, so that only the rename
-/// needs it, and sync the directory after it (see the record store).
+/// A new file's content written beside its final path, to be renamed over it with
+/// [`Staged::install`]. Writers stage outside their lock, so that only the rename needs it.
+/// Not synced: for the files `durability`'s rule covers.
 #[derive(Debug)]
 pub struct Staged(tempfile::NamedTempFile);
 
-/// [`Staged`] for `path`, with the new file's mode given: written and fdatasynced.
+/// [`Staged`] for `path`, with the new file's mode given.
 pub fn stage(path: &Path, data: &[u8], mode: u32) -> Result<Staged> {
     let (_, tmp) = temp_beside(path, data, mode)?;
-    tmp.as_file()
-        .sync_data()
-        .map_err(|e| RecordError::io("fsync", tmp.path(), e))?;
     Ok(Staged(tmp))
 }
 
 impl Staged {
-    /// Renames the staged file over `path` (atomic; durable once `path`'s directory is
-    /// synced).
+    /// Renames the staged file over `path` (atomic, not durable).
     pub fn install(self, path: &Path) -> Result<()> {
         self.0
             .persist(path)

@@ -57,6 +57,15 @@ pub enum RecordError {
         #[source]
         source: InvalidRecord,
     },
+    /// The state directory's disk failed a write-back check: no claim is recorded on it
+    /// until a later check succeeds (see `durability`).
+    #[error("the disk of graft's state directory {dir} failed its last write-back check ({reason}); no claim is recorded there until a check succeeds")]
+    DiskFailed {
+        /// The state directory.
+        dir: PathBuf,
+        /// The failed check's error.
+        reason: String,
+    },
     /// A record that would break the contract was not written.
     #[error("claim record for {claim} would be invalid: {source}")]
     Rejected {

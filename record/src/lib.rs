@@ -5,15 +5,15 @@
 //! OCI spec edits. `graft-nri` publishes its [`NriStatus`] so that the driver refuses to
 //! prepare while no plugin is in place to inject. The formats are versioned (records:
 //! [`OLDEST_RECORD_VERSION`] to [`RECORD_VERSION`]; the other files: [`FORMAT_VERSION`]);
-//! files are replaced atomically and durably.
+//! files are replaced atomically; which are synced, and why, is `durability`'s rule.
 
 pub mod absent;
 pub mod atomic;
 mod cache;
 pub mod containers;
 pub mod devices;
-mod dirsync;
 pub mod driver_dir;
+pub mod durability;
 pub mod env;
 mod error;
 mod format;

@@ -27,7 +27,7 @@ use nix::sys::stat::Mode;
 
 use crate::atomic;
 use crate::cache::RecordCache;
-use crate::dirsync::GroupSync;
+use crate::durability::WritebackCheck;
 use crate::error::{RecordError, Result};
 use crate::format::ClaimRecord;
 use crate::read::list_names;
@@ -46,22 +46,23 @@ pub struct RecordStore {
     /// Parsed records that [`RecordStore::pod_claims_shared`] reuses while their files are
     /// unchanged (shared by the store's clones).
     cache: Arc<RecordCache>,
-    /// Syncs of the claims directory, shared by concurrent writers.
-    claims_sync: Arc<GroupSync>,
+    /// The state disk's write-back check: records are written unsynced (`durability`),
+    /// and refused while its last check failed.
+    writeback: Arc<WritebackCheck>,
 }
 
 impl RecordStore {
     /// Opens the store, creating its directories if needed.
     pub fn open(root: impl Into<PathBuf>) -> Result<Self> {
         let root = root.into();
+        atomic::private_dir(&root)?;
         let store = RecordStore {
             claims: root.join("claims"),
             pods: root.join("pods"),
+            writeback: Arc::new(WritebackCheck::open(&root)?),
             root,
             cache: Arc::default(),
-            claims_sync: Arc::default(),
         };
-        atomic::private_dir(&store.root)?;
         atomic::create_dir(&store.claims)?;
         atomic::create_dir(&store.pods)?;
         Ok(store)
@@ -72,12 +73,20 @@ impl RecordStore {
         &self.root
     }
 
+    /// The state disk's write-back check, which the driver runs every few seconds.
+    pub fn writeback(&self) -> &Arc<WritebackCheck> {
+        &self.writeback
+    }
+
     fn claim_path(&self, uid: &str) -> PathBuf {
         self.claims.join(format!("{uid}.json"))
     }
 
     /// Writes (or replaces) a claim record and brings the pod index in line with it.
+    /// Atomic, not synced (`durability` says why); refused while the state disk's last
+    /// write-back check failed.
     pub fn put_claim(&self, rec: &ClaimRecord) -> Result<()> {
+        self.writeback.refuse_if_failed()?;
         validate_record(rec).map_err(|source| RecordError::Rejected {
             claim: rec.claim.to_string(),
             source,
@@ -97,19 +106,15 @@ impl RecordStore {
                 ),
             });
         }
-        // Written and synced before the lock, so that writers of different claims only
-        // take turns for the rename and the index; the directory sync after the lock is
-        // shared by the writers that renamed meanwhile. The call returns once the record
-        // is durable, as before.
+        // Written before the lock, so that writers of different claims only take turns
+        // for the rename and the index.
         let path = self.claim_path(&rec.claim.uid);
         let staged = atomic::stage(&path, &data, atomic::FILE_MODE)?;
-        let lock = self.writer_lock()?;
+        let _lock = self.writer_lock()?;
         let previous = self.get_claim(&rec.claim.uid);
         staged.install(&path)?;
-        // Markers are not fsynced: the record, which is, names its pods, and repair_index
-        // rebuilds missing markers from it when the driver starts. Within a boot the page
-        // cache shows them to graft-nri at once; a power loss means a new boot, after
-        // which the driver discards every record anyway.
+        // Markers follow the record; repair_index rebuilds missing ones from it when the
+        // driver starts.
         for pod in &rec.pods {
             let dir = self.pods.join(&pod.uid);
             DirBuilder::new()
@@ -147,8 +152,7 @@ impl RecordStore {
                 }
             }
         }
-        drop(lock);
-        self.claims_sync.sync(&self.claims)
+        Ok(())
     }
 
     /// Removes a claim record and its index entries. Returns whether a record existed.
@@ -157,7 +161,7 @@ impl RecordStore {
             claim: claim_uid.to_string(),
             source,
         })?;
-        let lock = self.writer_lock()?;
+        let _lock = self.writer_lock()?;
         // The record names the pods it indexed; only an unreadable one needs a sweep.
         let pods = match self.get_claim(claim_uid) {
             Ok(Some(rec)) => rec.pods.into_iter().map(|p| p.uid).collect(),
@@ -169,14 +173,10 @@ impl RecordStore {
         }
         let path = self.claim_path(claim_uid);
         match fs::remove_file(&path) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
-            Err(e) => return Err(RecordError::io("remove", &path, e)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
+            Err(e) => Err(RecordError::io("remove", &path, e)),
+            Ok(()) => Ok(true),
         }
-        // Durable before the call returns, in one sync shared with concurrent writers.
-        drop(lock);
-        self.claims_sync.sync(&self.claims)?;
-        Ok(true)
     }
 
     /// Reads one claim record; `None` if there is none. Corrupt, unknown-version and
@@ -285,6 +285,31 @@ impl RecordStore {
             }
         }
         Ok(changed)
+    }
+
+    /// Removes the temp files of record writes begun before `before` (this boot's start):
+    /// a rename a power loss kept from the disk leaves one. Newer ones may be another
+    /// driver instance's write under way, and stay. Returns how many went.
+    pub fn remove_stale_temps(&self, before: std::time::SystemTime) -> Result<usize> {
+        let mut removed = 0;
+        let entries =
+            fs::read_dir(&self.claims).map_err(|e| RecordError::io("read dir", &self.claims, e))?;
+        for entry in entries {
+            let entry = entry.map_err(|e| RecordError::io("read dir", &self.claims, e))?;
+            let name = entry.file_name();
+            let name = name.to_string_lossy();
+            if !(name.starts_with('.') && name.contains(".json.tmp.")) {
+                continue;
+            }
+            let path = entry.path();
+            let stale = fs::symlink_metadata(&path)
+                .and_then(|m| m.modified())
+                .is_ok_and(|m| m < before);
+            if stale && atomic::remove_file(&path)? {
+                removed += 1;
+            }
+        }
+        Ok(removed)
     }
 
     fn indexed_pods_of(&self, claim_uid: &str) -> Result<Vec<String>> {

@@ -199,6 +199,11 @@ impl Core {
         Ok(self.store.get_claim(uid)?)
     }
 
+    /// The state disk's write-back check (records are not synced; it reports disk errors).
+    pub fn writeback(&self) -> Arc<graft_record::durability::WritebackCheck> {
+        Arc::clone(self.store.writeback())
+    }
+
     /// Undoes every setup of an entry's devices, last first; the first failure stops it, so
     /// that the entry stays and the next unprepare or cleanup tries again (undo is
     /// idempotent). The caller holds the devices' locks.

@@ -90,6 +90,15 @@ impl Core {
                 }
             }
         }
+        if let Some(boot) = super::checkpoint::boot_time() {
+            let n = self.store.remove_stale_temps(boot)?;
+            if n > 0 {
+                tracing::info!(
+                    files = n,
+                    "removed temp files of record writes from an earlier boot"
+                );
+            }
+        }
         self.store.repair_index()?;
         Ok(rebuilt)
     }

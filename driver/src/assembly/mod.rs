@@ -48,6 +48,9 @@ use steps::{FirstScan, Tasks};
 
 /// How long the tasks get to stop at shutdown.
 const STOP_WAIT: Duration = Duration::from_secs(2);
+/// How often the state disk's write-back is checked: a disk error refuses new claims within
+/// this long (records are not synced on the prepare path; see graft-record's `durability`).
+const WRITEBACK_EVERY: Duration = Duration::from_secs(5);
 
 /// Runs graft-driver until `shutdown` resolves (a signal) or a family asks for a restart.
 pub async fn run(
@@ -255,6 +258,10 @@ async fn run_in(
             Arc::clone(&edge),
             Duration::from_secs(args.cleanup_seconds.max(1)),
         ),
+    );
+    tasks.spawn(
+        "writeback-check",
+        cleanup::check_writeback(edge.core().writeback(), WRITEBACK_EVERY),
     );
 
     let paths = PluginPaths::new(

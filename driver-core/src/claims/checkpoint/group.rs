@@ -1,13 +1,14 @@
 //! Group commit for the checkpoint: this process's transactions take turns applying their
-//! changes to one in-memory view, and one write + one fdatasync saves every change applied
+//! changes to one in-memory view, and one write saves every change applied
 //! since the last write. A caller is answered only once the write that holds its change is
-//! synced; a failed write fails every caller whose change it held, and every caller whose
+//! written; a failed write fails every caller whose change it held, and every caller whose
 //! change was applied after it (the view is dropped and reloaded from disk).
 //!
 //! Only one write is ever in flight, and it goes into the slot that does not hold the last
-//! synced state, so a crash during it leaves that state to read. Changes applied while a
-//! write is in flight wait for the next one: writing them into the slot being synced could
-//! tear what that sync is about to acknowledge.
+//! written state, so a process killed during it leaves that state to read. Changes applied
+//! while a write is in flight wait for the next one: writing them into the slot being
+//! written could tear what that write is about to acknowledge. Writes are not synced
+//! (graft-record's `durability` says why).
 //!
 //! The view lives only while this process holds the checkpoint's flock: it is taken with
 //! the first turn and released as soon as nothing is in flight, no turn is held and nobody
@@ -38,11 +39,11 @@ pub(super) enum Unsaved {
 pub(super) struct View {
     /// The open lock file: its flock lives as long as the view.
     pub _lock: File,
-    /// The slot holding the last synced state.
+    /// The slot holding the last written state.
     pub current: Option<usize>,
     /// That state's sequence number.
     pub seq: u64,
-    /// Every change applied, synced or not.
+    /// Every change applied, written or not.
     pub claims: BTreeMap<String, ClaimEntry>,
 }
 
@@ -65,7 +66,7 @@ pub(super) struct State {
     /// apply its changes.
     pub epoch: u64,
     /// A write is in flight.
-    syncing: bool,
+    writing: bool,
     next_ticket: u64,
     /// Changes applied and not yet in a write.
     pending: Vec<u64>,
@@ -99,7 +100,7 @@ impl Drop for Turn {
 impl State {
     /// Drops the view, and with it the flock, when nothing needs it.
     fn settle(&mut self) {
-        let idle = !self.busy && !self.syncing && self.pending.is_empty() && self.waiting == 0;
+        let idle = !self.busy && !self.writing && self.pending.is_empty() && self.waiting == 0;
         if idle && self.view.take().is_some() {
             self.epoch += 1;
         }
@@ -150,7 +151,7 @@ impl Group {
         Some(t)
     }
 
-    /// Waits until the write holding `ticket` is synced, writing it with `write` when no
+    /// Waits until the write holding `ticket` is done, writing it with `write` when no
     /// other write is in flight. `Err` carries why the write failed.
     pub fn wait(
         &self,
@@ -162,7 +163,7 @@ impl Group {
             if let Some(r) = s.outcomes.remove(&ticket) {
                 return r;
             }
-            if s.syncing {
+            if s.writing {
                 s = self.changed.wait(s).unwrap_or_else(|p| p.into_inner());
                 continue;
             }
@@ -180,12 +181,12 @@ impl Group {
                 claims: view.claims.clone(),
                 tickets,
             };
-            s.syncing = true;
+            s.writing = true;
             s.writes += 1;
             drop(s);
             let r = write(&batch);
             s = self.lock();
-            s.syncing = false;
+            s.writing = false;
             match r {
                 Ok(()) => {
                     if let Some(v) = s.view.as_mut() {

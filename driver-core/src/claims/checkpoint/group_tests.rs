@@ -1,5 +1,5 @@
-//! Group commit: callers share writes, each is answered only after a synced write holds its
-//! change, a failed write fails its callers, and a crash loses nothing acknowledged.
+//! Group commit: callers share writes, each is answered only after a write holds its
+//! change, a failed write fails its callers, and a kill loses nothing acknowledged.
 
 use std::collections::{BTreeSet, HashMap};
 use std::fs::File;
@@ -22,8 +22,8 @@ struct Fault {
 }
 
 static FAULTS: Mutex<Option<HashMap<PathBuf, Fault>>> = Mutex::new(None);
-/// Each slot's content as of its last sync.
-static SYNCED: Mutex<Option<HashMap<PathBuf, Vec<u8>>>> = Mutex::new(None);
+/// Each slot's content as of its last whole write.
+static WRITTEN: Mutex<Option<HashMap<PathBuf, Vec<u8>>>> = Mutex::new(None);
 
 fn set_fault(dir: &Path, f: Fault) {
     let mut g = FAULTS.lock().unwrap();
@@ -55,16 +55,16 @@ pub(super) fn before_write(path: &Path, f: &mut File, data: &[u8]) -> std::io::R
     Ok(())
 }
 
-/// Called by `Disk::write` once `data` is synced into `path`.
-pub(super) fn synced(path: &Path, data: &[u8]) {
-    let mut g = SYNCED.lock().unwrap_or_else(|p| p.into_inner());
+/// Called by `Disk::write` once `data` is written into `path`.
+pub(super) fn written(path: &Path, data: &[u8]) {
+    let mut g = WRITTEN.lock().unwrap_or_else(|p| p.into_inner());
     g.get_or_insert_with(HashMap::new)
         .insert(path.to_path_buf(), data.to_vec());
 }
 
-/// The claims of the newest slot of `cp` as last synced: what a power cut would leave.
+/// The claims of the newest slot of `cp` as last wholly written: what a kill would leave.
 fn durable(cp: &Checkpoint) -> BTreeSet<String> {
-    let g = SYNCED.lock().unwrap();
+    let g = WRITTEN.lock().unwrap();
     let slots: Vec<OnDisk> = cp
         .paths()
         .iter()
@@ -80,14 +80,17 @@ fn durable(cp: &Checkpoint) -> BTreeSet<String> {
 
 /// `n` callers commit one claim each, the first alone and the others while its write is
 /// under way. Returns each caller's answer, and checks that every caller answered `Ok`
-/// found its change in the synced state when it was answered.
+/// found its change in the written state when it was answered.
 fn burst(cp: &Checkpoint, n: usize) -> Vec<(String, bool)> {
     let commit = |uid: String| {
         let mut t = cp.begin().unwrap();
         t.set(&uid, entry(ClaimState::PrepareStarted));
         let ok = t.commit().is_ok();
         if ok {
-            assert!(durable(cp).contains(&uid), "{uid} answered before its sync");
+            assert!(
+                durable(cp).contains(&uid),
+                "{uid} answered before its write"
+            );
         }
         (uid, ok)
     };
@@ -105,7 +108,7 @@ fn burst(cp: &Checkpoint, n: usize) -> Vec<(String, bool)> {
 }
 
 #[test]
-fn a_batch_shares_one_write_and_each_caller_waits_for_its_sync() {
+fn a_batch_shares_one_write_and_each_caller_waits_for_it() {
     let dir = tempfile::tempdir().unwrap();
     let cp = Checkpoint::new(dir.path(), "b").unwrap();
     set_fault(
@@ -156,11 +159,11 @@ fn a_failed_write_fails_every_caller_whose_change_it_held() {
 }
 
 #[test]
-fn a_crash_between_apply_and_sync_loses_nothing_acknowledged() {
+fn a_crash_between_apply_and_write_loses_nothing_acknowledged() {
     for crash_at in 1..=3 {
         let dir = tempfile::tempdir().unwrap();
         let cp = Checkpoint::new(dir.path(), "b").unwrap();
-        // From that write on, the process is dead: a torn write, no sync.
+        // From that write on, the process is dead: a torn write.
         set_fault(
             dir.path(),
             Fault {
@@ -185,8 +188,8 @@ fn a_crash_between_apply_and_sync_loses_nothing_acknowledged() {
 }
 
 /// 100 callers at once, each saving one claim: with `commit` (the turn passed on before the
-/// sync, writes shared) against `save` (the turn held through its own write and sync, as
-/// every transaction did before group commit), alternating, 5 rounds each, on disk. Run:
+/// write, writes shared) against `save` (the turn held through its own write, as every
+/// transaction did before group commit), alternating, 5 rounds each, on disk. Run:
 /// `cargo test -p graft-driver-core --lib group_tests::timing -- --ignored --nocapture`
 #[test]
 #[ignore = "a measurement"]
@@ -211,7 +214,6 @@ fn timing() {
             hs.into_iter().map(|h| h.join().unwrap()).collect()
         })
     }
-    // The temp directory must be on a disk (not tmpfs) for the syncs to cost what they do.
     let dir = tempfile::tempdir().unwrap();
     let cp = Checkpoint::new(dir.path(), "b").unwrap();
     let (mut grouped, mut alone) = (Vec::new(), Vec::new());
@@ -235,7 +237,7 @@ fn timing() {
     let (a50, a99) = (pct(&mut alone, 0.5), pct(&mut alone, 0.99));
     println!(
         "100 concurrent one-claim saves, 5 rounds each: commit p50 {g50:.1} ms p99 {g99:.1} ms, {} writes; \
-         save (one sync each) p50 {a50:.1} ms p99 {a99:.1} ms, {} writes; p99 ratio {:.3}",
+         save (one write each) p50 {a50:.1} ms p99 {a99:.1} ms, {} writes; p99 ratio {:.3}",
         writes[1],
         writes[0],
         g99 / a99

@@ -132,7 +132,7 @@ const FAILURES: &[Failure] = &[
     Failure {
         flags: &["--kubelet-dir", DEEP],
         error: &["plugin socket ", "use a shorter kubelet directory"],
-        last: Some("task cleanup"),
+        last: Some("task writeback-check"),
         ..FINE
     },
     // Once the tasks are stopped.

@@ -47,6 +47,7 @@ const ORDER: &[&str] = &[
     "task inotify",
     "task rescan",
     "task cleanup",
+    "task writeback-check",
     // The kubelet plugin last, until the signal.
     "plugin serving",
     "plugin stopped",
@@ -79,6 +80,7 @@ const TASKS: &[(&[&str], &[&str])] = &[
             "inotify",
             "rescan",
             "cleanup",
+            "writeback-check",
         ],
     ),
     (
@@ -95,6 +97,7 @@ const TASKS: &[(&[&str], &[&str])] = &[
             "inotify",
             "rescan",
             "cleanup",
+            "writeback-check",
         ],
     ),
     // The device plugin guard is the NVIDIA family's own task, started in its `start`
@@ -112,6 +115,7 @@ const TASKS: &[(&[&str], &[&str])] = &[
             "inotify",
             "rescan",
             "cleanup",
+            "writeback-check",
         ],
     ),
 ];

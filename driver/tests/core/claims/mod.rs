@@ -10,6 +10,7 @@ mod family_words;
 mod groups;
 mod old_checkpoints;
 mod operations;
+mod power_loss;
 mod record_schemas;
 
 use std::collections::{BTreeMap, BTreeSet};
