@@ -6,6 +6,7 @@ pub mod mem;
 pub mod paired;
 pub mod samples;
 pub mod sched;
+pub mod slow_disk;
 pub mod uprobe;
 
 use std::time::Duration;

@@ -104,6 +104,21 @@ pub async fn allocated_claim(
     config: Value,
     pods: &[&Pod],
 ) -> anyhow::Result<ResourceClaim> {
+    allocated_claim_of(client, DRIVER_NAME, ns, name, node, results, config, pods).await
+}
+
+/// [`allocated_claim`] with `driver`'s devices (another DRA driver's, for a bench).
+#[allow(clippy::too_many_arguments)]
+pub async fn allocated_claim_of(
+    client: &kube::Client,
+    driver: &str,
+    ns: &str,
+    name: &str,
+    node: &str,
+    results: &[(&str, &str)],
+    config: Value,
+    pods: &[&Pod],
+) -> anyhow::Result<ResourceClaim> {
     let api: Api<ResourceClaim> = Api::namespaced(client.clone(), ns);
     let mut requests: Vec<&str> = results.iter().map(|(r, _)| *r).collect();
     requests.dedup();
@@ -118,7 +133,7 @@ pub async fn allocated_claim(
     api.create(&PostParams::default(), &c).await?;
     let results: Vec<Value> = results
         .iter()
-        .map(|(r, d)| json!({"request": r, "driver": DRIVER_NAME, "pool": node, "device": d}))
+        .map(|(r, d)| json!({"request": r, "driver": driver, "pool": node, "device": d}))
         .collect();
     let status = json!({"status": {
         "allocation": {"devices": {"results": results, "config": config}},

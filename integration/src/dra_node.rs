@@ -48,6 +48,16 @@ pub struct DraNode {
     state_mounted: bool,
 }
 
+/// Where a node keeps graft's state directory.
+enum StateAt<'a> {
+    /// In the node's temp directory.
+    Temp,
+    /// On a tmpfs of this size of its own.
+    Tmpfs(&'a str),
+    /// In this directory (a bench's disk).
+    Dir(&'a Path),
+}
+
 impl DraNode {
     /// Brings the node up with `devices_toml` as the char backend's config.
     pub async fn start(cp: &ControlPlane, name: &str, devices_toml: &str) -> anyhow::Result<Self> {
@@ -61,7 +71,23 @@ impl DraNode {
         devices_toml: &str,
         driver_args: &[&str],
     ) -> anyhow::Result<Self> {
-        Self::start_inner(cp, name, devices_toml, driver_args, None).await
+        Self::start_inner(cp, name, devices_toml, driver_args, StateAt::Temp, None).await
+    }
+
+    /// [`DraNode::start_with`] with graft's state directory at `state_dir` (it must be
+    /// empty or absent), and `driver_bin` run instead of the workspace's graft-driver if
+    /// given.
+    pub async fn start_on_dir(
+        cp: &ControlPlane,
+        name: &str,
+        devices_toml: &str,
+        driver_args: &[&str],
+        state_dir: &Path,
+        driver_bin: Option<&Path>,
+    ) -> anyhow::Result<Self> {
+        let bin = driver_bin.map(Path::to_path_buf);
+        let state = StateAt::Dir(state_dir);
+        Self::start_inner(cp, name, devices_toml, driver_args, state, bin).await
     }
 
     /// Like [`DraNode::start`], with the state directory on a tmpfs of `size` (e.g. `2m`),
@@ -72,7 +98,7 @@ impl DraNode {
         devices_toml: &str,
         size: &str,
     ) -> anyhow::Result<Self> {
-        Self::start_inner(cp, name, devices_toml, &[], Some(size)).await
+        Self::start_inner(cp, name, devices_toml, &[], StateAt::Tmpfs(size), None).await
     }
 
     async fn start_inner(
@@ -80,7 +106,8 @@ impl DraNode {
         name: &str,
         devices_toml: &str,
         driver_args: &[&str],
-        state_tmpfs: Option<&str>,
+        state_at: StateAt<'_>,
+        driver_bin: Option<PathBuf>,
     ) -> anyhow::Result<Self> {
         let tb = Testbed::load()?;
         let client = cp.client().await?;
@@ -92,8 +119,12 @@ impl DraNode {
         }
         // Short paths: socket paths are limited to 108 bytes.
         let dir = tempfile::Builder::new().prefix("gd").tempdir_in("/tmp")?;
-        let state_dir = dir.path().join("state");
-        if let Some(size) = state_tmpfs {
+        let state_dir = match state_at {
+            StateAt::Dir(d) => d.to_path_buf(),
+            _ => dir.path().join("state"),
+        };
+        let state_mounted = matches!(state_at, StateAt::Tmpfs(_));
+        if let StateAt::Tmpfs(size) = state_at {
             std::fs::create_dir_all(&state_dir)?;
             crate::mounts::mount_tmpfs(&state_dir, size)?;
         }
@@ -127,6 +158,7 @@ impl DraNode {
             pod_uid: None,
             log: dir.path().join("logs/graft-driver.log"),
             extra: driver_args.iter().map(|s| s.to_string()).collect(),
+            binary: driver_bin,
         })?;
         let (_, endpoint) = driver
             .wait_registered(Duration::from_secs(30))
@@ -142,7 +174,7 @@ impl DraNode {
             endpoint,
             state_dir,
             boot_id_path,
-            state_mounted: state_tmpfs.is_some(),
+            state_mounted,
         })
     }
 

@@ -39,6 +39,8 @@ pub struct DriverOpts {
     pub log: PathBuf,
     /// More arguments, last.
     pub extra: Vec<String>,
+    /// Another graft-driver binary than the workspace's (a bench's earlier build).
+    pub binary: Option<PathBuf>,
 }
 
 /// A graft-driver process; killed on drop.
@@ -63,7 +65,11 @@ impl GraftDriver {
             .create(true)
             .append(true)
             .open(&o.log)?;
-        let mut cmd = Command::new(workspace_bin("graft-driver")?);
+        let bin = match &o.binary {
+            Some(b) => b.clone(),
+            None => workspace_bin("graft-driver")?,
+        };
+        let mut cmd = Command::new(bin);
         cmd.arg("--driver-name")
             .arg(&o.driver_name)
             .arg("--node-name")

@@ -122,6 +122,7 @@ async fn a_failed_hook_install_posts_hook_install_failed() -> anyhow::Result<()>
             fake.nvidia_args(&dir.path().join("bin/graft-hook"), &source)
         }]
         .concat(),
+        binary: None,
     })?;
     let st = driver.wait_exit(WAIT)?;
     ensure!(!st.success(), "{st}");
