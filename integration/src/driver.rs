@@ -164,20 +164,9 @@ impl GraftDriver {
         std::fs::read_to_string(&self.opts.log).unwrap_or_default()
     }
 
-    /// Waits until the log contains `needle` and gives the log: lines are written by the
-    /// daemon's log thread, a moment after the event they tell of.
+    /// Waits until the log contains `needle` and gives the log (see [`crate::logs::wait_for`]).
     pub fn wait_log(&self, needle: &str, limit: Duration) -> anyhow::Result<String> {
-        let start = Instant::now();
-        loop {
-            let t = self.log_text();
-            if t.contains(needle) {
-                return Ok(t);
-            }
-            if start.elapsed() > limit {
-                bail!("{needle:?} not in graft-driver's log after {limit:?}:\n{t}");
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        crate::logs::wait_for(&self.opts.log, "graft-driver", needle, limit)
     }
 
     /// The kubelet's plugin registry.

@@ -18,6 +18,7 @@ pub mod fleet;
 pub mod gpu_check;
 pub mod hostile;
 pub mod images;
+pub mod logs;
 pub mod mounts;
 pub mod nri;
 pub mod pod_clock;

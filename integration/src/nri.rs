@@ -143,20 +143,9 @@ impl GraftNri {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
-    /// Waits until the log contains `needle` (lines are written by graft-nri's log thread, a
-    /// moment after the event they tell of).
+    /// Waits until the log contains `needle` and gives the log (see [`crate::logs::wait_for`]).
     pub fn wait_log(&self, needle: &str, limit: Duration) -> anyhow::Result<String> {
-        let start = Instant::now();
-        loop {
-            let t = self.log_text();
-            if t.contains(needle) {
-                return Ok(t);
-            }
-            if start.elapsed() > limit {
-                bail!("{needle:?} not in graft-nri log after {limit:?}:\n{t}");
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        crate::logs::wait_for(&self.log, "graft-nri", needle, limit)
     }
 }
 
