@@ -7,7 +7,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use graft_driver::edge::Edge;
+use graft_driver::events::node as node_events;
+use graft_driver::events::Poster;
 use graft_record::durability::WritebackCheck;
+use k8s_openapi::api::core::v1::ObjectReference;
 
 /// Runs a pass, then one every `every`, until the task is stopped.
 pub async fn run(edge: Arc<Edge>, every: Duration) {
@@ -22,8 +25,14 @@ pub async fn run(edge: Arc<Edge>, every: Duration) {
 }
 
 /// Checks the state disk's write-back every `every`, until the task is stopped. While a
-/// check fails, the record store refuses new claims; each change is logged once.
-pub async fn check_writeback(check: Arc<WritebackCheck>, every: Duration) {
+/// check fails, the record store refuses new claims; each change is logged once, and a
+/// failure is a Warning Event on the Node (`StateDiskFailed`).
+pub async fn check_writeback(
+    check: Arc<WritebackCheck>,
+    every: Duration,
+    events: Poster,
+    node: ObjectReference,
+) {
     let mut failing = false;
     loop {
         let c = Arc::clone(&check);
@@ -34,6 +43,7 @@ pub async fn check_writeback(check: Arc<WritebackCheck>, every: Duration) {
         match (out, failing) {
             (Err(e), false) => {
                 tracing::error!(error = e, "the state directory's disk failed a write-back check; refusing new claims until it passes");
+                events.post(node_events::state_disk_failed(&e), node.clone());
                 failing = true;
             }
             (Ok(()), true) => {

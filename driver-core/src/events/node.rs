@@ -1,7 +1,8 @@
 //! Warning Events on the Node about graft-driver's own state, where `kubectl describe node`
 //! shows them: devices.toml refused ([`DEVICE_CONFIG_INVALID`]), the checkpoint rebuilt
 //! after it failed its checks ([`CHECKPOINT_REBUILT`]), graft-hook not installed
-//! ([`HOOK_INSTALL_FAILED`]). A start-up failure ends the process, so its Event is posted
+//! ([`HOOK_INSTALL_FAILED`]), the state directory's disk failing its write-back check
+//! ([`STATE_DISK_FAILED`]). A start-up failure ends the process, so its Event is posted
 //! at once ([`post_before_exit`]) rather than queued.
 
 use std::error::Error as StdError;
@@ -23,6 +24,8 @@ pub const DEVICE_CONFIG_INVALID: &str = "DeviceConfigInvalid";
 pub const CHECKPOINT_REBUILT: &str = "CheckpointRebuilt";
 /// graft-hook could not be installed at start-up.
 pub const HOOK_INSTALL_FAILED: &str = "HookInstallFailed";
+/// The state directory's disk failed a write-back check: no claim is prepared meanwhile.
+pub const STATE_DISK_FAILED: &str = "StateDiskFailed";
 /// How long a start-up failure's Event may take before the process exits anyway.
 pub const BEFORE_EXIT: Duration = Duration::from_secs(5);
 
@@ -84,6 +87,18 @@ pub fn startup_failure(err: &(dyn StdError + 'static)) -> Option<Event> {
         cur = e.source();
     }
     None
+}
+
+/// The Event for a write-back check of the state directory's disk that failed: `error`
+/// names the directory and the failing call.
+pub fn state_disk_failed(error: &str) -> Event {
+    warning(
+        STATE_DISK_FAILED,
+        "CheckStateDisk",
+        format!(
+            "{error}; graft-driver prepares no claim on this node until a later check (every              few seconds) writes and syncs a probe file there"
+        ),
+    )
 }
 
 /// The Event for a checkpoint rebuilt at start-up: why, and what was kept or lost.

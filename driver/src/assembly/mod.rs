@@ -261,7 +261,12 @@ async fn run_in(
     );
     tasks.spawn(
         "writeback-check",
-        cleanup::check_writeback(edge.core().writeback(), WRITEBACK_EVERY),
+        cleanup::check_writeback(
+            edge.core().writeback(),
+            WRITEBACK_EVERY,
+            events.clone(),
+            node_ref(&args.node_name),
+        ),
     );
 
     let paths = PluginPaths::new(

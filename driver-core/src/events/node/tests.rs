@@ -88,3 +88,14 @@ fn a_rebuilt_checkpoint_says_what_was_kept_and_lost() {
         "{n}"
     );
 }
+
+#[test]
+fn a_failed_state_disk_says_what_failed_and_what_stops() {
+    let ev = state_disk_failed("syncfs /var/lib/graft: Input/output error (os error 5)");
+    assert_eq!(ev.reason, STATE_DISK_FAILED);
+    assert_eq!(ev.type_, EventType::Warning);
+    let n = note(&ev).to_string();
+    for want in ["/var/lib/graft", "Input/output error", "prepares no claim"] {
+        assert!(n.contains(want), "{want}: {n}");
+    }
+}
