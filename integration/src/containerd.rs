@@ -114,7 +114,7 @@ impl Containerd {
             child: None,
             own_mounts: false,
         };
-        fs::write(dir.join("config.toml"), config::toml(version, dir))?;
+        fs::write(dir.join("config.toml"), config::toml(version, dir, None))?;
         c.spawn()?;
         for image in [PAUSE_TAR, "busybox.tar"] {
             c.ctr(&["images", "import", &tb.images.join(image).to_string_lossy()])?;
@@ -137,6 +137,18 @@ impl Containerd {
     /// container). For benches that run instances side by side.
     pub fn isolate(&mut self) -> anyhow::Result<()> {
         self.own_mounts = true;
+        self.restart()
+    }
+
+    /// Restarts containerd (2.x) reading CDI specs from `spec_dir` alone, as NVIDIA's CDI
+    /// path runs it: a container's CDI devices come from those specs.
+    pub fn enable_cdi(&mut self, spec_dir: &Path) -> anyhow::Result<()> {
+        anyhow::ensure!(
+            self.version != Version::V1_7,
+            "CDI is set up for containerd 2.x only"
+        );
+        let toml = config::toml(self.version, &self.dir, Some(spec_dir));
+        fs::write(self.dir.join("config.toml"), toml)?;
         self.restart()
     }
 

@@ -143,27 +143,35 @@ impl Cri {
         script: &str,
         env: &[(&str, &str)],
     ) -> Result<String, tonic::Status> {
-        let config = ContainerConfig {
-            metadata: Some(ContainerMetadata {
-                name: name.into(),
-                attempt: 0,
-            }),
-            image: Some(ImageSpec {
-                image: image.into(),
-                ..Default::default()
-            }),
-            command: vec!["/bin/sh".into(), "-c".into(), script.into()],
-            envs: env
-                .iter()
-                .map(|(k, v)| KeyValue {
-                    key: k.to_string(),
-                    value: v.to_string(),
-                })
-                .collect(),
-            log_path: format!("{name}.log"),
-            labels: HashMap::from([("graft-test".to_string(), "1".to_string())]),
-            ..Default::default()
-        };
+        self.create_config(pod, config(name, image, script, env))
+            .await
+    }
+
+    /// [`Cri::create_from`] with no env and the CDI devices `cdi` (`vendor/class=name`),
+    /// which the runtime resolves from its CDI specs.
+    pub async fn create_with_cdi(
+        &self,
+        pod: &Pod,
+        name: &str,
+        image: &str,
+        script: &str,
+        cdi: &[&str],
+    ) -> Result<String, tonic::Status> {
+        let mut c = config(name, image, script, &[]);
+        c.cdi_devices = cdi
+            .iter()
+            .map(|n| CdiDevice {
+                name: n.to_string(),
+            })
+            .collect();
+        self.create_config(pod, c).await
+    }
+
+    async fn create_config(
+        &self,
+        pod: &Pod,
+        config: ContainerConfig,
+    ) -> Result<String, tonic::Status> {
         Ok(self
             .client
             .clone()
@@ -362,5 +370,30 @@ impl Cri {
             left.push(format!("containers {}", ids.join(" ")));
         }
         Ok(left.join(" and "))
+    }
+}
+
+/// A container of `image` (which has `/bin/sh`) running `script`, with `env`.
+fn config(name: &str, image: &str, script: &str, env: &[(&str, &str)]) -> ContainerConfig {
+    ContainerConfig {
+        metadata: Some(ContainerMetadata {
+            name: name.into(),
+            attempt: 0,
+        }),
+        image: Some(ImageSpec {
+            image: image.into(),
+            ..Default::default()
+        }),
+        command: vec!["/bin/sh".into(), "-c".into(), script.into()],
+        envs: env
+            .iter()
+            .map(|(k, v)| KeyValue {
+                key: k.to_string(),
+                value: v.to_string(),
+            })
+            .collect(),
+        log_path: format!("{name}.log"),
+        labels: HashMap::from([("graft-test".to_string(), "1".to_string())]),
+        ..Default::default()
     }
 }

@@ -4,9 +4,18 @@ use std::path::Path;
 
 use super::{Version, PAUSE_IMAGE};
 
-/// containerd `version`'s config for an instance under `dir` (sockets, state and NRI there).
-pub(super) fn toml(version: Version, dir: &Path) -> String {
+/// containerd `version`'s config for an instance under `dir` (sockets, state and NRI there),
+/// with CDI specs read from `cdi` only when given (2.x; containerd 1.7 is never run so).
+pub(super) fn toml(version: Version, dir: &Path, cdi: Option<&Path>) -> String {
     let d = dir.display();
+    let cdi = cdi
+        .map(|c| {
+            format!(
+                "  enable_cdi = true\n  cdi_spec_dirs = [\"{}\"]\n",
+                c.display()
+            )
+        })
+        .unwrap_or_default();
     match version {
         // 2.4 reads version 3 as it is: version 4 moved only the restart monitor.
         Version::V2_2 | Version::V2_4 => format!(
@@ -30,7 +39,7 @@ state = "{d}/state"
   sandbox = "{PAUSE_IMAGE}"
 [plugins.'io.containerd.cri.v1.runtime']
   restrict_oom_score_adj = true
-[plugins.'io.containerd.cri.v1.runtime'.cni]
+{cdi}[plugins.'io.containerd.cri.v1.runtime'.cni]
   bin_dirs = ["{d}/cni/bin"]
   conf_dir = "{d}/cni/net.d"
 "#
