@@ -279,7 +279,7 @@ const SPAWN_OWNERS: &[(&str, &str)] = &[
     ("driver-core/src/plugin/resource_health.rs", "detached: one producer per health stream; it ends when the client goes or on stop"),
     ("driver-core/src/publisher.rs", "detached: the slice watch that wakes `run`; it stops once `run` drops its receiver"),
     ("driver-core/src/snapshot.rs", "awaited: writing the device snapshot"),
-    ("driver/src/cleanup.rs", "awaited: the state disk's write-back check (a blocking syncfs)"),
+    ("driver/src/cleanup.rs", "awaited: the state disk's write-back check (blocking fdatasyncs)"),
     ("driver/src/rescan.rs", "awaited: the rescan's discovery and the absent-device list"),
     ("families/nvidia/src/backend.rs", "awaited: restoring the MPS shares at startup"),
     ("families/nvidia/src/setup/mps_tenants.rs", "awaited: reading the MPS tenants from the share markers"),

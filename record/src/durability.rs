@@ -16,21 +16,25 @@
 //!   graft reads after it; `driver/tests/core/claims/power_loss.rs` plays each state a
 //!   missing sync may leave.
 //! - **What a sync still did was report a disk error** (`EIO` at write-back, which
-//!   `write(2)` never returns). That is kept off the answer path: [`WritebackCheck`] runs
-//!   `syncfs(2)` on the state directory's file system every few seconds (Linux reports each
-//!   write-back error since the last call on the same descriptor), and while its last check
-//!   failed the store refuses to record claims ([`RecordError::DiskFailed`]), so no pod
-//!   starts on state the disk did not take. A later check whose probe write and `fdatasync`
-//!   succeed clears it.
+//!   `write(2)` never returns). That is kept off the answer path: every few seconds
+//!   [`WritebackCheck`] `fdatasync`s the files and directories graft wrote since the last
+//!   check, and the checkpoint's slots (Linux reports a write-back error to the next sync
+//!   of the file, even through a descriptor opened after it). It syncs only what graft
+//!   wrote, never the whole file system (`syncfs` would flush every tenant's dirty data on
+//!   a shared root disk). While its last check failed the store refuses to record claims
+//!   ([`RecordError::DiskFailed`]), so no pod starts on state the disk did not take; a
+//!   later check whose probe write and `fdatasync` succeed clears it.
 //!
 //! Files whose state outlives a boot, or that another program reads (the device snapshot,
 //! MPS shares, health), keep [`crate::atomic::write_file`]'s write, sync, rename, sync.
 
-use std::fs::File;
+use std::collections::BTreeSet;
 use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
+
+use nix::fcntl::OFlag;
 
 use crate::atomic::{FILE_MODE, NOFOLLOW_CLOEXEC};
 use crate::error::{RecordError, Result};
@@ -38,35 +42,68 @@ use crate::error::{RecordError, Result};
 /// The probe file a check writes and syncs after a failure, in the state directory.
 pub const PROBE_NAME: &str = ".writeback-probe";
 
-/// Write-back errors of the state directory's file system, checked off the answer path.
+/// Write-back errors of what graft wrote to its state directory, checked off the answer
+/// path.
 #[derive(Debug)]
 pub struct WritebackCheck {
     root: PathBuf,
-    /// Held open: `syncfs` reports an error to each descriptor open when it happened.
-    dir: File,
+    /// Files and directories written since the last check.
+    dirty: Mutex<BTreeSet<PathBuf>>,
+    /// Files synced at every check (the checkpoint's slots, written in place).
+    always: Mutex<Vec<PathBuf>>,
     /// The last check's failure, while no later check has succeeded.
     failed: Mutex<Option<String>>,
 }
 
 impl WritebackCheck {
-    /// Opens the state directory `root` for checks.
-    pub fn open(root: &Path) -> Result<Self> {
-        let dir = File::open(root).map_err(|e| RecordError::io("open", root, e))?;
-        Ok(Self {
+    /// Checks of what graft writes below the state directory `root`.
+    pub fn new(root: &Path) -> Self {
+        Self {
             root: root.to_path_buf(),
-            dir,
+            dirty: Mutex::default(),
+            always: Mutex::default(),
             failed: Mutex::new(None),
-        })
+        }
     }
 
-    /// Syncs the file system and, after a failure, writes and syncs the probe file: `Err`
-    /// names the failing call while the disk does not take writes. Blocking (it waits for
+    /// Notes that `path` (a file or directory) and its directory were written: the next
+    /// check syncs them. Cheap: called on the prepare path.
+    pub fn dirtied(&self, path: &Path) {
+        let mut d = self.dirty.lock().unwrap_or_else(|p| p.into_inner());
+        d.insert(path.to_path_buf());
+        if let Some(parent) = path.parent() {
+            d.insert(parent.to_path_buf());
+        }
+    }
+
+    /// Files every check syncs (they are written in place, outside [`Self::dirtied`]).
+    pub fn check_always(&self, paths: impl IntoIterator<Item = PathBuf>) {
+        self.always
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .extend(paths);
+    }
+
+    /// Syncs what was written since the last check and, after a failure, writes and syncs
+    /// the probe file: `Err` names the path and call that failed. Blocking (it waits for
     /// the disk): run it on a blocking thread.
     pub fn check(&self) -> Result<()> {
         let was_failed = self.failed().is_some();
-        let out = nix::unistd::syncfs(&self.dir)
-            .map_err(|e| RecordError::io("syncfs", &self.root, e.into()))
-            .and_then(|()| if was_failed { self.probe() } else { Ok(()) });
+        let mut paths = std::mem::take(&mut *self.dirty.lock().unwrap_or_else(|p| p.into_inner()));
+        paths.extend(
+            self.always
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .iter()
+                .cloned(),
+        );
+        let out = paths.iter().try_for_each(|p| sync_one(p)).and_then(|()| {
+            if was_failed {
+                self.probe()
+            } else {
+                Ok(())
+            }
+        });
         *self.failed.lock().unwrap_or_else(|p| p.into_inner()) =
             out.as_ref().err().map(|e| e.to_string());
         out
@@ -106,10 +143,33 @@ impl WritebackCheck {
             .map_err(|e| RecordError::io("write and fdatasync", &path, e))
     }
 
+    /// How many paths wait for the next check (tests).
+    #[doc(hidden)]
+    pub fn pending(&self) -> usize {
+        self.dirty.lock().unwrap_or_else(|p| p.into_inner()).len()
+    }
+
     /// Marks the disk failed as a check that saw `reason` would (tests).
     #[doc(hidden)]
     pub fn fail_for_test(&self, reason: &str) {
         *self.failed.lock().unwrap_or_else(|p| p.into_inner()) = Some(reason.to_string());
+    }
+}
+
+/// `fdatasync` of one file or directory, opened without following a link; one that is
+/// gone (removed since) has nothing left to report.
+fn sync_one(path: &Path) -> Result<()> {
+    let flags = (OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC | OFlag::O_NONBLOCK).bits();
+    match std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(flags)
+        .open(path)
+    {
+        Ok(f) => f
+            .sync_data()
+            .map_err(|e| RecordError::io("fdatasync", path, e)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(RecordError::io("open for fdatasync", path, e)),
     }
 }
 
@@ -120,7 +180,7 @@ mod tests {
     #[test]
     fn a_check_on_a_healthy_disk_passes_and_clears_a_failure() {
         let dir = tempfile::tempdir().unwrap();
-        let check = WritebackCheck::open(dir.path()).unwrap();
+        let check = WritebackCheck::new(dir.path());
         check.check().unwrap();
         assert!(check.refuse_if_failed().is_ok());
         check.fail_for_test("EIO");
@@ -136,9 +196,28 @@ mod tests {
     }
 
     #[test]
+    fn a_check_syncs_what_was_written_once_and_follows_no_link() {
+        let dir = tempfile::tempdir().unwrap();
+        let check = WritebackCheck::new(dir.path());
+        let f = dir.path().join("a.json");
+        std::fs::write(&f, b"{}").unwrap();
+        check.dirtied(&f);
+        check.dirtied(&dir.path().join("gone.json"));
+        assert_eq!(check.pending(), 3, "the files and their directory");
+        check.check().unwrap();
+        assert_eq!(check.pending(), 0);
+        let link = dir.path().join("link.json");
+        std::os::unix::fs::symlink("/etc/passwd", &link).unwrap();
+        check.dirtied(&link);
+        let e = check.check().unwrap_err().to_string();
+        assert!(e.contains("link.json"), "{e}");
+        assert!(check.refuse_if_failed().is_err());
+    }
+
+    #[test]
     fn a_probe_through_a_link_fails() {
         let dir = tempfile::tempdir().unwrap();
-        let check = WritebackCheck::open(dir.path()).unwrap();
+        let check = WritebackCheck::new(dir.path());
         std::os::unix::fs::symlink("/etc/passwd", dir.path().join(PROBE_NAME)).unwrap();
         check.fail_for_test("EIO");
         assert!(check.check().is_err());

@@ -59,7 +59,7 @@ impl RecordStore {
         let store = RecordStore {
             claims: root.join("claims"),
             pods: root.join("pods"),
-            writeback: Arc::new(WritebackCheck::open(&root)?),
+            writeback: Arc::new(WritebackCheck::new(&root)),
             root,
             cache: Arc::default(),
         };
@@ -113,6 +113,7 @@ impl RecordStore {
         let _lock = self.writer_lock()?;
         let previous = self.get_claim(&rec.claim.uid);
         staged.install(&path)?;
+        self.writeback.dirtied(&path);
         // Markers follow the record; repair_index rebuilds missing ones from it when the
         // driver starts.
         for pod in &rec.pods {
@@ -122,6 +123,7 @@ impl RecordStore {
                 .mode(atomic::DIR_MODE)
                 .create(&dir)
                 .map_err(|e| RecordError::io("mkdir", &dir, e))?;
+            self.writeback.dirtied(&dir);
             let marker = dir.join(&rec.claim.uid);
             OpenOptions::new()
                 .write(true)
@@ -172,6 +174,7 @@ impl RecordStore {
             self.unindex(&pod_uid, claim_uid)?;
         }
         let path = self.claim_path(claim_uid);
+        self.writeback.dirtied(&path);
         match fs::remove_file(&path) {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
             Err(e) => Err(RecordError::io("remove", &path, e)),

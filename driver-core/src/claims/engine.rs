@@ -2,7 +2,7 @@
 //! (`plan`, `prepare`, `startup`, `unprepare`, each a sibling module) share.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 use std::time::Instant;
 
@@ -88,6 +88,10 @@ impl Core {
         let store = RecordStore::open(&state_dir)?;
         let policy = InjectionPolicy::new(&state_dir, DEFAULT_HOOK_PATH, &[])?;
         let checkpoint = Checkpoint::new(super::checkpoint::default_dir(&state_dir), boot_id)?;
+        // Its slots are written in place, unsynced: the write-back check syncs them.
+        let slots = checkpoint.paths();
+        let dir = slots[0].parent().map(Path::to_path_buf);
+        store.writeback().check_always(slots.into_iter().chain(dir));
         Ok(Core {
             driver_name: driver_name.to_string(),
             node_name: node_name.to_string(),

@@ -91,7 +91,7 @@ fn a_rebuilt_checkpoint_says_what_was_kept_and_lost() {
 
 #[test]
 fn a_failed_state_disk_says_what_failed_and_what_stops() {
-    let ev = state_disk_failed("syncfs /var/lib/graft: Input/output error (os error 5)");
+    let ev = state_disk_failed("fdatasync /var/lib/graft/claims: Input/output error (os error 5)");
     assert_eq!(ev.reason, STATE_DISK_FAILED);
     assert_eq!(ev.type_, EventType::Warning);
     let n = note(&ev).to_string();

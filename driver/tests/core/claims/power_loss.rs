@@ -222,3 +222,20 @@ fn a_disk_that_failed_its_writeback_check_records_no_claim() {
     core.writeback().check().unwrap();
     assert!(prepare(&core, vec![claim("b", &["vfio-0"])])["b"].is_ok());
 }
+
+#[test]
+fn the_writeback_check_syncs_what_a_prepare_wrote() {
+    let node = Node::new();
+    let core = node.start();
+    let check = core.writeback();
+    check.check().unwrap();
+    assert_eq!(check.pending(), 0);
+    assert!(prepare(&core, vec![claim("a", &["fuse"])])["a"].is_ok());
+    // The record, the claims directory, the pod's index directory and the pods directory.
+    assert_eq!(check.pending(), 4);
+    check.check().unwrap();
+    assert_eq!(check.pending(), 0);
+    assert!(unprepare(&core, &["a"])["a"].is_ok());
+    assert!(check.pending() > 0, "the removal's directory");
+    check.check().unwrap();
+}
