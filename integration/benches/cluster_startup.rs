@@ -10,8 +10,7 @@
 //! (graft from the release binaries; the test driver is built by
 //! `integration/testbed/build-dra-test-driver.sh`). GRAFT_BENCH_ROUNDS: pods of each kind (30).
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::{ensure, Context};
@@ -26,7 +25,7 @@ use k8s_openapi::api::resource::v1::{
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use serde_json::json;
 
-const TEST_DRIVER: &str = "test-driver.cdi.k8s.io";
+use graft_integration::dra_test_driver::{TestDriver, NAME as TEST_DRIVER};
 const LABEL: &str = "graft-bench=startup";
 
 #[derive(Clone, Copy, PartialEq)]
@@ -68,47 +67,6 @@ fn pod(name: &str, kind: Kind) -> anyhow::Result<Pod> {
                      "labels": {"graft-bench": "startup"}},
         "spec": spec
     }))?)
-}
-
-/// The DRA test driver as a kubelet plugin on this node, stopped (SIGTERM, so that it
-/// removes its sockets) when dropped.
-struct TestDriver(Child);
-
-impl TestDriver {
-    fn start(bin: &Path, kubeconfig: &Path, node: &str, log: &Path) -> anyhow::Result<Self> {
-        // It makes the plugins directory but not its own socket directory in it.
-        std::fs::create_dir_all(format!("/var/lib/kubelet/plugins/{TEST_DRIVER}"))?;
-        let out = std::fs::File::create(log)?;
-        let child = Command::new(bin)
-            .arg("--kubeconfig")
-            .arg(kubeconfig)
-            .args(["kubelet-plugin", "--node-name", node, "--num-devices", "8"])
-            .stdout(out.try_clone()?)
-            .stderr(out)
-            .stdin(Stdio::null())
-            .spawn()
-            .with_context(|| format!("starting {}", bin.display()))?;
-        Ok(Self(child))
-    }
-}
-
-impl Drop for TestDriver {
-    fn drop(&mut self) {
-        let pid = nix::unistd::Pid::from_raw(self.0.id() as i32);
-        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
-        let _ = self.0.wait();
-    }
-}
-
-fn build_test_driver(top: &Path) -> anyhow::Result<PathBuf> {
-    let out = Command::new("bash")
-        .arg(top.join("integration/testbed/build-dra-test-driver.sh"))
-        .stderr(Stdio::inherit())
-        .output()?;
-    ensure!(out.status.success(), "build-dra-test-driver.sh failed");
-    let text = String::from_utf8_lossy(&out.stdout);
-    let path = text.lines().last().context("the build printed no path")?;
-    Ok(PathBuf::from(path.trim()))
 }
 
 async fn create<K>(api: &Api<K>, obj: serde_json::Value) -> anyhow::Result<()>
@@ -259,7 +217,6 @@ async fn main() -> anyhow::Result<()> {
         release.join("graft-driver").exists() && release.join("graft-nri").exists(),
         "build graft first: cargo build --release --workspace --bins"
     );
-    let test_driver = build_test_driver(&top)?;
     let cluster = Cluster::up_with(&release, None)?;
     let client = cluster.client().await?;
     let nodes: Api<Node> = Api::all(client.clone());
@@ -271,7 +228,8 @@ async fn main() -> anyhow::Result<()> {
         .and_then(|n| n.metadata.name.clone())
         .context("no node")?;
     let log = top.join("target/dra-test-driver.log");
-    let driver = TestDriver::start(&test_driver, &cluster.kubeconfig, &node, &log)?;
+    std::fs::create_dir_all(format!("/var/lib/kubelet/plugins/{TEST_DRIVER}"))?;
+    let driver = TestDriver::start(&cluster.kubeconfig, &node, ["--num-devices", "8"], &log)?;
     setup(&client).await?;
     let clock = PodClock::start(client.clone(), "default", LABEL).await?;
     let bench = Bench {

@@ -77,18 +77,6 @@ impl Drop for NvidiaPlugin {
     }
 }
 
-fn build_nvidia_plugin() -> anyhow::Result<PathBuf> {
-    let top = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let out = Command::new("bash")
-        .arg(top.join("testbed/build-gpu-kubelet-plugin.sh"))
-        .stderr(Stdio::inherit())
-        .output()?;
-    ensure!(out.status.success(), "build-gpu-kubelet-plugin.sh failed");
-    let text = String::from_utf8_lossy(&out.stdout);
-    let path = text.lines().last().context("the build printed no path")?;
-    Ok(PathBuf::from(path.trim()))
-}
-
 /// Devices published for `node`, by any driver.
 async fn published(client: &kube::Client, node: &str) -> anyhow::Result<usize> {
     let api: Api<ResourceSlice> = Api::all(client.clone());
@@ -110,7 +98,7 @@ fn median(xs: &mut [f64]) -> f64 {
 async fn main() -> anyhow::Result<()> {
     let bin = match std::env::var_os("GPU_KUBELET_PLUGIN") {
         Some(b) => PathBuf::from(b),
-        None => build_nvidia_plugin()?,
+        None => graft_integration::testbed::build_tool("build-gpu-kubelet-plugin.sh")?,
     };
     let cp = apiserver::shared()?;
     let client = cp.client().await?;

@@ -43,9 +43,7 @@ const KINDS: [&str; 4] = ["graft-plain", "graft-gpu", "cdi-plain", "cdi-gpu"];
 /// `nvidia-ctk cdi generate` for the fake node's driver root into `spec_dir`, with the
 /// GPUs' nodes made where the toolkit looks for them (the driver root's /dev).
 fn generate_spec(opts: &Options, spec_dir: &Path) -> anyhow::Result<()> {
-    let top = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let bin = run(Command::new("bash").arg(top.join("testbed/build-nvidia-toolkit.sh")))?;
-    let bin = Path::new(bin.trim());
+    let bin = graft_integration::testbed::build_tool("build-nvidia-toolkit.sh")?;
     let dev = opts.driver_root.join("dev");
     std::fs::create_dir_all(&dev)?;
     for (name, minor) in MINORS

@@ -20,7 +20,6 @@
 //! GRAFT_BENCH_ROUNDS: timed rounds (200).
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{ensure, Context};
@@ -30,6 +29,7 @@ use graft_integration::bench::samples::Samples;
 use graft_integration::bench::slow_disk::SlowDisk;
 use graft_integration::claims::{allocated_claim_of, claim_msg, namespace, pod_on};
 use graft_integration::dra_node::{DraNode, DRIVER_NAME};
+use graft_integration::dra_test_driver::{self, TestDriver, NAME as TEST_DRIVER};
 use graft_integration::unix::unix_channel;
 use graft_proto::dra::v1;
 use k8s_openapi::api::core::v1::Node;
@@ -37,61 +37,11 @@ use kube::api::{Api, PostParams};
 use serde_json::json;
 use tonic::transport::Channel;
 
-const TEST_DRIVER: &str = "test-driver.cdi.k8s.io";
 const NS: &str = "bench-slow";
 const WARMUP: usize = 10;
 const DISK_MIB: u64 = 256;
 
 type Dra = v1::dra_plugin_client::DraPluginClient<Channel>;
-
-/// The DRA test driver as a kubelet plugin, its CDI directory on `cdi`; stopped on drop.
-struct TestDriver(Child);
-
-impl TestDriver {
-    fn start(cp: &ControlPlane, node: &str, dir: &Path, cdi: &Path) -> anyhow::Result<Self> {
-        let bin = build_test_driver()?;
-        // It makes the plugins directory but not its own socket directory in it.
-        std::fs::create_dir_all(dir.join("plugins").join(TEST_DRIVER))?;
-        std::fs::create_dir_all(dir.join("registry"))?;
-        let log = std::fs::File::create(dir.join("dra-test-driver.log"))?;
-        let child = Command::new(&bin)
-            .arg("--kubeconfig")
-            .arg(&cp.kubeconfig)
-            .args(["kubelet-plugin", "--node-name", node, "--num-devices", "1"])
-            .arg("--cdi-dir")
-            .arg(cdi)
-            .arg("--datadir")
-            .arg(dir.join("plugins"))
-            .arg("--plugin-registration-path")
-            .arg(dir.join("registry"))
-            .stdout(log.try_clone()?)
-            .stderr(log)
-            .stdin(Stdio::null())
-            .spawn()
-            .with_context(|| format!("starting {}", bin.display()))?;
-        Ok(Self(child))
-    }
-}
-
-impl Drop for TestDriver {
-    fn drop(&mut self) {
-        let pid = nix::unistd::Pid::from_raw(self.0.id() as i32);
-        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
-        let _ = self.0.wait();
-    }
-}
-
-fn build_test_driver() -> anyhow::Result<PathBuf> {
-    let top = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let out = Command::new("bash")
-        .arg(top.join("integration/testbed/build-dra-test-driver.sh"))
-        .stderr(Stdio::inherit())
-        .output()?;
-    ensure!(out.status.success(), "build-dra-test-driver.sh failed");
-    let text = String::from_utf8_lossy(&out.stdout);
-    let path = text.lines().last().context("the build printed no path")?;
-    Ok(PathBuf::from(path.trim()))
-}
 
 /// One side: a driver on its own disk and node, and how its claims are allocated.
 struct Side {
@@ -152,8 +102,22 @@ impl Side {
             n.metadata.name = Some(node.to_string());
             nodes.create(&PostParams::default(), &n).await?;
         }
-        let t = TestDriver::start(cp, node, dir, &disk.path().join("cdi"))?;
-        let sock = dir.join("plugins").join(TEST_DRIVER).join("dra.sock");
+        let plugins = dir.join("plugins");
+        std::fs::create_dir_all(plugins.join(TEST_DRIVER))?;
+        let cdi = disk.path().join("cdi");
+        let args = [
+            "--num-devices".as_ref(),
+            "1".as_ref(),
+            "--cdi-dir".as_ref(),
+            cdi.as_os_str(),
+            "--datadir".as_ref(),
+            plugins.as_os_str(),
+            "--plugin-registration-path".as_ref(),
+            dir.as_os_str(),
+        ];
+        let log = dir.join("dra-test-driver.log");
+        let t = TestDriver::start(&cp.kubeconfig, node, args, &log)?;
+        let sock = dra_test_driver::socket(&plugins);
         let t0 = Instant::now();
         while !sock.exists() {
             ensure!(

@@ -9,6 +9,7 @@ pub mod cluster;
 pub mod containerd;
 pub mod cri;
 pub mod dra_node;
+pub mod dra_test_driver;
 pub mod driver;
 pub mod extender_pki;
 pub mod fake_gpu;

@@ -162,3 +162,20 @@ pub fn static_hook() -> anyhow::Result<PathBuf> {
     }
     bail!("the static graft-hook is not built: run `bash hooks/build-static.sh` first")
 }
+
+/// Runs `integration/testbed/<script>`, which builds a peer's binary into the testbed cache
+/// if needed and prints its path last, and gives that path.
+pub fn build_tool(script: &str) -> anyhow::Result<PathBuf> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("testbed")
+        .join(script);
+    let out = std::process::Command::new("bash")
+        .arg(&path)
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .with_context(|| format!("running {}", path.display()))?;
+    anyhow::ensure!(out.status.success(), "{script} failed");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let built = text.lines().last().context("the build printed no path")?;
+    Ok(PathBuf::from(built.trim()))
+}
