@@ -107,30 +107,28 @@ async fn create_start(
     cdi: Option<&str>,
 ) -> anyhow::Result<(f64, String)> {
     let t = Instant::now();
-    let id = match cdi {
-        Some(d) => {
-            cri.create_with_cdi(pod, name, image::IMAGE, "true", &[d])
-                .await
-        }
-        None => cri.create_from(pod, name, image::IMAGE, "true", &[]).await,
-    }
-    .map_err(|s| anyhow::anyhow!("CreateContainer {name}: {}", s.message()))?;
+    let id = create(cri, pod, name, "true", cdi).await?;
     cri.start(&id).await?;
     Ok((t.elapsed().as_secs_f64() * 1e6, id))
 }
 
-/// Removes container `id`, again while containerd has not yet seen its task stop (a stop
-/// answered before the exit is recorded).
-async fn remove(cri: &Cri, id: &str) -> anyhow::Result<()> {
-    for _ in 0..100 {
-        match cri.remove_container(id).await {
-            Err(e) if format!("{e:#}").contains("still running") => {
-                tokio::time::sleep(Duration::from_millis(20)).await
-            }
-            other => return other,
+/// Creates container `name` of the check's image running `script`, with the CDI device
+/// `cdi` if given.
+async fn create(
+    cri: &Cri,
+    pod: &Pod,
+    name: &str,
+    script: &str,
+    cdi: Option<&str>,
+) -> anyhow::Result<String> {
+    match cdi {
+        Some(d) => {
+            cri.create_with_cdi(pod, name, image::IMAGE, script, &[d])
+                .await
         }
+        None => cri.create_from(pod, name, image::IMAGE, script, &[]).await,
     }
-    cri.remove_container(id).await
+    .map_err(|s| anyhow::anyhow!("CreateContainer {name}: {}", s.message()))
 }
 
 /// What a GPU container must see on either side: the GPU's node and the driver's NVML.
@@ -140,19 +138,12 @@ const SEES: &str = "find /dev -name 'nvidia[0-9]*' -type c | grep -q . && \
 
 /// Runs the check container `name` and waits for its verdict.
 async fn sees_the_gpu(cri: &Cri, pod: &Pod, name: &str, cdi: Option<&str>) -> anyhow::Result<()> {
-    let id = match cdi {
-        Some(d) => {
-            cri.create_with_cdi(pod, name, image::IMAGE, SEES, &[d])
-                .await
-        }
-        None => cri.create_from(pod, name, image::IMAGE, SEES, &[]).await,
-    }
-    .map_err(|s| anyhow::anyhow!("CreateContainer {name}: {}", s.message()))?;
+    let id = create(cri, pod, name, SEES, cdi).await?;
     cri.start(&id).await?;
     cri.wait_log(pod, name, "SEES-THE-GPU", Duration::from_secs(30))
         .await
         .with_context(|| format!("{name} does not see the GPU"))?;
-    remove(cri, &id).await
+    cri.remove_container(&id).await
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
@@ -259,7 +250,7 @@ async fn main() -> anyhow::Result<()> {
         }
         for (kind, id) in ids {
             let cri = if kind < 2 { &cri_graft } else { &cri_cdi };
-            remove(cri, &id).await?;
+            cri.remove_container(&id).await?;
         }
     }
     println!("samples: {}", samples.finish()?.display());

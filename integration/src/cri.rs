@@ -226,16 +226,30 @@ impl Cri {
         .await
         .context("StopContainer timed out")?
         .with_context(|| format!("StopContainer {id}"))?;
-        tokio::time::timeout(
-            CALL_TIMEOUT,
-            c.remove_container(RemoveContainerRequest {
-                container_id: id.into(),
-            }),
-        )
-        .await
-        .context("RemoveContainer timed out")?
-        .with_context(|| format!("RemoveContainer {id}"))?;
-        Ok(())
+        // containerd 2.2 may answer StopContainer before it has recorded the task's exit,
+        // and then refuses the removal as "still running" for a moment.
+        let start = Instant::now();
+        loop {
+            let removed = tokio::time::timeout(
+                CALL_TIMEOUT,
+                c.remove_container(RemoveContainerRequest {
+                    container_id: id.into(),
+                }),
+            )
+            .await
+            .context("RemoveContainer timed out")?;
+            match removed {
+                Err(e)
+                    if e.message().contains("still running") && start.elapsed() < CALL_TIMEOUT =>
+                {
+                    tokio::time::sleep(Duration::from_millis(20)).await
+                }
+                other => {
+                    other.with_context(|| format!("RemoveContainer {id}"))?;
+                    return Ok(());
+                }
+            }
+        }
     }
 
     /// Container `id`'s state.

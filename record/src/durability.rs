@@ -118,12 +118,13 @@ impl WritebackCheck {
     }
 
     /// `Err` while the last check failed: what the store answers instead of recording.
+    /// On the prepare path: a lock and a test, no copy while the disk is fine.
     pub fn refuse_if_failed(&self) -> Result<()> {
-        match self.failed() {
+        match &*self.failed.lock().unwrap_or_else(|p| p.into_inner()) {
             None => Ok(()),
             Some(reason) => Err(RecordError::DiskFailed {
                 dir: self.root.clone(),
-                reason,
+                reason: reason.clone(),
             }),
         }
     }
