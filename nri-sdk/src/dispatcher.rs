@@ -151,6 +151,28 @@ impl<P: NriPlugin> Dispatcher<P> {
         result
     }
 
+    /// CreateContainer, whether ttrpc or the inline path (`inline`) received it.
+    pub(crate) async fn create(
+        &self,
+        req: nri::CreateContainerRequest,
+    ) -> ttrpc::Result<nri::CreateContainerResponse> {
+        if !self.subscribed(Event::CREATE_CONTAINER) {
+            return Err(unimplemented("CreateContainer"));
+        }
+        let started = Instant::now();
+        let pod = req.pod.unwrap_or_default();
+        let ctr = req.container.unwrap_or_default();
+        let what = describe("CreateContainer", Some(&pod), Some(&ctr));
+        let result = guarded(
+            &what,
+            self.deadline(),
+            self.plugin.create_container(pod, ctr),
+        )
+        .await;
+        self.answered(Request::CreateContainer, started, &result);
+        result
+    }
+
     /// A dedicated lifecycle RPC: its event, answered with the (empty) default response.
     async fn forward<R: LifecycleRequest, T: Default>(
         &self,
@@ -314,21 +336,7 @@ plugin_service! {
             _ctx: &TtrpcContext,
             req: nri::CreateContainerRequest,
         ) -> ttrpc::Result<nri::CreateContainerResponse> {
-            if !self.subscribed(Event::CREATE_CONTAINER) {
-                return Err(unimplemented("CreateContainer"));
-            }
-            let started = Instant::now();
-            let pod = req.pod.unwrap_or_default();
-            let ctr = req.container.unwrap_or_default();
-            let what = describe("CreateContainer", Some(&pod), Some(&ctr));
-            let result = guarded(
-                &what,
-                self.deadline(),
-                self.plugin.create_container(pod, ctr),
-            )
-            .await;
-            self.answered(Request::CreateContainer, started, &result);
-            result
+            self.create(req).await
         }
 
         async fn state_change(

@@ -40,11 +40,13 @@
 //!
 //! Inside: [`mux`] carries NRI's logical connections over one socket, [`event_mask`] knows which
 //! events a runtime accepts, `options` says how to reach the runtime, `session` keeps one
-//! connection alive and reconnects, `dispatcher` serves the runtime's requests.
+//! connection alive and reconnects, `dispatcher` serves the runtime's requests, and `inline`
+//! answers CreateContainer on the multiplexer's reader task instead of through ttrpc's.
 
 mod dispatcher;
 pub mod event_mask;
 pub mod guard;
+mod inline;
 pub mod mux;
 mod options;
 mod plugin;

@@ -33,6 +33,9 @@ pub struct Options {
     pub backoff_initial: Duration,
     /// The longest wait before reconnecting.
     pub backoff_max: Duration,
+    /// Answer CreateContainer on the multiplexer's reader task (`inline`), not through
+    /// ttrpc's tasks. On by default; off only to compare the two paths.
+    pub inline_create_container: bool,
 }
 
 /// Plugin options the runtime would refuse.
@@ -58,6 +61,7 @@ impl Options {
             handler_deadline: DEFAULT_DEADLINE,
             backoff_initial: Duration::from_millis(200),
             backoff_max: Duration::from_secs(5),
+            inline_create_container: true,
         }
     }
 

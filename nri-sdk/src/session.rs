@@ -13,6 +13,7 @@ use ttrpc::r#async::transport::{Listener, Socket};
 use ttrpc::r#async::{Client, Server};
 
 use crate::dispatcher::Dispatcher;
+use crate::inline::InlineCreate;
 use crate::mux::{Mux, PLUGIN_SERVICE_CONN, RUNTIME_SERVICE_CONN};
 use crate::options::{Options, OptionsError, Transport};
 use crate::plugin::{ctx_with_timeout, ConnectionState, NriPlugin};
@@ -134,8 +135,6 @@ where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + 'static,
 {
     let mux = Mux::new(trunk);
-    // Serve before registering: Configure arrives as soon as RegisterPlugin succeeds.
-    let plugin_conn = mux.open(PLUGIN_SERVICE_CONN);
     let runtime_conn = mux.open(RUNTIME_SERVICE_CONN);
     let runtime_client = RuntimeClient::new(Client::new(Socket::new(runtime_conn)));
 
@@ -146,6 +145,13 @@ where
         runtime_client.clone(),
         synced_tx,
     ));
+    // Serve before registering: Configure arrives as soon as RegisterPlugin succeeds.
+    let plugin_conn = if opts.inline_create_container {
+        let inline = InlineCreate::new(dispatcher.clone());
+        mux.open_intercepted(PLUGIN_SERVICE_CONN, Arc::new(inline))
+    } else {
+        mux.open(PLUGIN_SERVICE_CONN)
+    };
     let listener = Listener::new(
         futures::stream::once(async move { Ok::<_, std::io::Error>(plugin_conn) })
             .chain(futures::stream::pending()),

@@ -345,6 +345,16 @@ fn options_are_checked_like_the_runtime_does() {
 /// deadline asked for is lowered to 200 ms.
 #[tokio::test]
 async fn late_and_panicking_handlers_are_refused_and_the_plugin_stays_connected() {
+    late_and_panicking(true).await
+}
+
+/// The same with CreateContainer through ttrpc's tasks: both paths refuse alike.
+#[tokio::test]
+async fn late_and_panicking_handlers_are_refused_alike_through_ttrpc() {
+    late_and_panicking(false).await
+}
+
+async fn late_and_panicking(inline: bool) {
     struct Faulty;
     #[async_trait]
     impl NriPlugin for Faulty {
@@ -378,10 +388,9 @@ async fn late_and_panicking_handlers_are_refused_and_the_plugin_stays_connected(
         registered: mut reg_rx,
         plugin_fd,
     } = fake_runtime().await;
-    tokio::spawn(sdk::run(
-        Arc::new(Faulty),
-        Options::new("faulty", "10", Transport::PreInstalled(plugin_fd)),
-    ));
+    let mut opts = Options::new("faulty", "10", Transport::PreInstalled(plugin_fd));
+    opts.inline_create_container = inline;
+    tokio::spawn(sdk::run(Arc::new(Faulty), opts));
     reg_rx.recv().await.unwrap();
     // The runtime's own timeout, generous in the test so that only the plugin's fires.
     let ctx = || ttrpc::context::with_timeout(5_000_000_000);

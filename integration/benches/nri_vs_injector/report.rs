@@ -4,12 +4,21 @@
 
 use graft_integration::bench::paired::{bootstrap, differences, quantile, quantile_of, Estimate};
 
-/// The four sides, in the order of the arrays below.
-pub const LABELS: [&str; 4] = ["none", "graft-null-nri", "graft-nri", "device-injector"];
+/// The sides, in the order of the arrays below.
+pub const LABELS: [&str; SIDES] = [
+    "none",
+    "graft-null-nri",
+    "graft-nri",
+    "device-injector",
+    "graft-null-nri-via-ttrpc",
+];
+pub const SIDES: usize = 5;
 pub const NONE: usize = 0;
 pub const NULL: usize = 1;
 pub const GRAFT: usize = 2;
 pub const INJECTOR: usize = 3;
+/// graft-null-nri with CreateContainer through ttrpc's tasks, not the SDK's inline path.
+pub const NULL_TTRPC: usize = 4;
 
 /// One measured round: every side created one container. Times in microseconds.
 #[derive(Debug, Clone)]
@@ -17,11 +26,11 @@ pub struct Round {
     /// The round created the first container of each side's pod.
     pub first: bool,
     /// CRI CreateContainer as the client saw it.
-    pub took: [f64; 4],
+    pub took: [f64; SIDES],
     /// Run-queue wait of containerd's and the plugin's threads during the call.
-    pub waited: [f64; 4],
+    pub waited: [f64; SIDES],
     /// containerd's wait for the plugin's answer (uprobes); NaN for `none`.
-    pub turnaround: [f64; 4],
+    pub turnaround: [f64; SIDES],
 }
 
 fn series(rounds: &[&Round], f: impl Fn(&Round) -> f64) -> Vec<f64> {
@@ -49,12 +58,14 @@ pub fn case(title: &str, rounds: &[&Round], tail: f64) {
         println!("too few rounds for an interval");
         return;
     }
-    let took: Vec<Vec<f64>> = (0..4).map(|s| series(rounds, |r| r.took[s])).collect();
-    let over: Vec<Vec<f64>> = (0..4).map(|s| differences(&took[s], &took[NONE])).collect();
+    let took: Vec<Vec<f64>> = (0..SIDES).map(|s| series(rounds, |r| r.took[s])).collect();
+    let over: Vec<Vec<f64>> = (0..SIDES)
+        .map(|s| differences(&took[s], &took[NONE]))
+        .collect();
     println!("CRI CreateContainer, µs, as the client sees it. Overhead at p50: the median of each round's create minus the same round's on `none`; at p{t}: the side's p{t} minus `none`'s, both resampled by round:\n");
     println!("| side | p50 | p{t} | overhead p50 | overhead p{t} |");
     println!("|---|---|---|---|---|");
-    for s in 0..4 {
+    for s in 0..SIDES {
         let tail_over = bootstrap(n, |idx| {
             quantile_of(&took[s], idx, tail) - quantile_of(&took[NONE], idx, tail)
         });
@@ -75,7 +86,7 @@ pub fn case(title: &str, rounds: &[&Round], tail: f64) {
     // What the slowest calls waited for: the run-queue wait of containerd's and the
     // plugin's threads during the call, summed over threads (so it can exceed the call).
     println!("\nrun-queue wait during a call, µs, median over all calls / over the calls at or above the side's p{t}:");
-    for s in 0..4 {
+    for s in 0..SIDES {
         let cut = q(&took[s], tail).value;
         let mut all = series(rounds, |r| r.waited[s]);
         let mut slow: Vec<f64> = rounds
@@ -91,7 +102,7 @@ pub fn case(title: &str, rounds: &[&Round], tail: f64) {
             slow.len()
         );
     }
-    let turn: Vec<Vec<f64>> = (0..4)
+    let turn: Vec<Vec<f64>> = (0..SIDES)
         .map(|s| series(rounds, |r| r.turnaround[s]))
         .collect();
     if turn[GRAFT].iter().any(|x| x.is_nan()) {
@@ -101,7 +112,7 @@ pub fn case(title: &str, rounds: &[&Round], tail: f64) {
     println!("\nTurnaround inside containerd, µs: from entering `(*plugin).createContainer` to entering `(*result).apply` with the plugin's answer (uprobes):\n");
     println!("| plugin | p50 | p{t} |");
     println!("|---|---|---|");
-    for s in [NULL, GRAFT, INJECTOR] {
+    for s in [NULL, NULL_TTRPC, GRAFT, INJECTOR] {
         println!(
             "| {} | {:.0} | {:.0} |",
             LABELS[s],
@@ -115,6 +126,13 @@ pub fn case(title: &str, rounds: &[&Round], tail: f64) {
         ratio(&turn[GRAFT], &turn[NULL], tail),
         ratio(&turn[GRAFT], &turn[INJECTOR], 0.5),
         ratio(&turn[GRAFT], &turn[INJECTOR], tail)
+    );
+    println!(
+        "\nthe SDK's inline path against ttrpc's tasks, graft-null-nri / graft-null-nri-via-ttrpc: p50 {:.2}, p{t} {:.2}; graft-null-nri / device-injector: p50 {:.2}, p{t} {:.2}",
+        ratio(&turn[NULL], &turn[NULL_TTRPC], 0.5),
+        ratio(&turn[NULL], &turn[NULL_TTRPC], tail),
+        ratio(&turn[NULL], &turn[INJECTOR], 0.5),
+        ratio(&turn[NULL], &turn[INJECTOR], tail)
     );
 }
 
@@ -138,9 +156,9 @@ pub fn read_samples(path: &std::path::Path) -> anyhow::Result<Vec<Round>> {
         while rounds.len() <= r {
             rounds.push(Round {
                 first: false,
-                took: [f64::NAN; 4],
-                waited: [f64::NAN; 4],
-                turnaround: [f64::NAN; 4],
+                took: [f64::NAN; SIDES],
+                waited: [f64::NAN; SIDES],
+                turnaround: [f64::NAN; SIDES],
             });
         }
         let round = &mut rounds[r];

@@ -44,16 +44,30 @@ impl Plugin {
         Self::spawn(&bin, &["-idx", "10", "-socket-path"], nri_socket, log)
     }
 
-    /// graft-null-nri: graft's SDK answering every CreateContainer with nothing.
-    pub fn null(nri_socket: &Path, log: &Path) -> anyhow::Result<Self> {
-        Self::spawn(&workspace_bin("graft-null-nri")?, &[], nri_socket, log)
+    /// graft-null-nri: graft's SDK answering every CreateContainer with nothing, on the
+    /// SDK's inline path or (`via_ttrpc`) through ttrpc's tasks.
+    pub fn null(nri_socket: &Path, log: &Path, via_ttrpc: bool) -> anyhow::Result<Self> {
+        let after: &[&str] = if via_ttrpc { &["--via-ttrpc"] } else { &[] };
+        let bin = workspace_bin("graft-null-nri")?;
+        Self::spawn_with(&bin, &[], nri_socket, after, log)
     }
 
     fn spawn(bin: &Path, args: &[&str], socket: &Path, log: &Path) -> anyhow::Result<Self> {
+        Self::spawn_with(bin, args, socket, &[], log)
+    }
+
+    fn spawn_with(
+        bin: &Path,
+        args: &[&str],
+        socket: &Path,
+        after: &[&str],
+        log: &Path,
+    ) -> anyhow::Result<Self> {
         let file = File::create(log)?;
         let child = Command::new(bin)
             .args(args)
             .arg(socket)
+            .args(after)
             .stdin(Stdio::null())
             .stdout(file.try_clone()?)
             .stderr(file)

@@ -3,7 +3,10 @@
 //! reading anything. The benches put it beside graft-nri and containerd's device-injector, so
 //! that graft-nri's own work is what stands above this plugin's turnaround.
 //!
-//! Usage: graft-null-nri <containerd's NRI socket>
+//! Usage: graft-null-nri <containerd's NRI socket> [--via-ttrpc]
+//!
+//! `--via-ttrpc` answers CreateContainer through ttrpc's tasks instead of the SDK's inline
+//! path, so that a bench can put the two paths side by side.
 
 use std::sync::Arc;
 
@@ -33,17 +36,21 @@ impl NriPlugin for Null {
 }
 
 fn main() -> anyhow::Result<()> {
-    let socket = std::env::args()
-        .nth(1)
-        .ok_or_else(|| anyhow::anyhow!("usage: graft-null-nri <NRI socket>"))?;
+    let mut args = std::env::args().skip(1);
+    let usage = || anyhow::anyhow!("usage: graft-null-nri <NRI socket> [--via-ttrpc]");
+    let socket = args.next().ok_or_else(usage)?;
+    let via_ttrpc = match args.next().as_deref() {
+        None => false,
+        Some("--via-ttrpc") => true,
+        Some(_) => return Err(usage()),
+    };
+    let mut opts = Options::new("graft-null", "10", Transport::External(socket.into()));
+    opts.inline_create_container = !via_ttrpc;
     // The same runtime shape as graft-nri: two workers.
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()?;
-    rt.block_on(run(
-        Arc::new(Null),
-        Options::new("graft-null", "10", Transport::External(socket.into())),
-    ))?;
+    rt.block_on(run(Arc::new(Null), opts))?;
     Ok(())
 }

@@ -8,12 +8,18 @@
 //! buffer. ttrpc writes each message as the 10-byte header plus at most 4086 payload bytes,
 //! then the rest, so this writer maps each `poll_write` to exactly one frame and never
 //! buffers or coalesces. Do not put a `BufWriter` in front of a [`MuxConn`].
+//!
+//! A connection opened with [`Mux::open_intercepted`] is cut into whole ttrpc messages
+//! (`messages`): each is offered to its [`Intercept`] on the reader's task before ttrpc
+//! sees it, and the intercept's answers go out between ttrpc's messages.
 
 use std::collections::HashMap;
 use std::io;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
+
+use messages::{Incoming, Piece};
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::sync::{mpsc, watch};
@@ -28,8 +34,34 @@ pub const MAX_PAYLOAD: usize = 4 * 1024 * 1024 + 10;
 /// Frame header length.
 pub const HEADER_LEN: usize = 8;
 
-/// Open connections: id -> (generation of the open, where its frames go).
-type Routes = Arc<Mutex<HashMap<u32, (u64, mpsc::UnboundedSender<Vec<u8>>)>>>;
+mod intercept;
+mod messages;
+
+use intercept::{answer_on, Outgoing};
+pub use intercept::{Answer, Intercept};
+
+/// One open connection.
+struct Route {
+    /// Which open this is, so that a stale connection's drop leaves a newer one alone.
+    generation: u64,
+    /// Where its incoming bytes go.
+    tx: mpsc::UnboundedSender<Vec<u8>>,
+    /// Its outgoing side, shared by its writer and its intercept's answers.
+    out: Arc<Mutex<Outgoing>>,
+    intercept: Option<Arc<dyn Intercept>>,
+}
+
+/// Open connections by id.
+type Routes = Arc<Mutex<HashMap<u32, Route>>>;
+
+/// One frame: header and payload.
+fn frame(id: u32, payload: &[u8]) -> Vec<u8> {
+    let mut frame = Vec::with_capacity(HEADER_LEN + payload.len());
+    frame.extend_from_slice(&id.to_be_bytes());
+    frame.extend_from_slice(&(payload.len() as u32).to_be_bytes());
+    frame.extend_from_slice(payload);
+    frame
+}
 
 /// One multiplexed trunk. Dropping it stops its reader and writer tasks.
 pub struct Mux {
@@ -55,11 +87,12 @@ impl Mux {
         let reader = {
             let routes = routes.clone();
             let closed_tx = closed_tx.clone();
+            let frames = frames.clone();
             tokio::spawn(async move {
                 let ended = EndsTrunk::new(closed_tx, "reader");
-                let reason = read_frames(&mut rd, &routes).await;
+                let reason = read_frames(&mut rd, &routes, &frames).await;
                 // Ending every logical stream makes ttrpc see EOF on both connections.
-                lock(&routes).clear();
+                close_routes(&routes);
                 ended.close(reason);
             })
         };
@@ -86,11 +119,28 @@ impl Mux {
     /// Opens logical connection `id`. Frames for an id that is not open are dropped, so open
     /// a connection before the peer can send on it.
     pub fn open(&self, id: u32) -> MuxConn {
+        self.open_with(id, None)
+    }
+
+    /// Opens logical connection `id` with `intercept` offered every whole message that
+    /// arrives on it.
+    pub fn open_intercepted(&self, id: u32, intercept: Arc<dyn Intercept>) -> MuxConn {
+        self.open_with(id, Some(intercept))
+    }
+
+    fn open_with(&self, id: u32, intercept: Option<Arc<dyn Intercept>>) -> MuxConn {
         let (tx, rx) = mpsc::unbounded_channel();
         let generation = self
             .generation
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        lock(&self.routes).insert(id, (generation, tx));
+        let out = Arc::new(Mutex::new(Outgoing::default()));
+        let route = Route {
+            generation,
+            tx,
+            out: out.clone(),
+            intercept,
+        };
+        lock(&self.routes).insert(id, route);
         MuxConn {
             id,
             generation,
@@ -98,6 +148,7 @@ impl Mux {
             pending: Vec::new(),
             offset: 0,
             frames: self.frames.clone(),
+            out,
             routes: self.routes.clone(),
         }
     }
@@ -121,6 +172,9 @@ impl Drop for Mux {
         for t in &self.tasks {
             t.abort();
         }
+        // An aborted reader does not close the routes; an intercept can hold a client of
+        // this trunk's other connection, whose connection holds the routes: a cycle.
+        close_routes(&self.routes);
     }
 }
 
@@ -168,14 +222,28 @@ fn set_once(slot: &mut Option<String>, reason: String) -> bool {
     }
 }
 
+/// Closes every connection. The routes are dropped after the lock is released: dropping an
+/// intercept can drop a [`MuxConn`], whose drop takes the lock.
+fn close_routes(routes: &Routes) {
+    let closed = std::mem::take(&mut *lock(routes));
+    drop(closed);
+}
+
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     // A panic elsewhere cannot leave the route table half-updated, so keep using it.
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// Reads frames until the trunk ends; returns why it ended.
-async fn read_frames<R: AsyncRead + Unpin>(rd: &mut R, routes: &Routes) -> String {
+async fn read_frames<R: AsyncRead + Unpin>(
+    rd: &mut R,
+    routes: &Routes,
+    frames: &mpsc::UnboundedSender<Vec<u8>>,
+) -> String {
     let mut header = [0u8; HEADER_LEN];
+    // Intercepted connections' streams, cut into messages, by id (and generation).
+    let mut incoming: HashMap<u32, (u64, Incoming)> = HashMap::new();
+    let mut pieces = Vec::new();
     loop {
         if let Err(e) = rd.read_exact(&mut header).await {
             return if e.kind() == io::ErrorKind::UnexpectedEof {
@@ -195,13 +263,40 @@ async fn read_frames<R: AsyncRead + Unpin>(rd: &mut R, routes: &Routes) -> Strin
         if let Err(e) = rd.read_exact(&mut payload).await {
             return format!("trunk read failed inside a frame: {e}");
         }
-        let route = lock(routes).get(&id).map(|(_, tx)| tx.clone());
-        match route {
-            Some(tx) => {
-                // A receiver that went away just means that connection was dropped.
-                let _ = tx.send(payload);
-            }
-            None => tracing::trace!(id, len, "dropping frame for a connection that is not open"),
+        let route = lock(routes).get(&id).map(|r| {
+            (
+                r.generation,
+                r.tx.clone(),
+                r.intercept.clone(),
+                r.out.clone(),
+            )
+        });
+        let Some((generation, tx, intercept, out)) = route else {
+            tracing::trace!(id, len, "dropping frame for a connection that is not open");
+            continue;
+        };
+        let Some(intercept) = intercept else {
+            // A receiver that went away just means that connection was dropped.
+            let _ = tx.send(payload);
+            continue;
+        };
+        let cut = incoming.entry(id).or_default();
+        if cut.0 != generation {
+            *cut = (generation, Incoming::default());
+        }
+        cut.1.push(payload, &mut pieces);
+        for piece in pieces.drain(..) {
+            let bytes = match piece {
+                Piece::Message(m) => match intercept.intercept(&m) {
+                    Some(answer) => {
+                        answer_on(id, answer, frames.clone(), out.clone());
+                        continue;
+                    }
+                    None => m,
+                },
+                Piece::Bytes(b) => b,
+            };
+            let _ = tx.send(bytes);
         }
     }
 }
@@ -214,6 +309,7 @@ pub struct MuxConn {
     pending: Vec<u8>,
     offset: usize,
     frames: mpsc::UnboundedSender<Vec<u8>>,
+    out: Arc<Mutex<Outgoing>>,
     routes: Routes,
 }
 
@@ -230,7 +326,7 @@ impl Drop for MuxConn {
         // Only remove our own route, not one re-opened under the same id since.
         if routes
             .get(&self.id)
-            .is_some_and(|(g, _)| *g == self.generation)
+            .is_some_and(|r| r.generation == self.generation)
         {
             routes.remove(&self.id);
         }
@@ -274,17 +370,15 @@ impl AsyncWrite for MuxConn {
         // Exactly one frame per write; a write larger than a frame is taken in part and the
         // caller's write_all sends the rest as further frames.
         let n = data.len().min(MAX_PAYLOAD);
-        let mut frame = Vec::with_capacity(HEADER_LEN + n);
-        frame.extend_from_slice(&self.id.to_be_bytes());
-        frame.extend_from_slice(&(n as u32).to_be_bytes());
-        frame.extend_from_slice(&data[..n]);
-        match self.frames.send(frame) {
-            Ok(()) => Poll::Ready(Ok(n)),
-            Err(_) => Poll::Ready(Err(io::Error::new(
+        let mut out = lock(&self.out);
+        if self.frames.send(frame(self.id, &data[..n])).is_err() {
+            return Poll::Ready(Err(io::Error::new(
                 io::ErrorKind::BrokenPipe,
                 "NRI trunk is closed",
-            ))),
+            )));
         }
+        out.wrote(&data[..n], &self.frames);
+        Poll::Ready(Ok(n))
     }
 
     fn poll_flush(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
@@ -296,5 +390,7 @@ impl AsyncWrite for MuxConn {
     }
 }
 
+#[cfg(test)]
+mod intercept_tests;
 #[cfg(test)]
 mod tests;
