@@ -18,6 +18,11 @@
 //! Run: `cargo build --release -p graft-driver -p graft-nri && cargo bench -p
 //! graft-integration --bench prepare_vs_test_driver` (root; cgroup v1's blkio controller).
 //! GRAFT_BENCH_ROUNDS: timed rounds (200).
+//!
+//! Each round the bench also reads graft's claim and pod itself, with the client library
+//! graft-driver uses, to say what the pod GET that graft makes and the test driver does not
+//! costs at the API server: the claim, the pod decoded, the pod as text only, and the pod
+//! from the server's watch cache (`resourceVersion=0`, as graft-driver reads a pod first).
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -32,8 +37,9 @@ use graft_integration::dra_node::{DraNode, DRIVER_NAME};
 use graft_integration::dra_test_driver::{self, TestDriver, NAME as TEST_DRIVER};
 use graft_integration::unix::unix_channel;
 use graft_proto::dra::v1;
-use k8s_openapi::api::core::v1::Node;
-use kube::api::{Api, PostParams};
+use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::resource::v1::ResourceClaim;
+use kube::api::{Api, GetParams, PostParams};
 use serde_json::json;
 use tonic::transport::Channel;
 
@@ -220,6 +226,46 @@ fn logged_split(log: &Path, n: usize) -> Option<(f64, f64)> {
     Some((quantile(&mut fetch, 0.5), quantile(&mut local, 0.5)))
 }
 
+/// The bench's own reads of one claim and its pod (µs): the claim, the pod decoded into
+/// k8s-openapi's `Pod` (as graft-driver reads it), and the pod's bytes only. The order
+/// rotates with the round.
+async fn reads(client: &kube::Client, name: &str, r: usize) -> anyhow::Result<[f64; 4]> {
+    let claims: Api<ResourceClaim> = Api::namespaced(client.clone(), NS);
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
+    let mut us = [0.0; 4];
+    for k in 0..4 {
+        let i = (r + k) % 4;
+        let t = Instant::now();
+        match i {
+            0 => drop(claims.get(name).await?),
+            1 => drop(pods.get(name).await?),
+            2 => drop(pods.get_with(name, &GetParams::any()).await?),
+            _ => {
+                let req = kube::core::Request::new(format!("/api/v1/namespaces/{NS}/pods"))
+                    .get(name, &GetParams::default())?;
+                drop(client.request_text(req).await?)
+            }
+        }
+        us[i] = t.elapsed().as_secs_f64() * 1e6;
+    }
+    Ok(us)
+}
+
+fn report_reads(reads: &[[f64; 4]]) {
+    let col = |i: usize| reads.iter().map(|r| r[i]).collect::<Vec<f64>>();
+    let (claim, pod, cached, text) = (col(0), col(1), col(2), col(3));
+    println!(
+        "the bench's own reads, p50: claim GET {:.0} µs, pod GET {:.0} µs (decoded as graft does), pod GET from the watch cache {:.0} µs, pod GET as text {:.0} µs; pod / claim {:.2}, watch cache / quorum {:.2}, decoded / text {:.2}",
+        quantile_estimate(&claim, 0.5),
+        quantile_estimate(&pod, 0.5),
+        quantile_estimate(&cached, 0.5),
+        quantile_estimate(&text, 0.5),
+        ratio(&pod, &claim, 0.5),
+        ratio(&cached, &pod, 0.5),
+        ratio(&pod, &text, 0.5)
+    );
+}
+
 fn report(sides: &[Side], times: &[Vec<f64>]) {
     let test = sides
         .iter()
@@ -292,6 +338,7 @@ async fn main() -> anyhow::Result<()> {
     );
     let mut samples = Samples::create("prepare_vs_test_driver", &["round", "side", "us"])?;
     let mut times = vec![Vec::new(); sides.len()];
+    let mut own_reads = Vec::new();
     for r in 0..WARMUP + rounds {
         let mut claims = Vec::new();
         for s in &sides {
@@ -309,11 +356,16 @@ async fn main() -> anyhow::Result<()> {
                 ])?;
             }
         }
+        let read = reads(&client, &format!("{}-{r}", sides[0].node), r).await?;
+        if r >= WARMUP {
+            own_reads.push(read);
+        }
         for (s, c) in sides.iter_mut().zip(&claims) {
             s.unprepare(c).await?;
         }
     }
     println!("samples: {}", samples.finish()?.display());
     report(&sides, &times);
+    report_reads(&own_reads);
     Ok(())
 }

@@ -7,7 +7,10 @@
 //! "Pod", operation "read"). A missing object is a 404 whose body is a `Status` with reason
 //! `NotFound`, and a server failure a 500 with a `Status` body (Kubernetes API conventions,
 //! "HTTP Status codes" and "Response Status Kind"); anything else it does not know is a 404
-//! too, so a request the driver should not make fails.
+//! too, so a request the driver should not make fails. A GET with `resourceVersion=0` is
+//! answered from `watch_cache` where the test put the object there, as the real server
+//! answers it from its watch cache, which may be behind etcd (API concepts, "Semantics for
+//! get and list", resourceVersion "0": any version); else as a quorum GET.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -29,6 +32,9 @@ const DRIVER: &str = "graft.dev";
 #[derive(Default)]
 struct Fake {
     objects: HashMap<String, (u16, Value)>,
+    watch_cache: HashMap<String, (u16, Value)>,
+    /// Every request's target, path and query.
+    seen: std::sync::Mutex<Vec<String>>,
     in_flight: AtomicUsize,
     most: AtomicUsize,
     gets: AtomicUsize,
@@ -116,10 +122,12 @@ impl Fake {
                         f.most.fetch_max(now, Ordering::SeqCst);
                         f.gets.fetch_add(1, Ordering::SeqCst);
                         tokio::time::sleep(delay).await;
-                        let path = path.split('?').next().unwrap_or("");
-                        let (code, body) = f
-                            .objects
-                            .get(path)
+                        f.seen.lock().unwrap().push(path.clone());
+                        let (path, query) = path.split_once('?').unwrap_or((&path, ""));
+                        let any = query.split('&').any(|q| q == "resourceVersion=0");
+                        let cached = any.then(|| f.watch_cache.get(path)).flatten();
+                        let (code, body) = cached
+                            .or_else(|| f.objects.get(path))
                             .cloned()
                             .unwrap_or_else(|| status(404, "NotFound"));
                         let body = body.to_string();
@@ -272,6 +280,61 @@ async fn a_cached_pod_that_references_the_claim_saves_its_get_and_any_other_is_r
         fake.gets.load(Ordering::SeqCst),
         1 + 3,
         "the claim and three pods"
+    );
+}
+
+#[tokio::test]
+async fn a_pod_from_the_servers_watch_cache_stands_in_only_under_the_caches_rule() {
+    let mut fake = Fake::default();
+    fake.claim("w", 4);
+    let current = |fake: &Fake, i: usize| {
+        fake.objects[&Fake::pod_path(&format!("w-pod-{i}"))]
+            .1
+            .clone()
+    };
+    // Pod 0: the watch cache has it as it is. Pod 1: under an older UID. Pod 2: from before
+    // it referenced the claim. Pod 3: not yet.
+    let mut p1 = current(&fake, 1);
+    p1["metadata"]["uid"] = json!("an-older-uid");
+    let mut p2 = current(&fake, 2);
+    p2["spec"]["resourceClaims"] = json!([]);
+    for (i, v) in [(1, (200, p1)), (2, (200, p2)), (3, status(404, "NotFound"))] {
+        fake.watch_cache
+            .insert(Fake::pod_path(&format!("w-pod-{i}")), v);
+    }
+    let (client, fake) = fake.serve(Duration::from_millis(1)).await;
+    let got = fetch(&client, DRIVER, &PodCache::default(), &[id("w")])
+        .await
+        .unwrap();
+    let c = &got.claims[0];
+    assert_eq!(
+        c.pods
+            .iter()
+            .map(|p| (p.name.as_str(), p.containers.len()))
+            .collect::<Vec<_>>(),
+        [
+            ("w-pod-0", 1),
+            ("w-pod-1", 1),
+            ("w-pod-2", 1),
+            ("w-pod-3", 1)
+        ],
+        "every pod as the quorum read has it"
+    );
+    assert_eq!(c.pods[1].uid, "w-pod-1-uid");
+    let seen = fake.seen.lock().unwrap().clone();
+    let count = |what: &str| seen.iter().filter(|s| s.contains(what)).count();
+    assert_eq!(seen.len(), 1 + 1 + 2 * 3, "{seen:#?}");
+    assert_eq!(
+        count("resourceVersion=0"),
+        4,
+        "each pod from the watch cache first"
+    );
+    assert_eq!(count("w-pod-0"), 1, "a pod that stands in is read once");
+    assert!(
+        seen.iter()
+            .filter(|s| s.contains("resourceclaims"))
+            .all(|s| !s.contains("resourceVersion")),
+        "claims are quorum reads only: {seen:#?}"
     );
 }
 

@@ -11,7 +11,11 @@
 //!   `status.extendedResourceClaimStatus` are written before the pod may be bound (the
 //!   resource claim controller and the scheduler), and this watch sees only bound pods.
 //!
-//! Anything else misses and is read with a GET as before. The claims themselves are always
+//! Anything else misses and is read with a GET as before. The same rule ([`stands_in`]) lets
+//! a GET the API server answers from its watch cache (`resourceVersion=0`, no etcd read)
+//! stand in for a quorum GET: `fetch` reads a pod that way first, and again with a quorum
+//! GET when the answer misses (a version older than the UID, or than the pod's claim
+//! statuses). The claims themselves are always
 //! read fresh: they decide which pods may have the devices at all, and an allocation can be
 //! cleared and made again under the same UID. A pod deleted since it was cached may still
 //! hit; it never runs a container again, so its entries in the record grant nothing.
@@ -77,10 +81,7 @@ impl PodCache {
     /// for it (see the module's rule); `None` is a miss.
     pub fn pod_use(&self, namespace: &str, name: &str, uid: &str, claim: &str) -> Option<PodUse> {
         let pod = self.store.get(&ObjectRef::new(name).within(namespace))?;
-        if pod.metadata.uid.as_deref() != Some(uid) {
-            return None;
-        }
-        pod_use(&pod, claim)
+        stands_in(&pod, uid, claim)
     }
 
     /// Puts `pod` in the cache as the watch would. For tests.
@@ -95,6 +96,15 @@ impl PodCache {
         writer.apply_watcher_event(&watcher::Event::InitDone);
         PodCache { store }
     }
+}
+
+/// How `pod`, read from a cache, uses `claim`, where it may stand in for a quorum GET: it
+/// is the pod with `uid` and it references the claim (the module's rule); `None` is a miss.
+pub fn stands_in(pod: &Pod, uid: &str, claim: &str) -> Option<PodUse> {
+    if pod.metadata.uid.as_deref() != Some(uid) {
+        return None;
+    }
+    pod_use(pod, claim)
 }
 
 /// The pod less everything the claim mapping does not read: a node's pods cost a few
