@@ -293,6 +293,7 @@ const SPAWN_OWNERS: &[(&str, &str)] = &[
     ("nri-plugin/src/plugin/sync.rs", "awaited inside a `spawn_logged` task: the Synchronize verification's record reads"),
     ("nri-plugin/src/reads.rs", "awaited under CreateContainer's read limit; an overdue read is counted"),
     ("nri-plugin/src/refusal.rs", "detached: appending to the refusal journal; a failure is logged"),
+    ("nri-sdk/src/dispatcher/sync.rs", "awaited inside a `spawn_logged` task: decoding a Synchronize already answered"),
     ("nri-sdk/src/guard.rs", "`spawn_logged`: catches and logs the task's panic, and returns its handle"),
     ("nri-sdk/src/mux/mod.rs", "the trunk's reader and writer: each reports its end through `EndsTrunk`"),
     ("scheduler-extender/src/listen.rs", "one task per connection, holding its slot of `MAX_OPEN`"),

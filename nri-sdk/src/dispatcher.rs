@@ -16,8 +16,7 @@ use crate::plugin::{
     unimplemented, Answered, ConnectionState, NriPlugin, Request, Runtime, RuntimeInfo,
 };
 
-/// Synchronize may take as long as the runtime allows; this only bounds a hung handler.
-const SYNCHRONIZE_DEADLINE: Duration = Duration::from_secs(3600);
+mod sync;
 
 /// `CreateContainer of container "app" of pod ns/name`, for errors and logs.
 fn describe(method: &str, pod: Option<&nri::PodSandbox>, ctr: Option<&nri::Container>) -> String {
@@ -65,9 +64,11 @@ struct DispatchState {
     info: RuntimeInfo,
     /// The handler deadline in force on this connection; zero until Configure.
     deadline: Duration,
-    /// Chunks of a split Synchronize gathered so far.
+    /// Chunks of a split Synchronize gathered so far: decoded (ttrpc) and still encoded
+    /// (`inline`).
     pending_pods: Vec<nri::PodSandbox>,
     pending_containers: Vec<nri::Container>,
+    pending_raw: Vec<Vec<u8>>,
 }
 
 /// Serves the Plugin service for one connection.
@@ -77,6 +78,8 @@ pub(crate) struct Dispatcher<P> {
     runtime_client: RuntimeClient,
     state: Mutex<DispatchState>,
     synced: tokio::sync::watch::Sender<bool>,
+    /// Why the connection must end, once a request answered already fails.
+    failed: tokio::sync::watch::Sender<Option<String>>,
 }
 
 impl<P: NriPlugin> Dispatcher<P> {
@@ -93,6 +96,34 @@ impl<P: NriPlugin> Dispatcher<P> {
             runtime_client,
             state: Mutex::new(DispatchState::default()),
             synced,
+            failed: tokio::sync::watch::Sender::new(None),
+        }
+    }
+
+    /// Ends the connection: what an error reply would have told the runtime, for a request
+    /// answered before it was handled.
+    fn fail(&self, reason: String) {
+        tracing::error!(%reason, "ending the NRI connection");
+        self.failed.send_if_modified(|r| {
+            let first = r.is_none();
+            if first {
+                *r = Some(reason);
+            }
+            first
+        });
+    }
+
+    /// Resolves with the reason once the connection must end ([`Dispatcher::fail`]).
+    pub(crate) async fn failed(&self) -> String {
+        let mut rx = self.failed.subscribe();
+        loop {
+            if let Some(reason) = rx.borrow_and_update().clone() {
+                return reason;
+            }
+            if rx.changed().await.is_err() {
+                // Unreachable: `&self` holds the sender.
+                std::future::pending::<()>().await;
+            }
         }
     }
 
@@ -292,38 +323,7 @@ plugin_service! {
             _ctx: &TtrpcContext,
             req: nri::SynchronizeRequest,
         ) -> ttrpc::Result<nri::SynchronizeResponse> {
-            let (pods, containers) = {
-                let mut st = self.state();
-                st.pending_pods.extend(req.pods);
-                st.pending_containers.extend(req.containers);
-                if req.more {
-                    return Ok(nri::SynchronizeResponse {
-                        more: true,
-                        ..Default::default()
-                    });
-                }
-                (
-                    std::mem::take(&mut st.pending_pods),
-                    std::mem::take(&mut st.pending_containers),
-                )
-            };
-            // No deadline below the runtime's: a slow Synchronize only delays readiness. A
-            // panic still becomes an error reply rather than a dropped connection.
-            let started = Instant::now();
-            let result = guarded(
-                "Synchronize",
-                SYNCHRONIZE_DEADLINE,
-                self.plugin.synchronize(self.runtime(), pods, containers),
-            )
-            .await;
-            self.answered(Request::Synchronize, started, &result);
-            let update = result?;
-            self.synced.send_replace(true);
-            self.plugin.connection_state(ConnectionState::Synchronized);
-            Ok(nri::SynchronizeResponse {
-                update,
-                ..Default::default()
-            })
+            self.synchronize_now(req).await
         }
 
         async fn shutdown(&self, _ctx: &TtrpcContext, _: nri::Empty) -> ttrpc::Result<nri::Empty> {

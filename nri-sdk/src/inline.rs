@@ -1,4 +1,4 @@
-//! CreateContainer answered where its frame is read, without crossing ttrpc's tasks.
+//! Requests answered where their frames are read, without crossing ttrpc's tasks.
 //!
 //! Through ttrpc a request crosses four tasks before its answer reaches the socket (ttrpc's
 //! connection reader, a task per request, ttrpc's writer, the trunk's writer), and each
@@ -6,9 +6,11 @@
 //! path, so the SDK decodes it on the trunk's reader task, runs the same handler as the ttrpc
 //! path ([`Dispatcher::create`]: subscription, deadline, panic guard) and hands the encoded
 //! reply to the trunk's writer: one crossing. A handler that cannot answer at once finishes
-//! on a task of its own. Every other request, and any message this does not recognise as a
-//! well-formed CreateContainer request, goes to ttrpc, which answers it as before (its errors
-//! for malformed requests included).
+//! on a task of its own. Synchronize, for a plugin that returns no updates, is answered
+//! here before it is decoded ([`Dispatcher::synchronize_first`]): only its `more` flag is
+//! read. Every other request, and any message this does not recognise as a well-formed
+//! request of those two, goes to ttrpc, which answers it as before (its errors for malformed
+//! requests included).
 //!
 //! The reply is built as ttrpc's generated handler builds it: status OK with the encoded
 //! response, or the handler's status, or UNKNOWN for any other error; a request's
@@ -18,7 +20,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use graft_proto::nri;
-use protobuf::Message as _;
+use protobuf::{CodedInputStream, Message};
 use ttrpc::proto::{
     Request, Response, MESSAGE_HEADER_LENGTH, MESSAGE_LENGTH_MAX, MESSAGE_TYPE_REQUEST,
     MESSAGE_TYPE_RESPONSE,
@@ -32,28 +34,31 @@ use crate::plugin::NriPlugin;
 /// The NRI Plugin service's name on the wire.
 pub(crate) const PLUGIN_SERVICE: &str = "nri.pkg.api.v1alpha1.Plugin";
 
-/// The intercept that answers CreateContainer for one connection's dispatcher.
-pub(crate) struct InlineCreate<P> {
+/// The intercept that answers CreateContainer and Synchronize for one connection's
+/// dispatcher, each where enabled.
+pub(crate) struct Inline<P> {
     dispatcher: Arc<Dispatcher<P>>,
+    create: bool,
+    synchronize: bool,
 }
 
-impl<P> InlineCreate<P> {
-    pub(crate) fn new(dispatcher: Arc<Dispatcher<P>>) -> Self {
-        InlineCreate { dispatcher }
+impl<P: NriPlugin> Inline<P> {
+    /// `synchronize` is honoured only for a plugin that returns no Synchronize updates.
+    pub(crate) fn new(dispatcher: Arc<Dispatcher<P>>, create: bool, synchronize: bool) -> Self {
+        let synchronize = synchronize && dispatcher.answers_synchronize_first();
+        Inline {
+            dispatcher,
+            create,
+            synchronize,
+        }
     }
-}
 
-impl<P: NriPlugin> Intercept for InlineCreate<P> {
-    fn intercept(&self, message: &[u8]) -> Option<Answer> {
-        let (stream_id, kind, flags) = header(message)?;
-        // Anything ttrpc treats specially (even stream ids, flags, other types) stays there.
-        if kind != MESSAGE_TYPE_REQUEST || flags != 0 || stream_id % 2 != 1 {
-            return None;
-        }
-        let req = Request::parse_from_bytes(&message[MESSAGE_HEADER_LENGTH..]).ok()?;
-        if req.service != PLUGIN_SERVICE || req.method != "CreateContainer" {
-            return None;
-        }
+    /// Whether any request is answered here at all.
+    pub(crate) fn takes_any(&self) -> bool {
+        self.create || self.synchronize
+    }
+
+    fn create(&self, stream_id: u32, req: Request) -> Option<Answer> {
         let create = nri::CreateContainerRequest::parse_from_bytes(&req.payload).ok()?;
         let limit = (req.timeout_nano > 0).then(|| Duration::from_nanos(req.timeout_nano as u64));
         let dispatcher = self.dispatcher.clone();
@@ -73,6 +78,50 @@ impl<P: NriPlugin> Intercept for InlineCreate<P> {
             reply(stream_id, result)
         }))
     }
+
+    fn synchronize(&self, stream_id: u32, req: Request) -> Option<Answer> {
+        let more = more_flag(&req.payload)?;
+        let answer = self.dispatcher.synchronize_first(req.payload, more);
+        Some(Box::pin(std::future::ready(reply(stream_id, Ok(answer)))))
+    }
+}
+
+impl<P: NriPlugin> Intercept for Inline<P> {
+    fn intercept(&self, message: &[u8]) -> Option<Answer> {
+        let (stream_id, kind, flags) = header(message)?;
+        // Anything ttrpc treats specially (even stream ids, flags, other types) stays there.
+        if kind != MESSAGE_TYPE_REQUEST || flags != 0 || stream_id % 2 != 1 {
+            return None;
+        }
+        let req = Request::parse_from_bytes(&message[MESSAGE_HEADER_LENGTH..]).ok()?;
+        if req.service != PLUGIN_SERVICE {
+            return None;
+        }
+        match req.method.as_str() {
+            "CreateContainer" if self.create => self.create(stream_id, req),
+            "Synchronize" if self.synchronize => self.synchronize(stream_id, req),
+            _ => None,
+        }
+    }
+}
+
+/// A SynchronizeRequest's `more` (field 3) read from its encoding without decoding the
+/// pods and containers: each top-level field is stepped over. `None` when the top level is
+/// not well-formed, so that ttrpc decodes it and refuses it as before.
+pub(crate) fn more_flag(payload: &[u8]) -> Option<bool> {
+    const MORE: u32 = 3;
+    let mut input = CodedInputStream::from_bytes(payload);
+    let mut more = false;
+    while let Some(tag) = input.read_raw_tag_or_eof().ok()? {
+        let wire_type = protobuf::rt::WireType::new(tag & 7)?;
+        if tag >> 3 == MORE && wire_type == protobuf::rt::WireType::Varint {
+            // A repeated scalar field's last value wins, as the decoder takes it.
+            more = input.read_bool().ok()?;
+        } else {
+            input.skip_field(wire_type).ok()?;
+        }
+    }
+    Some(more)
 }
 
 /// Stream id, type and flags of a whole message.
@@ -85,7 +134,7 @@ fn header(message: &[u8]) -> Option<(u32, u8, u8)> {
 }
 
 /// The whole RESPONSE message for `result` on `stream_id`.
-fn reply(stream_id: u32, result: ttrpc::Result<nri::CreateContainerResponse>) -> Vec<u8> {
+fn reply<M: Message>(stream_id: u32, result: ttrpc::Result<M>) -> Vec<u8> {
     let status = |code, msg: String| Response {
         status: Some(get_status(code, msg)).into(),
         ..Default::default()
@@ -141,3 +190,6 @@ fn encoded(response: &Response) -> Vec<u8> {
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod sync_tests;

@@ -41,7 +41,9 @@
 //! Inside: [`mux`] carries NRI's logical connections over one socket, [`event_mask`] knows which
 //! events a runtime accepts, `options` says how to reach the runtime, `session` keeps one
 //! connection alive and reconnects, `dispatcher` serves the runtime's requests, and `inline`
-//! answers CreateContainer on the multiplexer's reader task instead of through ttrpc's.
+//! answers CreateContainer (and Synchronize, for a plugin that returns no updates) on the
+//! multiplexer's reader task instead of through ttrpc's; [`scripted`] plays the runtime's
+//! end for a plugin's tests and benches.
 
 mod dispatcher;
 pub mod event_mask;
@@ -50,6 +52,7 @@ mod inline;
 pub mod mux;
 mod options;
 mod plugin;
+pub mod scripted;
 mod session;
 
 pub use event_mask::{valid_events, EventMask};

@@ -36,6 +36,10 @@ pub struct Options {
     /// Answer CreateContainer on the multiplexer's reader task (`inline`), not through
     /// ttrpc's tasks. On by default; off only to compare the two paths.
     pub inline_create_container: bool,
+    /// Answer Synchronize on the multiplexer's reader task before decoding it, when the
+    /// plugin promises no updates ([`crate::NriPlugin::synchronize_updates`]): the runtime
+    /// then waits for no decoding and no handler. On by default; off only to compare.
+    pub inline_synchronize: bool,
 }
 
 /// Plugin options the runtime would refuse.
@@ -62,6 +66,7 @@ impl Options {
             backoff_initial: Duration::from_millis(200),
             backoff_max: Duration::from_secs(5),
             inline_create_container: true,
+            inline_synchronize: true,
         }
     }
 

@@ -136,6 +136,18 @@ pub trait NriPlugin: Send + Sync + 'static {
     /// Every request answered, for metrics. Called on the request's path: keep it cheap.
     fn answered(&self, _answered: Answered) {}
 
+    /// Whether [`NriPlugin::synchronize`] may return updates (it may unless the plugin says
+    /// otherwise). A plugin that returns `false` promises it never does: the SDK then
+    /// answers the runtime's Synchronize as soon as the request is read, before decoding it,
+    /// and runs the handler after the answer (see [`Options::inline_synchronize`]). Such a
+    /// handler's error ends the connection, so that the runtime synchronizes again; an
+    /// update it returns anyway is logged and dropped.
+    ///
+    /// [`Options::inline_synchronize`]: crate::Options::inline_synchronize
+    fn synchronize_updates(&self) -> bool {
+        true
+    }
+
     /// The runtime's full state after (re)connecting. Returned updates are applied by the
     /// runtime; anything else (evictions) goes through `runtime` from a spawned task.
     async fn synchronize(

@@ -6,17 +6,17 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::StreamExt as _;
 use graft_proto::nri;
 use graft_proto::nri_ttrpc::{self, RuntimeClient};
-use ttrpc::r#async::transport::{Listener, Socket};
+use ttrpc::r#async::transport::Socket;
 use ttrpc::r#async::{Client, Server};
 
 use crate::dispatcher::Dispatcher;
-use crate::inline::InlineCreate;
+use crate::inline::Inline;
 use crate::mux::{Mux, PLUGIN_SERVICE_CONN, RUNTIME_SERVICE_CONN};
 use crate::options::{Options, OptionsError, Transport};
 use crate::plugin::{ctx_with_timeout, ConnectionState, NriPlugin};
+use crate::scripted::serve_once;
 
 /// Runs the plugin until the process is stopped (external mode) or the runtime goes away
 /// (pre-installed mode). The connection's tasks are owned here: when one ends, the
@@ -146,18 +146,19 @@ where
         synced_tx,
     ));
     // Serve before registering: Configure arrives as soon as RegisterPlugin succeeds.
-    let plugin_conn = if opts.inline_create_container {
-        let inline = InlineCreate::new(dispatcher.clone());
+    let inline = Inline::new(
+        dispatcher.clone(),
+        opts.inline_create_container,
+        opts.inline_synchronize,
+    );
+    let plugin_conn = if inline.takes_any() {
         mux.open_intercepted(PLUGIN_SERVICE_CONN, Arc::new(inline))
     } else {
         mux.open(PLUGIN_SERVICE_CONN)
     };
-    let listener = Listener::new(
-        futures::stream::once(async move { Ok::<_, std::io::Error>(plugin_conn) })
-            .chain(futures::stream::pending()),
-    );
+    let listener = serve_once(plugin_conn);
     let mut server = Server::new()
-        .register_service(nri_ttrpc::create_plugin(dispatcher))
+        .register_service(nri_ttrpc::create_plugin(dispatcher.clone()))
         .add_listener(listener);
     server.start().await.map_err(ConnectionError::Serve)?;
 
@@ -174,10 +175,15 @@ where
     let result = match registered {
         Ok(Ok(_)) => {
             tracing::info!(name = %opts.name, index = %opts.index, "registered with the runtime");
-            let reason = mux.closed().await;
+            // A request answered before it was handled and then failed ends it too, and
+            // does not count as a connection that worked (the backoff keeps growing).
+            let (reason, failed) = tokio::select! {
+                reason = mux.closed() => (reason, false),
+                reason = dispatcher.failed() => (reason, true),
+            };
             Ok(Session {
                 reason,
-                synchronized: *synced_rx.borrow(),
+                synchronized: *synced_rx.borrow() && !failed,
             })
         }
         Ok(Err(e)) => Err(ConnectionError::Register(e)),

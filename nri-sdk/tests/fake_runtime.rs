@@ -2,18 +2,17 @@
 //! cases real containerd does not produce on demand (split Synchronize, old-runtime mask
 //! gating, calls for events the plugin did not subscribe to).
 
-use std::os::fd::IntoRawFd;
+mod support;
+
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use graft_nri_sdk::mux::{Mux, PLUGIN_SERVICE_CONN, RUNTIME_SERVICE_CONN};
 use graft_nri_sdk::{self as sdk, EventMask, NriPlugin, Options, Runtime, Transport};
 use graft_proto::nri::{self, Event};
-use graft_proto::nri_ttrpc::{self, PluginClient};
-use ttrpc::r#async::transport::{Listener, Socket};
-use ttrpc::r#async::{Client, Server, TtrpcContext};
 use ttrpc::Code;
+
+use support::{code, fake_runtime, message, pod, Harness};
 
 #[derive(Default)]
 struct Seen {
@@ -65,95 +64,15 @@ impl NriPlugin for TestPlugin {
     }
 }
 
-/// The runtime's side of RegisterPlugin.
-struct FakeRuntime {
-    registered: tokio::sync::mpsc::UnboundedSender<(String, String)>,
-}
-
-#[async_trait]
-impl nri_ttrpc::Runtime for FakeRuntime {
-    async fn register_plugin(
-        &self,
-        _ctx: &TtrpcContext,
-        req: nri::RegisterPluginRequest,
-    ) -> ttrpc::Result<nri::Empty> {
-        let _ = self.registered.send((req.plugin_name, req.plugin_idx));
-        Ok(nri::Empty::new())
-    }
-}
-
-/// A listener that yields one connection and then stays open: ttrpc's shutdown expects its
-/// accept loop to still be running.
-fn serve_once(conn: graft_nri_sdk::mux::MuxConn) -> Listener {
-    use futures::StreamExt;
-    Listener::new(
-        futures::stream::once(async move { Ok::<_, std::io::Error>(conn) })
-            .chain(futures::stream::pending()),
-    )
-}
-
-/// A scripted runtime on one end of a socket pair: it serves Runtime on connection 2 and
-/// calls Plugin on connection 1. The plugin gets the other end's fd.
-struct Harness {
-    _mux: Mux,
-    server: Server,
-    client: PluginClient,
-    registered: tokio::sync::mpsc::UnboundedReceiver<(String, String)>,
-    plugin_fd: i32,
-}
-
-async fn fake_runtime() -> Harness {
-    let (runtime_end, plugin_end) = std::os::unix::net::UnixStream::pair().unwrap();
-    runtime_end.set_nonblocking(true).unwrap();
-    let mux = Mux::new(tokio::net::UnixStream::from_std(runtime_end).unwrap());
-    let (reg_tx, registered) = tokio::sync::mpsc::unbounded_channel();
-    let conn2 = mux.open(RUNTIME_SERVICE_CONN);
-    let mut server = Server::new()
-        .register_service(nri_ttrpc::create_runtime(Arc::new(FakeRuntime {
-            registered: reg_tx,
-        })))
-        .add_listener(serve_once(conn2));
-    server.start().await.unwrap();
-    let client = PluginClient::new(Client::new(Socket::new(mux.open(PLUGIN_SERVICE_CONN))));
-    Harness {
-        _mux: mux,
-        server,
-        client,
-        registered,
-        plugin_fd: plugin_end.into_raw_fd(),
-    }
-}
-
-fn message(e: &ttrpc::Error) -> String {
-    match e {
-        ttrpc::Error::RpcStatus(s) => s.message().to_string(),
-        other => panic!("not a status: {other:?}"),
-    }
-}
-
-fn code(e: ttrpc::Error) -> Code {
-    match e {
-        ttrpc::Error::RpcStatus(s) => s.code(),
-        other => panic!("not a status: {other:?}"),
-    }
-}
-
-fn pod(id: &str) -> nri::PodSandbox {
-    nri::PodSandbox {
-        id: id.into(),
-        uid: format!("uid-{id}"),
-        ..Default::default()
-    }
-}
-
 #[tokio::test]
 async fn handshake_split_sync_events_and_unimplemented() {
     let Harness {
-        _mux: mux,
+        mux,
         mut server,
         client: plugin_client,
         registered: mut reg_rx,
         plugin_fd: fd,
+        ..
     } = fake_runtime().await;
     let seen = Arc::new(Mutex::new(Seen::default()));
     let plugin = Arc::new(TestPlugin { seen: seen.clone() });
@@ -299,11 +218,12 @@ async fn a_mask_the_runtime_cannot_take_is_refused() {
         }
     }
     let Harness {
-        _mux,
+        mux: _mux,
         mut server,
         client,
         registered: mut reg_rx,
         plugin_fd,
+        ..
     } = fake_runtime().await;
     tokio::spawn(sdk::run(
         Arc::new(OnlyValidate),
@@ -382,11 +302,12 @@ async fn late_and_panicking(inline: bool) {
         }
     }
     let Harness {
-        _mux,
+        mux: _mux,
         mut server,
         client,
         registered: mut reg_rx,
         plugin_fd,
+        ..
     } = fake_runtime().await;
     let mut opts = Options::new("faulty", "10", Transport::PreInstalled(plugin_fd));
     opts.inline_create_container = inline;

@@ -179,16 +179,29 @@ pub fn remove_entry(root: &Path, id: &str) -> Result<()> {
     }
 }
 
-/// Removes the entries of containers not in `live` (graft-nri, Synchronize). Returns how
-/// many it removed.
-pub fn prune_entries(root: &Path, live: &HashSet<String>) -> Result<usize> {
+/// Whether a file last written at `meta`'s time was written before `since`. A file whose
+/// time cannot be read counts as written since: it is kept.
+pub fn written_before(meta: &std::fs::Metadata, since: std::time::SystemTime) -> bool {
+    meta.modified().is_ok_and(|t| t < since)
+}
+
+/// Removes the entries of containers not in `live` (graft-nri, Synchronize) written before
+/// `since`: one written since may be a container created after `live` was taken. Returns
+/// how many it removed.
+pub fn prune_entries(
+    root: &Path,
+    live: &HashSet<String>,
+    since: std::time::SystemTime,
+) -> Result<usize> {
     let dir = root.join(DIR);
     let mut removed = 0;
     for name in list_names(&dir)? {
         let Some(id) = name.strip_suffix(".json") else {
             continue;
         };
-        if !live.contains(id) {
+        let old =
+            std::fs::symlink_metadata(dir.join(&name)).is_ok_and(|m| written_before(&m, since));
+        if !live.contains(id) && old {
             remove_entry(root, id)?;
             removed += 1;
         }
@@ -306,7 +319,11 @@ mod tests {
             entry("abc123")
         );
         let live = HashSet::from(["abc123".to_string()]);
-        assert_eq!(prune_entries(root, &live).unwrap(), 1);
+        // Written since the cut-off: kept, whatever the live list says.
+        let before = std::time::SystemTime::now() - std::time::Duration::from_secs(60);
+        assert_eq!(prune_entries(root, &live, before).unwrap(), 0);
+        let later = std::time::SystemTime::now() + std::time::Duration::from_secs(60);
+        assert_eq!(prune_entries(root, &live, later).unwrap(), 1);
         assert_eq!(entry_ids(root).unwrap(), vec!["abc123".to_string()]);
         remove_entry(root, "abc123").unwrap();
         assert!(read_entry(root, "abc123").unwrap().is_none());

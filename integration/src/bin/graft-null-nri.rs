@@ -22,6 +22,10 @@ impl NriPlugin for Null {
         EventMask::of(&[Event::CREATE_CONTAINER])
     }
 
+    fn synchronize_updates(&self) -> bool {
+        false
+    }
+
     fn connection_state(&self, state: ConnectionState) {
         eprintln!("graft-null-nri: {state:?}");
     }
@@ -46,6 +50,7 @@ fn main() -> anyhow::Result<()> {
     };
     let mut opts = Options::new("graft-null", "10", Transport::External(socket.into()));
     opts.inline_create_container = !via_ttrpc;
+    opts.inline_synchronize = !via_ttrpc;
     // The same runtime shape as graft-nri: two workers.
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

@@ -162,66 +162,117 @@ pub fn sync_request(n: usize) -> Vec<u8> {
     req.write_to_bytes().expect("encode")
 }
 
-/// Synchronize as the SDK hands it to the plugin: the request decoded, then the handler,
-/// until its answer. The check of the running containers runs after the answer; this waits
-/// for it too, so that runs do not overlap. Returns the time to the answer and to the end of
-/// the check. `dir` is the plugin's state directory (its status file counts the checks).
+/// Synchronize as containerd sends it: the encoded request `bytes` to a fresh plugin
+/// through the SDK over a socket pair (the SDK's scripted runtime on the other end), timed
+/// from the runtime's call to the reply it reads; then until the check of the running
+/// containers after the answer ends, so that runs do not overlap. `first` is
+/// [`graft_nri_sdk::Options::inline_synchronize`]: the answer before the request is
+/// decoded, or (off) through ttrpc, decoded and handled first. `dir` is the plugin's state
+/// directory (its status file counts the checks).
 pub fn synchronize(
     rt: &tokio::runtime::Runtime,
-    plugin: &GraftPlugin,
     dir: &Path,
     bytes: &[u8],
+    first: bool,
 ) -> (Duration, Duration) {
+    use graft_nri_sdk::scripted::ScriptedRuntime;
+    use graft_nri_sdk::{ttrpc, Options, Transport};
+
     let verified = || {
         graft_record::read_status(dir)
             .ok()
             .flatten()
             .map_or(0, |s| s.verified_syncs)
     };
+    let plugin = std::sync::Arc::new(fresh_plugin(dir));
     let before = verified();
-    let t = Instant::now();
-    let answered = rt.block_on(async {
-        let r = nri::SynchronizeRequest::parse_from_bytes(bytes).expect("decode");
-        let runtime = graft_nri_sdk::Runtime::unconnected().expect("runtime");
-        let updates = plugin
-            .synchronize(runtime, r.pods, r.containers)
+    let (t, answered, runtime, session) = rt.block_on(async {
+        let mut runtime = ScriptedRuntime::start().await.expect("runtime end");
+        let mut opts = Options::new("graft", "10", Transport::PreInstalled(runtime.plugin_fd));
+        opts.inline_synchronize = first;
+        let session = tokio::spawn(graft_nri_sdk::run(plugin, opts));
+        runtime.registered.recv().await.expect("registered");
+        let configure = nri::ConfigureRequest {
+            runtime_name: "containerd".into(),
+            runtime_version: "v2.2.7".into(),
+            ..Default::default()
+        };
+        let ctx = ttrpc::context::with_timeout(10_000_000_000);
+        runtime
+            .client
+            .configure(ctx, &configure)
             .await
-            .expect("synchronize");
-        assert!(updates.is_empty());
-        t.elapsed()
+            .expect("configure");
+        let req = ttrpc::proto::Request {
+            service: "nri.pkg.api.v1alpha1.Plugin".into(),
+            method: "Synchronize".into(),
+            payload: bytes.to_vec(),
+            ..Default::default()
+        };
+        let t = Instant::now();
+        let reply = runtime.raw.request(req).await.expect("answered");
+        let answered = t.elapsed();
+        assert_eq!(reply.status.code(), ttrpc::Code::OK, "{:?}", reply.status);
+        (t, answered, runtime, session)
     });
     while verified() == before {
         assert!(t.elapsed() < Duration::from_secs(30), "never verified");
         std::thread::sleep(Duration::from_micros(200));
     }
-    (answered, t.elapsed())
+    let checked = t.elapsed();
+    // The runtime goes away; a pre-installed plugin's session then ends and drops it.
+    rt.block_on(async {
+        let ScriptedRuntime {
+            mut server, mux, ..
+        } = runtime;
+        let _ = server.shutdown().await;
+        drop(mux);
+        let _ = tokio::time::timeout(Duration::from_secs(5), session).await;
+    });
+    (answered, checked)
 }
 
-/// `runs` Synchronize requests `bytes`, each to a fresh plugin on the records in `dir`
-/// ([`synchronize`]): the times to the answer and to the check's end, each sorted, and
-/// how many answers took at most 10 ms.
-pub fn synchronize_runs(
-    dir: &Path,
-    bytes: &[u8],
-    runs: usize,
-) -> (Vec<Duration>, Vec<Duration>, usize) {
+/// Times of `runs` rounds of [`synchronize`], each round both ways in turn (the order
+/// alternating), each run a fresh plugin on the records in `dir`.
+pub struct SyncRuns {
+    /// Answered first, before decoding: time to the answer, to the check's end.
+    pub first: (Vec<Duration>, Vec<Duration>),
+    /// Through ttrpc, decoded and handled first.
+    pub ttrpc: (Vec<Duration>, Vec<Duration>),
+}
+
+pub fn synchronize_runs(dir: &Path, bytes: &[u8], runs: usize) -> SyncRuns {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .expect("runtime");
-    let (mut answer, mut checked) = (Vec::new(), Vec::new());
-    for _ in 0..runs {
-        let plugin = fresh_plugin(dir);
-        let (a, c) = synchronize(&rt, &plugin, dir, bytes);
-        answer.push(a);
-        checked.push(c);
+    let mut out = SyncRuns {
+        first: (Vec::new(), Vec::new()),
+        ttrpc: (Vec::new(), Vec::new()),
+    };
+    for round in 0..runs {
+        for first in [round % 2 == 0, round % 2 == 1] {
+            let (a, c) = synchronize(&rt, dir, bytes, first);
+            let side = if first {
+                &mut out.first
+            } else {
+                &mut out.ttrpc
+            };
+            side.0.push(a);
+            side.1.push(c);
+        }
     }
-    let within = answer
+    out
+}
+
+/// How many of `answers` took at most 10 ms, and the sorted copy.
+pub fn within_10ms(answers: &[Duration]) -> (usize, Vec<Duration>) {
+    let mut sorted = answers.to_vec();
+    sorted.sort();
+    let n = sorted
         .iter()
         .filter(|d| **d <= Duration::from_millis(10))
         .count();
-    answer.sort();
-    checked.sort();
-    (answer, checked, within)
+    (n, sorted)
 }

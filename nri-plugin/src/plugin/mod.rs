@@ -178,6 +178,12 @@ impl NriPlugin for GraftPlugin {
         ])
     }
 
+    /// graft-nri corrects running containers by eviction, never by an update in its
+    /// answer, so the SDK answers Synchronize before decoding it.
+    fn synchronize_updates(&self) -> bool {
+        false
+    }
+
     fn connection_state(&self, state: ConnectionState) {
         match &state {
             ConnectionState::Configured(info) => {

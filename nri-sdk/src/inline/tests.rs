@@ -20,15 +20,15 @@ impl NriPlugin for Plugin {
     }
 }
 
-fn intercept() -> InlineCreate<Plugin> {
+fn intercept() -> Inline<Plugin> {
     let (ours, _theirs) = tokio::net::UnixStream::pair().unwrap();
     let client = RuntimeClient::new(Client::new(Socket::new(ours)));
     let (synced, _) = tokio::sync::watch::channel(false);
     let d = Dispatcher::new(Arc::new(Plugin), Duration::from_secs(1), client, synced);
-    InlineCreate::new(Arc::new(d))
+    Inline::new(Arc::new(d), true, true)
 }
 
-fn request(method: &str, payload: Vec<u8>) -> Request {
+pub(super) fn request(method: &str, payload: Vec<u8>) -> Request {
     Request {
         service: PLUGIN_SERVICE.into(),
         method: method.into(),
@@ -37,7 +37,7 @@ fn request(method: &str, payload: Vec<u8>) -> Request {
     }
 }
 
-fn wire(req: &Request, stream_id: u32, kind: u8, flags: u8) -> Vec<u8> {
+pub(super) fn wire(req: &Request, stream_id: u32, kind: u8, flags: u8) -> Vec<u8> {
     let body = req.write_to_bytes().unwrap();
     let mut m = (body.len() as u32).to_be_bytes().to_vec();
     m.extend(stream_id.to_be_bytes());
@@ -60,7 +60,7 @@ fn create_payload() -> Vec<u8> {
 }
 
 /// Stream id and decoded Response of a reply message.
-fn decode(reply: &[u8]) -> (u32, Response) {
+pub(super) fn decode(reply: &[u8]) -> (u32, Response) {
     assert_eq!(reply[8], MESSAGE_TYPE_RESPONSE);
     assert_eq!(reply[9], 0);
     let len = u32::from_be_bytes([reply[0], reply[1], reply[2], reply[3]]) as usize;
@@ -138,10 +138,16 @@ fn replies_are_built_as_ttrpc_builds_them() {
         answer
     );
     let refused = get_status(Code::INTERNAL, "refused: no record");
-    let (_, err) = decode(&reply(7, Err(TtrpcError::RpcStatus(refused.clone()))));
+    let (_, err) = decode(&reply::<nri::CreateContainerResponse>(
+        7,
+        Err(TtrpcError::RpcStatus(refused.clone())),
+    ));
     assert_eq!(*err.status, refused);
     assert!(err.payload.is_empty());
-    let (_, other) = decode(&reply(9, Err(TtrpcError::Others("boom".into()))));
+    let (_, other) = decode(&reply::<nri::CreateContainerResponse>(
+        9,
+        Err(TtrpcError::Others("boom".into())),
+    ));
     assert_eq!(other.status.code(), Code::UNKNOWN);
     assert!(other.status.message().contains("boom"));
 }
