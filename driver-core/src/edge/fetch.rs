@@ -159,6 +159,7 @@ async fn reserved_pods(
                 cached += 1;
                 pods.push(u)
             }
+            Ok(Read::Served(u)) => pods.push(u),
             Ok(Read::Got(Some(p))) if p.metadata.uid.as_deref() == Some(uid) => {
                 pods.extend(pod_use(&p, &id.name))
             }
@@ -170,9 +171,11 @@ async fn reserved_pods(
     (pods, pod_errors, cached)
 }
 
-/// A reserved pod: its use of the claim from the cache, or what a GET found.
+/// A reserved pod: its use of the claim from the cache or from the API server's watch
+/// cache, or what a quorum GET found.
 enum Read {
     Cached(PodUse),
+    Served(PodUse),
     Got(Option<Box<Pod>>),
 }
 
@@ -187,9 +190,7 @@ async fn read_pod<'a>(
 ) -> (&'a str, &'a str, kube::Result<Read>) {
     let got = match cached {
         Some(u) => Ok(Read::Cached(u)),
-        None => get_pod(api, name, uid, claim)
-            .await
-            .map(|p| Read::Got(p.map(Box::new))),
+        None => get_pod(api, name, uid, claim).await,
     };
     (name, uid, got)
 }
@@ -197,14 +198,16 @@ async fn read_pod<'a>(
 /// The pod from the API server's watch cache where it stands in for a quorum read (half the
 /// cost: no etcd round trip), else from a quorum read. Whatever the first read answers that
 /// does not stand in (an error, a miss, another UID) leaves it to the second.
-async fn get_pod(api: &Api<Pod>, name: &str, uid: &str, claim: &str) -> kube::Result<Option<Pod>> {
+async fn get_pod(api: &Api<Pod>, name: &str, uid: &str, claim: &str) -> kube::Result<Read> {
     match api.get_with(name, &GetParams::any()).await {
-        Ok(p) if stands_in(&p, uid, claim).is_some() => return Ok(Some(p)),
-        Ok(_) => tracing::debug!(
-            pod = name,
-            "pod in the watch cache does not stand in; quorum read"
-        ),
+        Ok(p) => match stands_in(&p, uid, claim) {
+            Some(u) => return Ok(Read::Served(u)),
+            None => tracing::debug!(
+                pod = name,
+                "pod in the watch cache does not stand in; quorum read"
+            ),
+        },
         Err(e) => tracing::debug!(pod = name, error = %e, "watch-cache read failed; quorum read"),
     }
-    api.get_opt(name).await
+    api.get_opt(name).await.map(|p| Read::Got(p.map(Box::new)))
 }

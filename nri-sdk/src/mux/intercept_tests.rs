@@ -9,6 +9,7 @@ use tokio::net::UnixStream;
 use tokio::sync::{mpsc as tmpsc, oneshot};
 
 use super::messages::{frame_payloads, Boundary, Incoming, Piece};
+use super::tests::send_frame;
 use super::*;
 
 /// A ttrpc-shaped message whose payload starts with `tag`.
@@ -60,13 +61,6 @@ fn taker() -> (
         release: Mutex::new(Some(release)),
     };
     (Arc::new(t), rx, release_tx)
-}
-
-async fn send_frame(peer: &mut UnixStream, id: u32, payload: &[u8]) {
-    let mut f = id.to_be_bytes().to_vec();
-    f.extend((payload.len() as u32).to_be_bytes());
-    f.extend(payload);
-    peer.write_all(&f).await.unwrap();
 }
 
 async fn read_frame(peer: &mut UnixStream) -> (u32, Vec<u8>) {

@@ -201,7 +201,7 @@ async fn one_frame_per_write() {
     assert_eq!(frames[1].len(), 5000);
 }
 
-async fn send_frame(peer: &mut UnixStream, id: u32, payload: &[u8]) {
+pub(super) async fn send_frame(peer: &mut UnixStream, id: u32, payload: &[u8]) {
     let mut f = id.to_be_bytes().to_vec();
     f.extend((payload.len() as u32).to_be_bytes());
     f.extend(payload);
