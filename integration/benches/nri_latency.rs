@@ -2,7 +2,9 @@
 //!
 //! 1. plugin-side CreateContainer handling (decode, records lookup, adjustment, encode)
 //!    with 1, 100 and 1000 claims recorded on the node;
-//! 2. Synchronize with 1000 running containers (decode + verification);
+//! 2. Synchronize with 1000 running containers, through the SDK over a socket: the answer
+//!    (before decoding, and through ttrpc after decoding and handling, side by side) and
+//!    the end of the verification after it;
 //! 3. CRI CreateContainer latency on two real containerd 2.2 instances, one with graft-nri
 //!    attached and one without, interleaved in one run;
 //! 4. graft-nri's resident memory.

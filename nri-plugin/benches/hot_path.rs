@@ -7,6 +7,10 @@
 //! The calls run in a task on a worker thread of a two-worker runtime, as graft-nri's
 //! handlers do (not on the thread that blocks on the runtime).
 //!
+//! `sync`: Synchronize through the SDK over a socket from the SDK's scripted runtime, to a
+//! fresh plugin each run, both of the SDK's ways in each round: answered before decoding
+//! (as shipped) and through ttrpc, decoded and handled first.
+//!
 //! `floor`: the same loop around a busy wait as long as `create`'s p50, in the same runtime:
 //! the tail this machine gives any piece of work that long, which no handler goes below.
 //!

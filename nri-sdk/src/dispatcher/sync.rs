@@ -121,9 +121,10 @@ impl<P: NriPlugin> Dispatcher<P> {
             )
         };
         self.synced.send_replace(true);
-        self.plugin.connection_state(ConnectionState::Synchronized);
         let this = self.clone();
+        // The plugin hears of it off the answer's path too (graft-nri writes a file).
         spawn_logged("NRI Synchronize after its answer", async move {
+            this.plugin.connection_state(ConnectionState::Synchronized);
             this.synchronize_after(chunks, (pods, containers), started)
                 .await;
         });
