@@ -77,6 +77,20 @@ impl ScriptedRuntime {
     }
 }
 
+impl ScriptedRuntime {
+    /// Configures the plugin as containerd `version` would (request timeouts left to the
+    /// plugin's defaults), within 10 s.
+    pub async fn configure_as(&self, version: &str) -> ttrpc::Result<nri::ConfigureResponse> {
+        let req = nri::ConfigureRequest {
+            runtime_name: "containerd".into(),
+            runtime_version: version.into(),
+            ..Default::default()
+        };
+        let ctx = ttrpc::context::with_timeout(10_000_000_000);
+        self.client.configure(ctx, &req).await
+    }
+}
+
 /// A listener that yields one connection and then stays open: ttrpc's shutdown expects its
 /// accept loop to still be running.
 pub(crate) fn serve_once<C>(conn: C) -> Listener

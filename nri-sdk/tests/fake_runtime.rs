@@ -66,14 +66,8 @@ impl NriPlugin for TestPlugin {
 
 #[tokio::test]
 async fn handshake_split_sync_events_and_unimplemented() {
-    let Harness {
-        mux,
-        mut server,
-        client: plugin_client,
-        registered: mut reg_rx,
-        plugin_fd: fd,
-        ..
-    } = fake_runtime().await;
+    let mut runtime = fake_runtime().await;
+    let (plugin_client, fd) = (runtime.client.clone(), runtime.plugin_fd);
     let seen = Arc::new(Mutex::new(Seen::default()));
     let plugin = Arc::new(TestPlugin { seen: seen.clone() });
     let sdk_task = tokio::spawn(sdk::run(
@@ -81,24 +75,14 @@ async fn handshake_split_sync_events_and_unimplemented() {
         Options::new("graft-test", "42", Transport::PreInstalled(fd)),
     ));
 
-    let (name, idx) = tokio::time::timeout(Duration::from_secs(5), reg_rx.recv())
+    let (name, idx) = tokio::time::timeout(Duration::from_secs(5), runtime.registered.recv())
         .await
         .unwrap()
         .unwrap();
     assert_eq!((name.as_str(), idx.as_str()), ("graft-test", "42"));
     let ctx = || ttrpc::context::with_timeout(2_000_000_000);
 
-    let conf = plugin_client
-        .configure(
-            ctx(),
-            &nri::ConfigureRequest {
-                runtime_name: "containerd".into(),
-                runtime_version: "v1.7.24".into(),
-                ..Default::default()
-            },
-        )
-        .await
-        .unwrap();
+    let conf = runtime.configure_as("v1.7.24").await.unwrap();
     assert_eq!(
         conf.events,
         0x8 | 0x200,
@@ -196,8 +180,8 @@ async fn handshake_split_sync_events_and_unimplemented() {
 
     // The runtime goes away: a pre-installed plugin ends instead of reconnecting.
     drop(plugin_client);
-    let _ = server.shutdown().await;
-    drop(mux);
+    let _ = runtime.server.shutdown().await;
+    drop(runtime);
     let ended = tokio::time::timeout(Duration::from_secs(5), sdk_task)
         .await
         .unwrap()
@@ -217,36 +201,19 @@ async fn a_mask_the_runtime_cannot_take_is_refused() {
             EventMask::of(&[Event::VALIDATE_CONTAINER_ADJUSTMENT])
         }
     }
-    let Harness {
-        mux: _mux,
-        mut server,
-        client,
-        registered: mut reg_rx,
-        plugin_fd,
-        ..
-    } = fake_runtime().await;
+    let mut runtime = fake_runtime().await;
     tokio::spawn(sdk::run(
         Arc::new(OnlyValidate),
-        Options::new("v", "01", Transport::PreInstalled(plugin_fd)),
+        Options::new("v", "01", Transport::PreInstalled(runtime.plugin_fd)),
     ));
-    reg_rx.recv().await.unwrap();
-    let e = client
-        .configure(
-            ttrpc::context::with_timeout(2_000_000_000),
-            &nri::ConfigureRequest {
-                runtime_name: "containerd".into(),
-                runtime_version: "v2.1.4".into(),
-                ..Default::default()
-            },
-        )
-        .await
-        .unwrap_err();
+    runtime.registered.recv().await.unwrap();
+    let e = runtime.configure_as("v2.1.4").await.unwrap_err();
     assert_eq!(
         code(e),
         Code::FAILED_PRECONDITION,
         "never answer 0, which would mean every event"
     );
-    let _ = server.shutdown().await;
+    let _ = runtime.server.shutdown().await;
 }
 
 #[test]

@@ -12,7 +12,7 @@ use async_trait::async_trait;
 use graft_nri_sdk::{self as sdk, EventMask, NriPlugin, Options, Runtime, Transport};
 use graft_proto::nri::{self, Event};
 
-use support::{fake_runtime, pod, Harness};
+use support::{fake_runtime, pod};
 
 struct Promising {
     seen: tokio::sync::mpsc::UnboundedSender<Vec<String>>,
@@ -46,33 +46,21 @@ impl NriPlugin for Promising {
 #[tokio::test]
 async fn split_synchronize_is_answered_first_and_a_failure_after_ends_the_connection() {
     for fails in [false, true] {
-        let Harness {
-            mux: _mux,
-            mut server,
-            client,
-            registered: mut reg_rx,
-            plugin_fd,
-            ..
-        } = fake_runtime().await;
+        let mut runtime = fake_runtime().await;
         let (tx, mut seen) = tokio::sync::mpsc::unbounded_channel();
         let plugin = Arc::new(Promising { seen: tx, fails });
-        let opts = Options::new("promising", "10", Transport::PreInstalled(plugin_fd));
+        let opts = Options::new(
+            "promising",
+            "10",
+            Transport::PreInstalled(runtime.plugin_fd),
+        );
         let sdk_task = tokio::spawn(sdk::run(plugin, opts));
-        reg_rx.recv().await.unwrap();
+        runtime.registered.recv().await.unwrap();
         let ctx = || ttrpc::context::with_timeout(5_000_000_000);
-        client
-            .configure(
-                ctx(),
-                &nri::ConfigureRequest {
-                    runtime_name: "containerd".into(),
-                    runtime_version: "v2.2.7".into(),
-                    ..Default::default()
-                },
-            )
-            .await
-            .unwrap();
+        runtime.configure_as("v2.2.7").await.unwrap();
         for (id, more) in [("p1", true), ("p2", false)] {
-            let answer = client
+            let answer = runtime
+                .client
                 .synchronize(
                     ctx(),
                     &nri::SynchronizeRequest {
@@ -105,6 +93,6 @@ async fn split_synchronize_is_answered_first_and_a_failure_after_ends_the_connec
                 "a handler that succeeds keeps the connection"
             );
         }
-        let _ = server.shutdown().await;
+        let _ = runtime.server.shutdown().await;
     }
 }

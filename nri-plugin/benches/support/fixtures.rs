@@ -192,17 +192,7 @@ pub fn synchronize(
         opts.inline_synchronize = first;
         let session = tokio::spawn(graft_nri_sdk::run(plugin, opts));
         runtime.registered.recv().await.expect("registered");
-        let configure = nri::ConfigureRequest {
-            runtime_name: "containerd".into(),
-            runtime_version: "v2.2.7".into(),
-            ..Default::default()
-        };
-        let ctx = ttrpc::context::with_timeout(10_000_000_000);
-        runtime
-            .client
-            .configure(ctx, &configure)
-            .await
-            .expect("configure");
+        runtime.configure_as("v2.2.7").await.expect("configure");
         let req = ttrpc::proto::Request {
             service: "nri.pkg.api.v1alpha1.Plugin".into(),
             method: "Synchronize".into(),

@@ -72,9 +72,24 @@ impl<P: NriPlugin> Dispatcher<P> {
             pods.splice(0..0, p);
             containers.splice(0..0, c);
         }
-        // No deadline below the runtime's: a slow Synchronize only delays readiness. A
-        // panic still becomes an error reply rather than a dropped connection.
-        let started = Instant::now();
+        let update = self.handle(pods, containers, Instant::now()).await?;
+        self.synced.send_replace(true);
+        self.plugin.connection_state(ConnectionState::Synchronized);
+        Ok(nri::SynchronizeResponse {
+            update,
+            ..Default::default()
+        })
+    }
+
+    /// The plugin's handler, told of as answered. No deadline below the runtime's: a slow
+    /// Synchronize only delays readiness. A panic still becomes an error rather than a
+    /// dropped connection.
+    async fn handle(
+        &self,
+        pods: Vec<nri::PodSandbox>,
+        containers: Vec<nri::Container>,
+        started: Instant,
+    ) -> ttrpc::Result<Vec<nri::ContainerUpdate>> {
         let result = guarded(
             "Synchronize",
             SYNCHRONIZE_DEADLINE,
@@ -82,13 +97,7 @@ impl<P: NriPlugin> Dispatcher<P> {
         )
         .await;
         self.answered(Request::Synchronize, started, &result);
-        let update = result?;
-        self.synced.send_replace(true);
-        self.plugin.connection_state(ConnectionState::Synchronized);
-        Ok(nri::SynchronizeResponse {
-            update,
-            ..Default::default()
-        })
+        result
     }
 
     /// Whether Synchronize may be answered before it is decoded.
@@ -146,14 +155,7 @@ impl<P: NriPlugin> Dispatcher<P> {
             }
             Err(e) => return self.fail(format!("decoding Synchronize failed: {e}")),
         }
-        let result = guarded(
-            "Synchronize",
-            SYNCHRONIZE_DEADLINE,
-            self.plugin.synchronize(self.runtime(), pods, containers),
-        )
-        .await;
-        self.answered(Request::Synchronize, started, &result);
-        match result {
+        match self.handle(pods, containers, started).await {
             Ok(updates) if updates.is_empty() => {}
             Ok(updates) => tracing::error!(
                 updates = updates.len(),
