@@ -986,17 +986,25 @@ fn ttrpc_request(stream: u32, method: &str, payload: Vec<u8>, timeout_nano: i64)
     ttrpc_frame(stream, 1, 0, None, &req.write_to_bytes().unwrap())
 }
 
-/// Reads ttrpc frames from `conn` until the response for `stream` arrives.
-async fn response_for(conn: &mut graft_nri_sdk::mux::MuxConn, stream: u32) -> ttrpc::Response {
+/// What `response_for` says when the plugin ended the connection.
+const CLOSED: &str = "the plugin ended the connection";
+
+/// Reads ttrpc frames from `conn` until the response for `stream` arrives; [`CLOSED`] when
+/// the connection ends first.
+async fn response_for(
+    conn: &mut graft_nri_sdk::mux::MuxConn,
+    stream: u32,
+) -> Result<ttrpc::Response, String> {
+    let closed = |e: std::io::Error| format!("{CLOSED}: {e}");
     loop {
         let mut h = [0u8; 10];
-        conn.read_exact(&mut h).await.expect("response header");
+        conn.read_exact(&mut h).await.map_err(closed)?;
         let len = u32::from_be_bytes([h[0], h[1], h[2], h[3]]) as usize;
         let sid = u32::from_be_bytes([h[4], h[5], h[6], h[7]]);
         let mut body = vec![0u8; len];
-        conn.read_exact(&mut body).await.expect("response body");
+        conn.read_exact(&mut body).await.map_err(closed)?;
         if sid == stream && h[8] == 2 {
-            return ttrpc::Response::parse_from_bytes(&body).expect("a response");
+            return Ok(ttrpc::Response::parse_from_bytes(&body).expect("a response"));
         }
     }
 }
@@ -1067,78 +1075,100 @@ async fn session(plugin: Arc<GraftPlugin>, items: Vec<WireItem>) -> Result<(), S
     .map_err(|e| e.to_string())?;
     let resp = tokio::time::timeout(limit, response_for(&mut conn, 1))
         .await
-        .map_err(|_| "Configure not answered".to_string())?;
+        .map_err(|_| "Configure not answered".to_string())??;
     if resp.status.code() != ttrpc::Code::OK {
         return Err(format!("Configure failed: {:?}", resp.status));
     }
 
     let mut next = 3u32;
     let all_requests = items.iter().all(|i| matches!(i, WireItem::Request { .. }));
-    for item in &items {
-        let bytes = match item {
-            WireItem::Request {
-                method,
-                payload,
-                timeout_nano,
-            } => {
-                next += 2;
-                ttrpc_request(next, METHODS[*method], payload.clone(), *timeout_nano)
-            }
-            WireItem::Frame {
-                declared,
-                stream,
-                kind,
-                flags,
-                body,
-            } => ttrpc_frame(*stream, *kind, *flags, *declared, body),
-            WireItem::Bytes(b) => b.clone(),
-        };
-        conn.write_all(&bytes).await.map_err(|e| e.to_string())?;
-    }
-    if all_requests {
-        // Configure again: a mutated Configure may have set a tiny request timeout.
-        let stream = next + 2;
-        conn.write_all(&ttrpc_request(
-            stream,
-            "Configure",
-            configure.write_to_bytes().unwrap(),
-            0,
-        ))
-        .await
-        .map_err(|e| e.to_string())?;
-        tokio::time::timeout(limit, response_for(&mut conn, stream))
-            .await
-            .map_err(|_| "the connection stopped answering after malformed payloads".to_string())?;
-        let stream = next + 4;
-        let req = nri::CreateContainerRequest {
-            pod: Some(nri::PodSandbox {
-                uid: POD.into(),
-                ..Default::default()
-            })
-            .into(),
-            container: Some(nri::Container {
-                name: "app".into(),
-                ..Default::default()
-            })
-            .into(),
-            ..Default::default()
-        };
-        conn.write_all(&ttrpc_request(
-            stream,
-            "CreateContainer",
-            req.write_to_bytes().unwrap(),
-            0,
-        ))
-        .await
-        .map_err(|e| e.to_string())?;
-        let resp = tokio::time::timeout(limit, response_for(&mut conn, stream))
-            .await
-            .map_err(|_| "the connection stopped answering after malformed payloads".to_string())?;
-        let created = nri::CreateContainerResponse::parse_from_bytes(&resp.payload)
-            .map_err(|e| format!("CreateContainer answered {:?}: {e}", resp.status))?;
-        if created.adjust.linux.devices.len() != 3 {
-            return Err(format!("CreateContainer answered {created:?}"));
+    // graft-nri's SDK answers Synchronize before decoding it; one that then does not decode
+    // ends the connection, as the runtime ends it after an error reply.
+    let may_end = items.iter().any(|i| {
+        matches!(i, WireItem::Request { method, payload, .. }
+            if METHODS[*method] == "Synchronize"
+                && nri::SynchronizeRequest::parse_from_bytes(payload).is_err())
+    });
+    let closed = |e: std::io::Error| format!("{CLOSED}: {e}");
+    let sent = async {
+        for item in &items {
+            let bytes = match item {
+                WireItem::Request {
+                    method,
+                    payload,
+                    timeout_nano,
+                } => {
+                    next += 2;
+                    ttrpc_request(next, METHODS[*method], payload.clone(), *timeout_nano)
+                }
+                WireItem::Frame {
+                    declared,
+                    stream,
+                    kind,
+                    flags,
+                    body,
+                } => ttrpc_frame(*stream, *kind, *flags, *declared, body),
+                WireItem::Bytes(b) => b.clone(),
+            };
+            conn.write_all(&bytes).await.map_err(closed)?;
         }
+        if all_requests {
+            {
+                // Configure again: a mutated Configure may have set a tiny request timeout.
+                let stream = next + 2;
+                conn.write_all(&ttrpc_request(
+                    stream,
+                    "Configure",
+                    configure.write_to_bytes().unwrap(),
+                    0,
+                ))
+                .await
+                .map_err(closed)?;
+                tokio::time::timeout(limit, response_for(&mut conn, stream))
+                    .await
+                    .map_err(|_| {
+                        "the connection stopped answering after malformed payloads".to_string()
+                    })??;
+                let stream = next + 4;
+                let req = nri::CreateContainerRequest {
+                    pod: Some(nri::PodSandbox {
+                        uid: POD.into(),
+                        ..Default::default()
+                    })
+                    .into(),
+                    container: Some(nri::Container {
+                        name: "app".into(),
+                        ..Default::default()
+                    })
+                    .into(),
+                    ..Default::default()
+                };
+                conn.write_all(&ttrpc_request(
+                    stream,
+                    "CreateContainer",
+                    req.write_to_bytes().unwrap(),
+                    0,
+                ))
+                .await
+                .map_err(closed)?;
+                let resp = tokio::time::timeout(limit, response_for(&mut conn, stream))
+                    .await
+                    .map_err(|_| {
+                        "the connection stopped answering after malformed payloads".to_string()
+                    })??;
+                let created = nri::CreateContainerResponse::parse_from_bytes(&resp.payload)
+                    .map_err(|e| format!("CreateContainer answered {:?}: {e}", resp.status))?;
+                if created.adjust.linux.devices.len() != 3 {
+                    return Err(format!("CreateContainer answered {created:?}"));
+                }
+            }
+        }
+        Ok::<(), String>(())
+    }
+    .await;
+    match sent {
+        Err(e) if may_end && e.starts_with(CLOSED) => {}
+        other => other?,
     }
     drop(conn);
     let _ = tokio::time::timeout(limit, server.shutdown()).await;
@@ -1179,6 +1209,27 @@ fn ttrpc_session_harness_works() {
         vec![WireItem::Request {
             method: 3,
             payload: nri::CreateContainerRequest::new().write_to_bytes().unwrap(),
+            timeout_nano: 0,
+        }],
+    ))
+    .unwrap();
+}
+
+/// A Synchronize whose top level scans but whose pods do not decode: the SDK answers it,
+/// then ends the connection; the session ends cleanly (no panic, the plugin's `run`
+/// returns), as it does when the runtime drops the plugin after an error reply.
+#[test]
+fn a_synchronize_that_does_not_decode_after_its_answer_ends_the_session_cleanly() {
+    let env = env();
+    let rt = current_thread();
+    let mut payload = vec![0x0a, 0x03, 0xff, 0xff, 0xff];
+    payload.extend([0x18, 0x00]);
+    assert!(nri::SynchronizeRequest::parse_from_bytes(&payload).is_err());
+    rt.block_on(session(
+        env.plugin.clone(),
+        vec![WireItem::Request {
+            method: 1,
+            payload,
             timeout_nano: 0,
         }],
     ))
