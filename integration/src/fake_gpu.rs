@@ -186,8 +186,23 @@ fn build_static_c_of(src: &str, out: &Path, version: &str) -> anyhow::Result<()>
     if let Some(d) = out.parent() {
         std::fs::create_dir_all(d)?;
     }
-    std::fs::copy(&built, out)
-        .with_context(|| format!("{} -> {}", built.display(), out.display()))?;
+    // Copied by a child process, never through a file this process opens for writing: a
+    // fork by another of the suite's threads would inherit that descriptor until its exec,
+    // and exec'ing `out` meanwhile fails with "Text file busy" (ETXTBSY).
+    let copied = Command::new("cp")
+        .arg("--")
+        .arg(&built)
+        .arg(out)
+        .output()
+        .context("running cp")?;
+    if !copied.status.success() {
+        bail!(
+            "cp {} {}: {}",
+            built.display(),
+            out.display(),
+            String::from_utf8_lossy(&copied.stderr)
+        );
+    }
     Ok(())
 }
 
