@@ -3,6 +3,15 @@
 //! large Synchronize, an old runtime's Configure, events the plugin did not subscribe to).
 //! It answers RegisterPlugin and nothing else of the Runtime service, and calls the
 //! plugin's service only when told to, through [`ScriptedRuntime::client`].
+//!
+//! Where its behaviour comes from: the two logical connections and their ids (the runtime
+//! serves Runtime on 2, calls Plugin on 1) and the frame format are containerd/nri's
+//! `pkg/net/multiplex` as `mux` models it; RegisterPlugin before anything else, and
+//! Configure then Synchronize from the runtime, are NRI's `pkg/api/api.proto` and its
+//! README's registration sequence. It is not a runtime: it checks nothing a runtime would
+//! check, and UpdateContainers and the other Runtime calls fail with the bindings' default
+//! NOT_FOUND ("... is not supported"), so a test of the runtime's own behaviour needs real
+//! containerd.
 
 use std::os::fd::{IntoRawFd as _, RawFd};
 use std::sync::Arc;
