@@ -20,6 +20,9 @@
 //! Run: cargo build --release --workspace --bins && cargo bench -p graft-integration --bench nri_vs_injector
 //! GRAFT_BENCH_ROUNDS (default 300) sets the measured rounds, GRAFT_BENCH_PER_POD (default 3)
 //! the containers per pod. GRAFT_BENCH_FROM=<samples file> reports a past run again.
+//! GRAFT_BENCH_TMPFS=all puts every containerd's root and state (and the plugins' files) on a
+//! tmpfs: no disk under containerd's metadata writes, to see which part of the tail they are;
+//! GRAFT_BENCH_TMPFS=graft-state only graft-nri's state directory, to see graft's part.
 
 mod report;
 mod sides;
@@ -92,6 +95,12 @@ async fn run() -> anyhow::Result<()> {
     let tb = Testbed::load()?;
     let base = PathBuf::from(format!("/tmp/graft-bvi-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&base);
+    let tmpfs = std::env::var("GRAFT_BENCH_TMPFS").unwrap_or_default();
+    let _all_tmpfs = match tmpfs.as_str() {
+        "" | "graft-state" => None,
+        "all" => Some(Tmpfs::mount(&base)?),
+        other => bail!("GRAFT_BENCH_TMPFS={other}: expected all or graft-state"),
+    };
     let mut cds = Vec::new();
     for label in LABELS {
         let mut cd = Containerd::start(&tb, Version::V2_2, &base.join(label))?;
@@ -100,6 +109,10 @@ async fn run() -> anyhow::Result<()> {
     }
     let cd_version = cds[NONE].crictl(&["version"])?;
     let state = base.join("graft-nri/graft-state");
+    let state_tmpfs = match tmpfs.as_str() {
+        "graft-state" => Some(Tmpfs::mount(&state)?),
+        _ => None,
+    };
     let store = RecordStore::open(&state)?;
     for i in 1..1000 {
         store.put_claim(&claim(i, &format!("other-pod-{i:05}"), &["app".into()]))?;
@@ -289,8 +302,30 @@ async fn run() -> anyhow::Result<()> {
     drop(null_ttrpc);
     drop(graft);
     drop(sides);
+    drop(state_tmpfs);
     let _ = std::fs::remove_dir_all(&base);
     Ok(())
+}
+
+/// A tmpfs at a directory, unmounted (lazily) and the directory removed on drop.
+struct Tmpfs(PathBuf);
+
+impl Tmpfs {
+    fn mount(at: &std::path::Path) -> anyhow::Result<Self> {
+        std::fs::create_dir_all(at)?;
+        graft_integration::mounts::mount_tmpfs(at, "4g")?;
+        println!("on a tmpfs: {}", at.display());
+        Ok(Tmpfs(at.to_path_buf()))
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        if let Err(e) = graft_integration::mounts::unmount(&self.0) {
+            eprintln!("{e:#}");
+        }
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
 }
 
 /// The report's three cases.

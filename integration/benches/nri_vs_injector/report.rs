@@ -83,23 +83,36 @@ pub fn case(title: &str, rounds: &[&Round], tail: f64) {
         ratio(&over[GRAFT], &over[INJECTOR], 0.5),
         ratio(&over[NULL], &over[INJECTOR], 0.5)
     );
+    // The tail goal compares graft-nri's p99 overhead with device-injector's: both are over
+    // the same `none`, so it is the sign of the difference of their p99s, paired by round.
+    let tail_diff = bootstrap(n, |idx| {
+        quantile_of(&took[GRAFT], idx, tail) - quantile_of(&took[INJECTOR], idx, tail)
+    });
+    println!(
+        "graft-nri's p{t} overhead minus device-injector's (their p{t}s' difference): {tail_diff:.0} µs; graft-nri's p{t} / device-injector's: {:.2}",
+        ratio(&took[GRAFT], &took[INJECTOR], tail)
+    );
     // What the slowest calls waited for: the run-queue wait of containerd's and the
     // plugin's threads during the call, summed over threads (so it can exceed the call).
-    println!("\nrun-queue wait during a call, µs, median over all calls / over the calls at or above the side's p{t}:");
+    // Where the tail's wait grows by as much as its create, the run queue accounts for it.
+    println!("\nrun-queue wait during a call, µs, median over all calls / over the calls at or above the side's p{t}; and how much longer those calls took and waited than the medians:");
     for s in 0..SIDES {
         let cut = q(&took[s], tail).value;
         let mut all = series(rounds, |r| r.waited[s]);
-        let mut slow: Vec<f64> = rounds
-            .iter()
-            .filter(|r| r.took[s] >= cut)
-            .map(|r| r.waited[s])
-            .collect();
+        let slow: Vec<&&Round> = rounds.iter().filter(|r| r.took[s] >= cut).collect();
+        let mut slow_wait: Vec<f64> = slow.iter().map(|r| r.waited[s]).collect();
+        let mut slow_took: Vec<f64> = slow.iter().map(|r| r.took[s]).collect();
+        let mut all_took = took[s].clone();
+        let wait = (quantile(&mut all, 0.5), quantile(&mut slow_wait, 0.5));
+        let create = (quantile(&mut all_took, 0.5), quantile(&mut slow_took, 0.5));
         println!(
-            "- {}: {:.0} / {:.0} ({} calls)",
+            "- {}: {:.0} / {:.0} ({} calls); create +{:.0}, wait {:+.0}",
             LABELS[s],
-            quantile(&mut all, 0.5),
-            quantile(&mut slow, 0.5),
-            slow.len()
+            wait.0,
+            wait.1,
+            slow.len(),
+            create.1 - create.0,
+            wait.1 - wait.0
         );
     }
     let turn: Vec<Vec<f64>> = (0..SIDES)
